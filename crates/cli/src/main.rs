@@ -1,0 +1,3 @@
+//! `python-sandbox`: the command line entry point.
+
+fn main() {}

@@ -1,0 +1,1 @@
+//! Runs PEP 723 scripts with the host uv inside bubblewrap

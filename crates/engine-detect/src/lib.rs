@@ -1,0 +1,1 @@
+//! Detects which isolation engine (bwrap, docker, podman) works on this machine

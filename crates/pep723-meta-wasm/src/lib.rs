@@ -1,0 +1,1 @@
+//! WASM bindings (wasm-bindgen) of pep723-meta for editors

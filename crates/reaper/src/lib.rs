@@ -1,0 +1,1 @@
+//! One expiry policy that removes sandboxes outliving their owner

@@ -1,0 +1,64 @@
+//! The fully resolved description of one run, shared by every engine.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything an engine needs to run one PEP 723 script. Built by resolving the layers
+/// (command line > inline table > defaults); engines never look at the layers themselves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSpec {
+    /// The script, canonical absolute path.
+    pub script: PathBuf,
+    /// Arguments passed to the script after `--`.
+    pub args: Vec<String>,
+    /// PEP 508 requirements: the script's `dependencies` plus `[tool.python-sandbox].dependencies`.
+    pub dependencies: Vec<String>,
+    /// PEP 440 specifier set from `requires-python`, if any.
+    pub requires_python: Option<String>,
+    /// Extra mounts, each at its real path inside the sandbox.
+    pub mounts: Vec<Mount>,
+    pub net: Net,
+    pub publish: Vec<Publish>,
+    /// Explicit environment; the sandbox starts empty plus a small allowlist.
+    pub env: Vec<EnvVar>,
+    /// Wall-clock limit for the whole process tree.
+    pub timeout: Option<Duration>,
+    /// The workspace (the caller's cwd), mounted read-write at its real path.
+    pub workspace: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Mount {
+    /// Host path; absolute after resolution (relative paths are taken from the workspace).
+    pub path: PathBuf,
+    pub mode: MountMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MountMode {
+    ReadOnly,
+    ReadWrite,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Net {
+    #[default]
+    On,
+    Off,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Publish {
+    /// Port inside the sandbox (and on the host unless remapped by an engine).
+    pub port: u16,
+    /// Host address to bind; engines default to 127.0.0.1.
+    pub host: Option<IpAddr>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EnvVar {
+    pub name: String,
+    /// `None` until the CLI edge fills it from the host environment (`--env NAME`).
+    pub value: Option<String>,
+}

@@ -1,0 +1,73 @@
+//! Hand-rolled argument parsing (no dependency): `cargo xtask <cmd> [flags]`.
+
+use anyhow::{bail, Result};
+
+pub(crate) const USAGE: &str = "\
+usage: cargo xtask <command> [options]
+
+commands:
+  ci                 everything CI checks: fmt, clippy, tests, wasm, fuzz smoke, engine tiers
+  wasm [--check]     build the pep723-meta npm package into target/wasm/pep723-meta
+  bench              benchmarks, printed side by side with their baselines
+  fuzz [--seconds N] [TARGET]
+                     run cargo-fuzz targets on nightly (default 30 s each)
+";
+
+pub(crate) enum Cmd {
+    Help,
+    Ci(crate::ci::Ci),
+    Wasm(crate::wasm::Wasm),
+    Bench(crate::bench::Bench),
+    Fuzz(crate::fuzz::Fuzz),
+}
+
+pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
+    let mut args = args.into_iter();
+    let Some(cmd) = args.next() else { return Ok(Cmd::Help) };
+    let rest: Vec<String> = args.collect();
+    Ok(match cmd.as_str() {
+        "help" | "-h" | "--help" => Cmd::Help,
+        "ci" => {
+            no_args(&cmd, &rest)?;
+            Cmd::Ci(crate::ci::Ci)
+        }
+        "wasm" => {
+            let mut check = false;
+            for a in rest {
+                match a.as_str() {
+                    "--check" => check = true,
+                    _ => bail!("unknown option `{a}` for `wasm`\n\n{USAGE}"),
+                }
+            }
+            Cmd::Wasm(crate::wasm::Wasm { check })
+        }
+        "bench" => {
+            no_args(&cmd, &rest)?;
+            Cmd::Bench(crate::bench::Bench)
+        }
+        "fuzz" => {
+            let mut seconds = 30u64;
+            let mut target = None;
+            let mut it = rest.into_iter();
+            while let Some(a) = it.next() {
+                match a.as_str() {
+                    "--seconds" => {
+                        let v = it.next().unwrap_or_default();
+                        seconds = v.parse().map_err(|_| anyhow::anyhow!("`--seconds` needs a number, got `{v}`"))?;
+                    }
+                    s if s.starts_with('-') => bail!("unknown option `{a}` for `fuzz`\n\n{USAGE}"),
+                    _ => target = Some(a),
+                }
+            }
+            Cmd::Fuzz(crate::fuzz::Fuzz { seconds, target })
+        }
+        _ => bail!("unknown command `{cmd}`\n\n{USAGE}"),
+    })
+}
+
+fn no_args(cmd: &str, rest: &[String]) -> Result<()> {
+    if let Some(a) = rest.first() {
+        bail!("unexpected argument `{a}` for `{cmd}`\n\n{USAGE}");
+    }
+    Ok(())
+}

@@ -1,0 +1,45 @@
+//! `cargo xtask`: the one binary for all automation. Each subcommand is a struct with
+//! `run(self, sh)`; every command runs from one `Shell` rooted at the repository.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod bench;
+mod ci;
+mod flags;
+mod fuzz;
+mod wasm;
+
+use std::path::{Path, PathBuf};
+
+use xshell::Shell;
+
+fn main() -> anyhow::Result<()> {
+    let cmd = flags::parse(std::env::args().skip(1).collect())?;
+    let sh = Shell::new()?;
+    sh.change_dir(project_root());
+    match cmd {
+        flags::Cmd::Help => {
+            print!("{}", flags::USAGE);
+            Ok(())
+        }
+        flags::Cmd::Ci(c) => c.run(&sh),
+        flags::Cmd::Wasm(c) => c.run(&sh),
+        flags::Cmd::Bench(c) => c.run(&sh),
+        flags::Cmd::Fuzz(c) => c.run(&sh),
+    }
+}
+
+/// The repository root: xtask lives one level below it.
+pub(crate) fn project_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// A tier that cannot run here prints one visible line, so a green CI never hides a gap.
+pub(crate) fn skipped(tier: &str, reason: &str) {
+    println!("SKIPPED: {tier}: {reason}");
+}
+
+/// A section header in CI output.
+pub(crate) fn section(name: &str) {
+    println!("\n==> {name}");
+}
