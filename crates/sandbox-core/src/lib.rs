@@ -1,7 +1,22 @@
 //! Engine-independent core of python-sandbox: the resolved [`RunSpec`], config precedence
 //! (command line > inline `[tool.python-sandbox]` > defaults), boundary classification, the
-//! one-shot [`Engine`] trait and the long-lived `Sandbox` protocol. No IO happens here.
+//! secret scrubber, the one-shot [`Engine`] trait and the long-lived [`Sandbox`] protocol
+//! (with the in-memory [`FakeSandbox`]).
+//!
+//! **Architecture invariant:** no IO happens here: no filesystem, no processes, no runtime.
+//! Paths are handled lexically; engines canonicalize.
 
+mod engine;
+mod error;
+mod io;
+mod layer;
+mod paths;
+mod sandbox;
 mod spec;
 
+pub use engine::{DynEngine, Engine, Output, RunIo, RunOutcome, Stdin, exit_code};
+pub use error::Error;
+pub use io::{Captured, OutputSink, Stream};
+pub use layer::{Layer, LayerMount, ResolveCtx, resolve};
+pub use sandbox::{DirEntry, EntryKind, ExecRequest, PutSource, Sandbox, Service, ServiceSpec};
 pub use spec::{EnvVar, Mount, MountMode, Net, Publish, RunSpec};

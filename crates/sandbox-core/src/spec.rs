@@ -18,7 +18,9 @@ pub struct RunSpec {
     pub requires_python: Option<String>,
     /// Extra mounts, each at its real path inside the sandbox.
     pub mounts: Vec<Mount>,
+    /// Whether the sandbox has a network.
     pub net: Net,
+    /// Ports reachable from the host; needs `net = on`.
     pub publish: Vec<Publish>,
     /// Explicit environment; the sandbox starts empty plus a small allowlist.
     pub env: Vec<EnvVar>,
@@ -28,26 +30,35 @@ pub struct RunSpec {
     pub workspace: PathBuf,
 }
 
+/// A host path made visible inside the sandbox at the same path.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Mount {
     /// Host path; absolute after resolution (relative paths are taken from the workspace).
     pub path: PathBuf,
+    /// Whether the sandbox may write through the mount.
     pub mode: MountMode,
 }
 
+/// Access the sandbox gets to a [`Mount`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MountMode {
+    /// Readable, not writable (`:ro`).
     ReadOnly,
+    /// Readable and writable (`:rw`).
     ReadWrite,
 }
 
+/// Network access of the sandbox. Defaults to on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Net {
+    /// The sandbox can reach the network.
     #[default]
     On,
+    /// No route at all: no host loopback, no abstract unix sockets.
     Off,
 }
 
+/// A port inside the sandbox made reachable from the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Publish {
     /// Port inside the sandbox (and on the host unless remapped by an engine).
@@ -56,8 +67,10 @@ pub struct Publish {
     pub host: Option<IpAddr>,
 }
 
+/// One explicit environment variable for the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct EnvVar {
+    /// The variable name.
     pub name: String,
     /// `None` until the CLI edge fills it from the host environment (`--env NAME`).
     pub value: Option<String>,

@@ -1,0 +1,118 @@
+//! The crate's one error type. Messages are lower case, carry no trailing period and add a
+//! `hint:` line where the fix is not obvious.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in `sandbox-core`: resolving layers into a [`crate::RunSpec`]
+/// and the in-memory [`crate::FakeSandbox`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No layer named the script to run.
+    #[error("no script to run\nhint: pass the script path, e.g. `python-sandbox run script.py`")]
+    MissingScript,
+    /// The workspace handed to [`crate::resolve`] is relative; relative mounts would be ambiguous.
+    #[error("workspace `{}` is not an absolute path", path.display())]
+    RelativeWorkspace {
+        /// The offending workspace path.
+        path: PathBuf,
+    },
+    /// The home directory handed to [`crate::resolve`] is relative.
+    #[error("home directory `{}` is not an absolute path", path.display())]
+    RelativeHome {
+        /// The offending home path.
+        path: PathBuf,
+    },
+    /// A path starts with `~` but the home directory is unknown.
+    #[error("`{}` starts with `~` but the home directory is unknown\nhint: set `HOME` or spell the path out", path.display())]
+    UnknownHome {
+        /// The path that needed `~` expansion.
+        path: PathBuf,
+    },
+    /// `~user/…` would need a user database lookup, which is IO.
+    #[error("`{}` refers to another user's home directory, which is not supported\nhint: spell the path out", path.display())]
+    OtherUserHome {
+        /// The `~user/…` path.
+        path: PathBuf,
+    },
+    /// An environment variable name is empty or holds `=` or NUL.
+    #[error(
+        "`{name}` is not a valid environment variable name\nhint: names are non-empty and contain neither `=` nor NUL"
+    )]
+    InvalidEnvName {
+        /// The rejected name.
+        name: String,
+    },
+    /// A dependency does not start with a package name.
+    #[error(
+        "dependency `{requirement}` does not start with a package name\nhint: use a PEP 508 requirement such as `requests>=2`"
+    )]
+    InvalidDependency {
+        /// The rejected requirement string.
+        requirement: String,
+    },
+    /// Port 0 cannot be published.
+    #[error("cannot publish port 0\nhint: ports range from 1 to 65535")]
+    InvalidPort,
+    /// A zero timeout would kill every run before it starts.
+    #[error("timeout must be greater than zero")]
+    ZeroTimeout,
+    /// A path inside a sandbox must be absolute.
+    #[error("sandbox path `{path}` is not absolute")]
+    RelativeSandboxPath {
+        /// The rejected path.
+        path: String,
+    },
+    /// Nothing exists at a path inside the sandbox.
+    #[error("no such file or directory in the sandbox: `{path}`")]
+    NotFound {
+        /// The missing path.
+        path: String,
+    },
+    /// A file operation hit a directory.
+    #[error("`{path}` is a directory")]
+    IsADirectory {
+        /// The directory.
+        path: String,
+    },
+    /// A directory operation hit a regular file.
+    #[error("`{path}` is not a directory")]
+    NotADirectory {
+        /// The regular file.
+        path: String,
+    },
+    /// A tar archive could not be read.
+    #[error("invalid tar archive: {reason}")]
+    InvalidTar {
+        /// What was wrong, lower case.
+        reason: String,
+    },
+    /// The operation needs something this implementation deliberately does not do.
+    #[error("{what} is not supported by {by}\nhint: {hint}")]
+    Unsupported {
+        /// The operation.
+        what: String,
+        /// The implementation that refuses it.
+        by: String,
+        /// What to do instead.
+        hint: String,
+    },
+    /// The sandbox was stopped; no further operations are possible.
+    #[error("sandbox `{id}` is stopped")]
+    Stopped {
+        /// The sandbox id.
+        id: String,
+    },
+    /// A service already listens on the port.
+    #[error("a service already uses port {port}")]
+    PortInUse {
+        /// The contested port.
+        port: u16,
+    },
+    /// No service with this id runs in the sandbox.
+    #[error("no service `{id}` in the sandbox")]
+    NoSuchService {
+        /// The unknown service id.
+        id: String,
+    },
+}

@@ -1,0 +1,59 @@
+//! Streamed process output shared by the one-shot [`crate::Engine`] and the long-lived
+//! [`crate::Sandbox`]: which stream a chunk came from and where chunks go.
+
+/// The output stream a chunk was written to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stream {
+    /// The process's standard output.
+    Stdout,
+    /// The process's standard error.
+    Stderr,
+}
+
+/// Receives output chunks as they arrive. Chunks are arbitrary byte slices: a line, a
+/// UTF-8 character or a secret may be split across two calls.
+///
+/// Any `FnMut(Stream, &[u8]) + Send` closure is a sink, so is [`Captured`].
+pub trait OutputSink: Send {
+    /// Takes one chunk of `stream`.
+    fn write(&mut self, stream: Stream, chunk: &[u8]);
+}
+
+impl<F: FnMut(Stream, &[u8]) + Send> OutputSink for F {
+    fn write(&mut self, stream: Stream, chunk: &[u8]) {
+        self(stream, chunk);
+    }
+}
+
+/// A sink that keeps everything: both streams separately plus the interleaved chunk order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Captured {
+    /// Everything written to stdout, concatenated.
+    pub stdout: Vec<u8>,
+    /// Everything written to stderr, concatenated.
+    pub stderr: Vec<u8>,
+    /// Every chunk in arrival order, for tests that care about interleaving.
+    pub chunks: Vec<(Stream, Vec<u8>)>,
+}
+
+impl Captured {
+    /// stdout as text, with invalid UTF-8 replaced.
+    pub fn stdout_lossy(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    /// stderr as text, with invalid UTF-8 replaced.
+    pub fn stderr_lossy(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+impl OutputSink for Captured {
+    fn write(&mut self, stream: Stream, chunk: &[u8]) {
+        match stream {
+            Stream::Stdout => self.stdout.extend_from_slice(chunk),
+            Stream::Stderr => self.stderr.extend_from_slice(chunk),
+        }
+        self.chunks.push((stream, chunk.to_vec()));
+    }
+}
