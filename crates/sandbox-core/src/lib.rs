@@ -6,17 +6,24 @@
 //! **Architecture invariant:** no IO happens here: no filesystem, no processes, no runtime.
 //! Paths are handled lexically; engines canonicalize.
 
+mod boundary;
 mod engine;
 mod error;
+mod fake;
 mod io;
 mod layer;
 mod paths;
 mod sandbox;
+mod scrub;
 mod spec;
+mod tar;
 
+pub use boundary::{Crossing, CrossingKind, HOME_SECRETS, HOST_SOCKETS, classify};
 pub use engine::{DynEngine, Engine, Output, RunIo, RunOutcome, Stdin, exit_code};
 pub use error::Error;
+pub use fake::{FakeCall, FakeFs, FakeReply, FakeSandbox};
 pub use io::{Captured, OutputSink, Stream};
 pub use layer::{Layer, LayerMount, ResolveCtx, resolve};
 pub use sandbox::{DirEntry, EntryKind, ExecRequest, PutSource, Sandbox, Service, ServiceSpec};
+pub use scrub::{Ignored, MASK, MIN_SECRET_LEN, ScrubbingSink, Secrets, StreamScrubber};
 pub use spec::{EnvVar, Mount, MountMode, Net, Publish, RunSpec};

@@ -1,0 +1,217 @@
+//! Boundary classification: does a run reach past the sandbox's safe defaults?
+//!
+//! A run crosses a boundary when a mount (or the workspace itself, which is mounted
+//! read-write) exposes the home directory, a location that holds credentials, or a host
+//! socket, whether by mounting that location, something inside it, or a parent "over" it
+//! (a read-only `/` still exposes `~/.ssh`); or when it mounts anything read-write outside the
+//! workspace. The CLI refuses such runs without `--approve` and lists each [`Crossing`].
+//!
+//! Purely lexical: `/data/link-to-home` is not followed. Engines canonicalize mount paths
+//! before they mount, so the CLI should classify the canonicalized spec as well.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::paths::{is_within, normalize};
+use crate::{Mount, MountMode, RunSpec};
+
+/// Directories and files below `$HOME` that hold credentials.
+pub const HOME_SECRETS: &[&str] = &[
+    ".ssh",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".config/gh",
+    ".kube",
+    ".docker",
+    ".gnupg",
+    ".netrc",
+    ".git-credentials",
+    ".pypirc",
+    ".password-store",
+    ".local/share/keyrings",
+];
+
+/// Host sockets and runtime directories that hand out control of the host (container
+/// daemons) or of the user session (D-Bus, agents below `/run/user`). `/var/run` is listed
+/// too because the classification does not resolve the usual `/var/run -> /run` symlink.
+pub const HOST_SOCKETS: &[&str] = &[
+    "/run/user",
+    "/var/run/user",
+    "/var/run/docker.sock",
+    "/run/docker.sock",
+    "/run/podman/podman.sock",
+    "/var/run/podman/podman.sock",
+    "/run/containerd/containerd.sock",
+    "/var/run/containerd/containerd.sock",
+];
+
+/// File names that are container daemon sockets wherever they live (Docker Desktop puts
+/// `docker.sock` under `~/.docker/run`, rootless podman under `$XDG_RUNTIME_DIR`).
+const SOCKET_NAMES: &[&str] = &["docker.sock", "podman.sock", "containerd.sock"];
+
+/// Path components that mark a credential store even outside the caller's home (another
+/// user's `~/.ssh`, a copied `.aws`).
+const SECRET_COMPONENTS: &[&str] = &[".ssh", ".aws", ".gnupg", ".kube", ".docker", ".netrc"];
+
+/// One way a run crosses the boundary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Crossing {
+    /// The mount that crosses; the workspace appears as a read-write mount.
+    pub mount: Mount,
+    /// What kind of crossing it is.
+    pub kind: CrossingKind,
+    /// A human explanation, lower case, no trailing period.
+    pub reason: String,
+}
+
+/// The kinds of [`Crossing`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CrossingKind {
+    /// The mount is the home directory or a parent of it.
+    Home,
+    /// The mount is, contains or lies inside a credential location.
+    Secret,
+    /// The mount is, contains or lies inside a host socket or runtime directory.
+    HostSocket,
+    /// The mount is writable and outside the workspace.
+    WritableOutsideWorkspace,
+}
+
+impl CrossingKind {
+    /// A stable lower-case identifier for JSON output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CrossingKind::Home => "home",
+            CrossingKind::Secret => "secret",
+            CrossingKind::HostSocket => "host-socket",
+            CrossingKind::WritableOutsideWorkspace => "writable-outside-workspace",
+        }
+    }
+}
+
+impl fmt::Display for Crossing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mode = match self.mount.mode {
+            MountMode::ReadOnly => "ro",
+            MountMode::ReadWrite => "rw",
+        };
+        write!(f, "`{}` ({mode}): {}", self.mount.path.display(), self.reason)
+    }
+}
+
+/// Lists every boundary crossing of `spec`, mounts in order, the workspace first. `home` is
+/// the caller's home directory, absolute; `None` when unknown (then only absolute secret
+/// locations and writes outside the workspace are checked).
+pub fn classify(spec: &RunSpec, home: Option<&Path>) -> Vec<Crossing> {
+    let home = home.filter(|home| home.is_absolute()).map(normalize);
+    let home = home.as_deref();
+    let workspace = normalize(&spec.workspace);
+    let mut crossings = Vec::new();
+
+    let workspace_mount = Mount { path: workspace.clone(), mode: MountMode::ReadWrite };
+    if let Some((kind, reason)) = exposure(&workspace, home) {
+        let reason = format!("the workspace is mounted read-write and {reason}");
+        crossings.push(Crossing { mount: workspace_mount, kind, reason });
+    }
+
+    for mount in &spec.mounts {
+        let path = normalize(&mount.path);
+        let mount = Mount { path: path.clone(), mode: mount.mode };
+        if let Some((kind, reason)) = exposure(&path, home) {
+            crossings.push(Crossing { mount: mount.clone(), kind, reason });
+        }
+        if mount.mode == MountMode::ReadWrite && !is_within(&path, &workspace) {
+            crossings.push(Crossing {
+                mount,
+                kind: CrossingKind::WritableOutsideWorkspace,
+                reason: format!(
+                    "writable outside the workspace `{}`: the script could change or delete \
+                     host files there",
+                    workspace.display()
+                ),
+            });
+        }
+    }
+    crossings
+}
+
+/// The most serious thing mounting `path` exposes, with a reason.
+fn exposure(path: &Path, home: Option<&Path>) -> Option<(CrossingKind, String)> {
+    if let Some(home) = home
+        && is_within(home, path)
+    {
+        let what = if path == home {
+            "it is your home directory".to_owned()
+        } else {
+            format!("it contains your home directory `{}`", home.display())
+        };
+        return Some((
+            CrossingKind::Home,
+            format!("{what}, with credentials such as ~/.ssh, ~/.aws and ~/.gnupg"),
+        ));
+    }
+
+    if let Some(home) = home {
+        for secret in HOME_SECRETS {
+            let secret_path = home.join(secret);
+            if is_within(path, &secret_path) {
+                let reason = format!("it is inside ~/{secret}, which holds credentials");
+                return Some((CrossingKind::Secret, reason));
+            }
+            if is_within(&secret_path, path) {
+                let reason = format!("it contains ~/{secret}, which holds credentials");
+                return Some((CrossingKind::Secret, reason));
+            }
+        }
+    }
+    if let Some(component) = path.components().find_map(|component| {
+        let name = component.as_os_str().to_str()?;
+        SECRET_COMPONENTS.contains(&name).then_some(name)
+    }) {
+        return Some((
+            CrossingKind::Secret,
+            format!("it is inside a `{component}` directory, which holds credentials"),
+        ));
+    }
+
+    let sockets = host_sockets(path);
+    if let Some(socket) = sockets.first() {
+        let reason = if is_within(path, socket) {
+            format!("it is inside `{}`: {}", socket.display(), socket_danger(socket))
+        } else {
+            format!("it contains `{}`: {}", socket.display(), socket_danger(socket))
+        };
+        return Some((CrossingKind::HostSocket, reason));
+    }
+    if path
+        .file_name()
+        .and_then(|name| name.to_str())
+        .is_some_and(|name| SOCKET_NAMES.contains(&name))
+    {
+        return Some((
+            CrossingKind::HostSocket,
+            "it is a container daemon socket: a read-only mount does not stop `connect()`, and \
+             the daemon gives root on the host"
+                .to_owned(),
+        ));
+    }
+    None
+}
+
+/// The host socket locations that mounting `path` exposes: those `path` is inside or over.
+fn host_sockets(path: &Path) -> Vec<PathBuf> {
+    HOST_SOCKETS
+        .iter()
+        .map(PathBuf::from)
+        .filter(|socket| is_within(path, socket) || is_within(socket, path))
+        .collect()
+}
+
+fn socket_danger(socket: &Path) -> &'static str {
+    if socket.ends_with("user") {
+        "the user session's D-Bus, agents and keyrings live there"
+    } else {
+        "a container daemon socket gives root on the host, even through a read-only mount"
+    }
+}

@@ -1,0 +1,218 @@
+//! Secret scrubbing: registered secret values are replaced by [`MASK`] in output and error
+//! text, including output that arrives in chunks that split a secret.
+//!
+//! Matching is leftmost-longest: at each position the longest secret that matches wins, so
+//! of two overlapping secrets the longer one is masked whole. The streaming scrubber holds
+//! back only a tail that could still grow into a secret (at most `max_len - 1` bytes) and
+//! produces exactly the bytes the one-shot [`Secrets::scrub_bytes`] would.
+//!
+//! Limitation: a secret that itself contains `*` can re-form across a mask boundary (secret
+//! `ab*` next to a masked value); masks are never re-scanned.
+
+use crate::{OutputSink, Stream};
+
+/// What every secret occurrence becomes.
+pub const MASK: &str = "****";
+
+/// Values shorter than this are not registered: masking every `abc` in ordinary output
+/// would garble it without protecting anything worth protecting.
+pub const MIN_SECRET_LEN: usize = 4;
+
+/// A set of secret values to mask, longest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Secrets {
+    values: Vec<Vec<u8>>,
+}
+
+/// Why [`Secrets::register`] ignored a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ignored {
+    /// The value is empty.
+    Empty,
+    /// The value is shorter than [`MIN_SECRET_LEN`] bytes.
+    TooShort,
+    /// The value is already registered.
+    Duplicate,
+}
+
+impl Ignored {
+    /// A human reason, lower case, no trailing period.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Ignored::Empty => "the value is empty, so there is nothing to mask",
+            Ignored::TooShort => {
+                "the value is shorter than 4 bytes: masking it would garble ordinary output"
+            }
+            Ignored::Duplicate => "the value is already registered",
+        }
+    }
+}
+
+impl std::fmt::Display for Ignored {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.reason())
+    }
+}
+
+impl Secrets {
+    /// An empty set; scrubbing with it changes nothing.
+    pub fn new() -> Secrets {
+        Secrets::default()
+    }
+
+    /// Adds a secret value, or says why it was not added.
+    pub fn register(&mut self, value: &str) -> Result<(), Ignored> {
+        let value = value.as_bytes();
+        if value.is_empty() {
+            return Err(Ignored::Empty);
+        }
+        if value.len() < MIN_SECRET_LEN {
+            return Err(Ignored::TooShort);
+        }
+        if self.values.iter().any(|known| known == value) {
+            return Err(Ignored::Duplicate);
+        }
+        // Longest first, so the first match at a position is the longest one.
+        let at = self.values.partition_point(|known| known.len() >= value.len());
+        self.values.insert(at, value.to_vec());
+        Ok(())
+    }
+
+    /// Whether no secret is registered.
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// The length in bytes of the longest secret, 0 when empty.
+    pub fn max_len(&self) -> usize {
+        self.values.first().map_or(0, Vec::len)
+    }
+
+    /// Masks every secret in a piece of text (an error message, a log line).
+    pub fn scrub(&self, text: &str) -> String {
+        let scrubbed = self.scrub_bytes(text.as_bytes());
+        // Secrets are whole UTF-8 strings, so matches start and end on char boundaries and
+        // the result is valid UTF-8; the lossy path is only a belt for the braces.
+        match String::from_utf8(scrubbed) {
+            Ok(text) => text,
+            Err(error) => String::from_utf8_lossy(error.as_bytes()).into_owned(),
+        }
+    }
+
+    /// Masks every secret in a complete byte buffer.
+    pub fn scrub_bytes(&self, bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(bytes.len());
+        let consumed = self.scrub_into(bytes, true, &mut out);
+        debug_assert_eq!(consumed, bytes.len());
+        out
+    }
+
+    /// A scrubber for one stream of chunks.
+    pub fn stream(&self) -> StreamScrubber {
+        StreamScrubber { secrets: self.clone(), pending: Vec::new() }
+    }
+
+    /// Scrubs `bytes` into `out` and returns how many input bytes were consumed. Unless
+    /// `at_end`, stops before a tail that is a proper prefix of some secret, because more input
+    /// might complete it (or complete a longer secret than the one matching now).
+    fn scrub_into(&self, bytes: &[u8], at_end: bool, out: &mut Vec<u8>) -> usize {
+        let mut i = 0;
+        while i < bytes.len() {
+            let rest = &bytes[i..];
+            if !at_end
+                && self
+                    .values
+                    .iter()
+                    .any(|secret| secret.len() > rest.len() && secret.starts_with(rest))
+            {
+                return i;
+            }
+            match self.values.iter().find(|secret| rest.starts_with(secret)) {
+                Some(secret) => {
+                    out.extend_from_slice(MASK.as_bytes());
+                    i += secret.len();
+                }
+                None => {
+                    out.push(bytes[i]);
+                    i += 1;
+                }
+            }
+        }
+        i
+    }
+}
+
+/// Scrubs one stream that arrives in chunks. Feed chunks with [`push`](Self::push) and call
+/// [`finish`](Self::finish) at end of stream to flush the held-back tail.
+#[derive(Debug, Clone)]
+pub struct StreamScrubber {
+    secrets: Secrets,
+    pending: Vec<u8>,
+}
+
+impl StreamScrubber {
+    /// Takes the next chunk and returns what can be released safely now.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+        let mut input = std::mem::take(&mut self.pending);
+        input.extend_from_slice(chunk);
+        let mut out = Vec::with_capacity(input.len());
+        let consumed = self.secrets.scrub_into(&input, false, &mut out);
+        self.pending = input.split_off(consumed);
+        debug_assert!(self.pending.len() < self.secrets.max_len().max(1));
+        out
+    }
+
+    /// How many bytes are held back, waiting for the next chunk.
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Ends the stream: scrubs and returns the held-back tail.
+    pub fn finish(&mut self) -> Vec<u8> {
+        let pending = std::mem::take(&mut self.pending);
+        self.secrets.scrub_bytes(&pending)
+    }
+}
+
+/// An [`OutputSink`] adapter that scrubs stdout and stderr separately before passing chunks
+/// on. Call [`finish`](Self::finish) when the process has exited, or the held-back tails
+/// (never a secret, but possibly the start of one) are lost.
+#[derive(Debug)]
+pub struct ScrubbingSink<S> {
+    inner: S,
+    stdout: StreamScrubber,
+    stderr: StreamScrubber,
+}
+
+impl<S: OutputSink> ScrubbingSink<S> {
+    /// Wraps `inner`, masking `secrets`.
+    pub fn new(secrets: &Secrets, inner: S) -> ScrubbingSink<S> {
+        ScrubbingSink { inner, stdout: secrets.stream(), stderr: secrets.stream() }
+    }
+
+    /// Flushes both held-back tails and returns the inner sink.
+    pub fn finish(mut self) -> S {
+        for stream in [Stream::Stdout, Stream::Stderr] {
+            let tail = match stream {
+                Stream::Stdout => self.stdout.finish(),
+                Stream::Stderr => self.stderr.finish(),
+            };
+            if !tail.is_empty() {
+                self.inner.write(stream, &tail);
+            }
+        }
+        self.inner
+    }
+}
+
+impl<S: OutputSink> OutputSink for ScrubbingSink<S> {
+    fn write(&mut self, stream: Stream, chunk: &[u8]) {
+        let released = match stream {
+            Stream::Stdout => self.stdout.push(chunk),
+            Stream::Stderr => self.stderr.push(chunk),
+        };
+        if !released.is_empty() {
+            self.inner.write(stream, &released);
+        }
+    }
+}
