@@ -10,7 +10,7 @@
 //! before they mount, so the CLI should classify the canonicalized spec as well.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::paths::{is_within, normalize};
 use crate::{Mount, MountMode, RunSpec};
@@ -154,13 +154,9 @@ fn exposure(path: &Path, home: Option<&Path>) -> Option<(CrossingKind, String)> 
 
     if let Some(home) = home {
         for secret in HOME_SECRETS {
-            let secret_path = home.join(secret);
-            if is_within(path, &secret_path) {
-                let reason = format!("it is inside ~/{secret}, which holds credentials");
-                return Some((CrossingKind::Secret, reason));
-            }
-            if is_within(&secret_path, path) {
-                let reason = format!("it contains ~/{secret}, which holds credentials");
+            let location = home.join(secret);
+            if let Some(relation) = relation(path, &location) {
+                let reason = format!("it {relation} ~/{secret}, which holds credentials");
                 return Some((CrossingKind::Secret, reason));
             }
         }
@@ -169,19 +165,21 @@ fn exposure(path: &Path, home: Option<&Path>) -> Option<(CrossingKind, String)> 
         let name = component.as_os_str().to_str()?;
         SECRET_COMPONENTS.contains(&name).then_some(name)
     }) {
-        return Some((
-            CrossingKind::Secret,
-            format!("it is inside a `{component}` directory, which holds credentials"),
-        ));
+        let reason = format!("it is inside a `{component}` directory, which holds credentials");
+        return Some((CrossingKind::Secret, reason));
     }
 
-    let sockets = host_sockets(path);
-    if let Some(socket) = sockets.first() {
-        let reason = if is_within(path, socket) {
-            format!("it is inside `{}`: {}", socket.display(), socket_danger(socket))
-        } else {
-            format!("it contains `{}`: {}", socket.display(), socket_danger(socket))
-        };
+    let sockets: Vec<(&str, &str)> = HOST_SOCKETS
+        .iter()
+        .filter_map(|socket| Some((relation(path, Path::new(socket))?, *socket)))
+        .collect();
+    if let Some((relation, _)) = sockets.first() {
+        let mut names: Vec<String> =
+            sockets.iter().take(2).map(|(_, socket)| format!("`{socket}`")).collect();
+        if sockets.len() > 2 {
+            names.push(format!("{} more", sockets.len() - 2));
+        }
+        let reason = format!("it {relation} {}: {SOCKET_DANGER}", names.join(", "));
         return Some((CrossingKind::HostSocket, reason));
     }
     if path
@@ -189,29 +187,26 @@ fn exposure(path: &Path, home: Option<&Path>) -> Option<(CrossingKind, String)> 
         .and_then(|name| name.to_str())
         .is_some_and(|name| SOCKET_NAMES.contains(&name))
     {
-        return Some((
-            CrossingKind::HostSocket,
-            "it is a container daemon socket: a read-only mount does not stop `connect()`, and \
-             the daemon gives root on the host"
-                .to_owned(),
-        ));
+        let reason = format!("it is a container daemon socket: {SOCKET_DANGER}");
+        return Some((CrossingKind::HostSocket, reason));
     }
     None
 }
 
-/// The host socket locations that mounting `path` exposes: those `path` is inside or over.
-fn host_sockets(path: &Path) -> Vec<PathBuf> {
-    HOST_SOCKETS
-        .iter()
-        .map(PathBuf::from)
-        .filter(|socket| is_within(path, socket) || is_within(socket, path))
-        .collect()
-}
+/// Why host sockets matter, for every [`CrossingKind::HostSocket`] reason.
+const SOCKET_DANGER: &str = "host sockets hand out control of the host (container daemons) or of \
+     the user session (D-Bus, agents), and a read-only mount does not stop `connect()`";
 
-fn socket_danger(socket: &Path) -> &'static str {
-    if socket.ends_with("user") {
-        "the user session's D-Bus, agents and keyrings live there"
+/// How a mounted `path` relates to a sensitive `location`: it is it, is inside it, or
+/// contains it ("over" it). `None` when mounting `path` does not expose `location`.
+fn relation(path: &Path, location: &Path) -> Option<&'static str> {
+    if path == location {
+        Some("is")
+    } else if is_within(path, location) {
+        Some("is inside")
+    } else if is_within(location, path) {
+        Some("contains")
     } else {
-        "a container daemon socket gives root on the host, even through a read-only mount"
+        None
     }
 }

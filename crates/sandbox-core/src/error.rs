@@ -37,7 +37,8 @@ pub enum Error {
     },
     /// An environment variable name is empty or holds `=` or NUL.
     #[error(
-        "`{name}` is not a valid environment variable name\nhint: names are non-empty and contain neither `=` nor NUL"
+        "{} is not a valid environment variable name\nhint: names are non-empty and contain neither `=` nor NUL",
+        if name.is_empty() { "an empty string".to_owned() } else { format!("`{name}`") }
     )]
     InvalidEnvName {
         /// The rejected name.

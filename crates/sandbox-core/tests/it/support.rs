@@ -1,0 +1,135 @@
+//! Shared test helpers: a compact layer notation for tables, a spec renderer for
+//! snapshots, and `block_on` for the always-ready futures of the fake sandbox.
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use sandbox_core::{
+    EnvVar, Error, Layer, LayerMount, MountMode, Net, Publish, ResolveCtx, RunSpec,
+};
+
+/// Parses `key=value & key=value` into a [`Layer`]. List values are separated by `|`:
+/// `script=s.py & args=a b & deps=requests>=2|numpy & py=>=3.11 & mounts=/d:ro|./out &
+/// net=off & publish=8000|127.0.0.1:9000 & env=A=1|B & timeout=30`.
+pub(crate) fn layer(notation: &str) -> Layer {
+    let mut layer = Layer::default();
+    for field in notation.split('&').map(str::trim).filter(|field| !field.is_empty()) {
+        let (key, value) = field.split_once('=').unwrap_or_else(|| panic!("bad field `{field}`"));
+        let items = || value.split('|').map(str::trim).filter(|item| !item.is_empty());
+        match key.trim() {
+            "script" => layer.script = Some(PathBuf::from(value)),
+            "args" => layer.args = Some(value.split_whitespace().map(str::to_owned).collect()),
+            "deps" => layer.dependencies = items().map(str::to_owned).collect(),
+            "py" => layer.requires_python = Some(value.to_owned()),
+            "mounts" => layer.mounts = items().map(mount).collect(),
+            "net" => layer.net = Some(if value == "off" { Net::Off } else { Net::On }),
+            "publish" => layer.publish = items().map(publish).collect(),
+            "env" => layer.env = items().map(env).collect(),
+            "timeout" => {
+                layer.timeout = Some(Duration::from_secs(value.parse().expect("timeout secs")))
+            }
+            other => panic!("unknown key `{other}`"),
+        }
+    }
+    layer
+}
+
+fn mount(item: &str) -> LayerMount {
+    let (path, mode) = match item.rsplit_once(':') {
+        Some((path, "ro")) => (path, Some(MountMode::ReadOnly)),
+        Some((path, "rw")) => (path, Some(MountMode::ReadWrite)),
+        _ => (item, None),
+    };
+    LayerMount { path: PathBuf::from(path), mode }
+}
+
+fn publish(item: &str) -> Publish {
+    match item.rsplit_once(':') {
+        Some((host, port)) => Publish {
+            port: port.parse().expect("port"),
+            host: Some(host.parse::<IpAddr>().expect("host")),
+        },
+        None => Publish { port: item.parse().expect("port"), host: None },
+    }
+}
+
+fn env(item: &str) -> EnvVar {
+    match item.split_once('=') {
+        Some((name, value)) => EnvVar { name: name.to_owned(), value: Some(value.to_owned()) },
+        None => EnvVar { name: item.to_owned(), value: None },
+    }
+}
+
+/// The context every table uses: workspace `/ws`, home `/home/me`.
+pub(crate) fn ctx() -> ResolveCtx {
+    ResolveCtx { workspace: PathBuf::from("/ws"), home: Some(PathBuf::from("/home/me")) }
+}
+
+/// One line per field, stable and diff-friendly.
+pub(crate) fn render_spec(spec: &RunSpec) -> String {
+    let list = |items: Vec<String>| format!("[{}]", items.join(", "));
+    let mounts = spec
+        .mounts
+        .iter()
+        .map(|mount| {
+            let mode = if mount.mode == MountMode::ReadOnly { "ro" } else { "rw" };
+            format!("{}:{mode}", mount.path.display())
+        })
+        .collect();
+    let publish = spec
+        .publish
+        .iter()
+        .map(|entry| match entry.host {
+            Some(host) => format!("{host}:{}", entry.port),
+            None => entry.port.to_string(),
+        })
+        .collect();
+    let env = spec
+        .env
+        .iter()
+        .map(|var| match &var.value {
+            Some(value) => format!("{}={value}", var.name),
+            None => var.name.clone(),
+        })
+        .collect();
+    [
+        format!("script: {}", spec.script.display()),
+        format!("args: {}", list(spec.args.clone())),
+        format!("dependencies: {}", list(spec.dependencies.clone())),
+        format!("requires-python: {}", spec.requires_python.as_deref().unwrap_or("-")),
+        format!("mounts: {}", list(mounts)),
+        format!("net: {}", if spec.net == Net::Off { "off" } else { "on" }),
+        format!("publish: {}", list(publish)),
+        format!("env: {}", list(env)),
+        format!(
+            "timeout: {}",
+            spec.timeout.map_or("-".to_owned(), |t| format!("{}s", t.as_secs()))
+        ),
+        format!("workspace: {}", spec.workspace.display()),
+    ]
+    .join("\n")
+}
+
+/// Renders a resolution result: the spec, or the error's message.
+pub(crate) fn render_result(result: &Result<RunSpec, Error>) -> String {
+    match result {
+        Ok(spec) => render_spec(spec),
+        Err(error) => format!("error: {error}"),
+    }
+}
+
+/// Drives a future to completion on this thread. Only for futures that make progress on
+/// every poll (the fake sandbox's are ready at once); a real engine needs a real runtime.
+pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    let mut context = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+    }
+}
