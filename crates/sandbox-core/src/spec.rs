@@ -8,7 +8,8 @@ use std::time::Duration;
 /// (command line > inline table > defaults); engines never look at the layers themselves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunSpec {
-    /// The script, canonical absolute path.
+    /// The script, absolute: lexically normalized by [`crate::resolve`], canonicalized by the
+    /// engine before use.
     pub script: PathBuf,
     /// Arguments passed to the script after `--`.
     pub args: Vec<String>,
