@@ -1,0 +1,216 @@
+//! The typed metadata model: what a valid `script` block means.
+
+use std::fmt;
+use std::ops::Range;
+
+/// A value with the byte span (in the source file) it came from, so callers can point at it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Spanned<T> {
+    /// The value.
+    pub value: T,
+    /// Byte span of the TOML value in the source (for strings, including the quotes).
+    pub span: Range<usize>,
+}
+
+/// The validated contents of a `script` block.
+#[derive(Debug, Clone, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "camelCase"))]
+pub struct Metadata {
+    /// `requires-python`: a PEP 440 specifier set, as written.
+    pub requires_python: Option<Spanned<String>>,
+    /// `dependencies`: PEP 508 requirements, as written.
+    pub dependencies: Vec<Spanned<String>>,
+    /// The `[tool]` table, passed through unvalidated (except `python-sandbox`).
+    pub tool: Option<TomlValue>,
+    /// `[tool.python-sandbox]`, validated.
+    pub sandbox: Option<SandboxConfig>,
+}
+
+/// `[tool.python-sandbox]`: how the script wants to be sandboxed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct SandboxConfig {
+    /// Extra PEP 508 requirements installed only inside the sandbox.
+    pub dependencies: Vec<Spanned<String>>,
+    /// Host paths to mount.
+    pub mounts: Vec<Spanned<MountSpec>>,
+    /// Network access, when the script states it.
+    pub net: Option<Spanned<Net>>,
+    /// Ports to publish (1–65535), in order, duplicates removed.
+    pub publish: Vec<Spanned<u16>>,
+    /// Environment variables passed in: a name (copied from the host) or `NAME=VALUE`.
+    pub env: Vec<Spanned<EnvVar>>,
+    /// Wall-clock limit in seconds (positive).
+    pub timeout: Option<Spanned<u64>>,
+}
+
+/// A mount: `"PATH"`, `"PATH:ro"` or `"PATH:rw"`. The mode is read only from a final `:ro`/`:rw`,
+/// so `C:\data:ro` is the path `C:\data`, read-only.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct MountSpec {
+    /// The path as written (relative paths are relative to the script's directory; the caller decides).
+    pub path: String,
+    /// The mode, when written.
+    pub mode: Option<MountMode>,
+}
+
+impl MountSpec {
+    /// Parses `PATH[:ro|:rw]`. Returns `None` for an empty path.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (path, mode) = match s.rsplit_once(':') {
+            Some((p, "ro")) => (p, Some(MountMode::Ro)),
+            Some((p, "rw")) => (p, Some(MountMode::Rw)),
+            _ => (s, None),
+        };
+        (!path.is_empty()).then(|| Self { path: path.to_owned(), mode })
+    }
+}
+
+impl fmt::Display for MountSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.mode {
+            Some(m) => write!(f, "{}:{}", self.path, m.as_str()),
+            None => f.write_str(&self.path),
+        }
+    }
+}
+
+/// A mount's access mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
+pub enum MountMode {
+    /// Read-only.
+    Ro,
+    /// Read-write.
+    Rw,
+}
+
+impl MountMode {
+    /// `ro` or `rw`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MountMode::Ro => "ro",
+            MountMode::Rw => "rw",
+        }
+    }
+}
+
+/// Network access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
+pub enum Net {
+    /// Network on.
+    On,
+    /// No network at all.
+    Off,
+}
+
+impl Net {
+    /// `on` or `off`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Net::On => "on",
+            Net::Off => "off",
+        }
+    }
+}
+
+/// One `env` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct EnvVar {
+    /// The variable name (`[A-Za-z_][A-Za-z0-9_]*`).
+    pub name: String,
+    /// The value for `NAME=VALUE`; `None` means "copy from the host".
+    pub value: Option<String>,
+}
+
+/// A TOML value, detached from toml_edit so it can be passed around and serialized.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TomlValue {
+    /// A string.
+    String(String),
+    /// An integer.
+    Integer(i64),
+    /// A float.
+    Float(f64),
+    /// A boolean.
+    Boolean(bool),
+    /// A date, time or date-time, in its TOML spelling.
+    Datetime(String),
+    /// An array (or array of tables).
+    Array(Vec<TomlValue>),
+    /// A table (or inline table), keys in document order.
+    Table(Vec<(String, TomlValue)>),
+}
+
+impl TomlValue {
+    /// The value of `key` when this is a table.
+    pub fn get(&self, key: &str) -> Option<&TomlValue> {
+        match self {
+            TomlValue::Table(entries) => entries.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    /// Converts to JSON (datetimes become strings; NaN and infinities become `null`).
+    #[cfg(feature = "serde")]
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::Value;
+        match self {
+            TomlValue::String(s) | TomlValue::Datetime(s) => Value::String(s.clone()),
+            TomlValue::Integer(i) => Value::from(*i),
+            TomlValue::Float(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+            TomlValue::Boolean(b) => Value::Bool(*b),
+            TomlValue::Array(items) => Value::Array(items.iter().map(TomlValue::to_json).collect()),
+            TomlValue::Table(entries) => {
+                Value::Object(entries.iter().map(|(k, v)| (k.clone(), v.to_json())).collect())
+            }
+        }
+    }
+
+    pub(crate) fn from_item(item: &toml_edit::Item) -> Option<Self> {
+        match item {
+            toml_edit::Item::None => None,
+            toml_edit::Item::Value(v) => Some(Self::from_value(v)),
+            toml_edit::Item::Table(t) => {
+                Some(TomlValue::Table(t.iter().filter_map(|(k, v)| Some((k.to_owned(), Self::from_item(v)?))).collect()))
+            }
+            toml_edit::Item::ArrayOfTables(a) => Some(TomlValue::Array(
+                a.iter()
+                    .map(|t| {
+                        TomlValue::Table(
+                            t.iter().filter_map(|(k, v)| Some((k.to_owned(), Self::from_item(v)?))).collect(),
+                        )
+                    })
+                    .collect(),
+            )),
+        }
+    }
+
+    pub(crate) fn from_value(v: &toml_edit::Value) -> Self {
+        match v {
+            toml_edit::Value::String(s) => TomlValue::String(s.value().clone()),
+            toml_edit::Value::Integer(i) => TomlValue::Integer(*i.value()),
+            toml_edit::Value::Float(f) => TomlValue::Float(*f.value()),
+            toml_edit::Value::Boolean(b) => TomlValue::Boolean(*b.value()),
+            toml_edit::Value::Datetime(d) => TomlValue::Datetime(d.value().to_string()),
+            toml_edit::Value::Array(a) => TomlValue::Array(a.iter().map(Self::from_value).collect()),
+            toml_edit::Value::InlineTable(t) => {
+                TomlValue::Table(t.iter().map(|(k, v)| (k.to_owned(), Self::from_value(v))).collect())
+            }
+        }
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for TomlValue {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_json().serialize(serializer)
+    }
+}

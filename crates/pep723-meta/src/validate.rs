@@ -1,0 +1,699 @@
+//! From a block's TOML to typed [`Metadata`] plus diagnostics, with every span mapped back to the
+//! source through the block's per-line source map.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::str::FromStr;
+
+use toml_edit::{Document, Item, Key, TableLike, Value};
+
+use crate::diagnostic::{Diagnostic, TextEdit, codes};
+use crate::model::{EnvVar, Metadata, MountSpec, Net, SandboxConfig, Spanned, TomlValue};
+use crate::scan::Block;
+
+/// The top-level keys of a `script` block.
+pub(crate) const TOP_KEYS: &[&str] = &["dependencies", "requires-python", "tool"];
+/// The `[tool.python-sandbox]` keys.
+pub(crate) const SANDBOX_KEYS: &[&str] = &["dependencies", "mounts", "net", "publish", "env", "timeout"];
+/// The tool table this crate validates.
+pub(crate) const SANDBOX_TABLE: &str = "python-sandbox";
+
+pub(crate) struct Validation {
+    pub(crate) diagnostics: Vec<Diagnostic>,
+    pub(crate) toml: Option<TomlValue>,
+    pub(crate) metadata: Option<Metadata>,
+}
+
+/// Parses and validates a block. `metadata` is best effort: invalid values are left out.
+pub(crate) fn validate(block: &Block) -> Validation {
+    let doc = match Document::parse(block.content.as_str()) {
+        Ok(doc) => doc,
+        Err(e) => return Validation { diagnostics: vec![toml_error(block, &e)], toml: None, metadata: None },
+    };
+    let mut cx = Cx { block, content: &block.content, diagnostics: Vec::new() };
+    let metadata = cx.metadata(&doc);
+    cx.portability(doc.as_item());
+    Validation { diagnostics: cx.diagnostics, toml: TomlValue::from_item(doc.as_item()), metadata: Some(metadata) }
+}
+
+/// Maps a toml_edit error into the source. toml_edit reports a zero-width span at the end of the
+/// content for "unexpected end": widen it to the last real character so editors can show it.
+fn toml_error(block: &Block, e: &toml_edit::TomlError) -> Diagnostic {
+    let content = &block.content;
+    let mut span = e.span().unwrap_or(content.len()..content.len());
+    span.start = floor_char(content, span.start.min(content.len()));
+    span.end = floor_char(content, span.end.clamp(span.start, content.len()));
+    if span.is_empty() {
+        // Step back over line breaks and blanks to the last visible character.
+        let before = content[..span.start].trim_end();
+        if span.start >= content.trim_end().len() && !before.is_empty() {
+            let last = before.chars().next_back().map_or(1, char::len_utf8);
+            span = before.len() - last..before.len();
+        } else if let Some(c) = content[span.start..].chars().next().filter(|c| *c != '\n') {
+            span.end = span.start + c.len_utf8();
+        }
+    }
+    let message = e.message().lines().next().unwrap_or("invalid toml").to_owned();
+    let (code, message) = if message.contains("duplicate key") {
+        (codes::TOML_DUPLICATE_KEY, message)
+    } else {
+        (codes::TOML_SYNTAX, format!("invalid toml: {message}"))
+    };
+    let mut d = Diagnostic::error(code, block.source_span(span.clone()), lower_first(&message));
+    // A `# ///` content line means the block swallowed a closer: explain the greedy-closer rule.
+    let line_start = content[..span.start].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = content[line_start..].find('\n').map_or(content.len(), |i| line_start + i);
+    if content[line_start..line_end].starts_with("///") {
+        d = d.with_hint(
+            "a block ends at the last `# ///` line before the first non-`#` line, so this `# ///` is \
+             read as toml; put a blank line after the real closer",
+        );
+    }
+    d
+}
+
+fn floor_char(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+pub(crate) fn lower_first(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_lowercase().chain(c).collect::<String>().trim_end_matches('.').to_owned(),
+        None => String::new(),
+    }
+}
+
+/// The closest candidate to `word`, when it is close enough to be a likely typo.
+pub(crate) fn suggest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    candidates
+        .iter()
+        .map(|c| (strsim::jaro_winkler(&word.to_ascii_lowercase(), c), *c))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c)
+}
+
+fn type_name(item: &Item) -> &'static str {
+    match item {
+        Item::None => "nothing",
+        Item::Table(_) => "a table",
+        Item::ArrayOfTables(_) => "an array of tables",
+        Item::Value(v) => value_type(v),
+    }
+}
+
+fn value_type(v: &Value) -> &'static str {
+    match v {
+        Value::String(_) => "a string",
+        Value::Integer(_) => "an integer",
+        Value::Float(_) => "a float",
+        Value::Boolean(_) => "a boolean",
+        Value::Datetime(_) => "a datetime",
+        Value::Array(_) => "an array",
+        Value::InlineTable(_) => "an inline table",
+    }
+}
+
+/// Whether a requirement string parses as PEP 508; the error's message and byte span in the string.
+pub(crate) fn check_pep508(s: &str) -> Result<(), (String, Range<usize>)> {
+    match pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(s) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let start = e.start.min(s.len());
+            let end = (e.start + e.len.max(1)).min(s.len());
+            Err((lower_first(&e.message.to_string()), start..end))
+        }
+    }
+}
+
+/// The normalized package name of a requirement (PEP 503), when it parses.
+pub(crate) fn requirement_name(s: &str) -> Option<String> {
+    pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(s).ok().map(|r| r.name.to_string())
+}
+
+/// Whether a `requires-python` value parses as PEP 440 specifiers; the error message.
+pub(crate) fn check_pep440(s: &str) -> Result<(), String> {
+    match pep440_rs::VersionSpecifiers::from_str(s) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid specifier");
+            let first = first.trim_start_matches("Failed to parse version: ").trim_end_matches(':');
+            Err(lower_first(first))
+        }
+    }
+}
+
+struct Cx<'a> {
+    block: &'a Block,
+    content: &'a str,
+    diagnostics: Vec<Diagnostic>,
+}
+
+impl Cx<'_> {
+    fn src(&self, span: Option<Range<usize>>) -> Range<usize> {
+        match span {
+            Some(s) => self.block.source_span(s),
+            None => self.block.opener.clone(),
+        }
+    }
+
+    fn key_span(&self, key: &Key) -> Range<usize> {
+        self.src(key.span())
+    }
+
+    fn item_span(&self, key: &Key, item: &Item) -> Range<usize> {
+        match item.span() {
+            Some(s) => self.block.source_span(s),
+            None => self.key_span(key),
+        }
+    }
+
+    fn push(&mut self, d: Diagnostic) {
+        self.diagnostics.push(d);
+    }
+
+    /// The source span of the text inside a simple one-line string (no escapes), for pointing at
+    /// a character of the value; `None` for strings whose raw text differs from their value.
+    fn inner(&self, v: &Value) -> Option<usize> {
+        let span = v.span()?;
+        let raw = self.content.get(span.clone())?;
+        let simple = (raw.starts_with('"') && !raw.starts_with("\"\"\"") && !raw.contains('\\'))
+            || (raw.starts_with('\'') && !raw.starts_with("'''"));
+        simple.then(|| self.block.source_offset(span.start + 1))
+    }
+
+    fn metadata(&mut self, doc: &Document<&str>) -> Metadata {
+        let mut meta = Metadata::default();
+        let names: Vec<&str> = doc.iter().map(|(name, _)| name).collect();
+        for name in names {
+            let Some((key, item)) = doc.get_key_value(name) else { continue };
+            match name {
+                "requires-python" => meta.requires_python = self.requires_python(key, item),
+                "dependencies" => meta.dependencies = self.requirements(key, item, "dependencies"),
+                "tool" => {
+                    if item.is_table_like() {
+                        meta.tool = TomlValue::from_item(item);
+                        meta.sandbox = self.sandbox(item);
+                    } else {
+                        let d = Diagnostic::error(
+                            codes::META_INVALID_TYPE,
+                            self.item_span(key, item),
+                            format!("`tool` must be a table, not {}", type_name(item)),
+                        );
+                        self.push(d);
+                    }
+                }
+                "run" => {
+                    let d = Diagnostic::warning(
+                        codes::META_OBSOLETE_RUN,
+                        self.key_span(key),
+                        "the `[run]` table was dropped from pep 723 in january 2024 and is ignored",
+                    )
+                    .with_hint("move `dependencies` and `requires-python` to the top level of the block");
+                    self.push(d);
+                }
+                _ => {
+                    let span = self.key_span(key);
+                    let mut d = Diagnostic::warning(
+                        codes::META_UNKNOWN_KEY,
+                        span.clone(),
+                        format!("unknown key `{name}`: pep 723 defines only `dependencies`, `requires-python` and `[tool]`"),
+                    );
+                    if let Some(s) = suggest(name, TOP_KEYS) {
+                        d = d.with_hint(format!("did you mean `{s}`?")).with_fix(
+                            format!("rename to `{s}`"),
+                            vec![TextEdit { range: span, new_text: s.to_owned() }],
+                        );
+                    } else {
+                        d = d.with_hint("put tool settings under `[tool.<name>]`");
+                    }
+                    self.push(d);
+                }
+            }
+        }
+        meta
+    }
+
+    fn requires_python(&mut self, key: &Key, item: &Item) -> Option<Spanned<String>> {
+        let span = self.item_span(key, item);
+        let Some(v) = item.as_value() else {
+            self.type_error(codes::META_INVALID_TYPE, span, "`requires-python` must be a string, like `\">=3.11\"`", item);
+            return None;
+        };
+        let Some(s) = v.as_str() else {
+            let mut d = Diagnostic::error(
+                codes::META_INVALID_TYPE,
+                span.clone(),
+                format!("`requires-python` must be a string, not {}", value_type(v)),
+            );
+            if let Some(raw) = self.content.get(v.span().unwrap_or(0..0)).filter(|r| !r.is_empty()) {
+                let fixed = format!("\">={}\"", raw.trim());
+                d = d.with_fix(format!("replace with `{fixed}`"), vec![TextEdit { range: span, new_text: fixed }]);
+            }
+            self.push(d);
+            return None;
+        };
+        if let Err(message) = check_pep440(s) {
+            let mut d = Diagnostic::error(
+                codes::PYTHON_INVALID_SPECIFIER,
+                span.clone(),
+                format!("invalid `requires-python` specifier `{s}`: {message}"),
+            );
+            let trimmed = s.trim().trim_end_matches(',').trim();
+            if trimmed.starts_with(|c: char| c.is_ascii_digit()) && check_pep440(&format!(">={trimmed}")).is_ok() {
+                let fixed = format!("\">={trimmed}\"");
+                d = d
+                    .with_hint(format!("a bare version is not a specifier: write `>={trimmed}`"))
+                    .with_fix(format!("replace with `{fixed}`"), vec![TextEdit { range: span, new_text: fixed }]);
+            } else if trimmed != s.trim() && check_pep440(trimmed).is_ok() {
+                let fixed = format!("\"{trimmed}\"");
+                d = d.with_fix(format!("replace with `{fixed}`"), vec![TextEdit { range: span, new_text: fixed }]);
+            }
+            self.push(d);
+            return None;
+        }
+        Some(Spanned { value: s.to_owned(), span })
+    }
+
+    fn type_error(&mut self, code: &'static str, span: Range<usize>, expected: &str, item: &Item) {
+        let d = Diagnostic::error(code, span, format!("{expected}, not {}", type_name(item)));
+        self.push(d);
+    }
+
+    /// An array of PEP 508 strings (top-level or sandbox `dependencies`).
+    fn requirements(&mut self, key: &Key, item: &Item, what: &str) -> Vec<Spanned<String>> {
+        let code = if what == "dependencies" { codes::META_INVALID_TYPE } else { codes::SANDBOX_INVALID_TYPE };
+        let Some(items) = self.string_array(key, item, what, code) else { return Vec::new() };
+        let mut out = Vec::new();
+        for (s, v, span) in items {
+            match check_pep508(&s) {
+                Ok(()) => out.push(Spanned { value: s, span }),
+                Err((message, at)) => {
+                    let span = match self.inner(v) {
+                        Some(inner) => {
+                            let close = span.end - 1;
+                            let start = (inner + at.start).min(close);
+                            start..(inner + at.end).clamp(start + 1, span.end)
+                        }
+                        None => span,
+                    };
+                    let d = Diagnostic::error(
+                        codes::DEPS_INVALID_PEP508,
+                        span,
+                        format!("invalid requirement `{s}`: {message}"),
+                    )
+                    .with_hint("requirements follow pep 508, e.g. `requests>=2.31` or `rich[jupyter]`");
+                    self.push(d);
+                }
+            }
+        }
+        out
+    }
+
+    /// The strings of an array value; type errors for the array and for each non-string item.
+    fn string_array<'v>(
+        &mut self,
+        key: &Key,
+        item: &'v Item,
+        what: &str,
+        code: &'static str,
+    ) -> Option<Vec<(String, &'v Value, Range<usize>)>> {
+        let span = self.item_span(key, item);
+        let Some(array) = item.as_array() else {
+            let mut d =
+                Diagnostic::error(code, span.clone(), format!("`{what}` must be an array of strings, not {}", type_name(item)));
+            if let Some(v) = item.as_value().filter(|v| v.is_str()) {
+                let raw = self.content.get(v.span().unwrap_or(0..0)).unwrap_or_default();
+                if !raw.is_empty() {
+                    let fixed = format!("[{raw}]");
+                    d = d.with_fix(format!("wrap in an array: `{fixed}`"), vec![TextEdit { range: span, new_text: fixed }]);
+                }
+            }
+            self.push(d);
+            return None;
+        };
+        let mut out = Vec::new();
+        for v in array.iter() {
+            let span = self.src(v.span());
+            match v.as_str() {
+                Some(s) => out.push((s.to_owned(), v, span)),
+                None => {
+                    let d = Diagnostic::error(
+                        code,
+                        span,
+                        format!("each entry of `{what}` must be a string, not {}", value_type(v)),
+                    );
+                    self.push(d);
+                }
+            }
+        }
+        Some(out)
+    }
+
+    fn sandbox(&mut self, tool: &Item) -> Option<SandboxConfig> {
+        let tool = tool.as_table_like()?;
+        let (key, item) = tool.get_key_value(SANDBOX_TABLE)?;
+        let Some(table) = item.as_table_like() else {
+            let d = Diagnostic::error(
+                codes::SANDBOX_INVALID_TYPE,
+                self.item_span(key, item),
+                format!("`tool.python-sandbox` must be a table, not {}", type_name(item)),
+            )
+            .with_hint("write a `[tool.python-sandbox]` table header");
+            self.push(d);
+            return None;
+        };
+        let mut cfg = SandboxConfig::default();
+        let names: Vec<String> = table.iter().map(|(k, _)| k.to_owned()).collect();
+        for name in names {
+            let Some((key, item)) = table.get_key_value(&name) else { continue };
+            match name.as_str() {
+                "dependencies" => cfg.dependencies = self.requirements(key, item, "tool.python-sandbox.dependencies"),
+                "mounts" => cfg.mounts = self.mounts(key, item),
+                "net" => cfg.net = self.net(key, item),
+                "publish" => cfg.publish = self.publish(key, item),
+                "env" => cfg.env = self.env(key, item),
+                "timeout" => cfg.timeout = self.timeout(key, item),
+                _ => {
+                    let span = self.key_span(key);
+                    let mut d = Diagnostic::warning(
+                        codes::SANDBOX_UNKNOWN_KEY,
+                        span.clone(),
+                        format!("unknown key `{name}` in `[tool.python-sandbox]`"),
+                    );
+                    match suggest(&name, SANDBOX_KEYS) {
+                        Some(s) => {
+                            d = d.with_hint(format!("did you mean `{s}`?")).with_fix(
+                                format!("rename to `{s}`"),
+                                vec![TextEdit { range: span, new_text: s.to_owned() }],
+                            );
+                        }
+                        None => d = d.with_hint(format!("known keys: {}", SANDBOX_KEYS.join(", "))),
+                    }
+                    self.push(d);
+                }
+            }
+        }
+        Some(cfg)
+    }
+
+    fn duplicate(&mut self, span: Range<usize>, first: Range<usize>, what: String) {
+        let d = Diagnostic::warning(codes::SANDBOX_DUPLICATE, span.clone(), format!("{what} is listed twice"))
+            .with_related(first, "first listed here")
+            .with_fix("remove the duplicate", vec![TextEdit { range: span, new_text: String::new() }]);
+        self.push(d);
+    }
+
+    fn mounts(&mut self, key: &Key, item: &Item) -> Vec<Spanned<MountSpec>> {
+        let what = "tool.python-sandbox.mounts";
+        let Some(items) = self.string_array(key, item, what, codes::SANDBOX_INVALID_TYPE) else { return Vec::new() };
+        let mut out: Vec<Spanned<MountSpec>> = Vec::new();
+        let mut seen: HashMap<String, Range<usize>> = HashMap::new();
+        for (s, _, span) in items {
+            let bad = |m: &str| Diagnostic::error(codes::SANDBOX_INVALID_VALUE, span.clone(), m.to_owned());
+            if s.is_empty() {
+                self.push(bad("mount path is empty").with_hint("write `\"PATH\"`, `\"PATH:ro\"` or `\"PATH:rw\"`"));
+                continue;
+            }
+            if let Some((path, mode)) = s.rsplit_once(':') {
+                let looks_like_mode = mode.len() <= 4 && mode.chars().all(|c| c.is_ascii_alphabetic());
+                if looks_like_mode && mode != "ro" && mode != "rw" {
+                    let message = if mode.is_empty() {
+                        format!("mount `{s}` has an empty mode after `:`")
+                    } else {
+                        format!("mount `{s}` has an unknown mode `{mode}`")
+                    };
+                    let mut d = bad(&message).with_hint("the mode is `ro` (read-only) or `rw` (read-write)");
+                    for m in ["ro", "rw"] {
+                        d = d.with_fix(
+                            format!("use `{path}:{m}`"),
+                            vec![TextEdit { range: span.clone(), new_text: format!("\"{}:{m}\"", escape(path)) }],
+                        );
+                    }
+                    self.push(d);
+                    continue;
+                }
+            }
+            let Some(spec) = MountSpec::parse(&s) else {
+                self.push(bad("mount path is empty"));
+                continue;
+            };
+            if let Some(first) = seen.get(&spec.path) {
+                self.duplicate(span.clone(), first.clone(), format!("mount `{}`", spec.path));
+                continue;
+            }
+            seen.insert(spec.path.clone(), span.clone());
+            out.push(Spanned { value: spec, span });
+        }
+        out
+    }
+
+    fn net(&mut self, key: &Key, item: &Item) -> Option<Spanned<Net>> {
+        let span = self.item_span(key, item);
+        let fixes = |d: Diagnostic, first_on: bool| {
+            let order = if first_on { ["on", "off"] } else { ["off", "on"] };
+            order.iter().fold(d, |d, v| {
+                d.with_fix(
+                    format!("replace with `\"{v}\"`"),
+                    vec![TextEdit { range: span.clone(), new_text: format!("\"{v}\"") }],
+                )
+            })
+        };
+        match item.as_str() {
+            Some("on") => Some(Spanned { value: Net::On, span }),
+            Some("off") => Some(Spanned { value: Net::Off, span }),
+            Some(s) => {
+                let first_on = matches!(s.to_ascii_lowercase().as_str(), "on" | "true" | "yes" | "1");
+                let d = Diagnostic::error(
+                    codes::SANDBOX_INVALID_VALUE,
+                    span.clone(),
+                    format!("`net` must be `\"on\"` or `\"off\"`, not `\"{s}\"`"),
+                );
+                self.push(fixes(d, first_on));
+                None
+            }
+            None => {
+                let first_on = item.as_bool() == Some(true);
+                let d = Diagnostic::error(
+                    codes::SANDBOX_INVALID_TYPE,
+                    span.clone(),
+                    format!("`net` must be the string `\"on\"` or `\"off\"`, not {}", type_name(item)),
+                );
+                self.push(fixes(d, first_on));
+                None
+            }
+        }
+    }
+
+    fn publish(&mut self, key: &Key, item: &Item) -> Vec<Spanned<u16>> {
+        let span = self.item_span(key, item);
+        let Some(array) = item.as_array() else {
+            let mut d = Diagnostic::error(
+                codes::SANDBOX_INVALID_TYPE,
+                span.clone(),
+                format!("`publish` must be an array of port numbers, not {}", type_name(item)),
+            );
+            if let Some(n) = item.as_integer() {
+                d = d.with_fix(format!("replace with `[{n}]`"), vec![TextEdit { range: span, new_text: format!("[{n}]") }]);
+            }
+            self.push(d);
+            return Vec::new();
+        };
+        let mut out: Vec<Spanned<u16>> = Vec::new();
+        for v in array.iter() {
+            let span = self.src(v.span());
+            let port = match v {
+                Value::Integer(i) => *i.value(),
+                other => {
+                    let as_int = match other {
+                        Value::String(s) => s.value().trim().parse::<i64>().ok(),
+                        Value::Float(f) if f.value().fract() == 0.0 && f.value().abs() < 1e6 => Some(*f.value() as i64),
+                        _ => None,
+                    };
+                    let mut d = Diagnostic::error(
+                        codes::SANDBOX_INVALID_TYPE,
+                        span.clone(),
+                        format!("a port must be an integer (1-65535), not {}", value_type(other)),
+                    );
+                    if let Some(n) = as_int.filter(|n| (1..=65535).contains(n)) {
+                        d = d.with_fix(format!("replace with `{n}`"), vec![TextEdit { range: span, new_text: n.to_string() }]);
+                    }
+                    self.push(d);
+                    continue;
+                }
+            };
+            let Some(port) = u16::try_from(port).ok().filter(|p| *p != 0) else {
+                let d = Diagnostic::error(
+                    codes::SANDBOX_INVALID_VALUE,
+                    span,
+                    format!("port {port} is out of range: ports are 1-65535"),
+                );
+                self.push(d);
+                continue;
+            };
+            if let Some(first) = out.iter().find(|p| p.value == port) {
+                let first = first.span.clone();
+                self.duplicate(span, first, format!("port {port}"));
+                continue;
+            }
+            out.push(Spanned { value: port, span });
+        }
+        out
+    }
+
+    fn env(&mut self, key: &Key, item: &Item) -> Vec<Spanned<EnvVar>> {
+        let what = "tool.python-sandbox.env";
+        let Some(items) = self.string_array(key, item, what, codes::SANDBOX_INVALID_TYPE) else { return Vec::new() };
+        let mut out: Vec<Spanned<EnvVar>> = Vec::new();
+        for (s, _, span) in items {
+            let (name, value) = match s.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_owned())),
+                None => (s.as_str(), None),
+            };
+            let valid = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                let d = Diagnostic::error(
+                    codes::SANDBOX_INVALID_VALUE,
+                    span,
+                    format!("`{s}` is not `NAME` or `NAME=VALUE`: names are letters, digits and `_`, not starting with a digit"),
+                );
+                self.push(d);
+                continue;
+            }
+            if let Some(first) = out.iter().find(|e| e.value.name == name) {
+                let first = first.span.clone();
+                self.duplicate(span, first, format!("environment variable `{name}`"));
+                continue;
+            }
+            out.push(Spanned { value: EnvVar { name: name.to_owned(), value }, span });
+        }
+        out
+    }
+
+    fn timeout(&mut self, key: &Key, item: &Item) -> Option<Spanned<u64>> {
+        let span = self.item_span(key, item);
+        match item.as_integer() {
+            Some(n) if n > 0 => Some(Spanned { value: n as u64, span }),
+            Some(n) => {
+                let d = Diagnostic::error(
+                    codes::SANDBOX_INVALID_VALUE,
+                    span,
+                    format!("`timeout` must be a positive number of seconds, not {n}"),
+                );
+                self.push(d);
+                None
+            }
+            None => {
+                let mut d = Diagnostic::error(
+                    codes::SANDBOX_INVALID_TYPE,
+                    span.clone(),
+                    format!("`timeout` must be a whole number of seconds, not {}", type_name(item)),
+                );
+                let whole = match item.as_value() {
+                    Some(Value::Float(f)) if f.value().is_finite() && *f.value() > 0.0 => {
+                        Some(f.value().ceil() as u64)
+                    }
+                    Some(Value::String(s)) => s.value().trim().trim_end_matches('s').parse::<u64>().ok(),
+                    _ => None,
+                };
+                if let Some(n) = whole.filter(|n| *n > 0) {
+                    d = d.with_fix(format!("replace with `{n}`"), vec![TextEdit { range: span, new_text: n.to_string() }]);
+                }
+                self.push(d);
+                None
+            }
+        }
+    }
+
+    /// TOML 1.1 syntax that toml_edit accepts but Python's `tomllib` (TOML 1.0, Python <= 3.14)
+    /// rejects: other tools reading the same script would fail.
+    fn portability(&mut self, item: &Item) {
+        match item {
+            Item::Table(t) => self.portability_table(t),
+            Item::ArrayOfTables(a) => a.iter().for_each(|t| self.portability_table(t)),
+            Item::Value(v) => self.portability_value(v),
+            Item::None => {}
+        }
+    }
+
+    fn portability_table(&mut self, t: &dyn TableLike) {
+        for (name, item) in t.iter() {
+            if let Some(key) = t.key(name) {
+                let raw = key.span().and_then(|s| self.content.get(s)).unwrap_or_default();
+                if !raw.starts_with(['"', '\'']) && !raw.is_ascii() {
+                    self.toml11(key.span(), "a bare key with non-ascii characters");
+                }
+            }
+            self.portability(item);
+        }
+    }
+
+    fn portability_value(&mut self, v: &Value) {
+        let raw = v.span().and_then(|s| self.content.get(s)).unwrap_or_default();
+        match v {
+            Value::String(_) if raw.starts_with('"') => {
+                let mut chars = raw.chars();
+                while let Some(c) = chars.next() {
+                    if c == '\\' {
+                        match chars.next() {
+                            Some('e') => return self.toml11(v.span(), "the `\\e` escape"),
+                            Some('x') => return self.toml11(v.span(), "the `\\x` escape"),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            Value::Datetime(_) => {
+                if let Some(i) = raw.find(':')
+                    && raw.as_bytes().get(i + 3) != Some(&b':')
+                {
+                    self.toml11(v.span(), "a time without seconds");
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|v| self.portability_value(v)),
+            Value::InlineTable(t) => {
+                let body = raw.strip_suffix('}').unwrap_or(raw);
+                if raw.contains('\n') {
+                    self.toml11(v.span(), "a multi-line inline table");
+                } else if body.trim_end().ends_with(',') {
+                    self.toml11(v.span(), "a trailing comma in an inline table");
+                }
+                self.portability_table(t);
+            }
+            _ => {}
+        }
+    }
+
+    fn toml11(&mut self, span: Option<Range<usize>>, what: &str) {
+        let d = Diagnostic::warning(
+            codes::TOML11_PORTABILITY,
+            self.src(span),
+            format!("{what} is toml 1.1 syntax that python's `tomllib` rejects"),
+        )
+        .with_hint("python 3.14 and older (and tools built on `tomllib`) cannot read this block; use toml 1.0 syntax");
+        self.push(d);
+    }
+}
+
+/// Escapes a string for a TOML basic string.
+pub(crate) fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
