@@ -1,3 +1,27 @@
-//! `python-sandbox`: the command line entry point.
+//! `python-sandbox`: the command line entry point. Parses flags (clap lives only here), dispatches to
+//! one module per command, and maps error classes to exit codes.
 
-fn main() {}
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod args;
+mod meta;
+#[cfg(test)]
+mod plugin_check;
+mod ui;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::args::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Meta(cmd) => meta::run(cmd),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => ui::report_error(&err),
+    }
+}

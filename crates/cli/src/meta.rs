@@ -1,0 +1,245 @@
+//! `python-sandbox meta …`: check, show and edit a script's `# /// script` block. The parsing and
+//! editing are `pep723-meta`'s; this module only reads and writes files and prints.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::str::FromStr;
+
+use anstream::{eprint, eprintln, println};
+use anyhow::{Context, Result};
+use pep723_meta::{Diagnostic, Edit, LineIndex, PositionEncoding, SandboxKey, Severity};
+
+use crate::args::MetaCmd;
+use crate::ui;
+
+pub(crate) fn run(cmd: MetaCmd) -> Result<ExitCode> {
+    match cmd {
+        MetaCmd::Check { files, json } => check(&files, json),
+        MetaCmd::Show { file, json: _ } => show(&file),
+        MetaCmd::Add { file, requirements } => {
+            let edits = requirements.into_iter().map(Edit::AddDependency).collect::<Vec<_>>();
+            apply(&file, &edits)
+        }
+        MetaCmd::Remove { file, names } => {
+            let edits = names.into_iter().map(Edit::RemoveDependency).collect::<Vec<_>>();
+            apply(&file, &edits)
+        }
+        MetaCmd::Set { file, key, value } => {
+            let edit = if is_requires_python(&key) {
+                Edit::SetRequiresPython(value)
+            } else {
+                Edit::SetSandbox { key: sandbox_key(&key)?, value }
+            };
+            apply(&file, &[edit])
+        }
+        MetaCmd::Unset { file, key } => {
+            let edit = if is_requires_python(&key) {
+                Edit::UnsetRequiresPython
+            } else {
+                Edit::UnsetSandbox { key: sandbox_key(&key)? }
+            };
+            apply(&file, &[edit])
+        }
+        MetaCmd::Init { file } => apply(&file, &[Edit::Init]),
+    }
+}
+
+fn is_requires_python(key: &str) -> bool {
+    key == "requires-python"
+}
+
+fn sandbox_key(key: &str) -> Result<SandboxKey> {
+    SandboxKey::from_str(key).map_err(|e| {
+        let known = SandboxKey::ALL.map(SandboxKey::as_str).join("`, `");
+        let hint = match e {
+            pep723_meta::EditError::UnknownKey { suggestion: Some(s), .. } => format!("did you mean `{s}`?"),
+            _ => format!("keys are `requires-python` and `{known}`"),
+        };
+        ui::hinted(format!("unknown key `{key}`"), hint)
+    })
+}
+
+/// Reads a script as bytes, so that invalid UTF-8 becomes a diagnostic instead of an IO error.
+pub(crate) fn read_script(path: &Path) -> Result<Vec<u8>> {
+    // std (not fs_err): our message names the path once, and the OS error code survives.
+    #[allow(clippy::disallowed_methods)]
+    std::fs::read(path).map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::NotFound {
+            "check the path; it is taken relative to the current directory"
+        } else {
+            "check that the file is readable"
+        };
+        ui::hinted(format!("cannot read `{}`: {}", path.display(), io_reason(&e)), hint)
+    })
+}
+
+/// The OS reason alone (fs_err's message repeats the path), lower case, without `(os error N)`.
+pub(crate) fn io_reason(e: &std::io::Error) -> String {
+    let plain = match e.raw_os_error() {
+        Some(code) => std::io::Error::from_raw_os_error(code).to_string(),
+        None => std::io::Error::from(e.kind()).to_string(),
+    };
+    let plain = plain.split(" (os error").next().unwrap_or_default();
+    plain.to_lowercase()
+}
+
+fn check(files: &[PathBuf], json: bool) -> Result<ExitCode> {
+    let (mut errors, mut warnings, mut unreadable) = (0usize, 0usize, 0usize);
+    let mut reports = Vec::new();
+    for file in files {
+        let bytes = match read_script(file) {
+            Ok(b) => b,
+            Err(e) => {
+                ui::report_error(&e);
+                unreadable += 1;
+                continue;
+            }
+        };
+        let parsed = pep723_meta::parse_bytes(&bytes);
+        let text = String::from_utf8_lossy(&bytes);
+        errors += parsed.diagnostics.iter().filter(|d| d.is_error()).count();
+        warnings += parsed.diagnostics.iter().filter(|d| d.severity == Severity::Warning).count();
+        if json {
+            reports.push(serde_json::json!({
+                "file": file.display().to_string(),
+                "status": parsed.status,
+                "diagnostics": diagnostics_json(&text, &parsed.diagnostics),
+            }));
+        } else {
+            eprint!("{}", render(file, &text, &parsed.diagnostics));
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        let n = files.len();
+        let noun = if n == 1 { "file" } else { "files" };
+        let unread = if unreadable > 0 { format!(" ({unreadable} unreadable)") } else { String::new() };
+        eprintln!("checked {n} {noun}{unread}: {}, {}", plural(errors, "error"), plural(warnings, "warning"));
+    }
+    Ok(if unreadable > 0 {
+        ExitCode::from(ui::EXIT_USER_ERROR)
+    } else if errors > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn plural(n: usize, noun: &str) -> String {
+    if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
+}
+
+/// 1-based line and column (in characters, as editors and rustc count) of a byte offset.
+fn line_col(index: &LineIndex, text: &str, offset: usize) -> (usize, usize) {
+    let p = index.position(offset, PositionEncoding::Utf8);
+    let start = index.line_range(p.line as usize).map_or(0, |r| r.start);
+    let end = (start + p.character as usize).min(text.len());
+    let chars = text.get(start..end).map_or(p.character as usize, |s| s.chars().count());
+    (p.line as usize + 1, chars + 1)
+}
+
+/// `FILE:LINE:COL: severity[code]: message` with indented `hint:` and related-location lines.
+pub(crate) fn render(file: &Path, text: &str, diagnostics: &[Diagnostic]) -> String {
+    let index = LineIndex::new(text);
+    let mut out = String::new();
+    let f = file.display();
+    for d in diagnostics {
+        let (line, col) = line_col(&index, text, d.span.start);
+        let style = if d.is_error() { ui::ERROR } else { ui::WARNING };
+        let sev = d.severity.as_str();
+        let _ = writeln!(out, "{f}:{line}:{col}: {style}{sev}[{}]{style:#}: {}", d.code, d.message);
+        for r in &d.related {
+            let (line, col) = line_col(&index, text, r.span.start);
+            let _ = writeln!(out, "  {f}:{line}:{col}: {}note{:#}: {}", ui::NOTE, ui::NOTE, r.message);
+        }
+        if let Some(hint) = &d.hint {
+            let _ = writeln!(out, "  {}hint{:#}: {hint}", ui::HINT, ui::HINT);
+        }
+    }
+    out
+}
+
+fn diagnostics_json(text: &str, diagnostics: &[Diagnostic]) -> serde_json::Value {
+    let index = LineIndex::new(text);
+    let items = diagnostics.iter().map(|d| {
+        let (line, column) = line_col(&index, text, d.span.start);
+        let mut v = serde_json::to_value(d).unwrap_or_default();
+        if let Some(obj) = v.as_object_mut() {
+            obj.insert("line".into(), line.into());
+            obj.insert("column".into(), column.into());
+            obj.insert(
+                "range".into(),
+                serde_json::to_value(index.range(d.span.clone(), PositionEncoding::Utf16)).unwrap_or_default(),
+            );
+        }
+        v
+    });
+    serde_json::Value::Array(items.collect())
+}
+
+fn show(file: &Path) -> Result<ExitCode> {
+    let bytes = read_script(file)?;
+    let parsed = pep723_meta::parse_bytes(&bytes);
+    let text = String::from_utf8_lossy(&bytes);
+    let out = serde_json::json!({
+        "status": parsed.status,
+        "metadata": parsed.toml_json(),
+        "diagnostics": diagnostics_json(&text, &parsed.diagnostics),
+    });
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(if parsed.status == pep723_meta::Status::Invalid { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// Applies edits and writes the file atomically; on any error nothing is written.
+fn apply(file: &Path, edits: &[Edit]) -> Result<ExitCode> {
+    let bytes = read_script(file)?;
+    let text = match String::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            let at = e.utf8_error().valid_up_to();
+            return Err(ui::hinted(
+                format!("cannot edit `{}`: invalid utf-8 at byte {at}", file.display()),
+                "inline script metadata must be utf-8; re-save the file as utf-8",
+            ));
+        }
+    };
+    // The library's messages carry their own `hint:` line; `ui::report_error` prints it as a hint.
+    let outcome =
+        pep723_meta::edit(&text, edits).map_err(|e| anyhow::anyhow!("cannot edit `{}`: {e}", file.display()))?;
+    if !outcome.changed() {
+        eprintln!("`{}` already has that metadata; nothing to do", file.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    write_atomically(file, outcome.text.as_bytes())?;
+    let parsed = pep723_meta::parse(&outcome.text);
+    let problems: Vec<Diagnostic> = parsed.diagnostics.into_iter().filter(|d| d.is_error()).collect();
+    if !problems.is_empty() {
+        eprint!("{}", render(file, &outcome.text, &problems));
+    }
+    eprintln!("updated `{}` ({})", file.display(), plural(outcome.edits.len(), "change"));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes through a temporary sibling and a rename, keeping the original permissions, so a crash
+/// never leaves a half-written script.
+fn write_atomically(file: &Path, contents: &[u8]) -> Result<()> {
+    let dir = match file.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.python-sandbox-{}.tmp", std::process::id()));
+    let perms = fs_err::metadata(file)?.permissions();
+    let result = (|| -> Result<()> {
+        fs_err::write(&tmp, contents)?;
+        fs_err::set_permissions(&tmp, perms)?;
+        fs_err::rename(&tmp, file)?;
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = fs_err::remove_file(&tmp);
+    }
+    result.with_context(|| format!("cannot write `{}`", file.display()))
+}

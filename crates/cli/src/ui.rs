@@ -1,0 +1,74 @@
+//! Terminal output in uv's style: lower-case messages, `error:`/`warning:`/`hint:` prefixes, colour
+//! only on a terminal and never when `NO_COLOR` is set (anstream strips styles otherwise).
+
+use std::fmt;
+use std::process::ExitCode;
+
+use anstream::eprintln;
+use anstyle::{AnsiColor, Style};
+
+pub(crate) const ERROR: Style = AnsiColor::Red.on_default().bold();
+pub(crate) const WARNING: Style = AnsiColor::Yellow.on_default().bold();
+pub(crate) const HINT: Style = AnsiColor::Cyan.on_default().bold();
+pub(crate) const NOTE: Style = AnsiColor::Green.on_default().bold();
+pub(crate) const BOLD: Style = Style::new().bold();
+
+/// Exit code for errors that stop us before the script starts (bad flags, bad metadata, IO).
+pub(crate) const EXIT_USER_ERROR: u8 = 2;
+
+/// An error with a suggestion for the user; printed as `error: …` then `hint: …`.
+#[derive(Debug)]
+pub(crate) struct Hinted {
+    pub(crate) message: String,
+    pub(crate) hint: String,
+}
+
+impl fmt::Display for Hinted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Hinted {}
+
+/// Builds an [`anyhow::Error`] that prints a `hint:` line under the message.
+pub(crate) fn hinted(message: impl Into<String>, hint: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Hinted { message: message.into(), hint: hint.into() })
+}
+
+/// Prints an error chain (`error: outer`, `  caused by: inner`) and any hints, and picks the exit code.
+///
+/// Library errors may carry their hint in the message itself (`…\nhint: …`); those lines are
+/// printed as hints too, so every error looks the same.
+pub(crate) fn report_error(err: &anyhow::Error) -> ExitCode {
+    let mut hints = Vec::new();
+    for (i, cause) in err.chain().enumerate() {
+        let text = cause.to_string();
+        let (message, hint) = match text.split_once("\nhint: ") {
+            Some((m, h)) => (m.to_owned(), Some(h.to_owned())),
+            None => (text, None),
+        };
+        if i == 0 {
+            eprintln!("{ERROR}error{ERROR:#}: {message}");
+        } else {
+            eprintln!("  {BOLD}caused by{BOLD:#}: {message}");
+        }
+        hints.extend(hint);
+    }
+    // Searches contexts too, which iterating `chain()` does not.
+    if let Some(h) = err.downcast_ref::<Hinted>() {
+        hints.push(h.hint.clone());
+    }
+    for hint in hints {
+        print_hint(&hint);
+    }
+    ExitCode::from(EXIT_USER_ERROR)
+}
+
+pub(crate) fn print_hint(hint: &str) {
+    eprintln!("{HINT}hint{HINT:#}: {hint}");
+}
+
+pub(crate) fn warn(message: &str) {
+    eprintln!("{WARNING}warning{WARNING:#}: {message}");
+}
