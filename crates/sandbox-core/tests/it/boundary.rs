@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use sandbox_core::{CrossingKind, Mount, MountMode, RunSpec, classify};
+use sandbox_core::{CrossingKind, HOME_SECRETS, HOST_SOCKETS, Mount, MountMode, RunSpec, classify};
 
 /// (name, workspace, mounts as `PATH:ro|PATH:rw`, home)
 const CASES: &[(&str, &str, &str, Option<&str>)] = &[
@@ -139,4 +139,116 @@ fn kinds_of_key_cases() {
     assert_eq!(kinds("/w", "/data:rw"), [CrossingKind::WritableOutsideWorkspace]);
     assert_eq!(kinds("/w", "/w/out:rw|/home/me/projects/x:ro"), []);
     assert_eq!(kinds("/home/me", ""), [CrossingKind::Home]);
+}
+
+// ---- properties -------------------------------------------------------------------------
+
+use proptest::prelude::*;
+
+/// Paths built from components that hit every rule: home, secrets, sockets, workspace.
+fn arb_path() -> impl Strategy<Value = PathBuf> {
+    let component = prop::sample::select(
+        &[
+            "home",
+            "me",
+            "other",
+            ".ssh",
+            ".config",
+            "gcloud",
+            "nvim",
+            "run",
+            "user",
+            "1000",
+            "var",
+            "docker.sock",
+            "ws",
+            "out",
+            "data",
+            "..",
+            ".",
+        ][..],
+    );
+    prop::collection::vec(component, 0..5)
+        .prop_map(|parts| PathBuf::from(format!("/{}", parts.join("/"))))
+}
+
+fn arb_mount() -> impl Strategy<Value = Mount> {
+    (arb_path(), any::<bool>()).prop_map(|(path, rw)| Mount {
+        path,
+        mode: if rw { MountMode::ReadWrite } else { MountMode::ReadOnly },
+    })
+}
+
+/// Lexical normalization, as the classifier does it (`..` pops, `.` vanishes).
+fn normalized(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for component in path.components() {
+        match component.as_os_str().to_str() {
+            Some("..") => {
+                out.pop();
+            }
+            Some(".") | Some("/") => {}
+            _ => out.push(component),
+        }
+    }
+    out
+}
+
+fn with_mounts(workspace: &Path, mounts: Vec<Mount>) -> RunSpec {
+    let mut spec = spec(&workspace.to_string_lossy(), "");
+    spec.mounts = mounts;
+    spec
+}
+
+proptest! {
+    /// Every mount that is, is inside or is over a known location (home, `HOME_SECRETS`,
+    /// `HOST_SOCKETS`) crosses, and so does each of its ancestors. (The name-based rules for
+    /// `.ssh` or `docker.sock` elsewhere are extra: lexically, `/x` need not contain `/x/.ssh`.)
+    #[test]
+    fn known_locations_and_their_ancestors_cross(path in arb_path()) {
+        let home = Path::new("/home/me");
+        let path = normalized(&path);
+        let locations: Vec<PathBuf> = std::iter::once(home.to_owned())
+            .chain(HOME_SECRETS.iter().map(|secret| home.join(secret)))
+            .chain(HOST_SOCKETS.iter().map(PathBuf::from))
+            .collect();
+        let known = locations.iter().any(|location| path.starts_with(location) || location.starts_with(&path));
+        prop_assume!(known);
+        for ancestor in path.ancestors() {
+            let mount = Mount { path: ancestor.to_owned(), mode: MountMode::ReadOnly };
+            let crossings = classify(&with_mounts(Path::new("/ws"), vec![mount]), Some(home));
+            prop_assert!(
+                crossings.iter().any(|crossing| crossing.kind != CrossingKind::WritableOutsideWorkspace),
+                "{} (from {}) does not cross", ancestor.display(), path.display()
+            );
+        }
+    }
+
+    /// Adding a mount never removes a crossing.
+    #[test]
+    fn more_mounts_never_fewer_crossings(
+        workspace in arb_path(),
+        mounts in prop::collection::vec(arb_mount(), 0..4),
+        extra in arb_mount(),
+    ) {
+        let home = Some(Path::new("/home/me"));
+        let before = classify(&with_mounts(&workspace, mounts.clone()), home);
+        let mut more = mounts;
+        more.push(extra);
+        let after = classify(&with_mounts(&workspace, more), home);
+        for crossing in &before {
+            prop_assert!(after.contains(crossing));
+        }
+    }
+
+    /// Read-write mounts inside the workspace that expose nothing never cross.
+    #[test]
+    fn writes_inside_the_workspace_are_fine(suffix in arb_path()) {
+        let workspace = Path::new("/srv/ws");
+        let path = workspace.join(suffix.strip_prefix("/").unwrap_or(&suffix));
+        prop_assume!(!path.components().any(|c| c.as_os_str() == ".."));
+        let spec = with_mounts(workspace, vec![Mount { path, mode: MountMode::ReadWrite }]);
+        let crossings = classify(&spec, Some(Path::new("/home/me")));
+        prop_assert!(crossings.iter().all(|c| c.kind != CrossingKind::WritableOutsideWorkspace));
+    }
 }

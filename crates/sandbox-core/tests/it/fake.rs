@@ -234,3 +234,35 @@ fn futures_are_send() {
     assert_send(sandbox.exec(&request, &mut captured));
     assert_send(sandbox.read_file("/x"));
 }
+
+mod properties {
+    use proptest::prelude::*;
+    use sandbox_core::{Error, FakeSandbox, PutSource, Sandbox};
+
+    use crate::support::block_on;
+
+    proptest! {
+        /// Arbitrary bytes as a tar never panic and never half-apply.
+        #[test]
+        fn junk_tar_is_refused_cleanly(bytes in prop::collection::vec(any::<u8>(), 0..2048)) {
+            let sandbox = FakeSandbox::new("sb");
+            match block_on(sandbox.put(&PutSource::Tar(bytes), "/dest")) {
+                Ok(()) => prop_assert!(sandbox.fs().exists("/dest")),
+                Err(Error::InvalidTar { .. } | Error::Unsupported { .. } | Error::NotADirectory { .. } | Error::IsADirectory { .. }) => {
+                    prop_assert!(!sandbox.fs().exists("/dest"));
+                }
+                Err(other) => prop_assert!(false, "unexpected error {other}"),
+            }
+        }
+
+        /// What is written can be read back under any spelling of the same path.
+        #[test]
+        fn write_then_read(parts in prop::collection::vec("[a-c]{1,2}", 1..4), contents in prop::collection::vec(any::<u8>(), 0..64)) {
+            let sandbox = FakeSandbox::new("sb");
+            let path = format!("/{}", parts.join("/"));
+            block_on(sandbox.write_file(&path, &contents)).expect("write");
+            let spelled = format!("/./{}/", parts.join("//"));
+            prop_assert_eq!(block_on(sandbox.read_file(spelled.trim_end_matches('/'))).expect("read"), contents);
+        }
+    }
+}
