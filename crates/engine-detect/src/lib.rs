@@ -1,1 +1,30 @@
-//! Detects which isolation engine (bwrap, docker, podman) works on this machine
+//! Detects which isolation engine works on this machine and explains what to do when none does.
+//!
+//! The ladder is bwrap → docker → podman. Every probe is real but cheap: the bwrap probe creates
+//! user, mount, pid and network namespaces and runs `true` inside them (this is what catches
+//! Ubuntu's AppArmor user-namespace restriction and containers without user namespaces); the
+//! docker and podman probes send `GET /_ping` to their API sockets with short timeouts.
+//!
+//! * [`detect`] runs every probe in ladder order and returns a [`Detection`]
+//!   (serializes to the `python-sandbox detect --json` shape).
+//! * [`OsInfo::detect`] gathers OS facts; [`OsInfo::from_os_release`] is its pure parser.
+//! * [`suggest`] is a pure function from ([`OsInfo`], [`Detection`]) to guidance text for the
+//!   "no engine" case. It never suggests running unsandboxed.
+//! * [`which`] is the PATH lookup shared with the engines.
+
+mod api;
+mod bwrap;
+mod detection;
+mod os;
+mod suggest;
+mod which;
+
+pub use api::{ApiEndpoint, docker_endpoints, ping, podman_endpoints};
+pub use bwrap::{BwrapVersion, bwrap_version, classify_bwrap_failure, probe_bwrap};
+pub use detection::{Detection, EngineName, Probe, ProbeState, detect, detect_with};
+pub use os::{Distro, OsInfo, OsKind, Wsl};
+pub use suggest::suggest;
+pub use which::which;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,169 @@
+//! The result types of detection and the ladder that fills them.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::api::{self, ApiEndpoint};
+use crate::bwrap;
+use crate::which::which;
+
+/// The engines, in ladder order (first available wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineName {
+    Bwrap,
+    Docker,
+    Podman,
+}
+
+impl EngineName {
+    /// Ladder order.
+    pub const ALL: [EngineName; 3] = [EngineName::Bwrap, EngineName::Docker, EngineName::Podman];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineName::Bwrap => "bwrap",
+            EngineName::Docker => "docker",
+            EngineName::Podman => "podman",
+        }
+    }
+}
+
+impl std::fmt::Display for EngineName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a probe came out the way it did, beyond the human `reason`. Not serialized: the JSON
+/// shape is fixed to `{"name","available","reason"}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeState {
+    /// Works; for docker/podman, the endpoint that answered `/_ping`.
+    Available { endpoint: Option<ApiEndpoint> },
+    /// The tool is not on PATH and no socket answered.
+    NotInstalled,
+    /// Podman is installed but no API socket answers; a caller may start `podman system service`.
+    InstalledNoSocket,
+    /// Installed but unusable (bwrap cannot create namespaces, daemon not answering, …).
+    Failed,
+}
+
+/// One rung of the ladder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Probe {
+    pub name: EngineName,
+    pub available: bool,
+    /// One line for humans, lower-case, no trailing period; may be followed by `hint:` lines.
+    pub reason: String,
+    #[serde(skip)]
+    pub state: ProbeState,
+}
+
+impl Probe {
+    pub(crate) fn new(name: EngineName, state: ProbeState, reason: String) -> Probe {
+        let available = matches!(state, ProbeState::Available { .. });
+        Probe { name, available, reason, state }
+    }
+}
+
+/// All probes in ladder order plus the first available one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Detection {
+    pub selected: Option<EngineName>,
+    pub engines: Vec<Probe>,
+}
+
+impl Detection {
+    /// Selects the first available probe; `probes` must be in ladder order.
+    pub fn from_probes(engines: Vec<Probe>) -> Detection {
+        let selected = engines.iter().find(|p| p.available).map(|p| p.name);
+        Detection { selected, engines }
+    }
+
+    pub fn probe(&self, name: EngineName) -> Option<&Probe> {
+        self.engines.iter().find(|p| p.name == name)
+    }
+}
+
+/// Runs every probe against the current process environment.
+pub fn detect() -> Detection {
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    detect_with(&env)
+}
+
+/// Runs every probe with an explicit environment (`PATH`, `DOCKER_HOST`, `CONTAINER_HOST`,
+/// `XDG_RUNTIME_DIR` are read from it).
+pub fn detect_with(env: &[(OsString, OsString)]) -> Detection {
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let path = get("PATH");
+    let timeout = Duration::from_millis(1500);
+
+    let bwrap = bwrap::probe_bwrap(path.as_deref());
+    let docker = probe_api(
+        EngineName::Docker,
+        &api::docker_endpoints(get("DOCKER_HOST").as_deref()),
+        which("docker", path.as_deref()).is_some(),
+        timeout,
+    );
+    let uid = rustix::process::getuid().as_raw();
+    let podman = probe_api(
+        EngineName::Podman,
+        &api::podman_endpoints(
+            get("CONTAINER_HOST").as_deref(),
+            get("XDG_RUNTIME_DIR").as_deref(),
+            uid,
+        ),
+        which("podman", path.as_deref()).is_some(),
+        timeout,
+    );
+    Detection::from_probes(vec![bwrap, docker, podman])
+}
+
+fn probe_api(
+    name: EngineName,
+    endpoints: &[Result<ApiEndpoint, String>],
+    installed: bool,
+    timeout: Duration,
+) -> Probe {
+    let mut tried = Vec::new();
+    for endpoint in endpoints {
+        match endpoint {
+            Ok(endpoint) => match api::ping(endpoint, timeout) {
+                Ok(()) => {
+                    return Probe::new(
+                        name,
+                        ProbeState::Available { endpoint: Some(endpoint.clone()) },
+                        format!("{name} API answers at {endpoint}"),
+                    );
+                }
+                Err(err) => tried.push(format!("{endpoint}: {err}")),
+            },
+            Err(unsupported) => tried.push(unsupported.clone()),
+        }
+    }
+    let tried = tried.join("; ");
+    let (state, reason) = match (name, installed) {
+        (EngineName::Podman, true) => (
+            ProbeState::InstalledNoSocket,
+            format!(
+                "podman is installed but no API socket answers ({tried})\n\
+                 hint: start one with `systemctl --user start podman.socket` or `podman system service --time=0 &`"
+            ),
+        ),
+        (_, true) => (
+            ProbeState::Failed,
+            format!(
+                "{name} is installed but its daemon does not answer ({tried})\n\
+                 hint: start the daemon (`sudo systemctl start docker`) and make sure your user may use its socket"
+            ),
+        ),
+        (_, false) if endpoints.iter().any(Result::is_ok) && tried.contains("refused") => {
+            (ProbeState::Failed, format!("{name} socket exists but does not answer ({tried})"))
+        }
+        (_, false) => (ProbeState::NotInstalled, format!("{name} not found ({tried})")),
+    };
+    Probe::new(name, state, reason)
+}

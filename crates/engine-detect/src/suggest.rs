@@ -1,0 +1,177 @@
+//! Pure guidance for "no engine works here" (`python-sandbox suggest`; the CLI then exits 3).
+//! Every path ends in a real sandbox: there is deliberately no advice to run unsandboxed.
+
+use std::fmt::Write as _;
+
+use crate::detection::{Detection, EngineName, ProbeState};
+use crate::os::{Distro, OsInfo, OsKind, Wsl};
+
+/// An AppArmor profile that lets `/usr/bin/bwrap` (and only it) create user namespaces.
+const APPARMOR_PROFILE: &str = "\
+sudo tee /etc/apparmor.d/bwrap >/dev/null <<'EOF'
+abi <abi/4.0>,
+include <tunables/global>
+
+profile bwrap /usr/bin/bwrap flags=(unconfined) {
+  userns,
+  include if exists <local/bwrap>
+}
+EOF
+sudo apparmor_parser -r /etc/apparmor.d/bwrap";
+
+/// Guidance text for this host. Mentions what each probe found, then the shortest fix.
+pub fn suggest(os: &OsInfo, detection: &Detection) -> String {
+    let mut out = String::new();
+    let host = os.pretty_name.as_deref().unwrap_or("this system");
+    match detection.selected {
+        Some(engine) => {
+            let _ = writeln!(out, "{engine} works on {host}; nothing to fix");
+        }
+        None => {
+            let _ = writeln!(out, "no isolation engine works on {host}");
+        }
+    }
+    for probe in &detection.engines {
+        let first = probe.reason.lines().next().unwrap_or_default();
+        let mark = if probe.available { "ok" } else { "no" };
+        let _ = writeln!(out, "  {mark:<2} {:<6} {first}", probe.name.as_str());
+    }
+    if detection.selected.is_some() {
+        return out.trim_end().to_owned();
+    }
+    out.push('\n');
+
+    let bwrap_state = detection.probe(EngineName::Bwrap).map(|p| &p.state);
+    let bwrap_installed = !matches!(bwrap_state, Some(ProbeState::NotInstalled) | None);
+
+    if os.kind == OsKind::MacOs {
+        out.push_str(
+            "bubblewrap is Linux-only; on macOS use a container engine:\n\
+             \x20 Docker Desktop: brew install --cask docker, then start Docker.app\n\
+             \x20 Podman:         brew install podman && podman machine init && podman machine start\n",
+        );
+        return finish(out);
+    }
+    if os.wsl == Some(Wsl::V1) {
+        out.push_str(
+            "WSL 1 has no Linux kernel namespaces, so no sandbox can run in it\n\
+             \x20 convert the distribution to WSL 2 from Windows: wsl --set-version <distro> 2\n",
+        );
+        return finish(out);
+    }
+    if let Some(runtime) = &os.container {
+        let _ = writeln!(
+            out,
+            "this looks like a {runtime} container; container runtimes usually block the user \
+             namespaces bubblewrap needs; options:\n\
+             \x20 run python-sandbox on the host instead of inside the container\n\
+             \x20 or give the container a docker API: -v /var/run/docker.sock:/var/run/docker.sock \
+             (anyone with that socket controls the host's docker)\n\
+             \x20 or start the container with a seccomp/AppArmor profile that allows unshare(CLONE_NEWUSER)"
+        );
+        return finish(out);
+    }
+
+    let (install, docker, podman) = match os.distro {
+        Distro::Ubuntu | Distro::Debian => {
+            ("sudo apt install bubblewrap", "sudo apt install docker.io", "sudo apt install podman")
+        }
+        Distro::Fedora => (
+            "sudo dnf install bubblewrap",
+            "sudo dnf install moby-engine",
+            "sudo dnf install podman",
+        ),
+        Distro::Arch => {
+            ("sudo pacman -S bubblewrap", "sudo pacman -S docker", "sudo pacman -S podman")
+        }
+        Distro::Alpine => ("doas apk add bubblewrap", "doas apk add docker", "doas apk add podman"),
+        Distro::OpenSuse => (
+            "sudo zypper install bubblewrap",
+            "sudo zypper install docker",
+            "sudo zypper install podman",
+        ),
+        Distro::Unknown => (
+            "install bubblewrap (>= 0.8) with your package manager",
+            "install docker with your package manager",
+            "install podman with your package manager",
+        ),
+    };
+    if os.wsl == Some(Wsl::V2) {
+        out.push_str("WSL 2 supports bubblewrap inside the distribution\n");
+    }
+    if !bwrap_installed {
+        let _ = writeln!(out, "install bubblewrap (the preferred engine):\n  {install}");
+    } else if matches!(bwrap_state, Some(ProbeState::Failed)) {
+        out.push_str("bubblewrap is installed but cannot create namespaces\n");
+    }
+
+    // Before bwrap is installed the probe cannot show the restriction, so go by the release.
+    let restricting_ubuntu =
+        os.distro == Distro::Ubuntu && !bwrap_installed && ubuntu_restricts(os);
+    if os.apparmor_restricts_userns || restricting_ubuntu {
+        let _ = writeln!(
+            out,
+            "AppArmor restricts unprivileged user namespaces (Ubuntu 23.10 and later); \
+             allow them for bwrap only with a profile:\n{}",
+            indent(APPARMOR_PROFILE)
+        );
+        out.push_str(
+            "  (the system-wide switch `sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0` \
+             also works but lifts the restriction for every program)\n",
+        );
+    }
+    if os.userns_disabled {
+        out.push_str(
+            "unprivileged user namespaces are switched off in this kernel; enable them:\n\
+             \x20 sudo sysctl -w kernel.unprivileged_userns_clone=1   (older Debian kernels)\n\
+             \x20 sudo sysctl -w user.max_user_namespaces=15000       (if it is 0)\n\
+             \x20 and persist the setting in /etc/sysctl.d/\n",
+        );
+    }
+
+    match detection.probe(EngineName::Podman).map(|p| &p.state) {
+        Some(ProbeState::InstalledNoSocket) => out.push_str(
+            "podman is installed; start its API socket to use it:\n\
+             \x20 systemctl --user enable --now podman.socket\n",
+        ),
+        _ => match detection.probe(EngineName::Docker).map(|p| &p.state) {
+            Some(ProbeState::Failed) => out.push_str(
+                "docker is installed but its daemon does not answer:\n\
+                 \x20 sudo systemctl enable --now docker\n\
+                 \x20 and add yourself to the docker group (or use rootless docker)\n",
+            ),
+            _ => {
+                let _ = writeln!(out, "or use a container engine instead:\n  {docker}\n  {podman}");
+            }
+        },
+    }
+    if os.wsl == Some(Wsl::V2) {
+        out.push_str(
+            "  on Windows, Docker Desktop with WSL integration for this distribution also works\n",
+        );
+    }
+    finish(out)
+}
+
+/// Ubuntu 23.10 introduced `kernel.apparmor_restrict_unprivileged_userns=1` by default.
+fn ubuntu_restricts(os: &OsInfo) -> bool {
+    let Some(version) = os.version_id.as_deref() else { return true };
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    (major, minor) >= (23, 10)
+}
+
+fn finish(mut out: String) -> String {
+    out.push_str(
+        "then check with `python-sandbox detect`; python-sandbox never runs a script without a sandbox",
+    );
+    out
+}
+
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|l| if l.is_empty() { String::new() } else { format!("    {l}") })
+        .collect::<Vec<_>>()
+        .join("\n")
+}

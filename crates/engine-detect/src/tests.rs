@@ -1,0 +1,309 @@
+//! Pure tests: os-release parsing, guidance text, socket discovery, ping parsing, bwrap failures.
+
+use std::ffi::OsStr;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::api::{ApiEndpoint, docker_endpoints, parse_ping_response, podman_endpoints};
+use crate::bwrap::{BwrapVersion, classify_bwrap_failure};
+use crate::detection::{Detection, EngineName, Probe, ProbeState};
+use crate::os::{OsInfo, Wsl, container_from, wsl_from};
+use crate::suggest::suggest;
+
+fn os_release(name: &str) -> OsInfo {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/os-release").join(name);
+    OsInfo::from_os_release(&std::fs::read_to_string(path).unwrap())
+}
+
+const SAMPLES: &[&str] = &[
+    "ubuntu-24.04",
+    "ubuntu-22.04",
+    "debian-12",
+    "fedora-40",
+    "arch",
+    "alpine-3.20",
+    "opensuse-tumbleweed",
+    "linuxmint-22",
+    "rocky-9",
+    "nixos",
+    "empty",
+];
+
+#[test]
+fn parses_os_release_samples() {
+    let mut out = String::new();
+    for name in SAMPLES {
+        let info = os_release(name);
+        let _ = writeln!(
+            out,
+            "{name:<20} {:?} {:?} version={:?}",
+            info.distro, info.pretty_name, info.version_id
+        );
+    }
+    insta::assert_snapshot!(out, @r#"
+    ubuntu-24.04         Ubuntu Some("Ubuntu 24.04.1 LTS") version=Some("24.04")
+    ubuntu-22.04         Ubuntu Some("Ubuntu 22.04.4 LTS") version=Some("22.04")
+    debian-12            Debian Some("Debian GNU/Linux 12 (bookworm)") version=Some("12")
+    fedora-40            Fedora Some("Fedora Linux 40 (Workstation Edition)") version=Some("40")
+    arch                 Arch Some("Arch Linux") version=None
+    alpine-3.20          Alpine Some("Alpine Linux v3.20") version=Some("3.20.3")
+    opensuse-tumbleweed  OpenSuse Some("openSUSE Tumbleweed") version=Some("20240901")
+    linuxmint-22         Ubuntu Some("Linux Mint 22") version=Some("22")
+    rocky-9              Fedora Some("Rocky Linux 9.4 (Blue Onyx)") version=Some("9.4")
+    nixos                Unknown Some("NixOS 24.05") version=Some("24.05")
+    empty                Unknown None version=None
+    "#);
+}
+
+fn probe(name: EngineName, state: ProbeState, reason: &str) -> Probe {
+    Probe::new(name, state, reason.to_owned())
+}
+
+fn nothing_installed() -> Detection {
+    Detection::from_probes(vec![
+        probe(EngineName::Bwrap, ProbeState::NotInstalled, "bwrap not found on PATH"),
+        probe(
+            EngineName::Docker,
+            ProbeState::NotInstalled,
+            "docker not found (unix:///var/run/docker.sock: no such socket)",
+        ),
+        probe(
+            EngineName::Podman,
+            ProbeState::NotInstalled,
+            "podman not found (unix:///run/podman/podman.sock: no such socket)",
+        ),
+    ])
+}
+
+fn bwrap_blocked() -> Detection {
+    let mut d = nothing_installed();
+    d.engines[0] = probe(
+        EngineName::Bwrap,
+        ProbeState::Failed,
+        &classify_bwrap_failure("bwrap: setting up uid map: Permission denied\n", true),
+    );
+    d
+}
+
+fn podman_no_socket() -> Detection {
+    let mut d = nothing_installed();
+    d.engines[2] = probe(
+        EngineName::Podman,
+        ProbeState::InstalledNoSocket,
+        "podman is installed but no API socket answers",
+    );
+    d
+}
+
+#[test]
+fn suggestions() {
+    let mut cases: Vec<(String, OsInfo, Detection)> = Vec::new();
+    for name in SAMPLES {
+        cases.push((format!("{name}, nothing installed"), os_release(name), nothing_installed()));
+    }
+    let mut ubuntu = os_release("ubuntu-24.04");
+    ubuntu.apparmor_restricts_userns = true;
+    cases.push(("ubuntu-24.04, bwrap blocked by apparmor".into(), ubuntu, bwrap_blocked()));
+    let mut debian = os_release("debian-12");
+    debian.userns_disabled = true;
+    cases.push(("debian-12, userns disabled".into(), debian, bwrap_blocked()));
+    cases.push((
+        "fedora-40, podman without socket".into(),
+        os_release("fedora-40"),
+        podman_no_socket(),
+    ));
+    let mut wsl2 = os_release("ubuntu-22.04");
+    wsl2.wsl = Some(Wsl::V2);
+    cases.push(("wsl2 ubuntu-22.04".into(), wsl2, nothing_installed()));
+    let mut wsl1 = os_release("ubuntu-22.04");
+    wsl1.wsl = Some(Wsl::V1);
+    cases.push(("wsl1".into(), wsl1, nothing_installed()));
+    let mut container = os_release("debian-12");
+    container.container = Some("docker".into());
+    cases.push(("inside docker".into(), container, bwrap_blocked()));
+    cases.push(("macos".into(), OsInfo::macos(), nothing_installed()));
+    let mut works = nothing_installed();
+    works.engines[0] = probe(
+        EngineName::Bwrap,
+        ProbeState::Available { endpoint: None },
+        "bubblewrap 0.8.0 works",
+    );
+    let works = Detection::from_probes(works.engines);
+    cases.push(("debian-12, bwrap works".into(), os_release("debian-12"), works));
+
+    for (name, os, detection) in cases {
+        let text = suggest(&os, &detection);
+        assert!(!text.contains("--no-sandbox") && !text.contains("unsandboxed)"), "{name}");
+        insta::assert_snapshot!(name.replace([' ', ','], "_"), text);
+    }
+}
+
+#[test]
+fn detection_json_shape() {
+    let detection = bwrap_blocked();
+    insta::assert_snapshot!(serde_json::to_string_pretty(&detection).unwrap(), @r#"
+    {
+      "selected": null,
+      "engines": [
+        {
+          "name": "bwrap",
+          "available": false,
+          "reason": "bwrap cannot create a sandbox here: setting up uid map: Permission denied\nhint: AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1); allow bwrap with an AppArmor profile (run `python-sandbox suggest`)"
+        },
+        {
+          "name": "docker",
+          "available": false,
+          "reason": "docker not found (unix:///var/run/docker.sock: no such socket)"
+        },
+        {
+          "name": "podman",
+          "available": false,
+          "reason": "podman not found (unix:///run/podman/podman.sock: no such socket)"
+        }
+      ]
+    }
+    "#);
+    let ok = Detection::from_probes(vec![
+        probe(EngineName::Bwrap, ProbeState::Failed, "x"),
+        probe(EngineName::Docker, ProbeState::Available { endpoint: None }, "docker API answers"),
+        probe(EngineName::Podman, ProbeState::Available { endpoint: None }, "podman API answers"),
+    ]);
+    assert_eq!(ok.selected, Some(EngineName::Docker));
+}
+
+#[test]
+fn socket_discovery() {
+    let mut out = String::new();
+    let show = |v: Vec<Result<ApiEndpoint, String>>| {
+        v.into_iter()
+            .map(|e| match e {
+                Ok(e) => e.to_string(),
+                Err(e) => format!("error: {e}"),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let _ = writeln!(out, "docker default: {}", show(docker_endpoints(None)));
+    let _ = writeln!(out, "docker empty: {}", show(docker_endpoints(Some(OsStr::new("")))));
+    let _ = writeln!(
+        out,
+        "docker unix: {}",
+        show(docker_endpoints(Some(OsStr::new("unix:///tmp/d.sock"))))
+    );
+    let _ = writeln!(
+        out,
+        "docker tcp: {}",
+        show(docker_endpoints(Some(OsStr::new("tcp://10.0.0.1:2375/"))))
+    );
+    let _ =
+        writeln!(out, "docker ssh: {}", show(docker_endpoints(Some(OsStr::new("ssh://me@host")))));
+    let _ = writeln!(out, "podman root: {}", show(podman_endpoints(None, None, 0)));
+    let _ = writeln!(out, "podman user: {}", show(podman_endpoints(None, None, 1000)));
+    let _ = writeln!(
+        out,
+        "podman xdg: {}",
+        show(podman_endpoints(None, Some(OsStr::new("/run/user/7")), 7))
+    );
+    let _ = writeln!(
+        out,
+        "podman CONTAINER_HOST: {}",
+        show(podman_endpoints(
+            Some(OsStr::new("unix:///x/p.sock")),
+            Some(OsStr::new("/run/user/7")),
+            7
+        ))
+    );
+    insta::assert_snapshot!(out, @"
+    docker default: unix:///var/run/docker.sock
+    docker empty: unix:///var/run/docker.sock
+    docker unix: unix:///tmp/d.sock
+    docker tcp: tcp://10.0.0.1:2375
+    docker ssh: error: DOCKER_HOST=ssh://me@host is not supported (only unix:// and tcp:// are)
+    podman root: unix:///run/podman/podman.sock
+    podman user: unix:///run/user/1000/podman/podman.sock, unix:///run/podman/podman.sock
+    podman xdg: unix:///run/user/7/podman/podman.sock, unix:///run/podman/podman.sock
+    podman CONTAINER_HOST: unix:///x/p.sock
+    ");
+}
+
+#[test]
+fn ping_responses() {
+    let cases: &[&[u8]] = &[
+        b"HTTP/1.1 200 OK\r\nApi-Version: 1.45\r\n\r\nOK",
+        b"HTTP/1.0 200 OK\r\n\r\n",
+        b"HTTP/1.1 500 Internal Server Error\r\n\r\n",
+        b"SSH-2.0-OpenSSH_9.2\r\n",
+        b"",
+    ];
+    let out: Vec<String> = cases
+        .iter()
+        .map(|c| {
+            format!(
+                "{:?} -> {:?}",
+                String::from_utf8_lossy(c).lines().next().unwrap_or(""),
+                parse_ping_response(c)
+            )
+        })
+        .collect();
+    insta::assert_snapshot!(out.join("\n"), @r#"
+    "HTTP/1.1 200 OK" -> Ok(())
+    "HTTP/1.0 200 OK" -> Ok(())
+    "HTTP/1.1 500 Internal Server Error" -> Err("ping answered HTTP 500")
+    "SSH-2.0-OpenSSH_9.2" -> Err("not an HTTP API")
+    "" -> Err("not an HTTP API")
+    "#);
+}
+
+#[test]
+fn bwrap_versions_and_failures() {
+    assert_eq!(
+        BwrapVersion::parse("bubblewrap 0.8.0\n"),
+        Some(BwrapVersion { major: 0, minor: 8, patch: 0 })
+    );
+    assert_eq!(
+        BwrapVersion::parse("bubblewrap 0.11.1"),
+        Some(BwrapVersion { major: 0, minor: 11, patch: 1 })
+    );
+    assert_eq!(BwrapVersion::parse("0.12"), Some(BwrapVersion { major: 0, minor: 12, patch: 0 }));
+    assert_eq!(BwrapVersion::parse("bubblewrap"), None);
+    assert!(BwrapVersion::parse("bubblewrap 0.6.2").unwrap() < BwrapVersion::MINIMUM);
+    assert!(BwrapVersion::parse("bubblewrap 0.11.0").unwrap() < BwrapVersion::SYMLINK_SAFE);
+
+    let failures = [
+        ("bwrap: setting up uid map: Permission denied\n", true),
+        ("bwrap: setting up uid map: Permission denied\n", false),
+        ("bwrap: loopback: Failed RTM_NEWADDR: Operation not permitted\n", false),
+        ("bwrap: Unknown option --disable-userns\n", false),
+        ("", false),
+    ];
+    let out: Vec<String> =
+        failures.iter().map(|(stderr, aa)| classify_bwrap_failure(stderr, *aa)).collect();
+    insta::assert_snapshot!(out.join("\n---\n"), @"
+    bwrap cannot create a sandbox here: setting up uid map: Permission denied
+    hint: AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1); allow bwrap with an AppArmor profile (run `python-sandbox suggest`)
+    ---
+    bwrap cannot create a sandbox here: setting up uid map: Permission denied
+    hint: this kernel or container does not allow unprivileged user namespaces; run `python-sandbox suggest`
+    ---
+    bwrap cannot create a sandbox here: loopback: Failed RTM_NEWADDR: Operation not permitted
+    hint: this kernel or container does not allow unprivileged user namespaces; run `python-sandbox suggest`
+    ---
+    bwrap cannot create a sandbox here: Unknown option --disable-userns
+    hint: this bubblewrap is too old; install >= 0.8
+    ---
+    bwrap cannot create a sandbox here: no error output
+    hint: run `python-sandbox suggest`
+    ");
+}
+
+#[test]
+fn wsl_and_container_markers() {
+    assert_eq!(wsl_from(Some("5.15.153.1-microsoft-standard-WSL2"), false), Some(Wsl::V2));
+    assert_eq!(wsl_from(Some("4.4.0-19041-Microsoft"), false), Some(Wsl::V1));
+    assert_eq!(wsl_from(Some("6.8.0-45-generic"), false), None);
+    assert_eq!(wsl_from(None, true), Some(Wsl::V2));
+    assert_eq!(container_from(Some("podman"), true, false).as_deref(), Some("podman"));
+    assert_eq!(container_from(None, false, true).as_deref(), Some("podman"));
+    assert_eq!(container_from(None, true, false).as_deref(), Some("docker"));
+    assert_eq!(container_from(Some(""), false, false), None);
+}

@@ -1,0 +1,122 @@
+//! Real probes on this machine: bwrap when installed, docker/podman against a real unix socket
+//! that speaks the `/_ping` protocol, and the JSON shape `python-sandbox detect --json` prints.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixListener;
+
+use engine_detect::{EngineName, OsInfo, ProbeState, detect, detect_with, suggest, which};
+
+fn env_with(extra: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| {
+            !matches!(k.to_str(), Some("DOCKER_HOST" | "CONTAINER_HOST" | "XDG_RUNTIME_DIR"))
+        })
+        .collect();
+    env.extend(extra.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))));
+    env
+}
+
+/// A one-request API server on a unix socket, answering with `status_line`.
+fn serve_once(status_line: &'static str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("api.sock");
+    let listener = UnixListener::bind(&sock).expect("bind");
+    std::thread::spawn(move || {
+        if let Ok((mut stream, _)) = listener.accept() {
+            let mut buf = [0u8; 1024];
+            let n = stream.read(&mut buf).unwrap_or(0);
+            let request = String::from_utf8_lossy(&buf[..n]).into_owned();
+            let body = if request.starts_with("GET /_ping ") { "OK" } else { "bad" };
+            let _ = write!(stream, "{status_line}\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+        }
+    });
+    (dir, sock)
+}
+
+#[test]
+fn ladder_order_and_json_shape() {
+    let detection = detect();
+    let names: Vec<EngineName> = detection.engines.iter().map(|p| p.name).collect();
+    assert_eq!(names, EngineName::ALL);
+    let json: serde_json::Value = serde_json::to_value(&detection).unwrap();
+    let keys: Vec<&String> = json.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["engines", "selected"]);
+    for engine in json["engines"].as_array().unwrap() {
+        let mut keys: Vec<&String> = engine.as_object().unwrap().keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["available", "name", "reason"]);
+    }
+    assert_eq!(detection.selected, detection.engines.iter().find(|p| p.available).map(|p| p.name));
+}
+
+#[test]
+fn bwrap_probe_is_real() {
+    let path = std::env::var_os("PATH");
+    if which("bwrap", path.as_deref()).is_none() {
+        println!("SKIPPED: bwrap: not installed");
+        return;
+    }
+    let probe = engine_detect::probe_bwrap(path.as_deref());
+    println!("bwrap probe: {probe:?}");
+    match probe.state {
+        ProbeState::Available { .. } => assert!(probe.reason.contains("can create")),
+        ProbeState::Failed => {
+            assert!(probe.reason.contains("hint:"), "{}", probe.reason);
+            println!("SKIPPED: bwrap: cannot create namespaces here");
+        }
+        other => panic!("unexpected state {other:?}"),
+    }
+    // A PATH without bwrap is reported as not installed, with an install hint.
+    let missing = engine_detect::probe_bwrap(Some(std::ffi::OsStr::new("/nonexistent")));
+    assert_eq!(missing.state, ProbeState::NotInstalled);
+    assert!(missing.reason.contains("hint: install"));
+}
+
+#[test]
+fn docker_ping_over_a_real_socket() {
+    let (_dir, sock) = serve_once("HTTP/1.1 200 OK");
+    let host = format!("unix://{}", sock.display());
+    let detection = detect_with(&env_with(&[("DOCKER_HOST", &host)]));
+    let docker = detection.probe(EngineName::Docker).unwrap();
+    assert!(docker.available, "{docker:?}");
+    assert!(docker.reason.contains(&host));
+}
+
+#[test]
+fn docker_socket_answering_an_error_is_not_available() {
+    let (_dir, sock) = serve_once("HTTP/1.1 500 Internal Server Error");
+    let host = format!("unix://{}", sock.display());
+    let detection = detect_with(&env_with(&[("DOCKER_HOST", &host)]));
+    let docker = detection.probe(EngineName::Docker).unwrap();
+    assert!(!docker.available);
+    assert!(docker.reason.contains("HTTP 500"), "{}", docker.reason);
+}
+
+#[test]
+fn podman_installed_without_socket_is_distinct() {
+    let bin = tempfile::tempdir().unwrap();
+    let podman = bin.path().join("podman");
+    std::fs::write(&podman, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&podman, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let runtime = tempfile::tempdir().unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.path().display());
+    let detection = detect_with(&env_with(&[
+        ("PATH", &path),
+        ("XDG_RUNTIME_DIR", runtime.path().to_str().unwrap()),
+        ("CONTAINER_HOST", &format!("unix://{}/none.sock", runtime.path().display())),
+    ]));
+    let probe = detection.probe(EngineName::Podman).unwrap();
+    assert_eq!(probe.state, ProbeState::InstalledNoSocket, "{probe:?}");
+    assert!(probe.reason.contains("podman system service"));
+}
+
+#[test]
+fn suggest_for_this_host_never_offers_unsandboxed() {
+    let os = OsInfo::detect();
+    let text = suggest(&os, &detect());
+    println!("{text}");
+    assert!(
+        text.contains("never runs a script without a sandbox") || text.contains("nothing to fix")
+    );
+}
