@@ -30,6 +30,11 @@ pub const HOME_SECRETS: &[&str] = &[
     ".pypirc",
     ".password-store",
     ".local/share/keyrings",
+    ".config/containers",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".npmrc",
+    ".vault-token",
 ];
 
 /// Host sockets and runtime directories that hand out control of the host (container
@@ -116,7 +121,8 @@ pub fn classify(spec: &RunSpec, home: Option<&Path>) -> Vec<Crossing> {
     }
 
     for mount in &spec.mounts {
-        let path = normalize(&mount.path);
+        // Resolved specs hold absolute paths; a relative one is read as resolve would.
+        let path = normalize(&workspace.join(&mount.path));
         let mount = Mount { path: path.clone(), mode: mount.mode };
         if let Some((kind, reason)) = exposure(&path, home) {
             crossings.push(Crossing { mount: mount.clone(), kind, reason });

@@ -55,6 +55,14 @@ pub enum Error {
     /// Port 0 cannot be published.
     #[error("cannot publish port 0\nhint: ports range from 1 to 65535")]
     InvalidPort,
+    /// Ports are published but the network is off, so nothing could reach them.
+    #[error(
+        "cannot publish port {port} with the network off\nhint: turn the network on or drop the published ports"
+    )]
+    PublishWithoutNet {
+        /// The first published port.
+        port: u16,
+    },
     /// A zero timeout would kill every run before it starts.
     #[error("timeout must be greater than zero")]
     ZeroTimeout,

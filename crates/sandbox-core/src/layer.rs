@@ -8,6 +8,9 @@
 //!   an entry replaces any earlier entry for the same target (mount: normalized absolute path;
 //!   publish: port; env: name; dependency: PEP 503 normalized package name). The replacement
 //!   keeps the position where the target first appeared, so the order is stable.
+//!
+//! A resolved spec is consistent: `net = off` with published ports is an error rather than
+//! a silently dropped port.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -143,6 +146,13 @@ pub fn resolve(
         }
     }
 
+    let publish = publish.into_values();
+    if net == Net::Off
+        && let Some(first) = publish.first()
+    {
+        return Err(Error::PublishWithoutNet { port: first.port });
+    }
+
     Ok(RunSpec {
         script,
         args,
@@ -150,7 +160,7 @@ pub fn resolve(
         requires_python,
         mounts: mounts.into_values(),
         net,
-        publish: publish.into_values(),
+        publish,
         env: env.into_values(),
         timeout,
         workspace,

@@ -201,18 +201,22 @@ fn with_mounts(workspace: &Path, mounts: Vec<Mount>) -> RunSpec {
 }
 
 proptest! {
-    /// Every mount that is, is inside or is over a known location (home, `HOME_SECRETS`,
-    /// `HOST_SOCKETS`) crosses, and so does each of its ancestors. (The name-based rules for
+    /// Every mount that is or is inside a `HOME_SECRETS` or `HOST_SOCKETS` location, or is
+    /// over one of them or over home, crosses, and so does each of its ancestors. (The name-based rules for
     /// `.ssh` or `docker.sock` elsewhere are extra: lexically, `/x` need not contain `/x/.ssh`.)
     #[test]
     fn known_locations_and_their_ancestors_cross(path in arb_path()) {
         let home = Path::new("/home/me");
         let path = normalized(&path);
-        let locations: Vec<PathBuf> = std::iter::once(home.to_owned())
-            .chain(HOME_SECRETS.iter().map(|secret| home.join(secret)))
+        let sensitive: Vec<PathBuf> = HOME_SECRETS
+            .iter()
+            .map(|secret| home.join(secret))
             .chain(HOST_SOCKETS.iter().map(PathBuf::from))
             .collect();
-        let known = locations.iter().any(|location| path.starts_with(location) || location.starts_with(&path));
+        // Inside a secret or socket location, or over one of them or over home itself
+        // (inside home but outside its secrets is fine: `~/projects/x`).
+        let known = sensitive.iter().any(|location| path.starts_with(location))
+            || sensitive.iter().chain([&home.to_owned()]).any(|location| location.starts_with(&path));
         prop_assume!(known);
         for ancestor in path.ancestors() {
             let mount = Mount { path: ancestor.to_owned(), mode: MountMode::ReadOnly };

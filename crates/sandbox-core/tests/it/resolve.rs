@@ -99,6 +99,8 @@ const CASES: &[(&str, &str, &str, &str)] = &[
         "script=s.py & publish=0.0.0.0:8000",
     ),
     ("publish: port 0 refused", "", "publish=0", "script=s.py"),
+    ("publish with the network off is refused", "", "publish=8000", "script=s.py & net=off"),
+    ("publish with net off below, on above", "net=off", "publish=8000", "script=s.py & net=on"),
     (
         "env concatenates, same name replaced in place",
         "env=LANG=C.UTF-8",
@@ -109,9 +111,9 @@ const CASES: &[(&str, &str, &str, &str)] = &[
     ("env: empty name refused", "", "env==oops", "script=s.py"),
     (
         "everything at once",
-        "net=on & timeout=600 & env=LANG=C.UTF-8 & mounts=/opt/ref:ro",
-        "deps=requests|rich & py=>=3.10 & mounts=/data:ro|./out & net=off & publish=8000 & env=MODE=dev & timeout=60",
-        "script=tools/run.py & args=--all & deps=rich==13 & mounts=/data:rw & publish=127.0.0.1:8000 & env=MODE=prod & timeout=5",
+        "net=off & timeout=600 & env=LANG=C.UTF-8 & mounts=/opt/ref:ro",
+        "deps=requests|rich & py=>=3.10 & mounts=/data:ro|./out & net=on & publish=8000 & env=MODE=dev & timeout=60",
+        "script=tools/run.py & net=on & args=--all & deps=rich==13 & mounts=/data:rw & publish=127.0.0.1:8000 & env=MODE=prod & timeout=5",
     ),
 ];
 
@@ -252,8 +254,15 @@ fn arb_layer() -> impl Strategy<Value = Layer> {
 
 /// Three layers, the top one always naming a script so resolution succeeds.
 fn arb_layers() -> impl Strategy<Value = (Layer, Layer, Layer)> {
-    (arb_layer(), arb_layer(), arb_layer()).prop_map(|(d, i, mut c)| {
+    (arb_layer(), arb_layer(), arb_layer()).prop_map(|(mut d, mut i, mut c)| {
         c.script.get_or_insert_with(|| PathBuf::from("main.py"));
+        // Published ports need the network; keep the layers consistent so they resolve.
+        let net = [&c, &i, &d].iter().find_map(|layer| layer.net).unwrap_or_default();
+        if net == Net::Off {
+            for layer in [&mut d, &mut i, &mut c] {
+                layer.publish.clear();
+            }
+        }
         (d, i, c)
     })
 }
@@ -376,11 +385,12 @@ proptest! {
     #[test]
     fn empty_layer_is_neutral_wherever_it_sits((d, _i, c) in arb_layers()) {
         let empty = Layer::default();
-        let low = resolved(&d, &empty, &c);
-        prop_assert_eq!(&resolved(&empty, &d, &c), &low);
-        // With nothing on top, the middle layer's values are final.
-        let mut top = d.clone();
-        top.script = c.script.clone();
-        prop_assert_eq!(&resolved(&empty, &empty, &top), &resolved(&top, &empty, &empty));
+        let ctx = ctx();
+        prop_assert_eq!(resolve(&empty, &d, &c, &ctx), resolve(&d, &empty, &c, &ctx));
+        // Alone, a layer resolves the same whichever position it takes.
+        let mut alone = d.clone();
+        alone.script = c.script.clone();
+        prop_assert_eq!(resolve(&empty, &empty, &alone, &ctx), resolve(&alone, &empty, &empty, &ctx));
+        prop_assert_eq!(resolve(&empty, &alone, &empty, &ctx), resolve(&alone, &empty, &empty, &ctx));
     }
 }
