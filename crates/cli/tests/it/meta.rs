@@ -1,0 +1,189 @@
+//! `python-sandbox meta …`: diagnostics format, exit codes, JSON shape, and edits that either fully
+//! happen or leave the file untouched.
+
+use insta::assert_snapshot;
+
+use crate::{Ctx, transcript};
+
+const BROKEN: &str = r#"#!/usr/bin/env python3
+# /// script
+# requires-python = ">=3.11"
+# dependencies = [
+#   "requests>=",
+#   "rich",
+# ]
+#
+# [tool.python-sandbox]
+# net = "maybe"
+# mount = ["/data:ro"]
+# publish = [8000, 8000]
+# ///
+print("héllo")
+"#;
+
+#[test]
+fn check_reports_file_line_col_with_hints_and_exits_1() {
+    let ctx = Ctx::new();
+    ctx.write("broken.py", BROKEN);
+    assert_snapshot!(transcript(&ctx.run(&["meta", "check", "broken.py"])), @r#"
+    exit: 1
+    --- stdout
+    --- stderr
+    broken.py:5:14: error[deps/invalid-pep508]: invalid requirement `requests>=`: unexpected end of version specifier, expected version
+      hint: requirements follow pep 508, e.g. `requests>=2.31` or `rich[jupyter]`
+    broken.py:10:9: error[sandbox/invalid-value]: `net` must be `"on"` or `"off"`, not `"maybe"`
+    broken.py:11:3: warning[sandbox/unknown-key]: unknown key `mount` in `[tool.python-sandbox]`
+      hint: did you mean `mounts`?
+    broken.py:12:20: warning[sandbox/duplicate]: port 8000 is listed twice
+      broken.py:12:14: note: first listed here
+    checked 1 file: 2 errors, 2 warnings
+    "#);
+}
+
+#[test]
+fn check_passes_clean_files_and_counts_several() {
+    let ctx = Ctx::new();
+    ctx.write("a.py", "# /// script\n# dependencies = [\"rich\"]\n# ///\n");
+    ctx.write("b.py", "print(1)\n");
+    let out = ctx.run(&["meta", "check", "a.py", "b.py"]);
+    assert_snapshot!(transcript(&out), @r"
+    exit: 0
+    --- stdout
+    --- stderr
+    checked 2 files: 0 errors, 0 warnings
+    ");
+}
+
+#[test]
+fn check_warnings_alone_do_not_fail() {
+    let ctx = Ctx::new();
+    ctx.write("w.py", "# /// script \n# ///\n");
+    let out = ctx.run(&["meta", "check", "w.py"]);
+    assert_eq!(out.status.code(), Some(0), "{}", transcript(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("warning[pep723/near-miss]"));
+}
+
+#[test]
+fn check_unreadable_file_is_a_usage_error() {
+    let ctx = Ctx::new();
+    assert_snapshot!(transcript(&ctx.run(&["meta", "check", "missing.py"])), @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: cannot read `missing.py`: no such file or directory
+    hint: check the path; it is taken relative to the current directory
+    checked 1 file (1 unreadable): 0 errors, 0 warnings
+    ");
+}
+
+#[test]
+fn check_json_has_lsp_ranges_in_utf16() {
+    let ctx = Ctx::new();
+    // The emoji is two UTF-16 units and four UTF-8 bytes: the column must count 2.
+    ctx.write("e.py", "# /// script\n# dependencies = [\"😀\", \"x>\"]\n# ///\n");
+    let out = ctx.run(&["meta", "check", "--json", "e.py"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let diags = v[0]["diagnostics"].as_array().expect("array");
+    let bad = diags.iter().find(|d| d["message"].as_str().unwrap_or_default().contains("`x>`")).expect("x> error");
+    let emoji = diags.iter().find(|d| d["message"].as_str().unwrap_or_default().contains('😀')).expect("emoji");
+    assert_eq!(emoji["range"]["start"]["character"], 19, "{emoji}");
+    assert_eq!(bad["range"]["start"]["character"], 26, "{bad}");
+    assert_eq!(bad["column"], 26, "1-based character column: the emoji is one character");
+}
+
+#[test]
+fn show_prints_one_json_object_even_when_invalid() {
+    let ctx = Ctx::new();
+    ctx.write("broken.py", BROKEN);
+    let out = ctx.run(&["meta", "show", "broken.py", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("exactly one json object");
+    assert_eq!(v["status"], "invalid");
+    assert_eq!(v["metadata"]["requires-python"], ">=3.11");
+    assert_eq!(v["metadata"]["tool"]["python-sandbox"]["net"], "maybe");
+    assert_eq!(v["diagnostics"].as_array().map(Vec::len), Some(4));
+
+    ctx.write("none.py", "print(1)\n");
+    let v: serde_json::Value =
+        serde_json::from_slice(&ctx.run(&["meta", "show", "none.py", "--json"]).stdout).expect("json");
+    assert_eq!(v, serde_json::json!({"status": "none", "metadata": null, "diagnostics": []}));
+}
+
+#[test]
+fn init_add_set_remove_build_a_valid_header() {
+    let ctx = Ctx::new();
+    ctx.write("s.py", "#!/usr/bin/env python3\n\"\"\"Doc.\"\"\"\nprint(1)\n");
+    for args in [
+        &["meta", "init", "s.py"][..],
+        &["meta", "add", "s.py", "rich", "numpy>=2"],
+        &["meta", "set", "s.py", "requires-python", ">=3.11"],
+        &["meta", "set", "s.py", "net", "off"],
+        &["meta", "set", "s.py", "tool.python-sandbox.publish", "8000"],
+        &["meta", "remove", "s.py", "rich"],
+    ] {
+        let out = ctx.run(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", transcript(&out));
+    }
+    assert_snapshot!(ctx.read("s.py"), @r#"
+    #!/usr/bin/env python3
+    # /// script
+    # requires-python = ">=3.11"
+    # dependencies = [
+    #     "numpy>=2",
+    # ]
+    #
+    # [tool.python-sandbox]
+    # net = "off"
+    # publish = [8000]
+    # ///
+
+    """Doc."""
+    print(1)
+    "#);
+    let out = ctx.run(&["meta", "check", "s.py"]);
+    assert_eq!(out.status.code(), Some(0), "{}", transcript(&out));
+    // Idempotent: the same edit again changes nothing.
+    let out = ctx.run(&["meta", "set", "s.py", "net", "off"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to do"));
+}
+
+#[test]
+fn failed_edits_leave_the_file_untouched() {
+    let ctx = Ctx::new();
+    let original = "# /// script\r\n# dependencies = []\r\n# ///\r\nprint(1)";
+    ctx.write("crlf.py", original);
+    for (args, needle) in [
+        (&["meta", "add", "crlf.py", "bad req ~~"][..], "invalid requirement"),
+        (&["meta", "set", "crlf.py", "net", "maybe"], "invalid value for `net`"),
+        (&["meta", "set", "crlf.py", "publish", "70000"], "invalid value for `publish`"),
+        (&["meta", "set", "crlf.py", "requires-python", "3.11"], "requires-python"),
+        (&["meta", "set", "crlf.py", "nett", "off"], "did you mean `net`?"),
+    ] {
+        let out = ctx.run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", transcript(&out));
+        assert!(String::from_utf8_lossy(&out.stderr).contains(needle), "{args:?}: {}", transcript(&out));
+        assert_eq!(ctx.read("crlf.py"), original, "{args:?} changed the file");
+    }
+    // A successful edit keeps CRLF and the missing final newline.
+    assert_eq!(ctx.run(&["meta", "add", "crlf.py", "six"]).status.code(), Some(0));
+    let text = ctx.read("crlf.py");
+    assert!(text.ends_with("# ///\r\nprint(1)"), "{text:?}");
+    assert!(!text.replace("\r\n", "").contains('\n'), "{text:?}");
+    assert!(std::fs::read_dir(ctx.path()).expect("ls").count() == 1, "no temp files left behind");
+}
+
+#[test]
+fn editing_a_file_with_duplicate_blocks_is_refused() {
+    let ctx = Ctx::new();
+    let text = "# /// script\n# dependencies = []\n# ///\nx = 1\n# /// script\n# dependencies = []\n# ///\n";
+    ctx.write("dup.py", text);
+    assert_snapshot!(transcript(&ctx.run(&["meta", "add", "dup.py", "rich"])), @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: cannot edit `dup.py`: the file has more than one `script` block
+    hint: merge them into one block first
+    ");
+    assert_eq!(ctx.read("dup.py"), text);
+}
