@@ -1,10 +1,12 @@
 //! Secret scrubbing: registered secret values are replaced by [`MASK`] in output and error
 //! text, including output that arrives in chunks that split a secret.
 //!
-//! Matching is leftmost-longest: at each position the longest secret that matches wins, so
-//! of two overlapping secrets the longer one is masked whole. The streaming scrubber holds
-//! back only a tail that could still grow into a secret (at most `max_len - 1` bytes) and
-//! produces exactly the bytes the one-shot [`Secrets::scrub_bytes`] would.
+//! Every byte that belongs to any occurrence of any secret is masked, and each maximal run
+//! of such bytes becomes one [`MASK`]. So overlapping secrets never leak a part: with `abcd`
+//! and `abcdef` registered, `abcdef` is masked whole (longest first), and with `abcdef` and
+//! `cdefgh`, `abcdefgh` is masked whole. The streaming scrubber holds back only a tail that
+//! could still grow into a secret (at most `max_len - 1` bytes) and produces exactly the
+//! bytes the one-shot [`Secrets::scrub_bytes`] would.
 //!
 //! Limitation: a secret that itself contains `*` can re-form across a mask boundary (secret
 //! `ab*` next to a masked value); masks are never re-scanned.
@@ -102,44 +104,70 @@ impl Secrets {
     /// Masks every secret in a complete byte buffer.
     pub fn scrub_bytes(&self, bytes: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(bytes.len());
-        let consumed = self.scrub_into(bytes, true, &mut out);
+        let consumed = self.scrub_into(bytes, true, &mut ScrubState::default(), &mut out);
         debug_assert_eq!(consumed, bytes.len());
         out
     }
 
     /// A scrubber for one stream of chunks.
     pub fn stream(&self) -> StreamScrubber {
-        StreamScrubber { secrets: self.clone(), pending: Vec::new() }
+        StreamScrubber { secrets: self.clone(), pending: Vec::new(), state: ScrubState::default() }
     }
 
-    /// Scrubs `bytes` into `out` and returns how many input bytes were consumed. Unless
-    /// `at_end`, stops before a tail that is a proper prefix of some secret, because more input
-    /// might complete it (or complete a longer secret than the one matching now).
-    fn scrub_into(&self, bytes: &[u8], at_end: bool, out: &mut Vec<u8>) -> usize {
-        let mut i = 0;
-        while i < bytes.len() {
-            let rest = &bytes[i..];
-            if !at_end
-                && self
-                    .values
-                    .iter()
-                    .any(|secret| secret.len() > rest.len() && secret.starts_with(rest))
-            {
-                return i;
+    /// Scrubs `bytes` into `out`, continuing from `state`, and returns how many input bytes
+    /// were decided and consumed. Unless `at_end`, stops at the first position from which the
+    /// rest is a proper prefix of some secret: more input might complete a match there, and
+    /// that match would cover the bytes from that position on.
+    fn scrub_into(
+        &self,
+        bytes: &[u8],
+        at_end: bool,
+        state: &mut ScrubState,
+        out: &mut Vec<u8>,
+    ) -> usize {
+        let limit = if at_end { bytes.len() } else { self.undecided_from(bytes) };
+        for (i, &byte) in bytes[..limit].iter().enumerate() {
+            // Every match starting here is complete (or `i` would be past `limit`); the
+            // longest one reaches furthest.
+            if let Some(secret) = self.values.iter().find(|secret| bytes[i..].starts_with(secret)) {
+                state.cover_end = state.cover_end.max(i + secret.len());
             }
-            match self.values.iter().find(|secret| rest.starts_with(secret)) {
-                Some(secret) => {
+            if i < state.cover_end {
+                if !state.in_mask {
                     out.extend_from_slice(MASK.as_bytes());
-                    i += secret.len();
+                    state.in_mask = true;
                 }
-                None => {
-                    out.push(bytes[i]);
-                    i += 1;
-                }
+            } else {
+                out.push(byte);
+                state.in_mask = false;
             }
         }
-        i
+        state.cover_end = state.cover_end.saturating_sub(limit);
+        limit
     }
+
+    /// The first position whose tail is a proper prefix of a secret, else `bytes.len()`.
+    /// Only the last `max_len - 1` positions can qualify.
+    fn undecided_from(&self, bytes: &[u8]) -> usize {
+        let first_candidate = bytes.len().saturating_sub(self.max_len().saturating_sub(1));
+        (first_candidate..bytes.len())
+            .find(|&j| {
+                let rest = &bytes[j..];
+                self.values
+                    .iter()
+                    .any(|secret| secret.len() > rest.len() && secret.starts_with(rest))
+            })
+            .unwrap_or(bytes.len())
+    }
+}
+
+/// Where scrubbing left off: how far already-found matches reach past the consumed bytes,
+/// and whether the last emitted byte was part of a mask (so a covered run that spans two
+/// chunks still becomes one mask).
+#[derive(Debug, Clone, Copy, Default)]
+struct ScrubState {
+    cover_end: usize,
+    in_mask: bool,
 }
 
 /// Scrubs one stream that arrives in chunks. Feed chunks with [`push`](Self::push) and call
@@ -148,6 +176,7 @@ impl Secrets {
 pub struct StreamScrubber {
     secrets: Secrets,
     pending: Vec<u8>,
+    state: ScrubState,
 }
 
 impl StreamScrubber {
@@ -156,7 +185,7 @@ impl StreamScrubber {
         let mut input = std::mem::take(&mut self.pending);
         input.extend_from_slice(chunk);
         let mut out = Vec::with_capacity(input.len());
-        let consumed = self.secrets.scrub_into(&input, false, &mut out);
+        let consumed = self.secrets.scrub_into(&input, false, &mut self.state, &mut out);
         self.pending = input.split_off(consumed);
         debug_assert!(self.pending.len() < self.secrets.max_len().max(1));
         out
@@ -170,7 +199,10 @@ impl StreamScrubber {
     /// Ends the stream: scrubs and returns the held-back tail.
     pub fn finish(&mut self) -> Vec<u8> {
         let pending = std::mem::take(&mut self.pending);
-        self.secrets.scrub_bytes(&pending)
+        let mut out = Vec::with_capacity(pending.len());
+        self.secrets.scrub_into(&pending, true, &mut self.state, &mut out);
+        self.state = ScrubState::default();
+        out
     }
 }
 
