@@ -243,7 +243,8 @@ impl FakeSandbox {
     }
 
     /// Registers `handler` for commands whose argv starts with `prefix` (an empty prefix
-    /// matches everything).
+    /// matches everything). The handler runs while the sandbox is locked: it changes files
+    /// through the `&mut FakeFs` it gets and must not call back into the sandbox.
     pub fn on_exec(
         &self,
         prefix: &[&str],

@@ -117,7 +117,9 @@ fn text(bytes: &[u8]) -> String {
 
 fn header_path(header: &[u8]) -> String {
     let name = text(&header[..100]);
-    let is_ustar = &header[257..262] == b"ustar";
+    // Only POSIX ustar (`ustar\0`) has a prefix field; old GNU headers (`ustar  `) keep
+    // access and change times there.
+    let is_ustar = &header[257..263] == b"ustar\0";
     let prefix = if is_ustar { text(&header[345..500]) } else { String::new() };
     if prefix.is_empty() { name } else { format!("{prefix}/{name}") }
 }

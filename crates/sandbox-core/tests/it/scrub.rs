@@ -125,6 +125,22 @@ proptest! {
     }
 
     #[test]
+    fn an_occurrence_becomes_exactly_one_mask(
+        values in arb_secrets(),
+        pick in any::<prop::sample::Index>(),
+        before in "[x \n]{0,10}",
+        after in "[x \n]{0,10}",
+    ) {
+        let mut secrets = Secrets::new();
+        for value in &values {
+            let _ = secrets.register(value);
+        }
+        let secret = pick.get(&values);
+        let text = format!("{before}{secret}{after}");
+        prop_assert_eq!(secrets.scrub(&text), format!("{before}{MASK}{after}"));
+    }
+
+    #[test]
     fn text_without_secrets_is_unchanged(values in arb_secrets(), text in "[dex \\n]{0,40}") {
         let mut secrets = Secrets::new();
         for value in &values {
