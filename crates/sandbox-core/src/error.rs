@@ -52,6 +52,16 @@ pub enum Error {
         /// The rejected requirement string.
         requirement: String,
     },
+    /// A command-line value does not parse.
+    #[error("invalid {what} `{value}`\nhint: {hint}")]
+    InvalidValue {
+        /// What was being parsed, e.g. "published port".
+        what: &'static str,
+        /// The text as given.
+        value: String,
+        /// The accepted spellings.
+        hint: &'static str,
+    },
     /// Port 0 cannot be published.
     #[error("cannot publish port 0\nhint: ports range from 1 to 65535")]
     InvalidPort,

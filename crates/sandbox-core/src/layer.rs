@@ -84,7 +84,16 @@ impl Layer {
     }
 }
 
-/// Resolves `defaults < inline < cli` into a [`RunSpec`] (see the module docs for the law).
+/// Resolves `defaults < inline < cli` into a [`RunSpec`].
+///
+/// - Scalars (`script`, `args`, `requires_python`, `net`, `timeout`): the highest layer that
+///   sets the field wins; `net` falls back to on.
+/// - Lists (`dependencies`, `mounts`, `publish`, `env`): layers concatenate, lowest first, and
+///   an entry replaces any earlier entry for the same target (mount: normalized absolute
+///   path; publish: port; env: name; dependency: PEP 503 normalized package name), keeping
+///   the position where the target first appeared.
+/// - Errors: no script, `net = off` with published ports, port 0, a zero timeout, an invalid
+///   env name or requirement, `~` without a home, `~user`, a relative workspace or home.
 ///
 /// Pure: paths are expanded (`~`), made absolute against `ctx.workspace` and normalized
 /// lexically, never canonicalized.

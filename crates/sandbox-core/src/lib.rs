@@ -12,6 +12,7 @@ mod error;
 mod fake;
 mod io;
 mod layer;
+mod parse;
 mod paths;
 mod sandbox;
 mod scrub;

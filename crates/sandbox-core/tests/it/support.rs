@@ -2,15 +2,12 @@
 //! snapshots, and `block_on` for the always-ready futures of the fake sandbox.
 
 use std::future::Future;
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use sandbox_core::{
-    EnvVar, Error, Layer, LayerMount, MountMode, Net, Publish, ResolveCtx, RunSpec,
-};
+use sandbox_core::{EnvVar, Error, Layer, MountMode, Net, Publish, ResolveCtx, RunSpec};
 
 /// Parses `key=value & key=value` into a [`Layer`]. List values are separated by `|`:
 /// `script=s.py & args=a b & deps=requests>=2|numpy & py=>=3.11 & mounts=/d:ro|./out &
@@ -25,9 +22,17 @@ pub(crate) fn layer(notation: &str) -> Layer {
             "args" => layer.args = Some(value.split_whitespace().map(str::to_owned).collect()),
             "deps" => layer.dependencies = items().map(str::to_owned).collect(),
             "py" => layer.requires_python = Some(value.to_owned()),
-            "mounts" => layer.mounts = items().map(mount).collect(),
-            "net" => layer.net = Some(if value == "off" { Net::Off } else { Net::On }),
-            "publish" => layer.publish = items().map(publish).collect(),
+            "mounts" => layer.mounts = items().map(|item| item.parse().expect("mount")).collect(),
+            "net" => layer.net = Some(value.parse().expect("net")),
+            "publish" => {
+                // Port 0 must reach `resolve`, which owns that error.
+                layer.publish = items()
+                    .map(|item| match item {
+                        "0" => Publish { port: 0, host: None },
+                        _ => item.parse().expect("publish"),
+                    })
+                    .collect()
+            }
             "env" => layer.env = items().map(env).collect(),
             "timeout" => {
                 layer.timeout = Some(Duration::from_secs(value.parse().expect("timeout secs")))
@@ -38,25 +43,7 @@ pub(crate) fn layer(notation: &str) -> Layer {
     layer
 }
 
-fn mount(item: &str) -> LayerMount {
-    let (path, mode) = match item.rsplit_once(':') {
-        Some((path, "ro")) => (path, Some(MountMode::ReadOnly)),
-        Some((path, "rw")) => (path, Some(MountMode::ReadWrite)),
-        _ => (item, None),
-    };
-    LayerMount { path: PathBuf::from(path), mode }
-}
-
-fn publish(item: &str) -> Publish {
-    match item.rsplit_once(':') {
-        Some((host, port)) => Publish {
-            port: port.parse().expect("port"),
-            host: Some(host.parse::<IpAddr>().expect("host")),
-        },
-        None => Publish { port: item.parse().expect("port"), host: None },
-    }
-}
-
+/// `NAME[=VALUE]` without validation, so invalid names reach `resolve`.
 fn env(item: &str) -> EnvVar {
     match item.split_once('=') {
         Some((name, value)) => EnvVar { name: name.to_owned(), value: Some(value.to_owned()) },

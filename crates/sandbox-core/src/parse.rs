@@ -1,0 +1,139 @@
+//! `FromStr` for the command-line spellings of spec values, shared by the CLI flags and
+//! anything else that reads them (`--mount PATH[:ro|:rw]`, `--publish [HOST:]PORT`,
+//! `--env NAME[=VALUE]`, `--net on|off`). The inline table uses the same mount rule: the
+//! mode is read only from a final `:ro`/`:rw`, so paths containing `:` still work.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use crate::{EnvVar, Error, LayerMount, MountMode, Net, Publish};
+
+impl FromStr for LayerMount {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<LayerMount, Error> {
+        let (path, mode) = match text.rsplit_once(':') {
+            Some((path, "ro")) => (path, Some(MountMode::ReadOnly)),
+            Some((path, "rw")) => (path, Some(MountMode::ReadWrite)),
+            _ => (text, None),
+        };
+        if path.is_empty() {
+            return Err(Error::InvalidValue {
+                what: "mount",
+                value: text.to_owned(),
+                hint: "write `PATH`, `PATH:ro` or `PATH:rw`",
+            });
+        }
+        Ok(LayerMount { path: PathBuf::from(path), mode })
+    }
+}
+
+impl FromStr for Publish {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Publish, Error> {
+        let invalid = || Error::InvalidValue {
+            what: "published port",
+            value: text.to_owned(),
+            hint: "write `PORT`, `HOST:PORT` or `[IPV6]:PORT` with a port from 1 to 65535",
+        };
+        let (host, port) = match text.rsplit_once(':') {
+            Some((host, port)) => {
+                let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+                (Some(host.parse::<IpAddr>().map_err(|_| invalid())?), port)
+            }
+            None => (None, text),
+        };
+        let port: u16 = port.parse().map_err(|_| invalid())?;
+        if port == 0 {
+            return Err(Error::InvalidPort);
+        }
+        Ok(Publish { port, host })
+    }
+}
+
+impl FromStr for EnvVar {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<EnvVar, Error> {
+        let (name, value) = match text.split_once('=') {
+            Some((name, value)) => (name, Some(value.to_owned())),
+            None => (text, None),
+        };
+        if name.is_empty() || name.contains('\0') {
+            return Err(Error::InvalidEnvName { name: name.to_owned() });
+        }
+        Ok(EnvVar { name: name.to_owned(), value })
+    }
+}
+
+impl FromStr for Net {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Net, Error> {
+        match text {
+            "on" => Ok(Net::On),
+            "off" => Ok(Net::Off),
+            _ => Err(Error::InvalidValue {
+                what: "network setting",
+                value: text.to_owned(),
+                hint: "write `on` or `off`",
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn show<T: std::fmt::Debug>(result: Result<T, Error>) -> String {
+        match result {
+            Ok(value) => format!("{value:?}"),
+            Err(error) => format!("error: {}", error.to_string().replace('\n', " / ")),
+        }
+    }
+
+    #[test]
+    fn spellings() {
+        let mounts = ["/data", "/data:ro", "./out:rw", "C:/x", "/a:b:ro", "/x:RO", ":ro", ""];
+        let ports = ["8000", "127.0.0.1:8000", "[::1]:9000", "0", "70000", "localhost:80", "x"];
+        let envs = ["A=1", "TOKEN", "A==b", "EMPTY=", "=x"];
+        let nets = ["on", "off", "OFF", "true"];
+        let mut out = Vec::new();
+        out.extend(
+            mounts.iter().map(|m| format!("mount {m:?}: {}", show(m.parse::<LayerMount>()))),
+        );
+        out.extend(ports.iter().map(|p| format!("publish {p:?}: {}", show(p.parse::<Publish>()))));
+        out.extend(envs.iter().map(|e| format!("env {e:?}: {}", show(e.parse::<EnvVar>()))));
+        out.extend(nets.iter().map(|n| format!("net {n:?}: {}", show(n.parse::<Net>()))));
+        let expected = [
+            r#"mount "/data": LayerMount { path: "/data", mode: None }"#,
+            r#"mount "/data:ro": LayerMount { path: "/data", mode: Some(ReadOnly) }"#,
+            r#"mount "./out:rw": LayerMount { path: "./out", mode: Some(ReadWrite) }"#,
+            r#"mount "C:/x": LayerMount { path: "C:/x", mode: None }"#,
+            r#"mount "/a:b:ro": LayerMount { path: "/a:b", mode: Some(ReadOnly) }"#,
+            r#"mount "/x:RO": LayerMount { path: "/x:RO", mode: None }"#,
+            r#"mount ":ro": error: invalid mount `:ro` / hint: write `PATH`, `PATH:ro` or `PATH:rw`"#,
+            r#"mount "": error: invalid mount `` / hint: write `PATH`, `PATH:ro` or `PATH:rw`"#,
+            r#"publish "8000": Publish { port: 8000, host: None }"#,
+            r#"publish "127.0.0.1:8000": Publish { port: 8000, host: Some(127.0.0.1) }"#,
+            r#"publish "[::1]:9000": Publish { port: 9000, host: Some(::1) }"#,
+            r#"publish "0": error: cannot publish port 0 / hint: ports range from 1 to 65535"#,
+            r#"publish "70000": error: invalid published port `70000` / hint: write `PORT`, `HOST:PORT` or `[IPV6]:PORT` with a port from 1 to 65535"#,
+            r#"publish "localhost:80": error: invalid published port `localhost:80` / hint: write `PORT`, `HOST:PORT` or `[IPV6]:PORT` with a port from 1 to 65535"#,
+            r#"publish "x": error: invalid published port `x` / hint: write `PORT`, `HOST:PORT` or `[IPV6]:PORT` with a port from 1 to 65535"#,
+            r#"env "A=1": EnvVar { name: "A", value: Some("1") }"#,
+            r#"env "TOKEN": EnvVar { name: "TOKEN", value: None }"#,
+            r#"env "A==b": EnvVar { name: "A", value: Some("=b") }"#,
+            r#"env "EMPTY=": EnvVar { name: "EMPTY", value: Some("") }"#,
+            r#"env "=x": error: an empty string is not a valid environment variable name / hint: names are non-empty and contain neither `=` nor NUL"#,
+            r#"net "on": On"#,
+            r#"net "off": Off"#,
+            r#"net "OFF": error: invalid network setting `OFF` / hint: write `on` or `off`"#,
+            r#"net "true": error: invalid network setting `true` / hint: write `on` or `off`"#,
+        ];
+        assert_eq!(out, expected);
+    }
+}
