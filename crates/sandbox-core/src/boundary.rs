@@ -105,9 +105,17 @@ impl fmt::Display for Crossing {
     }
 }
 
-/// Lists every boundary crossing of `spec`, mounts in order, the workspace first. `home` is
-/// the caller's home directory, absolute; `None` when unknown (then only absolute secret
-/// locations and writes outside the workspace are checked).
+/// Lists every boundary crossing of `spec`, mounts in order, the workspace first.
+///
+/// A mount (or the workspace, which is mounted read-write) crosses when it is, lies inside
+/// or lies over ("contains") the home directory, a [`HOME_SECRETS`] location, a
+/// [`HOST_SOCKETS`] location, any `.ssh`-like directory or a `*.sock` of a container daemon;
+/// and separately when it is read-write outside the workspace. Read-only mounts that expose
+/// none of these need nothing. Purely lexical: symlinks are not followed, so classify the
+/// canonicalized spec too.
+///
+/// `home` is the caller's home directory, absolute; `None` when unknown (then only the
+/// absolute locations, the name rules and writes outside the workspace are checked).
 pub fn classify(spec: &RunSpec, home: Option<&Path>) -> Vec<Crossing> {
     let home = home.filter(|home| home.is_absolute()).map(normalize);
     let home = home.as_deref();

@@ -20,7 +20,10 @@ pub const MASK: &str = "****";
 /// would garble it without protecting anything worth protecting.
 pub const MIN_SECRET_LEN: usize = 4;
 
-/// A set of secret values to mask, longest first.
+/// A set of secret values to mask. Every byte of every occurrence of any secret is masked,
+/// each maximal run of such bytes becomes one [`MASK`], so overlapping secrets leak no part.
+/// Values shorter than [`MIN_SECRET_LEN`] bytes are refused with a reason. A secret that
+/// itself contains `*` can re-form next to a mask; masks are never re-scanned.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Secrets {
     values: Vec<Vec<u8>>,
@@ -171,7 +174,9 @@ struct ScrubState {
 }
 
 /// Scrubs one stream that arrives in chunks. Feed chunks with [`push`](Self::push) and call
-/// [`finish`](Self::finish) at end of stream to flush the held-back tail.
+/// [`finish`](Self::finish) at end of stream to flush the held-back tail. Holds back only a
+/// tail that could still grow into a secret (at most `max_len - 1` bytes), and the
+/// concatenated output equals [`Secrets::scrub_bytes`] of the whole stream.
 #[derive(Debug, Clone)]
 pub struct StreamScrubber {
     secrets: Secrets,
