@@ -99,6 +99,28 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        #[test]
+        fn normalize_is_idempotent_and_clean(
+            parts in proptest::collection::vec(
+                proptest::sample::select(&["a", "b", ".", "..", "", "~"][..]), 0..8),
+            absolute: bool,
+        ) {
+            let joined = parts.join("/");
+            let path = if absolute { format!("/{joined}") } else { joined };
+            let absolute = path.starts_with('/');
+            let once = normalize(Path::new(&path));
+            proptest::prop_assert_eq!(normalize(&once), once.clone());
+            proptest::prop_assert_eq!(once.is_absolute(), absolute);
+            let components: Vec<Component<'_>> = once.components().collect();
+            // `.` only as the whole result; `..` only as a leading run of a relative path.
+            proptest::prop_assert!(!components.contains(&Component::CurDir) || components.len() == 1);
+            let leading = components.iter().take_while(|c| **c == Component::ParentDir).count();
+            proptest::prop_assert!(!components[leading..].contains(&Component::ParentDir));
+            proptest::prop_assert!(!absolute || leading == 0);
+        }
+    }
+
     #[test]
     fn within_is_by_component() {
         assert!(is_within(Path::new("/home/me/x"), Path::new("/home/me")));
