@@ -16,13 +16,13 @@ use crate::{OutputSink, Stream};
 /// What every secret occurrence becomes.
 pub const MASK: &str = "****";
 
-/// Values shorter than this are not registered: masking every `abc` in ordinary output
+/// Values with fewer characters than this are not registered: masking every `abc` in ordinary output
 /// would garble it without protecting anything worth protecting.
 pub const MIN_SECRET_LEN: usize = 4;
 
 /// A set of secret values to mask. Every byte of every occurrence of any secret is masked,
 /// each maximal run of such bytes becomes one [`MASK`], so overlapping secrets leak no part.
-/// Values shorter than [`MIN_SECRET_LEN`] bytes are refused with a reason. A secret that
+/// Values shorter than [`MIN_SECRET_LEN`] characters are refused with a reason. A secret that
 /// itself contains `*` can re-form next to a mask; masks are never re-scanned.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Secrets {
@@ -34,7 +34,7 @@ pub struct Secrets {
 pub enum Ignored {
     /// The value is empty.
     Empty,
-    /// The value is shorter than [`MIN_SECRET_LEN`] bytes.
+    /// The value is shorter than [`MIN_SECRET_LEN`] characters.
     TooShort,
     /// The value is already registered.
     Duplicate,
@@ -46,7 +46,7 @@ impl Ignored {
         match self {
             Ignored::Empty => "the value is empty, so there is nothing to mask",
             Ignored::TooShort => {
-                "the value is shorter than 4 bytes: masking it would garble ordinary output"
+                "the value is shorter than 4 characters: masking it would garble ordinary output"
             }
             Ignored::Duplicate => "the value is already registered",
         }
@@ -67,13 +67,13 @@ impl Secrets {
 
     /// Adds a secret value, or says why it was not added.
     pub fn register(&mut self, value: &str) -> Result<(), Ignored> {
-        let value = value.as_bytes();
         if value.is_empty() {
             return Err(Ignored::Empty);
         }
-        if value.len() < MIN_SECRET_LEN {
+        if value.chars().count() < MIN_SECRET_LEN {
             return Err(Ignored::TooShort);
         }
+        let value = value.as_bytes();
         if self.values.iter().any(|known| known == value) {
             return Err(Ignored::Duplicate);
         }
