@@ -15,9 +15,68 @@ pub(crate) struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
+    /// Run a PEP 723 script in a throwaway sandbox; the current directory is the workspace.
+    Run(RunArgs),
+    /// Report which isolation engines (bwrap, docker, podman) work here (exit 3 when none does).
+    Detect {
+        /// Print `{"selected": NAME|null, "engines": [...]}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Explain how to get a working isolation engine on this machine.
+    Suggest,
     /// Check and edit a script's inline `# /// script` metadata.
     #[command(subcommand)]
     Meta(MetaCmd),
+}
+
+/// Flags of `run`. Every flag beats the script's inline `[tool.python-sandbox]` table.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The isolation engine; `auto` takes the first that works of bwrap, docker, podman.
+    #[arg(long, value_enum, default_value_t = EngineChoice::Auto)]
+    pub(crate) engine: EngineChoice,
+    /// Network access at run time (dependencies install with network either way).
+    #[arg(long, value_enum)]
+    pub(crate) net: Option<NetFlag>,
+    /// Mount a host path at its real path: `PATH`, `PATH:ro` or `PATH:rw` (repeatable).
+    #[arg(long = "mount", value_name = "PATH[:ro|:rw]")]
+    pub(crate) mounts: Vec<String>,
+    /// Publish a port of the sandbox on the host, `PORT` or `ADDR:PORT` (repeatable; needs net on).
+    #[arg(long = "publish", value_name = "PORT")]
+    pub(crate) publish: Vec<String>,
+    /// Pass an environment variable: `NAME` copies the host's value, `NAME=VALUE` sets it (repeatable).
+    #[arg(long = "env", value_name = "NAME[=VALUE]")]
+    pub(crate) env: Vec<String>,
+    /// Stop the whole run after this many seconds (exit code 124).
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) timeout: Option<f64>,
+    /// Allow mounts that cross a boundary (secrets, `$HOME`, read-write outside the workspace).
+    #[arg(long)]
+    pub(crate) approve: bool,
+    /// Print a JSON summary on stdout (the script's output goes to stderr).
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// The PEP 723 script.
+    #[arg(value_name = "SCRIPT")]
+    pub(crate) script: PathBuf,
+    /// Arguments for the script, after `--`.
+    #[arg(last = true, value_name = "ARGS")]
+    pub(crate) args: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum EngineChoice {
+    Auto,
+    Bwrap,
+    Docker,
+    Podman,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum NetFlag {
+    On,
+    Off,
 }
 
 #[derive(Debug, Subcommand)]
@@ -76,7 +135,3 @@ pub(crate) enum MetaCmd {
         file: PathBuf,
     },
 }
-
-#[allow(dead_code)]
-#[derive(Debug, Args)]
-pub(crate) struct Placeholder;

@@ -4,6 +4,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod args;
+mod detect;
 mod meta;
 #[cfg(test)]
 mod plugin_check;
@@ -19,6 +20,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Meta(cmd) => meta::run(cmd),
+        Command::Detect { json } => detect::detect(json),
+        Command::Suggest => detect::suggest(),
+        Command::Run(_args) => Err(anyhow::anyhow!("`run` is not wired yet")),
     };
     match result {
         Ok(code) => code,

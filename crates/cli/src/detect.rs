@@ -1,0 +1,52 @@
+//! `python-sandbox detect` and `python-sandbox suggest`: which engines work here, and what to do
+//! when none does. The probes and the advice are `engine-detect`'s.
+
+use std::process::ExitCode;
+
+use anstream::println;
+use anyhow::Result;
+use engine_detect::Detection;
+
+use crate::ui;
+
+/// Exit code when no isolation engine works: never a fallback to running unsandboxed.
+pub(crate) const EXIT_NO_ENGINE: u8 = 3;
+
+pub(crate) fn detect(json: bool) -> Result<ExitCode> {
+    let detection = engine_detect::detect();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&detection)?);
+    } else {
+        print_table(&detection);
+    }
+    Ok(exit_for(&detection))
+}
+
+pub(crate) fn suggest() -> Result<ExitCode> {
+    let detection = engine_detect::detect();
+    let os = engine_detect::OsInfo::detect();
+    println!("{}", engine_detect::suggest(&os, &detection));
+    Ok(exit_for(&detection))
+}
+
+fn exit_for(detection: &Detection) -> ExitCode {
+    if detection.selected.is_some() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NO_ENGINE) }
+}
+
+fn print_table(detection: &Detection) {
+    for probe in &detection.engines {
+        let (style, mark) = if probe.available { (ui::NOTE, "available") } else { (ui::WARNING, "unavailable") };
+        let mut lines = probe.reason.lines();
+        println!("{:<7}{style}{mark:<12}{style:#} {}", probe.name.as_str(), lines.next().unwrap_or_default());
+        for rest in lines {
+            println!("{:<20}{rest}", "");
+        }
+    }
+    match detection.selected {
+        Some(name) => println!("selected: {}{name}{:#}", ui::BOLD, ui::BOLD),
+        None => {
+            println!("selected: none");
+            ui::print_hint("run `python-sandbox suggest` for how to get one on this machine");
+        }
+    }
+}
