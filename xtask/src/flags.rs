@@ -11,6 +11,8 @@ commands:
   bench              benchmarks, printed side by side with their baselines
   fuzz [--seconds N] [TARGET]
                      run cargo-fuzz targets on nightly (default 30 s each)
+  test-engines [--engine NAME]... [FILTER]...
+                     build the CLI and run the cross-engine conformance suite (tests/conformance)
 ";
 
 pub(crate) enum Cmd {
@@ -19,6 +21,7 @@ pub(crate) enum Cmd {
     Wasm(crate::wasm::Wasm),
     Bench(crate::bench::Bench),
     Fuzz(crate::fuzz::Fuzz),
+    TestEngines(crate::test_engines::TestEngines),
 }
 
 pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
@@ -60,6 +63,26 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
                 }
             }
             Cmd::Fuzz(crate::fuzz::Fuzz { seconds, target })
+        }
+        "test-engines" => {
+            let (mut engines, mut filters) = (Vec::new(), Vec::new());
+            let mut it = rest.into_iter();
+            while let Some(a) = it.next() {
+                match a.as_str() {
+                    "--engine" => match it.next() {
+                        Some(e) if !e.starts_with('-') => engines.push(e),
+                        _ => bail!("`--engine` needs a name (bwrap, docker, podman)\n\n{USAGE}"),
+                    },
+                    s if s.starts_with("--engine=") => {
+                        engines.push(s["--engine=".len()..].to_string())
+                    }
+                    s if s.starts_with('-') => {
+                        bail!("unknown option `{a}` for `test-engines`\n\n{USAGE}")
+                    }
+                    _ => filters.push(a),
+                }
+            }
+            Cmd::TestEngines(crate::test_engines::TestEngines { engines, filters })
         }
         _ => bail!("unknown command `{cmd}`\n\n{USAGE}"),
     })

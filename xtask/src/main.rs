@@ -7,6 +7,7 @@ mod bench;
 mod ci;
 mod flags;
 mod fuzz;
+mod test_engines;
 mod wasm;
 
 use std::path::{Path, PathBuf};
@@ -26,6 +27,7 @@ fn main() -> anyhow::Result<()> {
         flags::Cmd::Wasm(c) => c.run(&sh),
         flags::Cmd::Bench(c) => c.run(&sh),
         flags::Cmd::Fuzz(c) => c.run(&sh),
+        flags::Cmd::TestEngines(c) => c.run(&sh),
     }
 }
 

@@ -1,0 +1,3 @@
+"""Arguments after `--` arrive verbatim."""
+print("argv: " + json.dumps(sys.argv[1:]))
+done()

@@ -1,0 +1,14 @@
+"""Network facts; the runner matches them per engine and mode."""
+
+
+def resolve():
+    socket.getaddrinfo("pypi.org", 443)
+    return "resolved"
+
+
+print("loopback:", attempt(lambda: connect_tcp("127.0.0.1", CTX["tcp_port"])))
+print("abstract:", attempt(lambda: connect_unix("\0" + CTX["abstract_name"])))
+print("dns:", attempt(resolve))
+names = sorted(name for _, name in socket.if_nameindex())
+print("interfaces:", "lo-only" if names == ["lo"] else "external", names)
+done()

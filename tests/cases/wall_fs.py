@@ -1,0 +1,13 @@
+"""Outside the workspace: the system is read-only, /tmp is private, /etc/shadow and the host's /tmp
+are unreadable, and nothing written anywhere else shows up on the host."""
+name = f"python-sandbox-conformance-{CTX['tag']}"
+must_fail("read /etc/shadow", lambda: read("/etc/shadow"))
+must_fail("read a host /tmp secret", lambda: read(CTX["host_tmp_secret"]))
+hidden("ls the host /tmp dir", CTX["host_tmp"])
+for d in ("/etc", "/usr", "/var", "/"):
+    must_fail(f"write {d}", lambda d=d: write(os.path.join(d, name)))
+must_fail("write next to the workspace", lambda: write(os.path.join(CTX["case_root"], name)))
+# /tmp is the sandbox's own: writing may work, the runner checks the host's /tmp stays clean.
+print("write /tmp:", attempt(lambda: write(os.path.join("/tmp", name)) and "written"))
+print("write host /tmp dir:", attempt(lambda: write(os.path.join(CTX["host_tmp"], name)) and "written"))
+done()

@@ -1,0 +1,433 @@
+//! The case table: what every engine must do, as data. Scripts live in tests/cases (plus a few
+//! one-liners inline); the runner adds the checks every run gets (see harness.rs).
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, symlink};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::fixture::Fixture;
+use crate::harness::{BASE, Case, Expect, Run, Script};
+
+/// A script that must never start: if it runs, `+ws/ran` shows up as an unexpected host change.
+const MUST_NOT_RUN: Script = Script::Inline("write(\"ran\")\ndone()\n");
+
+/// Arguments that a shell-based or flag-parsing launcher would mangle.
+const ARGS: &[&str] = &[
+    "plain",
+    "with space",
+    "ünïcödé ✓ 日本",
+    "--flag",
+    "-x",
+    "--",
+    "",
+    "$HOME",
+    "*.py",
+    "a\"b'c\\d",
+    "line1\nline2",
+    "--json",
+    "--net=off",
+];
+
+const NET_OFF: &str = "[tool.python-sandbox]\nnet = \"off\"";
+const NET_ON: &str = "[tool.python-sandbox]\nnet = \"on\"";
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+fn path(p: &Path) -> String {
+    p.display().to_string()
+}
+
+pub(crate) fn all() -> Vec<Case> {
+    vec![
+        // Slow on a cold cache (uv resolves and installs), so first in the queue.
+        Case {
+            name: "deps-six",
+            script: Script::File("deps.py"),
+            meta: Some("dependencies = [\"six\"]"),
+            expect: |_| Expect::ok().has("six: 1.").has("ok write next to six"),
+            deadline_secs: 600,
+            ..BASE
+        },
+        Case {
+            name: "deps-six-net-off-at-run-time",
+            script: Script::File("deps.py"),
+            meta: Some("dependencies = [\"six\"]\n\n[tool.python-sandbox]\nnet = \"off\""),
+            expect: |_| Expect::ok().has("six: 1.").has("dns: failed"),
+            deadline_secs: 600,
+            ..BASE
+        },
+        Case {
+            name: "compute",
+            script: Script::File("compute.py"),
+            expect: |_| {
+                Expect::ok().has("sum-of-squares: 332833500").has("sha256: 33ebf5a51539c8cc")
+            },
+            ..BASE
+        },
+        Case {
+            name: "write-cwd-lands-on-host-json",
+            script: Script::File("write_cwd.py"),
+            flags: |_| strings(&["--json"]),
+            expect: |_| {
+                Expect::ok()
+                    .changes(&["+ws/out.txt", "+ws/sub", "+ws/sub/nested.txt"])
+                    .host(written_by_caller)
+            },
+            ..BASE
+        },
+        Case { name: "wall-home-secrets", script: Script::File("wall_home.py"), ..BASE },
+        Case {
+            name: "wall-env-secrets",
+            script: Script::File("wall_env.py"),
+            expect: |_| Expect::ok().lacks("env: GITHUB_TOKEN=").lacks("env: CONF_PASS="),
+            ..BASE
+        },
+        Case {
+            name: "env-explicit-flags",
+            script: Script::File("env_explicit.py"),
+            flags: |_| strings(&["--env", "CONF_SET=set by flag", "--env", "CONF_PASS"]),
+            ..BASE
+        },
+        Case {
+            name: "wall-fs-outside-cwd",
+            script: Script::File("wall_fs.py"),
+            expect: |_| Expect::ok().host(no_system_litter),
+            ..BASE
+        },
+        Case {
+            name: "wall-links",
+            script: Script::File("wall_links.py"),
+            setup: plant_links,
+            expect: |_| Expect::ok().changes(&["+ws/l"]).host(no_system_litter),
+            ..BASE
+        },
+        Case { name: "wall-host-sockets", script: Script::File("sockets.py"), ..BASE },
+        Case { name: "caps-nnp-userns-mount", script: Script::File("caps.py"), ..BASE },
+        Case { name: "proc-only-sandbox-pids", script: Script::File("proc.py"), ..BASE },
+        Case {
+            name: "dev-nodes",
+            script: Script::File("dev.py"),
+            expect: |_| Expect::ok().changes(&["+ws/p"]).host(fifo_on_host),
+            ..BASE
+        },
+        Case { name: "env-and-cache-read-only", script: Script::File("envwrite.py"), ..BASE },
+        Case {
+            name: "net-off-flag",
+            script: Script::File("net.py"),
+            flags: |_| strings(&["--net", "off"]),
+            expect: |_| net_off(),
+            ..BASE
+        },
+        Case { name: "net-default-on", script: Script::File("net.py"), expect: net_on, ..BASE },
+        Case {
+            name: "net-inline-off",
+            script: Script::File("net.py"),
+            meta: Some(NET_OFF),
+            expect: |_| net_off(),
+            ..BASE
+        },
+        Case {
+            name: "net-flag-on-beats-inline-off",
+            script: Script::File("net.py"),
+            meta: Some(NET_OFF),
+            flags: |_| strings(&["--net", "on"]),
+            expect: net_on,
+            ..BASE
+        },
+        Case {
+            name: "net-flag-off-beats-inline-on",
+            script: Script::File("net.py"),
+            meta: Some(NET_ON),
+            flags: |_| strings(&["--net", "off"]),
+            expect: |_| net_off(),
+            ..BASE
+        },
+        Case {
+            name: "publish-port-reachable",
+            script: Script::File("publish.py"),
+            flags: |fx| strings(&["--net", "on", "--publish", &fx.publish_port.to_string()]),
+            during: Some(greet_published),
+            expect: |_| Expect::ok().has("served"),
+            ..BASE
+        },
+        Case {
+            name: "mount-ro-rw",
+            script: Script::File("mounts.py"),
+            flags: |fx| {
+                let (ro, rw) = (path(&fx.mnt_ro), path(&fx.mnt_rw));
+                strings(&[
+                    "--approve",
+                    "--mount",
+                    &format!("{ro}:ro"),
+                    "--mount",
+                    &format!("{rw}:rw"),
+                ])
+            },
+            args: |fx| vec![format!("ro:{}", path(&fx.mnt_ro)), format!("rw:{}", path(&fx.mnt_rw))],
+            expect: |_| Expect::ok().changes(&["+mnt/rw/written.txt"]),
+            ..BASE
+        },
+        Case {
+            name: "mount-inline-ro-subdir",
+            script: Script::File("mounts.py"),
+            meta: Some("[tool.python-sandbox]\nmounts = [\"./sub:ro\"]"),
+            setup: |fx| {
+                fs::create_dir(fx.ws.join("sub"))
+                    .and_then(|()| fs::write(fx.ws.join("sub/data.txt"), "read-only data\n"))
+                    .map_err(|e| format!("cannot create ws/sub: {e}"))
+            },
+            args: |_| strings(&["ro:sub"]),
+            ..BASE
+        },
+        Case {
+            name: "boundary-mount-home-ssh-refused",
+            script: MUST_NOT_RUN,
+            flags: |fx| strings(&["--mount", &path(&fx.home.join(".ssh"))]),
+            expect: |_| Expect::exit(4).err(".ssh"),
+            ..BASE
+        },
+        Case {
+            name: "boundary-mount-tmp-rw-refused",
+            script: MUST_NOT_RUN,
+            flags: |fx| strings(&["--mount", &format!("{}:rw", path(&fx.outside_rw))]),
+            expect: |fx| Expect::exit(4).err(path(&fx.outside_rw)),
+            ..BASE
+        },
+        Case {
+            name: "boundary-approve-runs",
+            script: Script::File("mounts.py"),
+            flags: |fx| strings(&["--approve", "--mount", &format!("{}:rw", path(&fx.outside_rw))]),
+            args: |fx| vec![format!("rw:{}", path(&fx.outside_rw))],
+            expect: |_| Expect::ok().changes(&["+tmp/outside/written.txt"]),
+            ..BASE
+        },
+        Case {
+            name: "exit-42",
+            script: Script::Inline("sys.exit(42)\n"),
+            expect: |_| Expect::exit(42),
+            ..BASE
+        },
+        Case {
+            name: "exit-42-json",
+            script: Script::Inline("print(\"exiting\")\nsys.exit(42)\n"),
+            flags: |_| strings(&["--json"]),
+            expect: |_| Expect::exit(42).has("exiting"),
+            ..BASE
+        },
+        Case {
+            name: "exit-sigterm-143",
+            script: Script::Inline(
+                "import signal, time\nprint(\"about to die\")\nos.kill(os.getpid(), signal.SIGTERM)\n\
+                 time.sleep(5)\nprint(\"BROKEN sigterm: still alive 5 s after SIGTERM\")\n",
+            ),
+            expect: |_| Expect::exit(143).has("about to die"),
+            ..BASE
+        },
+        Case {
+            name: "exit-uncaught-exception-1",
+            script: Script::Inline("raise RuntimeError(\"boom from the script\")\n"),
+            expect: |_| Expect::exit(1).err("RuntimeError: boom from the script"),
+            ..BASE
+        },
+        Case {
+            name: "args-verbatim",
+            script: Script::File("args.py"),
+            args: |_| strings(ARGS),
+            expect: |_| Expect::ok().host(args_arrived),
+            ..BASE
+        },
+        Case {
+            name: "timeout-flag-kills-tree-json",
+            script: Script::File("spawn.py"),
+            flags: |_| strings(&["--json", "--timeout", "2"]),
+            args: |_| strings(&["hang"]),
+            expect: |_| Expect::exit(124).has("ok detached child alive").has("sleeping").within(30),
+            ..BASE
+        },
+        Case {
+            name: "timeout-inline",
+            script: Script::File("spawn.py"),
+            meta: Some("[tool.python-sandbox]\ntimeout = 2"),
+            args: |_| strings(&["hang"]),
+            expect: |_| Expect::exit(124).has("sleeping").within(30),
+            ..BASE
+        },
+        Case {
+            name: "timeout-flag-beats-inline",
+            script: Script::File("sleep.py"),
+            meta: Some("[tool.python-sandbox]\ntimeout = 1"),
+            flags: |_| strings(&["--timeout", "60"]),
+            args: |_| strings(&["3"]),
+            ..BASE
+        },
+        Case {
+            name: "no-orphans-after-exit",
+            script: Script::File("spawn.py"),
+            expect: |_| Expect::ok().has("ok detached child alive"),
+            ..BASE
+        },
+        Case {
+            name: "metadata-error-exit-2",
+            script: MUST_NOT_RUN,
+            meta: Some("dependencies = ["),
+            expect: |_| Expect::exit(2).located(),
+            ..BASE
+        },
+        Case {
+            name: "metadata-invalid-net-exit-2",
+            script: MUST_NOT_RUN,
+            meta: Some("[tool.python-sandbox]\nnet = \"maybe\""),
+            expect: |_| Expect::exit(2).located(),
+            ..BASE
+        },
+        Case {
+            name: "bad-flag-exit-2",
+            script: MUST_NOT_RUN,
+            flags: |_| strings(&["--net", "maybe"]),
+            expect: |_| Expect::exit(2),
+            ..BASE
+        },
+        Case {
+            name: "bad-timeout-exit-2",
+            script: MUST_NOT_RUN,
+            flags: |_| strings(&["--timeout", "soon"]),
+            expect: |_| Expect::exit(2),
+            ..BASE
+        },
+        Case {
+            name: "engine-unavailable-exit-3",
+            script: MUST_NOT_RUN,
+            expect: |fx| Expect::exit(3).err(fx.engine.clone()),
+            unavailable_only: true,
+            ..BASE
+        },
+    ]
+}
+
+/// No route at all: not the host's loopback, not its abstract sockets, not DNS.
+fn net_off() -> Expect {
+    Expect::ok()
+        .has("loopback: failed")
+        .has("abstract: failed")
+        .has("dns: failed")
+        .has("interfaces: lo-only")
+        .loopback(false)
+        .abstract_socket(false)
+}
+
+/// bwrap shares the host's network namespace, so the host's loopback is reachable; a container's
+/// loopback is its own.
+fn net_on(fx: &Fixture) -> Expect {
+    let e = Expect::ok().has("interfaces: external");
+    if fx.engine == "bwrap" {
+        e.has("loopback: connected").loopback(true)
+    } else {
+        e.has("loopback: failed").loopback(false)
+    }
+}
+
+fn written_by_caller(fx: &Fixture, run: &Run) -> Result<(), String> {
+    let out = fx.ws.join("out.txt");
+    let meta = fs::metadata(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    if (meta.uid(), meta.gid()) != (fx.uid, fx.gid) {
+        return Err(format!(
+            "out.txt is owned by {}:{}, not the caller {}:{}",
+            meta.uid(),
+            meta.gid(),
+            fx.uid,
+            fx.gid
+        ));
+    }
+    let text = fs::read_to_string(&out).unwrap_or_default();
+    if text != format!("written by {}\n", fx.tag) {
+        return Err(format!("out.txt holds {text:?}"));
+    }
+    let files: Vec<&str> = run
+        .json
+        .as_ref()
+        .and_then(|j| j.get("files_written"))
+        .and_then(|f| f.as_array())
+        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    for want in ["out.txt", "sub/nested.txt"] {
+        if !files.contains(&want) {
+            return Err(format!("--json files_written {files:?} lacks {want:?}"));
+        }
+    }
+    Ok(())
+}
+
+fn plant_links(fx: &Fixture) -> Result<(), String> {
+    for (link, target) in
+        [("h", fx.home.as_path()), ("e", Path::new("/etc")), ("t", fx.host_tmp.as_path())]
+    {
+        symlink(target, fx.ws.join(link)).map_err(|e| format!("cannot plant ./{link}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Writes the scripts attempted in system directories must not exist on the host. A broken engine
+/// running as root could really create them, so they are removed after being reported.
+fn no_system_litter(fx: &Fixture, _: &Run) -> Result<(), String> {
+    let name = format!("python-sandbox-conformance-{}", fx.tag);
+    let mut found = Vec::new();
+    for dir in ["/etc", "/usr", "/var", "/", "/tmp"] {
+        let p = Path::new(dir).join(&name);
+        if p.exists() {
+            let _ = fs::remove_file(&p);
+            found.push(p.display().to_string());
+        }
+    }
+    if found.is_empty() { Ok(()) } else { Err(format!("LEAK writes reached the host: {found:?}")) }
+}
+
+fn fifo_on_host(fx: &Fixture, _: &Run) -> Result<(), String> {
+    let meta = fs::symlink_metadata(fx.ws.join("p")).map_err(|e| format!("./p: {e}"))?;
+    if meta.file_type().is_fifo() { Ok(()) } else { Err("./p on the host is not a FIFO".into()) }
+}
+
+fn args_arrived(_: &Fixture, run: &Run) -> Result<(), String> {
+    let line = run
+        .script_out
+        .lines()
+        .find_map(|l| l.strip_prefix("argv: "))
+        .ok_or("the script printed no `argv:` line")?;
+    let got: Vec<String> =
+        serde_json::from_str(line).map_err(|e| format!("argv line {line:?}: {e}"))?;
+    if got != strings(ARGS) {
+        return Err(format!("arguments arrived as {got:?}, expected {ARGS:?}"));
+    }
+    Ok(())
+}
+
+/// Connects from the host to the published port until the script greets, then says `bye`.
+fn greet_published(fx: &Fixture, exited: &AtomicBool) -> Result<(), String> {
+    let want = format!("hello {}\n", fx.tag);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = String::from("never connected");
+    while Instant::now() < deadline && !exited.load(Ordering::SeqCst) {
+        match TcpStream::connect(("127.0.0.1", fx.publish_port)) {
+            Ok(mut s) => {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut buf = vec![0u8; want.len()];
+                match s.read_exact(&mut buf) {
+                    Ok(()) if buf == want.as_bytes() => {
+                        let _ = s.write_all(b"bye\n");
+                        return Ok(());
+                    }
+                    Ok(()) => last = format!("read {:?}", String::from_utf8_lossy(&buf)),
+                    Err(e) => last = format!("read: {e}"),
+                }
+            }
+            Err(e) => last = format!("connect: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Err(format!("127.0.0.1:{} never greeted from inside the sandbox ({last})", fx.publish_port))
+}

@@ -1,0 +1,167 @@
+//! The binary under test: where it lives, and one invocation with a deadline and captured output.
+
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub(crate) fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
+pub(crate) fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => workspace_root().join(dir),
+        None => workspace_root().join("target"),
+    }
+}
+
+/// `PYTHON_SANDBOX_BIN`, else `target/debug/python-sandbox`, built once if missing.
+pub(crate) fn locate() -> Result<PathBuf, String> {
+    if let Some(bin) = std::env::var_os("PYTHON_SANDBOX_BIN") {
+        let bin = PathBuf::from(bin);
+        return if bin.is_file() {
+            Ok(bin)
+        } else {
+            Err(format!("PYTHON_SANDBOX_BIN={} is not a file", bin.display()))
+        };
+    }
+    let bin = target_dir().join("debug").join("python-sandbox");
+    if !bin.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        eprintln!("conformance: {} is missing, running `cargo build -p cli`", bin.display());
+        let status = Command::new(&cargo)
+            .args(["build", "-p", "cli"])
+            .current_dir(workspace_root())
+            .status()
+            .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+        if !status.success() {
+            return Err(format!("`cargo build -p cli` failed ({status})"));
+        }
+    }
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!("{} does not exist after `cargo build -p cli`", bin.display()))
+    }
+}
+
+pub(crate) struct Invocation<'a> {
+    pub(crate) bin: &'a Path,
+    pub(crate) args: Vec<String>,
+    pub(crate) cwd: &'a Path,
+    pub(crate) env: &'a [(String, String)],
+    pub(crate) deadline: Duration,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Output {
+    /// The exit code, with death by signal N folded into 128+N as a shell reports it.
+    pub(crate) code: i32,
+    pub(crate) signal: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+    pub(crate) elapsed: Duration,
+    /// Killed by the runner at the deadline.
+    pub(crate) hung: bool,
+    /// A pipe stayed open after the CLI exited: some process of the run outlived it.
+    pub(crate) pipe_held: bool,
+}
+
+/// Host-side work alongside a run; `exited` turns true once the CLI is gone, so it can stop waiting.
+pub(crate) type During<'a> = &'a (dyn Fn(&AtomicBool) -> Result<(), String> + Sync);
+
+impl Invocation<'_> {
+    pub(crate) fn run(
+        &self,
+        during: Option<During<'_>>,
+    ) -> Result<(Output, Option<Result<(), String>>), String> {
+        let start = Instant::now();
+        let mut child = Command::new(self.bin)
+            .args(&self.args)
+            .current_dir(self.cwd)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot spawn {}: {e}", self.bin.display()))?;
+        let stdout = drain(child.stdout.take());
+        let stderr = drain(child.stderr.take());
+        let exited = AtomicBool::new(false);
+        let (waited, during_result) = std::thread::scope(|scope| {
+            let side = during.map(|f| scope.spawn(|| f(&exited)));
+            let waited = wait_until(&mut child, start + self.deadline);
+            exited.store(true, Ordering::SeqCst);
+            let during_result = side
+                .map(|h| h.join().unwrap_or_else(|_| Err("the host-side check panicked".into())));
+            (waited, during_result)
+        });
+        let (status, hung) = waited?;
+        let elapsed = start.elapsed();
+        // An exited CLI closes its pipes; a survivor holding them keeps them open.
+        let grace = Duration::from_secs(5);
+        let (stdout, held_out) = collect(&stdout, grace);
+        let (stderr, held_err) = collect(&stderr, grace);
+        let signal = status.signal();
+        let code = status.code().or(signal.map(|s| 128 + s)).unwrap_or(-1);
+        let out =
+            Output { code, signal, stdout, stderr, elapsed, hung, pipe_held: held_out || held_err };
+        Ok((out, during_result))
+    }
+}
+
+/// Streams chunks, so that output read before a survivor kept the pipe open is not lost.
+fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = mpsc::channel();
+    if let Some(mut pipe) = pipe {
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n @ 1..) = pipe.read(&mut buf) {
+                if tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    rx
+}
+
+/// The pipe's bytes and whether it was still open `grace` after the CLI exited.
+fn collect(rx: &mpsc::Receiver<Vec<u8>>, grace: Duration) -> (String, bool) {
+    let deadline = Instant::now() + grace;
+    let mut all = Vec::new();
+    let held = loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(chunk) => all.extend_from_slice(&chunk),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break false,
+            Err(mpsc::RecvTimeoutError::Timeout) => break true,
+        }
+    };
+    (String::from_utf8_lossy(&all).into_owned(), held)
+}
+
+fn wait_until(
+    child: &mut Child,
+    deadline: Instant,
+) -> Result<(std::process::ExitStatus, bool), String> {
+    loop {
+        if let Some(status) =
+            child.try_wait().map_err(|e| format!("cannot wait for the CLI: {e}"))?
+        {
+            return Ok((status, false));
+        }
+        if Instant::now() >= deadline {
+            // Only the process this runner started; the CLI owns the rest of the tree.
+            let _ = child.kill();
+            let status = child.wait().map_err(|e| format!("cannot reap the CLI: {e}"))?;
+            return Ok((status, true));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,74 @@
+//! Which engines to run: `python-sandbox detect --json`, narrowed by `CONFORMANCE_ENGINES`.
+
+use serde_json::Value;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Engine {
+    pub(crate) name: String,
+    pub(crate) available: bool,
+    pub(crate) reason: String,
+}
+
+/// Parses `{"selected": NAME|null, "engines": [{"name", "available", "reason"}...]}` strictly: the
+/// suite is also the contract test of `detect --json`.
+pub(crate) fn parse_detect(json: &str) -> Result<Vec<Engine>, String> {
+    let v: Value = serde_json::from_str(json.trim())
+        .map_err(|e| format!("`detect --json` printed no single JSON object ({e}): {json:?}"))?;
+    let selected = v.get("selected").ok_or("`detect --json` has no `selected`")?;
+    if !(selected.is_null() || selected.is_string()) {
+        return Err(format!("`detect --json`: `selected` is {selected}, not a name or null"));
+    }
+    let list = v
+        .get("engines")
+        .and_then(Value::as_array)
+        .ok_or("`detect --json` has no `engines` array")?;
+    let mut engines = Vec::new();
+    for e in list {
+        let name = e
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("engine without a name: {e}"))?;
+        let available = e
+            .get("available")
+            .and_then(Value::as_bool)
+            .ok_or_else(|| format!("engine {name}: no boolean `available`"))?;
+        let reason = match e.get("reason") {
+            Some(Value::String(r)) => r.clone(),
+            Some(Value::Null) | None if available => String::new(),
+            _ => return Err(format!("engine {name} is unavailable without a `reason` string")),
+        };
+        engines.push(Engine { name: name.to_string(), available, reason });
+    }
+    if let Some(sel) = selected.as_str() {
+        if !engines.iter().any(|e| e.name == sel && e.available) {
+            return Err(format!(
+                "`detect --json` selected `{sel}`, which it does not list as available"
+            ));
+        }
+    } else if engines.iter().any(|e| e.available) {
+        return Err("`detect --json` selected nothing although an engine is available".into());
+    }
+    Ok(engines)
+}
+
+/// `requested` is the comma list from `CONFORMANCE_ENGINES`; without it, every detected engine (the
+/// unavailable ones then show up as skipped).
+pub(crate) fn select(detected: &[Engine], requested: Option<&str>) -> Result<Vec<Engine>, String> {
+    let Some(requested) = requested.map(str::trim).filter(|r| !r.is_empty()) else {
+        return Ok(detected.to_vec());
+    };
+    let mut out: Vec<Engine> = Vec::new();
+    for name in requested.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let Some(e) = detected.iter().find(|e| e.name == name) else {
+            let known: Vec<&str> = detected.iter().map(|e| e.name.as_str()).collect();
+            return Err(format!(
+                "unknown engine `{name}` in CONFORMANCE_ENGINES (detect knows: {})",
+                known.join(", ")
+            ));
+        };
+        if !out.contains(e) {
+            out.push(e.clone());
+        }
+    }
+    Ok(out)
+}
