@@ -122,7 +122,11 @@ fn run() -> Result<bool, String> {
         o.jobs
     );
     for e in engines.iter().filter(|e| !e.available) {
-        println!("SKIPPED: {}: {}", e.name, e.reason);
+        let mut lines = e.reason.lines();
+        println!("SKIPPED: {}: {}", e.name, lines.next().unwrap_or("unavailable"));
+        for more in lines {
+            println!("  {more}");
+        }
     }
     let shared = shared_dirs()?;
 
