@@ -13,6 +13,9 @@ commands:
                      run cargo-fuzz targets on nightly (default 30 s each)
   test-engines [--engine NAME]... [FILTER]...
                      build the CLI and run the cross-engine conformance suite (tests/conformance)
+  image [--engine docker|podman]... [--tag TAG] [--force] [--verify]
+                     build the sandbox runtime image (deploy/image) without a registry and import it
+                     into each engine (default: both); skipped per engine when unchanged
 ";
 
 pub(crate) enum Cmd {
@@ -22,6 +25,7 @@ pub(crate) enum Cmd {
     Bench(crate::bench::Bench),
     Fuzz(crate::fuzz::Fuzz),
     TestEngines(crate::test_engines::TestEngines),
+    Image(crate::image::Image),
 }
 
 pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
@@ -84,8 +88,36 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
             }
             Cmd::TestEngines(crate::test_engines::TestEngines { engines, filters })
         }
+        "image" => parse_image(rest)?,
         _ => bail!("unknown command `{cmd}`\n\n{USAGE}"),
     })
+}
+
+fn parse_image(rest: Vec<String>) -> Result<Cmd> {
+    use crate::image::{DEFAULT_TAG, Engine, Image};
+    let mut image =
+        Image { engines: Vec::new(), tag: DEFAULT_TAG.to_owned(), force: false, verify: false };
+    let mut it = rest.into_iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--engine" => match it.next().as_deref().and_then(Engine::parse) {
+                Some(e) if !image.engines.contains(&e) => image.engines.push(e),
+                Some(_) => {}
+                None => bail!("`--engine` needs `docker` or `podman`\n\n{USAGE}"),
+            },
+            "--tag" => match it.next() {
+                Some(t) if !t.is_empty() && !t.starts_with('-') => image.tag = t,
+                _ => bail!("`--tag` needs an image name such as `{DEFAULT_TAG}`\n\n{USAGE}"),
+            },
+            "--force" => image.force = true,
+            "--verify" => image.verify = true,
+            _ => bail!("unknown option `{a}` for `image`\n\n{USAGE}"),
+        }
+    }
+    if image.engines.is_empty() {
+        image.engines = Engine::ALL.to_vec();
+    }
+    Ok(Cmd::Image(image))
 }
 
 fn no_args(cmd: &str, rest: &[String]) -> Result<()> {

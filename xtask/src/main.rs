@@ -7,6 +7,8 @@ mod bench;
 mod ci;
 mod flags;
 mod fuzz;
+mod image;
+mod services;
 mod test_engines;
 mod wasm;
 
@@ -28,6 +30,7 @@ fn main() -> anyhow::Result<()> {
         flags::Cmd::Bench(c) => c.run(&sh),
         flags::Cmd::Fuzz(c) => c.run(&sh),
         flags::Cmd::TestEngines(c) => c.run(&sh),
+        flags::Cmd::Image(c) => c.run(&sh),
     }
 }
 
