@@ -5,9 +5,12 @@
 
 mod args;
 mod detect;
+mod files;
 mod meta;
 #[cfg(test)]
 mod plugin_check;
+mod progress;
+mod run;
 mod ui;
 
 use std::process::ExitCode;
@@ -22,7 +25,7 @@ fn main() -> ExitCode {
         Command::Meta(cmd) => meta::run(cmd),
         Command::Detect { json } => detect::detect(json),
         Command::Suggest => detect::suggest(),
-        Command::Run(_args) => Err(anyhow::anyhow!("`run` is not wired yet")),
+        Command::Run(args) => run::run(args),
     };
     match result {
         Ok(code) => code,

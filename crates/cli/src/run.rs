@@ -1,0 +1,291 @@
+//! `python-sandbox run`: metadata → layers → one resolved `RunSpec` → boundary check → engine.
+//! Everything that decides is pure and lives in the library crates; this module gathers host
+//! facts, picks the engine, shows progress and turns the outcome into our exit code.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anstream::{eprint, eprintln, println};
+use anyhow::{Context, Result};
+use engine_bwrap::{BwrapConfig, BwrapEngine};
+use pep723_meta::Metadata;
+use sandbox_core::{
+    Crossing, EnvVar, Layer, LayerMount, MountMode, Net, Output, Publish, ResolveCtx, RunIo, RunOutcome, RunSpec,
+    ScrubbingSink, Secrets, Stdin, Stream,
+};
+
+use crate::args::{EngineChoice, NetFlag, RunArgs};
+use crate::detect::EXIT_NO_ENGINE;
+use crate::{files, meta, progress, ui};
+
+/// A boundary crossing was refused (no `--approve`).
+const EXIT_BOUNDARY: u8 = 4;
+/// The run hit its timeout; the whole process tree was killed (as `timeout(1)` does).
+const EXIT_TIMEOUT: u8 = 124;
+
+pub(crate) fn run(args: RunArgs) -> Result<ExitCode> {
+    let workspace = std::env::current_dir()
+        .and_then(|d| d.canonicalize())
+        .context("cannot determine the current directory (the workspace)")?;
+    let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
+
+    let bytes = meta::read_script(&args.script)?;
+    let parsed = pep723_meta::parse_bytes(&bytes);
+    if parsed.status == pep723_meta::Status::Invalid {
+        let text = String::from_utf8_lossy(&bytes);
+        eprint!("{}", meta::render(&args.script, &text, &parsed.diagnostics));
+        return Err(ui::hinted(
+            format!("`{}` has invalid metadata; nothing was run", args.script.display()),
+            format!("check it with `python-sandbox meta check {}`", args.script.display()),
+        ));
+    }
+    let inline = parsed.metadata.as_ref().map(inline_layer).unwrap_or_default();
+    let cli = cli_layer(&args)?;
+    let ctx = ResolveCtx { workspace: workspace.clone(), home: home.clone() };
+    let mut spec = sandbox_core::resolve(&Layer::default(), &inline, &cli, &ctx)?;
+    fill_env_from_host(&mut spec);
+
+    let crossings = crossings(&spec, home.as_deref());
+    if !crossings.is_empty() && !args.approve {
+        return Ok(refuse(&crossings, args.json));
+    }
+
+    let Some(engine) = select_engine(args.engine)? else {
+        return Ok(no_engine(args.json));
+    };
+    let before = args.json.then(|| files::snapshot(&spec.workspace));
+    let outcome = engine.run(&spec, args.json)?;
+    for warning in &outcome.warnings {
+        ui::warn(warning);
+    }
+    let code = if outcome.timed_out {
+        let secs = spec.timeout.map_or(0.0, |t| t.as_secs_f64());
+        eprintln!("{}error{:#}: timed out after {secs}s; the whole run was stopped", ui::ERROR, ui::ERROR);
+        EXIT_TIMEOUT
+    } else {
+        u8::try_from(outcome.exit_code).unwrap_or(1)
+    };
+    if args.json {
+        let written = before.map(|b| files::written_since(&b, &spec.workspace)).unwrap_or_default();
+        let summary = serde_json::json!({
+            "engine": engine.name(),
+            "exit_code": code,
+            "duration_ms": u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX),
+            "timed_out": outcome.timed_out,
+            "files_written": written,
+        });
+        println!("{summary}");
+    }
+    Ok(ExitCode::from(code))
+}
+
+/// The script's own layer: its `dependencies` and `requires-python` plus `[tool.python-sandbox]`.
+fn inline_layer(meta: &Metadata) -> Layer {
+    let mut layer = Layer {
+        dependencies: meta.dependencies.iter().map(|d| d.value.clone()).collect(),
+        requires_python: meta.requires_python.as_ref().map(|r| r.value.clone()),
+        ..Layer::default()
+    };
+    if let Some(sb) = &meta.sandbox {
+        layer.dependencies.extend(sb.dependencies.iter().map(|d| d.value.clone()));
+        layer.mounts = sb
+            .mounts
+            .iter()
+            .map(|m| LayerMount {
+                path: PathBuf::from(&m.value.path),
+                mode: m.value.mode.map(|mode| match mode {
+                    pep723_meta::MountMode::Ro => MountMode::ReadOnly,
+                    pep723_meta::MountMode::Rw => MountMode::ReadWrite,
+                }),
+            })
+            .collect();
+        layer.net = sb.net.as_ref().map(|n| match n.value {
+            pep723_meta::Net::On => Net::On,
+            pep723_meta::Net::Off => Net::Off,
+        });
+        layer.publish = sb.publish.iter().map(|p| Publish { port: p.value, host: None }).collect();
+        layer.env = sb.env.iter().map(|e| EnvVar { name: e.value.name.clone(), value: e.value.value.clone() }).collect();
+        layer.timeout = sb.timeout.as_ref().map(|t| Duration::from_secs(t.value));
+    }
+    layer
+}
+
+/// The command line's layer. Flags that do not parse are errors before anything starts.
+fn cli_layer(args: &RunArgs) -> Result<Layer> {
+    let timeout = match args.timeout {
+        Some(t) if !(t.is_finite() && t > 0.0 && t < 1e9) => {
+            return Err(ui::hinted(format!("invalid timeout `{t}`"), "give a positive number of seconds"));
+        }
+        t => t.map(Duration::from_secs_f64),
+    };
+    Ok(Layer {
+        script: Some(args.script.clone()),
+        args: (!args.args.is_empty()).then(|| args.args.clone()),
+        mounts: args.mounts.iter().map(|m| m.parse()).collect::<Result<_, _>>()?,
+        net: args.net.map(|n| match n {
+            NetFlag::On => Net::On,
+            NetFlag::Off => Net::Off,
+        }),
+        publish: args.publish.iter().map(|p| p.parse()).collect::<Result<_, _>>()?,
+        env: args.env.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,
+        timeout,
+        ..Layer::default()
+    })
+}
+
+/// `--env NAME` and `env = ["NAME"]` copy the host's value; a name the host lacks is dropped with
+/// a warning rather than passed empty.
+fn fill_env_from_host(spec: &mut RunSpec) {
+    spec.env.retain_mut(|var| {
+        if var.value.is_some() {
+            return true;
+        }
+        match std::env::var(&var.name) {
+            Ok(value) => {
+                var.value = Some(value);
+                true
+            }
+            Err(_) => {
+                ui::warn(&format!("`{}` is not set (or not utf-8) on the host; not passed to the script", var.name));
+                false
+            }
+        }
+    });
+}
+
+/// Crossings of the spec as written and of its mounts with symlinks resolved, so a link named
+/// `./data` that points at `~/.ssh` is caught too.
+fn crossings(spec: &RunSpec, home: Option<&Path>) -> Vec<Crossing> {
+    let mut all = sandbox_core::classify(spec, home);
+    let mut real = spec.clone();
+    for m in &mut real.mounts {
+        if let Ok(p) = m.path.canonicalize() {
+            m.path = p;
+        }
+    }
+    let real_home = home.and_then(|h| h.canonicalize().ok());
+    for c in sandbox_core::classify(&real, real_home.as_deref().or(home)) {
+        if !all.iter().any(|a| a.mount.path == c.mount.path && a.kind == c.kind) {
+            all.push(c);
+        }
+    }
+    all
+}
+
+fn refuse(crossings: &[Crossing], json: bool) -> ExitCode {
+    eprintln!("{}error{:#}: this run crosses a boundary and needs your approval:", ui::ERROR, ui::ERROR);
+    for c in crossings {
+        eprintln!("  - {c}");
+    }
+    ui::print_hint("if you mean it, run again with `--approve`; nothing was run");
+    if json {
+        let items: Vec<_> = crossings
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "path": c.mount.path.display().to_string(),
+                    "mode": if c.mount.mode == MountMode::ReadOnly { "ro" } else { "rw" },
+                    "kind": c.kind.as_str(),
+                    "reason": c.reason,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::json!({"engine": null, "exit_code": EXIT_BOUNDARY, "crossings": items}));
+    }
+    ExitCode::from(EXIT_BOUNDARY)
+}
+
+fn no_engine(json: bool) -> ExitCode {
+    let detection = engine_detect::detect();
+    let os = engine_detect::OsInfo::detect();
+    eprintln!("{}error{:#}: no isolation engine works here, so nothing was run", ui::ERROR, ui::ERROR);
+    eprintln!("{}", engine_detect::suggest(&os, &detection));
+    if json {
+        println!("{}", serde_json::json!({"engine": null, "exit_code": EXIT_NO_ENGINE, "detection": detection}));
+    }
+    ExitCode::from(EXIT_NO_ENGINE)
+}
+
+/// The engine that will run the script.
+enum Selected {
+    Bwrap(BwrapEngine),
+}
+
+impl Selected {
+    fn name(&self) -> &'static str {
+        match self {
+            Selected::Bwrap(_) => "bwrap",
+        }
+    }
+
+    /// Prepares (with a progress indicator on a terminal), then runs.
+    fn run(&self, spec: &RunSpec, json: bool) -> Result<RunOutcome> {
+        match self {
+            Selected::Bwrap(engine) => {
+                let prepared = {
+                    let mut progress = progress::Progress::start();
+                    let result = engine.prepare(spec, &mut |line| progress.set(line));
+                    progress.finish();
+                    result?
+                };
+                let secrets = secrets_of(spec);
+                // Output passes through us only when it must (JSON mode or secrets to mask), so
+                // that a script on a terminal keeps its terminal.
+                if !json && secrets.is_empty() {
+                    return Ok(engine.run_prepared(spec, &prepared, stdio(Output::Inherit))?);
+                }
+                let mut sink = ScrubbingSink::new(&secrets, move |stream: Stream, chunk: &[u8]| {
+                    use std::io::Write as _;
+                    // With --json our stdout is the summary, so the script's stdout goes to stderr.
+                    let _ = match (stream, json) {
+                        (Stream::Stdout, false) => std::io::stdout().write_all(chunk),
+                        _ => std::io::stderr().write_all(chunk),
+                    };
+                });
+                let outcome = engine.run_prepared(spec, &prepared, stdio(Output::Sink(&mut sink)))?;
+                let _ = sink.finish();
+                Ok(outcome)
+            }
+        }
+    }
+}
+
+fn stdio(output: Output<'_>) -> RunIo<'_> {
+    RunIo { stdin: Stdin::Inherit, output, status: None }
+}
+
+/// Values passed in through variables whose names say they are secret are masked in the output.
+fn secrets_of(spec: &RunSpec) -> Secrets {
+    const MARKERS: [&str; 6] = ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "API_KEY", "CREDENTIAL"];
+    let mut secrets = Secrets::new();
+    for var in &spec.env {
+        let upper = var.name.to_ascii_uppercase();
+        if MARKERS.iter().any(|m| upper.contains(m))
+            && let Some(v) = &var.value
+        {
+            let _ = secrets.register(v);
+        }
+    }
+    secrets
+}
+
+fn select_engine(choice: EngineChoice) -> Result<Option<Selected>> {
+    match choice {
+        EngineChoice::Bwrap => Ok(Some(Selected::Bwrap(bwrap_engine()?))),
+        EngineChoice::Docker | EngineChoice::Podman => Err(ui::hinted(
+            format!("the {} engine is not part of this build yet", if choice == EngineChoice::Docker { "docker" } else { "podman" }),
+            "use `--engine bwrap` or `--engine auto`",
+        )),
+        EngineChoice::Auto => {
+            // The probe creates real namespaces, so a bwrap that is installed but blocked (AppArmor,
+            // a container without user namespaces) is skipped rather than failing mid-run.
+            let probe = engine_detect::probe_bwrap(std::env::var_os("PATH").as_deref());
+            if probe.available { Ok(Some(Selected::Bwrap(bwrap_engine()?))) } else { Ok(None) }
+        }
+    }
+}
+
+fn bwrap_engine() -> Result<BwrapEngine> {
+    Ok(BwrapEngine::new(BwrapConfig::from_env()?)?)
+}
