@@ -117,6 +117,22 @@ pub(crate) fn all() -> Vec<Case> {
             ..BASE
         },
         Case { name: "env-and-cache-read-only", script: Script::File("envwrite.py"), ..BASE },
+        Case { name: "ipc-works", script: Script::File("ipc.py"), ..BASE },
+        Case {
+            name: "git-worktree-cwd-starts",
+            script: Script::File("compute.py"),
+            setup: |fx| {
+                // A worktree's `.git` is a file pointing elsewhere; a sandbox that mounts over
+                // `.git` paths must still start (srt#98).
+                fs::write(
+                    fx.ws.join(".git"),
+                    format!("gitdir: {}\n", path(&fx.root.join("main.git/worktrees/ws"))),
+                )
+                .map_err(|e| format!("cannot write ws/.git: {e}"))
+            },
+            expect: |_| Expect::ok().has("sum-of-squares: 332833500"),
+            ..BASE
+        },
         Case {
             name: "net-off-flag",
             script: Script::File("net.py"),

@@ -225,6 +225,7 @@ impl Fixture {
             "tag": self.tag,
             "engine": self.engine,
             "case_root": self.root,
+            "workspace": self.ws,
             "fake_home": self.home,
             "home_files": HOME_SECRETS.iter().map(|(rel, _)| *rel).collect::<Vec<_>>(),
             "host_tmp": self.host_tmp,
