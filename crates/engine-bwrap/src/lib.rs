@@ -1,1 +1,59 @@
-//! Runs PEP 723 scripts with the host uv inside bubblewrap
+//! Runs PEP 723 scripts with uv inside bubblewrap.
+//!
+//! Two phases:
+//!
+//! * **Prepare** ([`BwrapEngine::prepare`]): uv resolves and installs the script's dependencies
+//!   into an environment keyed by a hash of (requires-python, dependencies, interpreter
+//!   request, uv version), inside its own bwrap sandbox with the network on but without the
+//!   workspace or `$HOME`; only uv's cache, the python dir and that one environment are
+//!   writable. A lock file serializes concurrent prepares of the same key; a marker written
+//!   last (outside the environment, so build scripts cannot forge it) makes it visible.
+//! * **Run** ([`BwrapEngine::run_prepared`]): the environment's interpreter runs the script
+//!   directly (no uv), with the configured network. Environment and interpreter are
+//!   read-only; the uv cache is not visible at all. The warm path is: key → marker → exec.
+//!
+//! The wall: `--unshare-all` (plus `--share-net` only when the network is on),
+//! `--unshare-user --disable-userns`, `--cap-drop ALL`, `--die-with-parent`, `--new-session`
+//! when stdin is not a terminal, an unprivileged uid (the caller's, or 65534 for root), `/usr`
+//! and an allowlisted `/etc` read-only, synthesized passwd/group, a new `/proc`, minimal
+//! `/dev`, tmpfs `/tmp` and `$HOME`, the workspace read-write at its real path, extra mounts
+//! at their real paths, an empty environment plus a small allowlist and explicit `--env`.
+//!
+//! ```text
+//! let engine = BwrapEngine::new(BwrapConfig::from_env()?)?;   // cheap, no uv spawned
+//! let outcome = engine.run(&spec, RunIo::inherit())?;         // sandbox_core::Engine
+//! // or, to show progress separately:
+//! let env = engine.prepare(&spec, &mut |line| eprintln!("{line}"))?;
+//! let outcome = engine.run_prepared(&spec, &env, RunIo::inherit())?;
+//! std::process::exit(outcome.exit_code);
+//! ```
+//!
+//! The argv builder ([`plan`]) is pure and snapshot-tested; [`host`] gathers the facts it needs.
+
+mod engine;
+mod error;
+mod fds;
+mod fsutil;
+mod host;
+mod key;
+mod paths;
+mod plan;
+mod process;
+mod tools;
+mod uv;
+
+pub use engine::{BwrapConfig, BwrapEngine, PreparedEnv};
+pub use error::Error;
+pub use uv::{
+    PINNED_UV_VERSION, PINNED_WHEELS, PinnedWheel, UvBinary, UvOrigin, find_or_fetch_uv,
+    pinned_wheel,
+};
+
+/// Whether bwrap can create its namespaces here (a real, cheap round-trip); see
+/// [`engine_detect::probe_bwrap`].
+pub fn probe(path: Option<&std::ffi::OsStr>) -> engine_detect::Probe {
+    engine_detect::probe_bwrap(path)
+}
+
+#[cfg(test)]
+mod tests;

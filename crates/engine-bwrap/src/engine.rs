@@ -1,0 +1,512 @@
+//! [`BwrapEngine`]: configuration, the prepare phase (uv installs into a keyed environment
+//! inside its own sandbox) and the run phase (the environment's interpreter runs the script
+//! directly, no uv).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use sandbox_core::{Engine, Net, Output, RunIo, RunOutcome, RunSpec, Stdin};
+
+use crate::error::{Error, Result};
+use crate::fsutil;
+use crate::host::HostFacts;
+use crate::key::{Marker, env_key};
+use crate::paths;
+use crate::plan::{self, PrepareLayout, RunLayout};
+use crate::process::{self, Outputs, Signals};
+use crate::tools::ToolCache;
+use crate::uv::{self, UvLocation};
+
+/// How to build a [`BwrapEngine`]. No `Default`: [`BwrapConfig::from_env`] is the usual start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BwrapConfig {
+    /// python-sandbox's cache root (`$XDG_CACHE_HOME/python-sandbox`); this engine uses its
+    /// `bwrap/` subdirectory for uv, its cache, environments and locks.
+    pub cache_dir: PathBuf,
+    /// The caller's home: hidden in the sandbox (an empty tmpfs takes its place).
+    pub home: PathBuf,
+    /// `PATH` to find `bwrap`, `uv` and Pythons on (the host's).
+    pub path: Option<OsString>,
+    /// Use this bwrap instead of the one on `path`.
+    pub bwrap: Option<PathBuf>,
+    /// Use this uv instead of the one on `path` (or the pinned download).
+    pub uv: Option<PathBuf>,
+    /// Interpreter request for `uv python find` (e.g. `3.12` or a path); default:
+    /// the script's `requires-python`. Part of the environment key.
+    pub python: Option<String>,
+    /// While a script runs, turn SIGINT/SIGTERM/SIGHUP into "kill the whole sandbox". The CLI
+    /// wants this; library users that manage signals themselves do not. Installing the
+    /// handlers replaces the process's default disposition for those signals for good.
+    pub handle_signals: bool,
+}
+
+impl BwrapConfig {
+    /// Cache dir from `XDG_CACHE_HOME` or `~/.cache`, home from `HOME`, `PATH` from the
+    /// environment, signals handled.
+    pub fn from_env() -> Result<BwrapConfig> {
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .ok_or(Error::NoHome)?;
+        let cache_base = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .unwrap_or_else(|| home.join(".cache"));
+        Ok(BwrapConfig {
+            cache_dir: cache_base.join("python-sandbox"),
+            home,
+            path: std::env::var_os("PATH"),
+            bwrap: None,
+            uv: None,
+            python: None,
+            handle_signals: true,
+        })
+    }
+}
+
+/// The directories under `<cache_dir>/bwrap/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CacheLayout {
+    root: PathBuf,
+}
+
+impl CacheLayout {
+    pub(crate) fn new(cache_dir: &Path) -> CacheLayout {
+        CacheLayout { root: cache_dir.join("bwrap") }
+    }
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+    pub(crate) fn uv_dir(&self) -> PathBuf {
+        self.root.join("uv")
+    }
+    pub(crate) fn uv_cache(&self) -> PathBuf {
+        self.root.join("uv-cache")
+    }
+    pub(crate) fn python_dir(&self) -> PathBuf {
+        self.root.join("python")
+    }
+    pub(crate) fn envs_dir(&self) -> PathBuf {
+        self.root.join("envs")
+    }
+    pub(crate) fn locks_dir(&self) -> PathBuf {
+        self.root.join("locks")
+    }
+    pub(crate) fn etc_dir(&self) -> PathBuf {
+        self.root.join("etc")
+    }
+    pub(crate) fn tools_file(&self) -> PathBuf {
+        self.root.join("tools.json")
+    }
+}
+
+/// A prepared environment: what [`BwrapEngine::run_prepared`] needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedEnv {
+    /// The environment key (hash of requires-python, dependencies, interpreter request, uv version).
+    pub key: String,
+    /// The virtual environment directory (read-only at run time).
+    pub dir: PathBuf,
+    /// The base interpreter (canonical).
+    pub python: PathBuf,
+    /// Its version, e.g. `3.11.7`.
+    pub python_version: String,
+    /// Interpreter prefixes mounted read-only at run time.
+    pub prefixes: Vec<PathBuf>,
+    /// The uv version that built it.
+    pub uv_version: String,
+    /// False when an existing environment was reused (the warm path).
+    pub fresh: bool,
+}
+
+/// Runs PEP 723 scripts in bubblewrap. Cheap to create: the warm path (environment exists)
+/// spawns nothing but bwrap itself.
+#[derive(Debug)]
+pub struct BwrapEngine {
+    config: BwrapConfig,
+    layout: CacheLayout,
+    bwrap: PathBuf,
+    host: HostFacts,
+    tools: ToolCache,
+}
+
+impl std::fmt::Debug for ToolCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ToolCache")
+    }
+}
+
+impl BwrapEngine {
+    /// Finds bwrap (>= 0.8, version cached), gathers host facts, prepares the cache layout.
+    /// Does not probe namespaces (use [`crate::probe`]) and does not fetch uv.
+    pub fn new(config: BwrapConfig) -> Result<BwrapEngine> {
+        if !config.home.is_absolute() {
+            return Err(Error::NoHome);
+        }
+        if !config.cache_dir.is_absolute() {
+            return Err(Error::NoCacheDir);
+        }
+        let layout = CacheLayout::new(&config.cache_dir);
+        fsutil::create_dir_all(layout.root())?;
+        let tools = ToolCache::new(layout.tools_file());
+        let bwrap = match &config.bwrap {
+            Some(path) => path.clone(),
+            None => {
+                engine_detect::which("bwrap", config.path.as_deref()).ok_or(Error::BwrapNotFound)?
+            }
+        };
+        crate::host::check_bwrap(&bwrap, &tools)?;
+        let host = HostFacts::gather(&config.home, &layout.etc_dir())?;
+        Ok(BwrapEngine { config, layout, bwrap, host, tools })
+    }
+
+    /// The engine's configuration.
+    pub fn config(&self) -> &BwrapConfig {
+        &self.config
+    }
+
+    fn uv_location(&self) -> Result<UvLocation> {
+        uv::locate_uv(self.config.uv.as_deref(), self.config.path.as_deref(), &self.layout.uv_dir())
+    }
+
+    /// Returns the environment for `spec`, building it if needed. Warm path: key → marker →
+    /// done, no uv and no bwrap spawned. Cold path: fetch uv if absent, find the interpreter
+    /// on the host, then `uv venv` + `uv pip install` inside a prepare sandbox (network on,
+    /// no workspace, no home; only the uv cache, python dir and this environment writable).
+    /// Concurrent prepares of the same key serialize on a lock file.
+    pub fn prepare(&self, spec: &RunSpec, status: &mut dyn FnMut(&str)) -> Result<PreparedEnv> {
+        let location = self.uv_location()?;
+        let uv_version = location.version(&self.tools)?;
+        let python_request = self.config.python.as_deref();
+        let key = env_key(
+            spec.requires_python.as_deref(),
+            &spec.dependencies,
+            python_request,
+            &uv_version,
+        );
+        let envs = self.layout.envs_dir();
+        let dir = envs.join(&key);
+        let marker_path = envs.join(format!("{key}.json"));
+        if let Some(env) = self.ready(&key, &dir, &marker_path) {
+            return Ok(env);
+        }
+
+        fsutil::create_dir_all(&envs)?;
+        fsutil::create_dir_all(&self.layout.locks_dir())?;
+        let lock_path = self.layout.locks_dir().join(format!("{key}.lock"));
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(Error::io(format!("opening {}", lock_path.display())))?;
+        if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            status("waiting for another python-sandbox preparing the same environment");
+            rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+                .map_err(|e| Error::io(format!("locking {}", lock_path.display()))(e.into()))?;
+        }
+        if let Some(env) = self.ready(&key, &dir, &marker_path) {
+            return Ok(env);
+        }
+
+        let uv = uv::materialize(&location, &self.tools, status)?;
+        let request = python_request.or(spec.requires_python.as_deref());
+        let interpreter = self.find_interpreter(&uv.path, request)?;
+
+        // Leftovers of an interrupted or outdated build are replaced, never reused.
+        let _ = std::fs::remove_file(&marker_path);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .map_err(Error::io(format!("removing {}", dir.display())))?;
+        }
+        fsutil::create_dir_all(&dir)?;
+        fsutil::create_dir_all(&self.layout.uv_cache())?;
+        fsutil::create_dir_all(&self.layout.python_dir())?;
+
+        status(&format!(
+            "preparing python {} with {} dependenc{} (uv {})",
+            interpreter.version,
+            spec.dependencies.len(),
+            if spec.dependencies.len() == 1 { "y" } else { "ies" },
+            uv.version
+        ));
+        let mut venv: Vec<OsString> =
+            vec![uv.path.clone().into(), "venv".into(), "--quiet".into(), "--no-config".into()];
+        venv.extend(["--python".into(), interpreter.executable.clone().into(), dir.clone().into()]);
+        self.run_prepare_step(&uv.path, &interpreter.prefixes, &dir, venv)?;
+        if !spec.dependencies.is_empty() {
+            let mut install: Vec<OsString> =
+                vec![uv.path.clone().into(), "pip".into(), "install".into()];
+            install.extend(["--quiet".into(), "--no-config".into(), "--compile-bytecode".into()]);
+            install.extend(["--python".into(), dir.join("bin/python").into(), "--".into()]);
+            install.extend(spec.dependencies.iter().map(OsString::from));
+            self.run_prepare_step(&uv.path, &interpreter.prefixes, &dir, install)?;
+        }
+
+        let identity = fsutil::identity(&interpreter.executable).unwrap_or_default();
+        let marker = Marker::new(
+            interpreter.executable.clone(),
+            identity,
+            interpreter.prefixes.clone(),
+            interpreter.version.clone(),
+            uv.version.clone(),
+            spec.dependencies.clone(),
+        );
+        let bytes = serde_json::to_vec_pretty(&marker)
+            .map_err(|e| Error::io("encoding the environment marker")(std::io::Error::other(e)))?;
+        fsutil::write_atomic(&marker_path, &bytes)?;
+        drop(lock);
+        Ok(PreparedEnv {
+            key,
+            dir,
+            python: interpreter.executable,
+            python_version: interpreter.version,
+            prefixes: interpreter.prefixes,
+            uv_version: uv.version,
+            fresh: true,
+        })
+    }
+
+    fn ready(&self, key: &str, dir: &Path, marker_path: &Path) -> Option<PreparedEnv> {
+        let marker = Marker::read(marker_path)?;
+        if !marker.is_current() || std::fs::symlink_metadata(dir.join("bin/python")).is_err() {
+            return None;
+        }
+        Some(PreparedEnv {
+            key: key.to_owned(),
+            dir: dir.to_owned(),
+            python: marker.python,
+            python_version: marker.python_version,
+            prefixes: marker.prefixes,
+            uv_version: marker.uv_version,
+            fresh: false,
+        })
+    }
+
+    fn run_prepare_step(
+        &self,
+        uv: &Path,
+        prefixes: &[PathBuf],
+        dir: &Path,
+        command: Vec<OsString>,
+    ) -> Result<()> {
+        let layout = PrepareLayout {
+            uv: uv.to_owned(),
+            ro_dirs: prefixes.to_vec(),
+            rw_dirs: vec![self.layout.uv_cache(), self.layout.python_dir(), dir.to_owned()],
+            uv_cache: self.layout.uv_cache(),
+            python_install_dir: self.layout.python_dir(),
+            chdir: dir.to_owned(),
+            command,
+        };
+        let plan = plan::prepare_plan(&self.host, &layout, None);
+        let mut output = Vec::new();
+        let finished = process::execute(
+            &self.bwrap,
+            &plan,
+            &self.host,
+            &Stdin::Null,
+            Outputs::Collect(&mut output),
+            None,
+            self.signals(false),
+        )?;
+        let text = String::from_utf8_lossy(&output).trim_end().to_owned();
+        if !finished.started {
+            return Err(Error::Prepare {
+                code: finished.exit_code,
+                stderr: format!(
+                    "{text}\nhint: bubblewrap could not set up the prepare sandbox; run `python-sandbox detect`"
+                ),
+            });
+        }
+        if finished.exit_code != 0 {
+            return Err(Error::Prepare { code: finished.exit_code, stderr: text });
+        }
+        Ok(())
+    }
+
+    fn signals(&self, interactive: bool) -> Signals {
+        if self.config.handle_signals { Signals::Handle { interactive } } else { Signals::Ignore }
+    }
+
+    /// Runs `uv python find` on the host (cwd and config neutral, so nothing in the workspace
+    /// can steer it), then asks that interpreter for its real executable and prefixes.
+    fn find_interpreter(&self, uv: &Path, request: Option<&str>) -> Result<Interpreter> {
+        let request_text = request.unwrap_or("any python").to_owned();
+        let not_found =
+            |message: String| Error::PythonNotFound { request: request_text.clone(), message };
+        let mut find = self.host_command(uv);
+        find.args(["python", "find", "--no-project", "--no-config"]);
+        find.env("UV_PYTHON_DOWNLOADS", "never");
+        if let Some(request) = request {
+            find.arg(request);
+        }
+        let found = capture(&mut find).map_err(|e| not_found(e.to_string()))?;
+        let found = found.map_err(not_found)?;
+        let python = PathBuf::from(found.trim());
+
+        const QUERY: &str = "import sys\nprint(sys.executable)\nprint(sys.base_prefix)\nprint(sys.base_exec_prefix)\nprint('%d.%d.%d' % sys.version_info[:3])";
+        let mut query = self.host_command(&python);
+        query.args(["-I", "-S", "-c", QUERY]);
+        let out = capture(&mut query).map_err(|e| not_found(e.to_string()))?.map_err(not_found)?;
+        let lines: Vec<&str> = out.lines().collect();
+        let [executable, prefix, exec_prefix, version] = lines.as_slice() else {
+            return Err(not_found(format!("unexpected answer from {}: {out:?}", python.display())));
+        };
+        let executable = std::fs::canonicalize(executable)
+            .map_err(|_| not_found(format!("{executable} does not exist")))?;
+        let mut prefixes: Vec<PathBuf> = Vec::new();
+        for prefix in [prefix, exec_prefix] {
+            let real = std::fs::canonicalize(prefix).unwrap_or_else(|_| PathBuf::from(prefix));
+            let exposes = real.parent().is_none()
+                || self.host.home.starts_with(&real)
+                || self.layout.root().starts_with(&real);
+            if exposes {
+                return Err(Error::UnsafeInterpreterPrefix { python: executable, prefix: real });
+            }
+            if !prefixes.contains(&real) {
+                prefixes.push(real);
+            }
+        }
+        // The executable may be a symlink into another tree (e.g. a pyenv shim target).
+        if let Some(bin_parent) = executable.parent().and_then(Path::parent)
+            && !prefixes.iter().any(|p| executable.starts_with(p))
+        {
+            prefixes.push(bin_parent.to_owned());
+        }
+        Ok(Interpreter { executable, prefixes, version: (*version).to_owned() })
+    }
+
+    fn host_command(&self, program: &Path) -> Command {
+        let mut command = Command::new(program);
+        command.env_clear().current_dir(self.layout.root()).stdin(Stdio::null());
+        if let Some(path) = &self.config.path {
+            command.env("PATH", path);
+        }
+        command.env("HOME", &self.config.home);
+        command
+    }
+
+    /// Checks what `run` would refuse, and returns the warnings it would report.
+    pub fn check(&self, spec: &RunSpec) -> Result<Vec<String>> {
+        let mut warnings = Vec::new();
+        if let Some(first) = spec.publish.first() {
+            if spec.net == Net::Off {
+                return Err(Error::PublishWithoutNet { port: first.port });
+            }
+            let ports: Vec<String> = spec.publish.iter().map(|p| p.port.to_string()).collect();
+            warnings.push(format!(
+                "bwrap shares the host network: port{} {} {} reachable on whatever address the script binds, \
+                 and the script can reach services on the host",
+                if ports.len() == 1 { "" } else { "s" },
+                ports.join(", "),
+                if ports.len() == 1 { "is" } else { "are" },
+            ));
+        }
+        for var in &spec.env {
+            let valid = !var.name.is_empty() && !var.name.contains(['=', '\0']);
+            if !valid {
+                return Err(Error::InvalidEnvName { name: var.name.clone() });
+            }
+            if var.value.is_none() {
+                return Err(Error::EnvWithoutValue { name: var.name.clone() });
+            }
+        }
+        Ok(warnings)
+    }
+
+    /// Runs `spec` in a prepared environment. Returns once the whole process tree is gone.
+    /// A script that fails is not an error; a sandbox that cannot be set up is.
+    pub fn run_prepared(
+        &self,
+        spec: &RunSpec,
+        env: &PreparedEnv,
+        io: RunIo<'_>,
+    ) -> Result<RunOutcome> {
+        let warnings = self.check(spec)?;
+        let cache_root = self.layout.root();
+        let home = &self.host.home;
+        let workspace = paths::resolve_workspace(&spec.workspace, home, cache_root)?;
+        let script = paths::resolve_script(&spec.script)?;
+        let mounts = spec
+            .mounts
+            .iter()
+            .map(|m| paths::resolve_mount(m, home, cache_root))
+            .collect::<Result<Vec<_>>>()?;
+        let user_env = spec
+            .env
+            .iter()
+            .filter_map(|v| v.value.as_ref().map(|value| (v.name.clone(), value.clone())))
+            .collect();
+        let interactive = io.stdin == Stdin::Inherit && crate::host::stdin_is_tty();
+        let layout = RunLayout {
+            env_dir: env.dir.clone(),
+            ro_dirs: env.prefixes.clone(),
+            workspace,
+            script,
+            args: spec.args.clone(),
+            mounts,
+            net: spec.net == Net::On,
+            user_env,
+            interactive,
+        };
+        let plan = plan::run_plan(&self.host, &layout, None);
+        let outputs = match io.output {
+            Output::Inherit => Outputs::Inherit,
+            Output::Sink(sink) => Outputs::Sink(sink),
+        };
+        let finished = process::execute(
+            &self.bwrap,
+            &plan,
+            &self.host,
+            &io.stdin,
+            outputs,
+            spec.timeout,
+            self.signals(interactive),
+        )?;
+        if !finished.started && !finished.timed_out {
+            return Err(Error::SandboxSetup);
+        }
+        Ok(RunOutcome {
+            exit_code: finished.exit_code,
+            duration: finished.duration,
+            timed_out: finished.timed_out,
+            warnings,
+        })
+    }
+}
+
+impl Engine for BwrapEngine {
+    type Error = Error;
+
+    fn name(&self) -> &'static str {
+        "bwrap"
+    }
+
+    /// [`BwrapEngine::prepare`] (status lines go to `io.status`), then
+    /// [`BwrapEngine::run_prepared`].
+    fn run(&self, spec: &RunSpec, mut io: RunIo<'_>) -> Result<RunOutcome, Error> {
+        self.check(spec)?;
+        let env = match io.status.as_mut() {
+            Some(status) => self.prepare(spec, &mut |line| status(line))?,
+            None => self.prepare(spec, &mut |_| {})?,
+        };
+        self.run_prepared(spec, &env, io)
+    }
+}
+
+/// The chosen interpreter.
+struct Interpreter {
+    executable: PathBuf,
+    prefixes: Vec<PathBuf>,
+    version: String,
+}
+
+/// Runs a host command; `Ok(Err(stderr))` when it ran and failed.
+fn capture(command: &mut Command) -> std::io::Result<std::result::Result<String, String>> {
+    let out = command.stdout(Stdio::piped()).stderr(Stdio::piped()).output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+    Ok(if out.status.success() { Ok(stdout) } else { Err(stderr) })
+}

@@ -1,0 +1,86 @@
+//! The crate's one error type. Messages are lower case, without a trailing period, and carry
+//! a `hint:` line where the fix is not obvious.
+
+use std::path::PathBuf;
+
+/// Everything that can stop a bwrap run before or while it starts. A script that runs and
+/// fails is not an error: its exit code comes back in the outcome.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error(
+        "bwrap not found on PATH\nhint: install the `bubblewrap` package, or run `python-sandbox suggest`"
+    )]
+    BwrapNotFound,
+    #[error(
+        "bubblewrap {found} is too old: need >= 0.8 (for --disable-userns)\nhint: install a newer bubblewrap"
+    )]
+    BwrapTooOld { found: String },
+    #[error(
+        "bubblewrap could not set up the sandbox (its message is above)\nhint: run `python-sandbox detect` to check that bwrap can create namespaces here"
+    )]
+    SandboxSetup,
+    #[error(
+        "cannot find the cache directory: neither XDG_CACHE_HOME nor HOME is set to an absolute path\nhint: set HOME"
+    )]
+    NoCacheDir,
+    #[error("no usable home directory: HOME is unset or not absolute\nhint: set HOME")]
+    NoHome,
+    #[error(
+        "uv is not on PATH and there is no pinned uv build for {arch}\nhint: install uv (https://docs.astral.sh/uv/) and put it on PATH"
+    )]
+    UvUnsupportedPlatform { arch: String },
+    #[error(
+        "downloading uv from {url} failed: {message}\nhint: install uv yourself and put it on PATH, or check HTTPS_PROXY and the CA bundle"
+    )]
+    UvDownload { url: String, message: String },
+    #[error(
+        "the downloaded uv wheel does not match its pinned sha256 (expected {expected}, got {actual})\nhint: something between you and PyPI altered the file; nothing was installed"
+    )]
+    UvChecksum { expected: String, actual: String },
+    #[error("the uv wheel has no `uv` binary in it: {message}")]
+    UvWheel { message: String },
+    #[error("`{} --version` failed: {message}", uv.display())]
+    UvVersion { uv: PathBuf, message: String },
+    #[error(
+        "no Python interpreter matches {request}: {message}\nhint: install one (e.g. `uv python install`), or change `requires-python`"
+    )]
+    PythonNotFound { request: String, message: String },
+    #[error("the interpreter {} lives under {}, which would expose all of it to the sandbox\nhint: use an interpreter installed in its own directory (pyenv, uv python install, /usr/bin)", python.display(), prefix.display())]
+    UnsafeInterpreterPrefix { python: PathBuf, prefix: PathBuf },
+    #[error("installing the dependencies failed (uv exited with {code}):\n{stderr}")]
+    Prepare { code: i32, stderr: String },
+    #[error("{} does not exist", path.display())]
+    MissingPath { path: PathBuf },
+    #[error("{} goes through a symlink; mounts must use real paths\nhint: use {}", path.display(), real.display())]
+    SymlinkInPath { path: PathBuf, real: PathBuf },
+    #[error("refusing to mount {}: {reason}", path.display())]
+    RefusedMount { path: PathBuf, reason: String },
+    #[error("refusing to use {} as the workspace: {reason}\nhint: run from a project directory", path.display())]
+    RefusedWorkspace { path: PathBuf, reason: String },
+    #[error(
+        "cannot publish port {port} with the network off\nhint: turn the network on or drop the published ports"
+    )]
+    PublishWithoutNet { port: u16 },
+    #[error(
+        "environment variable `{name}` has no value\nhint: the CLI fills `--env NAME` from the host environment; set it there"
+    )]
+    EnvWithoutValue { name: String },
+    #[error("`{name}` is not a valid environment variable name")]
+    InvalidEnvName { name: String },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+        let context = context.into();
+        move |source| Error::Io { context, source }
+    }
+}
+
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,130 @@
+//! Small filesystem helpers: atomic writes, hashing, and directory creation that never
+//! follows a symlink.
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Component, Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// Writes `bytes` to `path` via a temporary sibling and a rename, so readers never see a
+/// half-written file and concurrent writers of the same content do not collide.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().ok_or_else(|| Error::MissingPath { path: path.to_owned() })?;
+    create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        unique_suffix()
+    ));
+    let write = || -> std::io::Result<()> {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::Io { context: format!("writing {}", path.display()), source: e }
+    })
+}
+
+/// Writes `bytes` once under `dir/<prefix>-<sha>` and returns that path.
+pub(crate) fn write_content_addressed(dir: &Path, prefix: &str, bytes: &[u8]) -> Result<PathBuf> {
+    let path = dir.join(format!("{prefix}-{}", &sha256_hex(bytes)[..16]));
+    if !path.is_file() {
+        write_atomic(&path, bytes)?;
+    }
+    Ok(path)
+}
+
+pub(crate) fn unique_suffix() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    format!("{}-{nanos}", std::process::id())
+}
+
+/// `create_dir_all` for our own cache directories (private to the user).
+pub(crate) fn create_dir_all(dir: &Path) -> Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(Error::io(format!("creating {}", dir.display())))
+}
+
+/// Creates `dir` (absolute, already lexically normal) and its missing parents without ever
+/// following a symlink: every existing component must be a real directory. This is how
+/// mount points are made before bwrap sees them, so bwrap never creates one on the host.
+pub(crate) fn create_dir_all_nofollow(dir: &Path) -> Result<()> {
+    let mut current = PathBuf::from("/");
+    for component in dir.components() {
+        match component {
+            Component::RootDir => continue,
+            Component::Normal(name) => current.push(name),
+            _ => {
+                return Err(Error::RefusedMount {
+                    path: dir.to_owned(),
+                    reason: "not a normalized absolute path".into(),
+                });
+            }
+        }
+        match std::fs::symlink_metadata(&current) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let real = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
+                return Err(Error::SymlinkInPath { path: dir.to_owned(), real });
+            }
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(Error::RefusedMount {
+                    path: dir.to_owned(),
+                    reason: format!("{} is not a directory", current.display()),
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // mkdir never follows a symlink in its last component: if one appeared in the
+                // meantime this fails with EEXIST instead of creating through it.
+                std::fs::DirBuilder::new()
+                    .mode(0o755)
+                    .create(&current)
+                    .map_err(Error::io(format!("creating {}", current.display())))?;
+            }
+            Err(e) => {
+                return Err(Error::Io {
+                    context: format!("inspecting {}", current.display()),
+                    source: e,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Identity of a file for caches keyed by "the same binary": path, size, mtime, inode.
+pub(crate) fn identity(path: &Path) -> Option<String> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some(format!(
+        "{}|{}|{}|{}|{}",
+        path.display(),
+        meta.len(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.ino()
+    ))
+}

@@ -1,0 +1,211 @@
+//! Host facts the pure argv builder needs, and the IO that gathers them. Nothing here decides
+//! policy; [`crate::plan`] does.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::fsutil;
+
+/// Top-level entries reproduced like the host has them (merged-/usr symlinks or real dirs).
+pub(crate) const ROOT_ENTRIES: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// The only parts of /etc a sandbox sees. Deliberately absent: shadow files, ssh host keys,
+/// sudoers, machine-id, /etc/ssl/private (readable to the sandbox user when the caller is root,
+/// because bwrap maps that user onto the caller).
+pub(crate) const ETC_ALLOWLIST: &[&str] = &[
+    "resolv.conf",
+    "hosts",
+    "host.conf",
+    "nsswitch.conf",
+    "gai.conf",
+    "services",
+    "protocols",
+    "localtime",
+    "timezone",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "pki/tls/certs",
+    "pki/tls/openssl.cnf",
+    "pki/ca-trust/extracted",
+    "crypto-policies/back-ends",
+    "alternatives",
+    "mime.types",
+];
+
+/// Where the CA bundle appears inside every sandbox (`SSL_CERT_FILE` points here).
+pub(crate) const SANDBOX_CA_BUNDLE: &str = "/etc/python-sandbox/ca-certificates.crt";
+
+/// Host variables passed through unchanged to the run (when set on the host).
+pub(crate) const RUN_ENV_ALLOWLIST: &[&str] = &["LANG", "LC_ALL", "TERM", "TZ"];
+
+/// Extra host variables the prepare phase (uv) sees: proxies and package indexes, so corporate
+/// proxies and mirrors work. No user code of the script runs there, but package build scripts
+/// do, so nothing else of the host environment goes in.
+pub(crate) const PREPARE_ENV_ALLOWLIST: &[&str] = &[
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+    "UV_INDEX",
+    "UV_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "UV_EXTRA_INDEX_URL",
+    "UV_INDEX_STRATEGY",
+    "UV_HTTP_TIMEOUT",
+    "UV_CONCURRENT_DOWNLOADS",
+    "UV_OFFLINE",
+];
+
+/// How a top-level entry looks on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RootEntry {
+    Symlink { name: String, target: PathBuf },
+    Dir { name: String },
+}
+
+/// Everything about the host that shapes the argv. Built by [`HostFacts::gather`]; tests
+/// build it by hand with fixed paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HostFacts {
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    /// Canonical host home; inside the sandbox it is an empty tmpfs.
+    pub(crate) home: PathBuf,
+    pub(crate) root_entries: Vec<RootEntry>,
+    /// (canonical host source, path under /etc) for the allowlisted entries that exist.
+    pub(crate) etc: Vec<(PathBuf, PathBuf)>,
+    /// Canonical host CA bundle, if one was found.
+    pub(crate) ca_bundle: Option<PathBuf>,
+    /// Synthesized passwd and group files (only the sandbox user, root and nobody).
+    pub(crate) passwd: PathBuf,
+    pub(crate) group: PathBuf,
+    /// Values of [`RUN_ENV_ALLOWLIST`] and [`PREPARE_ENV_ALLOWLIST`] present on the host.
+    pub(crate) env: Vec<(String, OsString)>,
+}
+
+impl HostFacts {
+    /// The uid/gid inside the sandbox: the caller's, or nobody when the caller is root (bwrap
+    /// maps it back to the caller on the host, so files still land owned by the caller).
+    pub(crate) fn sandbox_ids(&self) -> (u32, u32) {
+        if self.uid == 0 { (65534, 65534) } else { (self.uid, self.gid) }
+    }
+
+    pub(crate) fn env_value(&self, name: &str) -> Option<&OsString> {
+        self.env.iter().find(|(k, _)| k == name).map(|(_, v)| v)
+    }
+
+    /// Reads the facts of this machine; writes the synthesized passwd/group under `etc_dir`.
+    pub(crate) fn gather(home: &Path, etc_dir: &Path) -> Result<HostFacts> {
+        let uid = rustix::process::getuid().as_raw();
+        let gid = rustix::process::getgid().as_raw();
+        let home = std::fs::canonicalize(home).unwrap_or_else(|_| home.to_owned());
+
+        let mut root_entries = Vec::new();
+        for name in ROOT_ENTRIES {
+            let path = Path::new("/").join(name);
+            match std::fs::symlink_metadata(&path) {
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    if let Ok(target) = std::fs::read_link(&path) {
+                        root_entries.push(RootEntry::Symlink { name: (*name).to_owned(), target });
+                    }
+                }
+                Ok(meta) if meta.is_dir() => {
+                    root_entries.push(RootEntry::Dir { name: (*name).to_owned() })
+                }
+                _ => {}
+            }
+        }
+
+        let etc = ETC_ALLOWLIST
+            .iter()
+            .filter_map(|rel| {
+                let src = std::fs::canonicalize(Path::new("/etc").join(rel)).ok()?;
+                Some((src, PathBuf::from(rel)))
+            })
+            .collect();
+
+        let ca_bundle = std::env::var_os("SSL_CERT_FILE")
+            .map(PathBuf::from)
+            .into_iter()
+            .chain(
+                [
+                    "/etc/ssl/certs/ca-certificates.crt",
+                    "/etc/pki/tls/certs/ca-bundle.crt",
+                    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+                    "/etc/ssl/ca-bundle.pem",
+                    "/etc/ssl/cert.pem",
+                ]
+                .map(PathBuf::from),
+            )
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .find(|p| p.is_file());
+
+        let env = RUN_ENV_ALLOWLIST
+            .iter()
+            .chain(PREPARE_ENV_ALLOWLIST)
+            .filter_map(|name| std::env::var_os(name).map(|v| ((*name).to_owned(), v)))
+            .collect();
+
+        let mut facts = HostFacts {
+            uid,
+            gid,
+            home,
+            root_entries,
+            etc,
+            ca_bundle,
+            passwd: PathBuf::new(),
+            group: PathBuf::new(),
+            env,
+        };
+        let (passwd, group) = user_database(&facts);
+        facts.passwd = fsutil::write_content_addressed(etc_dir, "passwd", passwd.as_bytes())?;
+        facts.group = fsutil::write_content_addressed(etc_dir, "group", group.as_bytes())?;
+        Ok(facts)
+    }
+}
+
+/// Pure: the passwd and group files the sandbox sees. Only root, nobody and the sandbox user
+/// exist; nothing of the host's user list leaks in.
+pub(crate) fn user_database(facts: &HostFacts) -> (String, String) {
+    let (uid, gid) = facts.sandbox_ids();
+    let home = facts.home.display();
+    let mut passwd = String::from("root:x:0:0:root:/root:/usr/sbin/nologin\n");
+    let mut group = String::from("root:x:0:\n");
+    if uid == 65534 {
+        passwd.push_str(&format!("sandbox:x:65534:65534:sandbox:{home}:/bin/sh\n"));
+        group.push_str("sandbox:x:65534:\n");
+    } else {
+        passwd.push_str(&format!("sandbox:x:{uid}:{gid}:sandbox:{home}:/bin/sh\n"));
+        passwd.push_str("nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
+        group.push_str(&format!("sandbox:x:{gid}:\nnogroup:x:65534:\n"));
+    }
+    (passwd, group)
+}
+
+/// Whether fd 0 is a terminal.
+pub(crate) fn stdin_is_tty() -> bool {
+    rustix::termios::isatty(rustix::stdio::stdin())
+}
+
+/// Checks `bwrap` is new enough; the version is cached by binary identity so warm runs
+/// do not spawn `bwrap --version`.
+pub(crate) fn check_bwrap(bwrap: &Path, cache: &crate::tools::ToolCache) -> Result<()> {
+    let version = cache.version_of(bwrap, || {
+        engine_detect::bwrap_version(bwrap).map(|v| v.to_string()).ok_or_else(|| Error::Io {
+            context: format!("`{} --version`", bwrap.display()),
+            source: std::io::Error::other("no version in output"),
+        })
+    })?;
+    match engine_detect::BwrapVersion::parse(&version) {
+        Some(v) if v >= engine_detect::BwrapVersion::MINIMUM => Ok(()),
+        _ => Err(Error::BwrapTooOld { found: version }),
+    }
+}

@@ -1,0 +1,90 @@
+//! Environment identity: the key that names a prepared environment (pure), and the marker
+//! written next to it once it is complete.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::fsutil::sha256_hex;
+
+/// Bumped whenever the layout of a prepared environment changes.
+const FORMAT: &str = "python-sandbox-bwrap-env-v1";
+
+/// Pure: the directory name of the environment for these inputs. Dependencies are
+/// order-insensitive; the interpreter request is either an explicit choice or
+/// `requires-python`, and the interpreter actually chosen is checked via the marker.
+pub(crate) fn env_key(
+    requires_python: Option<&str>,
+    dependencies: &[String],
+    python_request: Option<&str>,
+    uv_version: &str,
+) -> String {
+    let mut deps: Vec<&str> = dependencies.iter().map(|d| d.trim()).collect();
+    deps.sort_unstable();
+    deps.dedup();
+    let mut text = String::new();
+    for part in [
+        FORMAT,
+        std::env::consts::ARCH,
+        requires_python.unwrap_or(""),
+        python_request.unwrap_or(""),
+        uv_version,
+    ] {
+        text.push_str(part);
+        text.push('\0');
+    }
+    for dep in deps {
+        text.push_str(dep);
+        text.push('\n');
+    }
+    sha256_hex(text.as_bytes())[..32].to_owned()
+}
+
+/// Written (atomically, outside the environment directory so nothing running in the prepare
+/// sandbox can forge it) once an environment is complete.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Marker {
+    pub(crate) format: String,
+    /// The base interpreter, canonical.
+    pub(crate) python: PathBuf,
+    /// Its identity when the environment was built; a changed interpreter means a rebuild.
+    pub(crate) python_identity: String,
+    /// `sys.base_prefix` and `sys.base_exec_prefix`, mounted read-only at run time.
+    pub(crate) prefixes: Vec<PathBuf>,
+    pub(crate) python_version: String,
+    pub(crate) uv_version: String,
+    pub(crate) dependencies: Vec<String>,
+}
+
+impl Marker {
+    pub(crate) fn new(
+        python: PathBuf,
+        python_identity: String,
+        prefixes: Vec<PathBuf>,
+        python_version: String,
+        uv_version: String,
+        dependencies: Vec<String>,
+    ) -> Marker {
+        Marker {
+            format: FORMAT.to_owned(),
+            python,
+            python_identity,
+            prefixes,
+            python_version,
+            uv_version,
+            dependencies,
+        }
+    }
+
+    /// Reads a marker; `None` if absent, unreadable or from another format.
+    pub(crate) fn read(path: &Path) -> Option<Marker> {
+        let bytes = std::fs::read(path).ok()?;
+        let marker: Marker = serde_json::from_slice(&bytes).ok()?;
+        (marker.format == FORMAT).then_some(marker)
+    }
+
+    /// Still valid: the interpreter it was built with is unchanged.
+    pub(crate) fn is_current(&self) -> bool {
+        crate::fsutil::identity(&self.python).as_deref() == Some(self.python_identity.as_str())
+    }
+}

@@ -1,0 +1,116 @@
+//! Mount safety: every host path is canonicalized, targets reached through a symlink are
+//! refused, read-write mount points are created here without following symlinks, and some
+//! paths are never mounted at all. [`check_policy`] is the pure part.
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+
+use sandbox_core::{Mount, MountMode};
+
+use crate::error::{Error, Result};
+use crate::fsutil;
+use crate::plan::{Access, Bind};
+
+/// What a path is being used for (the rules differ slightly).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Use {
+    Workspace,
+    Mount,
+}
+
+/// Host trees that are never mounted: kernel interfaces and the socket directories.
+const NEVER: &[&str] = &["/proc", "/sys", "/dev", "/run", "/var/run"];
+/// System trees a workspace may not be (it would be writable).
+const SYSTEM: &[&str] = &["/usr", "/etc", "/boot", "/bin", "/sbin", "/lib", "/lib64", "/var/lib"];
+
+/// Pure: `Err(reason)` when a canonical path must not be mounted.
+pub(crate) fn check_policy(
+    path: &Path,
+    usage: Use,
+    home: &Path,
+    cache_root: &Path,
+) -> std::result::Result<(), String> {
+    if path.parent().is_none() {
+        return Err("it is the root directory".into());
+    }
+    if let Some(bad) = NEVER.iter().find(|p| path.starts_with(p)) {
+        return Err(format!("{bad} holds kernel interfaces and host sockets"));
+    }
+    if path.starts_with(cache_root) || cache_root.starts_with(path) {
+        return Err(format!(
+            "it overlaps the python-sandbox cache {} (which scripts must not change)",
+            cache_root.display()
+        ));
+    }
+    if usage == Use::Workspace {
+        if home.starts_with(path) {
+            return Err("it would expose your whole home directory".into());
+        }
+        if let Some(sys) = SYSTEM.iter().find(|p| path.starts_with(p)) {
+            return Err(format!("{sys} is a system directory"));
+        }
+    }
+    Ok(())
+}
+
+/// Canonicalizes `path` and insists it already was canonical (no symlink on the way).
+fn canonical_exact(path: &Path) -> Result<PathBuf> {
+    if !path.is_absolute() {
+        return Err(Error::RefusedMount {
+            path: path.to_owned(),
+            reason: "not an absolute path".into(),
+        });
+    }
+    let real = std::fs::canonicalize(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::MissingPath { path: path.to_owned() },
+        _ => Error::Io { context: format!("resolving {}", path.display()), source: e },
+    })?;
+    if real != path {
+        return Err(Error::SymlinkInPath { path: path.to_owned(), real });
+    }
+    Ok(real)
+}
+
+/// The workspace: canonical, existing, and not something that would expose too much.
+pub(crate) fn resolve_workspace(path: &Path, home: &Path, cache_root: &Path) -> Result<PathBuf> {
+    let real =
+        std::fs::canonicalize(path).map_err(|_| Error::MissingPath { path: path.to_owned() })?;
+    check_policy(&real, Use::Workspace, home, cache_root)
+        .map_err(|reason| Error::RefusedWorkspace { path: real.clone(), reason })?;
+    Ok(real)
+}
+
+/// One extra mount: read-only ones must exist; read-write directories are created.
+pub(crate) fn resolve_mount(mount: &Mount, home: &Path, cache_root: &Path) -> Result<Bind> {
+    let access = match mount.mode {
+        MountMode::ReadOnly => Access::ReadOnly,
+        MountMode::ReadWrite => Access::ReadWrite,
+    };
+    let path = &mount.path;
+    let exists = std::fs::symlink_metadata(path).is_ok();
+    if !exists && access == Access::ReadWrite {
+        fsutil::create_dir_all_nofollow(path)?;
+    }
+    let real = canonical_exact(path)?;
+    check_policy(&real, Use::Mount, home, cache_root)
+        .map_err(|reason| Error::RefusedMount { path: real.clone(), reason })?;
+    let meta =
+        std::fs::metadata(&real).map_err(Error::io(format!("inspecting {}", real.display())))?;
+    if meta.file_type().is_socket() {
+        return Err(Error::RefusedMount {
+            path: real,
+            reason: "it is a socket; host sockets never enter the sandbox".into(),
+        });
+    }
+    Ok(Bind::same(&real, access))
+}
+
+/// The script, canonical (it may live outside the workspace; then it is mounted read-only).
+pub(crate) fn resolve_script(path: &Path) -> Result<PathBuf> {
+    let real =
+        std::fs::canonicalize(path).map_err(|_| Error::MissingPath { path: path.to_owned() })?;
+    if !real.is_file() {
+        return Err(Error::MissingPath { path: real });
+    }
+    Ok(real)
+}

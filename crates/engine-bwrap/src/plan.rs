@@ -1,0 +1,320 @@
+//! The pure heart of the engine: from host facts and resolved paths to one bwrap argv plus the
+//! environment bwrap is started with. No filesystem access happens here, so every decision
+//! is snapshot-tested (see `tests.rs`).
+//!
+//! The environment is not put on the argv (`--setenv`) on purpose: argv is world-readable in
+//! /proc, and `--env TOKEN=…` values must not be.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+
+use crate::host::{HostFacts, RootEntry, SANDBOX_CA_BUNDLE};
+
+/// Read-only or read-write bind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    ReadOnly,
+    ReadWrite,
+}
+
+/// One bind mount at `dest` inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Bind {
+    pub(crate) src: PathBuf,
+    pub(crate) dest: PathBuf,
+    pub(crate) access: Access,
+}
+
+impl Bind {
+    pub(crate) fn same(path: &Path, access: Access) -> Bind {
+        Bind { src: path.to_owned(), dest: path.to_owned(), access }
+    }
+}
+
+/// A complete sandbox: what bwrap builds and what runs in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub(crate) net: bool,
+    pub(crate) new_session: bool,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    /// Home inside the sandbox: an empty tmpfs.
+    pub(crate) home: PathBuf,
+    /// Applied after the base layout, parents before children.
+    pub(crate) binds: Vec<Bind>,
+    pub(crate) chdir: PathBuf,
+    /// The complete environment of bwrap and therefore of the sandboxed command.
+    pub(crate) env: Vec<(String, OsString)>,
+    pub(crate) command: Vec<OsString>,
+    /// `--json-status-fd`: lets the caller tell "bwrap failed to set up" from "script exited 1".
+    pub(crate) status_fd: Option<i32>,
+}
+
+impl Plan {
+    /// The bwrap arguments (without the bwrap binary itself).
+    pub(crate) fn argv(&self, host: &HostFacts) -> Vec<OsString> {
+        let mut a = Argv::default();
+        a.flag("--unshare-all");
+        if self.net {
+            // Sharing the host network also shares its abstract unix sockets; only ever on request.
+            a.flag("--share-net");
+        }
+        a.flag("--unshare-user");
+        a.flag("--disable-userns");
+        a.flags(&["--cap-drop", "ALL"]);
+        a.flag("--die-with-parent");
+        if self.new_session {
+            // Without a terminal there is no job control to lose, and a new session stops
+            // TIOCSTI from typing into the caller's terminal.
+            a.flag("--new-session");
+        }
+        a.flags(&["--uid", &self.uid.to_string(), "--gid", &self.gid.to_string()]);
+        a.flags(&["--hostname", "python-sandbox"]);
+        if let Some(fd) = self.status_fd {
+            a.flags(&["--json-status-fd", &fd.to_string()]);
+        }
+
+        a.flags(&["--ro-bind", "/usr", "/usr"]);
+        for entry in &host.root_entries {
+            match entry {
+                RootEntry::Symlink { name, target } => {
+                    a.arg("--symlink");
+                    a.arg(target.as_os_str());
+                    a.arg(format!("/{name}"));
+                }
+                RootEntry::Dir { name } => {
+                    let path = format!("/{name}");
+                    a.flags(&["--ro-bind", &path, &path]);
+                }
+            }
+        }
+        for (src, rel) in &host.etc {
+            a.arg("--ro-bind");
+            a.arg(src.as_os_str());
+            a.arg(Path::new("/etc").join(rel).as_os_str());
+        }
+        a.arg("--ro-bind");
+        a.arg(host.passwd.as_os_str());
+        a.arg("/etc/passwd");
+        a.arg("--ro-bind");
+        a.arg(host.group.as_os_str());
+        a.arg("/etc/group");
+        if let Some(ca) = &host.ca_bundle {
+            a.arg("--ro-bind");
+            a.arg(ca.as_os_str());
+            a.arg(SANDBOX_CA_BUNDLE);
+        }
+        a.flags(&["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+        a.arg("--tmpfs");
+        a.arg(self.home.as_os_str());
+
+        for bind in &self.binds {
+            a.arg(match bind.access {
+                Access::ReadOnly => "--ro-bind",
+                Access::ReadWrite => "--bind",
+            });
+            a.arg(bind.src.as_os_str());
+            a.arg(bind.dest.as_os_str());
+        }
+        // The root tmpfs holds only mount points and the /etc skeleton; nothing may be added.
+        a.flags(&["--remount-ro", "/"]);
+        a.arg("--chdir");
+        a.arg(self.chdir.as_os_str());
+        a.arg("--");
+        for arg in &self.command {
+            a.arg(arg);
+        }
+        a.0
+    }
+}
+
+#[derive(Default)]
+struct Argv(Vec<OsString>);
+
+impl Argv {
+    fn arg(&mut self, arg: impl AsRef<OsStr>) {
+        self.0.push(arg.as_ref().to_owned());
+    }
+    fn flag(&mut self, flag: &str) {
+        self.0.push(flag.into());
+    }
+    fn flags(&mut self, flags: &[&str]) {
+        self.0.extend(flags.iter().map(OsString::from));
+    }
+}
+
+/// Where home is inside the sandbox: the caller's home path (so `~` paths keep meaning),
+/// unless that path would shadow something the sandbox needs.
+pub(crate) fn sandbox_home(host: &HostFacts) -> PathBuf {
+    let home = &host.home;
+    let unsafe_home = home.parent().is_none()
+        || home == Path::new("/tmp")
+        || ["/usr", "/etc", "/proc", "/dev", "/bin", "/lib", "/sbin"]
+            .iter()
+            .any(|p| home.starts_with(p));
+    if unsafe_home { PathBuf::from("/home/sandbox") } else { home.clone() }
+}
+
+/// Already visible read-only through the base layout.
+fn covered_by_base(path: &Path) -> bool {
+    path.starts_with("/usr")
+}
+
+/// Orders binds so a parent is mounted before anything inside it, and drops exact duplicates
+/// (the later, more specific entry wins when the same destination appears twice).
+fn order_binds(mut binds: Vec<Bind>) -> Vec<Bind> {
+    binds
+        .retain(|b| !(b.access == Access::ReadOnly && b.src == b.dest && covered_by_base(&b.dest)));
+    let mut deduped: Vec<Bind> = Vec::new();
+    for bind in binds {
+        if let Some(existing) = deduped.iter_mut().find(|b| b.dest == bind.dest) {
+            *existing = bind;
+        } else {
+            deduped.push(bind);
+        }
+    }
+    deduped.sort_by_key(|b| b.dest.components().count());
+    deduped
+}
+
+fn base_env(host: &HostFacts, home: &Path, path: String) -> Vec<(String, OsString)> {
+    let mut env = vec![("PATH".to_owned(), OsString::from(path)), ("HOME".to_owned(), home.into())];
+    let lang = host.env_value("LANG").cloned().unwrap_or_else(|| "C.UTF-8".into());
+    env.push(("LANG".to_owned(), lang));
+    for name in ["LC_ALL", "TERM", "TZ"] {
+        if let Some(value) = host.env_value(name) {
+            env.push((name.to_owned(), value.clone()));
+        }
+    }
+    if host.ca_bundle.is_some() {
+        env.push(("SSL_CERT_FILE".to_owned(), SANDBOX_CA_BUNDLE.into()));
+    }
+    env
+}
+
+/// Replaces earlier values of the same name (explicit `--env` wins over the allowlist).
+fn set_env(env: &mut Vec<(String, OsString)>, name: &str, value: OsString) {
+    env.retain(|(k, _)| k != name);
+    env.push((name.to_owned(), value));
+}
+
+/// What the prepare phase mounts: uv, interpreter prefixes, and its writable cache dirs.
+#[derive(Debug, Clone)]
+pub(crate) struct PrepareLayout {
+    /// The uv binary (canonical), mounted read-only at its own path.
+    pub(crate) uv: PathBuf,
+    pub(crate) ro_dirs: Vec<PathBuf>,
+    /// uv cache, python install dir and the one environment being built.
+    pub(crate) rw_dirs: Vec<PathBuf>,
+    pub(crate) uv_cache: PathBuf,
+    pub(crate) python_install_dir: PathBuf,
+    /// Working directory (the environment dir): the workspace is never visible here.
+    pub(crate) chdir: PathBuf,
+    pub(crate) command: Vec<OsString>,
+}
+
+/// Prepare: network on, no workspace, no home; uv writes only to its cache and the env.
+pub(crate) fn prepare_plan(
+    host: &HostFacts,
+    layout: &PrepareLayout,
+    status_fd: Option<i32>,
+) -> Plan {
+    let home = sandbox_home(host);
+    let (uid, gid) = host.sandbox_ids();
+    let mut binds = vec![Bind::same(&layout.uv, Access::ReadOnly)];
+    binds.extend(layout.ro_dirs.iter().map(|d| Bind::same(d, Access::ReadOnly)));
+    binds.extend(layout.rw_dirs.iter().map(|d| Bind::same(d, Access::ReadWrite)));
+
+    let mut env = base_env(host, &home, "/usr/local/bin:/usr/bin:/bin".to_owned());
+    for (name, value) in [
+        ("UV_CACHE_DIR", layout.uv_cache.as_os_str()),
+        ("UV_PYTHON_INSTALL_DIR", layout.python_install_dir.as_os_str()),
+        // Settings files in the (invisible) home or workspace must not steer the install.
+        ("UV_NO_CONFIG", OsStr::new("1")),
+        // The interpreter was chosen on the host; never download another one here.
+        ("UV_PYTHON_DOWNLOADS", OsStr::new("never")),
+        // Copies, not hardlinks: a later prepare (which runs package build scripts with the
+        // cache writable) must not be able to alter files of existing environments.
+        ("UV_LINK_MODE", OsStr::new("copy")),
+        // Trust the system CA store, so TLS-intercepting corporate proxies work.
+        ("UV_NATIVE_TLS", OsStr::new("1")),
+        ("UV_NO_PROGRESS", OsStr::new("1")),
+    ] {
+        set_env(&mut env, name, value.to_owned());
+    }
+    for name in crate::host::PREPARE_ENV_ALLOWLIST {
+        if let Some(value) = host.env_value(name) {
+            set_env(&mut env, name, value.clone());
+        }
+    }
+    Plan {
+        net: true,
+        new_session: true,
+        uid,
+        gid,
+        home,
+        binds: order_binds(binds),
+        chdir: layout.chdir.clone(),
+        env,
+        command: layout.command.clone(),
+        status_fd,
+    }
+}
+
+/// What the run phase mounts and executes.
+#[derive(Debug, Clone)]
+pub(crate) struct RunLayout {
+    /// The prepared environment (read-only) and its interpreter.
+    pub(crate) env_dir: PathBuf,
+    /// Interpreter prefixes, uv cache, python install dir: all read-only.
+    pub(crate) ro_dirs: Vec<PathBuf>,
+    /// Canonical workspace, read-write at its real path; also the working directory.
+    pub(crate) workspace: PathBuf,
+    /// Canonical script path.
+    pub(crate) script: PathBuf,
+    pub(crate) args: Vec<String>,
+    /// Canonical extra mounts.
+    pub(crate) mounts: Vec<Bind>,
+    pub(crate) net: bool,
+    /// Explicit `--env` values, validated.
+    pub(crate) user_env: Vec<(String, String)>,
+    /// stdin is the caller's terminal: keep the session so job control and resizing work.
+    pub(crate) interactive: bool,
+}
+
+/// Run: the prepared interpreter runs the script directly; no uv, nothing writable but the
+/// workspace, rw mounts and tmpfs.
+pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout, status_fd: Option<i32>) -> Plan {
+    let home = sandbox_home(host);
+    let (uid, gid) = host.sandbox_ids();
+    let mut binds = vec![Bind::same(&layout.env_dir, Access::ReadOnly)];
+    binds.extend(layout.ro_dirs.iter().map(|d| Bind::same(d, Access::ReadOnly)));
+    binds.push(Bind::same(&layout.workspace, Access::ReadWrite));
+    binds.extend(layout.mounts.iter().cloned());
+    if !layout.script.starts_with(&layout.workspace) {
+        binds.push(Bind::same(&layout.script, Access::ReadOnly));
+    }
+
+    let bin = layout.env_dir.join("bin");
+    let mut env = base_env(host, &home, format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()));
+    set_env(&mut env, "VIRTUAL_ENV", layout.env_dir.clone().into_os_string());
+    for (name, value) in &layout.user_env {
+        set_env(&mut env, name, value.into());
+    }
+
+    let mut command =
+        vec![bin.join("python").into_os_string(), layout.script.clone().into_os_string()];
+    command.extend(layout.args.iter().map(OsString::from));
+    Plan {
+        net: layout.net,
+        new_session: !layout.interactive,
+        uid,
+        gid,
+        home,
+        binds: order_binds(binds),
+        chdir: layout.workspace.clone(),
+        env,
+        command,
+        status_fd,
+    }
+}

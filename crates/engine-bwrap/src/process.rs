@@ -1,0 +1,277 @@
+//! Starting bwrap and waiting for it: stdio, `--json-status-fd`, the timeout, signals, and
+//! making sure the whole tree is gone when we return.
+//!
+//! Lifetime: bwrap runs with `--unshare-pid --die-with-parent`, so its pid-1 dies with the
+//! outer bwrap process and the kernel then kills everything in the pid namespace. Killing the
+//! outer bwrap (through a pidfd, so a recycled pid can never be hit) is therefore enough.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::process::{Pid, PidfdFlags, Signal};
+use sandbox_core::{OutputSink, Stdin, Stream};
+
+use crate::error::{Error, Result};
+use crate::plan::Plan;
+
+/// Where the sandbox's stdout/stderr go.
+pub(crate) enum Outputs<'a> {
+    Inherit,
+    Sink(&'a mut dyn OutputSink),
+    /// Collect both streams (prepare: shown only if uv fails).
+    Collect(&'a mut Vec<u8>),
+}
+
+/// How to treat signals sent to us while the sandbox runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Signals {
+    /// Leave the process's signal dispositions alone.
+    Ignore,
+    /// SIGINT/SIGTERM/SIGHUP end the sandbox (SIGINT after a short grace period when the
+    /// script shares our terminal and has received the same Ctrl-C).
+    Handle { interactive: bool },
+}
+
+/// How bwrap ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Finished {
+    pub(crate) exit_code: i32,
+    pub(crate) timed_out: bool,
+    /// bwrap reported the child's pid, i.e. setup succeeded and the command started.
+    pub(crate) started: bool,
+    pub(crate) duration: Duration,
+}
+
+/// Serializes spawns so the inheritable status-pipe end of one run never leaks into another
+/// sandbox started concurrently from this process.
+static SPAWN_LOCK: Mutex<()> = Mutex::new(());
+
+const SIGINT_GRACE: Duration = Duration::from_secs(2);
+
+/// Runs `plan` under `bwrap` and waits for the whole tree.
+pub(crate) fn execute(
+    bwrap: &Path,
+    plan: &Plan,
+    host: &crate::host::HostFacts,
+    stdin: &Stdin,
+    outputs: Outputs<'_>,
+    timeout: Option<Duration>,
+    signals: Signals,
+) -> Result<Finished> {
+    let start = Instant::now();
+    let (status_read, status_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| Error::io("creating the status pipe")(e.into()))?;
+    let mut plan = plan.clone();
+    plan.status_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&status_write));
+    let argv: Vec<OsString> = plan.argv(host);
+
+    let mut command = Command::new(bwrap);
+    command.args(&argv).env_clear().envs(plan.env.iter().map(|(k, v)| (k, v))).current_dir("/");
+    command.stdin(match stdin {
+        Stdin::Inherit => Stdio::inherit(),
+        Stdin::Null => Stdio::null(),
+        Stdin::Bytes(_) => Stdio::piped(),
+    });
+    match outputs {
+        Outputs::Inherit => {
+            command.stdout(Stdio::inherit()).stderr(Stdio::inherit());
+        }
+        Outputs::Sink(_) | Outputs::Collect(_) => {
+            command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+    }
+
+    let mut child = {
+        let _guard = SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        crate::fds::close_on_exec_all_but(&status_write);
+        rustix::io::fcntl_setfd(&status_write, rustix::io::FdFlags::empty())
+            .map_err(|e| Error::io("preparing the status pipe")(e.into()))?;
+        let spawned = command.spawn();
+        drop(status_write);
+        spawned.map_err(Error::io(format!("starting {}", bwrap.display())))?
+    };
+
+    let pidfd = match child_pidfd(&child) {
+        Ok(fd) => Arc::new(fd),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Error::io("opening a pidfd for bwrap")(e));
+        }
+    };
+
+    if let (Stdin::Bytes(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        let bytes = bytes.clone();
+        std::thread::spawn(move || {
+            // A script that never reads its stdin closes the pipe; that is not our error.
+            let _ = pipe.write_all(&bytes);
+        });
+    }
+
+    let signal_guard = match signals {
+        Signals::Ignore => None,
+        Signals::Handle { interactive } => {
+            Some(SignalGuard::install(Arc::clone(&pidfd), interactive)?)
+        }
+    };
+
+    let deadline = timeout.map(|t| start + t);
+    let mut timed_out = false;
+    let kill = |timed_out: &mut bool| {
+        *timed_out = true;
+        let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), Signal::KILL);
+    };
+
+    // Pump output (if piped) until both pipes close, which happens once the tree is gone.
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    if stdout.is_some() || stderr.is_some() {
+        let (tx, rx) = mpsc::channel::<(Stream, Vec<u8>)>();
+        let readers: Vec<_> = [
+            (Stream::Stdout, stdout.map(|p| Box::new(p) as Box<dyn Read + Send>)),
+            (Stream::Stderr, stderr.map(|p| Box::new(p) as Box<dyn Read + Send>)),
+        ]
+        .into_iter()
+        .filter_map(|(stream, pipe)| pipe.map(|p| (stream, p)))
+        .map(|(stream, mut pipe)| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 32 * 1024];
+                loop {
+                    match pipe.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if tx.send((stream, buf[..n].to_vec())).is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+        drop(tx);
+        let mut outputs = outputs;
+        loop {
+            let wait = match deadline {
+                Some(d) if !timed_out => d.saturating_duration_since(Instant::now()),
+                _ => Duration::from_secs(3600),
+            };
+            match rx.recv_timeout(wait) {
+                Ok((stream, chunk)) => match &mut outputs {
+                    Outputs::Sink(sink) => sink.write(stream, &chunk),
+                    Outputs::Collect(buf) => buf.extend_from_slice(&chunk),
+                    Outputs::Inherit => {}
+                },
+                Err(RecvTimeoutError::Timeout) => {
+                    if deadline.is_some_and(|d| Instant::now() >= d) && !timed_out {
+                        kill(&mut timed_out);
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        for reader in readers {
+            let _ = reader.join();
+        }
+    }
+
+    // Wait for bwrap itself, still honouring the deadline.
+    loop {
+        let remaining = match deadline {
+            Some(d) if !timed_out => Some(d.saturating_duration_since(Instant::now())),
+            _ => None,
+        };
+        if remaining == Some(Duration::ZERO) {
+            kill(&mut timed_out);
+            continue;
+        }
+        let timespec = remaining
+            .map(|r| Timespec { tv_sec: r.as_secs() as i64, tv_nsec: i64::from(r.subsec_nanos()) });
+        let mut fds = [PollFd::new(&*pidfd, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, timespec.as_ref()) {
+            Ok(0) => {
+                kill(&mut timed_out);
+            }
+            Ok(_) => break,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(Error::io("waiting for bwrap")(e.into())),
+        }
+    }
+    let status = child.wait().map_err(Error::io("waiting for bwrap"))?;
+    drop(signal_guard);
+
+    let started = read_status(status_read).contains("\"child-pid\"");
+    let exit_code = sandbox_core::exit_code(status.code(), status.signal());
+    Ok(Finished { exit_code, timed_out, started, duration: start.elapsed() })
+}
+
+fn child_pidfd(child: &Child) -> std::io::Result<OwnedFd> {
+    let pid = i32::try_from(child.id())
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or_else(|| std::io::Error::other("invalid child pid"))?;
+    Ok(rustix::process::pidfd_open(pid, PidfdFlags::empty())?)
+}
+
+/// Reads what bwrap wrote to the status pipe without waiting for EOF (a descendant could
+/// in theory hold the write end).
+fn read_status(fd: OwnedFd) -> String {
+    let _ = rustix::io::ioctl_fionbio(&fd, true);
+    let mut file = std::fs::File::from(fd);
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while let Ok(n) = file.read(&mut chunk) {
+        if n == 0 || buf.len() > 64 * 1024 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// Kills the sandbox on SIGINT/SIGTERM/SIGHUP while installed.
+struct SignalGuard {
+    handle: signal_hook::iterator::Handle,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SignalGuard {
+    fn install(pidfd: Arc<OwnedFd>, interactive: bool) -> Result<SignalGuard> {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+            .map_err(Error::io("installing signal handlers"))?;
+        let handle = signals.handle();
+        let thread = std::thread::spawn(move || {
+            for signal in signals.forever() {
+                if signal == SIGINT && interactive {
+                    // The script got the same Ctrl-C from the terminal; let it unwind.
+                    let mut fds = [PollFd::new(&*pidfd, PollFlags::IN)];
+                    let grace = Timespec { tv_sec: SIGINT_GRACE.as_secs() as i64, tv_nsec: 0 };
+                    if matches!(rustix::event::poll(&mut fds, Some(&grace)), Ok(n) if n > 0) {
+                        continue;
+                    }
+                }
+                let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), Signal::KILL);
+            }
+        });
+        Ok(SignalGuard { handle, thread: Some(thread) })
+    }
+}
+
+impl Drop for SignalGuard {
+    fn drop(&mut self) {
+        self.handle.close();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Exit codes, timeouts, process-tree teardown, dependencies and the warm path.
+
+use std::time::{Duration, Instant};
+
+use sandbox_core::Net;
+
+use crate::support::{fixture, host_processes_with};
+
+#[test]
+fn exit_codes_come_through() {
+    let Some(f) = fixture() else { return };
+    let (outcome, _) = f.run(&f.spec("import sys\nsys.exit(42)\n"));
+    assert_eq!((outcome.exit_code, outcome.timed_out), (42, false));
+    let (outcome, _) = f.run(&f.spec("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n"));
+    assert_eq!(outcome.exit_code, 143);
+    let (outcome, captured) = f.run(&f.spec("raise SystemExit('boom')\n"));
+    assert_eq!(outcome.exit_code, 1);
+    assert!(captured.stderr_lossy().contains("boom"));
+}
+
+#[test]
+fn timeout_kills_the_whole_tree() {
+    let Some(f) = fixture() else { return };
+    let mut spec = f.spec(
+        "import subprocess, time\n\
+         subprocess.Popen(['sleep', '987'])\n\
+         subprocess.Popen(['sh', '-c', 'sleep 986 & wait'], start_new_session=True)\n\
+         print('started', flush=True)\n\
+         time.sleep(600)\n",
+    );
+    spec.timeout = Some(Duration::from_secs(3));
+    let start = Instant::now();
+    let (outcome, captured) = f.run(&spec);
+    assert!(outcome.timed_out);
+    assert!(start.elapsed() < Duration::from_secs(30));
+    assert_eq!(captured.stdout_lossy(), "started\n");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(host_processes_with("sleep 987"), Vec::<String>::new());
+    assert_eq!(host_processes_with("sleep 986"), Vec::<String>::new());
+}
+
+#[test]
+fn background_children_die_with_the_script() {
+    let Some(f) = fixture() else { return };
+    let spec = f.spec(
+        "import subprocess\n\
+         subprocess.Popen(['sleep', '985'], start_new_session=True)\n\
+         print('bye')\n",
+    );
+    assert_eq!(f.run_ok(&spec), "bye\n");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(host_processes_with("sleep 985"), Vec::<String>::new());
+}
+
+#[test]
+fn dependencies_install_in_prepare_and_import_with_net_off() {
+    let Some(f) = fixture() else { return };
+    let mut spec = f.spec("import idna\nprint(idna.encode('ドメイン.テスト').decode())\n");
+    spec.dependencies = vec!["idna>=3".to_owned()];
+    spec.net = Net::Off;
+    let env = f.prepare(&spec);
+    let again = f.prepare(&spec);
+    assert!(!again.fresh, "the second prepare must reuse the environment");
+    assert_eq!(env.dir, again.dir);
+    let out = f.run_ok(&spec);
+    assert_eq!(out, "xn--eckwd4c7c.xn--zckzah\n");
+}
+
+#[test]
+fn concurrent_prepares_of_one_key_agree() {
+    let Some(f) = fixture() else { return };
+    let mut spec = f.spec("print('x')\n");
+    // A key no other test uses, so both threads race on a cold environment.
+    spec.requires_python = Some(format!(">=3.8,!=3.0.{}", std::process::id()));
+    let marker = crate::support::cache_dir().join("bwrap/envs");
+    let before = std::fs::read_dir(&marker).map(|d| d.count()).unwrap_or(0);
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| f.engine.prepare(&spec, &mut |_| {}).expect("prepare a"));
+        let b = s.spawn(|| f.engine.prepare(&spec, &mut |_| {}).expect("prepare b"));
+        (a.join().expect("a"), b.join().expect("b"))
+    });
+    assert_eq!(a.dir, b.dir);
+    assert!(a.fresh != b.fresh, "exactly one of them builds");
+    assert!(std::fs::read_dir(&marker).map(|d| d.count()).unwrap_or(0) > before);
+    assert_eq!(f.run_ok(&spec), "x\n");
+}
+
+#[test]
+fn warm_runs_do_not_prepare_again() {
+    let Some(f) = fixture() else { return };
+    let spec = f.spec("print('warm')\n");
+    f.prepare(&spec);
+    let start = Instant::now();
+    let env = f.prepare(&spec);
+    assert!(!env.fresh);
+    assert!(start.elapsed() < Duration::from_millis(200), "{:?}", start.elapsed());
+    assert_eq!(f.run_ok(&spec), "warm\n");
+}

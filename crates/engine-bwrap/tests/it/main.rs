@@ -1,0 +1,10 @@
+//! Real-bwrap tests: small scripts run in the actual sandbox and check what they can and
+//! cannot see or do. Gated on the bwrap probe (printing `SKIPPED: bwrap: reason`); the cache
+//! (uv, environments) lives in cargo's target tmpdir so later runs are warm.
+
+// Test helpers report skips and progress on stdout; the harness captures it.
+#![allow(clippy::print_stdout)]
+
+mod lifecycle;
+mod support;
+mod wall;
