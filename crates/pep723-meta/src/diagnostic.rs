@@ -151,15 +151,36 @@ pub struct Diagnostic {
 }
 
 impl Diagnostic {
-    pub(crate) fn new(code: &'static str, severity: Severity, span: Range<usize>, message: impl Into<String>) -> Self {
-        Self { code, severity, message: message.into(), hint: None, span, related: Vec::new(), fixes: Vec::new() }
+    pub(crate) fn new(
+        code: &'static str,
+        severity: Severity,
+        span: Range<usize>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            code,
+            severity,
+            message: message.into(),
+            hint: None,
+            span,
+            related: Vec::new(),
+            fixes: Vec::new(),
+        }
     }
 
-    pub(crate) fn error(code: &'static str, span: Range<usize>, message: impl Into<String>) -> Self {
+    pub(crate) fn error(
+        code: &'static str,
+        span: Range<usize>,
+        message: impl Into<String>,
+    ) -> Self {
         Self::new(code, Severity::Error, span, message)
     }
 
-    pub(crate) fn warning(code: &'static str, span: Range<usize>, message: impl Into<String>) -> Self {
+    pub(crate) fn warning(
+        code: &'static str,
+        span: Range<usize>,
+        message: impl Into<String>,
+    ) -> Self {
         Self::new(code, Severity::Warning, span, message)
     }
 
@@ -192,7 +213,15 @@ pub fn render_plain(source: &str, diagnostics: &[Diagnostic]) -> String {
     let mut out = String::new();
     for d in diagnostics {
         let p = index.position(d.span.start, PositionEncoding::Utf8);
-        let _ = writeln!(out, "{}:{} {}[{}] {}", p.line + 1, p.character + 1, d.severity.as_str(), d.code, d.message);
+        let _ = writeln!(
+            out,
+            "{}:{} {}[{}] {}",
+            p.line + 1,
+            p.character + 1,
+            d.severity.as_str(),
+            d.code,
+            d.message
+        );
         if let Some(hint) = &d.hint {
             let _ = writeln!(out, "    hint: {hint}");
         }

@@ -11,11 +11,14 @@ use crate::diagnostic::{TextEdit, codes};
 use crate::error::EditError;
 use crate::line_index::LineEnding;
 use crate::scan::{self, Block, SCRIPT};
-use crate::validate::{SANDBOX_KEYS, SANDBOX_TABLE, check_pep440, check_pep508, requirement_name, suggest};
+use crate::validate::{
+    SANDBOX_KEYS, SANDBOX_TABLE, check_pep440, check_pep508, requirement_name, suggest,
+};
 
 /// One change to a script's metadata. Each edit is idempotent: applying it to its own result changes
 /// nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Edit {
     /// Creates an empty block (`dependencies = []`) when the script has none; otherwise nothing.
     Init,
@@ -90,7 +93,10 @@ impl SandboxKey {
 
     /// Whether the key holds a list.
     pub fn is_list(self) -> bool {
-        matches!(self, SandboxKey::Dependencies | SandboxKey::Mounts | SandboxKey::Publish | SandboxKey::Env)
+        matches!(
+            self,
+            SandboxKey::Dependencies | SandboxKey::Mounts | SandboxKey::Publish | SandboxKey::Env
+        )
     }
 }
 
@@ -105,9 +111,11 @@ impl FromStr for SandboxKey {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bare = s.strip_prefix("tool.python-sandbox.").unwrap_or(s);
-        SandboxKey::ALL.into_iter().find(|k| k.as_str() == bare).ok_or_else(|| EditError::UnknownKey {
-            key: s.to_owned(),
-            suggestion: suggest(bare, SANDBOX_KEYS).map(str::to_owned),
+        SandboxKey::ALL.into_iter().find(|k| k.as_str() == bare).ok_or_else(|| {
+            EditError::UnknownKey {
+                key: s.to_owned(),
+                suggestion: suggest(bare, SANDBOX_KEYS).map(str::to_owned),
+            }
         })
     }
 }
@@ -147,10 +155,9 @@ pub fn edit(source: &str, edits: &[Edit]) -> Result<EditOutcome, EditError> {
         return Err(EditError::DuplicateBlock);
     }
     let mut doc = match block {
-        Some(b) => b
-            .content
-            .parse::<DocumentMut>()
-            .map_err(|e| EditError::TomlSyntax { message: e.message().lines().next().unwrap_or_default().to_owned() })?,
+        Some(b) => b.content.parse::<DocumentMut>().map_err(|e| EditError::TomlSyntax {
+            message: e.message().lines().next().unwrap_or_default().to_owned(),
+        })?,
         None => {
             if let Some(d) = scan.diagnostics.iter().find(|d| d.code == codes::UNCLOSED_BLOCK) {
                 let line = scan.lines.iter().position(|l| l.start == d.span.start).unwrap_or(0) + 1;
@@ -193,11 +200,14 @@ fn unchanged(source: &str) -> EditOutcome {
 
 fn validate_input(e: &Edit) -> Result<(), EditError> {
     match e {
-        Edit::AddDependency(r) | Edit::AddSandboxDependency(r) => check_pep508(r)
-            .map_err(|(message, _)| EditError::InvalidRequirement { requirement: r.clone(), message }),
-        Edit::SetRequiresPython(s) => {
-            check_pep440(s).map_err(|message| EditError::InvalidSpecifier { specifier: s.clone(), message })
+        Edit::AddDependency(r) | Edit::AddSandboxDependency(r) => {
+            check_pep508(r).map_err(|(message, _)| EditError::InvalidRequirement {
+                requirement: r.clone(),
+                message,
+            })
         }
+        Edit::SetRequiresPython(s) => check_pep440(s)
+            .map_err(|message| EditError::InvalidSpecifier { specifier: s.clone(), message }),
         Edit::SetSandbox { key, value } => sandbox_value(*key, value).map(|_| ()),
         _ => Ok(()),
     }
@@ -219,10 +229,14 @@ fn sandbox_value(key: SandboxKey, text: &str) -> Result<Value, EditError> {
     }
     value.decor_mut().clear();
     let line = value.to_string();
-    let probe = format!("# /// script\n# [tool.python-sandbox]\n# {key} = {}\n# ///\n", line.trim());
+    let probe =
+        format!("# /// script\n# [tool.python-sandbox]\n# {key} = {}\n# ///\n", line.trim());
     let parsed = crate::parse(&probe);
     if let Some(d) = parsed.errors().next() {
-        return Err(EditError::InvalidValue { key: key.as_str().to_owned(), message: d.message.clone() });
+        return Err(EditError::InvalidValue {
+            key: key.as_str().to_owned(),
+            message: d.message.clone(),
+        });
     }
     if parsed.block.as_ref().map(|b| b.content_lines()) != Some(2) {
         return Err(EditError::InvalidValue {
@@ -238,17 +252,19 @@ fn apply(doc: &mut DocumentMut, e: &Edit) -> Result<(), EditError> {
         Edit::Init => Ok(()),
         Edit::AddDependency(r) => {
             let item = doc.entry("dependencies").or_insert(Item::Value(Value::Array(Array::new())));
-            let array = item
-                .as_array_mut()
-                .ok_or(EditError::WrongType { key: "dependencies".to_owned(), expected: "an array" })?;
+            let array = item.as_array_mut().ok_or(EditError::WrongType {
+                key: "dependencies".to_owned(),
+                expected: "an array",
+            })?;
             add_requirement(array, r);
             Ok(())
         }
         Edit::RemoveDependency(name) => {
             if let Some(item) = doc.get_mut("dependencies") {
-                let array = item
-                    .as_array_mut()
-                    .ok_or(EditError::WrongType { key: "dependencies".to_owned(), expected: "an array" })?;
+                let array = item.as_array_mut().ok_or(EditError::WrongType {
+                    key: "dependencies".to_owned(),
+                    expected: "an array",
+                })?;
                 remove_requirement(array, name);
             }
             Ok(())
@@ -278,7 +294,8 @@ fn apply(doc: &mut DocumentMut, e: &Edit) -> Result<(), EditError> {
         }
         Edit::AddSandboxDependency(r) => {
             let table = sandbox_table(doc, true)?.ok_or(EditError::Unrepresentable)?;
-            let item = table.entry("dependencies").or_insert(Item::Value(Value::Array(Array::new())));
+            let item =
+                table.entry("dependencies").or_insert(Item::Value(Value::Array(Array::new())));
             let array = item.as_array_mut().ok_or(EditError::WrongType {
                 key: "tool.python-sandbox.dependencies".to_owned(),
                 expected: "an array",
@@ -338,7 +355,10 @@ fn remove_empty_sandbox(doc: &mut DocumentMut) {
 
 /// The `[tool.python-sandbox]` table, created as a real header (never inline, with an empty TOML
 /// line before it so it reads as its own section) when `create` is set.
-fn sandbox_table(doc: &mut DocumentMut, create: bool) -> Result<Option<&mut dyn TableLike>, EditError> {
+fn sandbox_table(
+    doc: &mut DocumentMut,
+    create: bool,
+) -> Result<Option<&mut dyn TableLike>, EditError> {
     let has_content = !doc.is_empty();
     let tool_is_inline = doc.get("tool").is_some_and(Item::is_inline_table);
     if !doc.contains_key("tool") {
@@ -384,7 +404,9 @@ fn sort_name(s: &str) -> String {
 }
 
 fn is_multiline(array: &Array) -> bool {
-    array.iter().any(|v| v.decor().prefix().and_then(|p| p.as_str()).is_some_and(|p| p.contains('\n')))
+    array
+        .iter()
+        .any(|v| v.decor().prefix().and_then(|p| p.as_str()).is_some_and(|p| p.contains('\n')))
         || array.trailing().as_str().is_some_and(|t| t.contains('\n'))
 }
 
@@ -406,7 +428,8 @@ fn split_same_line_comment(prefix: &str) -> (&str, &str) {
 
 fn add_requirement(array: &mut Array, req: &str) {
     let name = sort_name(req);
-    let existing = array.iter().position(|v| v.as_str().map(sort_name).as_deref() == Some(name.as_str()));
+    let existing =
+        array.iter().position(|v| v.as_str().map(sort_name).as_deref() == Some(name.as_str()));
     if let Some(i) = existing {
         if array.get(i).and_then(Value::as_str) == Some(req) {
             return;
@@ -428,12 +451,18 @@ fn add_requirement(array: &mut Array, req: &str) {
         array.set_trailing("\n");
         return;
     }
-    let names: Vec<String> = array.iter().map(|v| v.as_str().map(sort_name).unwrap_or_default()).collect();
+    let names: Vec<String> =
+        array.iter().map(|v| v.as_str().map(sort_name).unwrap_or_default()).collect();
     let sorted = names.windows(2).all(|w| w[0] <= w[1]);
-    let pos = if sorted { names.iter().position(|n| *n > name).unwrap_or(names.len()) } else { names.len() };
+    let pos = if sorted {
+        names.iter().position(|n| *n > name).unwrap_or(names.len())
+    } else {
+        names.len()
+    };
     if is_multiline(array) {
         let first = array.get(0).map(prefix_of).unwrap_or_default();
-        let indent = first.rsplit('\n').next().filter(|s| s.trim().is_empty()).unwrap_or("    ").to_owned();
+        let indent =
+            first.rsplit('\n').next().filter(|s| s.trim().is_empty()).unwrap_or("    ").to_owned();
         let mut prefix = format!("\n{indent}");
         if pos < array.len() {
             if let Some(next) = array.get_mut(pos) {
@@ -484,7 +513,10 @@ fn remove_requirement(array: &mut Array, name: &str) {
     let multiline = is_multiline(array);
     let mut i = 0;
     while i < array.len() {
-        let hit = array.get(i).and_then(Value::as_str).is_some_and(|s| sort_name(s) == target || s.trim() == name.trim());
+        let hit = array
+            .get(i)
+            .and_then(Value::as_str)
+            .is_some_and(|s| sort_name(s) == target || s.trim() == name.trim());
         if !hit {
             i += 1;
             continue;
@@ -495,7 +527,13 @@ fn remove_requirement(array: &mut Array, name: &str) {
         if i < array.len() {
             if let Some(next) = array.get_mut(i) {
                 let np = prefix_of(next);
-                let np = if multiline { format!("{comment}{np}") } else if i == 0 { String::new() } else { np };
+                let np = if multiline {
+                    format!("{comment}{np}")
+                } else if i == 0 {
+                    String::new()
+                } else {
+                    np
+                };
                 next.decor_mut().set_prefix(np);
             }
         } else if !comment.is_empty() {
@@ -590,8 +628,7 @@ fn insert_block(source: &str, toml: &str) -> String {
 
 fn is_coding_line(line: &str) -> bool {
     let l = line.trim_start_matches([' ', '\t', '\x0c']);
-    l.starts_with('#')
-        && l.find("coding").is_some_and(|i| l[i + 6..].starts_with([':', '=']))
+    l.starts_with('#') && l.find("coding").is_some_and(|i| l[i + 6..].starts_with([':', '=']))
 }
 
 /// The single minimal edit between two texts (common prefix and suffix removed), or none.
@@ -604,7 +641,8 @@ pub(crate) fn diff(old: &str, new: &str) -> Option<TextEdit> {
         p -= 1;
     }
     let max_s = old.len().min(new.len()) - p;
-    let mut s = old.bytes().rev().zip(new.bytes().rev()).take(max_s).take_while(|(a, b)| a == b).count();
+    let mut s =
+        old.bytes().rev().zip(new.bytes().rev()).take(max_s).take_while(|(a, b)| a == b).count();
     while !old.is_char_boundary(old.len() - s) || !new.is_char_boundary(new.len() - s) {
         s -= 1;
     }

@@ -11,7 +11,9 @@ pub enum EditError {
     #[error("the file has more than one `script` block\nhint: merge them into one block first")]
     DuplicateBlock,
     /// An unclosed `# /// script` opener and no complete block: a new block would collide with it.
-    #[error("the `# /// script` block on line {line} is never closed\nhint: end it with a `# ///` line first")]
+    #[error(
+        "the `# /// script` block on line {line} is never closed\nhint: end it with a `# ///` line first"
+    )]
     UnclosedBlock {
         /// 1-based line of the opener.
         line: usize,

@@ -19,11 +19,15 @@ mod validate;
 
 use std::ops::Range;
 
-pub use crate::diagnostic::{Diagnostic, Fix, Related, Severity, TextEdit, apply_edits, codes, render_plain};
+pub use crate::diagnostic::{
+    Diagnostic, Fix, Related, Severity, TextEdit, apply_edits, codes, render_plain,
+};
 pub use crate::edit::{Edit, EditOutcome, SandboxKey, edit};
 pub use crate::error::EditError;
 pub use crate::line_index::{LineEnding, LineIndex, Position, PositionEncoding, PositionRange};
-pub use crate::model::{EnvVar, Metadata, MountMode, MountSpec, Net, SandboxConfig, Spanned, TomlValue};
+pub use crate::model::{
+    EnvVar, Metadata, MountMode, MountSpec, Net, SandboxConfig, Spanned, TomlValue,
+};
 pub use crate::scan::Block;
 
 /// The overall outcome of a parse.
@@ -131,8 +135,9 @@ pub fn parse_bytes(bytes: &[u8]) -> Parsed {
             let at = e.valid_up_to();
             let len = e.error_len().unwrap_or(bytes.len() - at).max(1);
             let span: Range<usize> = at..(at + len).min(bytes.len());
-            let d = Diagnostic::error(codes::INVALID_UTF8, span, format!("invalid utf-8 at byte {at}"))
-                .with_hint("inline script metadata must be utf-8; re-save the file as utf-8");
+            let d =
+                Diagnostic::error(codes::INVALID_UTF8, span, format!("invalid utf-8 at byte {at}"))
+                    .with_hint("inline script metadata must be utf-8; re-save the file as utf-8");
             Parsed {
                 status: Status::Invalid,
                 block: None,

@@ -57,7 +57,11 @@ impl LineIndex {
         let mut i = 0;
         while let Some(rel) = memchr::memchr2(b'\n', b'\r', &bytes[i..]) {
             let at = i + rel;
-            let next = if bytes[at] == b'\r' && bytes.get(at + 1) == Some(&b'\n') { at + 2 } else { at + 1 };
+            let next = if bytes[at] == b'\r' && bytes.get(at + 1) == Some(&b'\n') {
+                at + 2
+            } else {
+                at + 1
+            };
             line_starts.push(next);
             i = next;
         }
@@ -104,7 +108,10 @@ impl LineIndex {
 
     /// The positions of both ends of a byte range.
     pub fn range(&self, range: Range<usize>, encoding: PositionEncoding) -> PositionRange {
-        PositionRange { start: self.position(range.start, encoding), end: self.position(range.end, encoding) }
+        PositionRange {
+            start: self.position(range.start, encoding),
+            end: self.position(range.end, encoding),
+        }
     }
 
     /// The byte offset of a position, or `None` when the line does not exist. A column past the end

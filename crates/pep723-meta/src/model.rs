@@ -165,7 +165,9 @@ impl TomlValue {
         match self {
             TomlValue::String(s) | TomlValue::Datetime(s) => Value::String(s.clone()),
             TomlValue::Integer(i) => Value::from(*i),
-            TomlValue::Float(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+            TomlValue::Float(f) => {
+                serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number)
+            }
             TomlValue::Boolean(b) => Value::Bool(*b),
             TomlValue::Array(items) => Value::Array(items.iter().map(TomlValue::to_json).collect()),
             TomlValue::Table(entries) => {
@@ -178,14 +180,16 @@ impl TomlValue {
         match item {
             toml_edit::Item::None => None,
             toml_edit::Item::Value(v) => Some(Self::from_value(v)),
-            toml_edit::Item::Table(t) => {
-                Some(TomlValue::Table(t.iter().filter_map(|(k, v)| Some((k.to_owned(), Self::from_item(v)?))).collect()))
-            }
+            toml_edit::Item::Table(t) => Some(TomlValue::Table(
+                t.iter().filter_map(|(k, v)| Some((k.to_owned(), Self::from_item(v)?))).collect(),
+            )),
             toml_edit::Item::ArrayOfTables(a) => Some(TomlValue::Array(
                 a.iter()
                     .map(|t| {
                         TomlValue::Table(
-                            t.iter().filter_map(|(k, v)| Some((k.to_owned(), Self::from_item(v)?))).collect(),
+                            t.iter()
+                                .filter_map(|(k, v)| Some((k.to_owned(), Self::from_item(v)?)))
+                                .collect(),
                         )
                     })
                     .collect(),
@@ -200,10 +204,12 @@ impl TomlValue {
             toml_edit::Value::Float(f) => TomlValue::Float(*f.value()),
             toml_edit::Value::Boolean(b) => TomlValue::Boolean(*b.value()),
             toml_edit::Value::Datetime(d) => TomlValue::Datetime(d.value().to_string()),
-            toml_edit::Value::Array(a) => TomlValue::Array(a.iter().map(Self::from_value).collect()),
-            toml_edit::Value::InlineTable(t) => {
-                TomlValue::Table(t.iter().map(|(k, v)| (k.to_owned(), Self::from_value(v))).collect())
+            toml_edit::Value::Array(a) => {
+                TomlValue::Array(a.iter().map(Self::from_value).collect())
             }
+            toml_edit::Value::InlineTable(t) => TomlValue::Table(
+                t.iter().map(|(k, v)| (k.to_owned(), Self::from_value(v))).collect(),
+            ),
         }
     }
 }

@@ -52,7 +52,9 @@ impl Block {
     /// maps to the end of that source line; offsets past the end map to the closer.
     pub fn source_offset(&self, content_offset: usize) -> usize {
         let i = self.lines.partition_point(|l| l.content_start <= content_offset);
-        let Some(line) = i.checked_sub(1).and_then(|i| self.lines.get(i)) else { return self.closer.start };
+        let Some(line) = i.checked_sub(1).and_then(|i| self.lines.get(i)) else {
+            return self.closer.start;
+        };
         let delta = content_offset - line.content_start;
         if delta > line.len { self.closer.start } else { line.source_start + delta }
     }
@@ -96,7 +98,11 @@ pub(crate) fn split_lines(text: &str) -> Vec<Line> {
         match memchr::memchr2(b'\n', b'\r', &bytes[start..]) {
             Some(rel) => {
                 let end = start + rel;
-                let next = if bytes[end] == b'\r' && bytes.get(end + 1) == Some(&b'\n') { end + 2 } else { end + 1 };
+                let next = if bytes[end] == b'\r' && bytes.get(end + 1) == Some(&b'\n') {
+                    end + 2
+                } else {
+                    end + 1
+                };
                 lines.push(Line { start, end });
                 start = next;
             }
@@ -113,7 +119,8 @@ pub(crate) fn split_lines(text: &str) -> Vec<Line> {
 /// The TYPE of an exact opener line `# /// TYPE`.
 pub(crate) fn opener_kind(line: &str) -> Option<&str> {
     let kind = line.strip_prefix("# /// ")?;
-    (!kind.is_empty() && kind.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')).then_some(kind)
+    (!kind.is_empty() && kind.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+        .then_some(kind)
 }
 
 fn is_content(line: &str) -> bool {
@@ -211,25 +218,41 @@ fn build_block(text: &str, lines: &[Line], open: usize, close: usize, kind: &str
     }
 }
 
-/// Openers inside a complete block: the blocks merged, which is almost never what the author meant.
-fn nested_openers(text: &str, lines: &[Line], block: &Block, open: usize, close: usize, out: &mut Vec<Diagnostic>) {
+/// Openers inside a complete block of another type: the blocks merged, so the `script` block the
+/// author wrote is not read. (Inside a `script` block they are reported only when its TOML fails:
+/// `# /// x` lines are legal inside multi-line strings, as in the spec's own example.)
+fn nested_openers(
+    text: &str,
+    lines: &[Line],
+    block: &Block,
+    open: usize,
+    close: usize,
+    out: &mut Vec<Diagnostic>,
+) {
+    if block.kind == SCRIPT {
+        return;
+    }
     for line in &lines[open + 1..close] {
         let l = &text[line.start..line.end];
         let Some(kind) = opener_kind(l) else { continue };
-        let outer = &block.kind;
-        let message = if block.kind == SCRIPT {
-            format!("`# /// {kind}` opens a block inside the `script` block, so the two blocks merged into one")
-        } else if kind == SCRIPT {
-            format!("`# /// script` is inside the `{outer}` block that ends at its last `# ///`, so it is not read")
-        } else {
-            format!("`# /// {kind}` opens a block inside the `{outer}` block, so the two blocks merged into one")
-        };
-        out.push(
-            Diagnostic::warning(codes::NESTED_OPENER, line.start..line.end, message)
-                .with_hint("end the first block with `# ///` and put a blank line before the next opener")
-                .with_related(block.opener.clone(), format!("the `{outer}` block starts here")),
-        );
+        out.push(nested_opener(line.start..line.end, kind, block));
     }
+}
+
+pub(crate) fn nested_opener(span: Range<usize>, kind: &str, block: &Block) -> Diagnostic {
+    let outer = &block.kind;
+    let message = if kind == SCRIPT && outer != SCRIPT {
+        format!(
+            "`# /// script` is inside the `{outer}` block that ends at its last `# ///`, so it is not read"
+        )
+    } else {
+        format!(
+            "`# /// {kind}` opens a block inside the `{outer}` block, so the two blocks merged into one"
+        )
+    };
+    Diagnostic::warning(codes::NESTED_OPENER, span, message)
+        .with_hint("end the first block with `# ///` and put a blank line before the next opener")
+        .with_related(block.opener.clone(), format!("the `{outer}` block starts here"))
 }
 
 /// An unclosed `script` block: warn on the opener, explain the line that ended it, and point at a
@@ -244,15 +267,20 @@ fn unclosed(text: &str, lines: &[Line], open: usize, brk: usize, out: &mut Vec<D
     );
     let candidate = (open + 1..brk).rev().find(|&k| {
         let l = t(k);
-        l.strip_prefix('#').is_some_and(|r| r.trim_start().starts_with("///")) && opener_kind(l) != Some(SCRIPT)
+        l.strip_prefix('#').is_some_and(|r| r.trim_start().starts_with("///"))
+            && opener_kind(l) != Some(SCRIPT)
     });
     if let Some(k) = candidate {
         let span = lines[k].start..lines[k].end;
         d = d.with_related(span.clone(), "this line was probably meant to close the block");
         out.push(
-            Diagnostic::warning(codes::INVALID_CLOSER, span.clone(), "closer must be exactly `# ///`")
-                .with_hint("nothing may follow `# ///` on the closing line, not even spaces")
-                .with_fix("replace with `# ///`", vec![replace(span, CLOSER)]),
+            Diagnostic::warning(
+                codes::INVALID_CLOSER,
+                span.clone(),
+                "closer must be exactly `# ///`",
+            )
+            .with_hint("nothing may follow `# ///` on the closing line, not even spaces")
+            .with_fix("replace with `# ///`", vec![replace(span, CLOSER)]),
         );
     }
     match lines.get(brk) {
@@ -263,7 +291,8 @@ fn unclosed(text: &str, lines: &[Line], open: usize, brk: usize, out: &mut Vec<D
             d = d.with_related(span.clone(), "the block ends before this line");
             let trimmed = l.trim_start();
             let indent = l.len() - trimmed.len();
-            let next_is_comment = lines.get(brk + 1).is_some_and(|n| text[n.start..n.end].starts_with('#'));
+            let next_is_comment =
+                lines.get(brk + 1).is_some_and(|n| text[n.start..n.end].starts_with('#'));
             let broken = if l.trim().is_empty() && next_is_comment {
                 Some((
                     "a blank line inside a block ends it",
@@ -285,7 +314,11 @@ fn unclosed(text: &str, lines: &[Line], open: usize, brk: usize, out: &mut Vec<D
                 } else {
                     replace(at..at, " ")
                 };
-                Some(("content lines must be `#` alone or start with `# ` (hash, space)", "insert a space after `#`".to_owned(), vec![edit]))
+                Some((
+                    "content lines must be `#` alone or start with `# ` (hash, space)",
+                    "insert a space after `#`".to_owned(),
+                    vec![edit],
+                ))
             } else {
                 d = d.with_hint("add a `# ///` line after the last metadata line");
                 None
@@ -332,9 +365,14 @@ fn type_message(kind: &str) -> String {
 }
 
 fn near_miss_diag(span: Range<usize>, message: String, fixable: bool) -> Diagnostic {
-    let d = Diagnostic::warning(codes::NEAR_MISS, span.clone(), message)
-        .with_hint("the opener must be exactly `# /// script` in column 0, so this block is not read");
-    if fixable { d.with_fix("replace with `# /// script`", vec![replace(span, "# /// script")]) } else { d }
+    let d = Diagnostic::warning(codes::NEAR_MISS, span.clone(), message).with_hint(
+        "the opener must be exactly `# /// script` in column 0, so this block is not read",
+    );
+    if fixable {
+        d.with_fix("replace with `# /// script`", vec![replace(span, "# /// script")])
+    } else {
+        d
+    }
 }
 
 /// A line that looks like a `script` opener but is not one (the exact-opener case is handled by
@@ -356,7 +394,12 @@ fn near_miss(line: &str, start: usize) -> Option<Diagnostic> {
         return None;
     }
     if !code.trim().is_empty() {
-        return Some(near_miss_diag(span, "`# /// script` must start in column 0 of its own line".to_owned(), false));
+        let hash = start + code.len();
+        return Some(near_miss_diag(
+            hash..span.end,
+            "`# /// script` must start in column 0 of its own line".to_owned(),
+            false,
+        ));
     }
     let message = if !code.is_empty() {
         "opener is indented: it must start in column 0".to_owned()
@@ -386,13 +429,17 @@ pub(crate) fn coding_line(text: &str, lines: &[Line]) -> Option<Diagnostic> {
         let rest = &l[at + 6..];
         let Some(rest) = rest.strip_prefix([':', '=']) else { continue };
         let rest = rest.trim_start_matches([' ', '\t']);
-        let name: String =
-            rest.chars().take_while(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.')).collect();
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            .collect();
         if name.is_empty() {
             continue;
         }
         let norm = name.to_ascii_lowercase().replace('_', "-");
-        if matches!(norm.as_str(), "utf-8" | "utf8" | "u8" | "utf" | "utf-8-sig") || norm.starts_with("utf-8-") {
+        if matches!(norm.as_str(), "utf-8" | "utf8" | "u8" | "utf" | "utf-8-sig")
+            || norm.starts_with("utf-8-")
+        {
             return None;
         }
         return Some(

@@ -9,12 +9,13 @@ use toml_edit::{Document, Item, Key, TableLike, Value};
 
 use crate::diagnostic::{Diagnostic, TextEdit, codes};
 use crate::model::{EnvVar, Metadata, MountSpec, Net, SandboxConfig, Spanned, TomlValue};
-use crate::scan::Block;
+use crate::scan::{self, Block, opener_kind};
 
 /// The top-level keys of a `script` block.
 pub(crate) const TOP_KEYS: &[&str] = &["dependencies", "requires-python", "tool"];
 /// The `[tool.python-sandbox]` keys.
-pub(crate) const SANDBOX_KEYS: &[&str] = &["dependencies", "mounts", "net", "publish", "env", "timeout"];
+pub(crate) const SANDBOX_KEYS: &[&str] =
+    &["dependencies", "mounts", "net", "publish", "env", "timeout"];
 /// The tool table this crate validates.
 pub(crate) const SANDBOX_TABLE: &str = "python-sandbox";
 
@@ -28,17 +29,23 @@ pub(crate) struct Validation {
 pub(crate) fn validate(block: &Block) -> Validation {
     let doc = match Document::parse(block.content.as_str()) {
         Ok(doc) => doc,
-        Err(e) => return Validation { diagnostics: vec![toml_error(block, &e)], toml: None, metadata: None },
+        Err(e) => {
+            return Validation { diagnostics: toml_error(block, &e), toml: None, metadata: None };
+        }
     };
     let mut cx = Cx { block, content: &block.content, diagnostics: Vec::new() };
     let metadata = cx.metadata(&doc);
     cx.portability(doc.as_item());
-    Validation { diagnostics: cx.diagnostics, toml: TomlValue::from_item(doc.as_item()), metadata: Some(metadata) }
+    Validation {
+        diagnostics: cx.diagnostics,
+        toml: TomlValue::from_item(doc.as_item()),
+        metadata: Some(metadata),
+    }
 }
 
 /// Maps a toml_edit error into the source. toml_edit reports a zero-width span at the end of the
 /// content for "unexpected end": widen it to the last real character so editors can show it.
-fn toml_error(block: &Block, e: &toml_edit::TomlError) -> Diagnostic {
+fn toml_error(block: &Block, e: &toml_edit::TomlError) -> Vec<Diagnostic> {
     let content = &block.content;
     let mut span = e.span().unwrap_or(content.len()..content.len());
     span.start = floor_char(content, span.start.min(content.len()));
@@ -55,6 +62,12 @@ fn toml_error(block: &Block, e: &toml_edit::TomlError) -> Diagnostic {
     }
     let message = e.message().lines().next().unwrap_or("invalid toml").to_owned();
     let (code, message) = if message.contains("duplicate key") {
+        let key = content[span.clone()].trim();
+        let message = if key.is_empty() || key.contains('\n') {
+            message
+        } else {
+            format!("duplicate key `{key}`")
+        };
         (codes::TOML_DUPLICATE_KEY, message)
     } else {
         (codes::TOML_SYNTAX, format!("invalid toml: {message}"))
@@ -63,13 +76,28 @@ fn toml_error(block: &Block, e: &toml_edit::TomlError) -> Diagnostic {
     // A `# ///` content line means the block swallowed a closer: explain the greedy-closer rule.
     let line_start = content[..span.start].rfind('\n').map_or(0, |i| i + 1);
     let line_end = content[line_start..].find('\n').map_or(content.len(), |i| line_start + i);
+    // Openers inside the block explain most syntax errors: two blocks merged into one.
+    let mut nested = Vec::new();
+    for line in &block.lines {
+        let text = &content[line.content_start..line.content_start + line.len];
+        if let Some(kind) =
+            text.strip_prefix("/// ").filter(|k| opener_kind(&format!("# /// {k}")).is_some())
+        {
+            nested.push(scan::nested_opener(
+                line.line_start..line.source_start + line.len,
+                kind,
+                block,
+            ));
+        }
+    }
     if content[line_start..line_end].starts_with("///") {
         d = d.with_hint(
             "a block ends at the last `# ///` line before the first non-`#` line, so this `# ///` is \
              read as toml; put a blank line after the real closer",
         );
     }
-    d
+    nested.insert(0, d);
+    nested
 }
 
 fn floor_char(s: &str, mut i: usize) -> usize {
@@ -214,7 +242,9 @@ impl Cx<'_> {
                         self.key_span(key),
                         "the `[run]` table was dropped from pep 723 in january 2024 and is ignored",
                     )
-                    .with_hint("move `dependencies` and `requires-python` to the top level of the block");
+                    .with_hint(
+                        "move `dependencies` and `requires-python` to the top level of the block",
+                    );
                     self.push(d);
                 }
                 _ => {
@@ -222,7 +252,9 @@ impl Cx<'_> {
                     let mut d = Diagnostic::warning(
                         codes::META_UNKNOWN_KEY,
                         span.clone(),
-                        format!("unknown key `{name}`: pep 723 defines only `dependencies`, `requires-python` and `[tool]`"),
+                        format!(
+                            "unknown key `{name}`: pep 723 defines only `dependencies`, `requires-python` and `[tool]`"
+                        ),
                     );
                     if let Some(s) = suggest(name, TOP_KEYS) {
                         d = d.with_hint(format!("did you mean `{s}`?")).with_fix(
@@ -242,7 +274,12 @@ impl Cx<'_> {
     fn requires_python(&mut self, key: &Key, item: &Item) -> Option<Spanned<String>> {
         let span = self.item_span(key, item);
         let Some(v) = item.as_value() else {
-            self.type_error(codes::META_INVALID_TYPE, span, "`requires-python` must be a string, like `\">=3.11\"`", item);
+            self.type_error(
+                codes::META_INVALID_TYPE,
+                span,
+                "`requires-python` must be a string, like `\">=3.11\"`",
+                item,
+            );
             return None;
         };
         let Some(s) = v.as_str() else {
@@ -251,9 +288,13 @@ impl Cx<'_> {
                 span.clone(),
                 format!("`requires-python` must be a string, not {}", value_type(v)),
             );
-            if let Some(raw) = self.content.get(v.span().unwrap_or(0..0)).filter(|r| !r.is_empty()) {
+            if let Some(raw) = self.content.get(v.span().unwrap_or(0..0)).filter(|r| !r.is_empty())
+            {
                 let fixed = format!("\">={}\"", raw.trim());
-                d = d.with_fix(format!("replace with `{fixed}`"), vec![TextEdit { range: span, new_text: fixed }]);
+                d = d.with_fix(
+                    format!("replace with `{fixed}`"),
+                    vec![TextEdit { range: span, new_text: fixed }],
+                );
             }
             self.push(d);
             return None;
@@ -265,14 +306,22 @@ impl Cx<'_> {
                 format!("invalid `requires-python` specifier `{s}`: {message}"),
             );
             let trimmed = s.trim().trim_end_matches(',').trim();
-            if trimmed.starts_with(|c: char| c.is_ascii_digit()) && check_pep440(&format!(">={trimmed}")).is_ok() {
+            if trimmed.starts_with(|c: char| c.is_ascii_digit())
+                && check_pep440(&format!(">={trimmed}")).is_ok()
+            {
                 let fixed = format!("\">={trimmed}\"");
                 d = d
                     .with_hint(format!("a bare version is not a specifier: write `>={trimmed}`"))
-                    .with_fix(format!("replace with `{fixed}`"), vec![TextEdit { range: span, new_text: fixed }]);
+                    .with_fix(
+                        format!("replace with `{fixed}`"),
+                        vec![TextEdit { range: span, new_text: fixed }],
+                    );
             } else if trimmed != s.trim() && check_pep440(trimmed).is_ok() {
                 let fixed = format!("\"{trimmed}\"");
-                d = d.with_fix(format!("replace with `{fixed}`"), vec![TextEdit { range: span, new_text: fixed }]);
+                d = d.with_fix(
+                    format!("replace with `{fixed}`"),
+                    vec![TextEdit { range: span, new_text: fixed }],
+                );
             }
             self.push(d);
             return None;
@@ -287,7 +336,11 @@ impl Cx<'_> {
 
     /// An array of PEP 508 strings (top-level or sandbox `dependencies`).
     fn requirements(&mut self, key: &Key, item: &Item, what: &str) -> Vec<Spanned<String>> {
-        let code = if what == "dependencies" { codes::META_INVALID_TYPE } else { codes::SANDBOX_INVALID_TYPE };
+        let code = if what == "dependencies" {
+            codes::META_INVALID_TYPE
+        } else {
+            codes::SANDBOX_INVALID_TYPE
+        };
         let Some(items) = self.string_array(key, item, what, code) else { return Vec::new() };
         let mut out = Vec::new();
         for (s, v, span) in items {
@@ -307,7 +360,9 @@ impl Cx<'_> {
                         span,
                         format!("invalid requirement `{s}`: {message}"),
                     )
-                    .with_hint("requirements follow pep 508, e.g. `requests>=2.31` or `rich[jupyter]`");
+                    .with_hint(
+                        "requirements follow pep 508, e.g. `requests>=2.31` or `rich[jupyter]`",
+                    );
                     self.push(d);
                 }
             }
@@ -325,13 +380,19 @@ impl Cx<'_> {
     ) -> Option<Vec<(String, &'v Value, Range<usize>)>> {
         let span = self.item_span(key, item);
         let Some(array) = item.as_array() else {
-            let mut d =
-                Diagnostic::error(code, span.clone(), format!("`{what}` must be an array of strings, not {}", type_name(item)));
+            let mut d = Diagnostic::error(
+                code,
+                span.clone(),
+                format!("`{what}` must be an array of strings, not {}", type_name(item)),
+            );
             if let Some(v) = item.as_value().filter(|v| v.is_str()) {
                 let raw = self.content.get(v.span().unwrap_or(0..0)).unwrap_or_default();
                 if !raw.is_empty() {
                     let fixed = format!("[{raw}]");
-                    d = d.with_fix(format!("wrap in an array: `{fixed}`"), vec![TextEdit { range: span, new_text: fixed }]);
+                    d = d.with_fix(
+                        format!("wrap in an array: `{fixed}`"),
+                        vec![TextEdit { range: span, new_text: fixed }],
+                    );
                 }
             }
             self.push(d);
@@ -373,7 +434,10 @@ impl Cx<'_> {
         for name in names {
             let Some((key, item)) = table.get_key_value(&name) else { continue };
             match name.as_str() {
-                "dependencies" => cfg.dependencies = self.requirements(key, item, "tool.python-sandbox.dependencies"),
+                "dependencies" => {
+                    cfg.dependencies =
+                        self.requirements(key, item, "tool.python-sandbox.dependencies")
+                }
                 "mounts" => cfg.mounts = self.mounts(key, item),
                 "net" => cfg.net = self.net(key, item),
                 "publish" => cfg.publish = self.publish(key, item),
@@ -403,36 +467,52 @@ impl Cx<'_> {
     }
 
     fn duplicate(&mut self, span: Range<usize>, first: Range<usize>, what: String) {
-        let d = Diagnostic::warning(codes::SANDBOX_DUPLICATE, span.clone(), format!("{what} is listed twice"))
-            .with_related(first, "first listed here")
-            .with_fix("remove the duplicate", vec![TextEdit { range: span, new_text: String::new() }]);
+        let d = Diagnostic::warning(
+            codes::SANDBOX_DUPLICATE,
+            span.clone(),
+            format!("{what} is listed twice"),
+        )
+        .with_related(first, "first listed here")
+        .with_fix("remove the duplicate", vec![TextEdit { range: span, new_text: String::new() }]);
         self.push(d);
     }
 
     fn mounts(&mut self, key: &Key, item: &Item) -> Vec<Spanned<MountSpec>> {
         let what = "tool.python-sandbox.mounts";
-        let Some(items) = self.string_array(key, item, what, codes::SANDBOX_INVALID_TYPE) else { return Vec::new() };
+        let Some(items) = self.string_array(key, item, what, codes::SANDBOX_INVALID_TYPE) else {
+            return Vec::new();
+        };
         let mut out: Vec<Spanned<MountSpec>> = Vec::new();
         let mut seen: HashMap<String, Range<usize>> = HashMap::new();
         for (s, _, span) in items {
-            let bad = |m: &str| Diagnostic::error(codes::SANDBOX_INVALID_VALUE, span.clone(), m.to_owned());
+            let bad = |m: &str| {
+                Diagnostic::error(codes::SANDBOX_INVALID_VALUE, span.clone(), m.to_owned())
+            };
             if s.is_empty() {
-                self.push(bad("mount path is empty").with_hint("write `\"PATH\"`, `\"PATH:ro\"` or `\"PATH:rw\"`"));
+                self.push(
+                    bad("mount path is empty")
+                        .with_hint("write `\"PATH\"`, `\"PATH:ro\"` or `\"PATH:rw\"`"),
+                );
                 continue;
             }
             if let Some((path, mode)) = s.rsplit_once(':') {
-                let looks_like_mode = mode.len() <= 4 && mode.chars().all(|c| c.is_ascii_alphabetic());
+                let looks_like_mode =
+                    mode.len() <= 4 && mode.chars().all(|c| c.is_ascii_alphabetic());
                 if looks_like_mode && mode != "ro" && mode != "rw" {
                     let message = if mode.is_empty() {
                         format!("mount `{s}` has an empty mode after `:`")
                     } else {
                         format!("mount `{s}` has an unknown mode `{mode}`")
                     };
-                    let mut d = bad(&message).with_hint("the mode is `ro` (read-only) or `rw` (read-write)");
+                    let mut d = bad(&message)
+                        .with_hint("the mode is `ro` (read-only) or `rw` (read-write)");
                     for m in ["ro", "rw"] {
                         d = d.with_fix(
                             format!("use `{path}:{m}`"),
-                            vec![TextEdit { range: span.clone(), new_text: format!("\"{}:{m}\"", escape(path)) }],
+                            vec![TextEdit {
+                                range: span.clone(),
+                                new_text: format!("\"{}:{m}\"", escape(path)),
+                            }],
                         );
                     }
                     self.push(d);
@@ -468,7 +548,8 @@ impl Cx<'_> {
             Some("on") => Some(Spanned { value: Net::On, span }),
             Some("off") => Some(Spanned { value: Net::Off, span }),
             Some(s) => {
-                let first_on = matches!(s.to_ascii_lowercase().as_str(), "on" | "true" | "yes" | "1");
+                let first_on =
+                    matches!(s.to_ascii_lowercase().as_str(), "on" | "true" | "yes" | "1");
                 let d = Diagnostic::error(
                     codes::SANDBOX_INVALID_VALUE,
                     span.clone(),
@@ -482,7 +563,10 @@ impl Cx<'_> {
                 let d = Diagnostic::error(
                     codes::SANDBOX_INVALID_TYPE,
                     span.clone(),
-                    format!("`net` must be the string `\"on\"` or `\"off\"`, not {}", type_name(item)),
+                    format!(
+                        "`net` must be the string `\"on\"` or `\"off\"`, not {}",
+                        type_name(item)
+                    ),
                 );
                 self.push(fixes(d, first_on));
                 None
@@ -499,7 +583,10 @@ impl Cx<'_> {
                 format!("`publish` must be an array of port numbers, not {}", type_name(item)),
             );
             if let Some(n) = item.as_integer() {
-                d = d.with_fix(format!("replace with `[{n}]`"), vec![TextEdit { range: span, new_text: format!("[{n}]") }]);
+                d = d.with_fix(
+                    format!("replace with `[{n}]`"),
+                    vec![TextEdit { range: span, new_text: format!("[{n}]") }],
+                );
             }
             self.push(d);
             return Vec::new();
@@ -512,7 +599,9 @@ impl Cx<'_> {
                 other => {
                     let as_int = match other {
                         Value::String(s) => s.value().trim().parse::<i64>().ok(),
-                        Value::Float(f) if f.value().fract() == 0.0 && f.value().abs() < 1e6 => Some(*f.value() as i64),
+                        Value::Float(f) if f.value().fract() == 0.0 && f.value().abs() < 1e6 => {
+                            Some(*f.value() as i64)
+                        }
                         _ => None,
                     };
                     let mut d = Diagnostic::error(
@@ -521,7 +610,10 @@ impl Cx<'_> {
                         format!("a port must be an integer (1-65535), not {}", value_type(other)),
                     );
                     if let Some(n) = as_int.filter(|n| (1..=65535).contains(n)) {
-                        d = d.with_fix(format!("replace with `{n}`"), vec![TextEdit { range: span, new_text: n.to_string() }]);
+                        d = d.with_fix(
+                            format!("replace with `{n}`"),
+                            vec![TextEdit { range: span, new_text: n.to_string() }],
+                        );
                     }
                     self.push(d);
                     continue;
@@ -548,7 +640,9 @@ impl Cx<'_> {
 
     fn env(&mut self, key: &Key, item: &Item) -> Vec<Spanned<EnvVar>> {
         let what = "tool.python-sandbox.env";
-        let Some(items) = self.string_array(key, item, what, codes::SANDBOX_INVALID_TYPE) else { return Vec::new() };
+        let Some(items) = self.string_array(key, item, what, codes::SANDBOX_INVALID_TYPE) else {
+            return Vec::new();
+        };
         let mut out: Vec<Spanned<EnvVar>> = Vec::new();
         for (s, _, span) in items {
             let (name, value) = match s.split_once('=') {
@@ -561,7 +655,9 @@ impl Cx<'_> {
                 let d = Diagnostic::error(
                     codes::SANDBOX_INVALID_VALUE,
                     span,
-                    format!("`{s}` is not `NAME` or `NAME=VALUE`: names are letters, digits and `_`, not starting with a digit"),
+                    format!(
+                        "`{s}` is not `NAME` or `NAME=VALUE`: names are letters, digits and `_`, not starting with a digit"
+                    ),
                 );
                 self.push(d);
                 continue;
@@ -599,11 +695,16 @@ impl Cx<'_> {
                     Some(Value::Float(f)) if f.value().is_finite() && *f.value() > 0.0 => {
                         Some(f.value().ceil() as u64)
                     }
-                    Some(Value::String(s)) => s.value().trim().trim_end_matches('s').parse::<u64>().ok(),
+                    Some(Value::String(s)) => {
+                        s.value().trim().trim_end_matches('s').parse::<u64>().ok()
+                    }
                     _ => None,
                 };
                 if let Some(n) = whole.filter(|n| *n > 0) {
-                    d = d.with_fix(format!("replace with `{n}`"), vec![TextEdit { range: span, new_text: n.to_string() }]);
+                    d = d.with_fix(
+                        format!("replace with `{n}`"),
+                        vec![TextEdit { range: span, new_text: n.to_string() }],
+                    );
                 }
                 self.push(d);
                 None

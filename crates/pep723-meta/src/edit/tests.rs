@@ -24,7 +24,9 @@ fn sandbox_keys_parse_with_suggestions() {
     assert_eq!("net".parse::<SandboxKey>(), Ok(SandboxKey::Net));
     assert_eq!("tool.python-sandbox.publish".parse::<SandboxKey>(), Ok(SandboxKey::Publish));
     match "mount".parse::<SandboxKey>() {
-        Err(EditError::UnknownKey { suggestion, .. }) => assert_eq!(suggestion.as_deref(), Some("mounts")),
+        Err(EditError::UnknownKey { suggestion, .. }) => {
+            assert_eq!(suggestion.as_deref(), Some("mounts"))
+        }
         other => panic!("unexpected {other:?}"),
     }
 }

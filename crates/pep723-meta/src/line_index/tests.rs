@@ -26,7 +26,10 @@ fn offsets_round_trip_on_char_boundaries() {
             let p = index.position(o, enc);
             let back = index.offset(p, enc).unwrap();
             // A line break's second byte maps to the line end; everything else round-trips.
-            assert!(back == o || text[back..o].chars().all(|c| c == '\r' || c == '\n'), "{o} -> {p:?} -> {back}");
+            assert!(
+                back == o || text[back..o].chars().all(|c| c == '\r' || c == '\n'),
+                "{o} -> {p:?} -> {back}"
+            );
         }
     }
 }

@@ -1,0 +1,13 @@
+"""A tool."""
+
+import sys
+
+# /// script
+# requires-python = ">=3.11"
+# dependencies = [
+#   "requests<3",
+#   "rich",
+# ]
+# ///
+
+print(sys.argv)

@@ -1,0 +1,4 @@
+print(1)
+# /// script
+# dependencies = ["rich"]
+# ///

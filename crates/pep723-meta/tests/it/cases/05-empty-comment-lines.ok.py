@@ -1,0 +1,7 @@
+# /// script
+#
+# dependencies = ["rich"]
+#
+# requires-python = ">=3.9"
+#
+# ///

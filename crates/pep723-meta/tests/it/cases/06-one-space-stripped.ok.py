@@ -1,0 +1,5 @@
+# /// script
+# [tool.demo]
+#   a = 1
+# 	b = "x"
+# ///

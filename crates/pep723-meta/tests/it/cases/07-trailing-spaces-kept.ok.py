@@ -1,0 +1,6 @@
+# /// script
+# [tool.demo]
+# s = """
+# keep   
+# """   
+# ///

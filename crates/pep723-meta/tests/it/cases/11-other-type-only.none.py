@@ -1,0 +1,4 @@
+# /// other
+# anything = [ not toml
+# ///
+print(1)

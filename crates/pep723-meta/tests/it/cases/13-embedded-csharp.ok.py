@@ -1,0 +1,10 @@
+# /// script
+# [tool.my-tool]
+# embedded-csharp = """
+# /// <summary>
+# /// text
+# ///
+# /// </summary>
+# public class MyClass { }
+# """
+# ///

@@ -1,0 +1,5 @@
+if True:
+    # /// script
+    # dependencies = []
+    # ///
+    pass

@@ -1,0 +1,3 @@
+# /// ｓcript
+# dependencies = []
+# ///

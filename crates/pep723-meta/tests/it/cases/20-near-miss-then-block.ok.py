@@ -1,0 +1,6 @@
+# /// scripts
+# dependencies = []
+
+# /// script
+# dependencies = ["rich"]
+# ///

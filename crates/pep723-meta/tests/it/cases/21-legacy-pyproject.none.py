@@ -1,0 +1,4 @@
+# /// pyproject
+# [run]
+# dependencies = ["rich"]
+# ///

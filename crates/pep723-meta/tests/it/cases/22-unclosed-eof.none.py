@@ -1,0 +1,2 @@
+# /// script
+# dependencies = ["rich"]

@@ -1,0 +1,6 @@
+# /// script
+# dependencies = ["rich"]
+# ///
+# /// script
+# requires-python = ">=3.11"
+# ///

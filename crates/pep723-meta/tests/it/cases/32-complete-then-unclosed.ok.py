@@ -1,0 +1,8 @@
+# /// script
+# dependencies = ["rich"]
+# ///
+
+import rich
+
+# /// script
+# oops

@@ -1,0 +1,6 @@
+# /// other
+# x
+# ///
+# /// script
+# dependencies = ["rich"]
+# ///

@@ -1,0 +1,9 @@
+DOC = """
+# /// script
+# dependencies = ["evil"]
+# ///
+"""
+
+# /// script
+# dependencies = ["rich"]
+# ///

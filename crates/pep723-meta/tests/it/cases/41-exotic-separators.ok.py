@@ -1,0 +1,6 @@
+# /// script
+# [tool.demo]
+# a = "x yz v"
+# ///
+print("page")
+print("two")

@@ -1,0 +1,5 @@
+#!/usr/bin/env python
+# -*- coding: latin-1 -*-
+# /// script
+# dependencies = ["rich"]
+# ///

@@ -1,0 +1,4 @@
+# /// script
+# [tool.demo]
+# t = {a = 1,}
+# ///

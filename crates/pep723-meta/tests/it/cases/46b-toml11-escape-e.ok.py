@@ -1,0 +1,4 @@
+# /// script
+# [tool.demo]
+# s = "\e[1m"
+# ///

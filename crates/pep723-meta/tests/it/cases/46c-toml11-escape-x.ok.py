@@ -1,0 +1,4 @@
+# /// script
+# [tool.demo]
+# s = "\x41"
+# ///

@@ -1,0 +1,3 @@
+# /// script
+# dependencies = [3, "rich"]
+# ///

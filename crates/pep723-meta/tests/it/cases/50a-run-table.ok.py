@@ -1,0 +1,4 @@
+# /// script
+# [run]
+# dependencies = ["rich"]
+# ///

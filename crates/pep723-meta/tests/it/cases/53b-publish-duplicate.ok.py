@@ -1,0 +1,4 @@
+# /// script
+# [tool.python-sandbox]
+# publish = [8000, 8001, 8000]
+# ///

@@ -1,0 +1,4 @@
+# /// script
+# [tool.python-sandbox]
+# mounts = ["", "/d:", "/d:rx"]
+# ///

@@ -1,0 +1,4 @@
+# /// script
+# [tool.python-sandbox]
+# mounts = ['C:\data:ro', "/srv", "/srv:rw"]
+# ///

@@ -1,0 +1,7 @@
+﻿#!/usr/bin/env python
+# /// script
+#   dependencies   =   [ "rich" ]   # c
+#
+# ///
+# tail
+x=1

@@ -1,0 +1,7 @@
+# /// script
+# dependencies = [
+#   "anyio",
+#   "rich",  # pretty output
+# ]
+# ///
+import rich

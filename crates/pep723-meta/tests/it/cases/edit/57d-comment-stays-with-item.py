@@ -1,0 +1,8 @@
+# /// script
+# dependencies = [
+#     # networking
+#     "httpx",
+#     # output
+#     "rich",
+# ]
+# ///

@@ -1,0 +1,5 @@
+# /// script
+# [tool.python-sandbox]
+# net = "on"  # needed for the api
+# publish = [8000]
+# ///

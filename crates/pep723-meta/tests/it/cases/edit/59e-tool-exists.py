@@ -1,0 +1,4 @@
+# /// script
+# [tool.ruff]
+# line-length = 100
+# ///

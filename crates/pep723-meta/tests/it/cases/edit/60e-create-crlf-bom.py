@@ -1,0 +1,2 @@
+﻿"""Doc."""
+import os
