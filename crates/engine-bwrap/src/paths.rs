@@ -36,12 +36,6 @@ pub(crate) fn check_policy(
     if let Some(bad) = NEVER.iter().find(|p| path.starts_with(p)) {
         return Err(format!("{bad} holds kernel interfaces and host sockets"));
     }
-    if path.starts_with(cache_root) || cache_root.starts_with(path) {
-        return Err(format!(
-            "it overlaps the python-sandbox cache {} (which scripts must not change)",
-            cache_root.display()
-        ));
-    }
     if usage == Use::Workspace {
         if home.starts_with(path) {
             return Err("it would expose your whole home directory".into());
@@ -49,6 +43,12 @@ pub(crate) fn check_policy(
         if let Some(sys) = SYSTEM.iter().find(|p| path.starts_with(p)) {
             return Err(format!("{sys} is a system directory"));
         }
+    }
+    if path.starts_with(cache_root) || cache_root.starts_with(path) {
+        return Err(format!(
+            "it overlaps the python-sandbox cache {} (which scripts must not change)",
+            cache_root.display()
+        ));
     }
     Ok(())
 }

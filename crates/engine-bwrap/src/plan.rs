@@ -236,7 +236,10 @@ pub(crate) fn prepare_plan(
         // Copies, not hardlinks: a later prepare (which runs package build scripts with the
         // cache writable) must not be able to alter files of existing environments.
         ("UV_LINK_MODE", OsStr::new("copy")),
-        // Trust the system CA store, so TLS-intercepting corporate proxies work.
+        // Trust the system CA store, so TLS-intercepting corporate proxies work. Newer uv
+        // reads UV_SYSTEM_CERTS, older uv UV_NATIVE_TLS; the deprecation note is never shown
+        // unless the prepare fails.
+        ("UV_SYSTEM_CERTS", OsStr::new("1")),
         ("UV_NATIVE_TLS", OsStr::new("1")),
         ("UV_NO_PROGRESS", OsStr::new("1")),
     ] {

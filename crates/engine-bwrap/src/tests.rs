@@ -1,1 +1,263 @@
+//! Pure tests: the argv and environment for many plans (insta snapshots over a fake host),
+//! mount policy, environment keys and the synthesized user database.
 
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::host::{HostFacts, RootEntry, user_database};
+use crate::key::env_key;
+use crate::paths::{Use, check_policy};
+use crate::plan::{Access, Bind, Plan, PrepareLayout, RunLayout, prepare_plan, run_plan};
+
+fn host() -> HostFacts {
+    let merged =
+        |name: &str, target: &str| RootEntry::Symlink { name: name.into(), target: target.into() };
+    HostFacts {
+        uid: 1000,
+        gid: 1000,
+        home: "/home/alice".into(),
+        root_entries: vec![
+            merged("bin", "usr/bin"),
+            merged("lib", "usr/lib"),
+            merged("lib64", "usr/lib64"),
+            merged("sbin", "usr/sbin"),
+        ],
+        etc: vec![
+            ("/run/systemd/resolve/stub-resolv.conf".into(), "resolv.conf".into()),
+            ("/etc/hosts".into(), "hosts".into()),
+            ("/etc/nsswitch.conf".into(), "nsswitch.conf".into()),
+            ("/etc/ssl/certs".into(), "ssl/certs".into()),
+            ("/usr/share/zoneinfo/Europe/Berlin".into(), "localtime".into()),
+            ("/etc/ld.so.cache".into(), "ld.so.cache".into()),
+        ],
+        ca_bundle: Some("/etc/ssl/certs/ca-certificates.crt".into()),
+        passwd: "/home/alice/.cache/python-sandbox/bwrap/etc/passwd-0123".into(),
+        group: "/home/alice/.cache/python-sandbox/bwrap/etc/group-4567".into(),
+        env: vec![
+            ("LANG".into(), "en_US.UTF-8".into()),
+            ("TERM".into(), "xterm-256color".into()),
+            ("HTTPS_PROXY".into(), "http://proxy.corp:3128".into()),
+            ("UV_INDEX_URL".into(), "https://mirror.corp/simple".into()),
+        ],
+    }
+}
+
+const ENV: &str = "/home/alice/.cache/python-sandbox/bwrap/envs/0f1e2d";
+
+fn run_layout() -> RunLayout {
+    RunLayout {
+        env_dir: ENV.into(),
+        ro_dirs: vec!["/usr".into()],
+        workspace: "/home/alice/project".into(),
+        script: "/home/alice/project/main.py".into(),
+        args: vec![],
+        mounts: vec![],
+        net: false,
+        user_env: vec![],
+        interactive: false,
+    }
+}
+
+/// One flag and its operands per line, then the environment bwrap is started with.
+fn render(plan: &Plan, host: &HostFacts) -> String {
+    let argv = plan.argv(host);
+    let mut out = String::from("bwrap");
+    let mut in_command = false;
+    for arg in &argv {
+        let arg = arg.to_string_lossy();
+        if !in_command && arg.starts_with("--") {
+            out.push_str("\n  ");
+        } else {
+            out.push(' ');
+        }
+        if arg == "--" {
+            in_command = true;
+        }
+        out.push_str(&arg);
+    }
+    out.push_str("\nenv:");
+    for (name, value) in &plan.env {
+        let _ = write!(out, "\n  {name}={}", value.to_string_lossy());
+    }
+    out
+}
+
+fn check_run(name: &str, host: &HostFacts, layout: &RunLayout) {
+    insta::assert_snapshot!(name, render(&run_plan(host, layout, None), host));
+}
+
+#[test]
+fn run_minimal_net_off() {
+    check_run("run_minimal_net_off", &host(), &run_layout());
+}
+
+#[test]
+fn run_net_on_interactive_with_env_and_args() {
+    let mut layout = run_layout();
+    layout.net = true;
+    layout.interactive = true;
+    layout.args = vec!["--flag".into(), "two words".into()];
+    layout.user_env =
+        vec![("API_TOKEN".into(), "s3cret".into()), ("PATH".into(), "/custom/bin".into())];
+    let plan = run_plan(&host(), &layout, Some(3));
+    // Explicit values travel in the environment, never on the world-readable argv.
+    assert!(!plan.argv(&host()).iter().any(|a| a.to_string_lossy().contains("s3cret")));
+    insta::assert_snapshot!(render(&plan, &host()));
+}
+
+#[test]
+fn run_as_root_uses_nobody_and_root_home() {
+    let mut host = host();
+    host.uid = 0;
+    host.gid = 0;
+    host.home = "/root".into();
+    let mut layout = run_layout();
+    layout.env_dir = "/root/.cache/python-sandbox/bwrap/envs/0f1e2d".into();
+    layout.workspace = "/srv/app".into();
+    layout.script = "/srv/app/job.py".into();
+    check_run("run_as_root", &host, &layout);
+}
+
+#[test]
+fn run_with_mounts_nested_and_outside_script() {
+    let mut layout = run_layout();
+    layout.script = "/opt/scripts/tool.py".into();
+    layout.mounts = vec![
+        Bind::same(Path::new("/home/alice/project/vendor"), Access::ReadOnly),
+        Bind::same(Path::new("/data/out"), Access::ReadWrite),
+        Bind::same(Path::new("/data"), Access::ReadOnly),
+        Bind::same(Path::new("/usr/share/dict"), Access::ReadOnly),
+    ];
+    let plan = run_plan(&host(), &layout, None);
+    let dests: Vec<&Path> = plan.binds.iter().map(|b| b.dest.as_path()).collect();
+    let pos = |p: &str| dests.iter().position(|d| *d == Path::new(p)).expect(p);
+    assert!(pos("/data") < pos("/data/out"), "parents before children");
+    assert!(pos("/home/alice/project") < pos("/home/alice/project/vendor"));
+    insta::assert_snapshot!(render(&plan, &host()));
+}
+
+#[test]
+fn run_with_pyenv_interpreter_under_home() {
+    let mut layout = run_layout();
+    layout.ro_dirs = vec!["/home/alice/.pyenv/versions/3.12.4".into()];
+    check_run("run_pyenv_interpreter", &host(), &layout);
+}
+
+#[test]
+fn run_on_a_host_without_merged_usr_and_odd_home() {
+    let mut host = host();
+    host.root_entries =
+        vec![RootEntry::Dir { name: "bin".into() }, RootEntry::Dir { name: "lib".into() }];
+    host.home = "/".into();
+    host.ca_bundle = None;
+    host.env.clear();
+    check_run("run_unmerged_usr_root_home", &host, &run_layout());
+}
+
+#[test]
+fn prepare_has_network_no_workspace_and_only_cache_writable() {
+    let layout = PrepareLayout {
+        uv: "/home/alice/.cache/python-sandbox/bwrap/uv/0.13.9-x86_64/uv".into(),
+        ro_dirs: vec!["/home/alice/.pyenv/versions/3.12.4".into()],
+        rw_dirs: vec![
+            "/home/alice/.cache/python-sandbox/bwrap/uv-cache".into(),
+            "/home/alice/.cache/python-sandbox/bwrap/python".into(),
+            ENV.into(),
+        ],
+        uv_cache: "/home/alice/.cache/python-sandbox/bwrap/uv-cache".into(),
+        python_install_dir: "/home/alice/.cache/python-sandbox/bwrap/python".into(),
+        chdir: ENV.into(),
+        command: [
+            "uv",
+            "pip",
+            "install",
+            "--python",
+            "/x/bin/python",
+            "--",
+            "requests>=2",
+            "-rfoo",
+        ]
+        .map(OsString::from)
+        .to_vec(),
+    };
+    let plan = prepare_plan(&host(), &layout, None);
+    assert!(plan.net);
+    assert!(!plan.binds.iter().any(|b| b.dest.starts_with("/home/alice/project")));
+    let writable: Vec<&Path> = plan
+        .binds
+        .iter()
+        .filter(|b| b.access == Access::ReadWrite)
+        .map(|b| b.dest.as_path())
+        .collect();
+    assert_eq!(writable.len(), 3);
+    insta::assert_snapshot!(render(&plan, &host()));
+}
+
+#[test]
+fn mount_policy() {
+    let home = Path::new("/home/alice");
+    let cache = Path::new("/home/alice/.cache/python-sandbox/bwrap");
+    let cases: &[(&str, Use)] = &[
+        ("/", Use::Mount),
+        ("/proc/self", Use::Mount),
+        ("/run/user/1000", Use::Mount),
+        ("/var/run/docker.sock", Use::Mount),
+        ("/dev/shm", Use::Mount),
+        ("/home/alice/.cache", Use::Mount),
+        ("/home/alice/.cache/python-sandbox/bwrap/envs", Use::Mount),
+        ("/home/alice", Use::Mount),
+        ("/home/alice/data", Use::Mount),
+        ("/home/alice", Use::Workspace),
+        ("/home", Use::Workspace),
+        ("/etc", Use::Workspace),
+        ("/usr/src/app", Use::Workspace),
+        ("/home/alice/project", Use::Workspace),
+        ("/tmp/work", Use::Workspace),
+    ];
+    let out: Vec<String> = cases
+        .iter()
+        .map(|(path, usage)| {
+            let verdict = match check_policy(Path::new(path), *usage, home, cache) {
+                Ok(()) => "ok".to_owned(),
+                Err(reason) => format!("refused: {reason}"),
+            };
+            format!("{usage:?} {path}: {verdict}")
+        })
+        .collect();
+    insta::assert_snapshot!(out.join("\n"));
+}
+
+#[test]
+fn env_keys() {
+    let deps = |d: &[&str]| d.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let base = env_key(Some(">=3.11"), &deps(&["requests", "rich"]), None, "0.13.9");
+    assert_eq!(base.len(), 32);
+    assert_eq!(
+        base,
+        env_key(Some(">=3.11"), &deps(&["rich", " requests", "rich"]), None, "0.13.9")
+    );
+    for other in [
+        env_key(None, &deps(&["requests", "rich"]), None, "0.13.9"),
+        env_key(Some(">=3.11"), &deps(&["requests"]), None, "0.13.9"),
+        env_key(Some(">=3.11"), &deps(&["requests", "rich"]), Some("3.12"), "0.13.9"),
+        env_key(Some(">=3.11"), &deps(&["requests", "rich"]), None, "0.13.10"),
+        env_key(Some(">=3.11"), &deps(&["requestsrich"]), None, "0.13.9"),
+    ] {
+        assert_ne!(base, other);
+    }
+}
+
+#[test]
+fn user_database_has_only_the_sandbox_user() {
+    let mut out = String::new();
+    for (uid, home) in [(1000, "/home/alice"), (0, "/root")] {
+        let mut host = host();
+        host.uid = uid;
+        host.gid = uid;
+        host.home = PathBuf::from(home);
+        let (passwd, group) = user_database(&host);
+        let _ = write!(out, "uid {uid}:\n{passwd}{group}");
+    }
+    insta::assert_snapshot!(out);
+}
