@@ -4,7 +4,7 @@
 //!
 //! A custom runner (`harness = false`): the matrix, per-engine skips and the thread pool don't fit
 //! libtest. Usage: `cargo xtask test-engines [--engine NAME]`, or directly
-//! `cargo test -p tests --test conformance -- [FILTER...] [--exact] [--list] [--test-threads N]`.
+//! `cargo test -p tests --test conformance -- [FILTER...] [--exact] [--list] [--verbose] [--test-threads N]`.
 //! Environment: `CONFORMANCE=1` runs it at all (a plain `cargo test --workspace` only prints
 //! `SKIPPED`; setting `CONFORMANCE_ENGINES` also enables it),
 //! `CONFORMANCE_ENGINES=bwrap,docker` (default: every engine `detect` lists),
@@ -35,12 +35,20 @@ struct Options {
     filters: Vec<String>,
     exact: bool,
     list: bool,
+    /// Transcripts of passing cases too (`--verbose` or CONFORMANCE_VERBOSE=1).
+    verbose: bool,
     jobs: usize,
 }
 
 /// libtest-like arguments; flags a test runner may pass that mean nothing here are ignored.
 fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
-    let mut o = Options { filters: Vec::new(), exact: false, list: false, jobs: 3 };
+    let mut o = Options {
+        filters: Vec::new(),
+        exact: false,
+        list: false,
+        verbose: std::env::var_os("CONFORMANCE_VERBOSE").is_some(),
+        jobs: 3,
+    };
     if let Ok(j) = std::env::var("CONFORMANCE_JOBS") {
         o.jobs = j.parse().map_err(|_| format!("CONFORMANCE_JOBS={j} is not a number"))?;
     }
@@ -49,6 +57,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String>
         match a.as_str() {
             "--exact" => o.exact = true,
             "--list" => o.list = true,
+            "--verbose" => o.verbose = true,
             "--test-threads" => {
                 let v = args.next().unwrap_or_default();
                 o.jobs =
@@ -155,7 +164,11 @@ fn run() -> Result<bool, String> {
         let verdict = harness::run_case(case, &engine.name, &shared, &bin);
         let id = format!("{}/{}", engine.name, case.name);
         if verdict.failures.is_empty() {
-            println!("test {id} ... ok ({:.1?})", verdict.elapsed);
+            if o.verbose {
+                println!("test {id} ... ok ({:.1?})\n{}", verdict.elapsed, verdict.transcript);
+            } else {
+                println!("test {id} ... ok ({:.1?})", verdict.elapsed);
+            }
             return Outcome { status: Status::Pass, detail: None };
         }
         println!("test {id} ... FAILED ({:.1?})", verdict.elapsed);
