@@ -1,1 +1,34 @@
-//! One expiry policy that removes sandboxes outliving their owner
+//! One expiry policy that removes sandboxes outliving their owner, for every engine.
+//!
+//! Engines label everything they create with [`labels_for_run`], [`labels_for_session`] or
+//! [`labels_for_prepare`] (schema in [`labels`]). A sweep lists resources with the one filter
+//! [`MANAGED_FILTER`], maps each to a [`Resource`] (id, labels, [`State`], optional activity and exit
+//! times), calls [`decide`] with the current time and an [`OwnerLiveness`] (normally
+//! [`ProcLiveness`]), and removes the [`Action`]s' ids. Nothing here does IO except the two /proc
+//! readers [`ProcLiveness::new`] and [`Owner::current`].
+//!
+//! The rules, in order, per resource:
+//! - `expires` passed: [`Reason::Expired`] (any kind);
+//! - a run or prepare whose owner process is gone: [`Reason::OwnerDead`] / [`Reason::OwnerReplaced`]
+//!   (only judged in the owner's own boot and pid namespace, else left to `expires`);
+//! - a session idle for longer than its `ttl`: [`Reason::Idle`];
+//! - exited longer than [`Policy::exited_grace`]: [`Reason::Exited`];
+//! - passive (service, ingress, volume) with no workload left for [`Policy::no_workload_grace`]:
+//!   [`Reason::NoWorkload`];
+//!
+//! and a sandbox goes whole: the other resources with its id follow as [`Reason::Companion`].
+//! Resources without the exact managed-by pair, or with labels this version cannot read, are never
+//! selected.
+
+mod error;
+pub mod labels;
+mod owner;
+mod policy;
+
+pub use error::Error;
+pub use labels::{
+    Kind, MANAGED_BY, MANAGED_BY_VALUE, MANAGED_FILTER, Owner, SandboxLabels, activity_label,
+    labels_for_prepare, labels_for_run, labels_for_session,
+};
+pub use owner::{Liveness, OwnerLiveness, ProcLiveness, Stat, Vantage, judge, parse_stat};
+pub use policy::{Action, Policy, Reason, Resource, State, decide};

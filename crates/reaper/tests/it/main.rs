@@ -1,0 +1,8 @@
+//! The reaper's one integration-test binary: label schema, policy scenarios, properties, and liveness
+//! against this machine's real /proc.
+
+mod labels;
+mod policy;
+mod proc;
+mod props;
+mod support;
