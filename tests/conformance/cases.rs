@@ -4,7 +4,7 @@
 use std::fs;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, symlink};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt, symlink};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -31,6 +31,12 @@ const ARGS: &[&str] = &[
     "--json",
     "--net=off",
 ];
+
+/// A bwrap that looks installed but cannot create namespaces (AppArmor, nested containers).
+const BROKEN_BWRAP: &str = "#!/bin/sh\n\
+    case \"$1\" in --version) echo 'bubblewrap 0.8.0'; exit 0;; esac\n\
+    echo 'bwrap: setting up uid map: Permission denied' >&2\n\
+    exit 1\n";
 
 const NET_OFF: &str = "[tool.python-sandbox]\nnet = \"off\"";
 const NET_ON: &str = "[tool.python-sandbox]\nnet = \"on\"";
@@ -314,6 +320,37 @@ pub(crate) fn all() -> Vec<Case> {
             script: MUST_NOT_RUN,
             flags: |_| strings(&["--timeout", "soon"]),
             expect: |_| Expect::exit(2),
+            ..BASE
+        },
+        Case {
+            // Never fall back to running unsandboxed (isolation.md (b) 31), nor to another engine.
+            name: "engine-broken-exit-3-never-unsandboxed",
+            script: MUST_NOT_RUN,
+            setup: |fx| {
+                let bin = fx.root.join("fakebin");
+                fs::create_dir(&bin)
+                    .and_then(|()| fs::write(bin.join("bwrap"), BROKEN_BWRAP))
+                    .and_then(|()| {
+                        fs::set_permissions(bin.join("bwrap"), fs::Permissions::from_mode(0o755))
+                    })
+                    .map_err(|e| format!("cannot plant a broken bwrap: {e}"))
+            },
+            env: |fx| match fx.engine.as_str() {
+                "bwrap" => {
+                    let host_path = std::env::var("PATH").unwrap_or_default();
+                    vec![("PATH".into(), format!("{}:{host_path}", path(&fx.root.join("fakebin"))))]
+                }
+                "docker" => vec![(
+                    "DOCKER_HOST".into(),
+                    format!("unix://{}", path(&fx.root.join("none.sock"))),
+                )],
+                _ => vec![(
+                    "CONTAINER_HOST".into(),
+                    format!("unix://{}", path(&fx.root.join("none.sock"))),
+                )],
+            },
+            // 3 when the CLI probes the engine first, 2 when the engine fails while setting up.
+            expect: |fx| Expect::exit(3).or_exit(2).err(fx.engine.clone()),
             ..BASE
         },
         Case {

@@ -33,6 +33,8 @@ pub(crate) struct Case {
     pub(crate) flags: fn(&Fixture) -> Vec<String>,
     /// Arguments after `--`.
     pub(crate) args: fn(&Fixture) -> Vec<String>,
+    /// Extra or overriding variables for the CLI's environment.
+    pub(crate) env: fn(&Fixture) -> Vec<(String, String)>,
     /// Host-side preparation before the snapshot (e.g. symlinks in the workspace).
     pub(crate) setup: fn(&Fixture) -> Result<(), String>,
     /// Host-side action while the run is in progress; the flag turns true when the CLI exited.
@@ -42,6 +44,8 @@ pub(crate) struct Case {
     pub(crate) deadline_secs: u64,
     /// Runs only on engines `detect` reports unavailable (the exit-3 path).
     pub(crate) unavailable_only: bool,
+    /// Engines the case applies to; `None`: all.
+    pub(crate) only_on: Option<&'static [&'static str]>,
 }
 
 pub(crate) const BASE: Case = Case {
@@ -50,14 +54,20 @@ pub(crate) const BASE: Case = Case {
     meta: None,
     flags: no_strings,
     args: no_strings,
+    env: no_env,
     setup: no_setup,
     during: None,
     expect: ok,
     deadline_secs: 120,
     unavailable_only: false,
+    only_on: None,
 };
 
 pub(crate) fn no_strings(_: &Fixture) -> Vec<String> {
+    Vec::new()
+}
+
+fn no_env(_: &Fixture) -> Vec<(String, String)> {
     Vec::new()
 }
 
@@ -71,6 +81,8 @@ fn ok(_: &Fixture) -> Expect {
 
 pub(crate) struct Expect {
     pub(crate) exit: i32,
+    /// Other acceptable exit codes, where the contract allows two readings.
+    pub(crate) exit_also: Vec<i32>,
     /// The script must print `DONE`.
     pub(crate) done: bool,
     /// Substrings of the script's stdout (our stdout, or our stderr with `--json`).
@@ -95,6 +107,7 @@ impl Expect {
     pub(crate) fn ok() -> Expect {
         Expect {
             exit: 0,
+            exit_also: Vec::new(),
             done: true,
             out_has: Vec::new(),
             out_lacks: Vec::new(),
@@ -111,6 +124,11 @@ impl Expect {
     /// A run that ends with `code` before printing `DONE`.
     pub(crate) fn exit(code: i32) -> Expect {
         Expect { exit: code, done: false, ..Expect::ok() }
+    }
+
+    pub(crate) fn or_exit(mut self, code: i32) -> Expect {
+        self.exit_also.push(code);
+        self
     }
 
     pub(crate) fn has(mut self, s: impl Into<String>) -> Expect {
@@ -231,11 +249,13 @@ pub(crate) fn run_case(case: &Case, engine: &str, shared: &Shared, bin: &Path) -
         args.extend(script_args);
     }
     let before = fixture::snapshot(&fx);
+    let mut env = fx.env.clone();
+    env.extend((case.env)(&fx));
     let inv = Invocation {
         bin,
         args: args.clone(),
         cwd: &fx.ws,
-        env: &fx.env,
+        env: &env,
         deadline: Duration::from_secs(case.deadline_secs),
     };
     let fxr = &fx;
@@ -293,7 +313,7 @@ fn evaluate(expect: &Expect, fx: &Fixture, run: &Run, changes: &[String]) -> Vec
     if out.hung {
         f.push(format!("killed by the runner at the deadline ({:.0?})", out.elapsed));
     }
-    if out.code != expect.exit {
+    if out.code != expect.exit && !expect.exit_also.contains(&out.code) {
         let how = out.signal.map(|s| format!(" (the CLI died of signal {s})")).unwrap_or_default();
         f.push(format!("exit code {}{how}, expected {}", out.code, expect.exit));
     }

@@ -145,6 +145,9 @@ fn run() -> Result<bool, String> {
     for (ei, e) in engines.iter().enumerate() {
         for (ci, c) in cases.iter().enumerate() {
             let skip = match (e.available, c.unavailable_only) {
+                _ if c.only_on.is_some_and(|only| !only.contains(&e.name.as_str())) => {
+                    Some(format!("only for {}", c.only_on.unwrap_or_default().join(", ")))
+                }
                 (true, false) | (false, true) => None,
                 (true, true) => Some("only for an unavailable engine".to_string()),
                 (false, false) => Some(format!("unavailable: {}", e.reason)),
