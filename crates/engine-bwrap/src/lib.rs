@@ -45,7 +45,7 @@ mod uv;
 pub use engine::{BwrapConfig, BwrapEngine, PreparedEnv};
 pub use error::Error;
 pub use uv::{
-    PINNED_UV_VERSION, PINNED_WHEELS, PinnedWheel, UvBinary, UvOrigin, find_or_fetch_uv,
+    PINNED_UV_VERSION, PINNED_WHEELS, PinnedWheel, UvBinary, UvOrigin, fetch_uv, find_or_fetch_uv,
     pinned_wheel,
 };
 

@@ -124,7 +124,7 @@ pub(crate) fn materialize(
         UvLocation::Pinned { path, wheel } => {
             if !path.is_file() {
                 status(&format!("uv is not on PATH; downloading uv {PINNED_UV_VERSION} from PyPI"));
-                fetch_pinned(wheel, path)?;
+                fetch_uv(wheel, path)?;
             }
             Ok(UvBinary {
                 path: path.clone(),
@@ -169,8 +169,9 @@ fn uv_version(uv: &Path) -> Result<String> {
         })
 }
 
-/// Downloads `wheel`, checks its sha256, extracts the `uv` binary to `dest` atomically.
-pub(crate) fn fetch_pinned(wheel: &PinnedWheel, dest: &Path) -> Result<()> {
+/// Downloads `wheel` (honouring `HTTPS_PROXY`, trusting the platform CA store), checks its
+/// sha256 before anything is extracted, and writes the `uv` binary to `dest` atomically.
+pub fn fetch_uv(wheel: &PinnedWheel, dest: &Path) -> Result<()> {
     let dir = dest.parent().ok_or_else(|| Error::MissingPath { path: dest.to_owned() })?;
     fsutil::create_dir_all(dir)?;
     let download_err = |message: String| Error::UvDownload { url: wheel.url.to_owned(), message };

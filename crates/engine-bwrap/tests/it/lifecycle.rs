@@ -96,3 +96,31 @@ fn warm_runs_do_not_prepare_again() {
     assert!(start.elapsed() < Duration::from_millis(200), "{:?}", start.elapsed());
     assert_eq!(f.run_ok(&spec), "warm\n");
 }
+
+#[test]
+fn sigterm_to_the_caller_ends_the_whole_sandbox() {
+    let Some(f) = crate::support::fixture_with(true) else { return };
+    let started = f.workspace.path().join("started");
+    let spec = f.spec(
+        "import subprocess, time\n\
+         subprocess.Popen(['sleep', '984'], start_new_session=True)\n\
+         open('started', 'w').close()\n\
+         time.sleep(600)\n",
+    );
+    let killer = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !started.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::TERM)
+            .expect("signal ourselves");
+    });
+    let start = Instant::now();
+    let (outcome, _) = f.run(&spec);
+    killer.join().expect("killer");
+    assert!(!outcome.timed_out);
+    assert_eq!(outcome.exit_code, 128 + 9, "bwrap is killed, which takes the tree down");
+    assert!(start.elapsed() < Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(host_processes_with("sleep 984"), Vec::<String>::new());
+}

@@ -5,6 +5,8 @@
 // Test helpers report skips and progress on stdout; the harness captures it.
 #![allow(clippy::print_stdout)]
 
+mod escapes;
 mod lifecycle;
 mod support;
+mod uv;
 mod wall;

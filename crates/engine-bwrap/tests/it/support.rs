@@ -18,6 +18,11 @@ pub(crate) struct Fixture {
 
 /// `None` (after printing why) when bwrap cannot sandbox here.
 pub(crate) fn fixture() -> Option<Fixture> {
+    fixture_with(false)
+}
+
+/// Like [`fixture`], optionally with the engine's SIGINT/SIGTERM/SIGHUP handling on.
+pub(crate) fn fixture_with(handle_signals: bool) -> Option<Fixture> {
     static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
     let verdict = PROBE.get_or_init(|| {
         let probe = engine_bwrap::probe(std::env::var_os("PATH").as_deref());
@@ -50,7 +55,7 @@ pub(crate) fn fixture() -> Option<Fixture> {
         bwrap: None,
         uv: None,
         python: None,
-        handle_signals: false,
+        handle_signals,
     };
     let engine = BwrapEngine::new(config).expect("engine");
     Some(Fixture { engine, home, workspace })
