@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::fixture::Fixture;
+use crate::fixture::{self, Fixture};
 use crate::harness::{BASE, Case, Expect, Run, Script};
 
 /// A script that must never start: if it runs, `+ws/ran` shows up as an unexpected host change.
@@ -289,6 +289,27 @@ pub(crate) fn all() -> Vec<Case> {
             ..BASE
         },
         Case {
+            // The launcher itself is stopped (Ctrl-C, a CI timeout): the sandbox must go with it.
+            name: "cli-sigterm-kills-tree",
+            script: Script::File("spawn.py"),
+            args: |_| strings(&["hang"]),
+            during: Some(|fx, exited, pid| signal_when_running(fx, exited, pid, "TERM")),
+            // 143 when the CLI forwards SIGTERM to the script, 137 when it kills the tree outright.
+            expect: |_| Expect::exit(143).or_exit(137).has("sleeping").within(40),
+            ..BASE
+        },
+        Case {
+            // SIGKILL leaves the CLI no chance to clean up: only bwrap's --die-with-parent (kernel
+            // PDEATHSIG) can guarantee this; container engines leave it to the reaper.
+            name: "cli-sigkill-kills-tree",
+            script: Script::File("spawn.py"),
+            args: |_| strings(&["hang"]),
+            during: Some(|fx, exited, pid| signal_when_running(fx, exited, pid, "KILL")),
+            expect: |_| Expect::exit(137).has("sleeping").within(40),
+            only_on: Some(&["bwrap"]),
+            ..BASE
+        },
+        Case {
             name: "no-orphans-after-exit",
             script: Script::File("spawn.py"),
             expect: |_| Expect::ok().has("ok detached child alive"),
@@ -459,8 +480,32 @@ fn args_arrived(_: &Fixture, run: &Run) -> Result<(), String> {
     Ok(())
 }
 
+/// Waits until the case's detached child runs inside the sandbox, then signals the CLI (the
+/// process this runner started) the way a terminal or a CI timeout would.
+fn signal_when_running(
+    fx: &Fixture,
+    exited: &AtomicBool,
+    pid: u32,
+    signal: &str,
+) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while fixture::survivors(&format!("conformance-child-{}", fx.tag), Duration::ZERO).is_empty() {
+        if exited.load(Ordering::SeqCst) || Instant::now() > deadline {
+            return Err("the sandboxed child never showed up on the host".into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Let the script print `sleeping` before the signal lands.
+    std::thread::sleep(Duration::from_millis(500));
+    let status = std::process::Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .map_err(|e| format!("cannot run kill: {e}"))?;
+    if status.success() { Ok(()) } else { Err(format!("kill -{signal} {pid} failed ({status})")) }
+}
+
 /// Connects from the host to the published port until the script greets, then says `bye`.
-fn greet_published(fx: &Fixture, exited: &AtomicBool) -> Result<(), String> {
+fn greet_published(fx: &Fixture, exited: &AtomicBool, _: u32) -> Result<(), String> {
     let want = format!("hello {}\n", fx.tag);
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut last = String::from("never connected");

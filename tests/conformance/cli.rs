@@ -72,8 +72,9 @@ pub(crate) struct Output {
     pub(crate) pipe_held: bool,
 }
 
-/// Host-side work alongside a run; `exited` turns true once the CLI is gone, so it can stop waiting.
-pub(crate) type During<'a> = &'a (dyn Fn(&AtomicBool) -> Result<(), String> + Sync);
+/// Host-side work alongside a run, given the CLI's pid; `exited` turns true once the CLI is gone,
+/// so it can stop waiting.
+pub(crate) type During<'a> = &'a (dyn Fn(&AtomicBool, u32) -> Result<(), String> + Sync);
 
 impl Invocation<'_> {
     pub(crate) fn run(
@@ -95,7 +96,9 @@ impl Invocation<'_> {
         let stderr = drain(child.stderr.take());
         let exited = AtomicBool::new(false);
         let (waited, during_result) = std::thread::scope(|scope| {
-            let side = during.map(|f| scope.spawn(|| f(&exited)));
+            let pid = child.id();
+            let exited = &exited;
+            let side = during.map(|f| scope.spawn(move || f(exited, pid)));
             let waited = wait_until(&mut child, start + self.deadline);
             exited.store(true, Ordering::SeqCst);
             let during_result = side

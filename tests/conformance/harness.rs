@@ -21,7 +21,7 @@ pub(crate) enum Script {
 }
 
 pub(crate) type HostCheck = fn(&Fixture, &Run) -> Result<(), String>;
-pub(crate) type DuringRun = fn(&Fixture, &AtomicBool) -> Result<(), String>;
+pub(crate) type DuringRun = fn(&Fixture, &AtomicBool, u32) -> Result<(), String>;
 
 #[derive(Clone, Copy)]
 pub(crate) struct Case {
@@ -37,7 +37,8 @@ pub(crate) struct Case {
     pub(crate) env: fn(&Fixture) -> Vec<(String, String)>,
     /// Host-side preparation before the snapshot (e.g. symlinks in the workspace).
     pub(crate) setup: fn(&Fixture) -> Result<(), String>,
-    /// Host-side action while the run is in progress; the flag turns true when the CLI exited.
+    /// Host-side action while the run is in progress, given the CLI's pid; the flag turns true
+    /// when the CLI exited.
     pub(crate) during: Option<DuringRun>,
     pub(crate) expect: fn(&Fixture) -> Expect,
     /// The runner kills the CLI after this long; generous, the expectation can be tighter.
@@ -259,7 +260,7 @@ pub(crate) fn run_case(case: &Case, engine: &str, shared: &Shared, bin: &Path) -
         deadline: Duration::from_secs(case.deadline_secs),
     };
     let fxr = &fx;
-    let during_fn = case.during.map(|f| move |exited: &AtomicBool| f(fxr, exited));
+    let during_fn = case.during.map(|f| move |exited: &AtomicBool, pid: u32| f(fxr, exited, pid));
     let during: Option<During<'_>> = during_fn.as_ref().map(|f| f as _);
     let (out, during_result) = match inv.run(during) {
         Ok(r) => r,
