@@ -57,6 +57,10 @@ if ! grep -q "^$SANDBOX_USER:" /etc/passwd; then
 fi
 install -d -m 0755 -o "$SANDBOX_UID" -g "$SANDBOX_UID" "/home/$SANDBOX_USER"
 
+# Nothing in a sandbox may gain privileges: no setuid/setgid programs (su, newgrp, unix_chkpwd), on
+# top of the engines' no-new-privileges.
+find / -xdev -type f -perm /6000 -exec chmod ug-s {} +
+
 # Nothing installs packages at run time. apt goes through dpkg so the package database stays true; dpkg
 # itself only loses its programs, and /var/lib/dpkg/status stays for image scanners.
 if dpkg-query --show --showformat='${Status}' apt 2>/dev/null | grep -q 'install ok installed'; then

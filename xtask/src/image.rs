@@ -389,6 +389,8 @@ pub(crate) fn mmdebstrap_args(versions: &Versions, arch: &str) -> Vec<String> {
         "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
         "--skip=download/empty",
         "--skip=essential/unlink",
+        // No fsync per unpacked file: a half-written rootfs is discarded anyway, never used.
+        "--dpkgopt=force-unsafe-io",
         "--dpkgopt=path-exclude=/usr/share/man/*",
         "--dpkgopt=path-exclude=/usr/share/info/*",
         "--dpkgopt=path-exclude=/usr/share/locale/*",
