@@ -222,6 +222,32 @@ pub(crate) fn all() -> Vec<Case> {
             ..BASE
         },
         Case {
+            // Mounting a parent of $HOME exposes all of it, even read-only.
+            name: "boundary-mount-parent-of-home-refused",
+            script: MUST_NOT_RUN,
+            flags: |fx| strings(&["--mount", &format!("{}:ro", path(&fx.root))]),
+            expect: |fx| Expect::exit(4).err(path(&fx.root)),
+            ..BASE
+        },
+        Case {
+            // A read-only mount does not stop connect().
+            name: "boundary-mount-daemon-socket-refused",
+            script: MUST_NOT_RUN,
+            flags: |fx| {
+                strings(&["--mount", &format!("{}:ro", path(&fx.host_tmp.join("docker.sock")))])
+            },
+            expect: |_| Expect::exit(4).err("docker.sock"),
+            ..BASE
+        },
+        Case {
+            // The script itself asks for the secret, through `..` out of the workspace.
+            name: "boundary-inline-mount-home-ssh-refused",
+            script: MUST_NOT_RUN,
+            meta: Some("[tool.python-sandbox]\nmounts = [\"../home/.ssh\"]"),
+            expect: |_| Expect::exit(4).err(".ssh"),
+            ..BASE
+        },
+        Case {
             name: "boundary-approve-runs",
             script: Script::File("mounts.py"),
             flags: |fx| strings(&["--approve", "--mount", &format!("{}:rw", path(&fx.outside_rw))]),

@@ -148,9 +148,12 @@ impl Fixture {
         secrets.push(Secret { place: "host /tmp file".into(), marker: tmp_marker });
 
         let ssh_agent = host_tmp.join("agent.sock");
+        // A daemon-like socket outside both: /tmp is replaced inside, so it must not be reachable.
+        let fake_daemon = host_tmp.join("docker.sock");
         let unix_listeners = vec![
             (ssh_agent.clone(), listen_unix(&ssh_agent)?),
             (home.join(".ssh/agent.sock"), listen_unix(&home.join(".ssh/agent.sock"))?),
+            (fake_daemon.clone(), listen_unix(&fake_daemon)?),
         ];
         let abstract_name = format!("python-sandbox-test-{tag}");
         let abstract_listener = SocketAddr::from_abstract_name(abstract_name.as_bytes())
