@@ -401,6 +401,24 @@ pub(crate) fn all() -> Vec<Case> {
             ..BASE
         },
         Case {
+            // Nothing works here: `auto` must refuse with guidance, never run the script bare.
+            name: "no-engine-at-all-exit-3",
+            script: MUST_NOT_RUN,
+            flags: |_| strings(&["--engine", "auto"]),
+            env: |fx| {
+                let none = format!("unix://{}", path(&fx.root.join("none.sock")));
+                vec![
+                    ("PATH".into(), path(&fx.root.join("emptybin"))),
+                    ("DOCKER_HOST".into(), none.clone()),
+                    ("CONTAINER_HOST".into(), none),
+                ]
+            },
+            expect: |_| Expect::exit(3).err("bwrap").err("docker").err("podman"),
+            // Engine-independent: one column is enough.
+            only_on: Some(&["bwrap"]),
+            ..BASE
+        },
+        Case {
             name: "engine-unavailable-exit-3",
             script: MUST_NOT_RUN,
             expect: |fx| Expect::exit(3).err(fx.engine.clone()),

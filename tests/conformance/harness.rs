@@ -242,7 +242,11 @@ pub(crate) fn run_case(case: &Case, engine: &str, shared: &Shared, bin: &Path) -
     }
     let flags = (case.flags)(&fx);
     let script_args = (case.args)(&fx);
-    let mut args: Vec<String> = vec!["run".into(), "--engine".into(), engine.into()];
+    // A case that picks the engine itself (e.g. `--engine auto`) gets no `--engine NAME`.
+    let mut args: Vec<String> = vec!["run".into()];
+    if !flags.iter().any(|f| f == "--engine" || f.starts_with("--engine=")) {
+        args.extend(["--engine".into(), engine.into()]);
+    }
     args.extend(flags.iter().cloned());
     args.push("case.py".into());
     if !script_args.is_empty() {
