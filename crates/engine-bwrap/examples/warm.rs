@@ -49,10 +49,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut ours = Duration::ZERO;
     let mut theirs = Duration::ZERO;
+    let (mut setup, mut prepare) = (Duration::ZERO, Duration::ZERO);
     for _ in 0..iterations {
         let start = Instant::now();
         let engine = BwrapEngine::new(config.clone())?;
+        setup += start.elapsed();
         let env = engine.prepare(&spec, &mut |_| {})?;
+        prepare += start.elapsed();
         let io = RunIo { stdin: Stdin::Null, output: Output::Inherit, status: None };
         let outcome = engine.run_prepared(&spec, &env, io)?;
         assert_eq!(outcome.exit_code, 0);
@@ -64,6 +67,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let ours = ours / iterations;
     let theirs = theirs / iterations;
+    println!("engine setup {:?}, + prepare hit {:?}", setup / iterations, prepare / iterations);
     println!(
         "warm bwrap run: {ours:?}  bare `uv run` (uv {}): {theirs:?}  ratio {:.2} (target <= 0.80)  env {}",
         uv.version,

@@ -19,14 +19,29 @@
 //! `/dev`, tmpfs `/tmp` and `$HOME`, the workspace read-write at its real path, extra mounts
 //! at their real paths, an empty environment plus a small allowlist and explicit `--env`.
 //!
+//! # Calling it from the CLI
+//!
 //! ```text
-//! let engine = BwrapEngine::new(BwrapConfig::from_env()?)?;   // cheap, no uv spawned
-//! let outcome = engine.run(&spec, RunIo::inherit())?;         // sandbox_core::Engine
-//! // or, to show progress separately:
-//! let env = engine.prepare(&spec, &mut |line| eprintln!("{line}"))?;
-//! let outcome = engine.run_prepared(&spec, &env, RunIo::inherit())?;
-//! std::process::exit(outcome.exit_code);
+//! let config = BwrapConfig { python: cli_python, ..BwrapConfig::from_env()? };
+//! let engine = BwrapEngine::new(config)?;              // cheap: no uv, no namespaces probed
+//! let env = engine.prepare(&spec, &mut |line| ui::status(line))?;   // "preparing python 3.12 …"
+//! let outcome = engine.run_prepared(&spec, &env, RunIo { stdin: Stdin::Inherit,
+//!     output: Output::Inherit /* or Sink(&mut ScrubbingSink) */, status: None })?;
+//! for w in &outcome.warnings { ui::warning(w) }        // e.g. publish on bwrap shares the host network
+//! exit(outcome.exit_code)                              // 128+N for signals; check outcome.timed_out
 //! ```
+//!
+//! Or through [`sandbox_core::Engine::run`] (prepare + run, status lines to `io.status`).
+//! [`BwrapEngine::check`] validates a spec up front (publish needs net on, `--env` values
+//! filled). Errors are [`Error`]: `BwrapNotFound`, `BwrapTooOld` and `SandboxSetup` mean
+//! "this engine cannot sandbox here" (point at `python-sandbox suggest`); `PythonNotFound`,
+//! `Prepare`, mount and workspace refusals are user errors with `hint:` lines; the rest are IO.
+//! Nothing ever falls back to running unsandboxed. [`probe`] (or `engine_detect::detect`)
+//! answers "does bwrap work here" with a real namespace round-trip.
+//!
+//! uv: the host `uv` on `PATH` is used when present (its version is cached by binary
+//! identity); otherwise uv [`PINNED_UV_VERSION`] is downloaded once from PyPI
+//! ([`find_or_fetch_uv`]), sha256-checked before extraction, into `<cache>/bwrap/uv/`.
 //!
 //! The argv builder ([`plan`]) is pure and snapshot-tested; [`host`] gathers the facts it needs.
 
