@@ -1,1 +1,50 @@
 //! Runs PEP 723 scripts in Docker or Podman containers through the Docker Engine API
+//! (bollard). One engine serves both: Podman through its Docker-compatible socket, started
+//! privately (`podman system service --time=60`) when it is installed but no socket runs.
+//!
+//! Two phases, like the bwrap engine:
+//!
+//! * **Prepare** ([`OciEngine::prepare`]): a prepare container (network on, no workspace, uv with
+//!   the host CA bundle) installs the dependencies into a named volume keyed by a hash of
+//!   (image id, requires-python, dependencies): `python-sandbox-env-<hash>`. A second, empty
+//!   volume `…-ready` is the completion marker, created last. No dependencies: no prepare.
+//! * **Run** ([`OciEngine::run_prepared`]): a container mounts the environment read-only and
+//!   runs the script with the configured network; output streams live; the exit code is the
+//!   script's (128+N for signals); timeout, Ctrl-C and errors kill and remove the container.
+//!
+//! The wall ([`plan`]): read-only rootfs, tmpfs `/tmp` and home, `cap_drop ALL`,
+//! `no-new-privileges`, private IPC, an init process, pids/memory/cpu limits, ulimits no
+//! higher than the host's hard limits, an unprivileged user (the caller, or 65534 for root:
+//! see [`workspace`]), `network_mode: none` when the network is off, ports published on
+//! 127.0.0.1 unless an address is given, an empty environment plus an allowlist and explicit
+//! `--env`, no host sockets. Everything carries the reaper's labels; [`OciEngine::new`] sweeps
+//! expired and orphaned containers with one list call.
+//!
+//! Warm sessions ([`Session`]) implement [`sandbox_core::Sandbox`] on a long-lived container
+//! whose main process is an idle watchdog.
+//!
+//! ```text
+//! let engine = OciEngine::new(OciConfig::from_env(Flavor::Docker))?;
+//! let env = engine.prepare(&spec, &mut |line| eprintln!("{line}"))?;
+//! let outcome = engine.run_prepared(&spec, &env, RunIo::inherit())?;
+//! ```
+
+mod client;
+mod container;
+mod engine;
+mod error;
+mod host;
+mod plan;
+mod session;
+mod sweep;
+mod workspace;
+
+pub use client::{Connection, Flavor};
+pub use engine::{DEFAULT_IMAGE, OciConfig, OciEngine, PreparedEnv};
+pub use error::Error;
+pub use plan::Limits;
+pub use session::{Session, SessionConfig, SessionInfo};
+pub use sweep::Swept;
+
+#[cfg(test)]
+mod tests;

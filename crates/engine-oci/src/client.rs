@@ -1,0 +1,186 @@
+//! Connecting to Docker or Podman through the Docker Engine API. Podman is reached through its
+//! Docker-compatible socket: `CONTAINER_HOST`, the rootless socket, the rootful one; when Podman
+//! is installed but no API socket answers, a private `podman system service --time=60` is
+//! started on a socket under our runtime directory, so Podman stays daemonless (it exits when
+//! idle).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bollard::{ClientVersion, Docker};
+use engine_detect::ApiEndpoint;
+
+use crate::error::{Error, Result};
+
+/// Which engine answers the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Flavor {
+    /// The Docker daemon.
+    Docker,
+    /// Podman's Docker-compatible API service.
+    Podman,
+}
+
+impl Flavor {
+    /// `docker` or `podman`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Flavor::Docker => "docker",
+            Flavor::Podman => "podman",
+        }
+    }
+}
+
+/// API version we speak: the newest both Docker 20.10 and Podman 4 understand.
+const API_VERSION: ClientVersion = ClientVersion { major_version: 1, minor_version: 41 };
+/// Per-request timeout (response headers); streams after an upgrade are not limited by it.
+const REQUEST_TIMEOUT_SECS: u64 = 300;
+const PING_TIMEOUT: Duration = Duration::from_millis(1500);
+const SERVICE_START_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a private podman service stays up without requests.
+const SERVICE_IDLE_SECS: u32 = 60;
+
+/// Where the API answered, and how we got there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connection {
+    /// The engine.
+    pub flavor: Flavor,
+    /// The endpoint that answered `/_ping`.
+    pub endpoint: ApiEndpoint,
+    /// Whether we started a private `podman system service` for it.
+    pub started_service: bool,
+}
+
+/// Pure: the private podman socket path under a runtime directory.
+pub(crate) fn private_socket(runtime_dir: &Path) -> PathBuf {
+    runtime_dir.join("podman.sock")
+}
+
+/// Finds an answering endpoint for `flavor`, starting a private podman service when needed.
+pub(crate) fn find_endpoint(
+    flavor: Flavor,
+    env: &dyn Fn(&str) -> Option<OsString>,
+    runtime_dir: &Path,
+    path: Option<&std::ffi::OsStr>,
+) -> Result<Connection> {
+    let uid = rustix::process::getuid().as_raw();
+    let candidates = match flavor {
+        Flavor::Docker => engine_detect::docker_endpoints(env("DOCKER_HOST").as_deref()),
+        Flavor::Podman => {
+            let mut c = engine_detect::podman_endpoints(
+                env("CONTAINER_HOST").as_deref(),
+                env("XDG_RUNTIME_DIR").as_deref(),
+                uid,
+            );
+            c.push(Ok(ApiEndpoint::Unix(private_socket(runtime_dir))));
+            c
+        }
+    };
+    let mut tried = Vec::new();
+    for candidate in &candidates {
+        match candidate {
+            Ok(endpoint) => match engine_detect::ping(endpoint, PING_TIMEOUT) {
+                Ok(()) => {
+                    return Ok(Connection {
+                        flavor,
+                        endpoint: endpoint.clone(),
+                        started_service: false,
+                    });
+                }
+                Err(why) => tried.push(format!("{endpoint}: {why}")),
+            },
+            Err(why) => tried.push(why.clone()),
+        }
+    }
+    if flavor == Flavor::Podman
+        && env("CONTAINER_HOST").is_none_or(|v| v.is_empty())
+        && let Some(podman) = engine_detect::which("podman", path)
+    {
+        let socket = private_socket(runtime_dir);
+        start_podman_service(&podman, &socket)?;
+        return Ok(Connection {
+            flavor,
+            endpoint: ApiEndpoint::Unix(socket),
+            started_service: true,
+        });
+    }
+    let hint = match flavor {
+        Flavor::Docker => {
+            "start the Docker daemon (e.g. `sudo systemctl start docker`), or set DOCKER_HOST"
+                .to_owned()
+        }
+        Flavor::Podman => {
+            "install podman, or start its API with `podman system service`".to_owned()
+        }
+    };
+    Err(Error::Unreachable { engine: flavor.as_str(), detail: tried.join("; "), hint })
+}
+
+/// `podman system service --time=60 unix://SOCKET` in its own process group, detached from
+/// us: it outlives this process and exits after a minute without requests.
+fn start_podman_service(podman: &Path, socket: &Path) -> Result<()> {
+    let dir = socket.parent().unwrap_or(Path::new("/"));
+    std::fs::create_dir_all(dir).map_err(Error::io(format!("creating {}", dir.display())))?;
+    let _ = std::fs::remove_file(socket);
+    let mut command = std::process::Command::new(podman);
+    command
+        .arg("system")
+        .arg("service")
+        .arg(format!("--time={SERVICE_IDLE_SECS}"))
+        .arg(format!("unix://{}", socket.display()))
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut child = command
+        .spawn()
+        .map_err(Error::io(format!("starting `{} system service`", podman.display())))?;
+    let endpoint = ApiEndpoint::Unix(socket.to_owned());
+    let deadline = Instant::now() + SERVICE_START_TIMEOUT;
+    loop {
+        if engine_detect::ping(&endpoint, PING_TIMEOUT).is_ok() {
+            // Reaped by nobody on purpose: it is meant to outlive us (init adopts it).
+            drop(child);
+            return Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(Error::Unreachable {
+                engine: "podman",
+                detail: format!("`podman system service` exited with {status}"),
+                hint: "run `podman system service --time=60` yourself to see why".to_owned(),
+            });
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Unreachable {
+                engine: "podman",
+                detail: format!("`podman system service` did not answer on {}", socket.display()),
+                hint: "run `podman system service --time=60` yourself to see why".to_owned(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A bollard client for an endpoint. Needs a tokio runtime when used, not when built.
+pub(crate) fn client(connection: &Connection) -> Result<Docker> {
+    let engine = connection.flavor.as_str();
+    let api = |e: bollard::errors::Error| Error::Api {
+        engine,
+        context: format!("connecting to {}", connection.endpoint),
+        message: e.to_string(),
+    };
+    match &connection.endpoint {
+        ApiEndpoint::Unix(path) => Docker::connect_with_unix(
+            &path.display().to_string(),
+            REQUEST_TIMEOUT_SECS,
+            &API_VERSION,
+        )
+        .map_err(api),
+        ApiEndpoint::Tcp(addr) => {
+            Docker::connect_with_http(&format!("tcp://{addr}"), REQUEST_TIMEOUT_SECS, &API_VERSION)
+                .map_err(api)
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! One container from create to removal: attach before start (no output is lost), stream
+//! stdout/stderr live, feed stdin, wait for the exit code, and remove it on every path:
+//! normal exit, timeout, Ctrl-C/SIGTERM/SIGHUP, errors, and panics (a drop guard).
+
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::models::ContainerCreateBody;
+use bollard::query_parameters::{
+    AttachContainerOptions, CreateContainerOptions, KillContainerOptions, WaitContainerOptions,
+};
+use futures_util::StreamExt;
+use sandbox_core::{OutputSink, Stdin, Stream};
+use tokio::io::AsyncWriteExt;
+
+use crate::error::{Error, Result};
+
+/// Where a container's output goes.
+pub(crate) enum Sink<'a> {
+    /// Our own stdout/stderr.
+    Inherit,
+    /// A caller's sink.
+    Caller(&'a mut dyn OutputSink),
+    /// Collected (both streams, in order) for error messages.
+    Collect(&'a mut Vec<u8>),
+}
+
+impl Sink<'_> {
+    fn write(&mut self, stream: Stream, bytes: &[u8]) {
+        use std::io::Write as _;
+        match self {
+            Sink::Inherit => {
+                let _ = match stream {
+                    Stream::Stdout => {
+                        let mut out = std::io::stdout().lock();
+                        out.write_all(bytes).and_then(|()| out.flush())
+                    }
+                    Stream::Stderr => std::io::stderr().lock().write_all(bytes),
+                };
+            }
+            Sink::Caller(sink) => sink.write(stream, bytes),
+            Sink::Collect(buf) => buf.extend_from_slice(bytes),
+        }
+    }
+}
+
+/// How a container ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Finished {
+    pub(crate) exit_code: i32,
+    pub(crate) duration: Duration,
+    pub(crate) timed_out: bool,
+    /// The signal that made us stop it (Ctrl-C and friends), if any.
+    pub(crate) interrupted: Option<i32>,
+}
+
+/// Removes the container when dropped unless disarmed: the last line of defence when a future
+/// is dropped or a panic unwinds. Runs the removal on its own thread and runtime, since a drop
+/// may happen inside (or outside) any runtime.
+pub(crate) struct RemoveGuard {
+    docker: Docker,
+    name: String,
+    armed: bool,
+}
+
+impl RemoveGuard {
+    pub(crate) fn new(docker: &Docker, name: &str) -> RemoveGuard {
+        RemoveGuard { docker: docker.clone(), name: name.to_owned(), armed: true }
+    }
+
+    /// Removes now (awaited) and disarms.
+    pub(crate) async fn remove(mut self) {
+        let _ = crate::sweep::remove(&self.docker, &self.name).await;
+        self.armed = false;
+    }
+}
+
+impl Drop for RemoveGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let docker = self.docker.clone();
+        let name = std::mem::take(&mut self.name);
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                let _ = rt.block_on(crate::sweep::remove(&docker, &name));
+            }
+        })
+        .join();
+    }
+}
+
+pub(crate) fn api(
+    engine: &'static str,
+    context: &str,
+) -> impl FnOnce(bollard::errors::Error) -> Error {
+    let context = context.to_owned();
+    move |e| Error::Api { engine, context, message: e.to_string() }
+}
+
+/// Creates the container and returns a guard that removes it.
+pub(crate) async fn create(
+    docker: &Docker,
+    engine: &'static str,
+    name: &str,
+    body: ContainerCreateBody,
+    image: &str,
+) -> Result<RemoveGuard> {
+    let options = CreateContainerOptions { name: Some(name.to_owned()), ..Default::default() };
+    match docker.create_container(Some(options), body).await {
+        Ok(_) => Ok(RemoveGuard::new(docker, name)),
+        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, message })
+            if message.contains("image") || message.contains("No such") =>
+        {
+            Err(Error::MissingImage { image: image.to_owned(), engine })
+        }
+        Err(e) => Err(api(engine, &format!("creating container {name}"))(e)),
+    }
+}
+
+/// Signals that stop a run: Ctrl-C, SIGTERM, SIGHUP. `None` when not handling signals.
+pub(crate) struct Signals {
+    streams: Option<[tokio::signal::unix::Signal; 3]>,
+}
+
+impl Signals {
+    pub(crate) fn new(handle: bool) -> Signals {
+        use tokio::signal::unix::{SignalKind, signal};
+        if !handle {
+            return Signals { streams: None };
+        }
+        let streams = (|| {
+            Some([
+                signal(SignalKind::interrupt()).ok()?,
+                signal(SignalKind::terminate()).ok()?,
+                signal(SignalKind::hangup()).ok()?,
+            ])
+        })();
+        Signals { streams }
+    }
+
+    /// Resolves with the signal number when one arrives; never when not handling signals.
+    async fn next(&mut self) -> i32 {
+        match &mut self.streams {
+            Some([int, term, hup]) => tokio::select! {
+                _ = int.recv() => 2,
+                _ = term.recv() => 15,
+                _ = hup.recv() => 1,
+            },
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// Attaches, starts, streams, waits. The caller removes the container (via the guard).
+pub(crate) async fn attach_and_run(
+    docker: &Docker,
+    engine: &'static str,
+    name: &str,
+    stdin: &Stdin,
+    mut sink: Sink<'_>,
+    timeout: Option<Duration>,
+    signals: &mut Signals,
+) -> Result<Finished> {
+    let attach_stdin = !matches!(stdin, Stdin::Null);
+    let options = AttachContainerOptions {
+        stream: true,
+        stdin: attach_stdin,
+        stdout: true,
+        stderr: true,
+        logs: false,
+        ..Default::default()
+    };
+    let attached = docker
+        .attach_container(name, Some(options))
+        .await
+        .map_err(api(engine, &format!("attaching to {name}")))?;
+    let mut output = attached.output;
+    let mut input = attached.input;
+    let start = Instant::now();
+    docker
+        .start_container(name, None::<bollard::query_parameters::StartContainerOptions>)
+        .await
+        .map_err(|e| match e {
+            bollard::errors::Error::DockerResponseServerError { message, .. }
+                if message.contains("catatonit") || message.contains("container-init") =>
+            {
+                Error::NoPodmanInit
+            }
+            e => api(engine, &format!("starting {name}"))(e),
+        })?;
+
+    let feeder = match stdin {
+        Stdin::Null => None,
+        Stdin::Bytes(bytes) => {
+            let bytes = bytes.clone();
+            Some(tokio::spawn(async move {
+                let _ = input.write_all(&bytes).await;
+                let _ = input.shutdown().await;
+            }))
+        }
+        Stdin::Inherit => Some(tokio::spawn(async move {
+            let mut ours = tokio::io::stdin();
+            let _ = tokio::io::copy(&mut ours, &mut input).await;
+            let _ = input.shutdown().await;
+        })),
+    };
+
+    let pump = async {
+        while let Some(item) = output.next().await {
+            match item {
+                Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
+                    sink.write(Stream::Stdout, &message)
+                }
+                Ok(LogOutput::StdErr { message }) => sink.write(Stream::Stderr, &message),
+                Ok(LogOutput::StdIn { .. }) => {}
+                Err(_) => break,
+            }
+        }
+        exit_code(docker, engine, name).await
+    };
+    let deadline = async {
+        match timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    let result = tokio::select! {
+        code = pump => code.map(|exit_code| Finished {
+            exit_code,
+            duration: start.elapsed(),
+            timed_out: false,
+            interrupted: None,
+        }),
+        () = deadline => {
+            kill(docker, name).await;
+            Ok(Finished { exit_code: 137, duration: start.elapsed(), timed_out: true, interrupted: None })
+        }
+        signal = signals.next() => {
+            kill(docker, name).await;
+            Ok(Finished {
+                exit_code: 128 + signal,
+                duration: start.elapsed(),
+                timed_out: false,
+                interrupted: Some(signal),
+            })
+        }
+    };
+    if let Some(feeder) = feeder {
+        feeder.abort();
+    }
+    result
+}
+
+async fn kill(docker: &Docker, name: &str) {
+    let options = KillContainerOptions { signal: "KILL".to_owned() };
+    let _ = docker.kill_container(name, Some(options)).await;
+}
+
+/// The container's exit code once it has stopped (the output stream ends slightly earlier).
+/// Through the wait endpoint rather than inspect: podman reports a `stopped` state that the
+/// Docker API models do not know.
+async fn exit_code(docker: &Docker, engine: &'static str, name: &str) -> Result<i32> {
+    let options = WaitContainerOptions { condition: "not-running".to_owned() };
+    let mut wait = docker.wait_container(name, Some(options));
+    match wait.next().await {
+        Some(Ok(response)) => Ok(i32::try_from(response.status_code).unwrap_or(1)),
+        Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
+            Ok(i32::try_from(code).unwrap_or(1))
+        }
+        Some(Err(e)) => Err(api(engine, &format!("waiting for {name}"))(e)),
+        None => Err(Error::Api {
+            engine,
+            context: format!("waiting for {name}"),
+            message: "the wait stream ended without a status".to_owned(),
+        }),
+    }
+}

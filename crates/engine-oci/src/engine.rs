@@ -1,0 +1,499 @@
+//! [`OciEngine`]: configuration, connection, the prepare phase (dependencies installed with
+//! network into a content-keyed volume by a prepare container) and the run phase (a hardened
+//! container mounts that volume read-only and runs the script).
+
+use std::ffi::OsString;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bollard::Docker;
+use bollard::models::VolumeCreateRequest;
+use sandbox_core::{Engine, Net, Output, RunIo, RunOutcome, RunSpec};
+use sha2::{Digest, Sha256};
+
+use crate::client::{self, Connection, Flavor};
+use crate::container::{self, Signals, Sink, api};
+use crate::error::{Error, Result};
+use crate::host::{self, HostFacts};
+use crate::plan::{self, Limits, PrepareLayout, RunLayout};
+use crate::sweep::{self, Swept};
+use crate::workspace;
+
+/// The image every container runs unless `--image` says otherwise.
+pub const DEFAULT_IMAGE: &str = "python-sandbox-runtime:latest";
+/// Bumped whenever the layout of a prepared environment volume changes.
+const ENV_FORMAT: &str = "python-sandbox-oci-env-v1";
+/// Runs get an `expires` label this long after their timeout, for the sweep.
+const EXPIRY_GRACE_SECS: u64 = 300;
+
+/// How to build an [`OciEngine`]. No `Default`: [`OciConfig::from_env`] is the usual start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OciConfig {
+    /// Docker or Podman.
+    pub flavor: Flavor,
+    /// The runtime image.
+    pub image: String,
+    /// Limits for runs and sessions.
+    pub limits: Limits,
+    /// python-sandbox's cache root; this engine keeps lock files under `oci/`.
+    pub cache_dir: PathBuf,
+    /// Where a private podman API socket goes (never mounted into a sandbox).
+    pub runtime_dir: PathBuf,
+    /// The caller's home (a workspace may not expose all of it).
+    pub home: Option<PathBuf>,
+    /// `PATH`, to find `podman`.
+    pub path: Option<OsString>,
+    /// While a script runs, turn SIGINT/SIGTERM/SIGHUP into "kill and remove the container".
+    pub handle_signals: bool,
+    /// Sweep expired and orphaned containers when the engine is created.
+    pub sweep_on_start: bool,
+}
+
+impl OciConfig {
+    /// Image [`DEFAULT_IMAGE`], default limits, cache from `XDG_CACHE_HOME` or `~/.cache`,
+    /// runtime dir from `XDG_RUNTIME_DIR` (else under the cache), signals handled, sweep on.
+    pub fn from_env(flavor: Flavor) -> OciConfig {
+        let home = std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute());
+        let cache_base = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| home.as_ref().map(|h| h.join(".cache")))
+            .unwrap_or_else(|| {
+                std::env::temp_dir()
+                    .join(format!("python-sandbox-{}", rustix::process::getuid().as_raw()))
+            });
+        let cache_dir = cache_base.join("python-sandbox");
+        let runtime_dir = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .map(|p| p.join("python-sandbox"))
+            .unwrap_or_else(|| cache_dir.join("oci").join("run"));
+        OciConfig {
+            flavor,
+            image: DEFAULT_IMAGE.to_owned(),
+            limits: Limits::DEFAULT,
+            cache_dir,
+            runtime_dir,
+            home,
+            path: std::env::var_os("PATH"),
+            handle_signals: true,
+            sweep_on_start: true,
+        }
+    }
+}
+
+/// A prepared environment: what [`OciEngine::run_prepared`] needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedEnv {
+    /// The environment volume, or `None` when the script has no dependencies (the image's
+    /// interpreter runs it directly).
+    pub volume: Option<String>,
+    /// False when an existing environment was reused (the warm path).
+    pub fresh: bool,
+}
+
+/// Runs PEP 723 scripts in Docker or Podman containers.
+pub struct OciEngine {
+    config: OciConfig,
+    connection: Connection,
+    docker: Docker,
+    rt: Option<tokio::runtime::Runtime>,
+    host: HostFacts,
+    owner: reaper::Owner,
+    image_id: String,
+    swept: Vec<Swept>,
+}
+
+impl std::fmt::Debug for OciEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OciEngine")
+            .field("config", &self.config)
+            .field("connection", &self.connection)
+            .field("image_id", &self.image_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for OciEngine {
+    fn drop(&mut self) {
+        // A blocking read of our stdin (fed to a container) may still be pending; do not wait.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+pub(crate) fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// A short random id: hash of the clock, the pid and a counter (no RNG dependency needed;
+/// uniqueness, not secrecy, is what matters).
+pub(crate) fn random_id() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = Sha256::new();
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    hasher.update(nanos.to_le_bytes());
+    hasher.update(std::process::id().to_le_bytes());
+    hasher.update(COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    hex(&hasher.finalize())[..12].to_owned()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Pure: the volume name of the environment for these inputs (dependencies order-insensitive).
+pub(crate) fn env_volume_name(
+    image_id: &str,
+    requires_python: Option<&str>,
+    deps: &[String],
+) -> String {
+    let mut deps: Vec<&str> = deps.iter().map(|d| d.trim()).collect();
+    deps.sort_unstable();
+    deps.dedup();
+    let mut hasher = Sha256::new();
+    for part in [ENV_FORMAT, image_id, requires_python.unwrap_or("")] {
+        hasher.update(part.as_bytes());
+        hasher.update([0]);
+    }
+    for dep in deps {
+        hasher.update(dep.as_bytes());
+        hasher.update(b"\n");
+    }
+    format!("python-sandbox-env-{}", &hex(&hasher.finalize())[..24])
+}
+
+impl OciEngine {
+    /// Connects (starting a private podman service if needed), checks the image, and sweeps
+    /// expired and orphaned containers.
+    pub fn new(config: OciConfig) -> Result<OciEngine> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(Error::io("starting the async runtime"))?;
+        let connection = client::find_endpoint(
+            config.flavor,
+            &|name| std::env::var_os(name),
+            &config.runtime_dir,
+            config.path.as_deref(),
+        )?;
+        let docker = {
+            let _enter = rt.enter();
+            client::client(&connection)?
+        };
+        let owner = reaper::Owner::current(None)?;
+        let engine_name = config.flavor.as_str();
+        let image_id = rt.block_on(image_id(&docker, engine_name, &config.image))?;
+        let swept = if config.sweep_on_start {
+            rt.block_on(sweep::sweep(&docker, engine_name, now_secs(), false)).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        Ok(OciEngine {
+            config,
+            connection,
+            docker,
+            rt: Some(rt),
+            host: HostFacts::gather(),
+            owner,
+            image_id,
+            swept,
+        })
+    }
+
+    fn rt(&self) -> &tokio::runtime::Runtime {
+        // Only `Drop` takes it.
+        self.rt.as_ref().unwrap_or_else(|| unreachable!("runtime used after drop"))
+    }
+
+    /// The engine's configuration.
+    pub fn config(&self) -> &OciConfig {
+        &self.config
+    }
+
+    /// Where the API answered.
+    pub fn connection(&self) -> &Connection {
+        &self.connection
+    }
+
+    /// What the start-up sweep removed.
+    pub fn swept(&self) -> &[Swept] {
+        &self.swept
+    }
+
+    /// The bollard client (for sessions and tests); use it inside [`OciEngine::block_on`].
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    /// Runs a future on the engine's runtime.
+    pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.rt().block_on(future)
+    }
+
+    fn engine_name(&self) -> &'static str {
+        self.config.flavor.as_str()
+    }
+
+    /// Runs the reaper now: one list call, decide, remove (or only report with `dry_run`).
+    pub fn reap(&self, dry_run: bool) -> Result<Vec<Swept>> {
+        self.block_on(sweep::sweep(&self.docker, self.engine_name(), now_secs(), dry_run))
+    }
+
+    /// Checks what `run` would refuse.
+    pub fn check(&self, spec: &RunSpec) -> Result<()> {
+        if let Some(first) = spec.publish.first()
+            && spec.net == Net::Off
+        {
+            return Err(Error::PublishWithoutNet { port: first.port });
+        }
+        for var in &spec.env {
+            if var.name.is_empty() || var.name.contains(['=', '\0']) {
+                return Err(Error::InvalidEnvName { name: var.name.clone() });
+            }
+            if var.value.is_none() {
+                return Err(Error::EnvWithoutValue { name: var.name.clone() });
+            }
+        }
+        Ok(())
+    }
+
+    /// Returns the environment for `spec`, building it if needed. Warm path: one volume
+    /// inspect of the completion marker. Cold path: a prepare container (network on, no
+    /// workspace) installs into a fresh volume; the marker volume is created last, so an
+    /// interrupted install is never reused. Concurrent prepares of one key serialize on a lock.
+    pub fn prepare(&self, spec: &RunSpec, status: &mut dyn FnMut(&str)) -> Result<PreparedEnv> {
+        if spec.dependencies.is_empty() {
+            return Ok(PreparedEnv { volume: None, fresh: false });
+        }
+        let volume =
+            env_volume_name(&self.image_id, spec.requires_python.as_deref(), &spec.dependencies);
+        let marker = format!("{volume}-ready");
+        if self.block_on(volume_exists(&self.docker, &marker)) {
+            return Ok(PreparedEnv { volume: Some(volume), fresh: false });
+        }
+        let locks = self.config.cache_dir.join("oci").join("locks");
+        std::fs::create_dir_all(&locks)
+            .map_err(Error::io(format!("creating {}", locks.display())))?;
+        let lock_path = locks.join(format!("{volume}.lock"));
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(Error::io(format!("opening {}", lock_path.display())))?;
+        if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            status("waiting for another python-sandbox preparing the same environment");
+            rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+                .map_err(|e| Error::io(format!("locking {}", lock_path.display()))(e.into()))?;
+        }
+        if self.block_on(volume_exists(&self.docker, &marker)) {
+            return Ok(PreparedEnv { volume: Some(volume), fresh: false });
+        }
+        status(&format!(
+            "installing {} dependenc{} in {}",
+            spec.dependencies.len(),
+            if spec.dependencies.len() == 1 { "y" } else { "ies" },
+            self.engine_name()
+        ));
+        self.block_on(self.build_env(spec, &volume, &marker))?;
+        drop(lock);
+        Ok(PreparedEnv { volume: Some(volume), fresh: true })
+    }
+
+    async fn build_env(&self, spec: &RunSpec, volume: &str, marker: &str) -> Result<()> {
+        let engine = self.engine_name();
+        // Leftovers of an interrupted install are replaced, never reused.
+        let _ = self
+            .docker
+            .remove_volume(volume, None::<bollard::query_parameters::RemoveVolumeOptions>)
+            .await;
+        let mut volume_labels = std::collections::HashMap::new();
+        volume_labels.insert(reaper::MANAGED_BY.to_owned(), reaper::MANAGED_BY_VALUE.to_owned());
+        let request = VolumeCreateRequest {
+            name: Some(volume.to_owned()),
+            labels: Some(volume_labels.clone()),
+            ..Default::default()
+        };
+        self.docker
+            .create_volume(request)
+            .await
+            .map_err(api(engine, &format!("creating volume {volume}")))?;
+
+        let id = random_id();
+        let now = now_secs();
+        let labels = reaper::labels_for_prepare(&id, &self.owner, now, Some(now + 3600))?;
+        let layout = PrepareLayout {
+            image: self.config.image.clone(),
+            labels,
+            env_volume: volume.to_owned(),
+            dependencies: spec.dependencies.clone(),
+            limits: self.config.limits,
+        };
+        let body = plan::create_body(&plan::prepare_plan(&self.host, &layout));
+        let name = format!("python-sandbox-prepare-{id}");
+        let guard =
+            container::create(&self.docker, engine, &name, body, &self.config.image).await?;
+        let mut output = Vec::new();
+        let mut signals = Signals::new(self.config.handle_signals);
+        let finished = container::attach_and_run(
+            &self.docker,
+            engine,
+            &name,
+            &sandbox_core::Stdin::Null,
+            Sink::Collect(&mut output),
+            Some(Duration::from_secs(1800)),
+            &mut signals,
+        )
+        .await;
+        guard.remove().await;
+        let finished = finished?;
+        if finished.exit_code != 0 || finished.interrupted.is_some() || finished.timed_out {
+            let _ = self
+                .docker
+                .remove_volume(volume, None::<bollard::query_parameters::RemoveVolumeOptions>)
+                .await;
+            return Err(Error::Prepare {
+                code: i64::from(finished.exit_code),
+                output: String::from_utf8_lossy(&output).trim_end().to_owned(),
+            });
+        }
+        let request = VolumeCreateRequest {
+            name: Some(marker.to_owned()),
+            labels: Some(volume_labels),
+            ..Default::default()
+        };
+        self.docker
+            .create_volume(request)
+            .await
+            .map_err(api(engine, &format!("creating volume {marker}")))?;
+        Ok(())
+    }
+
+    /// Runs `spec` with a prepared environment. Returns once the container is gone. A script
+    /// that fails is not an error; a container that cannot be set up is.
+    pub fn run_prepared(
+        &self,
+        spec: &RunSpec,
+        env: &PreparedEnv,
+        io: RunIo<'_>,
+    ) -> Result<RunOutcome> {
+        self.check(spec)?;
+        let private = &self.config.runtime_dir;
+        let home = self.config.home.as_deref();
+        let workspace = host::resolve_workspace(&spec.workspace, home, private)?;
+        let script = host::resolve_script(&spec.script)?;
+        let mounts = spec
+            .mounts
+            .iter()
+            .map(|m| host::resolve_mount(m, home, private))
+            .collect::<Result<Vec<_>>>()?;
+        let writable: Vec<PathBuf> = std::iter::once(workspace.clone())
+            .chain(mounts.iter().filter(|m| m.writable).map(|m| m.path.clone()))
+            .collect();
+        if self.host.uid == 0 {
+            for dir in &writable {
+                workspace::grant_nobody(dir)?;
+            }
+        }
+        let id = random_id();
+        let now = now_secs();
+        let expires = spec.timeout.map(|t| now + t.as_secs() + EXPIRY_GRACE_SECS);
+        let labels = reaper::labels_for_run(&id, &self.owner, now, expires)?;
+        let layout = RunLayout {
+            image: self.config.image.clone(),
+            labels,
+            env_volume: env.volume.clone(),
+            workspace,
+            script,
+            args: spec.args.clone(),
+            mounts,
+            net: spec.net == Net::On,
+            publish: spec
+                .publish
+                .iter()
+                .map(|p| (p.host, p.port))
+                .collect::<Vec<(Option<IpAddr>, u16)>>(),
+            user_env: spec
+                .env
+                .iter()
+                .filter_map(|v| v.value.as_ref().map(|value| (v.name.clone(), value.clone())))
+                .collect(),
+            limits: self.config.limits,
+            stdin: !matches!(io.stdin, sandbox_core::Stdin::Null),
+        };
+        let body = plan::create_body(&plan::run_plan(&self.host, &layout));
+        let name = format!("python-sandbox-run-{id}");
+        let engine = self.engine_name();
+        let sink = match io.output {
+            Output::Inherit => Sink::Inherit,
+            Output::Sink(sink) => Sink::Caller(sink),
+        };
+        let finished = self.block_on(async {
+            let guard =
+                container::create(&self.docker, engine, &name, body, &self.config.image).await?;
+            let mut signals = Signals::new(self.config.handle_signals);
+            let finished = container::attach_and_run(
+                &self.docker,
+                engine,
+                &name,
+                &io.stdin,
+                sink,
+                spec.timeout,
+                &mut signals,
+            )
+            .await;
+            guard.remove().await;
+            finished
+        });
+        if self.host.uid == 0 {
+            for dir in &writable {
+                workspace::reclaim(dir);
+            }
+        }
+        let finished = finished?;
+        Ok(RunOutcome {
+            exit_code: finished.exit_code,
+            duration: finished.duration,
+            timed_out: finished.timed_out,
+            warnings: Vec::new(),
+        })
+    }
+}
+
+impl Engine for OciEngine {
+    type Error = Error;
+
+    fn name(&self) -> &'static str {
+        self.engine_name()
+    }
+
+    /// [`OciEngine::prepare`] (status lines go to `io.status`), then [`OciEngine::run_prepared`].
+    fn run(&self, spec: &RunSpec, mut io: RunIo<'_>) -> Result<RunOutcome, Error> {
+        self.check(spec)?;
+        let env = match io.status.as_mut() {
+            Some(status) => self.prepare(spec, &mut |line| status(line))?,
+            None => self.prepare(spec, &mut |_| {})?,
+        };
+        self.run_prepared(spec, &env, io)
+    }
+}
+
+async fn volume_exists(docker: &Docker, name: &str) -> bool {
+    docker.inspect_volume(name).await.is_ok()
+}
+
+/// The image's id; a missing image is [`Error::MissingImage`].
+async fn image_id(docker: &Docker, engine: &'static str, image: &str) -> Result<String> {
+    match docker.inspect_image(image).await {
+        Ok(inspect) => Ok(inspect.id.unwrap_or_else(|| image.to_owned())),
+        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
+            Err(Error::MissingImage { image: image.to_owned(), engine })
+        }
+        Err(e) => Err(api(engine, &format!("inspecting image {image}"))(e)),
+    }
+}

@@ -1,0 +1,136 @@
+//! The crate's one error type. Messages are lower case, without a trailing period, and carry
+//! a `hint:` line where the fix is not obvious.
+
+use std::path::PathBuf;
+
+/// Everything that can stop a container run, a session operation or a sweep. A script that
+/// runs and fails is not an error: its exit code comes back in the outcome.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No API socket of the engine answers.
+    #[error("{engine} is not reachable: {detail}\nhint: {hint}")]
+    Unreachable {
+        /// `docker` or `podman`.
+        engine: &'static str,
+        /// What was tried, lower case.
+        detail: String,
+        /// What to do.
+        hint: String,
+    },
+    /// The runtime image is not present in the engine's image store.
+    #[error(
+        "the image `{image}` is not in {engine}'s image store\nhint: build it with `cargo xtask image`, or `{engine} build -t {image} deploy/image` (deploy/image/Containerfile), or pass `--image`"
+    )]
+    MissingImage {
+        /// The image reference.
+        image: String,
+        /// `docker` or `podman`.
+        engine: &'static str,
+    },
+    /// Podman has no init binary for `init: true`.
+    #[error(
+        "podman has no container init binary (catatonit)\nhint: install the `catatonit` package; python-sandbox needs an init process so signals and zombies work"
+    )]
+    NoPodmanInit,
+    /// A call to the engine API failed.
+    #[error("{engine} API: {context}: {message}")]
+    Api {
+        /// `docker` or `podman`.
+        engine: &'static str,
+        /// What we were doing.
+        context: String,
+        /// The engine's message.
+        message: String,
+    },
+    /// Installing the dependencies failed in the prepare container.
+    #[error("installing the dependencies failed (exit code {code}):\n{output}")]
+    Prepare {
+        /// Exit code of the prepare container.
+        code: i64,
+        /// Its combined output.
+        output: String,
+    },
+    /// A path to mount does not exist.
+    #[error("{} does not exist", path.display())]
+    MissingPath {
+        /// The path.
+        path: PathBuf,
+    },
+    /// A mount is refused by policy.
+    #[error("refusing to mount {}: {reason}", path.display())]
+    RefusedMount {
+        /// The canonical path.
+        path: PathBuf,
+        /// Why, lower case.
+        reason: String,
+    },
+    /// The workspace is refused by policy.
+    #[error("refusing to use {} as the workspace: {reason}\nhint: run from a project directory", path.display())]
+    RefusedWorkspace {
+        /// The canonical path.
+        path: PathBuf,
+        /// Why, lower case.
+        reason: String,
+    },
+    /// Ports cannot be published without a network.
+    #[error(
+        "cannot publish port {port} with the network off\nhint: turn the network on or drop the published ports"
+    )]
+    PublishWithoutNet {
+        /// The first published port.
+        port: u16,
+    },
+    /// `--env NAME` without a value reached the engine.
+    #[error(
+        "environment variable `{name}` has no value\nhint: the CLI fills `--env NAME` from the host environment; set it there"
+    )]
+    EnvWithoutValue {
+        /// The variable.
+        name: String,
+    },
+    /// An environment variable name the engine cannot pass.
+    #[error("`{name}` is not a valid environment variable name")]
+    InvalidEnvName {
+        /// The variable.
+        name: String,
+    },
+    /// A label could not be built or read.
+    #[error(transparent)]
+    Labels(#[from] reaper::Error),
+    /// No session with this id exists.
+    #[error("no session `{id}`\nhint: `python-sandbox session list` shows the running sessions")]
+    NoSession {
+        /// The id asked for.
+        id: String,
+    },
+    /// A session operation failed inside the container.
+    #[error(transparent)]
+    Sandbox(#[from] sandbox_core::Error),
+    /// A command inside a session failed in a way that is not the command's own exit code.
+    #[error("{what} failed in the sandbox: {message}")]
+    Exec {
+        /// What we were doing.
+        what: String,
+        /// stderr of the helper command.
+        message: String,
+    },
+    /// Host IO.
+    #[error("{context}: {source}")]
+    Io {
+        /// What we were doing.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+        let context = context.into();
+        move |source| Error::Io { context, source }
+    }
+}
+
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,191 @@
+//! Host facts the pure container-spec builder needs, the IO that gathers them, and the mount
+//! policy (canonical real paths, no kernel trees, no sockets, not the engine's own cache).
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+
+use sandbox_core::{Mount, MountMode};
+
+use crate::error::{Error, Result};
+
+/// Where the host's CA bundle appears inside every container (`SSL_CERT_FILE` points here).
+pub(crate) const SANDBOX_CA_BUNDLE: &str = "/etc/python-sandbox/ca-certificates.crt";
+
+/// Host variables passed through unchanged to runs and sessions (when set on the host).
+pub(crate) const RUN_ENV_ALLOWLIST: &[&str] = &["LANG", "LC_ALL", "TERM", "TZ"];
+
+/// Extra host variables the prepare container (uv) sees: proxies and package indexes. Package
+/// build scripts run there, so nothing else of the host environment goes in.
+pub(crate) const PREPARE_ENV_ALLOWLIST: &[&str] = &[
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+    "UV_INDEX",
+    "UV_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "UV_EXTRA_INDEX_URL",
+    "UV_INDEX_STRATEGY",
+    "UV_HTTP_TIMEOUT",
+];
+
+/// The uid the container runs as when the caller is root: never 0 inside a container.
+pub(crate) const NOBODY: u32 = 65534;
+
+/// Everything about the host that shapes a container spec. Tests build it by hand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HostFacts {
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    /// Current hard limits; container ulimits never ask for more (podman's defaults do, and
+    /// fail without CAP_SYS_RESOURCE).
+    pub(crate) nofile_hard: Option<u64>,
+    pub(crate) nproc_hard: Option<u64>,
+    /// Canonical host CA bundle, if one was found.
+    pub(crate) ca_bundle: Option<PathBuf>,
+    /// Values of [`RUN_ENV_ALLOWLIST`] and [`PREPARE_ENV_ALLOWLIST`] present on the host.
+    pub(crate) env: Vec<(String, String)>,
+}
+
+impl HostFacts {
+    /// The user the sandbox runs as: the caller, or nobody when the caller is root (see
+    /// `crate::workspace` for how a root caller's workspace stays writable).
+    pub(crate) fn sandbox_ids(&self) -> (u32, u32) {
+        if self.uid == 0 { (NOBODY, NOBODY) } else { (self.uid, self.gid) }
+    }
+
+    pub(crate) fn env_value(&self, name: &str) -> Option<&str> {
+        self.env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// Reads the facts of this machine.
+    pub(crate) fn gather() -> HostFacts {
+        let uid = rustix::process::getuid().as_raw();
+        let gid = rustix::process::getgid().as_raw();
+        let hard = |resource| {
+            let limit = rustix::process::getrlimit(resource);
+            limit.maximum
+        };
+        let ca_bundle = std::env::var_os("SSL_CERT_FILE")
+            .map(PathBuf::from)
+            .into_iter()
+            .chain(
+                [
+                    "/etc/ssl/certs/ca-certificates.crt",
+                    "/etc/pki/tls/certs/ca-bundle.crt",
+                    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+                    "/etc/ssl/ca-bundle.pem",
+                    "/etc/ssl/cert.pem",
+                ]
+                .map(PathBuf::from),
+            )
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .find(|p| p.is_file());
+        let env = RUN_ENV_ALLOWLIST
+            .iter()
+            .chain(PREPARE_ENV_ALLOWLIST)
+            .filter_map(|name| std::env::var(name).ok().map(|v| ((*name).to_owned(), v)))
+            .collect();
+        HostFacts {
+            uid,
+            gid,
+            nofile_hard: hard(rustix::process::Resource::Nofile),
+            nproc_hard: hard(rustix::process::Resource::Nproc),
+            ca_bundle,
+            env,
+        }
+    }
+}
+
+/// Host trees that are never mounted: kernel interfaces and the socket directories.
+const NEVER: &[&str] = &["/proc", "/sys", "/dev", "/run", "/var/run", "/var/lib/docker"];
+/// System trees a workspace may not be (it would be writable).
+const SYSTEM: &[&str] = &["/usr", "/etc", "/boot", "/bin", "/sbin", "/lib", "/lib64", "/var/lib"];
+
+/// Pure: `Err(reason)` when a canonical path must not be mounted (`workspace` adds the rules
+/// for the read-write workspace).
+pub(crate) fn check_policy(
+    path: &Path,
+    workspace: bool,
+    home: Option<&Path>,
+    private: &Path,
+) -> std::result::Result<(), String> {
+    if path.parent().is_none() {
+        return Err("it is the root directory".into());
+    }
+    if let Some(bad) = NEVER.iter().find(|p| path.starts_with(p)) {
+        return Err(format!("{bad} holds kernel interfaces or host sockets"));
+    }
+    if path.starts_with(private) || private.starts_with(path) {
+        return Err(format!(
+            "it overlaps python-sandbox's own directory {} (which holds the podman socket)",
+            private.display()
+        ));
+    }
+    if workspace {
+        if home.is_some_and(|h| h.starts_with(path)) {
+            return Err("it would expose your whole home directory".into());
+        }
+        if let Some(sys) = SYSTEM.iter().find(|p| path.starts_with(p)) {
+            return Err(format!("{sys} is a system directory"));
+        }
+    }
+    Ok(())
+}
+
+/// A host path resolved for mounting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Bind {
+    pub(crate) path: PathBuf,
+    pub(crate) writable: bool,
+}
+
+/// The workspace: canonical, existing, allowed.
+pub(crate) fn resolve_workspace(
+    path: &Path,
+    home: Option<&Path>,
+    private: &Path,
+) -> Result<PathBuf> {
+    let real =
+        std::fs::canonicalize(path).map_err(|_| Error::MissingPath { path: path.to_owned() })?;
+    check_policy(&real, true, home, private)
+        .map_err(|reason| Error::RefusedWorkspace { path: real.clone(), reason })?;
+    Ok(real)
+}
+
+/// One extra mount: canonical (the container sees the real path), not a socket, allowed.
+/// Read-write directories that do not exist yet are created, like bwrap does.
+pub(crate) fn resolve_mount(mount: &Mount, home: Option<&Path>, private: &Path) -> Result<Bind> {
+    let writable = mount.mode == MountMode::ReadWrite;
+    if writable && std::fs::symlink_metadata(&mount.path).is_err() {
+        std::fs::create_dir_all(&mount.path)
+            .map_err(Error::io(format!("creating {}", mount.path.display())))?;
+    }
+    let real = std::fs::canonicalize(&mount.path)
+        .map_err(|_| Error::MissingPath { path: mount.path.clone() })?;
+    check_policy(&real, false, home, private)
+        .map_err(|reason| Error::RefusedMount { path: real.clone(), reason })?;
+    let meta =
+        std::fs::metadata(&real).map_err(Error::io(format!("inspecting {}", real.display())))?;
+    if meta.file_type().is_socket() {
+        return Err(Error::RefusedMount {
+            path: real,
+            reason: "it is a socket; host sockets never enter the sandbox".into(),
+        });
+    }
+    Ok(Bind { path: real, writable })
+}
+
+/// The script, canonical and a regular file.
+pub(crate) fn resolve_script(path: &Path) -> Result<PathBuf> {
+    let real =
+        std::fs::canonicalize(path).map_err(|_| Error::MissingPath { path: path.to_owned() })?;
+    if !real.is_file() {
+        return Err(Error::MissingPath { path: real });
+    }
+    Ok(real)
+}

@@ -1,0 +1,419 @@
+//! The pure heart of the engine: from host facts and resolved paths to one container create
+//! body (`ContainerCreateBody` with its `HostConfig`). No IO happens here, so every decision is
+//! snapshot-tested (see `tests.rs`).
+//!
+//! Every container gets the same wall: read-only rootfs, tmpfs `/tmp` and home, `cap_drop ALL`,
+//! `no-new-privileges`, a private IPC namespace, an init process, pids/memory/cpu limits,
+//! ulimits no higher than the host's hard limits, an unprivileged user, an empty environment
+//! plus an allowlist, and labels from the reaper schema. Only the workspace, declared mounts
+//! and (for prepare) the environment volume are writable.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use bollard::models::{ContainerCreateBody, HostConfig, PortBinding, ResourcesUlimits};
+
+use crate::host::{Bind, HostFacts, SANDBOX_CA_BUNDLE};
+
+/// Home inside every container (the image's user home; always an empty tmpfs).
+pub(crate) const HOME: &str = "/home/sandbox";
+/// Where a prepared environment volume is mounted read-only at run time.
+pub(crate) const ENV_MOUNT: &str = "/opt/python-sandbox/env";
+/// Where the prepare container mounts the environment volume (the image's home, so that the
+/// engines' volume copy-up gives it to the image user; never a tmpfs there).
+pub(crate) const PREPARE_MOUNT: &str = "/home/sandbox";
+/// The image's interpreter, used directly when a script has no dependencies.
+pub(crate) const IMAGE_PYTHON: &str = "/usr/bin/python3";
+/// PATH of every container (the image's).
+const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Resource limits of one container. `None` leaves the engine's default (unlimited).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Memory limit in bytes (also the memory+swap limit: no swap).
+    pub memory: Option<u64>,
+    /// CPUs, fractional (`1.5`).
+    pub cpus: Option<f64>,
+    /// Maximum number of processes and threads.
+    pub pids: Option<i64>,
+}
+
+impl Limits {
+    /// The defaults: 2 GiB, 2 CPUs, 512 processes. Enough for data work, small enough that
+    /// a runaway script cannot take the host down.
+    pub const DEFAULT: Limits =
+        Limits { memory: Some(2 * 1024 * 1024 * 1024), cpus: Some(2.0), pids: Some(512) };
+}
+
+/// What kind of container a [`ContainerPlan`] describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    Run,
+    Prepare,
+    Session,
+}
+
+/// One container, decided. [`create_body`] turns it into the API body.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ContainerPlan {
+    pub(crate) role: Role,
+    pub(crate) image: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    pub(crate) cmd: Vec<String>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) working_dir: String,
+    /// `SRC:DEST:ro|rw` bind strings (host paths or named volumes), parents before children.
+    pub(crate) binds: Vec<String>,
+    pub(crate) net: bool,
+    /// (host address, container port, host port; `None` = same as the container port,
+    /// `Some(0)` = any free port).
+    pub(crate) publish: Vec<(IpAddr, u16, u16)>,
+    pub(crate) limits: Limits,
+    pub(crate) nofile: i64,
+    pub(crate) nproc: i64,
+    pub(crate) stdin: bool,
+    pub(crate) auto_remove: bool,
+}
+
+/// What a run container needs besides host facts.
+#[derive(Debug, Clone)]
+pub(crate) struct RunLayout {
+    pub(crate) image: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    /// The environment volume, when the script has dependencies.
+    pub(crate) env_volume: Option<String>,
+    pub(crate) workspace: PathBuf,
+    pub(crate) script: PathBuf,
+    pub(crate) args: Vec<String>,
+    pub(crate) mounts: Vec<Bind>,
+    pub(crate) net: bool,
+    pub(crate) publish: Vec<(Option<IpAddr>, u16)>,
+    pub(crate) user_env: Vec<(String, String)>,
+    pub(crate) limits: Limits,
+    pub(crate) stdin: bool,
+}
+
+/// What a prepare container needs.
+#[derive(Debug, Clone)]
+pub(crate) struct PrepareLayout {
+    pub(crate) image: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) env_volume: String,
+    pub(crate) dependencies: Vec<String>,
+    pub(crate) limits: Limits,
+}
+
+/// What a session container needs.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionLayout {
+    pub(crate) image: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) workspace: PathBuf,
+    pub(crate) mounts: Vec<Bind>,
+    pub(crate) net: bool,
+    pub(crate) publish: Vec<(Option<IpAddr>, u16)>,
+    pub(crate) user_env: Vec<(String, String)>,
+    pub(crate) limits: Limits,
+    pub(crate) ttl_secs: u64,
+}
+
+/// The session's main process: exits (and the auto-removed container disappears) once
+/// `/tmp/.last-activity` is older than the TTL and no exec is running. Every exec registers
+/// its shell pid under `/tmp/.active/` and touches the activity file when it ends.
+pub(crate) const WATCHDOG: &str = r#"ttl=$1
+mkdir -p /tmp/.active
+touch /tmp/.last-activity
+while :; do
+  sleep 2
+  for f in /tmp/.active/*; do
+    [ -e "$f" ] || continue
+    if kill -0 "${f##*/}" 2>/dev/null; then touch /tmp/.last-activity; else rm -f "$f"; fi
+  done
+  now=$(date +%s)
+  last=$(stat -c %Y /tmp/.last-activity 2>/dev/null || echo 0)
+  if [ $((now - last)) -ge "$ttl" ]; then exit 0; fi
+done"#;
+
+/// The prepare script: a venv in the volume root, then the dependencies (given as `$@`).
+pub(crate) const PREPARE_SCRIPT: &str = r#"set -eu
+uv venv --quiet --relocatable --allow-existing --python /usr/bin/python3 /home/sandbox
+if [ "$#" -gt 0 ]; then
+  uv pip install --quiet --compile-bytecode --python /home/sandbox/bin/python -- "$@"
+fi"#;
+
+fn base_env(host: &HostFacts) -> Vec<(String, String)> {
+    let mut env = vec![("PATH".to_owned(), PATH.to_owned()), ("HOME".to_owned(), HOME.to_owned())];
+    env.push(("LANG".to_owned(), host.env_value("LANG").unwrap_or("C.UTF-8").to_owned()));
+    for name in ["LC_ALL", "TERM", "TZ"] {
+        if let Some(value) = host.env_value(name) {
+            env.push((name.to_owned(), value.to_owned()));
+        }
+    }
+    if host.ca_bundle.is_some() {
+        env.push(("SSL_CERT_FILE".to_owned(), SANDBOX_CA_BUNDLE.to_owned()));
+    }
+    env
+}
+
+/// Replaces earlier values of the same name (explicit `--env` wins over the allowlist).
+fn set_env(env: &mut Vec<(String, String)>, name: &str, value: &str) {
+    env.retain(|(k, _)| k != name);
+    env.push((name.to_owned(), value.to_owned()));
+}
+
+fn bind(src: &Path, dest: &Path, writable: bool) -> String {
+    format!("{}:{}:{}", src.display(), dest.display(), if writable { "rw" } else { "ro" })
+}
+
+fn ca_bind(host: &HostFacts) -> Option<String> {
+    host.ca_bundle.as_ref().map(|ca| bind(ca, Path::new(SANDBOX_CA_BUNDLE), false))
+}
+
+/// Host binds at their real paths, parents first, exact duplicates dropped (later wins).
+fn ordered(mut binds: Vec<(PathBuf, bool)>) -> Vec<String> {
+    let mut deduped: Vec<(PathBuf, bool)> = Vec::new();
+    for (path, writable) in binds.drain(..) {
+        if let Some(existing) = deduped.iter_mut().find(|(p, _)| *p == path) {
+            existing.1 = writable;
+        } else {
+            deduped.push((path, writable));
+        }
+    }
+    deduped.sort_by_key(|(p, _)| p.components().count());
+    deduped.iter().map(|(p, w)| bind(p, p, *w)).collect()
+}
+
+fn ulimit(hard: Option<u64>, want: u64) -> i64 {
+    i64::try_from(hard.map_or(want, |h| h.min(want))).unwrap_or(i64::MAX)
+}
+
+fn published(publish: &[(Option<IpAddr>, u16)], any_host_port: bool) -> Vec<(IpAddr, u16, u16)> {
+    publish
+        .iter()
+        .map(|(addr, port)| {
+            let addr = addr.unwrap_or(IpAddr::from([127, 0, 0, 1]));
+            (addr, *port, if any_host_port { 0 } else { *port })
+        })
+        .collect()
+}
+
+/// Run: the environment's interpreter (or the image's) runs the script; nothing writable but
+/// the workspace, rw mounts and tmpfs.
+pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout) -> ContainerPlan {
+    let (uid, gid) = host.sandbox_ids();
+    let mut host_binds = vec![(layout.workspace.clone(), true)];
+    host_binds.extend(layout.mounts.iter().map(|m| (m.path.clone(), m.writable)));
+    if !layout.script.starts_with(&layout.workspace) {
+        host_binds.push((layout.script.clone(), false));
+    }
+    let mut binds: Vec<String> = ca_bind(host).into_iter().collect();
+    let mut env = base_env(host);
+    let python = match &layout.env_volume {
+        Some(volume) => {
+            binds.push(format!("{volume}:{ENV_MOUNT}:ro"));
+            set_env(&mut env, "VIRTUAL_ENV", ENV_MOUNT);
+            set_env(&mut env, "PATH", &format!("{ENV_MOUNT}/bin:{PATH}"));
+            format!("{ENV_MOUNT}/bin/python")
+        }
+        None => IMAGE_PYTHON.to_owned(),
+    };
+    binds.extend(ordered(host_binds));
+    for (name, value) in &layout.user_env {
+        set_env(&mut env, name, value);
+    }
+    let mut cmd = vec![python, layout.script.display().to_string()];
+    cmd.extend(layout.args.iter().cloned());
+    ContainerPlan {
+        role: Role::Run,
+        image: layout.image.clone(),
+        labels: layout.labels.clone(),
+        uid,
+        gid,
+        cmd,
+        env,
+        working_dir: layout.workspace.display().to_string(),
+        binds,
+        net: layout.net,
+        publish: published(&layout.publish, false),
+        limits: layout.limits,
+        nofile: ulimit(host.nofile_hard, 65_536),
+        nproc: ulimit(host.nproc_hard, 32_768),
+        stdin: layout.stdin,
+        auto_remove: false,
+    }
+}
+
+/// Prepare: network on, no workspace, no home of the caller; uv writes only into the one
+/// environment volume (mounted on the image user's home so it owns it) and `/tmp`.
+pub(crate) fn prepare_plan(host: &HostFacts, layout: &PrepareLayout) -> ContainerPlan {
+    let mut env = base_env(host);
+    set_env(&mut env, "HOME", "/tmp");
+    for (name, value) in [
+        ("UV_CACHE_DIR", "/tmp/uv-cache"),
+        ("UV_NO_CONFIG", "1"),
+        ("UV_PYTHON_DOWNLOADS", "never"),
+        ("UV_LINK_MODE", "copy"),
+        ("UV_NATIVE_TLS", "1"),
+        ("UV_NO_PROGRESS", "1"),
+    ] {
+        set_env(&mut env, name, value);
+    }
+    for name in crate::host::PREPARE_ENV_ALLOWLIST {
+        if let Some(value) = host.env_value(name) {
+            set_env(&mut env, name, value);
+        }
+    }
+    let mut binds: Vec<String> = ca_bind(host).into_iter().collect();
+    binds.push(format!("{}:{PREPARE_MOUNT}:rw", layout.env_volume));
+    let mut cmd =
+        vec!["sh".to_owned(), "-c".to_owned(), PREPARE_SCRIPT.to_owned(), "sh".to_owned()];
+    cmd.extend(layout.dependencies.iter().cloned());
+    ContainerPlan {
+        role: Role::Prepare,
+        image: layout.image.clone(),
+        labels: layout.labels.clone(),
+        // The image's own unprivileged user: the volume copy-up made it the owner.
+        uid: 1000,
+        gid: 1000,
+        cmd,
+        env,
+        working_dir: "/tmp".to_owned(),
+        binds,
+        net: true,
+        publish: Vec::new(),
+        limits: layout.limits,
+        nofile: ulimit(host.nofile_hard, 65_536),
+        nproc: ulimit(host.nproc_hard, 32_768),
+        stdin: false,
+        auto_remove: false,
+    }
+}
+
+/// Session: the watchdog is the main process; the workspace and mounts as in a run; the
+/// session's own venv and uv cache live in its tmpfs home and die with it.
+pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> ContainerPlan {
+    let (uid, gid) = host.sandbox_ids();
+    let mut host_binds = vec![(layout.workspace.clone(), true)];
+    host_binds.extend(layout.mounts.iter().map(|m| (m.path.clone(), m.writable)));
+    let mut binds: Vec<String> = ca_bind(host).into_iter().collect();
+    binds.extend(ordered(host_binds));
+    let mut env = base_env(host);
+    for (name, value) in [
+        ("UV_CACHE_DIR", "/home/sandbox/.cache/uv"),
+        ("UV_NO_CONFIG", "1"),
+        ("UV_PYTHON_DOWNLOADS", "never"),
+        ("UV_NATIVE_TLS", "1"),
+        ("UV_NO_PROGRESS", "1"),
+    ] {
+        set_env(&mut env, name, value);
+    }
+    for (name, value) in &layout.user_env {
+        set_env(&mut env, name, value);
+    }
+    let cmd = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        WATCHDOG.to_owned(),
+        "watchdog".to_owned(),
+        layout.ttl_secs.to_string(),
+    ];
+    ContainerPlan {
+        role: Role::Session,
+        image: layout.image.clone(),
+        labels: layout.labels.clone(),
+        uid,
+        gid,
+        cmd,
+        env,
+        working_dir: layout.workspace.display().to_string(),
+        binds,
+        net: layout.net,
+        publish: published(&layout.publish, true),
+        limits: layout.limits,
+        nofile: ulimit(host.nofile_hard, 65_536),
+        nproc: ulimit(host.nproc_hard, 32_768),
+        stdin: false,
+        auto_remove: true,
+    }
+}
+
+/// The API body for a plan.
+pub(crate) fn create_body(plan: &ContainerPlan) -> ContainerCreateBody {
+    let mut tmpfs = HashMap::new();
+    tmpfs.insert("/tmp".to_owned(), "rw,nosuid,nodev,mode=1777,size=1g".to_owned());
+    if plan.role != Role::Prepare {
+        // Sticky and world-writable like /tmp rather than `uid=`: podman rejects `uid=`, and the
+        // sandbox user is the only user in the container.
+        tmpfs.insert(HOME.to_owned(), "rw,nosuid,nodev,mode=1777,size=1g".to_owned());
+    }
+    let mut port_bindings = HashMap::new();
+    let mut exposed = Vec::new();
+    for (addr, port, host_port) in &plan.publish {
+        let key = format!("{port}/tcp");
+        exposed.push(key.clone());
+        let binding = PortBinding {
+            host_ip: Some(addr.to_string()),
+            host_port: Some(if *host_port == 0 { String::new() } else { host_port.to_string() }),
+        };
+        port_bindings
+            .entry(key)
+            .or_insert_with(|| Some(Vec::new()))
+            .get_or_insert_default()
+            .push(binding);
+    }
+    let memory = plan.limits.memory.and_then(|m| i64::try_from(m).ok());
+    let host_config = HostConfig {
+        binds: Some(plan.binds.clone()),
+        network_mode: Some(if plan.net { "bridge" } else { "none" }.to_owned()),
+        port_bindings: (!port_bindings.is_empty()).then_some(port_bindings),
+        readonly_rootfs: Some(true),
+        cap_drop: Some(vec!["ALL".to_owned()]),
+        security_opt: Some(vec!["no-new-privileges".to_owned()]),
+        ipc_mode: Some("private".to_owned()),
+        privileged: Some(false),
+        tmpfs: Some(tmpfs),
+        init: Some(true),
+        memory,
+        memory_swap: memory,
+        nano_cpus: plan.limits.cpus.map(|c| (c * 1e9).round() as i64),
+        pids_limit: plan.limits.pids,
+        ulimits: Some(vec![
+            ResourcesUlimits {
+                name: Some("nofile".to_owned()),
+                soft: Some(plan.nofile),
+                hard: Some(plan.nofile),
+            },
+            ResourcesUlimits {
+                name: Some("nproc".to_owned()),
+                soft: Some(plan.nproc),
+                hard: Some(plan.nproc),
+            },
+        ]),
+        auto_remove: Some(plan.auto_remove),
+        ..HostConfig::default()
+    };
+    let labels: HashMap<String, String> =
+        plan.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    ContainerCreateBody {
+        image: Some(plan.image.clone()),
+        user: Some(format!("{}:{}", plan.uid, plan.gid)),
+        cmd: Some(plan.cmd.clone()),
+        env: Some(plan.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        working_dir: Some(plan.working_dir.clone()),
+        labels: Some(labels),
+        hostname: Some("python-sandbox".to_owned()),
+        attach_stdin: Some(plan.stdin),
+        attach_stdout: Some(plan.role != Role::Session),
+        attach_stderr: Some(plan.role != Role::Session),
+        open_stdin: Some(plan.stdin),
+        stdin_once: Some(plan.stdin),
+        tty: Some(false),
+        exposed_ports: (!exposed.is_empty()).then_some(exposed),
+        network_disabled: Some(!plan.net),
+        host_config: Some(host_config),
+        ..ContainerCreateBody::default()
+    }
+}

@@ -1,0 +1,684 @@
+//! Warm sessions: a long-lived container whose main process is an idle watchdog, serving the
+//! [`Sandbox`] protocol through exec. Files move through exec `cat`/`tar`/`find`, never the
+//! archive endpoints (they do not see tmpfs mounts on Docker).
+//!
+//! Idle TTL: every exec registers its shell under `/tmp/.active/` and touches
+//! `/tmp/.last-activity`; the watchdog exits once nothing ran for the TTL, and auto-remove
+//! makes the container disappear, even if no CLI ever runs again. Running execs count as
+//! activity; services started with [`Sandbox::start_service`] and traffic to them do not.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::query_parameters::{InspectContainerOptions, ListContainersOptions};
+use futures_util::StreamExt;
+use sandbox_core::{
+    Captured, DirEntry, EntryKind, EnvVar, ExecRequest, Mount, Net, OutputSink, Publish, PutSource,
+    RunOutcome, Sandbox, Service, ServiceSpec, Stream,
+};
+use tokio::io::AsyncWriteExt;
+
+use crate::container::{self, api};
+use crate::engine::{OciEngine, now_secs, random_id};
+use crate::error::{Error, Result};
+use crate::host;
+use crate::plan::{self, SessionLayout};
+
+/// Our label holding the session's workspace (not part of the reaper schema).
+const WORKSPACE_LABEL: &str = "io.python-sandbox.oci.workspace";
+/// The session's own virtual environment, in its tmpfs home.
+const VENV: &str = "/home/sandbox/.venv";
+/// Wraps every exec: registers it as activity while it runs.
+const EXEC_WRAPPER: &str = r#"mkdir -p /tmp/.active 2>/dev/null; : > /tmp/.active/$$ 2>/dev/null
+touch /tmp/.last-activity 2>/dev/null
+"$@"
+rc=$?
+rm -f /tmp/.active/$$; touch /tmp/.last-activity 2>/dev/null
+exit $rc"#;
+
+/// What `session start` asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionConfig {
+    /// Mounted read-write at its real path; the working directory of execs.
+    pub workspace: PathBuf,
+    /// Extra mounts at their real paths.
+    pub mounts: Vec<Mount>,
+    /// Network of the session.
+    pub net: Net,
+    /// Ports reachable from the host (each on a free host port of the given address,
+    /// 127.0.0.1 by default).
+    pub publish: Vec<Publish>,
+    /// Explicit environment.
+    pub env: Vec<EnvVar>,
+    /// Idle time after which the session removes itself.
+    pub ttl: Duration,
+}
+
+/// A session as `session list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// The session id (what `session run/exec/stop` take).
+    pub id: String,
+    /// The container name.
+    pub container: String,
+    /// `docker` or `podman`.
+    pub engine: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// Idle TTL in seconds.
+    pub ttl: u64,
+    /// The engine's state, e.g. `running`.
+    pub state: String,
+    /// The workspace.
+    pub workspace: String,
+    /// (port inside, URL on the host) of published ports.
+    pub ports: Vec<(u16, String)>,
+}
+
+/// Pure: the container name of a session id (an id may also be given as the full name).
+pub(crate) fn container_name(id: &str) -> String {
+    if id.starts_with("python-sandbox-session-") {
+        id.to_owned()
+    } else {
+        format!("python-sandbox-session-{id}")
+    }
+}
+
+/// A running session container.
+#[derive(Debug)]
+pub struct Session {
+    docker: Docker,
+    engine: &'static str,
+    id: String,
+    container: String,
+    workspace: String,
+    stopped: AtomicBool,
+}
+
+impl OciEngine {
+    /// Starts a session container and returns its id once it runs.
+    pub fn start_session(&self, config: &SessionConfig) -> Result<SessionInfo> {
+        let private = &self.config().runtime_dir;
+        let home = self.config().home.as_deref();
+        if let Some(first) = config.publish.first()
+            && config.net == Net::Off
+        {
+            return Err(Error::PublishWithoutNet { port: first.port });
+        }
+        let mut user_env = Vec::new();
+        for var in &config.env {
+            if var.name.is_empty() || var.name.contains(['=', '\0']) {
+                return Err(Error::InvalidEnvName { name: var.name.clone() });
+            }
+            let value = var
+                .value
+                .clone()
+                .ok_or_else(|| Error::EnvWithoutValue { name: var.name.clone() })?;
+            user_env.push((var.name.clone(), value));
+        }
+        let workspace = host::resolve_workspace(&config.workspace, home, private)?;
+        let mounts = config
+            .mounts
+            .iter()
+            .map(|m| host::resolve_mount(m, home, private))
+            .collect::<Result<Vec<_>>>()?;
+        let host = crate::host::HostFacts::gather();
+        if host.uid == 0 {
+            crate::workspace::grant_nobody(&workspace)?;
+            for m in mounts.iter().filter(|m| m.writable) {
+                crate::workspace::grant_nobody(&m.path)?;
+            }
+        }
+        let id = random_id();
+        let ttl_secs = config.ttl.as_secs().max(1);
+        let owner = reaper::Owner::current(None)?;
+        let mut labels = reaper::labels_for_session(&id, &owner, now_secs(), ttl_secs)?;
+        labels.insert(WORKSPACE_LABEL.to_owned(), workspace.display().to_string());
+        let layout = SessionLayout {
+            image: self.config().image.clone(),
+            labels,
+            workspace,
+            mounts,
+            net: config.net == Net::On,
+            publish: config
+                .publish
+                .iter()
+                .map(|p| (p.host, p.port))
+                .collect::<Vec<(Option<IpAddr>, u16)>>(),
+            user_env,
+            limits: self.config().limits,
+            ttl_secs,
+        };
+        let body = plan::create_body(&plan::session_plan(&host, &layout));
+        let name = container_name(&id);
+        let engine = self.config().flavor.as_str();
+        let image = self.config().image.clone();
+        self.block_on(async {
+            let guard = container::create(self.docker(), engine, &name, body, &image).await?;
+            let started = self
+                .docker()
+                .start_container(&name, None::<bollard::query_parameters::StartContainerOptions>)
+                .await;
+            match started {
+                Ok(()) => {
+                    // From here on the session lives on its own (watchdog + auto-remove).
+                    std::mem::forget(guard);
+                    Ok(())
+                }
+                Err(e) => {
+                    guard.remove().await;
+                    Err(match e {
+                        bollard::errors::Error::DockerResponseServerError { message, .. }
+                            if message.contains("catatonit")
+                                || message.contains("container-init") =>
+                        {
+                            Error::NoPodmanInit
+                        }
+                        e => api(engine, &format!("starting {name}"))(e),
+                    })
+                }
+            }
+        })?;
+        let sessions = self.list_sessions()?;
+        sessions.into_iter().find(|s| s.id == id).ok_or(Error::NoSession { id })
+    }
+
+    /// The running session `id`.
+    pub fn session(&self, id: &str) -> Result<Session> {
+        let name = container_name(id);
+        let engine = self.config().flavor.as_str();
+        let inspect =
+            self.block_on(self.docker().inspect_container(&name, None::<InspectContainerOptions>));
+        let inspect = match inspect {
+            Ok(i) => i,
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
+                return Err(Error::NoSession { id: id.to_owned() });
+            }
+            Err(e) => return Err(api(engine, &format!("inspecting {name}"))(e)),
+        };
+        let labels = inspect.config.as_ref().and_then(|c| c.labels.clone()).unwrap_or_default();
+        let is_session = labels.get(reaper::labels::KIND).map(String::as_str) == Some("session")
+            && labels.get(reaper::MANAGED_BY).map(String::as_str) == Some(reaper::MANAGED_BY_VALUE);
+        let running = inspect.state.as_ref().and_then(|s| s.running) == Some(true);
+        if !is_session || !running {
+            return Err(Error::NoSession { id: id.to_owned() });
+        }
+        Ok(Session {
+            docker: self.docker().clone(),
+            engine,
+            id: labels.get(reaper::labels::ID).cloned().unwrap_or_else(|| id.to_owned()),
+            container: name,
+            workspace: labels.get(WORKSPACE_LABEL).cloned().unwrap_or_else(|| "/tmp".to_owned()),
+            stopped: AtomicBool::new(false),
+        })
+    }
+
+    /// Every session container of this engine (running or on its way out).
+    pub fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
+        let engine = self.config().flavor.as_str();
+        let mut filters = HashMap::new();
+        filters.insert(
+            "label".to_owned(),
+            vec![reaper::MANAGED_FILTER.to_owned(), format!("{}=session", reaper::labels::KIND)],
+        );
+        let options =
+            ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
+        let containers = self
+            .block_on(self.docker().list_containers(Some(options)))
+            .map_err(api(engine, "listing sessions"))?;
+        let mut out = Vec::new();
+        for c in containers {
+            let labels: BTreeMap<String, String> =
+                c.labels.clone().unwrap_or_default().into_iter().collect();
+            let Ok(Some(parsed)) = reaper::SandboxLabels::from_labels(&labels) else { continue };
+            let container = c
+                .names
+                .as_ref()
+                .and_then(|n| n.first())
+                .map(|n| n.trim_start_matches('/').to_owned())
+                .unwrap_or_default();
+            let mut ports: Vec<(u16, String)> = c
+                .ports
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|p| {
+                    let public = p.public_port?;
+                    let ip =
+                        p.ip.clone()
+                            .filter(|ip| !ip.is_empty())
+                            .unwrap_or_else(|| "127.0.0.1".to_owned());
+                    let ip = if ip.contains(':') { format!("[{ip}]") } else { ip };
+                    Some((p.private_port, format!("http://{ip}:{public}")))
+                })
+                .collect();
+            ports.sort();
+            ports.dedup_by_key(|p| p.0);
+            out.push(SessionInfo {
+                id: parsed.id,
+                container,
+                engine: engine.to_owned(),
+                created: parsed.created,
+                ttl: parsed.ttl.unwrap_or(0),
+                state: c.state.map(|s| s.to_string()).unwrap_or_default(),
+                workspace: labels.get(WORKSPACE_LABEL).cloned().unwrap_or_default(),
+                ports,
+            });
+        }
+        out.sort_by_key(|s| s.created);
+        Ok(out)
+    }
+
+    /// Stops and removes session `id`.
+    pub fn stop_session(&self, id: &str) -> Result<()> {
+        let session = self.session(id)?;
+        self.block_on(session.stop())
+    }
+}
+
+/// Maps the stderr of a failed file helper to the protocol's errors.
+fn file_error(what: &str, path: &str, outcome: &RunOutcome, captured: &Captured) -> Error {
+    let stderr = captured.stderr_lossy();
+    if stderr.contains("No such file") || outcome.exit_code == 2 && stderr.contains("missing") {
+        return sandbox_core::Error::NotFound { path: path.to_owned() }.into();
+    }
+    if stderr.contains("Is a directory") {
+        return sandbox_core::Error::IsADirectory { path: path.to_owned() }.into();
+    }
+    if stderr.contains("Not a directory") || stderr.contains("notdir") {
+        return sandbox_core::Error::NotADirectory { path: path.to_owned() }.into();
+    }
+    Error::Exec { what: format!("{what} `{path}`"), message: stderr.trim().to_owned() }
+}
+
+fn check_abs(path: &str) -> Result<()> {
+    if path.starts_with('/') {
+        Ok(())
+    } else {
+        Err(sandbox_core::Error::RelativeSandboxPath { path: path.to_owned() }.into())
+    }
+}
+
+fn strings(argv: &[&str]) -> Vec<String> {
+    argv.iter().map(|s| (*s).to_owned()).collect()
+}
+
+impl Session {
+    /// The workspace the session was started in.
+    pub fn workspace(&self) -> &str {
+        &self.workspace
+    }
+
+    /// The container name.
+    pub fn container(&self) -> &str {
+        &self.container
+    }
+
+    fn ensure_running(&self) -> Result<()> {
+        if self.stopped.load(Ordering::Relaxed) {
+            return Err(sandbox_core::Error::Stopped { id: self.id.clone() }.into());
+        }
+        Ok(())
+    }
+
+    /// Runs one command through the activity wrapper, streaming to `output`.
+    async fn exec_raw(
+        &self,
+        request: &ExecRequest,
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome> {
+        self.ensure_running()?;
+        let mut cmd = strings(&["sh", "-c", EXEC_WRAPPER, "exec"]);
+        if let Some(timeout) = request.timeout {
+            // Inside the container: exec has no kill endpoint, and this kills the whole command.
+            let secs = format!("{:.3}", timeout.as_secs_f64());
+            cmd.extend(strings(&["timeout", "-s", "KILL", &secs]));
+        }
+        cmd.extend(request.argv.iter().cloned());
+        let options = CreateExecOptions::<String> {
+            attach_stdin: Some(!request.stdin.is_empty()),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            env: Some(request.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            cmd: Some(cmd),
+            working_dir: Some(request.cwd.clone().unwrap_or_else(|| self.workspace.clone())),
+            ..Default::default()
+        };
+        let exec =
+            self.docker.create_exec(&self.container, options).await.map_err(|e| match e {
+                bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404 | 409,
+                    ..
+                } => Error::NoSession { id: self.id.clone() },
+                e => api(self.engine, "creating an exec")(e),
+            })?;
+        let start = Instant::now();
+        let started = self
+            .docker
+            .start_exec(
+                &exec.id,
+                Some(StartExecOptions { detach: false, tty: false, output_capacity: None }),
+            )
+            .await
+            .map_err(api(self.engine, "starting an exec"))?;
+        let StartExecResults::Attached { output: mut stream, mut input } = started else {
+            return Err(Error::Exec {
+                what: "exec".to_owned(),
+                message: "started detached".to_owned(),
+            });
+        };
+        let feeder = (!request.stdin.is_empty()).then(|| {
+            let bytes = request.stdin.clone();
+            tokio::spawn(async move {
+                let _ = input.write_all(&bytes).await;
+                let _ = input.shutdown().await;
+            })
+        });
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
+                    output.write(Stream::Stdout, &message)
+                }
+                Ok(LogOutput::StdErr { message }) => output.write(Stream::Stderr, &message),
+                Ok(LogOutput::StdIn { .. }) => {}
+                Err(_) => break,
+            }
+        }
+        if let Some(feeder) = feeder {
+            feeder.abort();
+        }
+        let mut exit_code = None;
+        for _ in 0..200 {
+            let inspect = self
+                .docker
+                .inspect_exec(&exec.id)
+                .await
+                .map_err(api(self.engine, "inspecting an exec"))?;
+            if inspect.running != Some(true) {
+                exit_code = inspect.exit_code;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let exit_code = i32::try_from(exit_code.unwrap_or(1)).unwrap_or(1);
+        let duration = start.elapsed();
+        let timed_out = request.timeout.is_some_and(|t| exit_code == 137 && duration >= t);
+        Ok(RunOutcome { exit_code, duration, timed_out, warnings: Vec::new() })
+    }
+
+    async fn capture(&self, argv: &[&str], stdin: Vec<u8>) -> Result<(RunOutcome, Captured)> {
+        let request = ExecRequest {
+            argv: strings(argv),
+            stdin,
+            cwd: Some("/".to_owned()),
+            ..Default::default()
+        };
+        let mut captured = Captured::default();
+        let outcome = self.exec_raw(&request, &mut captured).await?;
+        Ok((outcome, captured))
+    }
+
+    /// Installs `dependencies` into the session's venv (creating it on first use) and runs the
+    /// host script with it. A script inside the session's workspace runs at its real path;
+    /// any other is copied into the session first.
+    pub async fn run_script(
+        &self,
+        script: &Path,
+        dependencies: &[String],
+        args: &[String],
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome> {
+        let real = std::fs::canonicalize(script)
+            .map_err(|_| Error::MissingPath { path: script.to_owned() })?;
+        let (outcome, captured) = self
+            .capture(&["sh", "-c", &format!("[ -x {VENV}/bin/python ] || uv venv --quiet --python /usr/bin/python3 {VENV}")], Vec::new())
+            .await?;
+        if outcome.exit_code != 0 {
+            return Err(Error::Exec {
+                what: "creating the session's venv".to_owned(),
+                message: captured.stderr_lossy(),
+            });
+        }
+        if !dependencies.is_empty() {
+            let mut argv = vec![
+                "uv",
+                "pip",
+                "install",
+                "--quiet",
+                "--python",
+                "/home/sandbox/.venv/bin/python",
+                "--",
+            ];
+            argv.extend(dependencies.iter().map(String::as_str));
+            let (outcome, captured) = self.capture(&argv, Vec::new()).await?;
+            if outcome.exit_code != 0 {
+                return Err(Error::Prepare {
+                    code: i64::from(outcome.exit_code),
+                    output: format!(
+                        "{}\nhint: dependencies install inside the session; a session started with `--net off` cannot download them",
+                        captured.stderr_lossy().trim_end()
+                    ),
+                });
+            }
+        }
+        let inside = if real.starts_with(&self.workspace) {
+            real.display().to_string()
+        } else {
+            let bytes =
+                std::fs::read(&real).map_err(Error::io(format!("reading {}", real.display())))?;
+            let name = real
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "script.py".to_owned());
+            let dest = format!("/tmp/.scripts/{}/{name}", random_id());
+            self.write_file(&dest, &bytes).await?;
+            dest
+        };
+        let mut argv = vec![format!("{VENV}/bin/python"), inside];
+        argv.extend(args.iter().cloned());
+        let request = ExecRequest { argv, ..Default::default() };
+        self.exec_raw(&request, output).await
+    }
+
+    async fn host_port(&self, port: u16) -> Result<Option<String>> {
+        let inspect = self
+            .docker
+            .inspect_container(&self.container, None::<InspectContainerOptions>)
+            .await
+            .map_err(api(self.engine, "inspecting the session"))?;
+        let ports = inspect.network_settings.and_then(|n| n.ports).unwrap_or_default();
+        let binding = ports.get(&format!("{port}/tcp")).cloned().flatten().and_then(|b| {
+            b.into_iter().find(|b| b.host_port.as_deref().is_some_and(|p| !p.is_empty()))
+        });
+        Ok(binding.map(|b| {
+            let ip = b
+                .host_ip
+                .filter(|ip| !ip.is_empty() && ip != "0.0.0.0")
+                .unwrap_or_else(|| "127.0.0.1".to_owned());
+            let ip = if ip.contains(':') { format!("[{ip}]") } else { ip };
+            format!("http://{ip}:{}", b.host_port.unwrap_or_default())
+        }))
+    }
+}
+
+/// Pure: parses `find -printf '%y %s %f\0'` output into sorted entries.
+pub(crate) fn parse_listing(bytes: &[u8]) -> Vec<DirEntry> {
+    let mut entries: Vec<DirEntry> = bytes
+        .split(|b| *b == 0)
+        .filter(|r| !r.is_empty())
+        .filter_map(|record| {
+            let text = String::from_utf8_lossy(record);
+            let (kind, rest) = text.split_once(' ')?;
+            let (size, name) = rest.split_once(' ')?;
+            let kind = match kind {
+                "d" => EntryKind::Dir,
+                "l" => EntryKind::Symlink,
+                _ => EntryKind::File,
+            };
+            let size = if kind == EntryKind::File { size.parse().unwrap_or(0) } else { 0 };
+            Some(DirEntry { name: name.to_owned(), kind, size })
+        })
+        .collect();
+    entries.sort();
+    entries
+}
+
+/// Builds a tar of a host file or directory tree, rooted at its base name.
+fn tar_of(path: &Path) -> Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.follow_symlinks(false);
+    let name = path.file_name().map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    let meta = std::fs::symlink_metadata(path)
+        .map_err(|_| Error::MissingPath { path: path.to_owned() })?;
+    let result = if meta.is_dir() {
+        builder.append_dir_all(&name, path)
+    } else {
+        builder.append_path_with_name(path, &name)
+    };
+    result.map_err(Error::io(format!("packing {}", path.display())))?;
+    builder.into_inner().map_err(Error::io(format!("packing {}", path.display())))
+}
+
+impl Sandbox for Session {
+    type Error = Error;
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn exec(&self, request: &ExecRequest, output: &mut dyn OutputSink) -> Result<RunOutcome> {
+        self.exec_raw(request, output).await
+    }
+
+    async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+        check_abs(path)?;
+        let (outcome, captured) = self.capture(&["cat", "--", path], Vec::new()).await?;
+        if outcome.exit_code != 0 {
+            return Err(file_error("reading", path, &outcome, &captured));
+        }
+        Ok(captured.stdout)
+    }
+
+    async fn write_file(&self, path: &str, contents: &[u8]) -> Result<()> {
+        check_abs(path)?;
+        let script = r#"d=$(dirname -- "$1"); [ -d "$1" ] && { echo "Is a directory" >&2; exit 1; }; mkdir -p -- "$d" && cat > "$1""#;
+        let (outcome, captured) =
+            self.capture(&["sh", "-c", script, "sh", path], contents.to_vec()).await?;
+        if outcome.exit_code != 0 {
+            return Err(file_error("writing", path, &outcome, &captured));
+        }
+        // An empty stdin is never attached; the file must still exist.
+        if contents.is_empty() {
+            let (outcome, captured) =
+                self.capture(&["sh", "-c", ": > \"$1\"", "sh", path], Vec::new()).await?;
+            if outcome.exit_code != 0 {
+                return Err(file_error("writing", path, &outcome, &captured));
+            }
+        }
+        Ok(())
+    }
+
+    async fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>> {
+        check_abs(path)?;
+        let script = r#"if [ ! -e "$1" ]; then echo missing >&2; exit 2; fi
+if [ ! -d "$1" ]; then echo notdir >&2; exit 3; fi
+exec find "$1" -mindepth 1 -maxdepth 1 -printf '%y %s %f\0'"#;
+        let (outcome, captured) =
+            self.capture(&["sh", "-c", script, "sh", path], Vec::new()).await?;
+        if outcome.exit_code != 0 {
+            return Err(file_error("listing", path, &outcome, &captured));
+        }
+        Ok(parse_listing(&captured.stdout))
+    }
+
+    async fn put(&self, source: &PutSource, dest: &str) -> Result<()> {
+        check_abs(dest)?;
+        let archive = match source {
+            PutSource::Tar(bytes) => bytes.clone(),
+            PutSource::HostPath(path) => tar_of(path)?,
+        };
+        let script = r#"mkdir -p -- "$1" && exec tar -x -f - -C "$1" --no-same-owner"#;
+        let (outcome, captured) = self.capture(&["sh", "-c", script, "sh", dest], archive).await?;
+        if outcome.exit_code != 0 {
+            return Err(file_error("unpacking into", dest, &outcome, &captured));
+        }
+        Ok(())
+    }
+
+    async fn start_service(&self, service: &ServiceSpec) -> Result<Service> {
+        self.ensure_running()?;
+        let port = service.port;
+        let Some(url) = self.host_port(port).await? else {
+            return Err(sandbox_core::Error::Unsupported {
+                what: format!("a service on port {port}"),
+                by: format!("session `{}`", self.id),
+                hint: format!("start the session with `--publish {port}`"),
+            }
+            .into());
+        };
+        let script = r#"port=$1; shift; mkdir -p /tmp/.services
+if [ -s /tmp/.services/$port.pid ] && kill -0 "$(cat /tmp/.services/$port.pid)" 2>/dev/null; then echo inuse >&2; exit 3; fi
+setsid "$@" > /tmp/.services/$port.log 2>&1 < /dev/null &
+echo $! > /tmp/.services/$port.pid"#;
+        let mut argv = strings(&["sh", "-c", script, "sh", &port.to_string()]);
+        argv.extend(service.argv.iter().cloned());
+        let request = ExecRequest { argv, env: service.env.clone(), ..Default::default() };
+        let mut captured = Captured::default();
+        let outcome = self.exec_raw(&request, &mut captured).await?;
+        if outcome.exit_code == 3 {
+            return Err(sandbox_core::Error::PortInUse { port }.into());
+        }
+        if outcome.exit_code != 0 {
+            return Err(Error::Exec {
+                what: "starting a service".to_owned(),
+                message: captured.stderr_lossy(),
+            });
+        }
+        // Ready when something accepts on the port inside (the host side of a published port
+        // accepts even when nothing listens).
+        let probe = format!(
+            "import socket,sys,time\nfor _ in range(150):\n    try:\n        socket.create_connection(('127.0.0.1',{port}),0.2).close(); sys.exit(0)\n    except OSError: time.sleep(0.1)\nsys.exit(1)"
+        );
+        let (ready, _) = self.capture(&["python3", "-c", &probe], Vec::new()).await?;
+        if ready.exit_code != 0 {
+            let (_, log) = self
+                .capture(
+                    &["sh", "-c", &format!("tail -c 2000 /tmp/.services/{port}.log")],
+                    Vec::new(),
+                )
+                .await?;
+            return Err(Error::Exec {
+                what: format!("starting a service on port {port}"),
+                message: format!("nothing listens after 15 s; its output:\n{}", log.stdout_lossy()),
+            });
+        }
+        Ok(Service { id: port.to_string(), port, url })
+    }
+
+    async fn stop_service(&self, service: &Service) -> Result<()> {
+        let script = r#"f=/tmp/.services/$1.pid; [ -s "$f" ] || { echo missing >&2; exit 2; }
+pid=$(cat "$f"); kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
+for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+kill -KILL -- "-$pid" 2>/dev/null; rm -f "$f""#;
+        let (outcome, _) =
+            self.capture(&["sh", "-c", script, "sh", &service.id], Vec::new()).await?;
+        if outcome.exit_code == 2 {
+            return Err(sandbox_core::Error::NoSuchService { id: service.id.clone() }.into());
+        }
+        Ok(())
+    }
+
+    async fn stop(&self) -> Result<()> {
+        self.stopped.store(true, Ordering::Relaxed);
+        crate::sweep::remove(&self.docker, &self.container).await.map_err(|message| Error::Api {
+            engine: self.engine,
+            context: format!("removing {}", self.container),
+            message,
+        })
+    }
+}
