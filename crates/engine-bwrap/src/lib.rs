@@ -43,7 +43,7 @@
 //! identity); otherwise uv [`PINNED_UV_VERSION`] is downloaded once from PyPI
 //! ([`find_or_fetch_uv`]), sha256-checked before extraction, into `<cache>/bwrap/uv/`.
 //!
-//! The argv builder ([`plan`]) is pure and snapshot-tested; [`host`] gathers the facts it needs.
+//! The argv builder (`plan.rs`) is pure and snapshot-tested; `host.rs` gathers the facts it needs.
 
 mod engine;
 mod error;
