@@ -124,3 +124,49 @@ fn sigterm_to_the_caller_ends_the_whole_sandbox() {
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(host_processes_with("sleep 984"), Vec::<String>::new());
 }
+
+#[test]
+fn inherited_output_with_a_timeout_still_ends_the_tree() {
+    let Some(f) = fixture() else { return };
+    let mut spec =
+        f.spec("import subprocess, time\nsubprocess.Popen(['sleep', '983'])\ntime.sleep(600)\n");
+    spec.timeout = Some(Duration::from_secs(2));
+    let env = f.prepare(&spec);
+    let io = sandbox_core::RunIo {
+        stdin: sandbox_core::Stdin::Null,
+        output: sandbox_core::Output::Inherit,
+        status: None,
+    };
+    let outcome = f.engine.run_prepared(&spec, &env, io).expect("run");
+    assert!(outcome.timed_out);
+    assert!(outcome.duration < Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(host_processes_with("sleep 983"), Vec::<String>::new());
+}
+
+#[test]
+fn a_sandbox_that_cannot_start_is_an_error_not_an_exit_code() {
+    let Some(f) = fixture() else { return };
+    let spec = f.spec("print('must not run')\n");
+    let env = f.prepare(&spec);
+    // A bwrap that reports a good version but fails every setup, like AppArmor-blocked ones.
+    let dir = tempfile::tempdir().expect("dir");
+    let fake = dir.path().join("bwrap");
+    std::fs::write(&fake, "#!/bin/sh\n[ \"$1\" = --version ] && echo 'bubblewrap 0.8.0' && exit 0\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+        .expect("fake");
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let mut config = f.engine.config().clone();
+    config.bwrap = Some(fake);
+    let engine = engine_bwrap::BwrapEngine::new(config).expect("engine");
+    let mut captured = sandbox_core::Captured::default();
+    let io = sandbox_core::RunIo {
+        stdin: sandbox_core::Stdin::Null,
+        output: sandbox_core::Output::Sink(&mut captured),
+        status: None,
+    };
+    let err = engine.run_prepared(&spec, &env, io).expect_err("setup failure");
+    assert!(matches!(err, engine_bwrap::Error::SandboxSetup), "{err}");
+    assert!(captured.stderr_lossy().contains("uid map"));
+    assert!(!captured.stdout_lossy().contains("must not run"));
+}

@@ -205,6 +205,18 @@ fn mounts_ro_rw_and_symlink_refusal() {
         .expect_err("symlink");
     assert!(err.to_string().contains("goes through a symlink"), "{err}");
 
+    // A read-write mount point is created without following a symlinked parent.
+    let outside = tempfile::tempdir().expect("outside");
+    let hop = f.workspace.path().join("hop");
+    std::os::unix::fs::symlink(outside.path(), &hop).expect("symlink");
+    spec.mounts = vec![mount(&hop.join("made"), MountMode::ReadWrite)];
+    let err = f
+        .engine
+        .run_prepared(&spec, &f.prepare(&spec), sandbox_core::RunIo::inherit())
+        .expect_err("hop");
+    assert!(err.to_string().contains("goes through a symlink"), "{err}");
+    assert!(!outside.path().join("made").exists(), "nothing may be created through the link");
+
     spec.mounts = vec![mount(f.home.path(), MountMode::ReadOnly)];
     spec.workspace = f.home.path().to_owned();
     let err = f
