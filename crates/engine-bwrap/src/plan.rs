@@ -188,6 +188,9 @@ fn base_env(host: &HostFacts, home: &Path, path: String) -> Vec<(String, OsStrin
     }
     if host.ca_bundle.is_some() {
         env.push(("SSL_CERT_FILE".to_owned(), SANDBOX_CA_BUNDLE.into()));
+        // requests ignores SSL_CERT_FILE (it ships certifi); point it at the same host bundle so
+        // TLS-intercepting proxies work for the most common HTTP library too.
+        env.push(("REQUESTS_CA_BUNDLE".to_owned(), SANDBOX_CA_BUNDLE.into()));
     }
     env
 }

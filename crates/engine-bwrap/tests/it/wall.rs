@@ -78,6 +78,7 @@ fn environment_is_scrubbed_and_explicit_env_passes() {
     let allowed = [
         "HOME",
         "PWD",
+        "REQUESTS_CA_BUNDLE",
         "LANG",
         "LC_ALL",
         "LC_CTYPE",
