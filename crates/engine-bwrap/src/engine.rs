@@ -313,17 +313,33 @@ impl BwrapEngine {
         )?;
         let text = String::from_utf8_lossy(&output).trim_end().to_owned();
         if !finished.started {
+            let reason = match self.setup_failure() {
+                Error::SandboxSetup { reason } => reason,
+                other => other.to_string(),
+            };
             return Err(Error::Prepare {
                 code: finished.exit_code,
-                stderr: format!(
-                    "{text}\nhint: bubblewrap could not set up the prepare sandbox; run `python-sandbox detect`"
-                ),
+                stderr: format!("{text}\n{reason}"),
             });
         }
         if finished.exit_code != 0 {
             return Err(Error::Prepare { code: finished.exit_code, stderr: text });
         }
         Ok(())
+    }
+
+    /// Explains a failed setup: either bwrap cannot create namespaces here at all, or it can
+    /// and something about this run (a mount) made it fail.
+    fn setup_failure(&self) -> Error {
+        let probe = engine_detect::probe_bwrap_binary(&self.bwrap);
+        let reason = if probe.available {
+            "bwrap itself works here, so something in this run's mounts was rejected\n\
+             hint: check the paths named in the message above"
+                .to_owned()
+        } else {
+            probe.reason
+        };
+        Error::SandboxSetup { reason }
     }
 
     fn signals(&self, interactive: bool) -> Signals {
@@ -466,7 +482,7 @@ impl BwrapEngine {
             self.signals(interactive),
         )?;
         if !finished.started && !finished.timed_out {
-            return Err(Error::SandboxSetup);
+            return Err(self.setup_failure());
         }
         Ok(RunOutcome {
             exit_code: finished.exit_code,

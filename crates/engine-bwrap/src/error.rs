@@ -16,10 +16,9 @@ pub enum Error {
         "bubblewrap {found} is too old: need >= 0.8 (for --disable-userns)\nhint: install a newer bubblewrap"
     )]
     BwrapTooOld { found: String },
-    #[error(
-        "bubblewrap could not set up the sandbox (its message is above)\nhint: run `python-sandbox detect` to check that bwrap can create namespaces here"
-    )]
-    SandboxSetup,
+    /// bwrap exited before starting the command; `reason` comes from a fresh probe.
+    #[error("bubblewrap could not set up the sandbox (its own message is above): {reason}")]
+    SandboxSetup { reason: String },
     #[error(
         "cannot find the cache directory: neither XDG_CACHE_HOME nor HOME is set to an absolute path\nhint: set HOME"
     )]

@@ -83,7 +83,12 @@ pub fn probe_bwrap(path: Option<&OsStr>) -> Probe {
             "bwrap not found on PATH\nhint: install the `bubblewrap` package".to_owned(),
         );
     };
-    let Some(version) = bwrap_version(&bwrap) else {
+    probe_bwrap_binary(&bwrap)
+}
+
+/// Probes one specific bwrap binary (the one an engine was configured with).
+pub fn probe_bwrap_binary(bwrap: &Path) -> Probe {
+    let Some(version) = bwrap_version(bwrap) else {
         return failed(format!("`{} --version` did not report a version", bwrap.display()));
     };
     if version < BwrapVersion::MINIMUM {
@@ -94,7 +99,7 @@ pub fn probe_bwrap(path: Option<&OsStr>) -> Probe {
             BwrapVersion::MINIMUM
         ));
     }
-    match run_with_timeout(&bwrap, PROBE_ARGS, Duration::from_secs(5)) {
+    match run_with_timeout(bwrap, PROBE_ARGS, Duration::from_secs(5)) {
         Ok(()) => Probe::new(
             EngineName::Bwrap,
             ProbeState::Available { endpoint: None },

@@ -20,7 +20,9 @@ mod suggest;
 mod which;
 
 pub use api::{ApiEndpoint, docker_endpoints, ping, podman_endpoints};
-pub use bwrap::{BwrapVersion, bwrap_version, classify_bwrap_failure, probe_bwrap};
+pub use bwrap::{
+    BwrapVersion, bwrap_version, classify_bwrap_failure, probe_bwrap, probe_bwrap_binary,
+};
 pub use detection::{Detection, EngineName, Probe, ProbeState, detect, detect_with};
 pub use os::{Distro, OsInfo, OsKind, Wsl};
 pub use suggest::suggest;

@@ -166,7 +166,8 @@ fn a_sandbox_that_cannot_start_is_an_error_not_an_exit_code() {
         status: None,
     };
     let err = engine.run_prepared(&spec, &env, io).expect_err("setup failure");
-    assert!(matches!(err, engine_bwrap::Error::SandboxSetup), "{err}");
+    assert!(matches!(err, engine_bwrap::Error::SandboxSetup { .. }), "{err}");
+    println!("{err}");
     assert!(captured.stderr_lossy().contains("uid map"));
     assert!(!captured.stdout_lossy().contains("must not run"));
 }
