@@ -455,7 +455,11 @@ impl BwrapEngine {
             .iter()
             .filter_map(|v| v.value.as_ref().map(|value| (v.name.clone(), value.clone())))
             .collect();
-        let interactive = io.stdin == Stdin::Inherit && crate::host::stdin_is_tty();
+        // Keeping the caller's session (job control, window size) is only safe when the kernel
+        // refuses TIOCSTI; otherwise the script could type commands into the caller's shell.
+        let interactive = io.stdin == Stdin::Inherit
+            && crate::host::stdin_is_tty()
+            && crate::host::tiocsti_blocked();
         let layout = RunLayout {
             env_dir: env.dir.clone(),
             ro_dirs: env.prefixes.clone(),

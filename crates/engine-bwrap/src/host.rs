@@ -195,6 +195,11 @@ pub(crate) fn stdin_is_tty() -> bool {
     rustix::termios::isatty(rustix::stdio::stdin())
 }
 
+/// `dev.tty.legacy_tiocsti = 0` (Linux 6.2+): TIOCSTI cannot inject input into a terminal.
+pub(crate) fn tiocsti_blocked() -> bool {
+    std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti").is_ok_and(|v| v.trim() == "0")
+}
+
 /// Checks `bwrap` is new enough; the version is cached by binary identity so warm runs
 /// do not spawn `bwrap --version`.
 pub(crate) fn check_bwrap(bwrap: &Path, cache: &crate::tools::ToolCache) -> Result<()> {

@@ -14,8 +14,8 @@
 //!
 //! The wall: `--unshare-all` (plus `--share-net` only when the network is on),
 //! `--unshare-user --disable-userns`, `--cap-drop ALL`, `--die-with-parent`, `--new-session`
-//! when stdin is not a terminal, an unprivileged uid (the caller's, or 65534 for root), `/usr`
-//! and an allowlisted `/etc` read-only, synthesized passwd/group, a new `/proc`, minimal
+//! unless stdin is a terminal and the kernel blocks TIOCSTI (`dev.tty.legacy_tiocsti=0`), an
+//! unprivileged uid (the caller's, or 65534 for root), `/usr` and an allowlisted `/etc` read-only, synthesized passwd/group, a new `/proc`, minimal
 //! `/dev`, tmpfs `/tmp` and `$HOME`, the workspace read-write at its real path, extra mounts
 //! at their real paths, an empty environment plus a small allowlist and explicit `--env`.
 //!
