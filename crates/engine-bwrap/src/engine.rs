@@ -212,7 +212,34 @@ impl BwrapEngine {
 
         let uv = uv::materialize(&location, &self.tools, status)?;
         let request = python_request.or(spec.requires_python.as_deref());
-        let interpreter = self.find_interpreter(&uv.path, request)?;
+        fsutil::create_dir_all(&self.layout.uv_cache())?;
+        fsutil::create_dir_all(&self.layout.python_dir())?;
+        let interpreter = match self.find_interpreter(&uv.path, request, None) {
+            // A version request nothing on this machine satisfies: let uv download a managed
+            // Python into our cache, inside a prepare sandbox, then use that one.
+            Err(Error::PythonNotFound { .. }) if !request.is_some_and(|r| r.contains('/')) => {
+                status("no matching Python on this machine; installing one with uv");
+                let python_dir = self.layout.python_dir();
+                let mut install: Vec<OsString> = vec![uv.path.clone().into()];
+                install.extend(["python".into(), "install".into(), "--no-config".into()]);
+                install.extend(request.map(OsString::from));
+                let downloads =
+                    vec![("UV_PYTHON_DOWNLOADS".to_owned(), OsString::from("automatic"))];
+                self.run_prepare_step(&uv.path, &[], &python_dir, install, downloads).map_err(
+                    |e| match e {
+                        Error::Prepare { stderr, .. } => Error::PythonNotFound {
+                            request: request.unwrap_or("any python").to_owned(),
+                            message: format!(
+                                "none on this machine, and uv could not install one: {stderr}"
+                            ),
+                        },
+                        other => other,
+                    },
+                )?;
+                self.find_interpreter(&uv.path, request, Some(&python_dir))?
+            }
+            other => other?,
+        };
 
         // Leftovers of an interrupted or outdated build are replaced, never reused.
         let _ = std::fs::remove_file(&marker_path);
@@ -221,8 +248,6 @@ impl BwrapEngine {
                 .map_err(Error::io(format!("removing {}", dir.display())))?;
         }
         fsutil::create_dir_all(&dir)?;
-        fsutil::create_dir_all(&self.layout.uv_cache())?;
-        fsutil::create_dir_all(&self.layout.python_dir())?;
 
         status(&format!(
             "preparing python {} with {} dependenc{} (uv {})",
@@ -234,14 +259,14 @@ impl BwrapEngine {
         let mut venv: Vec<OsString> =
             vec![uv.path.clone().into(), "venv".into(), "--quiet".into(), "--no-config".into()];
         venv.extend(["--python".into(), interpreter.executable.clone().into(), dir.clone().into()]);
-        self.run_prepare_step(&uv.path, &interpreter.prefixes, &dir, venv)?;
+        self.run_prepare_step(&uv.path, &interpreter.prefixes, &dir, venv, Vec::new())?;
         if !spec.dependencies.is_empty() {
             let mut install: Vec<OsString> =
                 vec![uv.path.clone().into(), "pip".into(), "install".into()];
             install.extend(["--quiet".into(), "--no-config".into(), "--compile-bytecode".into()]);
             install.extend(["--python".into(), dir.join("bin/python").into(), "--".into()]);
             install.extend(spec.dependencies.iter().map(OsString::from));
-            self.run_prepare_step(&uv.path, &interpreter.prefixes, &dir, install)?;
+            self.run_prepare_step(&uv.path, &interpreter.prefixes, &dir, install, Vec::new())?;
         }
 
         let identity = fsutil::identity(&interpreter.executable).unwrap_or_default();
@@ -290,6 +315,7 @@ impl BwrapEngine {
         prefixes: &[PathBuf],
         dir: &Path,
         command: Vec<OsString>,
+        extra_env: Vec<(String, OsString)>,
     ) -> Result<()> {
         let layout = PrepareLayout {
             uv: uv.to_owned(),
@@ -299,6 +325,7 @@ impl BwrapEngine {
             python_install_dir: self.layout.python_dir(),
             chdir: dir.to_owned(),
             command,
+            extra_env,
         };
         let plan = plan::prepare_plan(&self.host, &layout, None);
         let mut output = Vec::new();
@@ -348,13 +375,21 @@ impl BwrapEngine {
 
     /// Runs `uv python find` on the host (cwd and config neutral, so nothing in the workspace
     /// can steer it), then asks that interpreter for its real executable and prefixes.
-    fn find_interpreter(&self, uv: &Path, request: Option<&str>) -> Result<Interpreter> {
+    fn find_interpreter(
+        &self,
+        uv: &Path,
+        request: Option<&str>,
+        managed_dir: Option<&Path>,
+    ) -> Result<Interpreter> {
         let request_text = request.unwrap_or("any python").to_owned();
         let not_found =
             |message: String| Error::PythonNotFound { request: request_text.clone(), message };
         let mut find = self.host_command(uv);
         find.args(["python", "find", "--no-project", "--no-config"]);
         find.env("UV_PYTHON_DOWNLOADS", "never");
+        if let Some(dir) = managed_dir {
+            find.env("UV_PYTHON_INSTALL_DIR", dir);
+        }
         if let Some(request) = request {
             find.arg(request);
         }

@@ -214,6 +214,8 @@ pub(crate) struct PrepareLayout {
     /// Working directory (the environment dir): the workspace is never visible here.
     pub(crate) chdir: PathBuf,
     pub(crate) command: Vec<OsString>,
+    /// Overrides applied last (e.g. allowing Python downloads for `uv python install`).
+    pub(crate) extra_env: Vec<(String, OsString)>,
 }
 
 /// Prepare: network on, no workspace, no home; uv writes only to its cache and the env.
@@ -252,6 +254,9 @@ pub(crate) fn prepare_plan(
         if let Some(value) = host.env_value(name) {
             set_env(&mut env, name, value.clone());
         }
+    }
+    for (name, value) in &layout.extra_env {
+        set_env(&mut env, name, value.clone());
     }
     Plan {
         net: true,

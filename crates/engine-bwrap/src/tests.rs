@@ -180,6 +180,7 @@ fn prepare_has_network_no_workspace_and_only_cache_writable() {
         ]
         .map(OsString::from)
         .to_vec(),
+        extra_env: Vec::new(),
     };
     let plan = prepare_plan(&host(), &layout, None);
     assert!(plan.net);
