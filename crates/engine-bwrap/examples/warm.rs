@@ -52,6 +52,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut setup, mut prepare) = (Duration::ZERO, Duration::ZERO);
     for _ in 0..iterations {
         let start = Instant::now();
+        // What `run --engine auto` does first; memoized after the first success.
+        assert!(engine_bwrap::probe_cached(&config).available);
         let engine = BwrapEngine::new(config.clone())?;
         setup += start.elapsed();
         let env = engine.prepare(&spec, &mut |_| {})?;
@@ -67,7 +69,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let ours = ours / iterations;
     let theirs = theirs / iterations;
-    println!("engine setup {:?}, + prepare hit {:?}", setup / iterations, prepare / iterations);
+    println!(
+        "probe (memoized) + engine setup {:?}, + prepare hit {:?}",
+        setup / iterations,
+        prepare / iterations
+    );
     println!(
         "warm bwrap run: {ours:?}  bare `uv run` (uv {}): {theirs:?}  ratio {:.2} (target <= 0.80)  env {}",
         uv.version,

@@ -70,5 +70,13 @@ pub fn probe(path: Option<&std::ffi::OsStr>) -> engine_detect::Probe {
     engine_detect::probe_bwrap(path)
 }
 
+/// [`probe`] with its success memoized under the engine's cache for the rest of this boot
+/// (see [`engine_detect::probe_bwrap_cached`]): what `run --engine auto` should call, since the
+/// real probe costs two process spawns on every warm run.
+pub fn probe_cached(config: &BwrapConfig) -> engine_detect::Probe {
+    let memo = config.cache_dir.join("bwrap").join("probe-ok");
+    engine_detect::probe_bwrap_cached(config.path.as_deref(), &memo)
+}
+
 #[cfg(test)]
 mod tests;

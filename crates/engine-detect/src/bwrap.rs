@@ -112,6 +112,57 @@ pub fn probe_bwrap_binary(bwrap: &Path) -> Probe {
     }
 }
 
+/// [`probe_bwrap`] with a memo of success in `memo_file`, so a warm `run` spawns nothing but
+/// the sandbox. The memo is keyed by everything that decides the outcome: the bwrap binary's
+/// identity, the boot, the caller's uid and the user-namespace sysctls. Failures are never
+/// memoized; a stale success can only turn into a clear setup error later, never into an
+/// unsandboxed run.
+pub fn probe_bwrap_cached(path: Option<&OsStr>, memo_file: &Path) -> Probe {
+    let Some(bwrap) = which("bwrap", path) else { return probe_bwrap(path) };
+    let key = memo_key(&bwrap);
+    if let Some(key) = &key
+        && std::fs::read_to_string(memo_file).is_ok_and(|memo| memo == *key)
+    {
+        return Probe::new(
+            EngineName::Bwrap,
+            ProbeState::Available { endpoint: None },
+            format!("bubblewrap at {} worked earlier in this boot", bwrap.display()),
+        );
+    }
+    let probe = probe_bwrap_binary(&bwrap);
+    if let (true, Some(key)) = (probe.available, key) {
+        if let Some(dir) = memo_file.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        // Written via a unique temporary name and a rename so concurrent probes never see a
+        // torn file; losing the race only costs one more probe.
+        let tmp = memo_file.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, key).is_ok() && std::fs::rename(&tmp, memo_file).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+    probe
+}
+
+fn memo_key(bwrap: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(bwrap).ok()?;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let sysctl =
+        |p: &str| std::fs::read_to_string(p).map(|v| v.trim().to_owned()).unwrap_or_default();
+    Some(format!(
+        "v1 {} {} {} {} uid={} aa={} clone={} max={}",
+        bwrap.display(),
+        meta.len(),
+        meta.mtime(),
+        boot.trim(),
+        rustix::process::getuid().as_raw(),
+        sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"),
+        sysctl("/proc/sys/kernel/unprivileged_userns_clone"),
+        sysctl("/proc/sys/user/max_user_namespaces"),
+    ))
+}
+
 fn failed(reason: String) -> Probe {
     Probe::new(EngineName::Bwrap, ProbeState::Failed, reason)
 }

@@ -22,6 +22,7 @@ mod which;
 pub use api::{ApiEndpoint, docker_endpoints, ping, podman_endpoints};
 pub use bwrap::{
     BwrapVersion, bwrap_version, classify_bwrap_failure, probe_bwrap, probe_bwrap_binary,
+    probe_bwrap_cached,
 };
 pub use detection::{Detection, EngineName, Probe, ProbeState, detect, detect_with};
 pub use os::{Distro, OsInfo, OsKind, Wsl};

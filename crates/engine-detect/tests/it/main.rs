@@ -120,3 +120,41 @@ fn suggest_for_this_host_never_offers_unsandboxed() {
         text.contains("never runs a script without a sandbox") || text.contains("nothing to fix")
     );
 }
+
+#[test]
+fn bwrap_probe_success_is_memoized_failure_is_not() {
+    let path = std::env::var_os("PATH");
+    let memo_dir = tempfile::tempdir().expect("memo");
+    let memo = memo_dir.path().join("probe-ok");
+    if which("bwrap", path.as_deref()).is_some() {
+        let first = engine_detect::probe_bwrap_cached(path.as_deref(), &memo);
+        if first.available {
+            assert!(memo.is_file());
+            let second = engine_detect::probe_bwrap_cached(path.as_deref(), &memo);
+            assert!(second.available && second.reason.contains("worked earlier"), "{second:?}");
+            // A memo written under other conditions (another boot, sysctl, binary) is ignored.
+            std::fs::write(&memo, "v1 something else").expect("overwrite");
+            let third = engine_detect::probe_bwrap_cached(path.as_deref(), &memo);
+            assert!(third.available && third.reason.contains("can create"), "{third:?}");
+        } else {
+            println!("SKIPPED: bwrap: {}", first.reason.lines().next().unwrap_or_default());
+        }
+    } else {
+        println!("SKIPPED: bwrap: not installed");
+    }
+
+    // A bwrap that cannot create namespaces is never remembered as working.
+    let bin = tempfile::tempdir().expect("bin");
+    let fake = bin.path().join("bwrap");
+    std::fs::write(&fake, "#!/bin/sh\n[ \"$1\" = --version ] && echo 'bubblewrap 0.9.0' && exit 0\necho 'bwrap: Creating new namespace failed: Operation not permitted' >&2\nexit 1\n")
+        .expect("fake");
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let fake_memo = memo_dir.path().join("fake-ok");
+    for _ in 0..2 {
+        let probe = engine_detect::probe_bwrap_cached(Some(bin.path().as_os_str()), &fake_memo);
+        assert_eq!(probe.state, ProbeState::Failed);
+        assert!(probe.reason.contains("Creating new namespace failed"), "{}", probe.reason);
+    }
+    assert!(!fake_memo.exists());
+}
