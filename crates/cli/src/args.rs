@@ -28,6 +28,125 @@ pub(crate) enum Command {
     /// Check and edit a script's inline `# /// script` metadata.
     #[command(subcommand)]
     Meta(MetaCmd),
+    /// Warm sandboxes that stay up between runs (docker and podman).
+    #[command(subcommand)]
+    Session(SessionCmd),
+    /// Remove expired and orphaned python-sandbox containers now.
+    Reap(ReapArgs),
+}
+
+/// Container flags shared by `run` and `session start` (docker and podman only).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct ContainerArgs {
+    /// The runtime image (default `python-sandbox-runtime:latest`, built by `cargo xtask image`).
+    #[arg(long, value_name = "IMAGE")]
+    pub(crate) image: Option<String>,
+    /// Memory limit, e.g. `512m`, `2g` (default 2g).
+    #[arg(long, value_name = "SIZE")]
+    pub(crate) memory: Option<String>,
+    /// CPU limit, e.g. `0.5`, `2` (default 2).
+    #[arg(long, value_name = "CPUS")]
+    pub(crate) cpus: Option<f64>,
+    /// Maximum number of processes (default 512).
+    #[arg(long = "pids-limit", value_name = "N")]
+    pub(crate) pids_limit: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum OciChoice {
+    Docker,
+    Podman,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SessionCmd {
+    /// Start a session; prints its id on the last line.
+    Start(SessionStartArgs),
+    /// Run a PEP 723 script in a session (dependencies install into the session and stay).
+    Run {
+        /// The session id.
+        #[arg(value_name = "ID")]
+        id: String,
+        /// The PEP 723 script.
+        #[arg(value_name = "SCRIPT")]
+        script: PathBuf,
+        /// Arguments for the script, after `--`.
+        #[arg(last = true, value_name = "ARGS")]
+        args: Vec<String>,
+        /// The engine the session runs on (default: whichever has it).
+        #[arg(long, value_enum)]
+        engine: Option<OciChoice>,
+    },
+    /// Run a command in a session: `session exec ID -- CMD...`.
+    Exec {
+        /// The session id.
+        #[arg(value_name = "ID")]
+        id: String,
+        /// The command and its arguments.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+        /// The engine the session runs on (default: whichever has it).
+        #[arg(long, value_enum)]
+        engine: Option<OciChoice>,
+    },
+    /// Stop and remove a session.
+    Stop {
+        /// The session id.
+        #[arg(value_name = "ID")]
+        id: String,
+        /// The engine the session runs on (default: whichever has it).
+        #[arg(long, value_enum)]
+        engine: Option<OciChoice>,
+    },
+    /// List sessions.
+    List {
+        /// Print a JSON array.
+        #[arg(long)]
+        json: bool,
+        /// Only this engine (default: every engine that answers).
+        #[arg(long, value_enum)]
+        engine: Option<OciChoice>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SessionStartArgs {
+    /// docker or podman (default: docker if it answers, else podman).
+    #[arg(long, value_enum)]
+    pub(crate) engine: Option<OciChoice>,
+    /// Network access of the session (default on: dependencies install inside it).
+    #[arg(long, value_enum)]
+    pub(crate) net: Option<NetFlag>,
+    /// Publish a port of the session on a free host port of 127.0.0.1 (or `ADDR:PORT`; repeatable).
+    #[arg(long = "publish", value_name = "PORT")]
+    pub(crate) publish: Vec<String>,
+    /// Mount a host path at its real path: `PATH`, `PATH:ro` or `PATH:rw` (repeatable).
+    #[arg(long = "mount", value_name = "PATH[:ro|:rw]")]
+    pub(crate) mounts: Vec<String>,
+    /// Pass an environment variable: `NAME` copies the host's value, `NAME=VALUE` sets it (repeatable).
+    #[arg(long = "env", value_name = "NAME[=VALUE]")]
+    pub(crate) env: Vec<String>,
+    /// Remove the session after this long without activity: `90s`, `30m`, `2h` (default 30m).
+    #[arg(long, value_name = "DURATION", default_value = "30m")]
+    pub(crate) ttl: String,
+    /// Allow mounts that cross a boundary (secrets, `$HOME`, read-write outside the workspace).
+    #[arg(long)]
+    pub(crate) approve: bool,
+    #[command(flatten)]
+    pub(crate) container: ContainerArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReapArgs {
+    /// Only report what would be removed.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Print a JSON array of what was (or would be) removed.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Only this engine (default: every engine that answers).
+    #[arg(long, value_enum)]
+    pub(crate) engine: Option<OciChoice>,
 }
 
 /// Flags of `run`. Every flag beats the script's inline `[tool.python-sandbox]` table.
@@ -57,6 +176,8 @@ pub(crate) struct RunArgs {
     /// Print a JSON summary on stdout (the script's output goes to stderr).
     #[arg(long)]
     pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) container: ContainerArgs,
     /// The PEP 723 script.
     #[arg(value_name = "SCRIPT")]
     pub(crate) script: PathBuf,

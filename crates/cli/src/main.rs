@@ -10,7 +10,9 @@ mod meta;
 #[cfg(test)]
 mod plugin_check;
 mod progress;
+mod reap;
 mod run;
+mod session;
 mod ui;
 
 use std::process::ExitCode;
@@ -26,6 +28,8 @@ fn main() -> ExitCode {
         Command::Detect { json } => detect::detect(json),
         Command::Suggest => detect::suggest(),
         Command::Run(args) => run::run(args),
+        Command::Session(cmd) => session::run(cmd),
+        Command::Reap(args) => reap::run(args),
     };
     match result {
         Ok(code) => code,

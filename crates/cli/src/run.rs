@@ -9,15 +9,17 @@ use std::time::Duration;
 use anstream::{eprint, eprintln, println};
 use anyhow::{Context, Result};
 use engine_bwrap::{BwrapConfig, BwrapEngine};
+use engine_detect::EngineName;
+use engine_oci::{Flavor, OciEngine};
 use pep723_meta::Metadata;
 use sandbox_core::{
     Crossing, EnvVar, Layer, LayerMount, MountMode, Net, Output, Publish, ResolveCtx, RunIo, RunOutcome, RunSpec,
     ScrubbingSink, Secrets, Stdin, Stream,
 };
 
-use crate::args::{EngineChoice, NetFlag, RunArgs};
+use crate::args::{ContainerArgs, EngineChoice, NetFlag, RunArgs};
 use crate::detect::EXIT_NO_ENGINE;
-use crate::{files, meta, progress, ui};
+use crate::{files, meta, progress, session, ui};
 
 /// A boundary crossing was refused (no `--approve`).
 const EXIT_BOUNDARY: u8 = 4;
@@ -51,7 +53,7 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode> {
         return Ok(refuse(&crossings, args.json));
     }
 
-    let Some(engine) = select_engine(args.engine)? else {
+    let Some(engine) = select_engine(args.engine, &args.container)? else {
         return Ok(no_engine(args.json));
     };
     let before = args.json.then(|| files::snapshot(&spec.workspace));
@@ -210,45 +212,67 @@ fn no_engine(json: bool) -> ExitCode {
 /// The engine that will run the script.
 enum Selected {
     Bwrap(BwrapEngine),
+    Oci(Box<OciEngine>),
 }
 
 impl Selected {
     fn name(&self) -> &'static str {
         match self {
             Selected::Bwrap(_) => "bwrap",
+            Selected::Oci(engine) => engine.config().flavor.as_str(),
         }
     }
 
     /// Prepares (with a progress indicator on a terminal), then runs.
     fn run(&self, spec: &RunSpec, json: bool) -> Result<RunOutcome> {
         match self {
-            Selected::Bwrap(engine) => {
-                let prepared = {
-                    let mut progress = progress::Progress::start();
-                    let result = engine.prepare(spec, &mut |line| progress.set(line));
-                    progress.finish();
-                    result?
-                };
-                let secrets = secrets_of(spec);
-                // Output passes through us only when it must (JSON mode or secrets to mask), so
-                // that a script on a terminal keeps its terminal.
-                if !json && secrets.is_empty() {
-                    return Ok(engine.run_prepared(spec, &prepared, stdio(Output::Inherit))?);
-                }
-                let mut sink = ScrubbingSink::new(&secrets, move |stream: Stream, chunk: &[u8]| {
-                    use std::io::Write as _;
-                    // With --json our stdout is the summary, so the script's stdout goes to stderr.
-                    let _ = match (stream, json) {
-                        (Stream::Stdout, false) => std::io::stdout().write_all(chunk),
-                        _ => std::io::stderr().write_all(chunk),
-                    };
-                });
-                let outcome = engine.run_prepared(spec, &prepared, stdio(Output::Sink(&mut sink)))?;
-                let _ = sink.finish();
-                Ok(outcome)
-            }
+            Selected::Bwrap(engine) => two_phase(
+                spec,
+                json,
+                |status| Ok(engine.prepare(spec, status)?),
+                |prepared, io| Ok(engine.run_prepared(spec, prepared, io)?),
+            ),
+            Selected::Oci(engine) => two_phase(
+                spec,
+                json,
+                |status| Ok(engine.prepare(spec, status)?),
+                |prepared, io| Ok(engine.run_prepared(spec, prepared, io)?),
+            ),
         }
     }
+}
+
+/// The shape every engine shares: prepare behind the progress indicator, then run with output
+/// inherited or scrubbed.
+fn two_phase<P>(
+    spec: &RunSpec,
+    json: bool,
+    prepare: impl FnOnce(&mut dyn FnMut(&str)) -> Result<P>,
+    run: impl FnOnce(&P, RunIo<'_>) -> Result<RunOutcome>,
+) -> Result<RunOutcome> {
+    let prepared = {
+        let mut progress = progress::Progress::start();
+        let result = prepare(&mut |line| progress.set(line));
+        progress.finish();
+        result?
+    };
+    let secrets = secrets_of(spec);
+    // Output passes through us only when it must (JSON mode or secrets to mask), so
+    // that a script on a terminal keeps its terminal.
+    if !json && secrets.is_empty() {
+        return run(&prepared, stdio(Output::Inherit));
+    }
+    let mut sink = ScrubbingSink::new(&secrets, move |stream: Stream, chunk: &[u8]| {
+        use std::io::Write as _;
+        // With --json our stdout is the summary, so the script's stdout goes to stderr.
+        let _ = match (stream, json) {
+            (Stream::Stdout, false) => std::io::stdout().write_all(chunk),
+            _ => std::io::stderr().write_all(chunk),
+        };
+    });
+    let outcome = run(&prepared, stdio(Output::Sink(&mut sink)))?;
+    let _ = sink.finish();
+    Ok(outcome)
 }
 
 fn stdio(output: Output<'_>) -> RunIo<'_> {
@@ -270,18 +294,28 @@ fn secrets_of(spec: &RunSpec) -> Secrets {
     secrets
 }
 
-fn select_engine(choice: EngineChoice) -> Result<Option<Selected>> {
+fn select_engine(choice: EngineChoice, container: &ContainerArgs) -> Result<Option<Selected>> {
+    let oci = |flavor| -> Result<Selected> { Ok(Selected::Oci(Box::new(session::oci_engine(flavor, container)?))) };
     match choice {
         EngineChoice::Bwrap => Ok(Some(Selected::Bwrap(bwrap_engine()?))),
-        EngineChoice::Docker | EngineChoice::Podman => Err(ui::hinted(
-            format!("the {} engine is not part of this build yet", if choice == EngineChoice::Docker { "docker" } else { "podman" }),
-            "use `--engine bwrap` or `--engine auto`",
-        )),
+        EngineChoice::Docker => oci(Flavor::Docker).map(Some),
+        EngineChoice::Podman => oci(Flavor::Podman).map(Some),
         EngineChoice::Auto => {
             // The probe creates real namespaces, so a bwrap that is installed but blocked (AppArmor,
             // a container without user namespaces) is skipped rather than failing mid-run.
             let probe = engine_detect::probe_bwrap(std::env::var_os("PATH").as_deref());
-            if probe.available { Ok(Some(Selected::Bwrap(bwrap_engine()?))) } else { Ok(None) }
+            if probe.available {
+                return Ok(Some(Selected::Bwrap(bwrap_engine()?)));
+            }
+            // Then docker, then podman, as `detect` orders them; only an engine that answers.
+            let detection = engine_detect::detect();
+            for (name, flavor) in [(EngineName::Docker, Flavor::Docker), (EngineName::Podman, Flavor::Podman)] {
+                let usable = |p: &engine_detect::Probe| p.available || p.state == engine_detect::ProbeState::InstalledNoSocket;
+                if detection.probe(name).is_some_and(usable) {
+                    return oci(flavor).map(Some);
+                }
+            }
+            Ok(None)
         }
     }
 }

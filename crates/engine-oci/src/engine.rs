@@ -33,7 +33,7 @@ const EXPIRY_GRACE_SECS: u64 = 300;
 pub struct OciConfig {
     /// Docker or Podman.
     pub flavor: Flavor,
-    /// The runtime image.
+    /// The runtime image; empty for an engine that only lists and removes (no image check).
     pub image: String,
     /// Limits for runs and sessions.
     pub limits: Limits,
@@ -187,7 +187,12 @@ impl OciEngine {
         };
         let owner = reaper::Owner::current(None)?;
         let engine_name = config.flavor.as_str();
-        let image_id = rt.block_on(image_id(&docker, engine_name, &config.image))?;
+        // An empty image is for callers that never create containers (`reap`, `session list`).
+        let image_id = if config.image.is_empty() {
+            String::new()
+        } else {
+            rt.block_on(image_id(&docker, engine_name, &config.image))?
+        };
         let swept = if config.sweep_on_start {
             rt.block_on(sweep::sweep(&docker, engine_name, now_secs(), false)).unwrap_or_default()
         } else {

@@ -1,1 +1,239 @@
+//! Pure tests: container create bodies (insta snapshots), the env key, the ACL builder, the
+//! listing parser and the sweep's resource mapping.
 
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use bollard::models::{ContainerSummary, ContainerSummaryStateEnum};
+
+use crate::host::{Bind, HostFacts, check_policy};
+use crate::plan::{self, Limits, PrepareLayout, RunLayout, SessionLayout};
+
+fn host(uid: u32) -> HostFacts {
+    HostFacts {
+        uid,
+        gid: uid,
+        nofile_hard: Some(20_000),
+        nproc_hard: Some(96_364),
+        ca_bundle: Some(PathBuf::from("/etc/ssl/certs/ca-certificates.crt")),
+        env: vec![("LANG".to_owned(), "en_US.UTF-8".to_owned()), ("HTTPS_PROXY".to_owned(), "http://proxy:3128".to_owned())],
+    }
+}
+
+fn labels() -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    labels.insert(reaper::MANAGED_BY.to_owned(), reaper::MANAGED_BY_VALUE.to_owned());
+    labels.insert(reaper::labels::KIND.to_owned(), "run".to_owned());
+    labels
+}
+
+fn run_layout() -> RunLayout {
+    RunLayout {
+        image: "python-sandbox-runtime:latest".to_owned(),
+        labels: labels(),
+        env_volume: Some("python-sandbox-env-0123".to_owned()),
+        workspace: PathBuf::from("/home/me/project"),
+        script: PathBuf::from("/home/me/project/main.py"),
+        args: vec!["--flag".to_owned()],
+        mounts: vec![
+            Bind { path: PathBuf::from("/data/in"), writable: false },
+            Bind { path: PathBuf::from("/home/me/project/out"), writable: true },
+        ],
+        net: true,
+        publish: vec![(None, 8000), (Some(IpAddr::from([0, 0, 0, 0])), 9000)],
+        user_env: vec![("TOKEN".to_owned(), "x".to_owned()), ("LANG".to_owned(), "C".to_owned())],
+        limits: Limits::DEFAULT,
+        stdin: true,
+    }
+}
+
+/// The body as JSON with sorted maps, so snapshots are stable.
+fn json(plan: &plan::ContainerPlan) -> serde_json::Value {
+    let body = plan::create_body(plan);
+    let text = serde_json::to_string(&body).expect("serialize");
+    let value: serde_json::Value = serde_json::from_str(&text).expect("parse");
+    sort(value)
+}
+
+fn sort(value: serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => {
+            let sorted: BTreeMap<String, serde_json::Value> =
+                map.into_iter().map(|(k, v)| (k, sort(v))).collect();
+            serde_json::Value::Object(sorted.into_iter().collect())
+        }
+        serde_json::Value::Array(items) => serde_json::Value::Array(items.into_iter().map(sort).collect()),
+        other => other,
+    }
+}
+
+#[test]
+fn run_body_net_on_with_deps_publish_and_mounts() {
+    insta::assert_json_snapshot!(json(&plan::run_plan(&host(1234), &run_layout())));
+}
+
+#[test]
+fn run_body_net_off_no_deps_root_caller() {
+    let mut layout = run_layout();
+    layout.env_volume = None;
+    layout.net = false;
+    layout.publish.clear();
+    layout.mounts.clear();
+    layout.user_env.clear();
+    layout.stdin = false;
+    layout.script = PathBuf::from("/elsewhere/tool.py");
+    insta::assert_json_snapshot!(json(&plan::run_plan(&host(0), &layout)));
+}
+
+#[test]
+fn prepare_body() {
+    let layout = PrepareLayout {
+        image: "python-sandbox-runtime:latest".to_owned(),
+        labels: labels(),
+        env_volume: "python-sandbox-env-0123".to_owned(),
+        dependencies: vec!["requests>=2".to_owned(), "rich".to_owned()],
+        limits: Limits::DEFAULT,
+    };
+    insta::assert_json_snapshot!(json(&plan::prepare_plan(&host(1234), &layout)));
+}
+
+#[test]
+fn session_body() {
+    let layout = SessionLayout {
+        image: "python-sandbox-runtime:latest".to_owned(),
+        labels: labels(),
+        workspace: PathBuf::from("/home/me/project"),
+        mounts: Vec::new(),
+        net: true,
+        publish: vec![(None, 8000)],
+        user_env: Vec::new(),
+        limits: Limits { memory: None, cpus: Some(0.5), pids: Some(64) },
+        ttl_secs: 1800,
+    };
+    insta::assert_json_snapshot!(json(&plan::session_plan(&host(1234), &layout)));
+}
+
+#[test]
+fn ulimits_never_exceed_hard_limits() {
+    let mut facts = host(1000);
+    facts.nofile_hard = Some(1024);
+    facts.nproc_hard = Some(100);
+    let plan = plan::run_plan(&facts, &run_layout());
+    assert_eq!((plan.nofile, plan.nproc), (1024, 100));
+    facts.nofile_hard = None;
+    facts.nproc_hard = None;
+    let plan = plan::run_plan(&facts, &run_layout());
+    assert_eq!((plan.nofile, plan.nproc), (65_536, 32_768));
+}
+
+#[test]
+fn every_body_keeps_the_wall() {
+    for facts in [host(0), host(1000)] {
+        let mut layout = run_layout();
+        for net in [true, false] {
+            layout.net = net;
+            let body = plan::create_body(&plan::run_plan(&facts, &layout));
+            let hc = body.host_config.expect("host config");
+            assert_eq!(hc.readonly_rootfs, Some(true));
+            assert_eq!(hc.cap_drop, Some(vec!["ALL".to_owned()]));
+            assert_eq!(hc.security_opt, Some(vec!["no-new-privileges".to_owned()]));
+            assert_eq!(hc.init, Some(true));
+            assert_eq!(hc.privileged, Some(false));
+            assert_eq!(hc.network_mode.as_deref(), Some(if net { "bridge" } else { "none" }));
+            let user = body.user.expect("user");
+            assert!(!user.starts_with("0:") && !user.starts_with("0"), "runs as {user}");
+            for bind in hc.binds.expect("binds") {
+                assert!(!bind.contains(".sock") && !bind.starts_with("/run") && !bind.starts_with("/var/run"), "{bind}");
+            }
+            let env = body.env.expect("env");
+            assert!(env.iter().all(|e| !e.starts_with("HTTPS_PROXY=")), "run gets no proxy: {env:?}");
+        }
+    }
+}
+
+#[test]
+fn env_volume_name_ignores_dependency_order_and_duplicates() {
+    let a = crate::engine::env_volume_name("sha256:1", Some(">=3.11"), &["b".into(), "a".into(), "a".into()]);
+    let b = crate::engine::env_volume_name("sha256:1", Some(">=3.11"), &[" a".into(), "b".into()]);
+    let c = crate::engine::env_volume_name("sha256:2", Some(">=3.11"), &["a".into(), "b".into()]);
+    let d = crate::engine::env_volume_name("sha256:1", None, &["a".into(), "b".into()]);
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    assert_ne!(a, d);
+    assert!(a.starts_with("python-sandbox-env-") && a.len() == "python-sandbox-env-".len() + 24);
+}
+
+#[test]
+fn policy_refuses_kernel_trees_sockets_dirs_and_home() {
+    let private = PathBuf::from("/run/user/0/python-sandbox");
+    let home = PathBuf::from("/home/me");
+    let cases = [
+        ("/", false, Some("it is the root directory")),
+        ("/proc/self", false, Some("/proc holds kernel interfaces or host sockets")),
+        ("/var/run/docker.sock", false, Some("/var/run holds kernel interfaces or host sockets")),
+        ("/home/me", true, Some("it would expose your whole home directory")),
+        ("/home", true, Some("it would expose your whole home directory")),
+        ("/home/me", false, None),
+        ("/usr/share", true, Some("/usr is a system directory")),
+        ("/home/me/project", true, None),
+    ];
+    for (path, ws, expected) in cases {
+        let got = check_policy(&PathBuf::from(path), ws, Some(&home), &private).err();
+        assert_eq!(got.as_deref(), expected, "{path}");
+    }
+    let inside = check_policy(&PathBuf::from("/srv/x/python-sandbox"), false, None, &PathBuf::from("/srv/x/python-sandbox/run"));
+    assert!(inside.is_err());
+}
+
+#[test]
+fn acl_adds_nobody_once() {
+    let acl = crate::workspace::acl_with_user(0o755, None, 65534).expect("new acl");
+    // version + user_obj, user:65534, group_obj, mask, other.
+    assert_eq!(acl.len(), 4 + 5 * 8);
+    assert_eq!(&acl[..4], &2u32.to_le_bytes());
+    let tags: Vec<u16> = acl[4..].chunks(8).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+    assert_eq!(tags, vec![0x01, 0x02, 0x04, 0x10, 0x20]);
+    assert_eq!(crate::workspace::acl_with_user(0o755, Some(&acl), 65534), None);
+    let other = crate::workspace::acl_with_user(0o755, Some(&acl), 1000).expect("extended");
+    assert_eq!(other.len(), 4 + 6 * 8);
+}
+
+#[test]
+fn listing_parses_and_sorts() {
+    let raw = b"f 12 b.txt\0d 4096 a dir\0l 7 link\0";
+    let entries = crate::session::parse_listing(raw);
+    let shown: Vec<String> = entries.iter().map(|e| format!("{:?} {} {}", e.kind, e.size, e.name)).collect();
+    assert_eq!(shown, vec!["Dir 0 a dir", "File 12 b.txt", "Symlink 0 link"]);
+}
+
+#[test]
+fn session_names() {
+    assert_eq!(crate::session::container_name("abc"), "python-sandbox-session-abc");
+    assert_eq!(crate::session::container_name("python-sandbox-session-abc"), "python-sandbox-session-abc");
+}
+
+#[test]
+fn sweep_maps_states_and_keeps_sessions_active() {
+    let owner = reaper::Owner {
+        user: "uid-0".into(),
+        host: "h".into(),
+        boot_id: "b".into(),
+        pid_ns: 1,
+        pid: 1,
+        start_time: 1,
+    };
+    let labels = reaper::labels_for_session("s1", &owner, 100, 60).expect("labels");
+    let summary = ContainerSummary {
+        names: Some(vec!["/python-sandbox-session-s1".to_owned()]),
+        labels: Some(labels.into_iter().collect()),
+        state: Some(ContainerSummaryStateEnum::RUNNING),
+        ..Default::default()
+    };
+    let resource = crate::sweep::resource_of(&summary, 10_000).expect("resource");
+    assert_eq!(resource.id, "python-sandbox-session-s1");
+    assert_eq!(resource.state, reaper::State::Running);
+    assert_eq!(resource.last_activity, Some(10_000));
+    let dead = |_: &reaper::Owner| reaper::Liveness::Dead;
+    assert!(reaper::decide(10_000, &[resource], &dead).is_empty());
+}

@@ -1,0 +1,360 @@
+//! `python-sandbox session …`: warm docker/podman sandboxes that stay up between runs, and the
+//! engine construction shared with `run` and `reap` (image, limits, flavor).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anstream::println;
+use anyhow::{Context, Result};
+use engine_oci::{Flavor, Limits, OciConfig, OciEngine, SessionConfig, SessionInfo};
+use sandbox_core::{ExecRequest, Layer, Net, RunOutcome, Sandbox, Stream};
+
+use crate::args::{ContainerArgs, NetFlag, OciChoice, SessionCmd, SessionStartArgs};
+use crate::{meta, ui};
+
+/// Connects to docker or podman with the container flags applied (sweeps on connect).
+pub(crate) fn oci_engine(flavor: Flavor, container: &ContainerArgs) -> Result<OciEngine> {
+    let mut config = OciConfig::from_env(flavor);
+    if let Some(image) = &container.image {
+        config.image = image.clone();
+    }
+    config.limits = limits(container)?;
+    let engine = OciEngine::new(config)?;
+    for swept in engine.swept() {
+        if swept.removed {
+            ui::warn(&format!("removed leftover container {} ({})", swept.container, swept.reason));
+        }
+    }
+    Ok(engine)
+}
+
+fn limits(container: &ContainerArgs) -> Result<Limits> {
+    let mut limits = Limits::DEFAULT;
+    if let Some(memory) = &container.memory {
+        limits.memory = Some(parse_size(memory).ok_or_else(|| {
+            ui::hinted(
+                format!("invalid memory size `{memory}`"),
+                "use bytes or a suffix: `512m`, `2g`",
+            )
+        })?);
+    }
+    if let Some(cpus) = container.cpus {
+        if !(cpus.is_finite() && cpus > 0.0 && cpus <= 1024.0) {
+            return Err(ui::hinted(
+                format!("invalid cpu count `{cpus}`"),
+                "give a positive number such as `0.5` or `2`",
+            ));
+        }
+        limits.cpus = Some(cpus);
+    }
+    if let Some(pids) = container.pids_limit {
+        if pids < 1 {
+            return Err(ui::hinted(
+                format!("invalid pids limit `{pids}`"),
+                "give a positive number of processes",
+            ));
+        }
+        limits.pids = Some(pids);
+    }
+    Ok(limits)
+}
+
+/// `512m`, `2g`, `1024k`, `1048576`: bytes.
+pub(crate) fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim().to_ascii_lowercase();
+    let text = text.strip_suffix('b').unwrap_or(&text);
+    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit() && *c != '.') {
+        Some((i, _)) => text.split_at(i),
+        None => (text, ""),
+    };
+    let value: f64 = digits.parse().ok()?;
+    let factor: f64 = match unit {
+        "" => 1.0,
+        "k" => 1024.0,
+        "m" => 1024.0 * 1024.0,
+        "g" => 1024.0 * 1024.0 * 1024.0,
+        _ => return None,
+    };
+    let bytes = value * factor;
+    (bytes.is_finite() && bytes >= 4.0 * 1024.0 * 1024.0).then_some(bytes as u64)
+}
+
+/// `90s`, `30m`, `2h`, `1d`, or plain seconds.
+pub(crate) fn parse_ttl(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let value: u64 = digits.parse().ok()?;
+    let secs = match unit {
+        "s" => value,
+        "m" => value.checked_mul(60)?,
+        "h" => value.checked_mul(3600)?,
+        "d" => value.checked_mul(86_400)?,
+        _ => return None,
+    };
+    (secs > 0).then(|| Duration::from_secs(secs))
+}
+
+fn flavor(choice: OciChoice) -> Flavor {
+    match choice {
+        OciChoice::Docker => Flavor::Docker,
+        OciChoice::Podman => Flavor::Podman,
+    }
+}
+
+/// The engines to look at: the chosen one, or every one that answers (podman also when only
+/// installed: a private service can be started for it).
+fn candidate_flavors(choice: Option<OciChoice>) -> Vec<Flavor> {
+    if let Some(choice) = choice {
+        return vec![flavor(choice)];
+    }
+    let detection = engine_detect::detect();
+    let mut out = Vec::new();
+    for (name, flavor) in [
+        (engine_detect::EngineName::Docker, Flavor::Docker),
+        (engine_detect::EngineName::Podman, Flavor::Podman),
+    ] {
+        if detection
+            .probe(name)
+            .is_some_and(|p| p.available || p.state == engine_detect::ProbeState::InstalledNoSocket)
+        {
+            out.push(flavor);
+        }
+    }
+    out
+}
+
+fn default_container() -> ContainerArgs {
+    ContainerArgs { image: Some(String::new()), memory: None, cpus: None, pids_limit: None }
+}
+
+/// The engine that has session `id`, connected.
+fn engine_with_session(
+    id: &str,
+    choice: Option<OciChoice>,
+) -> Result<(OciEngine, engine_oci::Session)> {
+    let flavors = candidate_flavors(choice);
+    let mut last = None;
+    for flavor in flavors {
+        let engine = match oci_engine(flavor, &default_container()) {
+            Ok(engine) => engine,
+            Err(e) => {
+                last = Some(e);
+                continue;
+            }
+        };
+        match engine.session(id) {
+            Ok(session) => return Ok((engine, session)),
+            Err(engine_oci::Error::NoSession { .. }) => {}
+            Err(e) => last = Some(e.into()),
+        }
+    }
+    Err(last.unwrap_or_else(|| engine_oci::Error::NoSession { id: id.to_owned() }.into()))
+}
+
+pub(crate) fn run(cmd: SessionCmd) -> Result<ExitCode> {
+    match cmd {
+        SessionCmd::Start(args) => start(args),
+        SessionCmd::Run { id, script, args, engine } => run_script(&id, &script, &args, engine),
+        SessionCmd::Exec { id, command, engine } => exec(&id, command, engine),
+        SessionCmd::Stop { id, engine } => {
+            let (engine, session) = engine_with_session(&id, engine)?;
+            engine.block_on(session.stop())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        SessionCmd::List { json, engine } => list(json, engine),
+    }
+}
+
+fn start(args: SessionStartArgs) -> Result<ExitCode> {
+    let workspace = std::env::current_dir()
+        .and_then(|d| d.canonicalize())
+        .context("cannot determine the current directory (the workspace)")?;
+    let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
+    let ttl = parse_ttl(&args.ttl).ok_or_else(|| {
+        ui::hinted(
+            format!("invalid ttl `{}`", args.ttl),
+            "use seconds or a suffix: `90s`, `30m`, `2h`",
+        )
+    })?;
+    // Resolved like a run's command-line layer, so spellings, defaults and checks are the same.
+    let layer = Layer {
+        script: Some(workspace.join(".session")),
+        mounts: args.mounts.iter().map(|m| m.parse()).collect::<Result<_, _>>()?,
+        net: args.net.map(|n| match n {
+            NetFlag::On => Net::On,
+            NetFlag::Off => Net::Off,
+        }),
+        publish: args.publish.iter().map(|p| p.parse()).collect::<Result<_, _>>()?,
+        env: args.env.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,
+        ..Layer::default()
+    };
+    let ctx = sandbox_core::ResolveCtx { workspace: workspace.clone(), home: home.clone() };
+    let mut spec = sandbox_core::resolve(&Layer::default(), &Layer::default(), &layer, &ctx)?;
+    for var in &mut spec.env {
+        if var.value.is_none() {
+            var.value = std::env::var(&var.name).ok();
+        }
+    }
+    spec.env.retain(|v| v.value.is_some());
+    let crossings = sandbox_core::classify(&spec, home.as_deref());
+    if !crossings.is_empty() && !args.approve {
+        let list: Vec<String> = crossings.iter().map(|c| format!("  - {c}")).collect();
+        return Err(ui::hinted(
+            format!(
+                "this session crosses a boundary and needs your approval:\n{}",
+                list.join("\n")
+            ),
+            "if you mean it, run again with `--approve`; nothing was started",
+        ));
+    }
+    let flavor = match args.engine {
+        Some(choice) => flavor(choice),
+        None => *candidate_flavors(None).first().ok_or_else(|| {
+            ui::hinted(
+                "neither docker nor podman is available",
+                "sessions need docker or podman; run `python-sandbox detect`",
+            )
+        })?,
+    };
+    let engine = oci_engine(flavor, &args.container)?;
+    let config = SessionConfig {
+        workspace,
+        mounts: spec.mounts,
+        net: spec.net,
+        publish: spec.publish,
+        env: spec.env,
+        ttl,
+    };
+    let info = engine.start_session(&config)?;
+    for (port, url) in &info.ports {
+        eprintln_note(&format!("port {port} is published at {url}"));
+    }
+    println!("{}", info.id);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn eprintln_note(text: &str) {
+    anstream::eprintln!("{}note{:#}: {text}", ui::NOTE, ui::NOTE);
+}
+
+fn stream_out(stream: Stream, chunk: &[u8]) {
+    use std::io::Write as _;
+    let _ = match stream {
+        Stream::Stdout => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(chunk).and_then(|()| out.flush())
+        }
+        Stream::Stderr => std::io::stderr().lock().write_all(chunk),
+    };
+}
+
+fn exit(outcome: &RunOutcome) -> ExitCode {
+    ExitCode::from(u8::try_from(outcome.exit_code).unwrap_or(1))
+}
+
+fn exec(id: &str, command: Vec<String>, choice: Option<OciChoice>) -> Result<ExitCode> {
+    let (engine, session) = engine_with_session(id, choice)?;
+    let request = ExecRequest { argv: command, ..Default::default() };
+    let mut sink = stream_out;
+    let outcome = engine.block_on(session.exec(&request, &mut sink))?;
+    Ok(exit(&outcome))
+}
+
+fn run_script(
+    id: &str,
+    script: &std::path::Path,
+    args: &[String],
+    choice: Option<OciChoice>,
+) -> Result<ExitCode> {
+    let bytes = meta::read_script(script)?;
+    let parsed = pep723_meta::parse_bytes(&bytes);
+    if parsed.status == pep723_meta::Status::Invalid {
+        let text = String::from_utf8_lossy(&bytes);
+        anstream::eprint!("{}", meta::render(script, &text, &parsed.diagnostics));
+        return Err(ui::hinted(
+            format!("`{}` has invalid metadata; nothing was run", script.display()),
+            format!("check it with `python-sandbox meta check {}`", script.display()),
+        ));
+    }
+    let mut dependencies: Vec<String> = Vec::new();
+    if let Some(m) = &parsed.metadata {
+        dependencies.extend(m.dependencies.iter().map(|d| d.value.clone()));
+        if let Some(sb) = &m.sandbox {
+            dependencies.extend(sb.dependencies.iter().map(|d| d.value.clone()));
+        }
+    }
+    let (engine, session) = engine_with_session(id, choice)?;
+    let mut sink = stream_out;
+    let outcome = engine.block_on(session.run_script(script, &dependencies, args, &mut sink))?;
+    Ok(exit(&outcome))
+}
+
+fn list(json: bool, choice: Option<OciChoice>) -> Result<ExitCode> {
+    let mut all: Vec<SessionInfo> = Vec::new();
+    for flavor in candidate_flavors(choice) {
+        match oci_engine(flavor, &default_container()) {
+            Ok(engine) => all.extend(engine.list_sessions()?),
+            Err(e) if choice.is_some() => return Err(e),
+            Err(_) => {}
+        }
+    }
+    if json {
+        let items: Vec<_> = all
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "id": s.id,
+                    "engine": s.engine,
+                    "container": s.container,
+                    "state": s.state,
+                    "created": s.created,
+                    "ttl_secs": s.ttl,
+                    "workspace": s.workspace,
+                    "ports": s.ports.iter().map(|(p, url)| serde_json::json!({"port": p, "url": url})).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(items));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if all.is_empty() {
+        anstream::eprintln!("no sessions");
+    }
+    for s in &all {
+        let ports: Vec<String> = s.ports.iter().map(|(p, url)| format!("{p}->{url}")).collect();
+        println!(
+            "{}\t{}\t{}\tttl={}s\t{}\t{}",
+            s.id,
+            s.engine,
+            s.state,
+            s.ttl,
+            s.workspace,
+            ports.join(",")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_ttls() {
+        assert_eq!(parse_size("512m"), Some(512 * 1024 * 1024));
+        assert_eq!(parse_size("2G"), Some(2 * 1024 * 1024 * 1024));
+        assert_eq!(parse_size("1.5g"), Some(3 * 512 * 1024 * 1024));
+        assert_eq!(parse_size("1k"), None, "below the 4 MiB floor");
+        assert_eq!(parse_size("lots"), None);
+        assert_eq!(parse_ttl("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_ttl("30m"), Some(Duration::from_secs(1800)));
+        assert_eq!(parse_ttl("2h"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_ttl("45"), Some(Duration::from_secs(45)));
+        assert_eq!(parse_ttl("0s"), None);
+        assert_eq!(parse_ttl("5w"), None);
+    }
+}

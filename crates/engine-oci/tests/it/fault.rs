@@ -1,0 +1,1 @@
+//! Faults: timeouts, killed CLIs, parallel runs.

@@ -1,0 +1,7 @@
+//! Integration tests of engine-oci against real Docker and Podman. Each test runs on every
+//! engine that answers here and prints `SKIPPED: <engine>: <reason>` for the others.
+
+mod fault;
+mod run;
+mod session;
+mod support;

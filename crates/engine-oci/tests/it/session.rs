@@ -1,0 +1,1 @@
+//! Warm sessions on real engines.
