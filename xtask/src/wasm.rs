@@ -1,15 +1,344 @@
-//! `cargo xtask wasm`: builds the pep723-meta npm package (owned by the WASM work).
+//! `cargo xtask wasm [--check]`: builds the pep723-meta npm package into `target/wasm/pep723-meta`
+//! (cargo `wasm` profile -> wasm-bindgen -> wasm-opt -Oz), prints its raw and gzipped size, copies
+//! it into the VS Code extension and runs the node tests of both against the real build.
+//!
+//! Tools are installed when missing (rustup target, the wasm-bindgen CLI pinned to the crate's
+//! version, binaryen from npm) into a cache outside the work tree, so CI's fresh clones reuse them.
+//! When a tool cannot be had, the tier prints `SKIPPED: wasm: reason` and succeeds. `--check`
+//! also fails when the gzipped `.wasm` grows past [`GZIP_CEILING`].
 
-use anyhow::{bail, Result};
-use xshell::Shell;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use xshell::{Shell, cmd};
 
 pub(crate) struct Wasm {
     pub(crate) check: bool,
 }
 
+const TARGET: &str = "wasm32-unknown-unknown";
+/// The npm package of binaryen (whose `wasm-opt` runs on node). Pinned for reproducible sizes.
+const BINARYEN: &str = "132.0.0";
+/// Where the package is written, relative to the repository root.
+const OUT: &str = "target/wasm/pep723-meta";
+/// Where the extension loads its copy of the package from (gitignored).
+const EXTENSION_COPY: &str = "plugin/vscode/wasm/pep723-meta";
+/// The generated module's base name.
+const NAME: &str = "pep723_meta";
+/// The size the issue asks for (gzipped `.wasm`). Full PEP 508 validation (pep508_rs, which pulls
+/// in regex and url/idna) does not fit it today; the build reports rather than weakens validation.
+const GZIP_TARGET: u64 = 250 * 1024;
+/// Regression guard for `--check`: the measured size plus headroom.
+const GZIP_CEILING: u64 = 600 * 1024;
+/// wasm features rustc enables by default for wasm32-unknown-unknown; wasm-opt must accept them.
+const WASM_FEATURES: &[&str] = &[
+    "--enable-bulk-memory",
+    "--enable-mutable-globals",
+    "--enable-nontrapping-float-to-int",
+    "--enable-sign-ext",
+    "--enable-reference-types",
+    "--enable-multivalue",
+];
+
 impl Wasm {
-    pub(crate) fn run(self, _sh: &Shell) -> Result<()> {
-        let _ = self.check;
-        bail!("the wasm build is not written yet")
+    pub(crate) fn run(self, sh: &Shell) -> Result<()> {
+        crate::section("wasm: tools");
+        let tools = match Tools::ensure(sh) {
+            Ok(tools) => tools,
+            Err(reason) => {
+                crate::skipped("wasm", &reason);
+                return Ok(());
+            }
+        };
+
+        crate::section("wasm: build");
+        // wasm-bindgen reads the `target_features` section that `strip = true` would remove;
+        // wasm-opt strips everything afterwards.
+        let _strip = sh.push_env("CARGO_PROFILE_WASM_STRIP", "false");
+        cmd!(sh, "cargo build --locked -p pep723-meta-wasm --target {TARGET} --profile wasm")
+            .run()?;
+        let raw = Path::new("target").join(TARGET).join("wasm/pep723_meta_wasm.wasm");
+        let out = crate::project_root().join(OUT);
+        sh.remove_path(&out)?;
+        for target in ["nodejs", "web"] {
+            let dir = out.join(if target == "nodejs" { "node" } else { "web" });
+            let wasm_bindgen = &tools.wasm_bindgen;
+            cmd!(sh, "{wasm_bindgen} --target {target} --out-dir {dir} --out-name {NAME} {raw}")
+                .run()?;
+        }
+        // Both targets emit the same `.wasm`: optimize it once.
+        let node_wasm = out.join(format!("node/{NAME}_bg.wasm"));
+        let web_wasm = out.join(format!("web/{NAME}_bg.wasm"));
+        let unoptimized = sh.read_binary_file(&node_wasm)?;
+        if sh.read_binary_file(&web_wasm)? != unoptimized {
+            bail!("wasm-bindgen emitted different `.wasm` files for the node and web targets");
+        }
+        let wasm_opt = &tools.wasm_opt;
+        cmd!(sh, "{wasm_opt} -Oz --strip-debug --strip-producers {WASM_FEATURES...} {node_wasm} -o {node_wasm}")
+            .run()?;
+        sh.copy_file(&node_wasm, &web_wasm)?;
+
+        let crate_dir = crate::project_root().join("crates/pep723-meta-wasm");
+        for file in ["index.js", "index.d.ts", "README.md"] {
+            sh.copy_file(crate_dir.join("js").join(file), &out)?;
+        }
+        let version = cmd!(sh, "cargo pkgid -p pep723-meta-wasm").read()?;
+        let version = version.rsplit(['@', '#']).next().unwrap_or("0.0.0");
+        sh.write_file(out.join("package.json"), package_json(version))?;
+        // The web glue is an ES module inside a CommonJS package.
+        sh.write_file(out.join("web/package.json"), "{ \"type\": \"module\" }\n")?;
+
+        let optimized = sh.read_binary_file(&node_wasm)?;
+        let gzipped = gzip_size(sh, &node_wasm)?;
+        println!("{}", size_report(unoptimized.len() as u64, optimized.len() as u64, gzipped));
+
+        // The extension ships a copy: VS Code loads extensions from their own folder only.
+        let copy = crate::project_root().join(EXTENSION_COPY);
+        sh.remove_path(&copy)?;
+        copy_dir(sh, &out, &copy)?;
+        println!("wasm: package {OUT}, copied to {EXTENSION_COPY}");
+
+        crate::section("wasm: node tests (package)");
+        cmd!(sh, "node --test crates/pep723-meta-wasm/tests/js/")
+            .env("PEP723_META_PKG", &out)
+            .run()?;
+        crate::section("wasm: node tests (VS Code extension)");
+        {
+            let _dir = sh.push_dir("plugin/vscode");
+            cmd!(sh, "node --test").run()?;
+        }
+        if self.check && gzipped > GZIP_CEILING {
+            bail!(
+                "the gzipped `.wasm` is {} KiB, over the {} KiB ceiling\nhint: look for the dependency that grew with a name-section build (CARGO_PROFILE_WASM_STRIP=false, no wasm-opt)",
+                gzipped / 1024,
+                GZIP_CEILING / 1024
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The tools the build needs, found or installed.
+struct Tools {
+    wasm_bindgen: PathBuf,
+    wasm_opt: PathBuf,
+}
+
+impl Tools {
+    /// `Err` is the reason to skip the tier: a missing tool that could not be installed here.
+    fn ensure(sh: &Shell) -> std::result::Result<Tools, String> {
+        for tool in ["node", "npm"] {
+            if cmd!(sh, "{tool} --version").quiet().ignore_stdout().ignore_stderr().run().is_err() {
+                return Err(format!("`{tool}` not found (install Node.js 20 or newer)"));
+            }
+        }
+        ensure_target(sh)?;
+        let cache = cache_dir(sh);
+        let version = pinned_wasm_bindgen(sh)?;
+        let wasm_bindgen = ensure_wasm_bindgen(sh, &cache, &version)?;
+        let wasm_opt = ensure_wasm_opt(sh, &cache)?;
+        Ok(Tools { wasm_bindgen, wasm_opt })
+    }
+}
+
+/// `$PYTHON_SANDBOX_CACHE` or `~/.cache/python-sandbox`, then `wasm-tools`.
+fn cache_dir(sh: &Shell) -> PathBuf {
+    let base = sh
+        .var("PYTHON_SANDBOX_CACHE")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let xdg = sh.var("XDG_CACHE_HOME").ok().filter(|s| !s.is_empty()).map(PathBuf::from);
+            xdg.unwrap_or_else(|| {
+                PathBuf::from(sh.var("HOME").unwrap_or_else(|_| "/tmp".to_owned())).join(".cache")
+            })
+            .join("python-sandbox")
+        });
+    base.join("wasm-tools")
+}
+
+fn ensure_target(sh: &Shell) -> std::result::Result<(), String> {
+    let sysroot =
+        cmd!(sh, "rustc --print sysroot").quiet().read().map_err(|e| format!("rustc: {e}"))?;
+    let installed = Path::new(sysroot.trim()).join("lib/rustlib").join(TARGET).join("lib");
+    if installed.is_dir() {
+        return Ok(());
+    }
+    println!("wasm: installing the {TARGET} target");
+    cmd!(sh, "rustup target add {TARGET}").run().map_err(|e| {
+        format!("the {TARGET} target is not installed and `rustup target add` failed: {e}")
+    })
+}
+
+/// The exact wasm-bindgen version in Cargo.lock: the CLI must match it.
+fn pinned_wasm_bindgen(sh: &Shell) -> std::result::Result<String, String> {
+    let lock = sh.read_file("Cargo.lock").map_err(|e| format!("cannot read Cargo.lock: {e}"))?;
+    locked_version(&lock, "wasm-bindgen")
+        .ok_or_else(|| "wasm-bindgen is not in Cargo.lock".to_owned())
+}
+
+fn ensure_wasm_bindgen(
+    sh: &Shell,
+    cache: &Path,
+    version: &str,
+) -> std::result::Result<PathBuf, String> {
+    let root = cache.join(format!("wasm-bindgen-cli-{version}"));
+    let cached = root.join("bin/wasm-bindgen");
+    for candidate in [PathBuf::from("wasm-bindgen"), cached.clone()] {
+        if let Ok(out) = cmd!(sh, "{candidate} --version").quiet().ignore_stderr().read()
+            && cli_version(&out) == Some(version)
+        {
+            return Ok(candidate);
+        }
+    }
+    println!(
+        "wasm: installing wasm-bindgen-cli {version} into {} (slow: a few minutes)",
+        root.display()
+    );
+    let pin = format!("={version}");
+    // `--locked` first; a yanked crate in the CLI's own lockfile makes that fail, so fall back to a
+    // fresh resolution of the same CLI version. No TLS features: the build never downloads.
+    let attempts = [Some("--locked"), None];
+    for locked in attempts {
+        let ok = cmd!(sh, "cargo install wasm-bindgen-cli --version {pin} --no-default-features --root {root} {locked...}")
+            .run()
+            .is_ok();
+        if ok && cached.is_file() {
+            return Ok(cached);
+        }
+    }
+    Err(format!("wasm-bindgen-cli {version} is not installed and `cargo install` failed"))
+}
+
+fn ensure_wasm_opt(sh: &Shell, cache: &Path) -> std::result::Result<PathBuf, String> {
+    let prefix = cache.join(format!("binaryen-{BINARYEN}"));
+    let bin = prefix.join("node_modules/.bin/wasm-opt");
+    if !bin.is_file() {
+        println!("wasm: installing binaryen {BINARYEN} (npm) into {}", prefix.display());
+        let spec = format!("binaryen@{BINARYEN}");
+        cmd!(
+            sh,
+            "npm install --prefix {prefix} --no-save --no-audit --no-fund --no-package-lock {spec}"
+        )
+        .run()
+        .map_err(|e| {
+            format!("binaryen (wasm-opt) is not installed and `npm install` failed: {e}")
+        })?;
+    }
+    if !bin.is_file() {
+        return Err(format!("npm installed binaryen but {} is missing", bin.display()));
+    }
+    Ok(bin)
+}
+
+/// The gzip -9 size of a file, measured with node's zlib (node is required anyway).
+fn gzip_size(sh: &Shell, file: &Path) -> Result<u64> {
+    let script = "const z=require('zlib'),f=require('fs');\
+                  process.stdout.write(String(z.gzipSync(f.readFileSync(process.argv[1]),{level:9}).length))";
+    let out = cmd!(sh, "node -e {script} {file}").quiet().read()?;
+    out.trim().parse().with_context(|| format!("node printed `{out}` for a gzip size"))
+}
+
+fn copy_dir(sh: &Shell, from: &Path, to: &Path) -> Result<()> {
+    sh.create_dir(to)?;
+    for entry in sh.read_dir(from)? {
+        let name =
+            entry.file_name().map(|n| n.to_owned()).context("a directory entry without a name")?;
+        if entry.is_dir() {
+            copy_dir(sh, &entry, &to.join(name))?;
+        } else {
+            sh.copy_file(&entry, to.join(name))?;
+        }
+    }
+    Ok(())
+}
+
+/// The version of `name` in a Cargo.lock (the first entry when several versions are locked).
+fn locked_version(lock: &str, name: &str) -> Option<String> {
+    let needle = format!("name = \"{name}\"");
+    let mut lines = lock.lines();
+    lines.find(|l| l.trim() == needle)?;
+    let line = lines.next()?.trim();
+    Some(line.strip_prefix("version = \"")?.strip_suffix('"')?.to_owned())
+}
+
+/// `wasm-bindgen 0.2.130` -> `0.2.130`.
+fn cli_version(output: &str) -> Option<&str> {
+    output.split_whitespace().nth(1)
+}
+
+fn package_json(version: &str) -> String {
+    format!(
+        r#"{{
+  "name": "pep723-meta",
+  "version": "{version}",
+  "description": "PEP 723 inline script metadata for editors: parse, diagnostics with LSP ranges, quick fixes, round-trip edits",
+  "license": "MIT OR Apache-2.0",
+  "main": "index.js",
+  "types": "index.d.ts",
+  "exports": {{
+    ".": {{ "types": "./index.d.ts", "default": "./index.js" }},
+    "./web": {{ "types": "./web/{NAME}.d.ts", "default": "./web/{NAME}.js" }}
+  }},
+  "files": ["index.js", "index.d.ts", "README.md", "node/", "web/"],
+  "sideEffects": false
+}}
+"#
+    )
+}
+
+fn size_report(unoptimized: u64, optimized: u64, gzipped: u64) -> String {
+    let kib = |n: u64| format!("{:.1} KiB", n as f64 / 1024.0);
+    let verdict = if gzipped <= GZIP_TARGET {
+        format!("within the {} target", kib(GZIP_TARGET))
+    } else {
+        format!("over the {} target by {}", kib(GZIP_TARGET), kib(gzipped - GZIP_TARGET))
+    };
+    format!(
+        "wasm: {NAME}_bg.wasm {} raw after wasm-opt -Oz ({} before), {} gzipped: {verdict}",
+        kib(optimized),
+        kib(unoptimized),
+        kib(gzipped)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_locked_version() {
+        let lock = "[[package]]\nname = \"wasm-bindgen\"\nversion = \"0.2.130\"\nsource = \"x\"\n\n\
+                    [[package]]\nname = \"wasm-bindgen-macro\"\nversion = \"0.2.131\"\n";
+        assert_eq!(locked_version(lock, "wasm-bindgen").as_deref(), Some("0.2.130"));
+        assert_eq!(locked_version(lock, "wasm-bindgen-macro").as_deref(), Some("0.2.131"));
+        assert_eq!(locked_version(lock, "wasm"), None);
+    }
+
+    #[test]
+    fn reads_the_cli_version() {
+        assert_eq!(cli_version("wasm-bindgen 0.2.130\n"), Some("0.2.130"));
+        assert_eq!(cli_version(""), None);
+    }
+
+    #[test]
+    fn the_package_json_is_valid_and_points_at_the_guarded_entry() {
+        let json = package_json("1.2.3");
+        assert!(json.contains("\"version\": \"1.2.3\""));
+        assert!(json.contains("\"main\": \"index.js\""));
+        // Balanced braces: a cheap structural check without a JSON dependency in xtask.
+        assert_eq!(json.matches('{').count(), json.matches('}').count());
+    }
+
+    #[test]
+    fn the_size_report_names_the_target() {
+        let over = size_report(2_000_000, 1_000_000, 300 * 1024);
+        assert!(
+            over.contains("300.0 KiB gzipped: over the 250.0 KiB target by 50.0 KiB"),
+            "{over}"
+        );
+        let within = size_report(2_000_000, 1_000_000, 200 * 1024);
+        assert!(within.contains("within the 250.0 KiB target"), "{within}");
     }
 }

@@ -1,0 +1,7 @@
+//! The binding's JSON as a JS client sees it, checked natively: over pep723-meta's conformance
+//! cases (ranges and offsets agree, quick fixes apply and resolve their diagnostic) and over
+//! arbitrary text (never a panic, everything in bounds).
+
+mod cases;
+mod props;
+mod support;
