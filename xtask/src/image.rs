@@ -73,7 +73,7 @@ impl fmt::Display for Engine {
 pub(crate) struct Image {
     pub(crate) engines: Vec<Engine>,
     pub(crate) tag: String,
-    /// Rebuild the rootfs and re-import even when the content key matches.
+    /// Rebuild the rootfs (once, for all engines) and re-import even when the content key matches.
     pub(crate) force: bool,
     /// Run the image afterwards: python, uv, non-root, and a PEP 723 script that installs from PyPI.
     pub(crate) verify: bool,
@@ -81,6 +81,10 @@ pub(crate) struct Image {
 
 impl Image {
     pub(crate) fn run(self, sh: &Shell) -> Result<()> {
+        if self.force {
+            // Once for all engines: every engine then imports the same fresh tarball.
+            discard_rootfs_cache(&services::target_dir(sh).join("image"))?;
+        }
         for engine in &self.engines {
             crate::section(&format!("image {} on {engine}", self.tag));
             if let Some(reason) = engine.ensure(sh)? {
@@ -100,8 +104,9 @@ impl Image {
 }
 
 /// Makes `tag` on `engine` (already running) the image of the current deploy/image inputs: nothing to
-/// do when its [`KEY_LABEL`] matches, else build the rootfs (or reuse the cached tarball) and import
-/// it. `Some(reason)` when the build cannot run on this machine (no mmdebstrap and no way to install it).
+/// do when its [`KEY_LABEL`] matches (unless `force`), else build the rootfs (or reuse the cached
+/// tarball) and import it. `Some(reason)` when the build cannot run on this machine (no mmdebstrap
+/// and no way to install it). CI calls this after [`Engine::ensure`], or simply runs [`Image`].
 pub(crate) fn ensure_image(
     sh: &Shell,
     engine: Engine,
@@ -123,13 +128,14 @@ pub(crate) fn ensure_image(
         return Ok(None);
     }
     let tarball = work.join(format!("rootfs-{}.tar", &key[..16]));
-    if (force || !tarball.is_file())
+    if !tarball.is_file()
         && let Some(reason) = build_rootfs(sh, &inputs, &versions, &work, &tarball)?
     {
         return Ok(Some(reason));
     }
     let started = Instant::now();
     let program = engine.program();
+    let previous = image_id(sh, engine, tag);
     let mut args = Vec::new();
     for change in changes.iter().cloned().chain([format!("LABEL {KEY_LABEL}={key}")]) {
         args.push("--change".to_owned());
@@ -143,6 +149,11 @@ pub(crate) fn ensure_image(
         .run()?;
     if image_label(sh, engine, tag, KEY_LABEL).as_deref() != Some(key.as_str()) {
         bail!("{engine} imported {tag} but it does not carry {KEY_LABEL}={key}");
+    }
+    // The image the tag pointed at is now untagged, 130 MiB each rebuild; one still used by a
+    // container stays, and that refusal is not an error.
+    if let Some(old) = previous.filter(|old| image_id(sh, engine, tag).as_ref() != Some(old)) {
+        let _ = cmd!(sh, "{program} image rm {old}").quiet().ignore_stdout().ignore_stderr().run();
     }
     println!(
         "imported {tag} into {engine} in {:.1} s (key {})",
@@ -182,6 +193,13 @@ pub(crate) fn verify(sh: &Shell, engine: Engine, tag: &str) -> Result<()> {
             );
         }
     }
+    // What the image must not contain: a package manager or a program that gains privileges.
+    let hardening =
+        "command -v apt-get apt dpkg; find / -xdev -type f -perm /6000 2>/dev/null; true";
+    let found = run(&["sh", "-c", hardening])?;
+    if !found.is_empty() {
+        bail!("{tag} on {engine} still has package managers or setuid/setgid programs:\n{found}");
+    }
     let started = Instant::now();
     let script =
         format!("printf '%s' '{PEP723_PROBE}' > /tmp/probe.py && uv run --quiet /tmp/probe.py");
@@ -190,7 +208,7 @@ pub(crate) fn verify(sh: &Shell, engine: Engine, tag: &str) -> Result<()> {
         bail!("the PEP 723 probe in {tag} on {engine} printed `{out}`");
     }
     println!(
-        "verified {tag} on {engine}: python3, {}, uid {}, PEP 723 install from PyPI ({:.1} s)",
+        "verified {tag} on {engine}: python3, uv {}, uid {}, no apt/dpkg/setuid, PEP 723 install from PyPI ({:.1} s)",
         versions.get("UV_VERSION")?,
         versions.get("SANDBOX_UID")?,
         started.elapsed().as_secs_f64()
@@ -510,6 +528,17 @@ fn build_rootfs(
     Ok(None)
 }
 
+fn discard_rootfs_cache(work: &Path) -> Result<()> {
+    let Ok(entries) = fs::read_dir(work) else { return Ok(()) };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with("rootfs-") {
+            fs::remove_file(entry.path())
+                .with_context(|| format!("removing {}", entry.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// The pinned uv wheel for `arch`, downloaded once into `work` and checked against versions.env.
 fn uv_wheel(sh: &Shell, versions: &Versions, arch: &str, work: &Path) -> Result<PathBuf> {
     let (url, sha256) = versions.uv_wheel(arch)?;
@@ -545,6 +574,17 @@ fn sha256_hex(sh: &Shell, bytes: &[u8]) -> Result<String> {
         Some(hex) if hex.len() == 64 => Ok(hex.to_owned()),
         _ => bail!("unexpected sha256sum output `{out}`"),
     }
+}
+
+fn image_id(sh: &Shell, engine: Engine, tag: &str) -> Option<String> {
+    let program = engine.program();
+    let format = "{{.Id}}";
+    let out = cmd!(sh, "{program} image inspect --format {format} {tag}")
+        .quiet()
+        .ignore_stderr()
+        .read()
+        .ok()?;
+    Some(out.trim().to_owned()).filter(|id| !id.is_empty())
 }
 
 /// A label of a local image, `None` when the image or the label is missing.
