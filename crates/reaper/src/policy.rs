@@ -28,6 +28,29 @@ pub enum State {
     Unknown,
 }
 
+impl State {
+    /// From Docker's and Podman's container `State` string (list and inspect responses).
+    pub fn from_container_state(state: &str) -> State {
+        match state.to_ascii_lowercase().as_str() {
+            "created" | "configured" | "initialized" => State::Created,
+            "running" | "restarting" => State::Running,
+            "paused" => State::Paused,
+            "exited" | "dead" | "stopped" | "removing" => State::Exited,
+            _ => State::Unknown,
+        }
+    }
+
+    /// From a Kubernetes pod's `status.phase`.
+    pub fn from_pod_phase(phase: &str) -> State {
+        match phase {
+            "Pending" => State::Created,
+            "Running" => State::Running,
+            "Succeeded" | "Failed" => State::Exited,
+            _ => State::Unknown,
+        }
+    }
+}
+
 /// One thing an engine listed, reduced to what the policy needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resource {

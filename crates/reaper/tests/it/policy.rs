@@ -183,3 +183,31 @@ fn output_follows_input_order() {
         .collect();
     assert_eq!(ids, ["z", "a", "m"]);
 }
+
+#[test]
+fn engine_states_map_onto_the_policy_states() {
+    let containers = [
+        ("created", State::Created),
+        ("running", State::Running),
+        ("restarting", State::Running),
+        ("paused", State::Paused),
+        ("exited", State::Exited),
+        ("dead", State::Exited),
+        ("stopped", State::Exited),
+        ("Exited", State::Exited),
+        ("something-new", State::Unknown),
+    ];
+    for (text, want) in containers {
+        assert_eq!(State::from_container_state(text), want, "{text}");
+    }
+    let phases = [
+        ("Pending", State::Created),
+        ("Running", State::Running),
+        ("Succeeded", State::Exited),
+        ("Failed", State::Exited),
+        ("Unknown", State::Unknown),
+    ];
+    for (text, want) in phases {
+        assert_eq!(State::from_pod_phase(text), want, "{text}");
+    }
+}
