@@ -10,6 +10,8 @@
 //! * [`OsInfo::detect`] gathers OS facts; [`OsInfo::from_os_release`] is its pure parser.
 //! * [`suggest`] is a pure function from ([`OsInfo`], [`Detection`]) to guidance text for the
 //!   "no engine" case. It never suggests running unsandboxed.
+//! * [`probe_bwrap_cached`] memoizes a successful bwrap probe for the rest of the boot, so a
+//!   warm `run` does not pay two process spawns for detection.
 //! * [`which`] is the PATH lookup shared with the engines.
 
 mod api;
