@@ -95,8 +95,7 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
 
 fn parse_image(rest: Vec<String>) -> Result<Cmd> {
     use crate::image::{DEFAULT_TAG, Engine, Image};
-    let mut image =
-        Image { engines: Vec::new(), tag: DEFAULT_TAG.to_owned(), force: false, verify: false };
+    let mut image = Image { engines: Vec::new(), ..Image::all() };
     let mut it = rest.into_iter();
     while let Some(a) = it.next() {
         match a.as_str() {
