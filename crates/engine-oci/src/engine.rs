@@ -339,7 +339,7 @@ impl OciEngine {
             dependencies: spec.dependencies.clone(),
             limits: self.config.limits,
         };
-        let body = plan::create_body(&plan::prepare_plan(&self.host, &layout));
+        let body = plan::create_body(&plan::prepare_plan(&self.host, &layout), self.config.flavor);
         let name = format!("python-sandbox-prepare-{id}");
         let guard =
             container::create(&self.docker, engine, &name, body, &self.config.image).await?;
@@ -431,7 +431,7 @@ impl OciEngine {
             limits: self.config.limits,
             stdin: !matches!(io.stdin, sandbox_core::Stdin::Null),
         };
-        let body = plan::create_body(&plan::run_plan(&self.host, &layout));
+        let body = plan::create_body(&plan::run_plan(&self.host, &layout), self.config.flavor);
         let name = format!("python-sandbox-run-{id}");
         let engine = self.engine_name();
         let sink = match io.output {

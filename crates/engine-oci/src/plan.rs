@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use bollard::models::{ContainerCreateBody, HostConfig, PortBinding, ResourcesUlimits};
 
+use crate::client::Flavor;
 use crate::host::{Bind, HostFacts, SANDBOX_CA_BUNDLE};
 
 /// Home inside every container (the image's user home; always an empty tmpfs).
@@ -341,13 +342,18 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Containe
 }
 
 /// The API body for a plan.
-pub(crate) fn create_body(plan: &ContainerPlan) -> ContainerCreateBody {
+pub(crate) fn create_body(plan: &ContainerPlan, flavor: Flavor) -> ContainerCreateBody {
     let mut tmpfs = HashMap::new();
     tmpfs.insert("/tmp".to_owned(), "rw,nosuid,nodev,mode=1777,size=1g".to_owned());
     if plan.role != Role::Prepare {
-        // Sticky and world-writable like /tmp rather than `uid=`: podman rejects `uid=`, and the
-        // sandbox user is the only user in the container.
-        tmpfs.insert(HOME.to_owned(), "rw,nosuid,nodev,mode=1777,size=1g".to_owned());
+        // Owned by the sandbox user. Both engines ignore `mode=` on a directory the image has
+        // (they copy its mode up); docker takes `uid=`/`gid=`, podman rejects them and has `U`
+        // (chown to the container's user) instead.
+        let owner = match flavor {
+            Flavor::Docker => format!("uid={},gid={}", plan.uid, plan.gid),
+            Flavor::Podman => "U".to_owned(),
+        };
+        tmpfs.insert(HOME.to_owned(), format!("rw,nosuid,nodev,{owner},mode=0700,size=1g"));
     }
     let mut port_bindings = HashMap::new();
     let mut exposed = Vec::new();

@@ -155,7 +155,7 @@ impl OciEngine {
             limits: self.config().limits,
             ttl_secs,
         };
-        let body = plan::create_body(&plan::session_plan(&host, &layout));
+        let body = plan::create_body(&plan::session_plan(&host, &layout), self.config().flavor);
         let name = container_name(&id);
         let engine = self.config().flavor.as_str();
         let image = self.config().image.clone();

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use bollard::models::{ContainerSummary, ContainerSummaryStateEnum};
 
+use crate::client::Flavor;
 use crate::host::{Bind, HostFacts, check_policy};
 use crate::plan::{self, Limits, PrepareLayout, RunLayout, SessionLayout};
 
@@ -50,7 +51,11 @@ fn run_layout() -> RunLayout {
 
 /// The body as JSON with sorted maps, so snapshots are stable.
 fn json(plan: &plan::ContainerPlan) -> serde_json::Value {
-    let body = plan::create_body(plan);
+    json_for(plan, Flavor::Docker)
+}
+
+fn json_for(plan: &plan::ContainerPlan, flavor: Flavor) -> serde_json::Value {
+    let body = plan::create_body(plan, flavor);
     let text = serde_json::to_string(&body).expect("serialize");
     let value: serde_json::Value = serde_json::from_str(&text).expect("parse");
     sort(value)
@@ -112,6 +117,13 @@ fn session_body() {
         ttl_secs: 1800,
     };
     insta::assert_json_snapshot!(json(&plan::session_plan(&host(1234), &layout)));
+    let podman = json_for(&plan::session_plan(&host(1234), &layout), Flavor::Podman);
+    insta::assert_json_snapshot!(podman["HostConfig"]["Tmpfs"], @r#"
+    {
+      "/home/sandbox": "rw,nosuid,nodev,U,mode=0700,size=1g",
+      "/tmp": "rw,nosuid,nodev,mode=1777,size=1g"
+    }
+    "#);
 }
 
 #[test]
@@ -133,7 +145,7 @@ fn every_body_keeps_the_wall() {
         let mut layout = run_layout();
         for net in [true, false] {
             layout.net = net;
-            let body = plan::create_body(&plan::run_plan(&facts, &layout));
+            let body = plan::create_body(&plan::run_plan(&facts, &layout), Flavor::Docker);
             let hc = body.host_config.expect("host config");
             assert_eq!(hc.readonly_rootfs, Some(true));
             assert_eq!(hc.cap_drop, Some(vec!["ALL".to_owned()]));

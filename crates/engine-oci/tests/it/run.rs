@@ -1,9 +1,12 @@
-//! Ephemeral runs on real engines.
+//! Ephemeral runs on real engines: output, exit codes, ownership, the wall, dependencies,
+//! timeouts and stdin.
 
 use std::os::unix::fs::MetadataExt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::support::{self, engines, name, run, spec, workspace};
+use sandbox_core::{Captured, EnvVar, Net, Output, RunIo, Stdin};
+
+use crate::support::{containers, engines, name, run, spec, workspace};
 
 #[test]
 fn compute_and_exit_code() {
@@ -16,5 +19,196 @@ fn compute_and_exit_code() {
         assert_eq!(out.stderr_lossy(), "err\n", "{}", name(&engine));
         assert_eq!(outcome.exit_code, 3, "{}", name(&engine));
         assert!(!outcome.timed_out);
+    }
+}
+
+#[test]
+fn signal_death_is_128_plus_n() {
+    for engine in engines() {
+        let (_dir, ws) = workspace("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n");
+        let (outcome, _) = run(&engine, &spec(&ws));
+        assert_eq!(outcome.exit_code, 143, "{}", name(&engine));
+    }
+}
+
+#[test]
+fn file_lands_on_host_owned_by_caller() {
+    let (uid, gid) = (rustix::process::getuid().as_raw(), rustix::process::getgid().as_raw());
+    for engine in engines() {
+        let (_dir, ws) = workspace(
+            "import os\nos.makedirs('sub/deeper', exist_ok=True)\nopen('sub/deeper/out.txt','w').write('hello')\nopen('top.txt','w').write('x')\n",
+        );
+        let (outcome, out) = run(&engine, &spec(&ws));
+        assert_eq!(outcome.exit_code, 0, "{}: {}", name(&engine), out.stderr_lossy());
+        for rel in ["sub", "sub/deeper", "sub/deeper/out.txt", "top.txt"] {
+            let meta = std::fs::symlink_metadata(ws.join(rel)).expect(rel);
+            assert_eq!((meta.uid(), meta.gid()), (uid, gid), "{}: {rel}", name(&engine));
+        }
+        assert_eq!(std::fs::read_to_string(ws.join("sub/deeper/out.txt")).expect("read"), "hello");
+    }
+}
+
+/// What the script sees of its own confinement; one line per fact.
+const WALL: &str = r#"import os, socket
+def attempt(label, fn):
+    try:
+        fn(); print(label, "open")
+    except Exception as e:
+        print(label, "blocked")
+status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+print("uid", os.getuid())
+print("capeff", status["CapEff"].strip())
+print("nonewprivs", status["NoNewPrivs"].strip())
+print("ifaces", ",".join(sorted(os.listdir("/sys/class/net"))))
+attempt("rootfs", lambda: open("/usr/x", "w"))
+attempt("etc", lambda: open("/etc/x", "w"))
+attempt("tcp", lambda: socket.create_connection(("1.1.1.1", 53), 2))
+attempt("dns", lambda: socket.getaddrinfo("example.com", 80))
+attempt("docker.sock", lambda: socket.socket(socket.AF_UNIX).connect("/var/run/docker.sock"))
+attempt("podman.sock", lambda: socket.socket(socket.AF_UNIX).connect("/run/podman/podman.sock"))
+attempt("tmp", lambda: open("/tmp/x", "w"))
+attempt("home", lambda: open(os.path.expanduser("~/x"), "w"))
+# The image's own ENV (UV_*) and podman's `container=podman` are added by the engine; nothing
+# of the host but the allowlist.
+print("env", ",".join(sorted(k for k in os.environ if not k.startswith("UV_") and k not in ("PATH", "HOME", "LANG", "SSL_CERT_FILE", "LC_ALL", "TERM", "TZ", "HOSTNAME", "container"))))
+print("pid1", open("/proc/1/comm").read().strip())
+"#;
+
+#[test]
+fn net_off_wall() {
+    for engine in engines() {
+        let (_dir, ws) = workspace(WALL);
+        let mut spec = spec(&ws);
+        spec.env.push(EnvVar { name: "EXPLICIT".to_owned(), value: Some("1".to_owned()) });
+        let (outcome, out) = run(&engine, &spec);
+        let text = out.stdout_lossy();
+        assert_eq!(outcome.exit_code, 0, "{}: {}", name(&engine), out.stderr_lossy());
+        let uid = rustix::process::getuid().as_raw();
+        let expected_uid = if uid == 0 { 65534 } else { uid };
+        let init = if name(&engine) == "docker" { "docker-init" } else { "catatonit" };
+        for line in [
+            format!("uid {expected_uid}"),
+            "capeff 0000000000000000".to_owned(),
+            "nonewprivs 1".to_owned(),
+            "ifaces lo".to_owned(),
+            "rootfs blocked".to_owned(),
+            "etc blocked".to_owned(),
+            "tcp blocked".to_owned(),
+            "dns blocked".to_owned(),
+            "docker.sock blocked".to_owned(),
+            "podman.sock blocked".to_owned(),
+            "tmp open".to_owned(),
+            "home open".to_owned(),
+            "env EXPLICIT".to_owned(),
+        ] {
+            assert!(text.lines().any(|l| l == line), "{}: missing `{line}` in:\n{text}", name(&engine));
+        }
+        let pid1 = text.lines().find_map(|l| l.strip_prefix("pid1 ")).unwrap_or_default();
+        assert!(pid1.contains("init") || pid1 == init, "{}: pid 1 is {pid1}", name(&engine));
+    }
+}
+
+#[test]
+fn net_on_reaches_the_network() {
+    for engine in engines() {
+        let (_dir, ws) = workspace(
+            "import socket\nsocket.getaddrinfo('pypi.org', 443)\nprint('dns ok')\n",
+        );
+        let mut spec = spec(&ws);
+        spec.net = Net::On;
+        let (outcome, out) = run(&engine, &spec);
+        assert_eq!((outcome.exit_code, out.stdout_lossy().as_str()), (0, "dns ok\n"), "{}: {}", name(&engine), out.stderr_lossy());
+    }
+}
+
+#[test]
+fn dependencies_install_once_and_work_with_net_off() {
+    for engine in engines() {
+        let (_dir, ws) = workspace("import six\nprint('six', six.__version__ != '')\n");
+        let mut spec = spec(&ws);
+        // A unique marker dependency keeps this test's environment apart from other runs.
+        spec.dependencies = vec!["six".to_owned(), "idna".to_owned()];
+        let mut lines = Vec::new();
+        let env = engine.prepare(&spec, &mut |l| lines.push(l.to_owned())).expect("prepare");
+        let again = engine.prepare(&spec, &mut |_| {}).expect("prepare again");
+        assert!(!again.fresh, "{}: second prepare is warm", name(&engine));
+        assert_eq!(env.volume, again.volume);
+        let mut captured = Captured::default();
+        let io = RunIo { stdin: Stdin::Null, output: Output::Sink(&mut captured), status: None };
+        let outcome = engine.run_prepared(&spec, &again, io).expect("run");
+        assert_eq!(outcome.exit_code, 0, "{}: {}", name(&engine), captured.stderr_lossy());
+        assert_eq!(captured.stdout_lossy(), "six True\n");
+    }
+}
+
+#[test]
+fn failing_install_is_an_error_with_uv_output() {
+    for engine in engines() {
+        let (_dir, ws) = workspace("print(1)\n");
+        let mut spec = spec(&ws);
+        spec.dependencies = vec!["python-sandbox-no-such-package-h7==0.0.0".to_owned()];
+        let err = engine.prepare(&spec, &mut |_| {}).expect_err("must fail");
+        let text = err.to_string();
+        assert!(text.starts_with("installing the dependencies failed"), "{text}");
+        assert!(text.contains("python-sandbox-no-such-package-h7"), "{text}");
+    }
+}
+
+#[test]
+fn timeout_kills_and_removes_the_container() {
+    for engine in engines() {
+        let (_dir, ws) = workspace("import time\nprint('started', flush=True)\ntime.sleep(120)\n");
+        let mut spec = spec(&ws);
+        spec.timeout = Some(Duration::from_secs(3));
+        let started = std::time::Instant::now();
+        let (outcome, out) = run(&engine, &spec);
+        assert!(outcome.timed_out, "{}", name(&engine));
+        assert!(started.elapsed() < Duration::from_secs(60));
+        assert_eq!(out.stdout_lossy(), "started\n");
+        let owner = format!("io.python-sandbox.owner-pid={}", std::process::id());
+        let left: Vec<String> =
+            containers(&engine, &owner).into_iter().filter(|n| n.contains("-run-")).collect();
+        assert!(left.is_empty(), "{}: left behind {left:?}", name(&engine));
+    }
+}
+
+#[test]
+fn stdin_bytes_reach_the_script() {
+    for engine in engines() {
+        let (_dir, ws) = workspace("import sys\nprint(sys.stdin.read().upper())\n");
+        let spec = spec(&ws);
+        let env = engine.prepare(&spec, &mut |_| {}).expect("prepare");
+        let mut captured = Captured::default();
+        let io = RunIo {
+            stdin: Stdin::Bytes(b"piped in".to_vec()),
+            output: Output::Sink(&mut captured),
+            status: None,
+        };
+        let outcome = engine.run_prepared(&spec, &env, io).expect("run");
+        assert_eq!((outcome.exit_code, captured.stdout_lossy().as_str()), (0, "PIPED IN\n"), "{}", name(&engine));
+    }
+}
+
+#[test]
+fn mounts_are_ro_or_rw_at_their_real_paths() {
+    for engine in engines() {
+        let (_dir, ws) = workspace(
+            "import sys\nro, rw = sys.argv[1:]\nprint(open(ro + '/in.txt').read())\ntry:\n    open(ro + '/x', 'w'); print('ro writable')\nexcept OSError: print('ro blocked')\nopen(rw + '/out.txt', 'w').write('y'); print('rw ok')\n",
+        );
+        let extra = tempfile::tempdir().expect("tempdir");
+        let extra = extra.path().canonicalize().expect("canonical");
+        let (ro, rw) = (extra.join("ro"), extra.join("rw"));
+        std::fs::create_dir_all(&ro).expect("ro");
+        std::fs::write(ro.join("in.txt"), "data").expect("in");
+        let mut spec = spec(&ws);
+        spec.mounts = vec![
+            sandbox_core::Mount { path: ro.clone(), mode: sandbox_core::MountMode::ReadOnly },
+            sandbox_core::Mount { path: rw.clone(), mode: sandbox_core::MountMode::ReadWrite },
+        ];
+        spec.args = vec![ro.display().to_string(), rw.display().to_string()];
+        let (outcome, out) = run(&engine, &spec);
+        assert_eq!(outcome.exit_code, 0, "{}: {}", name(&engine), out.stderr_lossy());
+        assert_eq!(out.stdout_lossy(), "data\nro blocked\nrw ok\n", "{}", name(&engine));
+        assert_eq!(std::fs::read_to_string(rw.join("out.txt")).expect("out"), "y");
     }
 }
