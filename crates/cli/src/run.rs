@@ -302,10 +302,11 @@ fn select_engine(choice: EngineChoice, container: &ContainerArgs) -> Result<Opti
         EngineChoice::Podman => oci(Flavor::Podman).map(Some),
         EngineChoice::Auto => {
             // The probe creates real namespaces, so a bwrap that is installed but blocked (AppArmor,
-            // a container without user namespaces) is skipped rather than failing mid-run.
-            let probe = engine_detect::probe_bwrap(std::env::var_os("PATH").as_deref());
-            if probe.available {
-                return Ok(Some(Selected::Bwrap(bwrap_engine()?)));
+            // a container without user namespaces) is skipped rather than failing mid-run. Its
+            // success is memoized per bwrap binary, which keeps warm runs free of extra spawns.
+            let config = BwrapConfig::from_env()?;
+            if engine_bwrap::probe_cached(&config).available {
+                return Ok(Some(Selected::Bwrap(BwrapEngine::new(config)?)));
             }
             // Then docker, then podman, as `detect` orders them; only an engine that answers.
             let detection = engine_detect::detect();
