@@ -523,22 +523,22 @@ fn remove_requirement(array: &mut Array, name: &str) {
         }
         let removed = array.remove(i);
         let p = prefix_of(&removed);
-        let (comment, _) = split_same_line_comment(&p);
-        if i < array.len() {
-            if let Some(next) = array.get_mut(i) {
-                let np = prefix_of(next);
-                let np = if multiline {
-                    format!("{comment}{np}")
-                } else if i == 0 {
-                    String::new()
-                } else {
-                    np
-                };
-                next.decor_mut().set_prefix(np);
-            }
-        } else if !comment.is_empty() {
+        // The removed prefix may start with the previous item's same-line comment (keep it); the
+        // next prefix may start with the removed item's own same-line comment (drop it).
+        let (kept, _) = split_same_line_comment(&p);
+        if let Some(next) = array.get_mut(i) {
+            let np = prefix_of(next);
+            let np = if multiline {
+                format!("{kept}{}", split_same_line_comment(&np).1)
+            } else if i == 0 {
+                String::new()
+            } else {
+                np
+            };
+            next.decor_mut().set_prefix(np);
+        } else if multiline {
             let t = array.trailing().as_str().unwrap_or_default().to_owned();
-            array.set_trailing(format!("{comment}{t}"));
+            array.set_trailing(format!("{kept}{}", split_same_line_comment(&t).1));
         }
     }
     if array.is_empty() {

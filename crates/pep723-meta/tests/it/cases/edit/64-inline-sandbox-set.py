@@ -1,0 +1,3 @@
+# /// script
+# tool.python-sandbox = { net = "on" }
+# ///

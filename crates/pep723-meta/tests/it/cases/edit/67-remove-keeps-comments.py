@@ -1,0 +1,7 @@
+# /// script
+# dependencies = [
+#     "anyio",  # async
+#     "rich",  # output
+#     "zstd",  # compression
+# ]
+# ///
