@@ -98,7 +98,24 @@ pub(crate) fn find_endpoint(
         && let Some(podman) = engine_detect::which("podman", path)
     {
         let socket = private_socket(runtime_dir);
-        start_podman_service(&podman, &socket)?;
+        // Concurrent invocations must not start two services on one socket (the second would
+        // unlink the first's): serialize on a lock and look again once we hold it.
+        std::fs::create_dir_all(runtime_dir)
+            .map_err(Error::io(format!("creating {}", runtime_dir.display())))?;
+        let lock_path = runtime_dir.join("podman.lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(Error::io(format!("opening {}", lock_path.display())))?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| Error::io(format!("locking {}", lock_path.display()))(e.into()))?;
+        let endpoint = ApiEndpoint::Unix(socket.clone());
+        if engine_detect::ping(&endpoint, PING_TIMEOUT).is_err() {
+            start_podman_service(&podman, &socket)?;
+        }
+        drop(lock);
         return Ok(Connection {
             flavor,
             endpoint: ApiEndpoint::Unix(socket),
@@ -121,7 +138,6 @@ pub(crate) fn find_endpoint(
 /// us: it outlives this process and exits after a minute without requests.
 fn start_podman_service(podman: &Path, socket: &Path) -> Result<()> {
     let dir = socket.parent().unwrap_or(Path::new("/"));
-    std::fs::create_dir_all(dir).map_err(Error::io(format!("creating {}", dir.display())))?;
     let _ = std::fs::remove_file(socket);
     let mut command = std::process::Command::new(podman);
     command

@@ -1,1 +1,177 @@
-//! Warm sessions on real engines.
+//! Warm sessions on real engines: the `Sandbox` protocol over exec, services with a host URL,
+//! installs that stay, and stop.
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use engine_oci::{OciEngine, Session, SessionConfig};
+use sandbox_core::{Captured, EntryKind, ExecRequest, Net, Publish, PutSource, Sandbox, ServiceSpec};
+
+use crate::support::{containers, engines, eventually, name, workspace};
+
+fn start(engine: &OciEngine, ws: &std::path::Path, net: Net, publish: &[u16], ttl: Duration) -> Session {
+    let config = SessionConfig {
+        workspace: ws.to_owned(),
+        mounts: Vec::new(),
+        net,
+        publish: publish.iter().map(|p| Publish { port: *p, host: None }).collect(),
+        env: vec![sandbox_core::EnvVar { name: "GREETING".to_owned(), value: Some("hi".to_owned()) }],
+        ttl,
+    };
+    let info = engine.start_session(&config).expect("start");
+    assert_eq!(info.ttl, ttl.as_secs());
+    assert!(engine.list_sessions().expect("list").iter().any(|s| s.id == info.id));
+    engine.session(&info.id).expect("session")
+}
+
+#[test]
+fn protocol_exec_files_and_stop() {
+    for engine in engines() {
+        let (_dir, ws) = workspace("print('x')\n");
+        let session = start(&engine, &ws, Net::Off, &[], Duration::from_secs(600));
+        let e = name(&engine);
+        engine.block_on(async {
+            // exec: streamed output, exit code, env, cwd = workspace, stdin.
+            let mut out = Captured::default();
+            let request = ExecRequest {
+                argv: ["sh", "-c", "echo $GREETING $EXTRA; pwd; cat; echo oops >&2; exit 7"].map(String::from).to_vec(),
+                env: vec![("EXTRA".to_owned(), "there".to_owned())],
+                stdin: b"from stdin\n".to_vec(),
+                ..Default::default()
+            };
+            let outcome = session.exec(&request, &mut out).await.expect("exec");
+            assert_eq!(outcome.exit_code, 7, "{e}");
+            assert_eq!(out.stdout_lossy(), format!("hi there\n{}\nfrom stdin\n", ws.display()), "{e}");
+            assert_eq!(out.stderr_lossy(), "oops\n", "{e}");
+
+            // exec timeout.
+            let request = ExecRequest { timeout: Some(Duration::from_secs(1)), ..ExecRequest::new(&["sleep", "30"]) };
+            let outcome = session.exec(&request, &mut Captured::default()).await.expect("exec");
+            assert!(outcome.timed_out, "{e}: {outcome:?}");
+
+            // files: write (parents created), read, list, errors; tmpfs and workspace alike.
+            session.write_file("/tmp/a/b/c.txt", b"content").await.expect("write");
+            assert_eq!(session.read_file("/tmp/a/b/c.txt").await.expect("read"), b"content");
+            session.write_file("/tmp/a/empty", b"").await.expect("write empty");
+            let listing = session.list_dir("/tmp/a").await.expect("list");
+            let shown: Vec<(String, EntryKind, u64)> = listing.into_iter().map(|d| (d.name, d.kind, d.size)).collect();
+            assert_eq!(shown, vec![("b".to_owned(), EntryKind::Dir, 0), ("empty".to_owned(), EntryKind::File, 0)], "{e}");
+            let ws_file = format!("{}/from-session.txt", ws.display());
+            session.write_file(&ws_file, b"shared").await.expect("write ws");
+            assert_eq!(std::fs::read(ws.join("from-session.txt")).expect("host read"), b"shared");
+            let missing = session.read_file("/tmp/nope").await.expect_err("missing");
+            assert!(missing.to_string().contains("no such file"), "{e}: {missing}");
+            let dir = session.read_file("/tmp/a").await.expect_err("dir");
+            assert!(dir.to_string().contains("is a directory"), "{e}: {dir}");
+            let not_dir = session.list_dir("/tmp/a/empty").await.expect_err("not a dir");
+            assert!(not_dir.to_string().contains("not a directory"), "{e}: {not_dir}");
+            assert!(session.read_file("relative").await.is_err());
+
+            // put: a tar and a host tree.
+            let mut builder = tar::Builder::new(Vec::new());
+            let mut header = tar::Header::new_gnu();
+            header.set_size(3);
+            header.set_mode(0o644);
+            header.set_cksum();
+            builder.append_data(&mut header, "pkg/mod.py", &b"x=1"[..]).expect("tar");
+            let archive = builder.into_inner().expect("tar");
+            session.put(&PutSource::Tar(archive), "/tmp/put").await.expect("put tar");
+            assert_eq!(session.read_file("/tmp/put/pkg/mod.py").await.expect("read"), b"x=1");
+            let tree = tempfile::tempdir().expect("tree");
+            std::fs::create_dir_all(tree.path().join("src/inner")).expect("mkdir");
+            std::fs::write(tree.path().join("src/inner/f.txt"), "tree").expect("write");
+            session.put(&PutSource::HostPath(tree.path().join("src")), "/tmp/tree").await.expect("put path");
+            assert_eq!(session.read_file("/tmp/tree/src/inner/f.txt").await.expect("read"), b"tree");
+
+            // stop: the container goes, further calls fail.
+            session.stop().await.expect("stop");
+            assert!(session.exec(&ExecRequest::new(&["true"]), &mut Captured::default()).await.is_err());
+        });
+        assert!(engine.session(session.id()).is_err(), "{e}: stopped session still found");
+    }
+}
+
+fn http_get(url: &str) -> String {
+    let addr = url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    stream.write_all(b"GET /hello.txt HTTP/1.0\r\nHost: x\r\n\r\n").expect("send");
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+}
+
+#[test]
+fn service_url_reaches_the_host_and_stops() {
+    for engine in engines() {
+        let (_dir, ws) = workspace("print('x')\n");
+        std::fs::write(ws.join("hello.txt"), "hello from the session").expect("write");
+        let session = start(&engine, &ws, Net::On, &[8000], Duration::from_secs(600));
+        let e = name(&engine);
+        engine.block_on(async {
+            let spec = ServiceSpec {
+                argv: ["python3", "-m", "http.server", "8000", "--bind", "0.0.0.0"].map(String::from).to_vec(),
+                port: 8000,
+                env: Vec::new(),
+            };
+            let service = session.start_service(&spec).await.expect("service");
+            assert!(service.url.starts_with("http://127.0.0.1:"), "{e}: {}", service.url);
+            let url = service.url.clone();
+            let body = tokio::task::spawn_blocking(move || http_get(&url)).await.expect("join");
+            assert!(body.contains("hello from the session"), "{e}: {body}");
+            let again = session.start_service(&spec).await.expect_err("port in use");
+            assert!(again.to_string().contains("already uses port 8000"), "{e}: {again}");
+            let unpublished = ServiceSpec { port: 9999, ..spec.clone() };
+            assert!(session.start_service(&unpublished).await.is_err());
+            session.stop_service(&service).await.expect("stop service");
+            let mut out = Captured::default();
+            let probe = "import socket\ntry:\n    socket.create_connection(('127.0.0.1', 8000), 1); print('up')\nexcept OSError: print('down')";
+            session.exec(&ExecRequest::new(&["python3", "-c", probe]), &mut out).await.expect("probe");
+            assert_eq!(out.stdout_lossy(), "down\n", "{e}");
+            session.stop().await.expect("stop");
+        });
+    }
+}
+
+#[test]
+fn run_script_installs_dependencies_that_stay() {
+    for engine in engines() {
+        let (_dir, ws) = workspace("import sys, six\nprint('six ok', sys.argv[1:])\n");
+        let session = start(&engine, &ws, Net::On, &[], Duration::from_secs(600));
+        let e = name(&engine);
+        engine.block_on(async {
+            let mut out = Captured::default();
+            let outcome = session
+                .run_script(&ws.join("main.py"), &["six".to_owned()], &["a".to_owned()], &mut out)
+                .await
+                .expect("run");
+            assert_eq!((outcome.exit_code, out.stdout_lossy().as_str()), (0, "six ok ['a']\n"), "{e}: {}", out.stderr_lossy());
+            // Installed into the session: importable without asking again, from a script
+            // outside the workspace (copied in).
+            let outside = tempfile::tempdir().expect("outside");
+            let script = outside.path().join("other.py");
+            std::fs::write(&script, "import six\nprint('still here')\n").expect("write");
+            let mut out = Captured::default();
+            let outcome = session.run_script(&script, &[], &[], &mut out).await.expect("run");
+            assert_eq!((outcome.exit_code, out.stdout_lossy().as_str()), (0, "still here\n"), "{e}");
+            session.stop().await.expect("stop");
+        });
+    }
+}
+
+#[test]
+fn idle_session_removes_itself() {
+    for engine in engines() {
+        let (_dir, ws) = workspace("print('x')\n");
+        let session = start(&engine, &ws, Net::Off, &[], Duration::from_secs(3));
+        let label = format!("io.python-sandbox.id={}", session.id());
+        assert_eq!(containers(&engine, &label).len(), 1);
+        // An exec longer than the TTL keeps it alive while it runs.
+        engine.block_on(async {
+            let outcome = session.exec(&ExecRequest::new(&["sleep", "6"]), &mut Captured::default()).await.expect("exec");
+            assert_eq!(outcome.exit_code, 0, "{}", name(&engine));
+        });
+        let gone = eventually(Duration::from_secs(30), || containers(&engine, &label).is_empty());
+        assert!(gone, "{}: session {} still there after its ttl", name(&engine), session.id());
+    }
+}

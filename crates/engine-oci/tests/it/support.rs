@@ -69,23 +69,39 @@ pub(crate) fn run(engine: &OciEngine, spec: &RunSpec) -> (RunOutcome, Captured) 
     (outcome, captured)
 }
 
-/// Container names of ours that are still present (any state).
-pub(crate) fn containers(engine: &OciEngine, filter: &str) -> Vec<String> {
-    let cli = name(engine);
-    let out = std::process::Command::new(cli)
-        .args([
-            "ps",
-            "-a",
-            "--format",
-            "{{.Names}}",
-            "--filter",
-            "label=io.python-sandbox.managed-by=python-sandbox",
-        ])
+/// Names of our containers that carry `label` (`key=value`), in any state, asked through the
+/// engine's own CLI so the check does not trust the code under test.
+pub(crate) fn containers(engine: &OciEngine, label: &str) -> Vec<String> {
+    let out = std::process::Command::new(name(engine))
+        .args(["ps", "-a", "--format", "{{.Names}}"])
+        .args(["--filter", "label=io.python-sandbox.managed-by=python-sandbox"])
+        .args(["--filter", &format!("label={label}")])
         .output()
         .expect("ps");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains(filter))
-        .map(str::to_owned)
-        .collect()
+    assert!(out.status.success(), "{} ps failed: {}", name(engine), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect()
+}
+
+/// Polls `check` every 200 ms until it holds or `limit` passes.
+pub(crate) fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    check()
+}
+
+/// The CLI binary, if built (`cargo build -p cli`).
+pub(crate) fn cli_binary() -> Option<PathBuf> {
+    if let Some(bin) = std::env::var_os("PYTHON_SANDBOX_BIN") {
+        return Some(PathBuf::from(bin));
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    let bin = target.join("debug/python-sandbox");
+    bin.is_file().then_some(bin)
 }
