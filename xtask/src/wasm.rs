@@ -73,9 +73,7 @@ impl Wasm {
         if sh.read_binary_file(&web_wasm)? != unoptimized {
             bail!("wasm-bindgen emitted different `.wasm` files for the node and web targets");
         }
-        let wasm_opt = &tools.wasm_opt;
-        cmd!(sh, "{wasm_opt} -Oz --strip-debug --strip-producers {WASM_FEATURES...} {node_wasm} -o {node_wasm}")
-            .run()?;
+        optimize(sh, &tools, &node_wasm)?;
         sh.copy_file(&node_wasm, &web_wasm)?;
 
         let crate_dir = crate::project_root().join("crates/pep723-meta-wasm");
@@ -122,6 +120,8 @@ impl Wasm {
 struct Tools {
     wasm_bindgen: PathBuf,
     wasm_opt: PathBuf,
+    /// The tools cache, which also keeps wasm-opt's last input and output.
+    cache: PathBuf,
 }
 
 impl Tools {
@@ -137,7 +137,7 @@ impl Tools {
         let version = pinned_wasm_bindgen(sh)?;
         let wasm_bindgen = ensure_wasm_bindgen(sh, &cache, &version)?;
         let wasm_opt = ensure_wasm_opt(sh, &cache)?;
-        Ok(Tools { wasm_bindgen, wasm_opt })
+        Ok(Tools { wasm_bindgen, wasm_opt, cache })
     }
 }
 
@@ -230,6 +230,36 @@ fn ensure_wasm_opt(sh: &Shell, cache: &Path) -> std::result::Result<PathBuf, Str
         return Err(format!("npm installed binaryen but {} is missing", bin.display()));
     }
     Ok(bin)
+}
+
+/// Runs `wasm-opt -Oz` in place. binaryen's npm build runs on node and takes minutes, so the result
+/// is kept in the tools cache next to its exact input (and the optimizer's version and flags) and
+/// reused when the input has not changed, also by CI's fresh clones.
+fn optimize(sh: &Shell, tools: &Tools, wasm: &Path) -> Result<()> {
+    let cache = tools.cache.join("wasm-opt-last");
+    let wasm_opt = &tools.wasm_opt;
+    let stamp = format!(
+        "binaryen {BINARYEN} -Oz --strip-debug --strip-producers {}",
+        WASM_FEATURES.join(" ")
+    );
+    let (input, output, stamp_file) =
+        (cache.join("input.wasm"), cache.join("output.wasm"), cache.join("stamp"));
+    let unoptimized = sh.read_binary_file(wasm)?;
+    let hit = sh.read_file(&stamp_file).is_ok_and(|s| s == stamp)
+        && sh.read_binary_file(&input).is_ok_and(|i| i == unoptimized)
+        && output.is_file();
+    if hit {
+        println!("wasm: wasm-opt input unchanged, reusing {}", output.display());
+        sh.copy_file(&output, wasm)?;
+        return Ok(());
+    }
+    cmd!(sh, "{wasm_opt} -Oz --strip-debug --strip-producers {WASM_FEATURES...} {wasm} -o {wasm}")
+        .run()?;
+    sh.create_dir(&cache)?;
+    sh.write_file(&input, &unoptimized)?;
+    sh.copy_file(wasm, &output)?;
+    sh.write_file(&stamp_file, stamp)?;
+    Ok(())
 }
 
 /// The gzip -9 size of a file, measured with node's zlib (node is required anyway).
