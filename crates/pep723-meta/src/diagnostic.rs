@@ -82,6 +82,7 @@ impl Severity {
 /// One replacement of a byte range of the source. Ranges of a list of edits never overlap.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "camelCase"))]
 pub struct TextEdit {
     /// Bytes of the original text to replace (empty for an insertion).
     pub range: Range<usize>,

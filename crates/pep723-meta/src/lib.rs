@@ -46,6 +46,7 @@ pub enum Status {
 /// The result of [`parse`].
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "camelCase"))]
 pub struct Parsed {
     /// `None`, `Ok` or `Invalid`.
     pub status: Status,

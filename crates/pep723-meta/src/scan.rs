@@ -17,6 +17,7 @@ const BOM: &str = "\u{feff}";
 /// A complete metadata block: opener, content lines and closer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "camelCase"))]
 pub struct Block {
     /// The block's TYPE (`script` for the block this crate reads).
     pub kind: String,

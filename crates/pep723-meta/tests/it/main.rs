@@ -3,4 +3,6 @@
 
 mod cases;
 mod props;
+#[cfg(feature = "serde")]
+mod serde;
 mod support;
