@@ -11,6 +11,7 @@ pub(crate) struct Bench;
 impl Bench {
     pub(crate) fn run(self, sh: &Shell) -> Result<()> {
         meta(sh)?;
+        crate::bench_run::bwrap_vs_uv(sh)?;
         Ok(())
     }
 }

@@ -1,18 +1,84 @@
 //! `cargo xtask ci`: the README's test command and the only thing `.ci/run` calls.
+//!
+//! Tiers run least powerful first: formatting and lints, the pure tests, then the engines that
+//! can run here (bubblewrap, docker, podman: installed and started when possible), the
+//! cross-engine conformance suite on each, the WASM build with its node tests, and a fuzz smoke
+//! run. A tier that cannot run prints `SKIPPED: tier: reason` and CI goes on; a tier that runs
+//! and fails stops CI.
 
-use anyhow::Result;
-use xshell::{cmd, Shell};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use xshell::{Shell, cmd};
+
+use crate::image::Image;
+use crate::services;
+use crate::test_engines::TestEngines;
+
+/// Seconds per fuzz target in CI: a smoke run, not a campaign.
+const FUZZ_SECONDS: u64 = 30;
 
 pub(crate) struct Ci;
 
 impl Ci {
     pub(crate) fn run(self, sh: &Shell) -> Result<()> {
-        crate::section("fmt");
+        let start = Instant::now();
+        let step = |name: &str| {
+            crate::section(&format!("{name} [{:.0} s]", start.elapsed().as_secs_f64()));
+        };
+
+        step("fmt");
         cmd!(sh, "cargo fmt --all -- --check").run()?;
-        crate::section("clippy");
+        cmd!(sh, "cargo fmt --manifest-path fuzz/Cargo.toml -- --check").run()?;
+
+        step("clippy");
         cmd!(sh, "cargo clippy --workspace --all-targets --locked -- -D warnings").run()?;
-        crate::section("tests");
-        cmd!(sh, "cargo test --workspace --locked").run()?;
+
+        step("engines");
+        let mut engines = Vec::new();
+        match ensure_bwrap(sh)? {
+            None => engines.push("bwrap".to_owned()),
+            Some(reason) => crate::skipped("bwrap tier", &reason),
+        }
+        // Starts docker and podman, builds or refreshes the image, prints SKIPPED for the others.
+        for engine in Image::all().ready_engines(sh)? {
+            engines.push(engine.to_string());
+        }
+
+        step("tests");
+        // Every crate's own tests; engine-gated ones print SKIPPED when their engine is missing.
+        // The conformance suite runs below, once per engine, with its matrix.
+        cmd!(sh, "cargo test --workspace --locked --exclude tests").run()?;
+
+        step("conformance");
+        if engines.is_empty() {
+            crate::skipped("conformance", "no engine is available here");
+        } else {
+            TestEngines { engines, filters: Vec::new() }.run(sh)?;
+        }
+
+        step("wasm");
+        crate::wasm::Wasm { check: true }.run(sh)?;
+
+        step("fuzz smoke");
+        crate::fuzz::Fuzz { seconds: FUZZ_SECONDS, target: None }.run(sh)?;
+
+        println!("\nci passed in {:.0} s", start.elapsed().as_secs_f64());
         Ok(())
     }
+}
+
+/// Installs bubblewrap when missing; `Some(reason)` when the bwrap tier cannot run.
+fn ensure_bwrap(sh: &Shell) -> Result<Option<String>> {
+    if !services::on_path(sh, "bwrap") {
+        if let Some(reason) = services::apt_install(sh, &["bubblewrap"]).context("installing bubblewrap")? {
+            return Ok(Some(reason));
+        }
+    }
+    // The same real namespace round trip the CLI's detection does.
+    let ok = cmd!(sh, "bwrap --unshare-all --die-with-parent --ro-bind / / true").quiet().ignore_stderr().run();
+    Ok(ok.err().map(|_| {
+        "bwrap cannot create namespaces here (AppArmor userns restriction or a container without user namespaces)"
+            .to_owned()
+    }))
 }

@@ -4,6 +4,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod bench;
+mod bench_run;
 mod ci;
 mod flags;
 mod fuzz;

@@ -1,0 +1,155 @@
+//! The run benchmarks of `cargo xtask bench`: warm `python-sandbox run` (bwrap) against bare
+//! `uv run` of the same scripts, side by side in one run, plus the CLI's own peak RSS.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use xshell::{Shell, cmd};
+
+/// Timed runs per command (after two warm-up runs that also fill the caches).
+const RUNS: usize = 15;
+
+pub(crate) fn bwrap_vs_uv(sh: &Shell) -> Result<()> {
+    crate::section("bench: python-sandbox run (bwrap) vs uv run, warm");
+    let probe = Command::new("bwrap")
+        .args(["--unshare-all", "--ro-bind", "/", "/", "true"])
+        .stderr(Stdio::null())
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        crate::skipped("bench bwrap", "bwrap cannot create namespaces here (see `python-sandbox detect`)");
+        return Ok(());
+    }
+    cmd!(sh, "cargo build --release --locked -p cli").run()?;
+    let root = crate::project_root();
+    let cli = root.join("target/release/python-sandbox");
+    let dir = root.join("target/bench-run");
+    std::fs::create_dir_all(&dir)?;
+    let hello = dir.join("hello.py");
+    std::fs::write(&hello, "# /// script\n# dependencies = []\n# ///\nprint('hello')\n")?;
+    let numpy = dir.join("numpy_stats.py");
+    std::fs::copy(root.join("examples/numpy_stats.py"), &numpy)?;
+    let sleeper = dir.join("sleep.py");
+    std::fs::write(&sleeper, "# /// script\n# dependencies = []\n# ///\nimport time\nprint('x', flush=True)\ntime.sleep(1.5)\n")?;
+
+    // Warm up ours first: it also installs the pinned uv when none is on PATH.
+    for script in [&hello, &numpy] {
+        for _ in 0..2 {
+            run_ok(Command::new(&cli).arg("run").arg(script).current_dir(&dir))?;
+        }
+    }
+    let uv = find_uv()?;
+    println!("uv: {}", uv.display());
+    for script in [&hello, &numpy] {
+        for _ in 0..2 {
+            run_ok(&mut uv_run(&uv, script, &dir))?;
+        }
+    }
+
+    println!("\n{:<22} {:>16} {:>14} {:>8} {:>8}", "script (warm)", "python-sandbox", "uv run", "ratio", "target");
+    for (name, script, target) in [("hello.py", &hello, 0.8), ("numpy_stats.py", &numpy, 1.05)] {
+        let ours = median(RUNS, || {
+            let mut c = Command::new(&cli);
+            c.arg("run").arg(script).current_dir(&dir);
+            c
+        })?;
+        let theirs = median(RUNS, || uv_run(&uv, script, &dir))?;
+        let ratio = ours.as_secs_f64() / theirs.as_secs_f64();
+        let verdict = if ratio <= target { "ok" } else { "MISSED" };
+        println!(
+            "{name:<22} {:>13.1} ms {:>11.1} ms {ratio:>8.2} {:>5} {verdict}",
+            ms(ours),
+            ms(theirs),
+            format!("≤{target}")
+        );
+    }
+
+    let rss = peak_rss_kib(&cli, &sleeper, &dir)?;
+    let verdict = if rss <= 15 * 1024 { "ok" } else { "MISSED" };
+    println!("\npeak RSS of the CLI during a run: {:.1} MiB (target ≤ 15 MiB) {verdict}", rss as f64 / 1024.0);
+    Ok(())
+}
+
+fn uv_run(uv: &Path, script: &Path, dir: &Path) -> Command {
+    let mut c = Command::new(uv);
+    c.args(["run", "--quiet", "--no-progress"]).arg(script).current_dir(dir);
+    // The same CA bundle handling a user behind an intercepting proxy needs.
+    c.env("UV_NATIVE_TLS", "1");
+    c
+}
+
+/// uv on PATH, else the pinned copy python-sandbox fetched into its cache.
+fn find_uv() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let candidate = dir.join("uv");
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+        }
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .context("neither XDG_CACHE_HOME nor HOME is set")?;
+    let pinned = cache.join("python-sandbox/bwrap/uv");
+    for entry in std::fs::read_dir(&pinned).with_context(|| format!("no uv on PATH and none in {}", pinned.display()))? {
+        let candidate = entry?.path().join("uv");
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    bail!("no uv on PATH and none in {}", pinned.display())
+}
+
+fn run_ok(c: &mut Command) -> Result<()> {
+    let out = c.stdout(Stdio::null()).output().with_context(|| format!("spawning {c:?}"))?;
+    if !out.status.success() {
+        bail!("{c:?} failed ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
+/// Median wall time of `runs` runs of a fresh command each.
+fn median(runs: usize, mut make: impl FnMut() -> Command) -> Result<Duration> {
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let mut c = make();
+        let start = Instant::now();
+        run_ok(&mut c)?;
+        times.push(start.elapsed());
+    }
+    times.sort();
+    Ok(times[times.len() / 2])
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Samples the CLI's own `VmHWM` (peak resident set) while a script sleeps inside the sandbox.
+fn peak_rss_kib(cli: &Path, script: &Path, dir: &Path) -> Result<u64> {
+    let mut child = Command::new(cli).arg("run").arg(script).current_dir(dir).stdout(Stdio::null()).spawn()?;
+    let status_file = PathBuf::from(format!("/proc/{}/status", child.id()));
+    let mut peak = 0u64;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&status_file) {
+            if let Some(kib) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            {
+                peak = peak.max(kib);
+            }
+        }
+        if child.try_wait()?.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if peak == 0 {
+        bail!("could not read the CLI's peak RSS from {}", status_file.display());
+    }
+    Ok(peak)
+}
