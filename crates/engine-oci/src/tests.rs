@@ -18,7 +18,10 @@ fn host(uid: u32) -> HostFacts {
         nofile_hard: Some(20_000),
         nproc_hard: Some(96_364),
         ca_bundle: Some(PathBuf::from("/etc/ssl/certs/ca-certificates.crt")),
-        env: vec![("LANG".to_owned(), "en_US.UTF-8".to_owned()), ("HTTPS_PROXY".to_owned(), "http://proxy:3128".to_owned())],
+        env: vec![
+            ("LANG".to_owned(), "en_US.UTF-8".to_owned()),
+            ("HTTPS_PROXY".to_owned(), "http://proxy:3128".to_owned()),
+        ],
     }
 }
 
@@ -68,7 +71,9 @@ fn sort(value: serde_json::Value) -> serde_json::Value {
                 map.into_iter().map(|(k, v)| (k, sort(v))).collect();
             serde_json::Value::Object(sorted.into_iter().collect())
         }
-        serde_json::Value::Array(items) => serde_json::Value::Array(items.into_iter().map(sort).collect()),
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.into_iter().map(sort).collect())
+        }
         other => other,
     }
 }
@@ -156,17 +161,29 @@ fn every_body_keeps_the_wall() {
             let user = body.user.expect("user");
             assert!(!user.starts_with("0:") && !user.starts_with("0"), "runs as {user}");
             for bind in hc.binds.expect("binds") {
-                assert!(!bind.contains(".sock") && !bind.starts_with("/run") && !bind.starts_with("/var/run"), "{bind}");
+                assert!(
+                    !bind.contains(".sock")
+                        && !bind.starts_with("/run")
+                        && !bind.starts_with("/var/run"),
+                    "{bind}"
+                );
             }
             let env = body.env.expect("env");
-            assert!(env.iter().all(|e| !e.starts_with("HTTPS_PROXY=")), "run gets no proxy: {env:?}");
+            assert!(
+                env.iter().all(|e| !e.starts_with("HTTPS_PROXY=")),
+                "run gets no proxy: {env:?}"
+            );
         }
     }
 }
 
 #[test]
 fn env_volume_name_ignores_dependency_order_and_duplicates() {
-    let a = crate::engine::env_volume_name("sha256:1", Some(">=3.11"), &["b".into(), "a".into(), "a".into()]);
+    let a = crate::engine::env_volume_name(
+        "sha256:1",
+        Some(">=3.11"),
+        &["b".into(), "a".into(), "a".into()],
+    );
     let b = crate::engine::env_volume_name("sha256:1", Some(">=3.11"), &[" a".into(), "b".into()]);
     let c = crate::engine::env_volume_name("sha256:2", Some(">=3.11"), &["a".into(), "b".into()]);
     let d = crate::engine::env_volume_name("sha256:1", None, &["a".into(), "b".into()]);
@@ -194,7 +211,12 @@ fn policy_refuses_kernel_trees_sockets_dirs_and_home() {
         let got = check_policy(&PathBuf::from(path), ws, Some(&home), &private).err();
         assert_eq!(got.as_deref(), expected, "{path}");
     }
-    let inside = check_policy(&PathBuf::from("/srv/x/python-sandbox"), false, None, &PathBuf::from("/srv/x/python-sandbox/run"));
+    let inside = check_policy(
+        &PathBuf::from("/srv/x/python-sandbox"),
+        false,
+        None,
+        &PathBuf::from("/srv/x/python-sandbox/run"),
+    );
     assert!(inside.is_err());
 }
 
@@ -215,14 +237,18 @@ fn acl_adds_nobody_once() {
 fn listing_parses_and_sorts() {
     let raw = b"f 12 b.txt\0d 4096 a dir\0l 7 link\0";
     let entries = crate::session::parse_listing(raw);
-    let shown: Vec<String> = entries.iter().map(|e| format!("{:?} {} {}", e.kind, e.size, e.name)).collect();
+    let shown: Vec<String> =
+        entries.iter().map(|e| format!("{:?} {} {}", e.kind, e.size, e.name)).collect();
     assert_eq!(shown, vec!["Dir 0 a dir", "File 12 b.txt", "Symlink 0 link"]);
 }
 
 #[test]
 fn session_names() {
     assert_eq!(crate::session::container_name("abc"), "python-sandbox-session-abc");
-    assert_eq!(crate::session::container_name("python-sandbox-session-abc"), "python-sandbox-session-abc");
+    assert_eq!(
+        crate::session::container_name("python-sandbox-session-abc"),
+        "python-sandbox-session-abc"
+    );
 }
 
 #[test]

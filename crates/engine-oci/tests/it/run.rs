@@ -101,7 +101,11 @@ fn net_off_wall() {
             "home open".to_owned(),
             "env EXPLICIT".to_owned(),
         ] {
-            assert!(text.lines().any(|l| l == line), "{}: missing `{line}` in:\n{text}", name(&engine));
+            assert!(
+                text.lines().any(|l| l == line),
+                "{}: missing `{line}` in:\n{text}",
+                name(&engine)
+            );
         }
         let pid1 = text.lines().find_map(|l| l.strip_prefix("pid1 ")).unwrap_or_default();
         assert!(pid1.contains("init") || pid1 == init, "{}: pid 1 is {pid1}", name(&engine));
@@ -111,13 +115,18 @@ fn net_off_wall() {
 #[test]
 fn net_on_reaches_the_network() {
     for engine in engines() {
-        let (_dir, ws) = workspace(
-            "import socket\nsocket.getaddrinfo('pypi.org', 443)\nprint('dns ok')\n",
-        );
+        let (_dir, ws) =
+            workspace("import socket\nsocket.getaddrinfo('pypi.org', 443)\nprint('dns ok')\n");
         let mut spec = spec(&ws);
         spec.net = Net::On;
         let (outcome, out) = run(&engine, &spec);
-        assert_eq!((outcome.exit_code, out.stdout_lossy().as_str()), (0, "dns ok\n"), "{}: {}", name(&engine), out.stderr_lossy());
+        assert_eq!(
+            (outcome.exit_code, out.stdout_lossy().as_str()),
+            (0, "dns ok\n"),
+            "{}: {}",
+            name(&engine),
+            out.stderr_lossy()
+        );
     }
 }
 
@@ -185,7 +194,12 @@ fn stdin_bytes_reach_the_script() {
             status: None,
         };
         let outcome = engine.run_prepared(&spec, &env, io).expect("run");
-        assert_eq!((outcome.exit_code, captured.stdout_lossy().as_str()), (0, "PIPED IN\n"), "{}", name(&engine));
+        assert_eq!(
+            (outcome.exit_code, captured.stdout_lossy().as_str()),
+            (0, "PIPED IN\n"),
+            "{}",
+            name(&engine)
+        );
     }
 }
 

@@ -5,17 +5,28 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 use engine_oci::{OciEngine, Session, SessionConfig};
-use sandbox_core::{Captured, EntryKind, ExecRequest, Net, Publish, PutSource, Sandbox, ServiceSpec};
+use sandbox_core::{
+    Captured, EntryKind, ExecRequest, Net, Publish, PutSource, Sandbox, ServiceSpec,
+};
 
 use crate::support::{containers, engines, eventually, name, workspace};
 
-fn start(engine: &OciEngine, ws: &std::path::Path, net: Net, publish: &[u16], ttl: Duration) -> Session {
+fn start(
+    engine: &OciEngine,
+    ws: &std::path::Path,
+    net: Net,
+    publish: &[u16],
+    ttl: Duration,
+) -> Session {
     let config = SessionConfig {
         workspace: ws.to_owned(),
         mounts: Vec::new(),
         net,
         publish: publish.iter().map(|p| Publish { port: *p, host: None }).collect(),
-        env: vec![sandbox_core::EnvVar { name: "GREETING".to_owned(), value: Some("hi".to_owned()) }],
+        env: vec![sandbox_core::EnvVar {
+            name: "GREETING".to_owned(),
+            value: Some("hi".to_owned()),
+        }],
         ttl,
     };
     let info = engine.start_session(&config).expect("start");
@@ -34,18 +45,27 @@ fn protocol_exec_files_and_stop() {
             // exec: streamed output, exit code, env, cwd = workspace, stdin.
             let mut out = Captured::default();
             let request = ExecRequest {
-                argv: ["sh", "-c", "echo $GREETING $EXTRA; pwd; cat; echo oops >&2; exit 7"].map(String::from).to_vec(),
+                argv: ["sh", "-c", "echo $GREETING $EXTRA; pwd; cat; echo oops >&2; exit 7"]
+                    .map(String::from)
+                    .to_vec(),
                 env: vec![("EXTRA".to_owned(), "there".to_owned())],
                 stdin: b"from stdin\n".to_vec(),
                 ..Default::default()
             };
             let outcome = session.exec(&request, &mut out).await.expect("exec");
             assert_eq!(outcome.exit_code, 7, "{e}");
-            assert_eq!(out.stdout_lossy(), format!("hi there\n{}\nfrom stdin\n", ws.display()), "{e}");
+            assert_eq!(
+                out.stdout_lossy(),
+                format!("hi there\n{}\nfrom stdin\n", ws.display()),
+                "{e}"
+            );
             assert_eq!(out.stderr_lossy(), "oops\n", "{e}");
 
             // exec timeout.
-            let request = ExecRequest { timeout: Some(Duration::from_secs(1)), ..ExecRequest::new(&["sleep", "30"]) };
+            let request = ExecRequest {
+                timeout: Some(Duration::from_secs(1)),
+                ..ExecRequest::new(&["sleep", "30"])
+            };
             let outcome = session.exec(&request, &mut Captured::default()).await.expect("exec");
             assert!(outcome.timed_out, "{e}: {outcome:?}");
 
@@ -54,8 +74,13 @@ fn protocol_exec_files_and_stop() {
             assert_eq!(session.read_file("/tmp/a/b/c.txt").await.expect("read"), b"content");
             session.write_file("/tmp/a/empty", b"").await.expect("write empty");
             let listing = session.list_dir("/tmp/a").await.expect("list");
-            let shown: Vec<(String, EntryKind, u64)> = listing.into_iter().map(|d| (d.name, d.kind, d.size)).collect();
-            assert_eq!(shown, vec![("b".to_owned(), EntryKind::Dir, 0), ("empty".to_owned(), EntryKind::File, 0)], "{e}");
+            let shown: Vec<(String, EntryKind, u64)> =
+                listing.into_iter().map(|d| (d.name, d.kind, d.size)).collect();
+            assert_eq!(
+                shown,
+                vec![("b".to_owned(), EntryKind::Dir, 0), ("empty".to_owned(), EntryKind::File, 0)],
+                "{e}"
+            );
             let ws_file = format!("{}/from-session.txt", ws.display());
             session.write_file(&ws_file, b"shared").await.expect("write ws");
             assert_eq!(std::fs::read(ws.join("from-session.txt")).expect("host read"), b"shared");
@@ -80,12 +105,20 @@ fn protocol_exec_files_and_stop() {
             let tree = tempfile::tempdir().expect("tree");
             std::fs::create_dir_all(tree.path().join("src/inner")).expect("mkdir");
             std::fs::write(tree.path().join("src/inner/f.txt"), "tree").expect("write");
-            session.put(&PutSource::HostPath(tree.path().join("src")), "/tmp/tree").await.expect("put path");
-            assert_eq!(session.read_file("/tmp/tree/src/inner/f.txt").await.expect("read"), b"tree");
+            session
+                .put(&PutSource::HostPath(tree.path().join("src")), "/tmp/tree")
+                .await
+                .expect("put path");
+            assert_eq!(
+                session.read_file("/tmp/tree/src/inner/f.txt").await.expect("read"),
+                b"tree"
+            );
 
             // stop: the container goes, further calls fail.
             session.stop().await.expect("stop");
-            assert!(session.exec(&ExecRequest::new(&["true"]), &mut Captured::default()).await.is_err());
+            assert!(
+                session.exec(&ExecRequest::new(&["true"]), &mut Captured::default()).await.is_err()
+            );
         });
         assert!(engine.session(session.id()).is_err(), "{e}: stopped session still found");
     }
@@ -145,7 +178,12 @@ fn run_script_installs_dependencies_that_stay() {
                 .run_script(&ws.join("main.py"), &["six".to_owned()], &["a".to_owned()], &mut out)
                 .await
                 .expect("run");
-            assert_eq!((outcome.exit_code, out.stdout_lossy().as_str()), (0, "six ok ['a']\n"), "{e}: {}", out.stderr_lossy());
+            assert_eq!(
+                (outcome.exit_code, out.stdout_lossy().as_str()),
+                (0, "six ok ['a']\n"),
+                "{e}: {}",
+                out.stderr_lossy()
+            );
             // Installed into the session: importable without asking again, from a script
             // outside the workspace (copied in).
             let outside = tempfile::tempdir().expect("outside");
@@ -153,7 +191,11 @@ fn run_script_installs_dependencies_that_stay() {
             std::fs::write(&script, "import six\nprint('still here')\n").expect("write");
             let mut out = Captured::default();
             let outcome = session.run_script(&script, &[], &[], &mut out).await.expect("run");
-            assert_eq!((outcome.exit_code, out.stdout_lossy().as_str()), (0, "still here\n"), "{e}");
+            assert_eq!(
+                (outcome.exit_code, out.stdout_lossy().as_str()),
+                (0, "still here\n"),
+                "{e}"
+            );
             session.stop().await.expect("stop");
         });
     }
@@ -168,7 +210,10 @@ fn idle_session_removes_itself() {
         assert_eq!(containers(&engine, &label).len(), 1);
         // An exec longer than the TTL keeps it alive while it runs.
         engine.block_on(async {
-            let outcome = session.exec(&ExecRequest::new(&["sleep", "6"]), &mut Captured::default()).await.expect("exec");
+            let outcome = session
+                .exec(&ExecRequest::new(&["sleep", "6"]), &mut Captured::default())
+                .await
+                .expect("exec");
             assert_eq!(outcome.exit_code, 0, "{}", name(&engine));
         });
         let gone = eventually(Duration::from_secs(30), || containers(&engine, &label).is_empty());

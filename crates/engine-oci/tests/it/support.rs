@@ -78,7 +78,12 @@ pub(crate) fn containers(engine: &OciEngine, label: &str) -> Vec<String> {
         .args(["--filter", &format!("label={label}")])
         .output()
         .expect("ps");
-    assert!(out.status.success(), "{} ps failed: {}", name(engine), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{} ps failed: {}",
+        name(engine),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect()
 }
 
