@@ -181,6 +181,22 @@ proptest! {
         if after.status == Status::Ok
             && let Some(meta) = &after.metadata
         {
+            let last = |pred: &dyn Fn(&Edit) -> bool| edits.iter().rev().find(|e| pred(e));
+            match last(&|e| matches!(e, Edit::SetRequiresPython(_) | Edit::UnsetRequiresPython)) {
+                Some(Edit::SetRequiresPython(s)) => {
+                    prop_assert_eq!(meta.requires_python.as_ref().map(|r| r.value.as_str()), Some(s.as_str()));
+                }
+                Some(_) => prop_assert!(meta.requires_python.is_none()),
+                None => {}
+            }
+            let net = meta.sandbox.as_ref().and_then(|s| s.net.as_ref()).map(|n| n.value.as_str());
+            match last(&|e| {
+                matches!(e, Edit::SetSandbox { key: SandboxKey::Net, .. } | Edit::UnsetSandbox { key: SandboxKey::Net })
+            }) {
+                Some(Edit::SetSandbox { value, .. }) => prop_assert_eq!(net, Some(value.as_str())),
+                Some(_) => prop_assert_eq!(net, None),
+                None => {}
+            }
             for e in &edits {
                 if let Edit::AddDependency(r) = e
                     && !edits.iter().any(|o| matches!(o, Edit::RemoveDependency(_)))
