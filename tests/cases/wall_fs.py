@@ -1,7 +1,18 @@
 """Outside the workspace: the system is read-only, /tmp is private, /etc/shadow and the host's /tmp
 are unreadable, and nothing written anywhere else shows up on the host."""
 name = f"python-sandbox-conformance-{CTX['tag']}"
-must_fail("read /etc/shadow", lambda: read("/etc/shadow"))
+try:
+    shadow = read("/etc/shadow")
+except OSError as e:
+    print(f"ok read /etc/shadow: {type(e).__name__} errno={e.errno}")
+else:
+    # A container image's own /etc/shadow may be readable; the runner checks it is not the host's
+    # (by digest), and it must hold no password hashes.
+    import hashlib
+    print(f"shadow-sha256: {hashlib.sha256(shadow).hexdigest()}")
+    fields = [line.split(b":") for line in shadow.splitlines()]
+    hashed = [f[0].decode(errors="replace") for f in fields if len(f) > 1 and f[1].startswith(b"$")]
+    expect("no password hashes in a readable /etc/shadow", not hashed, f"hashes for {hashed}")
 must_fail("read a host /tmp secret", lambda: read(CTX["host_tmp_secret"]))
 hidden("ls the host /tmp dir", CTX["host_tmp"])
 for d in ("/etc", "/usr", "/var", "/"):

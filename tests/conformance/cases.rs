@@ -9,6 +9,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use sha2::{Digest, Sha256};
+
 use crate::fixture::{self, Fixture};
 use crate::harness::{BASE, Case, Expect, Run, Script};
 
@@ -103,7 +105,7 @@ pub(crate) fn all() -> Vec<Case> {
         Case {
             name: "wall-fs-outside-cwd",
             script: Script::File("wall_fs.py"),
-            expect: |_| Expect::ok().host(no_system_litter),
+            expect: |_| Expect::ok().host(no_system_litter).host(not_the_host_shadow),
             ..BASE
         },
         Case {
@@ -503,6 +505,20 @@ fn no_system_litter(fx: &Fixture, _: &Run) -> Result<(), String> {
         }
     }
     if found.is_empty() { Ok(()) } else { Err(format!("LEAK writes reached the host: {found:?}")) }
+}
+
+/// A `/etc/shadow` the script could read must not be the host's.
+fn not_the_host_shadow(_: &Fixture, run: &Run) -> Result<(), String> {
+    let Some(seen) = run.script_out.lines().find_map(|l| l.strip_prefix("shadow-sha256: ")) else {
+        return Ok(());
+    };
+    // Unreadable for the runner means unreadable for a sandbox running as the same user.
+    let Ok(host) = fs::read("/etc/shadow") else { return Ok(()) };
+    let digest: String = Sha256::digest(&host).iter().map(|b| format!("{b:02x}")).collect();
+    if seen.trim() == digest {
+        return Err("LEAK the script read the host's /etc/shadow".into());
+    }
+    Ok(())
 }
 
 fn fifo_on_host(fx: &Fixture, _: &Run) -> Result<(), String> {

@@ -343,7 +343,12 @@ fn walk(dir: &Path, prefix: &str, snap: &mut Snapshot) {
         } else {
             'o'
         };
-        h.write_u32(meta.mode());
+        // Directory modes are left out: engine-oci documents adding a `user:65534:rwx` ACL to a
+        // root caller's workspace and rw mounts (its mask shows as group bits); what a sandbox
+        // does inside a directory shows up in its entries.
+        if kind != 'd' {
+            h.write_u32(meta.mode());
+        }
         snap.insert(name, (kind, h.finish()));
     }
 }
