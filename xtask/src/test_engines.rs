@@ -1,9 +1,12 @@
-//! `cargo xtask test-engines [--engine NAME]... [FILTER]...`: builds the CLI, then runs the
+//! `cargo xtask test-engines [--engine NAME]... [FILTER]...`: builds the CLI, brings up the container
+//! engines it will test (daemon and runtime image, via `image::Image::ready_engines`), then runs the
 //! cross-engine conformance suite (tests/conformance), which prints its own engine × case matrix.
-//! Engines that are unavailable here show up as `SKIPPED: <engine>: <reason>`, never silently.
+//! Engines that cannot run here show up as `SKIPPED: <engine>: <reason>`, never silently.
 
 use anyhow::{Context, Result};
 use xshell::{Shell, cmd};
+
+use crate::image::{Engine, Image};
 
 pub(crate) struct TestEngines {
     /// Empty: every engine `python-sandbox detect --json` lists.
@@ -16,6 +19,15 @@ impl TestEngines {
     pub(crate) fn run(self, sh: &Shell) -> Result<()> {
         crate::section("build the CLI");
         cmd!(sh, "cargo build -p cli").run()?;
+        let oci: Vec<Engine> = if self.engines.is_empty() {
+            Engine::ALL.to_vec()
+        } else {
+            self.engines.iter().filter_map(|e| Engine::parse(e)).collect()
+        };
+        if !oci.is_empty() {
+            // What cannot start prints its own SKIPPED line; the suite then skips it too.
+            Image { engines: oci, ..Image::all() }.ready_engines(sh)?;
+        }
         crate::section("conformance suite");
         let _on = sh.push_env("CONFORMANCE", "1");
         let _engines = (!self.engines.is_empty())
