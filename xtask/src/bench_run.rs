@@ -18,7 +18,10 @@ pub(crate) fn bwrap_vs_uv(sh: &Shell) -> Result<()> {
         .stderr(Stdio::null())
         .status();
     if !probe.is_ok_and(|s| s.success()) {
-        crate::skipped("bench bwrap", "bwrap cannot create namespaces here (see `python-sandbox detect`)");
+        crate::skipped(
+            "bench bwrap",
+            "bwrap cannot create namespaces here (see `python-sandbox detect`)",
+        );
         return Ok(());
     }
     cmd!(sh, "cargo build --release --locked -p cli").run()?;
@@ -31,7 +34,10 @@ pub(crate) fn bwrap_vs_uv(sh: &Shell) -> Result<()> {
     let numpy = dir.join("numpy_stats.py");
     std::fs::copy(root.join("examples/numpy_stats.py"), &numpy)?;
     let sleeper = dir.join("sleep.py");
-    std::fs::write(&sleeper, "# /// script\n# dependencies = []\n# ///\nimport time\nprint('x', flush=True)\ntime.sleep(1.5)\n")?;
+    std::fs::write(
+        &sleeper,
+        "# /// script\n# dependencies = []\n# ///\nimport time\nprint('x', flush=True)\ntime.sleep(1.5)\n",
+    )?;
 
     // Warm up ours first: it also installs the pinned uv when none is on PATH.
     for script in [&hello, &numpy] {
@@ -47,7 +53,10 @@ pub(crate) fn bwrap_vs_uv(sh: &Shell) -> Result<()> {
         }
     }
 
-    println!("\n{:<22} {:>16} {:>14} {:>8} {:>8}", "script (warm)", "python-sandbox", "uv run", "ratio", "target");
+    println!(
+        "\n{:<22} {:>16} {:>14} {:>8} {:>8}",
+        "script (warm)", "python-sandbox", "uv run", "ratio", "target"
+    );
     for (name, script, target) in [("hello.py", &hello, 0.8), ("numpy_stats.py", &numpy, 1.05)] {
         let ours = median(RUNS, || {
             let mut c = Command::new(&cli);
@@ -67,7 +76,10 @@ pub(crate) fn bwrap_vs_uv(sh: &Shell) -> Result<()> {
 
     let rss = peak_rss_kib(&cli, &sleeper, &dir)?;
     let verdict = if rss <= 15 * 1024 { "ok" } else { "MISSED" };
-    println!("\npeak RSS of the CLI during a run: {:.1} MiB (target ≤ 15 MiB) {verdict}", rss as f64 / 1024.0);
+    println!(
+        "\npeak RSS of the CLI during a run: {:.1} MiB (target ≤ 15 MiB) {verdict}",
+        rss as f64 / 1024.0
+    );
     Ok(())
 }
 
@@ -94,7 +106,9 @@ fn find_uv() -> Result<PathBuf> {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
         .context("neither XDG_CACHE_HOME nor HOME is set")?;
     let pinned = cache.join("python-sandbox/bwrap/uv");
-    for entry in std::fs::read_dir(&pinned).with_context(|| format!("no uv on PATH and none in {}", pinned.display()))? {
+    for entry in std::fs::read_dir(&pinned)
+        .with_context(|| format!("no uv on PATH and none in {}", pinned.display()))?
+    {
         let candidate = entry?.path().join("uv");
         if candidate.is_file() {
             return Ok(candidate);
@@ -130,18 +144,18 @@ fn ms(d: Duration) -> f64 {
 
 /// Samples the CLI's own `VmHWM` (peak resident set) while a script sleeps inside the sandbox.
 fn peak_rss_kib(cli: &Path, script: &Path, dir: &Path) -> Result<u64> {
-    let mut child = Command::new(cli).arg("run").arg(script).current_dir(dir).stdout(Stdio::null()).spawn()?;
+    let mut child =
+        Command::new(cli).arg("run").arg(script).current_dir(dir).stdout(Stdio::null()).spawn()?;
     let status_file = PathBuf::from(format!("/proc/{}/status", child.id()));
     let mut peak = 0u64;
     loop {
-        if let Ok(text) = std::fs::read_to_string(&status_file) {
-            if let Some(kib) = text
+        if let Ok(text) = std::fs::read_to_string(&status_file)
+            && let Some(kib) = text
                 .lines()
                 .find_map(|l| l.strip_prefix("VmHWM:"))
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            {
-                peak = peak.max(kib);
-            }
+        {
+            peak = peak.max(kib);
         }
         if child.try_wait()?.is_some() {
             break;

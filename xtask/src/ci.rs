@@ -70,13 +70,17 @@ impl Ci {
 
 /// Installs bubblewrap when missing; `Some(reason)` when the bwrap tier cannot run.
 fn ensure_bwrap(sh: &Shell) -> Result<Option<String>> {
-    if !services::on_path(sh, "bwrap") {
-        if let Some(reason) = services::apt_install(sh, &["bubblewrap"]).context("installing bubblewrap")? {
-            return Ok(Some(reason));
-        }
+    if !services::on_path(sh, "bwrap")
+        && let Some(reason) =
+            services::apt_install(sh, &["bubblewrap"]).context("installing bubblewrap")?
+    {
+        return Ok(Some(reason));
     }
     // The same real namespace round trip the CLI's detection does.
-    let ok = cmd!(sh, "bwrap --unshare-all --die-with-parent --ro-bind / / true").quiet().ignore_stderr().run();
+    let ok = cmd!(sh, "bwrap --unshare-all --die-with-parent --ro-bind / / true")
+        .quiet()
+        .ignore_stderr()
+        .run();
     Ok(ok.err().map(|_| {
         "bwrap cannot create namespaces here (AppArmor userns restriction or a container without user namespaces)"
             .to_owned()

@@ -1,6 +1,6 @@
 //! Hand-rolled argument parsing (no dependency): `cargo xtask <cmd> [flags]`.
 
-use anyhow::{bail, Result};
+use anyhow::{Result, bail};
 
 pub(crate) const USAGE: &str = "\
 usage: cargo xtask <command> [options]
@@ -60,7 +60,9 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
                 match a.as_str() {
                     "--seconds" => {
                         let v = it.next().unwrap_or_default();
-                        seconds = v.parse().map_err(|_| anyhow::anyhow!("`--seconds` needs a number, got `{v}`"))?;
+                        seconds = v.parse().map_err(|_| {
+                            anyhow::anyhow!("`--seconds` needs a number, got `{v}`")
+                        })?;
                     }
                     s if s.starts_with('-') => bail!("unknown option `{a}` for `fuzz`\n\n{USAGE}"),
                     _ => target = Some(a),

@@ -35,9 +35,14 @@ fn exit_for(detection: &Detection) -> ExitCode {
 
 fn print_table(detection: &Detection) {
     for probe in &detection.engines {
-        let (style, mark) = if probe.available { (ui::NOTE, "available") } else { (ui::WARNING, "unavailable") };
+        let (style, mark) =
+            if probe.available { (ui::NOTE, "available") } else { (ui::WARNING, "unavailable") };
         let mut lines = probe.reason.lines();
-        println!("{:<7}{style}{mark:<12}{style:#} {}", probe.name.as_str(), lines.next().unwrap_or_default());
+        println!(
+            "{:<7}{style}{mark:<12}{style:#} {}",
+            probe.name.as_str(),
+            lines.next().unwrap_or_default()
+        );
         for rest in lines {
             println!("{:<20}{rest}", "");
         }

@@ -40,5 +40,9 @@ pub(crate) fn snapshot(root: &Path) -> Snapshot {
 
 /// Files that are new or changed since `before`, sorted.
 pub(crate) fn written_since(before: &Snapshot, root: &Path) -> Vec<String> {
-    snapshot(root).into_iter().filter(|(path, now)| before.get(path) != Some(now)).map(|(path, _)| path).collect()
+    snapshot(root)
+        .into_iter()
+        .filter(|(path, now)| before.get(path) != Some(now))
+        .map(|(path, _)| path)
+        .collect()
 }

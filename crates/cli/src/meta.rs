@@ -53,7 +53,9 @@ fn sandbox_key(key: &str) -> Result<SandboxKey> {
     SandboxKey::from_str(key).map_err(|e| {
         let known = SandboxKey::ALL.map(SandboxKey::as_str).join("`, `");
         let hint = match e {
-            pep723_meta::EditError::UnknownKey { suggestion: Some(s), .. } => format!("did you mean `{s}`?"),
+            pep723_meta::EditError::UnknownKey { suggestion: Some(s), .. } => {
+                format!("did you mean `{s}`?")
+            }
             _ => format!("keys are `requires-python` and `{known}`"),
         };
         ui::hinted(format!("unknown key `{key}`"), hint)
@@ -115,8 +117,13 @@ fn check(files: &[PathBuf], json: bool) -> Result<ExitCode> {
     } else {
         let n = files.len();
         let noun = if n == 1 { "file" } else { "files" };
-        let unread = if unreadable > 0 { format!(" ({unreadable} unreadable)") } else { String::new() };
-        eprintln!("checked {n} {noun}{unread}: {}, {}", plural(errors, "error"), plural(warnings, "warning"));
+        let unread =
+            if unreadable > 0 { format!(" ({unreadable} unreadable)") } else { String::new() };
+        eprintln!(
+            "checked {n} {noun}{unread}: {}, {}",
+            plural(errors, "error"),
+            plural(warnings, "warning")
+        );
     }
     Ok(if unreadable > 0 {
         ExitCode::from(ui::EXIT_USER_ERROR)
@@ -152,7 +159,8 @@ pub(crate) fn render(file: &Path, text: &str, diagnostics: &[Diagnostic]) -> Str
         let _ = writeln!(out, "{f}:{line}:{col}: {style}{sev}[{}]{style:#}: {}", d.code, d.message);
         for r in &d.related {
             let (line, col) = line_col(&index, text, r.span.start);
-            let _ = writeln!(out, "  {f}:{line}:{col}: {}note{:#}: {}", ui::NOTE, ui::NOTE, r.message);
+            let _ =
+                writeln!(out, "  {f}:{line}:{col}: {}note{:#}: {}", ui::NOTE, ui::NOTE, r.message);
         }
         if let Some(hint) = &d.hint {
             let _ = writeln!(out, "  {}hint{:#}: {hint}", ui::HINT, ui::HINT);
@@ -171,7 +179,8 @@ fn diagnostics_json(text: &str, diagnostics: &[Diagnostic]) -> serde_json::Value
             obj.insert("column".into(), column.into());
             obj.insert(
                 "range".into(),
-                serde_json::to_value(index.range(d.span.clone(), PositionEncoding::Utf16)).unwrap_or_default(),
+                serde_json::to_value(index.range(d.span.clone(), PositionEncoding::Utf16))
+                    .unwrap_or_default(),
             );
         }
         v
@@ -189,7 +198,11 @@ fn show(file: &Path) -> Result<ExitCode> {
         "diagnostics": diagnostics_json(&text, &parsed.diagnostics),
     });
     println!("{}", serde_json::to_string_pretty(&out)?);
-    Ok(if parsed.status == pep723_meta::Status::Invalid { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if parsed.status == pep723_meta::Status::Invalid {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// Applies edits and writes the file atomically; on any error nothing is written.
@@ -206,15 +219,16 @@ fn apply(file: &Path, edits: &[Edit]) -> Result<ExitCode> {
         }
     };
     // The library's messages carry their own `hint:` line; `ui::report_error` prints it as a hint.
-    let outcome =
-        pep723_meta::edit(&text, edits).map_err(|e| anyhow::anyhow!("cannot edit `{}`: {e}", file.display()))?;
+    let outcome = pep723_meta::edit(&text, edits)
+        .map_err(|e| anyhow::anyhow!("cannot edit `{}`: {e}", file.display()))?;
     if !outcome.changed() {
         eprintln!("`{}` already has that metadata; nothing to do", file.display());
         return Ok(ExitCode::SUCCESS);
     }
     write_atomically(file, outcome.text.as_bytes())?;
     let parsed = pep723_meta::parse(&outcome.text);
-    let problems: Vec<Diagnostic> = parsed.diagnostics.into_iter().filter(|d| d.is_error()).collect();
+    let problems: Vec<Diagnostic> =
+        parsed.diagnostics.into_iter().filter(|d| d.is_error()).collect();
     if !problems.is_empty() {
         eprint!("{}", render(file, &outcome.text, &problems));
     }

@@ -12,7 +12,14 @@ const DELAY: Duration = Duration::from_millis(150);
 const TICK: Duration = Duration::from_millis(90);
 
 pub(crate) struct Progress {
-    shared: Option<(Arc<Mutex<String>>, Arc<AtomicBool>, JoinHandle<()>)>,
+    shared: Option<Ticker>,
+}
+
+/// The drawing thread and what it shares with the caller.
+struct Ticker {
+    line: Arc<Mutex<String>>,
+    done: Arc<AtomicBool>,
+    handle: JoinHandle<()>,
 }
 
 impl Progress {
@@ -40,12 +47,12 @@ impl Progress {
                 let _ = write!(std::io::stderr().lock(), "\r\x1b[2K");
             }
         });
-        Progress { shared: Some((line, done, handle)) }
+        Progress { shared: Some(Ticker { line, done, handle }) }
     }
 
     pub(crate) fn set(&mut self, text: &str) {
-        if let Some((line, _, _)) = &self.shared
-            && let Ok(mut l) = line.lock()
+        if let Some(ticker) = &self.shared
+            && let Ok(mut l) = ticker.line.lock()
         {
             text.trim_end().clone_into(&mut l);
         }
@@ -53,9 +60,9 @@ impl Progress {
 
     /// Stops and erases the indicator before the script's own output starts.
     pub(crate) fn finish(&mut self) {
-        if let Some((_, done, handle)) = self.shared.take() {
-            done.store(true, Ordering::Relaxed);
-            let _ = handle.join();
+        if let Some(ticker) = self.shared.take() {
+            ticker.done.store(true, Ordering::Relaxed);
+            let _ = ticker.handle.join();
         }
     }
 }

@@ -13,8 +13,8 @@ use engine_detect::EngineName;
 use engine_oci::{Flavor, OciEngine};
 use pep723_meta::Metadata;
 use sandbox_core::{
-    Crossing, EnvVar, Layer, LayerMount, MountMode, Net, Output, Publish, ResolveCtx, RunIo, RunOutcome, RunSpec,
-    ScrubbingSink, Secrets, Stdin, Stream,
+    Crossing, EnvVar, Layer, LayerMount, MountMode, Net, Output, Publish, ResolveCtx, RunIo,
+    RunOutcome, RunSpec, ScrubbingSink, Secrets, Stdin, Stream,
 };
 
 use crate::args::{ContainerArgs, EngineChoice, NetFlag, RunArgs};
@@ -63,7 +63,11 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode> {
     }
     let code = if outcome.timed_out {
         let secs = spec.timeout.map_or(0.0, |t| t.as_secs_f64());
-        eprintln!("{}error{:#}: timed out after {secs}s; the whole run was stopped", ui::ERROR, ui::ERROR);
+        eprintln!(
+            "{}error{:#}: timed out after {secs}s; the whole run was stopped",
+            ui::ERROR,
+            ui::ERROR
+        );
         EXIT_TIMEOUT
     } else {
         u8::try_from(outcome.exit_code).unwrap_or(1)
@@ -107,7 +111,11 @@ fn inline_layer(meta: &Metadata) -> Layer {
             pep723_meta::Net::Off => Net::Off,
         });
         layer.publish = sb.publish.iter().map(|p| Publish { port: p.value, host: None }).collect();
-        layer.env = sb.env.iter().map(|e| EnvVar { name: e.value.name.clone(), value: e.value.value.clone() }).collect();
+        layer.env = sb
+            .env
+            .iter()
+            .map(|e| EnvVar { name: e.value.name.clone(), value: e.value.value.clone() })
+            .collect();
         layer.timeout = sb.timeout.as_ref().map(|t| Duration::from_secs(t.value));
     }
     layer
@@ -117,7 +125,10 @@ fn inline_layer(meta: &Metadata) -> Layer {
 fn cli_layer(args: &RunArgs) -> Result<Layer> {
     let timeout = match args.timeout {
         Some(t) if !(t.is_finite() && t > 0.0 && t < 1e9) => {
-            return Err(ui::hinted(format!("invalid timeout `{t}`"), "give a positive number of seconds"));
+            return Err(ui::hinted(
+                format!("invalid timeout `{t}`"),
+                "give a positive number of seconds",
+            ));
         }
         t => t.map(Duration::from_secs_f64),
     };
@@ -149,7 +160,10 @@ fn fill_env_from_host(spec: &mut RunSpec) {
                 true
             }
             Err(_) => {
-                ui::warn(&format!("`{}` is not set (or not utf-8) on the host; not passed to the script", var.name));
+                ui::warn(&format!(
+                    "`{}` is not set (or not utf-8) on the host; not passed to the script",
+                    var.name
+                ));
                 false
             }
         }
@@ -176,7 +190,11 @@ fn crossings(spec: &RunSpec, home: Option<&Path>) -> Vec<Crossing> {
 }
 
 fn refuse(crossings: &[Crossing], json: bool) -> ExitCode {
-    eprintln!("{}error{:#}: this run crosses a boundary and needs your approval:", ui::ERROR, ui::ERROR);
+    eprintln!(
+        "{}error{:#}: this run crosses a boundary and needs your approval:",
+        ui::ERROR,
+        ui::ERROR
+    );
     for c in crossings {
         eprintln!("  - {c}");
     }
@@ -193,7 +211,10 @@ fn refuse(crossings: &[Crossing], json: bool) -> ExitCode {
                 })
             })
             .collect();
-        println!("{}", serde_json::json!({"engine": null, "exit_code": EXIT_BOUNDARY, "crossings": items}));
+        println!(
+            "{}",
+            serde_json::json!({"engine": null, "exit_code": EXIT_BOUNDARY, "crossings": items})
+        );
     }
     ExitCode::from(EXIT_BOUNDARY)
 }
@@ -201,17 +222,24 @@ fn refuse(crossings: &[Crossing], json: bool) -> ExitCode {
 fn no_engine(json: bool) -> ExitCode {
     let detection = engine_detect::detect();
     let os = engine_detect::OsInfo::detect();
-    eprintln!("{}error{:#}: no isolation engine works here, so nothing was run", ui::ERROR, ui::ERROR);
+    eprintln!(
+        "{}error{:#}: no isolation engine works here, so nothing was run",
+        ui::ERROR,
+        ui::ERROR
+    );
     eprintln!("{}", engine_detect::suggest(&os, &detection));
     if json {
-        println!("{}", serde_json::json!({"engine": null, "exit_code": EXIT_NO_ENGINE, "detection": detection}));
+        println!(
+            "{}",
+            serde_json::json!({"engine": null, "exit_code": EXIT_NO_ENGINE, "detection": detection})
+        );
     }
     ExitCode::from(EXIT_NO_ENGINE)
 }
 
 /// The engine that will run the script.
 enum Selected {
-    Bwrap(BwrapEngine),
+    Bwrap(Box<BwrapEngine>),
     Oci(Box<OciEngine>),
 }
 
@@ -295,9 +323,11 @@ fn secrets_of(spec: &RunSpec) -> Secrets {
 }
 
 fn select_engine(choice: EngineChoice, container: &ContainerArgs) -> Result<Option<Selected>> {
-    let oci = |flavor| -> Result<Selected> { Ok(Selected::Oci(Box::new(session::oci_engine(flavor, container)?))) };
+    let oci = |flavor| -> Result<Selected> {
+        Ok(Selected::Oci(Box::new(session::oci_engine(flavor, container)?)))
+    };
     match choice {
-        EngineChoice::Bwrap => Ok(Some(Selected::Bwrap(bwrap_engine()?))),
+        EngineChoice::Bwrap => Ok(Some(Selected::Bwrap(Box::new(bwrap_engine()?)))),
         EngineChoice::Docker => oci(Flavor::Docker).map(Some),
         EngineChoice::Podman => oci(Flavor::Podman).map(Some),
         EngineChoice::Auto => {
@@ -306,12 +336,16 @@ fn select_engine(choice: EngineChoice, container: &ContainerArgs) -> Result<Opti
             // success is memoized per bwrap binary, which keeps warm runs free of extra spawns.
             let config = BwrapConfig::from_env()?;
             if engine_bwrap::probe_cached(&config).available {
-                return Ok(Some(Selected::Bwrap(BwrapEngine::new(config)?)));
+                return Ok(Some(Selected::Bwrap(Box::new(BwrapEngine::new(config)?))));
             }
             // Then docker, then podman, as `detect` orders them; only an engine that answers.
             let detection = engine_detect::detect();
-            for (name, flavor) in [(EngineName::Docker, Flavor::Docker), (EngineName::Podman, Flavor::Podman)] {
-                let usable = |p: &engine_detect::Probe| p.available || p.state == engine_detect::ProbeState::InstalledNoSocket;
+            for (name, flavor) in
+                [(EngineName::Docker, Flavor::Docker), (EngineName::Podman, Flavor::Podman)]
+            {
+                let usable = |p: &engine_detect::Probe| {
+                    p.available || p.state == engine_detect::ProbeState::InstalledNoSocket
+                };
                 if detection.probe(name).is_some_and(usable) {
                     return oci(flavor).map(Some);
                 }

@@ -85,8 +85,14 @@ fn check_json_has_lsp_ranges_in_utf16() {
     assert_eq!(out.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let diags = v[0]["diagnostics"].as_array().expect("array");
-    let bad = diags.iter().find(|d| d["message"].as_str().unwrap_or_default().contains("`x>`")).expect("x> error");
-    let emoji = diags.iter().find(|d| d["message"].as_str().unwrap_or_default().contains('😀')).expect("emoji");
+    let bad = diags
+        .iter()
+        .find(|d| d["message"].as_str().unwrap_or_default().contains("`x>`"))
+        .expect("x> error");
+    let emoji = diags
+        .iter()
+        .find(|d| d["message"].as_str().unwrap_or_default().contains('😀'))
+        .expect("emoji");
     assert_eq!(emoji["range"]["start"]["character"], 19, "{emoji}");
     assert_eq!(bad["range"]["start"]["character"], 26, "{bad}");
     assert_eq!(bad["column"], 26, "1-based character column: the emoji is one character");
@@ -98,7 +104,8 @@ fn show_prints_one_json_object_even_when_invalid() {
     ctx.write("broken.py", BROKEN);
     let out = ctx.run(&["meta", "show", "broken.py", "--json"]);
     assert_eq!(out.status.code(), Some(1));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("exactly one json object");
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("exactly one json object");
     assert_eq!(v["status"], "invalid");
     assert_eq!(v["metadata"]["requires-python"], ">=3.11");
     assert_eq!(v["metadata"]["tool"]["python-sandbox"]["net"], "maybe");
@@ -106,7 +113,8 @@ fn show_prints_one_json_object_even_when_invalid() {
 
     ctx.write("none.py", "print(1)\n");
     let v: serde_json::Value =
-        serde_json::from_slice(&ctx.run(&["meta", "show", "none.py", "--json"]).stdout).expect("json");
+        serde_json::from_slice(&ctx.run(&["meta", "show", "none.py", "--json"]).stdout)
+            .expect("json");
     assert_eq!(v, serde_json::json!({"status": "none", "metadata": null, "diagnostics": []}));
 }
 
@@ -162,7 +170,11 @@ fn failed_edits_leave_the_file_untouched() {
     ] {
         let out = ctx.run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", transcript(&out));
-        assert!(String::from_utf8_lossy(&out.stderr).contains(needle), "{args:?}: {}", transcript(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(needle),
+            "{args:?}: {}",
+            transcript(&out)
+        );
         assert_eq!(ctx.read("crlf.py"), original, "{args:?} changed the file");
     }
     // A successful edit keeps CRLF and the missing final newline.
