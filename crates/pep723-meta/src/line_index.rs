@@ -40,13 +40,25 @@ pub struct PositionRange {
 
 /// Maps byte offsets of one text to line/column positions and back.
 ///
-/// Built once per text in linear time; each lookup is a binary search over line starts plus a scan
-/// of at most one line.
+/// Built once per text in linear time. Lookups are binary searches: ASCII columns are byte
+/// arithmetic and only non-ASCII characters are recorded, so an editor can convert every
+/// diagnostic on every keystroke without rescanning long lines.
 #[derive(Debug, Clone)]
 pub struct LineIndex {
     text: String,
     /// Byte offset where each line starts; always begins with 0.
     line_starts: Vec<usize>,
+    /// Every non-ASCII character: its byte offset, UTF-8 length and UTF-16 length.
+    wide: Vec<Wide>,
+    /// `saved[i]`: UTF-8 bytes minus UTF-16 units of `wide[..i]` (one longer than `wide`).
+    saved: Vec<usize>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Wide {
+    offset: usize,
+    len8: u8,
+    len16: u8,
 }
 
 impl LineIndex {
@@ -65,7 +77,16 @@ impl LineIndex {
             line_starts.push(next);
             i = next;
         }
-        Self { text: text.to_owned(), line_starts }
+        let mut wide = Vec::new();
+        let mut saved = vec![0];
+        if !text.is_ascii() {
+            for (offset, c) in text.char_indices().filter(|(_, c)| !c.is_ascii()) {
+                let w = Wide { offset, len8: c.len_utf8() as u8, len16: c.len_utf16() as u8 };
+                saved.push(saved[saved.len() - 1] + usize::from(w.len8 - w.len16));
+                wide.push(w);
+            }
+        }
+        Self { text: text.to_owned(), line_starts, wide, saved }
     }
 
     /// The number of lines (a text ending in a line break has an empty last line).
@@ -87,23 +108,27 @@ impl LineIndex {
         Some(start..end)
     }
 
-    /// The position of byte `offset`. Offsets past the end clamp to the end; offsets inside a
-    /// multi-byte character or a CRLF pair count as the position just before it.
+    /// The position of byte `offset`. Offsets past the end clamp to the end; an offset inside a
+    /// multi-byte character counts as that character's start, one inside a line break as the
+    /// line's end.
     pub fn position(&self, offset: usize, encoding: PositionEncoding) -> Position {
-        let offset = offset.min(self.text.len());
-        let line = self.line_starts.partition_point(|&s| s <= offset) - 1;
-        let start = self.line_starts[line];
-        let mut character = 0u32;
-        for (i, c) in self.text[start..].char_indices() {
-            if start + i + c.len_utf8() > offset {
-                break;
-            }
-            character += match encoding {
-                PositionEncoding::Utf8 => c.len_utf8() as u32,
-                PositionEncoding::Utf16 => c.len_utf16() as u32,
-            };
+        let mut offset = offset.min(self.text.len());
+        while !self.text.is_char_boundary(offset) {
+            offset -= 1;
         }
-        Position { line: line as u32, character }
+        let line = self.line_starts.partition_point(|&s| s <= offset) - 1;
+        let range = self.line_range(line).unwrap_or(offset..offset);
+        let offset = offset.min(range.end);
+        let bytes = offset - range.start;
+        let character = match encoding {
+            PositionEncoding::Utf8 => bytes,
+            PositionEncoding::Utf16 => {
+                let from = self.wide.partition_point(|w| w.offset < range.start);
+                let to = self.wide.partition_point(|w| w.offset < offset);
+                bytes - (self.saved[to] - self.saved[from])
+            }
+        };
+        Position { line: line as u32, character: character as u32 }
     }
 
     /// The positions of both ends of a byte range.
@@ -115,25 +140,37 @@ impl LineIndex {
     }
 
     /// The byte offset of a position, or `None` when the line does not exist. A column past the end
-    /// of its line clamps to the line end (before the line break), as LSP requires.
+    /// of its line clamps to the line end (before the line break), as LSP requires; a column inside
+    /// a character rounds down to its start.
     pub fn offset(&self, position: Position, encoding: PositionEncoding) -> Option<usize> {
         let range = self.line_range(position.line as usize)?;
-        let mut remaining = position.character;
-        for (i, c) in self.text[range.clone()].char_indices() {
-            if remaining == 0 {
-                return Some(range.start + i);
+        let want = position.character as usize;
+        match encoding {
+            PositionEncoding::Utf8 => {
+                let mut at = (range.start + want).min(range.end);
+                while !self.text.is_char_boundary(at) {
+                    at -= 1;
+                }
+                Some(at)
             }
-            let width = match encoding {
-                PositionEncoding::Utf8 => c.len_utf8() as u32,
-                PositionEncoding::Utf16 => c.len_utf16() as u32,
-            };
-            // A column inside a character rounds down to the character's start.
-            if remaining < width {
-                return Some(range.start + i);
+            PositionEncoding::Utf16 => {
+                let (mut at8, mut at16) = (range.start, 0usize);
+                let from = self.wide.partition_point(|w| w.offset < range.start);
+                for w in self.wide[from..].iter().take_while(|w| w.offset < range.end) {
+                    let ascii = w.offset - at8;
+                    if at16 + ascii >= want {
+                        return Some(at8 + (want - at16));
+                    }
+                    at16 += ascii;
+                    if at16 + usize::from(w.len16) > want {
+                        return Some(w.offset);
+                    }
+                    at8 = w.offset + usize::from(w.len8);
+                    at16 += usize::from(w.len16);
+                }
+                Some((at8 + want.saturating_sub(at16)).min(range.end))
             }
-            remaining -= width;
         }
-        Some(range.end)
     }
 }
 

@@ -1,6 +1,9 @@
 //! Property tests: the invariants that must hold for every input, not just the fixtures.
 
-use pep723_meta::{Edit, LineEnding, SandboxKey, Status, apply_edits, edit, parse, parse_bytes};
+use pep723_meta::{
+    Edit, LineEnding, LineIndex, PositionEncoding, SandboxKey, Status, apply_edits, edit, parse,
+    parse_bytes,
+};
 use proptest::prelude::*;
 
 use crate::support::assert_spans_ok;
@@ -207,6 +210,49 @@ proptest! {
                         "{} missing from {:?}", r, meta.dependencies
                     );
                 }
+            }
+        }
+    }
+}
+
+/// The obvious implementation: walk the characters from the start.
+fn naive_position(text: &str, offset: usize, utf16: bool) -> (u32, u32) {
+    let (mut line, mut col) = (0u32, 0u32);
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if i >= offset {
+            break;
+        }
+        match c {
+            '\r' if chars.peek().is_some_and(|(_, n)| *n == '\n') => {
+                if chars.peek().is_some_and(|(j, _)| *j >= offset) {
+                    break;
+                }
+                chars.next();
+                line += 1;
+                col = 0;
+            }
+            '\n' | '\r' => {
+                line += 1;
+                col = 0;
+            }
+            c => col += if utf16 { c.len_utf16() as u32 } else { c.len_utf8() as u32 },
+        }
+    }
+    (line, col)
+}
+
+proptest! {
+    #[test]
+    fn line_index_matches_a_naive_walk(text in "[a\r\né😀\u{2028}\t]{0,40}") {
+        let index = LineIndex::new(&text);
+        for (offset, _) in text.char_indices().chain([(text.len(), ' ')]) {
+            for (enc, utf16) in [(PositionEncoding::Utf8, false), (PositionEncoding::Utf16, true)] {
+                let p = index.position(offset, enc);
+                prop_assert_eq!((p.line, p.character), naive_position(&text, offset, utf16), "offset {}", offset);
+                let back = index.offset(p, enc).expect("line exists");
+                let in_break = text[..offset].ends_with('\r') && text[offset..].starts_with('\n');
+                prop_assert!(back == offset || in_break, "{} -> {:?} -> {}", offset, p, back);
             }
         }
     }
