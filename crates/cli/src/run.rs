@@ -323,13 +323,21 @@ fn secrets_of(spec: &RunSpec) -> Secrets {
 }
 
 fn select_engine(choice: EngineChoice, container: &ContainerArgs) -> Result<Option<Selected>> {
-    let oci = |flavor| -> Result<Selected> {
-        Ok(Selected::Oci(Box::new(session::oci_engine(flavor, container)?)))
+    // A daemon that does not answer is "no engine" (exit 3), like an absent one.
+    let oci = |flavor| -> Result<Option<Selected>> {
+        match session::oci_engine(flavor, container) {
+            Ok(engine) => Ok(Some(Selected::Oci(Box::new(engine)))),
+            Err(e) if is_unreachable(&e) => {
+                let _ = ui::report_error(&e);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     };
     match choice {
         EngineChoice::Bwrap => Ok(Some(Selected::Bwrap(Box::new(bwrap_engine()?)))),
-        EngineChoice::Docker => oci(Flavor::Docker).map(Some),
-        EngineChoice::Podman => oci(Flavor::Podman).map(Some),
+        EngineChoice::Docker => oci(Flavor::Docker),
+        EngineChoice::Podman => oci(Flavor::Podman),
         EngineChoice::Auto => {
             // The probe creates real namespaces, so a bwrap that is installed but blocked (AppArmor,
             // a container without user namespaces) is skipped rather than failing mid-run. Its
@@ -347,12 +355,16 @@ fn select_engine(choice: EngineChoice, container: &ContainerArgs) -> Result<Opti
                     p.available || p.state == engine_detect::ProbeState::InstalledNoSocket
                 };
                 if detection.probe(name).is_some_and(usable) {
-                    return oci(flavor).map(Some);
+                    return oci(flavor);
                 }
             }
             Ok(None)
         }
     }
+}
+
+fn is_unreachable(e: &anyhow::Error) -> bool {
+    matches!(e.downcast_ref::<engine_oci::Error>(), Some(engine_oci::Error::Unreachable { .. }))
 }
 
 fn bwrap_engine() -> Result<BwrapEngine> {

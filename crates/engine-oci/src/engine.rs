@@ -104,6 +104,7 @@ pub struct OciEngine {
     owner: reaper::Owner,
     image_id: String,
     swept: Vec<Swept>,
+    seccomp: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for OciEngine {
@@ -198,7 +199,12 @@ impl OciEngine {
         } else {
             Vec::new()
         };
+        let seccomp = match config.flavor {
+            Flavor::Docker => None,
+            Flavor::Podman => Some(podman_seccomp(&config.cache_dir)?),
+        };
         Ok(OciEngine {
+            seccomp,
             config,
             connection,
             docker,
@@ -213,6 +219,11 @@ impl OciEngine {
     fn rt(&self) -> &tokio::runtime::Runtime {
         // Only `Drop` takes it.
         self.rt.as_ref().unwrap_or_else(|| unreachable!("runtime used after drop"))
+    }
+
+    /// The seccomp profile file given to every container (podman only).
+    pub fn seccomp_profile(&self) -> Option<&std::path::Path> {
+        self.seccomp.as_deref()
     }
 
     /// The engine's configuration.
@@ -339,7 +350,9 @@ impl OciEngine {
             dependencies: spec.dependencies.clone(),
             limits: self.config.limits,
         };
-        let body = plan::create_body(&plan::prepare_plan(&self.host, &layout), self.config.flavor);
+        let mut container = plan::prepare_plan(&self.host, &layout);
+        container.seccomp = self.seccomp.clone();
+        let body = plan::create_body(&container, self.config.flavor);
         let name = format!("python-sandbox-prepare-{id}");
         let guard =
             container::create(&self.docker, engine, &name, body, &self.config.image).await?;
@@ -431,7 +444,9 @@ impl OciEngine {
             limits: self.config.limits,
             stdin: !matches!(io.stdin, sandbox_core::Stdin::Null),
         };
-        let body = plan::create_body(&plan::run_plan(&self.host, &layout), self.config.flavor);
+        let mut container = plan::run_plan(&self.host, &layout);
+        container.seccomp = self.seccomp.clone();
+        let body = plan::create_body(&container, self.config.flavor);
         let name = format!("python-sandbox-run-{id}");
         let engine = self.engine_name();
         let sink = match io.output {
@@ -501,4 +516,31 @@ async fn image_id(docker: &Docker, engine: &'static str, image: &str) -> Result<
         }
         Err(e) => Err(api(engine, &format!("inspecting image {image}"))(e)),
     }
+}
+
+/// Writes (content-addressed, once) podman's default profile without user namespaces and
+/// returns its path; podman reads it on the same host.
+fn podman_seccomp(cache_dir: &std::path::Path) -> Result<PathBuf> {
+    let default = crate::seccomp::DEFAULT_PROFILES
+        .iter()
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .ok_or_else(|| Error::Seccomp {
+            reason: format!(
+                "no default profile at {}",
+                crate::seccomp::DEFAULT_PROFILES.join(" or ")
+            ),
+        })?;
+    let hardened = crate::seccomp::without_user_namespaces(&default)
+        .map_err(|reason| Error::Seccomp { reason })?;
+    let digest = hex(&Sha256::digest(hardened.as_bytes()));
+    let dir = cache_dir.join("oci");
+    std::fs::create_dir_all(&dir).map_err(Error::io(format!("creating {}", dir.display())))?;
+    let path = dir.join(format!("seccomp-{}.json", &digest[..16]));
+    if !path.is_file() {
+        let tmp = dir.join(format!(".seccomp-{}.{}", &digest[..16], std::process::id()));
+        std::fs::write(&tmp, hardened.as_bytes())
+            .map_err(Error::io(format!("writing {}", tmp.display())))?;
+        std::fs::rename(&tmp, &path).map_err(Error::io(format!("writing {}", path.display())))?;
+    }
+    Ok(path)
 }

@@ -33,6 +33,14 @@ pub enum Error {
         "podman has no container init binary (catatonit)\nhint: install the `catatonit` package; python-sandbox needs an init process so signals and zombies work"
     )]
     NoPodmanInit,
+    /// Podman's default seccomp profile could not be hardened.
+    #[error(
+        "cannot build the seccomp profile for podman: {reason}\nhint: podman packages ship /usr/share/containers/seccomp.json; python-sandbox refuses to run podman containers that may create user namespaces"
+    )]
+    Seccomp {
+        /// What went wrong.
+        reason: String,
+    },
     /// A call to the engine API failed.
     #[error("{engine} API: {context}: {message}")]
     Api {

@@ -35,6 +35,7 @@ mod engine;
 mod error;
 mod host;
 mod plan;
+mod seccomp;
 mod session;
 mod sweep;
 mod workspace;

@@ -77,6 +77,9 @@ pub(crate) struct ContainerPlan {
     pub(crate) nproc: i64,
     pub(crate) stdin: bool,
     pub(crate) auto_remove: bool,
+    /// A seccomp profile file (podman: the default minus user namespaces); `None` keeps the
+    /// engine's default (Docker's already refuses them).
+    pub(crate) seccomp: Option<PathBuf>,
 }
 
 /// What a run container needs besides host facts.
@@ -244,6 +247,7 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout) -> ContainerPlan {
         nproc: ulimit(host.nproc_hard, 32_768),
         stdin: layout.stdin,
         auto_remove: false,
+        seccomp: None,
     }
 }
 
@@ -290,6 +294,7 @@ pub(crate) fn prepare_plan(host: &HostFacts, layout: &PrepareLayout) -> Containe
         nproc: ulimit(host.nproc_hard, 32_768),
         stdin: false,
         auto_remove: false,
+        seccomp: None,
     }
 }
 
@@ -338,6 +343,7 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Containe
         nproc: ulimit(host.nproc_hard, 32_768),
         stdin: false,
         auto_remove: true,
+        seccomp: None,
     }
 }
 
@@ -377,7 +383,11 @@ pub(crate) fn create_body(plan: &ContainerPlan, flavor: Flavor) -> ContainerCrea
         port_bindings: (!port_bindings.is_empty()).then_some(port_bindings),
         readonly_rootfs: Some(true),
         cap_drop: Some(vec!["ALL".to_owned()]),
-        security_opt: Some(vec!["no-new-privileges".to_owned()]),
+        security_opt: Some(
+            std::iter::once("no-new-privileges".to_owned())
+                .chain(plan.seccomp.iter().map(|p| format!("seccomp={}", p.display())))
+                .collect(),
+        ),
         ipc_mode: Some("private".to_owned()),
         privileged: Some(false),
         tmpfs: Some(tmpfs),

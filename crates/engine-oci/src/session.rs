@@ -155,7 +155,9 @@ impl OciEngine {
             limits: self.config().limits,
             ttl_secs,
         };
-        let body = plan::create_body(&plan::session_plan(&host, &layout), self.config().flavor);
+        let mut container = plan::session_plan(&host, &layout);
+        container.seccomp = self.seccomp_profile().map(Path::to_owned);
+        let body = plan::create_body(&container, self.config().flavor);
         let name = container_name(&id);
         let engine = self.config().flavor.as_str();
         let image = self.config().image.clone();

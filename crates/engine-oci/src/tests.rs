@@ -275,3 +275,82 @@ fn sweep_maps_states_and_keeps_sessions_active() {
     let dead = |_: &reaper::Owner| reaper::Liveness::Dead;
     assert!(reaper::decide(10_000, &[resource], &dead).is_empty());
 }
+
+#[test]
+fn podman_profile_loses_user_namespaces_only() {
+    let default = r#"{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[
+        {"names":["read","clone","clone3","unshare","write"],"action":"SCMP_ACT_ALLOW","args":[]},
+        {"names":["clone"],"action":"SCMP_ACT_ALLOW","includes":{"caps":["CAP_SYS_ADMIN"]}},
+        {"names":["setns"],"action":"SCMP_ACT_ERRNO","errnoRet":1}]}"#;
+    let hardened = crate::seccomp::without_user_namespaces(default).expect("hardened");
+    let value: serde_json::Value = serde_json::from_str(&hardened).expect("json");
+    insta::assert_json_snapshot!(value["syscalls"], @r#"
+    [
+      {
+        "action": "SCMP_ACT_ALLOW",
+        "args": [],
+        "names": [
+          "read",
+          "write"
+        ]
+      },
+      {
+        "action": "SCMP_ACT_ERRNO",
+        "errnoRet": 1,
+        "names": [
+          "setns"
+        ]
+      },
+      {
+        "action": "SCMP_ACT_ALLOW",
+        "args": [
+          {
+            "index": 0,
+            "op": "SCMP_CMP_MASKED_EQ",
+            "value": 268435456,
+            "valueTwo": 0
+          }
+        ],
+        "names": [
+          "clone"
+        ]
+      },
+      {
+        "action": "SCMP_ACT_ALLOW",
+        "args": [
+          {
+            "index": 0,
+            "op": "SCMP_CMP_MASKED_EQ",
+            "value": 268435456,
+            "valueTwo": 0
+          }
+        ],
+        "names": [
+          "unshare"
+        ]
+      },
+      {
+        "action": "SCMP_ACT_ERRNO",
+        "errnoRet": 38,
+        "names": [
+          "clone3"
+        ]
+      }
+    ]
+    "#);
+    assert!(crate::seccomp::without_user_namespaces("{}").is_err());
+    assert!(crate::seccomp::without_user_namespaces("nope").is_err());
+    // The real default profile of this machine, when podman is installed, transforms too.
+    for path in crate::seccomp::DEFAULT_PROFILES {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            let hardened = crate::seccomp::without_user_namespaces(&text).expect(path);
+            assert!(
+                !hardened.contains(
+                    r#""unshare",
+"#
+                ),
+                "{path}"
+            );
+        }
+    }
+}
