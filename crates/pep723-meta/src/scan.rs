@@ -394,6 +394,10 @@ fn near_miss(line: &str, start: usize) -> Option<Diagnostic> {
     if !looks_like_script(first) && fold(first) != "pyproject" {
         return None;
     }
+    if code.contains(['"', '\'']) {
+        // Inside a string literal (`x = "# /// script"`), most likely on purpose.
+        return None;
+    }
     if !code.trim().is_empty() {
         let hash = start + code.len();
         return Some(near_miss_diag(

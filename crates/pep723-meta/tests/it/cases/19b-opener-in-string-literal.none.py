@@ -1,0 +1,5 @@
+TEMPLATE = "# /// script"
+OTHER = f"""
+# /// script
+"""
+print(TEMPLATE)
