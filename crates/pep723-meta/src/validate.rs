@@ -146,13 +146,84 @@ fn value_type(v: &Value) -> &'static str {
     }
 }
 
+/// A direct-reference URL (`name @ URL`), checked for shape only. pep508_rs's default
+/// `VerbatimUrl` expands `${VAR}` from the environment and reads the working directory (panicking
+/// where there is none, as in WASM): not acceptable in a pure parser.
+#[derive(Debug)]
+struct DirectUrl;
+
+#[derive(Debug)]
+struct DirectUrlError;
+
+impl std::fmt::Display for DirectUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("url")
+    }
+}
+
+impl std::fmt::Display for DirectUrlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("expected a url with a scheme, like `https://...` or `file:///...`")
+    }
+}
+
+impl std::error::Error for DirectUrlError {}
+
+impl pep508_rs::Pep508Url for DirectUrl {
+    type Err = DirectUrlError;
+
+    fn parse_url(url: &str, _working_dir: Option<&std::path::Path>) -> Result<Self, Self::Err> {
+        let scheme = url.split_once(':').map_or("", |(s, _)| s);
+        let valid = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+            && !url.contains(char::is_whitespace);
+        if valid { Ok(DirectUrl) } else { Err(DirectUrlError) }
+    }
+}
+
+type Requirement = pep508_rs::Requirement<DirectUrl>;
+
+/// Names (package and extras) that end in `.`, `-` or `_` before another character make
+/// pep508_rs 0.9 panic (its parser and its name validation disagree); reject them first.
+fn name_guard(s: &str) -> Result<(), (String, Range<usize>)> {
+    let is_name = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
+    let check = |from: usize, what: &str| -> Result<usize, (String, Range<usize>)> {
+        let len = s[from..].find(|c: char| !is_name(c)).unwrap_or(s.len() - from);
+        let end = from + len;
+        match s[from..end].chars().next_back() {
+            Some(last) if !last.is_ascii_alphanumeric() && end < s.len() => {
+                Err((format!("{what} must end with a letter or digit, not `{last}`"), end - 1..end))
+            }
+            _ => Ok(end),
+        }
+    };
+    let start = s.len() - s.trim_start().len();
+    let mut at = check(start, "the package name")?;
+    at += s[at..].len() - s[at..].trim_start().len();
+    if s[at..].starts_with('[') {
+        at += 1;
+        loop {
+            at += s[at..].len() - s[at..].trim_start().len();
+            at = check(at, "an extra name")?;
+            at += s[at..].len() - s[at..].trim_start().len();
+            if s[at..].starts_with(',') {
+                at += 1;
+            } else {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Whether a requirement string parses as PEP 508; the error's message and byte span in the string.
 pub(crate) fn check_pep508(s: &str) -> Result<(), (String, Range<usize>)> {
-    match pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(s) {
+    name_guard(s)?;
+    match Requirement::from_str(s) {
         Ok(_) => Ok(()),
         Err(e) => {
-            let start = e.start.min(s.len());
-            let end = (e.start + e.len.max(1)).min(s.len());
+            let start = floor_char(s, e.start.min(s.len()));
+            let end = floor_char(s, (e.start + e.len.max(1)).min(s.len())).max(start);
             Err((lower_first(&e.message.to_string()), start..end))
         }
     }
@@ -160,7 +231,8 @@ pub(crate) fn check_pep508(s: &str) -> Result<(), (String, Range<usize>)> {
 
 /// The normalized package name of a requirement (PEP 503), when it parses.
 pub(crate) fn requirement_name(s: &str) -> Option<String> {
-    pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(s).ok().map(|r| r.name.to_string())
+    name_guard(s).ok()?;
+    Requirement::from_str(s).ok().map(|r| r.name.to_string())
 }
 
 /// Whether a `requires-python` value parses as PEP 440 specifiers; the error message.
