@@ -283,7 +283,9 @@ impl OciEngine {
     /// workspace) installs into a fresh volume; the marker volume is created last, so an
     /// interrupted install is never reused. Concurrent prepares of one key serialize on a lock.
     pub fn prepare(&self, spec: &RunSpec, status: &mut dyn FnMut(&str)) -> Result<PreparedEnv> {
-        if spec.dependencies.is_empty() {
+        // `requires-python` alone still goes through prepare: uv checks the image's interpreter
+        // against it there (and the volume is the warm marker of that check).
+        if spec.dependencies.is_empty() && spec.requires_python.is_none() {
             return Ok(PreparedEnv { volume: None, fresh: false });
         }
         let volume =
@@ -348,6 +350,7 @@ impl OciEngine {
             labels,
             env_volume: volume.to_owned(),
             dependencies: spec.dependencies.clone(),
+            requires_python: spec.requires_python.clone(),
             limits: self.config.limits,
         };
         let mut container = plan::prepare_plan(&self.host, &layout);

@@ -107,6 +107,7 @@ pub(crate) struct PrepareLayout {
     pub(crate) labels: BTreeMap<String, String>,
     pub(crate) env_volume: String,
     pub(crate) dependencies: Vec<String>,
+    pub(crate) requires_python: Option<String>,
     pub(crate) limits: Limits,
 }
 
@@ -141,9 +142,10 @@ while :; do
   if [ $((now - last)) -ge "$ttl" ]; then exit 0; fi
 done"#;
 
-/// The prepare script: a venv in the volume root, then the dependencies (given as `$@`).
+/// The prepare script: a venv in the volume root (from the image's interpreter, which must
+/// satisfy `requires-python`: `PYTHON_REQUEST`), then the dependencies (given as `$@`).
 pub(crate) const PREPARE_SCRIPT: &str = r#"set -eu
-uv venv --quiet --relocatable --allow-existing --python /usr/bin/python3 /home/sandbox
+uv venv --quiet --relocatable --allow-existing --python "$PYTHON_REQUEST" /home/sandbox
 if [ "$#" -gt 0 ]; then
   uv pip install --quiet --compile-bytecode --python /home/sandbox/bin/python -- "$@"
 fi"#;
@@ -266,6 +268,7 @@ pub(crate) fn prepare_plan(host: &HostFacts, layout: &PrepareLayout) -> Containe
     ] {
         set_env(&mut env, name, value);
     }
+    set_env(&mut env, "PYTHON_REQUEST", layout.requires_python.as_deref().unwrap_or(IMAGE_PYTHON));
     for name in crate::host::PREPARE_ENV_ALLOWLIST {
         if let Some(value) = host.env_value(name) {
             set_env(&mut env, name, value);

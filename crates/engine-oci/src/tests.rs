@@ -103,6 +103,7 @@ fn prepare_body() {
         labels: labels(),
         env_volume: "python-sandbox-env-0123".to_owned(),
         dependencies: vec!["requests>=2".to_owned(), "rich".to_owned()],
+        requires_python: Some(">=3.11".to_owned()),
         limits: Limits::DEFAULT,
     };
     insta::assert_json_snapshot!(json(&plan::prepare_plan(&host(1234), &layout)));

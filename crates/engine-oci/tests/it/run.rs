@@ -226,3 +226,22 @@ fn mounts_are_ro_or_rw_at_their_real_paths() {
         assert_eq!(std::fs::read_to_string(rw.join("out.txt")).expect("out"), "y");
     }
 }
+
+#[test]
+fn requires_python_is_checked_against_the_image() {
+    for engine in engines() {
+        let (_dir, ws) = workspace("import sys\nprint(sys.version_info[0])\n");
+        let mut spec = spec(&ws);
+        spec.requires_python = Some(">=3.8".to_owned());
+        let (outcome, out) = run(&engine, &spec);
+        assert_eq!(
+            (outcome.exit_code, out.stdout_lossy().as_str()),
+            (0, "3\n"),
+            "{}",
+            name(&engine)
+        );
+        spec.requires_python = Some(">=3.99".to_owned());
+        let err = engine.prepare(&spec, &mut |_| {}).expect_err("no such python");
+        assert!(err.to_string().contains(">=3.99"), "{}: {err}", name(&engine));
+    }
+}

@@ -220,3 +220,50 @@ fn idle_session_removes_itself() {
         assert!(gone, "{}: session {} still there after its ttl", name(&engine), session.id());
     }
 }
+
+/// The CLI end to end: `session start` prints the id last, `run`/`exec` return the command's
+/// exit code, `list --json` shows it, `stop` removes it; `reap --dry-run --json` is valid JSON.
+#[test]
+fn cli_session_lifecycle() {
+    let Some(bin) = crate::support::cli_binary() else {
+        println!("SKIPPED: python-sandbox binary not built (cargo build -p cli)");
+        return;
+    };
+    for engine in engines() {
+        let e = name(&engine);
+        let (_dir, ws) = workspace("import sys\nprint('in session', sys.argv[1:])\nsys.exit(5)\n");
+        let cli = |args: &[&str]| {
+            let out =
+                std::process::Command::new(&bin).args(args).current_dir(&ws).output().expect("cli");
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        };
+        let (code, stdout, stderr) =
+            cli(&["session", "start", "--engine", e, "--net", "off", "--ttl", "10m"]);
+        assert_eq!(code, Some(0), "{e}: {stderr}");
+        let id = stdout.lines().last().expect("id").to_owned();
+        let (code, stdout, stderr) = cli(&["session", "run", &id, "main.py", "--", "x"]);
+        assert_eq!((code, stdout.as_str()), (Some(5), "in session ['x']\n"), "{e}: {stderr}");
+        let (code, stdout, _) =
+            cli(&["session", "exec", &id, "--", "sh", "-c", "echo $((6*7)); exit 3"]);
+        assert_eq!((code, stdout.as_str()), (Some(3), "42\n"), "{e}");
+        let (code, stdout, _) = cli(&["session", "list", "--json", "--engine", e]);
+        assert_eq!(code, Some(0));
+        let listed: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+        assert!(
+            listed.as_array().expect("array").iter().any(|s| s["id"] == id.as_str()),
+            "{e}: {stdout}"
+        );
+        let (code, _, stderr) = cli(&["session", "stop", &id]);
+        assert_eq!(code, Some(0), "{e}: {stderr}");
+        let (code, _, stderr) = cli(&["session", "exec", &id, "--", "true"]);
+        assert_eq!(code, Some(2), "{e}: exec after stop must fail: {stderr}");
+        assert!(stderr.contains("no session"), "{e}: {stderr}");
+        let (code, stdout, _) = cli(&["reap", "--dry-run", "--json", "--engine", e]);
+        assert_eq!(code, Some(0));
+        assert!(serde_json::from_str::<serde_json::Value>(&stdout).expect("json").is_array());
+    }
+}
