@@ -20,6 +20,18 @@
 //! `--env`, no host sockets. Everything carries the reaper's labels; [`OciEngine::new`] sweeps
 //! expired and orphaned containers with one list call.
 //!
+//! Decisions worth knowing:
+//!
+//! * A root caller's container runs as 65534, never 0 (see [`workspace`]): new files are handed
+//!   back to root after the run, but existing root-owned files the sandbox did not create stay
+//!   read-only to it unless their mode lets others write.
+//! * Podman gets its distribution's default seccomp profile minus user namespaces ([`seccomp`]);
+//!   Docker's default already refuses them. Podman needs `catatonit` for `init: true`.
+//! * The image's own `ENV` lines (and podman's `container=podman`) reach the script; nothing of
+//!   the host's environment does beyond the allowlist and explicit `--env`.
+//! * Environment volumes are a cache: the sweep never removes them (`docker volume prune`
+//!   with the `io.python-sandbox.managed-by` label filter does).
+//!
 //! Warm sessions ([`Session`]) implement [`sandbox_core::Sandbox`] on a long-lived container
 //! whose main process is an idle watchdog.
 //!

@@ -245,3 +245,19 @@ fn requires_python_is_checked_against_the_image() {
         assert!(err.to_string().contains(">=3.99"), "{}: {err}", name(&engine));
     }
 }
+
+#[test]
+fn missing_image_names_the_build_command() {
+    for flavor in [engine_oci::Flavor::Docker, engine_oci::Flavor::Podman] {
+        if crate::support::engine(flavor).is_none() {
+            continue;
+        }
+        let mut config = engine_oci::OciConfig::from_env(flavor);
+        config.image = "python-sandbox-no-such-image:never".to_owned();
+        config.sweep_on_start = false;
+        let err = engine_oci::OciEngine::new(config).expect_err("missing image");
+        let text = err.to_string();
+        assert!(text.contains("python-sandbox-no-such-image:never"), "{text}");
+        assert!(text.contains("cargo xtask image") && text.contains("deploy/image"), "{text}");
+    }
+}
