@@ -12,20 +12,20 @@
 //!   runs the script with the configured network; output streams live; the exit code is the
 //!   script's (128+N for signals); timeout, Ctrl-C and errors kill and remove the container.
 //!
-//! The wall ([`plan`]): read-only rootfs, tmpfs `/tmp` and home, `cap_drop ALL`,
+//! The wall (`plan.rs`): read-only rootfs, tmpfs `/tmp` and home, `cap_drop ALL`,
 //! `no-new-privileges`, private IPC, an init process, pids/memory/cpu limits, ulimits no
 //! higher than the host's hard limits, an unprivileged user (the caller, or 65534 for root:
-//! see [`workspace`]), `network_mode: none` when the network is off, ports published on
+//! see `workspace.rs`), `network_mode: none` when the network is off, ports published on
 //! 127.0.0.1 unless an address is given, an empty environment plus an allowlist and explicit
 //! `--env`, no host sockets. Everything carries the reaper's labels; [`OciEngine::new`] sweeps
 //! expired and orphaned containers with one list call.
 //!
 //! Decisions worth knowing:
 //!
-//! * A root caller's container runs as 65534, never 0 (see [`workspace`]): new files are handed
+//! * A root caller's container runs as 65534, never 0 (see `workspace.rs`): new files are handed
 //!   back to root after the run, but existing root-owned files the sandbox did not create stay
 //!   read-only to it unless their mode lets others write.
-//! * Podman gets its distribution's default seccomp profile minus user namespaces ([`seccomp`]);
+//! * Podman gets its distribution's default seccomp profile minus user namespaces (`seccomp.rs`);
 //!   Docker's default already refuses them. Podman needs `catatonit` for `init: true`.
 //! * The image's own `ENV` lines (and podman's `container=podman`) reach the script; nothing of
 //!   the host's environment does beyond the allowlist and explicit `--env`.
