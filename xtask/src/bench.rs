@@ -12,6 +12,7 @@ impl Bench {
     pub(crate) fn run(self, sh: &Shell) -> Result<()> {
         meta(sh)?;
         crate::bench_run::bwrap_vs_uv(sh)?;
+        crate::bench_run::oci_vs_raw(sh)?;
         Ok(())
     }
 }

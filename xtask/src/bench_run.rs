@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use xshell::{Shell, cmd};
 
+/// The script every runner is timed on.
+const HELLO: &str = "# /// script\n# dependencies = []\n# ///\nprint('hello')\n";
+
 /// Timed runs per command (after two warm-up runs that also fill the caches).
 const RUNS: usize = 15;
 
@@ -30,7 +33,7 @@ pub(crate) fn bwrap_vs_uv(sh: &Shell) -> Result<()> {
     let dir = root.join("target/bench-run");
     std::fs::create_dir_all(&dir)?;
     let hello = dir.join("hello.py");
-    std::fs::write(&hello, "# /// script\n# dependencies = []\n# ///\nprint('hello')\n")?;
+    std::fs::write(&hello, HELLO)?;
     let numpy = dir.join("numpy_stats.py");
     std::fs::copy(root.join("examples/numpy_stats.py"), &numpy)?;
     let sleeper = dir.join("sleep.py");
@@ -166,4 +169,89 @@ fn peak_rss_kib(cli: &Path, script: &Path, dir: &Path) -> Result<u64> {
         bail!("could not read the CLI's peak RSS from {}", status_file.display());
     }
     Ok(peak)
+}
+
+/// The container benchmarks: ephemeral `python-sandbox run --engine docker|podman` against the raw
+/// CLI's `run --rm` of the same image with the same mounts and hardening, and `session run` of
+/// hello in a warm session.
+pub(crate) fn oci_vs_raw(sh: &Shell) -> Result<()> {
+    let root = crate::project_root();
+    let cli = root.join("target/release/python-sandbox");
+    let dir = root.join("target/bench-run");
+    let hello = dir.join("hello.py");
+    cmd!(sh, "cargo build --release --locked -p cli").run()?;
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(&hello, HELLO)?;
+    for engine in crate::image::Engine::ALL {
+        crate::section(&format!(
+            "bench: python-sandbox run --engine {engine} vs raw {engine} run --rm"
+        ));
+        if let Some(reason) = engine.ensure(sh)? {
+            crate::skipped(&format!("bench {engine}"), &reason);
+            continue;
+        }
+        let name = engine.to_string();
+        run_ok(Command::new(&cli).args(["run", "--engine", &name]).arg(&hello).current_dir(&dir))?;
+        let ws = dir.to_string_lossy().into_owned();
+        let raw = || {
+            let mut c = Command::new(&name);
+            c.args(["run", "--rm", "--read-only", "--network", "none", "--cap-drop", "ALL"])
+                .args(["--security-opt", "no-new-privileges", "--init", "--user", "65534:65534"])
+                .args(["--tmpfs", "/tmp", "--tmpfs", "/home/sandbox", "--pids-limit", "512"])
+                .args(["-v", &format!("{ws}:{ws}"), "-w", &ws])
+                .args([crate::image::DEFAULT_TAG, "python3", "hello.py"])
+                .current_dir(&dir);
+            c
+        };
+        run_ok(&mut raw())?;
+        let ours = median(RUNS, || {
+            let mut c = Command::new(&cli);
+            c.args(["run", "--engine", &name]).arg(&hello).current_dir(&dir);
+            c
+        })?;
+        let theirs = median(RUNS, raw)?;
+        let ratio = ours.as_secs_f64() / theirs.as_secs_f64();
+        let verdict = if ratio <= 1.15 { "ok" } else { "MISSED" };
+        println!(
+            "{:<22} {:>16} {:>14} {:>8} {:>8}",
+            "hello.py (ephemeral)",
+            "python-sandbox",
+            format!("{name} run"),
+            "ratio",
+            "target"
+        );
+        println!(
+            "{:<22} {:>13.1} ms {:>11.1} ms {ratio:>8.2} {:>5} {verdict}",
+            "",
+            ms(ours),
+            ms(theirs),
+            "≤1.15"
+        );
+
+        let out = Command::new(&cli)
+            .args(["session", "start", "--engine", &name, "--ttl", "5m"])
+            .current_dir(&dir)
+            .output()?;
+        if !out.status.success() {
+            bail!("session start failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let id = stdout.lines().last().unwrap_or_default().trim().to_owned();
+        let session = (|| -> Result<Duration> {
+            run_ok(Command::new(&cli).args(["session", "run", &id]).arg(&hello).current_dir(&dir))?;
+            median(RUNS, || {
+                let mut c = Command::new(&cli);
+                c.args(["session", "run", &id]).arg(&hello).current_dir(&dir);
+                c
+            })
+        })();
+        let _ = Command::new(&cli).args(["session", "stop", &id]).current_dir(&dir).output();
+        let session = session?;
+        let verdict = if session <= Duration::from_millis(80) { "ok" } else { "MISSED" };
+        println!(
+            "session run hello.py (warm {name} session): {:.1} ms median (target ≤ 80 ms) {verdict}",
+            ms(session)
+        );
+    }
+    Ok(())
 }
