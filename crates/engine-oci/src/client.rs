@@ -200,3 +200,71 @@ pub(crate) fn client(connection: &Connection) -> Result<Docker> {
         }
     }
 }
+
+/// `GET /containers/json?all=1&filters=…` as untyped JSON. Typed listing fails as a whole on
+/// podman, whose compat API reports states (`stopped`) the Docker models do not know, and a
+/// sweep must never fail because one container is mid-exit. HTTP/1.0, so the body comes
+/// unchunked and ends with the connection.
+pub(crate) async fn list_containers_raw(
+    connection: &Connection,
+    label_filters: &[String],
+) -> Result<Vec<serde_json::Value>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let engine = connection.flavor.as_str();
+    let failed = |message: String| Error::Api {
+        engine,
+        context: "listing python-sandbox containers".to_owned(),
+        message,
+    };
+    let filters = serde_json::json!({ "label": label_filters }).to_string();
+    let query: String = filters
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let request = format!(
+        "GET /v{}.{}/containers/json?all=1&filters={query} HTTP/1.0\r\nHost: localhost\r\n\r\n",
+        API_VERSION.major_version, API_VERSION.minor_version
+    );
+    let mut response = Vec::new();
+    let io = async {
+        match &connection.endpoint {
+            ApiEndpoint::Unix(path) => {
+                let mut stream = tokio::net::UnixStream::connect(path).await?;
+                stream.write_all(request.as_bytes()).await?;
+                stream.read_to_end(&mut response).await
+            }
+            ApiEndpoint::Tcp(addr) => {
+                let mut stream = tokio::net::TcpStream::connect(addr.as_str()).await?;
+                stream.write_all(request.as_bytes()).await?;
+                stream.read_to_end(&mut response).await
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(REQUEST_TIMEOUT_SECS), io)
+        .await
+        .map_err(|_| failed("timed out".to_owned()))?
+        .map_err(|e| failed(e.to_string()))?;
+    parse_list_response(&response).map_err(failed)
+}
+
+/// Pure: the JSON array out of a whole HTTP/1.0 response.
+pub(crate) fn parse_list_response(
+    response: &[u8],
+) -> std::result::Result<Vec<serde_json::Value>, String> {
+    let split = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| "truncated HTTP response".to_owned())?;
+    let head = String::from_utf8_lossy(&response[..split]);
+    let status = head.split_whitespace().nth(1).unwrap_or_default();
+    let body = &response[split + 4..];
+    if status != "200" {
+        return Err(format!("HTTP {status}: {}", String::from_utf8_lossy(body).trim()));
+    }
+    serde_json::from_slice(body).map_err(|e| format!("unexpected answer: {e}"))
+}

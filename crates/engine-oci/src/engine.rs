@@ -195,7 +195,7 @@ impl OciEngine {
             rt.block_on(image_id(&docker, engine_name, &config.image))?
         };
         let swept = if config.sweep_on_start {
-            rt.block_on(sweep::sweep(&docker, engine_name, now_secs(), false)).unwrap_or_default()
+            rt.block_on(sweep::sweep(&docker, &connection, now_secs(), false)).unwrap_or_default()
         } else {
             Vec::new()
         };
@@ -257,7 +257,7 @@ impl OciEngine {
 
     /// Runs the reaper now: one list call, decide, remove (or only report with `dry_run`).
     pub fn reap(&self, dry_run: bool) -> Result<Vec<Swept>> {
-        self.block_on(sweep::sweep(&self.docker, self.engine_name(), now_secs(), dry_run))
+        self.block_on(sweep::sweep(&self.docker, &self.connection, now_secs(), dry_run))
     }
 
     /// Checks what `run` would refuse.

@@ -7,7 +7,7 @@
 //! makes the container disappear, even if no CLI ever runs again. Running execs count as
 //! activity; services started with [`Sandbox::start_service`] and traffic to them do not.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
-use bollard::query_parameters::{InspectContainerOptions, ListContainersOptions};
+use bollard::query_parameters::InspectContainerOptions;
 use futures_util::StreamExt;
 use sandbox_core::{
     Captured, DirEntry, EntryKind, EnvVar, ExecRequest, Mount, Net, OutputSink, Publish, PutSource,
@@ -224,54 +224,12 @@ impl OciEngine {
     /// Every session container of this engine (running or on its way out).
     pub fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
         let engine = self.config().flavor.as_str();
-        let mut filters = HashMap::new();
-        filters.insert(
-            "label".to_owned(),
-            vec![reaper::MANAGED_FILTER.to_owned(), format!("{}=session", reaper::labels::KIND)],
-        );
-        let options =
-            ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
-        let containers = self
-            .block_on(self.docker().list_containers(Some(options)))
-            .map_err(api(engine, "listing sessions"))?;
-        let mut out = Vec::new();
-        for c in containers {
-            let labels: BTreeMap<String, String> =
-                c.labels.clone().unwrap_or_default().into_iter().collect();
-            let Ok(Some(parsed)) = reaper::SandboxLabels::from_labels(&labels) else { continue };
-            let container = c
-                .names
-                .as_ref()
-                .and_then(|n| n.first())
-                .map(|n| n.trim_start_matches('/').to_owned())
-                .unwrap_or_default();
-            let mut ports: Vec<(u16, String)> = c
-                .ports
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|p| {
-                    let public = p.public_port?;
-                    let ip =
-                        p.ip.clone()
-                            .filter(|ip| !ip.is_empty())
-                            .unwrap_or_else(|| "127.0.0.1".to_owned());
-                    let ip = if ip.contains(':') { format!("[{ip}]") } else { ip };
-                    Some((p.private_port, format!("http://{ip}:{public}")))
-                })
-                .collect();
-            ports.sort();
-            ports.dedup_by_key(|p| p.0);
-            out.push(SessionInfo {
-                id: parsed.id,
-                container,
-                engine: engine.to_owned(),
-                created: parsed.created,
-                ttl: parsed.ttl.unwrap_or(0),
-                state: c.state.map(|s| s.to_string()).unwrap_or_default(),
-                workspace: labels.get(WORKSPACE_LABEL).cloned().unwrap_or_default(),
-                ports,
-            });
-        }
+        let filters =
+            [reaper::MANAGED_FILTER.to_owned(), format!("{}=session", reaper::labels::KIND)];
+        let items =
+            self.block_on(crate::client::list_containers_raw(self.connection(), &filters))?;
+        let mut out: Vec<SessionInfo> =
+            items.iter().filter_map(|item| session_info(item, engine)).collect();
         out.sort_by_key(|s| s.created);
         Ok(out)
     }
@@ -281,6 +239,49 @@ impl OciEngine {
         let session = self.session(id)?;
         self.block_on(session.stop())
     }
+}
+
+/// Pure: a `/containers/json` item as a [`SessionInfo`]; `None` if it is not one of ours.
+pub(crate) fn session_info(item: &serde_json::Value, engine: &str) -> Option<SessionInfo> {
+    let labels: BTreeMap<String, String> = item
+        .get("Labels")?
+        .as_object()?
+        .iter()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+        .collect();
+    let parsed = reaper::SandboxLabels::from_labels(&labels).ok()??;
+    let container =
+        item.get("Names")?.as_array()?.first()?.as_str()?.trim_start_matches('/').to_owned();
+    let mut ports: Vec<(u16, String)> = item
+        .get("Ports")
+        .and_then(serde_json::Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|p| {
+            let public = u16::try_from(p.get("PublicPort")?.as_u64()?).ok()?;
+            let private = u16::try_from(p.get("PrivatePort")?.as_u64()?).ok()?;
+            let ip = p
+                .get("IP")
+                .and_then(serde_json::Value::as_str)
+                .filter(|ip| !ip.is_empty() && *ip != "0.0.0.0")
+                .unwrap_or("127.0.0.1");
+            let ip = if ip.contains(':') { format!("[{ip}]") } else { ip.to_owned() };
+            Some((private, format!("http://{ip}:{public}")))
+        })
+        .collect();
+    ports.sort();
+    ports.dedup_by_key(|p| p.0);
+    Some(SessionInfo {
+        id: parsed.id,
+        container,
+        engine: engine.to_owned(),
+        created: parsed.created,
+        ttl: parsed.ttl.unwrap_or(0),
+        state: item.get("State").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned(),
+        workspace: labels.get(WORKSPACE_LABEL).cloned().unwrap_or_default(),
+        ports,
+    })
 }
 
 /// Maps the stderr of a failed file helper to the protocol's errors.

@@ -2,14 +2,14 @@
 //! forced removal of each chosen container. Runs at the start of every CLI invocation that
 //! touches docker or podman, and on demand (`python-sandbox reap`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use bollard::Docker;
-use bollard::models::{ContainerSummary, ContainerSummaryStateEnum};
-use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
+use bollard::query_parameters::RemoveContainerOptions;
 use reaper::{Kind, Resource, SandboxLabels, State};
 
-use crate::error::{Error, Result};
+use crate::client::{self, Connection};
+use crate::error::Result;
 
 /// One container the sweep chose.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,19 +28,21 @@ pub struct Swept {
     pub error: Option<String>,
 }
 
-/// Pure: a listed container as the reaper sees it. Running sessions count as active now: their
-/// idle TTL is enforced inside the container by the watchdog, which knows about execs.
-pub(crate) fn resource_of(summary: &ContainerSummary, now: u64) -> Option<Resource> {
-    let name = summary.names.as_ref()?.first()?.trim_start_matches('/').to_owned();
-    let labels: BTreeMap<String, String> =
-        summary.labels.clone().unwrap_or_default().into_iter().collect();
-    let state = match summary.state {
-        Some(ContainerSummaryStateEnum::CREATED) => State::Created,
-        Some(ContainerSummaryStateEnum::RUNNING | ContainerSummaryStateEnum::RESTARTING) => {
-            State::Running
-        }
-        Some(ContainerSummaryStateEnum::PAUSED) => State::Paused,
-        Some(ContainerSummaryStateEnum::EXITED | ContainerSummaryStateEnum::DEAD) => State::Exited,
+/// Pure: a listed container (untyped `/containers/json` item) as the reaper sees it. Running
+/// sessions count as active now: their idle TTL is enforced inside the container by the
+/// watchdog, which knows about execs.
+pub(crate) fn resource_of(item: &serde_json::Value, now: u64) -> Option<Resource> {
+    let name = item.get("Names")?.as_array()?.first()?.as_str()?.trim_start_matches('/').to_owned();
+    let labels: BTreeMap<String, String> = item
+        .get("Labels")
+        .and_then(serde_json::Value::as_object)
+        .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+        .unwrap_or_default();
+    let state = match item.get("State").and_then(serde_json::Value::as_str).unwrap_or_default() {
+        "created" | "configured" | "initialized" => State::Created,
+        "running" | "restarting" | "stopping" => State::Running,
+        "paused" => State::Paused,
+        "exited" | "stopped" | "dead" | "removing" => State::Exited,
         _ => State::Unknown,
     };
     let mut resource = Resource::new(&name, labels, state);
@@ -55,26 +57,20 @@ pub(crate) fn resource_of(summary: &ContainerSummary, now: u64) -> Option<Resour
 }
 
 /// Lists our containers (one call) and returns them as reaper resources.
-pub(crate) async fn list(docker: &Docker, engine: &'static str, now: u64) -> Result<Vec<Resource>> {
-    let mut filters = HashMap::new();
-    filters.insert("label".to_owned(), vec![reaper::MANAGED_FILTER.to_owned()]);
-    let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
-    let containers = docker.list_containers(Some(options)).await.map_err(|e| Error::Api {
-        engine,
-        context: "listing python-sandbox containers".to_owned(),
-        message: e.to_string(),
-    })?;
-    Ok(containers.iter().filter_map(|c| resource_of(c, now)).collect())
+pub(crate) async fn list(connection: &Connection, now: u64) -> Result<Vec<Resource>> {
+    let items =
+        client::list_containers_raw(connection, &[reaper::MANAGED_FILTER.to_owned()]).await?;
+    Ok(items.iter().filter_map(|c| resource_of(c, now)).collect())
 }
 
 /// Removes (or, with `dry_run`, only reports) what the reaper decides.
 pub(crate) async fn sweep(
     docker: &Docker,
-    engine: &'static str,
+    connection: &Connection,
     now: u64,
     dry_run: bool,
 ) -> Result<Vec<Swept>> {
-    let resources = list(docker, engine, now).await?;
+    let resources = list(connection, now).await?;
     if resources.is_empty() {
         return Ok(Vec::new());
     }

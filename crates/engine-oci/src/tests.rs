@@ -5,8 +5,6 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use bollard::models::{ContainerSummary, ContainerSummaryStateEnum};
-
 use crate::client::Flavor;
 use crate::host::{Bind, HostFacts, check_policy};
 use crate::plan::{self, Limits, PrepareLayout, RunLayout, SessionLayout};
@@ -263,18 +261,47 @@ fn sweep_maps_states_and_keeps_sessions_active() {
         start_time: 1,
     };
     let labels = reaper::labels_for_session("s1", &owner, 100, 60).expect("labels");
-    let summary = ContainerSummary {
-        names: Some(vec!["/python-sandbox-session-s1".to_owned()]),
-        labels: Some(labels.into_iter().collect()),
-        state: Some(ContainerSummaryStateEnum::RUNNING),
-        ..Default::default()
-    };
-    let resource = crate::sweep::resource_of(&summary, 10_000).expect("resource");
+    let item = serde_json::json!({
+        "Names": ["/python-sandbox-session-s1"],
+        "Labels": labels,
+        "State": "running",
+        "Ports": [{"IP": "127.0.0.1", "PrivatePort": 8000, "PublicPort": 49153, "Type": "tcp"}],
+    });
+    let resource = crate::sweep::resource_of(&item, 10_000).expect("resource");
     assert_eq!(resource.id, "python-sandbox-session-s1");
     assert_eq!(resource.state, reaper::State::Running);
     assert_eq!(resource.last_activity, Some(10_000));
     let dead = |_: &reaper::Owner| reaper::Liveness::Dead;
     assert!(reaper::decide(10_000, &[resource], &dead).is_empty());
+    let info = crate::session::session_info(&item, "podman").expect("session");
+    assert_eq!((info.id.as_str(), info.ttl), ("s1", 60));
+    assert_eq!(info.ports, vec![(8000, "http://127.0.0.1:49153".to_owned())]);
+    // Podman's compat list says `stopped` for a container on its way out.
+    for (state, expected) in [
+        ("stopped", reaper::State::Exited),
+        ("exited", reaper::State::Exited),
+        ("created", reaper::State::Created),
+        ("weird", reaper::State::Unknown),
+    ] {
+        let item = serde_json::json!({"Names": ["/x"], "Labels": {}, "State": state});
+        assert_eq!(
+            crate::sweep::resource_of(&item, 0).expect("resource").state,
+            expected,
+            "{state}"
+        );
+    }
+}
+
+#[test]
+fn list_response_parsing() {
+    let ok = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n[{\"Names\":[\"/a\"]}]\n";
+    assert_eq!(crate::client::parse_list_response(ok).expect("ok").len(), 1);
+    let err = b"HTTP/1.0 500 Internal Server Error\r\n\r\n{\"message\":\"boom\"}";
+    assert_eq!(
+        crate::client::parse_list_response(err).expect_err("500"),
+        r#"HTTP 500: {"message":"boom"}"#
+    );
+    assert!(crate::client::parse_list_response(b"HTTP/1.0 200").is_err());
 }
 
 #[test]
