@@ -329,10 +329,15 @@ impl Cx<'_> {
                         ),
                     );
                     if let Some(s) = suggest(name, TOP_KEYS) {
-                        d = d.with_hint(format!("did you mean `{s}`?")).with_fix(
-                            format!("rename to `{s}`"),
-                            vec![TextEdit { range: span, new_text: s.to_owned() }],
-                        );
+                        d = d.with_hint(format!("did you mean `{s}`?"));
+                        // Renaming onto a key that exists would only trade this warning for a
+                        // duplicate-key error.
+                        if !doc.contains_key(s) {
+                            d = d.with_fix(
+                                format!("rename to `{s}`"),
+                                vec![TextEdit { range: span, new_text: s.to_owned() }],
+                            );
+                        }
                     } else {
                         d = d.with_hint("put tool settings under `[tool.<name>]`");
                     }
@@ -524,10 +529,13 @@ impl Cx<'_> {
                     );
                     match suggest(&name, SANDBOX_KEYS) {
                         Some(s) => {
-                            d = d.with_hint(format!("did you mean `{s}`?")).with_fix(
-                                format!("rename to `{s}`"),
-                                vec![TextEdit { range: span, new_text: s.to_owned() }],
-                            );
+                            d = d.with_hint(format!("did you mean `{s}`?"));
+                            if !table.contains_key(s) {
+                                d = d.with_fix(
+                                    format!("rename to `{s}`"),
+                                    vec![TextEdit { range: span, new_text: s.to_owned() }],
+                                );
+                            }
                         }
                         None => d = d.with_hint(format!("known keys: {}", SANDBOX_KEYS.join(", "))),
                     }

@@ -1,0 +1,8 @@
+# /// script
+# dependencies = ["a"]
+# dependency = ["b"]
+#
+# [tool.python-sandbox]
+# net = "off"
+# nett = "on"
+# ///
