@@ -86,8 +86,14 @@ pub(crate) fn ensure_docker(sh: &Shell) -> Result<Option<String>> {
 /// `podman system service --time=0` in the background (log `target/podman-service.log`, pidfile
 /// `target/podman-service.pid`), restarting the one we started when the config changed.
 pub(crate) fn ensure_podman(sh: &Shell) -> Result<Option<String>> {
-    if !on_path(sh, "podman")
-        && let Some(reason) = apt_install(sh, &["podman"])?
+    // catatonit is podman's init process (`--init`); without it every sandboxed run fails.
+    let missing: Vec<&str> = [("podman", "podman"), ("catatonit", "catatonit")]
+        .into_iter()
+        .filter(|(program, _)| !on_path(sh, program))
+        .map(|(_, package)| package)
+        .collect();
+    if !missing.is_empty()
+        && let Some(reason) = apt_install(sh, &missing)?
     {
         return Ok(Some(reason));
     }
