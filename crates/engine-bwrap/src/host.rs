@@ -4,6 +4,8 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+pub(crate) use sandbox_core::{PREPARE_ENV_ALLOWLIST, RUN_ENV_ALLOWLIST, SANDBOX_CA_BUNDLE};
+
 use crate::error::{Error, Result};
 use crate::fsutil;
 
@@ -34,34 +36,6 @@ pub(crate) const ETC_ALLOWLIST: &[&str] = &[
     "crypto-policies/back-ends",
     "alternatives",
     "mime.types",
-];
-
-/// Where the CA bundle appears inside every sandbox (`SSL_CERT_FILE` points here).
-pub(crate) const SANDBOX_CA_BUNDLE: &str = "/etc/python-sandbox/ca-certificates.crt";
-
-/// Host variables passed through unchanged to the run (when set on the host).
-pub(crate) const RUN_ENV_ALLOWLIST: &[&str] = &["LANG", "LC_ALL", "TERM", "TZ"];
-
-/// Extra host variables the prepare phase (uv) sees: proxies and package indexes, so corporate
-/// proxies and mirrors work. No user code of the script runs there, but package build scripts
-/// do, so nothing else of the host environment goes in.
-pub(crate) const PREPARE_ENV_ALLOWLIST: &[&str] = &[
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-    "no_proxy",
-    "UV_INDEX",
-    "UV_INDEX_URL",
-    "UV_DEFAULT_INDEX",
-    "UV_EXTRA_INDEX_URL",
-    "UV_INDEX_STRATEGY",
-    "UV_HTTP_TIMEOUT",
-    "UV_CONCURRENT_DOWNLOADS",
-    "UV_OFFLINE",
 ];
 
 /// How a top-level entry looks on the host.

@@ -6,32 +6,9 @@ use std::path::{Path, PathBuf};
 
 use sandbox_core::{Mount, MountMode};
 
+pub(crate) use sandbox_core::{PREPARE_ENV_ALLOWLIST, RUN_ENV_ALLOWLIST, SANDBOX_CA_BUNDLE};
+
 use crate::error::{Error, Result};
-
-/// Where the host's CA bundle appears inside every container (`SSL_CERT_FILE` points here).
-pub(crate) const SANDBOX_CA_BUNDLE: &str = "/etc/python-sandbox/ca-certificates.crt";
-
-/// Host variables passed through unchanged to runs and sessions (when set on the host).
-pub(crate) const RUN_ENV_ALLOWLIST: &[&str] = &["LANG", "LC_ALL", "TERM", "TZ"];
-
-/// Extra host variables the prepare container (uv) sees: proxies and package indexes. Package
-/// build scripts run there, so nothing else of the host environment goes in.
-pub(crate) const PREPARE_ENV_ALLOWLIST: &[&str] = &[
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-    "no_proxy",
-    "UV_INDEX",
-    "UV_INDEX_URL",
-    "UV_DEFAULT_INDEX",
-    "UV_EXTRA_INDEX_URL",
-    "UV_INDEX_STRATEGY",
-    "UV_HTTP_TIMEOUT",
-];
 
 /// The uid the container runs as when the caller is root: never 0 inside a container.
 pub(crate) const NOBODY: u32 = 65534;
