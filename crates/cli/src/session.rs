@@ -131,15 +131,52 @@ fn default_container() -> ContainerArgs {
     ContainerArgs { image: Some(String::new()), memory: None, cpus: None, pids_limit: None }
 }
 
-/// The engine that has session `id`, connected.
+/// A sweep at most this often from session commands (`run`, `exec`, `stop`): they are the
+/// interactive hot path, and a session's own expiry does not depend on the sweep.
+const SESSION_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Pure: whether a sweep last recorded at `last` is older than the interval at `now`.
+fn sweep_due(last: Option<std::time::SystemTime>, now: std::time::SystemTime) -> bool {
+    last.and_then(|t| now.duration_since(t).ok()).is_none_or(|age| age >= SESSION_SWEEP_INTERVAL)
+}
+
+/// Connects for a session command, sweeping only when the last sweep of this engine is older
+/// than [`SESSION_SWEEP_INTERVAL`] (a timestamp file in our cache directory).
+fn session_engine(flavor: Flavor) -> Result<OciEngine> {
+    let mut config = OciConfig::from_env(flavor);
+    config.image = String::new();
+    let stamp = config.cache_dir.join("oci").join(format!("last-sweep-{}", flavor.as_str()));
+    let last = std::fs::metadata(&stamp).and_then(|m| m.modified()).ok();
+    config.sweep_on_start = sweep_due(last, std::time::SystemTime::now());
+    let sweeping = config.sweep_on_start;
+    let engine = OciEngine::new(config)?;
+    for swept in engine.swept() {
+        if swept.removed {
+            ui::warn(&format!("removed leftover container {} ({})", swept.container, swept.reason));
+        }
+    }
+    if sweeping {
+        // Best effort: without the stamp the next command just sweeps again.
+        let _ = stamp.parent().map(std::fs::create_dir_all);
+        let _ = std::fs::write(&stamp, b"");
+    }
+    Ok(engine)
+}
+
+/// The engine that has session `id`, connected. Without `--engine`, docker then podman are
+/// simply tried: a full engine detection would probe bubblewrap too, which costs more than
+/// the whole warm run.
 fn engine_with_session(
     id: &str,
     choice: Option<OciChoice>,
 ) -> Result<(OciEngine, engine_oci::Session)> {
-    let flavors = candidate_flavors(choice);
+    let flavors = match choice {
+        Some(choice) => vec![flavor(choice)],
+        None => vec![Flavor::Docker, Flavor::Podman],
+    };
     let mut last = None;
     for flavor in flavors {
-        let engine = match oci_engine(flavor, &default_container()) {
+        let engine = match session_engine(flavor) {
             Ok(engine) => engine,
             Err(e) => {
                 last = Some(e);
@@ -356,5 +393,15 @@ mod tests {
         assert_eq!(parse_ttl("45"), Some(Duration::from_secs(45)));
         assert_eq!(parse_ttl("0s"), None);
         assert_eq!(parse_ttl("5w"), None);
+    }
+
+    #[test]
+    fn session_sweeps_are_throttled() {
+        let now = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert!(sweep_due(None, now), "never swept");
+        assert!(!sweep_due(Some(now - Duration::from_secs(5)), now));
+        assert!(sweep_due(Some(now - SESSION_SWEEP_INTERVAL), now));
+        assert!(sweep_due(Some(now - Duration::from_secs(3600)), now));
+        assert!(sweep_due(Some(now + Duration::from_secs(5)), now), "a stamp from the future");
     }
 }

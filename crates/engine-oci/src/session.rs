@@ -22,6 +22,7 @@ use sandbox_core::{
     Captured, DirEntry, EntryKind, EnvVar, ExecRequest, Mount, Net, OutputSink, Publish, PutSource,
     RunOutcome, Sandbox, Service, ServiceSpec, Stream,
 };
+use sha2::Digest;
 use tokio::io::AsyncWriteExt;
 
 use crate::container::{self, api};
@@ -58,6 +59,82 @@ pub struct SessionConfig {
     pub env: Vec<EnvVar>,
     /// Idle time after which the session removes itself.
     pub ttl: Duration,
+}
+
+/// Markers of the dependency sets installed into [`VENV`], one empty file per set.
+const DEPS_MARKERS: &str = "/home/sandbox/.venv/.python-sandbox-deps";
+/// The warm path of `run_script`, in one exec. The first stdin line is a per-call nonce (read
+/// from the pipe, so the script cannot learn it from argv or the environment); when the venv or
+/// the dependency marker `$1` is missing, or the copy to `$2` fails, it prints the not-ready
+/// line and exits before anything of the script runs. The rest of stdin is the script when `$2`
+/// names where to copy it.
+const RUN_IF_READY: &str = r#"IFS= read -r nonce
+if [ ! -x /home/sandbox/.venv/bin/python ] || { [ -n "$1" ] && [ ! -e "$1" ]; }; then
+  printf 'python-sandbox-not-ready-%s\n' "$nonce"; exit 0
+fi
+if [ -n "$2" ]; then
+  { mkdir -p -- "${2%/*}" && cat > "$2"; } || { printf 'python-sandbox-not-ready-%s\n' "$nonce"; exit 0; }
+fi
+shift 2
+exec "$@""#;
+
+/// Pure: the marker file of a dependency set (order-insensitive, duplicates ignored); `None`
+/// without dependencies.
+pub(crate) fn deps_marker(dependencies: &[String]) -> Option<String> {
+    let mut deps: Vec<&str> = dependencies.iter().map(|d| d.trim()).collect();
+    deps.sort_unstable();
+    deps.dedup();
+    if deps.is_empty() {
+        return None;
+    }
+    let mut hasher = sha2::Sha256::new();
+    for dep in deps {
+        hasher.update(dep.as_bytes());
+        hasher.update(b"\n");
+    }
+    let digest: String = hasher.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
+    Some(format!("{DEPS_MARKERS}/{digest}"))
+}
+
+/// Passes output through, except the not-ready line of [`RUN_IF_READY`]: stdout is held only
+/// while it is still a prefix of that line.
+struct NotReadyGate<'a> {
+    line: Vec<u8>,
+    held: Vec<u8>,
+    open: bool,
+    inner: &'a mut dyn OutputSink,
+}
+
+impl<'a> NotReadyGate<'a> {
+    fn new(nonce: &str, inner: &'a mut dyn OutputSink) -> Self {
+        let line = format!("python-sandbox-not-ready-{nonce}\n").into_bytes();
+        NotReadyGate { line, held: Vec::new(), open: false, inner }
+    }
+
+    /// True when the exec only reported "not ready"; otherwise flushes what it held.
+    fn finish(self) -> bool {
+        if !self.open && self.held == self.line {
+            return true;
+        }
+        if !self.held.is_empty() {
+            self.inner.write(Stream::Stdout, &self.held);
+        }
+        false
+    }
+}
+
+impl OutputSink for NotReadyGate<'_> {
+    fn write(&mut self, stream: Stream, chunk: &[u8]) {
+        if stream != Stream::Stdout || self.open {
+            return self.inner.write(stream, chunk);
+        }
+        self.held.extend_from_slice(chunk);
+        if !self.line.starts_with(&self.held) {
+            self.open = true;
+            let held = std::mem::take(&mut self.held);
+            self.inner.write(Stream::Stdout, &held);
+        }
+    }
 }
 
 /// A session as `session list` shows it.
@@ -429,6 +506,10 @@ impl Session {
     /// Installs `dependencies` into the session's venv (creating it on first use) and runs the
     /// host script with it. A script inside the session's workspace runs at its real path;
     /// any other is copied into the session first.
+    ///
+    /// Warm path: one exec that checks the venv and the marker of this dependency set, copies
+    /// the script if needed (over stdin) and execs python; no uv. Only when that exec reports
+    /// the session is not ready does the slow path create the venv, install and retry.
     pub async fn run_script(
         &self,
         script: &Path,
@@ -438,6 +519,60 @@ impl Session {
     ) -> Result<RunOutcome> {
         let real = std::fs::canonicalize(script)
             .map_err(|_| Error::MissingPath { path: script.to_owned() })?;
+        let marker = deps_marker(dependencies);
+        let (inside, copy) = if real.starts_with(&self.workspace) {
+            (real.display().to_string(), None)
+        } else {
+            let bytes =
+                std::fs::read(&real).map_err(Error::io(format!("reading {}", real.display())))?;
+            let name = real
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "script.py".to_owned());
+            (format!("/tmp/.scripts/{}/{name}", random_id()), Some(bytes))
+        };
+        if let Some(outcome) =
+            self.run_if_ready(marker.as_deref(), &inside, copy.as_deref(), args, output).await?
+        {
+            return Ok(outcome);
+        }
+        self.prepare_venv(dependencies, marker.as_deref()).await?;
+        self.run_if_ready(marker.as_deref(), &inside, copy.as_deref(), args, output)
+            .await?
+            .ok_or_else(|| Error::Exec {
+                what: "running the script".to_owned(),
+                message: "the session's environment is not ready right after preparing it"
+                    .to_owned(),
+            })
+    }
+
+    /// One exec: the script runs if the venv (and `marker`) exist; `None` when they do not.
+    async fn run_if_ready(
+        &self,
+        marker: Option<&str>,
+        inside: &str,
+        copy: Option<&[u8]>,
+        args: &[String],
+        output: &mut dyn OutputSink,
+    ) -> Result<Option<RunOutcome>> {
+        let nonce = random_id();
+        let mut stdin = format!("{nonce}\n").into_bytes();
+        stdin.extend_from_slice(copy.unwrap_or_default());
+        let mut argv = strings(&["sh", "-c", RUN_IF_READY, "sh"]);
+        argv.push(marker.unwrap_or_default().to_owned());
+        argv.push(if copy.is_some() { inside.to_owned() } else { String::new() });
+        argv.push(format!("{VENV}/bin/python"));
+        argv.push(inside.to_owned());
+        argv.extend(args.iter().cloned());
+        let request = ExecRequest { argv, stdin, ..Default::default() };
+        let mut gate = NotReadyGate::new(&nonce, output);
+        let outcome = self.exec_raw(&request, &mut gate).await?;
+        Ok((!gate.finish()).then_some(outcome))
+    }
+
+    /// The slow path: creates the venv if missing, installs `dependencies` and records their
+    /// marker.
+    async fn prepare_venv(&self, dependencies: &[String], marker: Option<&str>) -> Result<()> {
         let (outcome, captured) = self
             .capture(&["sh", "-c", &format!("[ -x {VENV}/bin/python ] || uv venv --quiet --python /usr/bin/python3 {VENV}")], Vec::new())
             .await?;
@@ -447,45 +582,23 @@ impl Session {
                 message: captured.stderr_lossy(),
             });
         }
-        if !dependencies.is_empty() {
-            let mut argv = vec![
-                "uv",
-                "pip",
-                "install",
-                "--quiet",
-                "--python",
-                "/home/sandbox/.venv/bin/python",
-                "--",
-            ];
-            argv.extend(dependencies.iter().map(String::as_str));
-            let (outcome, captured) = self.capture(&argv, Vec::new()).await?;
-            if outcome.exit_code != 0 {
-                return Err(Error::Prepare {
-                    code: i64::from(outcome.exit_code),
-                    output: format!(
-                        "{}\nhint: dependencies install inside the session; a session started with `--net off` cannot download them",
-                        captured.stderr_lossy().trim_end()
-                    ),
-                });
-            }
+        let Some(marker) = marker else { return Ok(()) };
+        let script = format!(
+            r#"m=$1; shift; uv pip install --quiet --python {VENV}/bin/python -- "$@" && mkdir -p -- "${{m%/*}}" && : > "$m""#
+        );
+        let mut argv = vec!["sh", "-c", &script, "sh", marker];
+        argv.extend(dependencies.iter().map(String::as_str));
+        let (outcome, captured) = self.capture(&argv, Vec::new()).await?;
+        if outcome.exit_code != 0 {
+            return Err(Error::Prepare {
+                code: i64::from(outcome.exit_code),
+                output: format!(
+                    "{}\nhint: dependencies install inside the session; a session started with `--net off` cannot download them",
+                    captured.stderr_lossy().trim_end()
+                ),
+            });
         }
-        let inside = if real.starts_with(&self.workspace) {
-            real.display().to_string()
-        } else {
-            let bytes =
-                std::fs::read(&real).map_err(Error::io(format!("reading {}", real.display())))?;
-            let name = real
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "script.py".to_owned());
-            let dest = format!("/tmp/.scripts/{}/{name}", random_id());
-            self.write_file(&dest, &bytes).await?;
-            dest
-        };
-        let mut argv = vec![format!("{VENV}/bin/python"), inside];
-        argv.extend(args.iter().cloned());
-        let request = ExecRequest { argv, ..Default::default() };
-        self.exec_raw(&request, output).await
+        Ok(())
     }
 
     async fn host_port(&self, port: u16) -> Result<Option<String>> {
