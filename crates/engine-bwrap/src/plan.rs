@@ -108,6 +108,33 @@ impl Plan {
         a.arg("--tmpfs");
         a.arg(self.home.as_os_str());
 
+        // Mount points below a writable tmpfs (a workspace under /tmp, a prefix under $HOME) need
+        // their parent directories created there; bwrap would make them writable by the sandbox,
+        // so a script could write "next to" the workspace (privately, but confusingly). Create
+        // them ourselves read-only instead. Directories at or below an earlier bind are the
+        // host's and are never touched.
+        let tmpfs_roots = [Path::new("/tmp"), self.home.as_path()];
+        let mut scaffolded: Vec<&Path> = Vec::new();
+        for (i, bind) in self.binds.iter().enumerate() {
+            let Some(root) = tmpfs_roots.iter().find(|r| bind.dest.starts_with(r)) else {
+                continue;
+            };
+            let mut ancestors: Vec<&Path> = bind
+                .dest
+                .ancestors()
+                .skip(1)
+                .take_while(|p| p.starts_with(root) && p != root)
+                .collect();
+            ancestors.reverse();
+            for dir in ancestors {
+                let under_bind = self.binds[..i].iter().any(|b| dir.starts_with(&b.dest));
+                if !under_bind && !scaffolded.contains(&dir) {
+                    a.flags(&["--perms", "0555", "--dir"]);
+                    a.arg(dir.as_os_str());
+                    scaffolded.push(dir);
+                }
+            }
+        }
         for bind in &self.binds {
             a.arg(match bind.access {
                 Access::ReadOnly => "--ro-bind",
