@@ -35,12 +35,17 @@ use crate::plan::{self, SessionLayout};
 const WORKSPACE_LABEL: &str = "io.python-sandbox.oci.workspace";
 /// The session's own virtual environment, in its tmpfs home.
 const VENV: &str = "/home/sandbox/.venv";
-/// Wraps every exec: registers it as activity while it runs.
-const EXEC_WRAPPER: &str = r#"mkdir -p /tmp/.active 2>/dev/null; : > /tmp/.active/$$ 2>/dev/null
-touch /tmp/.last-activity 2>/dev/null
+/// Wraps every exec: registers it as activity while it runs. Shell builtins only on the way
+/// in and out (truncating the activity file updates its mtime like `touch`); the one external
+/// command, `rm`, runs in the background detached from the exec's streams, so the exec ends
+/// with the command (the watchdog also drops files of dead pids).
+const EXEC_WRAPPER: &str = r#"[ -d /tmp/.active ] || mkdir -p /tmp/.active 2>/dev/null
+: > /tmp/.active/$$ 2>/dev/null
+: > /tmp/.last-activity 2>/dev/null
 "$@"
 rc=$?
-rm -f /tmp/.active/$$; touch /tmp/.last-activity 2>/dev/null
+: > /tmp/.last-activity 2>/dev/null
+rm -f /tmp/.active/$$ < /dev/null > /dev/null 2>&1 &
 exit $rc"#;
 
 /// What `session start` asks for.
@@ -98,7 +103,7 @@ pub(crate) fn deps_marker(dependencies: &[String]) -> Option<String> {
 
 /// Passes output through, except the not-ready line of [`RUN_IF_READY`]: stdout is held only
 /// while it is still a prefix of that line.
-struct NotReadyGate<'a> {
+pub(crate) struct NotReadyGate<'a> {
     line: Vec<u8>,
     held: Vec<u8>,
     open: bool,
@@ -106,13 +111,13 @@ struct NotReadyGate<'a> {
 }
 
 impl<'a> NotReadyGate<'a> {
-    fn new(nonce: &str, inner: &'a mut dyn OutputSink) -> Self {
+    pub(crate) fn new(nonce: &str, inner: &'a mut dyn OutputSink) -> Self {
         let line = format!("python-sandbox-not-ready-{nonce}\n").into_bytes();
         NotReadyGate { line, held: Vec::new(), open: false, inner }
     }
 
     /// True when the exec only reported "not ready"; otherwise flushes what it held.
-    fn finish(self) -> bool {
+    pub(crate) fn finish(self) -> bool {
         if !self.open && self.held == self.line {
             return true;
         }

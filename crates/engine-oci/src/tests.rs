@@ -382,3 +382,50 @@ fn podman_profile_loses_user_namespaces_only() {
         }
     }
 }
+
+#[test]
+fn deps_markers_ignore_order_and_duplicates() {
+    use crate::session::deps_marker;
+    let deps = |d: &[&str]| d.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    assert_eq!(deps_marker(&[]), None, "no dependencies: only the venv is needed");
+    let a = deps_marker(&deps(&["six", "rich>=13"])).expect("marker");
+    assert!(a.starts_with("/home/sandbox/.venv/.python-sandbox-deps/"), "{a}");
+    assert_eq!(deps_marker(&deps(&[" rich>=13", "six", "six"])), Some(a.clone()));
+    assert_ne!(deps_marker(&deps(&["six"])), Some(a));
+}
+
+#[test]
+fn not_ready_gate_swallows_only_its_own_line() {
+    use crate::session::NotReadyGate;
+    use sandbox_core::{Captured, OutputSink, Stream};
+    let run = |chunks: &[(Stream, &str)]| {
+        let mut out = Captured::default();
+        let mut gate = NotReadyGate::new("n0nce", &mut out);
+        for (stream, chunk) in chunks {
+            gate.write(*stream, chunk.as_bytes());
+        }
+        let not_ready = gate.finish();
+        (not_ready, out.stdout_lossy(), out.stderr_lossy())
+    };
+    let line = "python-sandbox-not-ready-n0nce\n";
+    assert_eq!(run(&[(Stream::Stdout, line)]), (true, String::new(), String::new()));
+    // Split across chunks, still recognised.
+    assert_eq!(
+        run(&[(Stream::Stdout, "python-sandbox-"), (Stream::Stdout, "not-ready-n0nce\n")]),
+        (true, String::new(), String::new())
+    );
+    // A script's output that merely starts like it, or another nonce, passes through whole.
+    assert_eq!(
+        run(&[(Stream::Stdout, "python-sandbox-not-ready-other\n")]),
+        (false, "python-sandbox-not-ready-other\n".to_owned(), String::new())
+    );
+    assert_eq!(run(&[(Stream::Stdout, "python")]), (false, "python".to_owned(), String::new()));
+    assert_eq!(
+        run(&[(Stream::Stdout, line), (Stream::Stdout, "more")]),
+        (false, format!("{line}more"), String::new())
+    );
+    assert_eq!(
+        run(&[(Stream::Stderr, "err"), (Stream::Stdout, "hello\n")]),
+        (false, "hello\n".to_owned(), "err".to_owned())
+    );
+}
