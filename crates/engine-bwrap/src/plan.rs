@@ -104,36 +104,18 @@ impl Plan {
             a.arg(ca.as_os_str());
             a.arg(SANDBOX_CA_BUNDLE);
         }
-        a.flags(&["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
-        a.arg("--tmpfs");
-        a.arg(self.home.as_os_str());
-
         // Mount points below a writable tmpfs (a workspace under /tmp, a prefix under $HOME) need
         // their parent directories created there; bwrap would make them writable by the sandbox,
         // so a script could write "next to" the workspace (privately, but confusingly). Create
-        // them ourselves read-only instead. Directories at or below an earlier bind are the
-        // host's and are never touched.
-        let tmpfs_roots = [Path::new("/tmp"), self.home.as_path()];
+        // them ourselves read-only instead, before anything else creates them.
+        a.flags(&["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+        let tmp = Path::new("/tmp");
         let mut scaffolded: Vec<&Path> = Vec::new();
+        scaffold(&mut a, &mut scaffolded, &self.home, &[tmp], &[]);
+        a.arg("--tmpfs");
+        a.arg(self.home.as_os_str());
         for (i, bind) in self.binds.iter().enumerate() {
-            let Some(root) = tmpfs_roots.iter().find(|r| bind.dest.starts_with(r)) else {
-                continue;
-            };
-            let mut ancestors: Vec<&Path> = bind
-                .dest
-                .ancestors()
-                .skip(1)
-                .take_while(|p| p.starts_with(root) && p != root)
-                .collect();
-            ancestors.reverse();
-            for dir in ancestors {
-                let under_bind = self.binds[..i].iter().any(|b| dir.starts_with(&b.dest));
-                if !under_bind && !scaffolded.contains(&dir) {
-                    a.flags(&["--perms", "0555", "--dir"]);
-                    a.arg(dir.as_os_str());
-                    scaffolded.push(dir);
-                }
-            }
+            scaffold(&mut a, &mut scaffolded, &bind.dest, &[&self.home, tmp], &self.binds[..i]);
         }
         for bind in &self.binds {
             a.arg(match bind.access {
@@ -152,6 +134,30 @@ impl Plan {
             a.arg(arg);
         }
         a.0
+    }
+}
+
+/// Emits `--perms 0555 --dir` for each ancestor of `dest` strictly below the first of `roots`
+/// (writable tmpfs mounts) that contains it, unless it was created already or lies at or below an
+/// earlier bind (then it is the host's directory and must not be touched).
+fn scaffold<'p>(
+    a: &mut Argv,
+    scaffolded: &mut Vec<&'p Path>,
+    dest: &'p Path,
+    roots: &[&Path],
+    earlier: &[Bind],
+) {
+    let Some(root) = roots.iter().find(|r| dest.starts_with(r)) else { return };
+    let mut ancestors: Vec<&Path> =
+        dest.ancestors().skip(1).take_while(|p| p.starts_with(root) && p != root).collect();
+    ancestors.reverse();
+    for dir in ancestors {
+        let under_bind = earlier.iter().any(|b| dir.starts_with(&b.dest));
+        if !under_bind && !scaffolded.contains(&dir) {
+            a.flags(&["--perms", "0555", "--dir"]);
+            a.arg(dir.as_os_str());
+            scaffolded.push(dir);
+        }
     }
 }
 

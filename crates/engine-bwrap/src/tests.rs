@@ -262,3 +262,27 @@ fn user_database_has_only_the_sandbox_user() {
     }
     insta::assert_snapshot!(out);
 }
+
+#[test]
+fn run_workspace_and_home_under_tmp_get_read_only_scaffolding() {
+    // A clone under /tmp with a fake HOME beside it (as the conformance suite runs): the
+    // directories between /tmp and the mount points are created read-only, before the home
+    // tmpfs (which would otherwise create the shared parent writable), and never below a bind.
+    let mut host = host();
+    host.home = "/tmp/ci/case/home".into();
+    let mut layout = run_layout();
+    layout.env_dir = "/tmp/ci/case/home/.cache/python-sandbox/bwrap/envs/0f1e2d".into();
+    layout.workspace = "/tmp/ci/case/ws".into();
+    layout.script = "/tmp/ci/case/ws/job.py".into();
+    layout.mounts = vec![Bind::same(Path::new("/tmp/ci/case/ws/sub/data"), Access::ReadOnly)];
+    let plan = run_plan(&host, &layout, None);
+    let argv: Vec<String> =
+        plan.argv(&host).iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let at = |s: &str| argv.iter().position(|a| a == s).unwrap_or_else(|| panic!("{s} missing"));
+    let home_tmpfs = argv.windows(2).position(|w| w[0] == "--tmpfs" && w[1] == "/tmp/ci/case/home");
+    assert!(at("/tmp/ci/case") < home_tmpfs.expect("home tmpfs"), "parent scaffolded first");
+    assert_eq!(argv[at("/tmp/ci/case") - 1], "--dir");
+    assert_eq!(argv[at("/tmp/ci/case") - 2], "0555");
+    assert!(!argv.iter().any(|a| a == "/tmp/ci/case/ws/sub"), "nothing created inside a bind");
+    insta::assert_snapshot!(render(&plan, &host));
+}
