@@ -106,21 +106,7 @@ impl HostFacts {
             })
             .collect();
 
-        let ca_bundle = std::env::var_os("SSL_CERT_FILE")
-            .map(PathBuf::from)
-            .into_iter()
-            .chain(
-                [
-                    "/etc/ssl/certs/ca-certificates.crt",
-                    "/etc/pki/tls/certs/ca-bundle.crt",
-                    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
-                    "/etc/ssl/ca-bundle.pem",
-                    "/etc/ssl/cert.pem",
-                ]
-                .map(PathBuf::from),
-            )
-            .filter_map(|p| std::fs::canonicalize(p).ok())
-            .find(|p| p.is_file());
+        let ca_bundle = engine_detect::ca_bundle();
 
         let env = RUN_ENV_ALLOWLIST
             .iter()

@@ -17,6 +17,7 @@
 mod api;
 mod bwrap;
 mod detection;
+mod host;
 mod os;
 mod suggest;
 mod which;
@@ -27,6 +28,7 @@ pub use bwrap::{
     probe_bwrap_cached,
 };
 pub use detection::{Detection, EngineName, Probe, ProbeState, detect, detect_with};
+pub use host::ca_bundle;
 pub use os::{Distro, OsInfo, OsKind, Wsl};
 pub use suggest::suggest;
 pub use which::which;

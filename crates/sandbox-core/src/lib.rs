@@ -26,7 +26,9 @@ pub use error::Error;
 pub use fake::{FakeCall, FakeFs, FakeReply, FakeSandbox};
 pub use io::{Captured, OutputSink, Stream};
 pub use layer::{Layer, LayerMount, ResolveCtx, resolve};
-pub use policy::{PREPARE_ENV_ALLOWLIST, RUN_ENV_ALLOWLIST, SANDBOX_CA_BUNDLE};
+pub use policy::{
+    CA_BUNDLE_CANDIDATES, PREPARE_ENV_ALLOWLIST, RUN_ENV_ALLOWLIST, SANDBOX_CA_BUNDLE,
+};
 pub use sandbox::{DirEntry, EntryKind, ExecRequest, PutSource, Sandbox, Service, ServiceSpec};
 pub use scrub::{Ignored, MASK, MIN_SECRET_LEN, ScrubbingSink, Secrets, StreamScrubber};
 pub use spec::{EnvVar, Mount, MountMode, Net, Publish, RunSpec};

@@ -6,6 +6,16 @@
 /// Python and `requests` trust what the host trusts (corporate TLS-intercepting proxies included).
 pub const SANDBOX_CA_BUNDLE: &str = "/etc/python-sandbox/ca-certificates.crt";
 
+/// Where distributions keep the system CA bundle, in the order engines look for it (Debian and
+/// Ubuntu, Fedora and RHEL, Alpine, openSUSE, macOS-style).
+pub const CA_BUNDLE_CANDIDATES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
+
 /// Host variables passed through unchanged to a run (when set on the host). Everything else the
 /// script sees is set by the engine or passed explicitly with `--env`.
 pub const RUN_ENV_ALLOWLIST: &[&str] = &["LANG", "LC_ALL", "TERM", "TZ"];
