@@ -19,12 +19,17 @@
 //! and a sandbox goes whole: the other resources with its id follow as [`Reason::Companion`].
 //! Resources without the exact managed-by pair, or with labels this version cannot read, are never
 //! selected.
+//!
+//! Prepared dependency environments are caches, not sandboxes: [`stale_envs`] picks the ones unused
+//! for longer than a maximum age and not in use (see [`EnvUse`]).
 
+mod envs;
 mod error;
 pub mod labels;
 mod owner;
 mod policy;
 
+pub use envs::{EnvAction, EnvUse, human, stale_envs, unix_from_rfc3339};
 pub use error::Error;
 pub use labels::{
     Kind, MANAGED_BY, MANAGED_BY_VALUE, MANAGED_FILTER, Owner, SandboxLabels, activity_label,
