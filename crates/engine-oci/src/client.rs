@@ -203,31 +203,67 @@ pub(crate) fn client(connection: &Connection) -> Result<Docker> {
 
 /// `GET /containers/json?all=1&filters=…` as untyped JSON. Typed listing fails as a whole on
 /// podman, whose compat API reports states (`stopped`) the Docker models do not know, and a
-/// sweep must never fail because one container is mid-exit. HTTP/1.0, so the body comes
-/// unchunked and ends with the connection.
+/// sweep must never fail because one container is mid-exit.
 pub(crate) async fn list_containers_raw(
     connection: &Connection,
     label_filters: &[String],
 ) -> Result<Vec<serde_json::Value>> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let engine = connection.flavor.as_str();
-    let failed = |message: String| Error::Api {
-        engine,
+    let filters = serde_json::json!({ "label": label_filters }).to_string();
+    let path = format!("/containers/json?all=1&filters={}", percent_encode(&filters));
+    let response =
+        raw_request(connection, "GET", &path, "listing python-sandbox containers").await?;
+    parse_list_response(&response).map_err(|message| Error::Api {
+        engine: connection.flavor.as_str(),
         context: "listing python-sandbox containers".to_owned(),
         message,
-    };
-    let filters = serde_json::json!({ "label": label_filters }).to_string();
-    let query: String = filters
-        .bytes()
+    })
+}
+
+/// `GET /containers/{name}/json` as untyped JSON, for the same reason as the listing: podman's
+/// `stopped` state (exited, not yet cleaned up) makes the typed inspect fail.
+pub(crate) async fn inspect_container_raw(
+    connection: &Connection,
+    name: &str,
+) -> Result<serde_json::Value> {
+    let context = format!("inspecting {name}");
+    let path = format!("/containers/{}/json", percent_encode(name));
+    let response = raw_request(connection, "GET", &path, &context).await?;
+    parse_json_response(&response).map_err(|message| Error::Api {
+        engine: connection.flavor.as_str(),
+        context,
+        message,
+    })
+}
+
+/// Pure: `text` with everything but RFC 3986's unreserved characters percent-encoded.
+fn percent_encode(text: &str) -> String {
+    text.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
                 char::from(b).to_string()
             }
             _ => format!("%{b:02X}"),
         })
-        .collect();
+        .collect()
+}
+
+/// One request without a body on a fresh connection, for answers bollard cannot type. `path`
+/// is below the versioned API root. HTTP/1.0, so the body comes unchunked and ends with the
+/// connection; the whole response is returned.
+async fn raw_request(
+    connection: &Connection,
+    method: &str,
+    path: &str,
+    context: &str,
+) -> Result<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let failed = |message: String| Error::Api {
+        engine: connection.flavor.as_str(),
+        context: context.to_owned(),
+        message,
+    };
     let request = format!(
-        "GET /v{}.{}/containers/json?all=1&filters={query} HTTP/1.0\r\nHost: localhost\r\n\r\n",
+        "{method} /v{}.{}{path} HTTP/1.0\r\nHost: localhost\r\n\r\n",
         API_VERSION.major_version, API_VERSION.minor_version
     );
     let mut response = Vec::new();
@@ -249,13 +285,22 @@ pub(crate) async fn list_containers_raw(
         .await
         .map_err(|_| failed("timed out".to_owned()))?
         .map_err(|e| failed(e.to_string()))?;
-    parse_list_response(&response).map_err(failed)
+    Ok(response)
 }
 
 /// Pure: the JSON array out of a whole HTTP/1.0 response.
 pub(crate) fn parse_list_response(
     response: &[u8],
 ) -> std::result::Result<Vec<serde_json::Value>, String> {
+    serde_json::from_value(parse_json_response(response)?)
+        .map_err(|e| format!("unexpected answer: {e}"))
+}
+
+/// Pure: the JSON body of a whole HTTP/1.0 response; any status but 200 is an error that
+/// carries the status and the body (the engine's message).
+pub(crate) fn parse_json_response(
+    response: &[u8],
+) -> std::result::Result<serde_json::Value, String> {
     let split = response
         .windows(4)
         .position(|w| w == b"\r\n\r\n")

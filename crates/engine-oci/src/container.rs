@@ -14,6 +14,7 @@ use futures_util::StreamExt;
 use sandbox_core::{OutputSink, Stdin, Stream};
 use tokio::io::AsyncWriteExt;
 
+use crate::client::{self, Connection, Flavor};
 use crate::error::{Error, Result};
 
 /// Where a container's output goes.
@@ -157,13 +158,14 @@ impl Signals {
 /// Attaches, starts, streams, waits. The caller removes the container (via the guard).
 pub(crate) async fn attach_and_run(
     docker: &Docker,
-    engine: &'static str,
+    connection: &Connection,
     name: &str,
     stdin: &Stdin,
     mut sink: Sink<'_>,
     timeout: Option<Duration>,
     signals: &mut Signals,
 ) -> Result<Finished> {
+    let engine = connection.flavor.as_str();
     let attach_stdin = !matches!(stdin, Stdin::Null);
     let options = AttachContainerOptions {
         stream: true,
@@ -219,7 +221,7 @@ pub(crate) async fn attach_and_run(
                 Err(_) => break,
             }
         }
-        exit_code(docker, engine, name).await
+        exit_code(docker, connection, name).await
     };
     let deadline = async {
         match timeout {
@@ -260,9 +262,24 @@ async fn kill(docker: &Docker, name: &str) {
 }
 
 /// The container's exit code once it has stopped (the output stream ends slightly earlier).
-/// Through the wait endpoint rather than inspect: podman reports a `stopped` state that the
-/// Docker API models do not know.
-async fn exit_code(docker: &Docker, engine: &'static str, name: &str) -> Result<i32> {
+/// Podman: inspected (untyped) as soon as the stream ends, because its wait endpoints only
+/// answer once the container is `exited`, i.e. after conmon's `podman container cleanup` has
+/// run (a second or so of extra latency with the compat endpoint's 250 ms polling), while the
+/// exit code is known as soon as it is `stopped`. Docker's wait answers at once.
+async fn exit_code(docker: &Docker, connection: &Connection, name: &str) -> Result<i32> {
+    let engine = connection.flavor.as_str();
+    if connection.flavor == Flavor::Podman {
+        for _ in 0..STOPPED_POLLS {
+            match client::inspect_container_raw(connection, name).await {
+                Ok(inspect) => match stopped_exit_code(&inspect) {
+                    Some(code) => return Ok(code),
+                    None => tokio::time::sleep(STOPPED_POLL_INTERVAL).await,
+                },
+                // Gone or unreadable: the wait endpoint knows what happened.
+                Err(_) => break,
+            }
+        }
+    }
     let options = WaitContainerOptions { condition: "not-running".to_owned() };
     let mut wait = docker.wait_container(name, Some(options));
     match wait.next().await {
@@ -276,5 +293,23 @@ async fn exit_code(docker: &Docker, engine: &'static str, name: &str) -> Result<
             context: format!("waiting for {name}"),
             message: "the wait stream ended without a status".to_owned(),
         }),
+    }
+}
+
+/// How often, and how many times, podman is asked whether a container whose output ended has
+/// stopped before falling back to the (slow) wait endpoint.
+const STOPPED_POLLS: u32 = 50;
+const STOPPED_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Pure: the exit code in an untyped inspect once the container has stopped; `None` while it
+/// has not (still running, or not started yet).
+pub(crate) fn stopped_exit_code(inspect: &serde_json::Value) -> Option<i32> {
+    let state = inspect.get("State")?;
+    if state.get("Running")?.as_bool()? {
+        return None;
+    }
+    match state.get("Status")?.as_str()? {
+        "stopped" | "exited" => i32::try_from(state.get("ExitCode")?.as_i64()?).ok(),
+        _ => None,
     }
 }

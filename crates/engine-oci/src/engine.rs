@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 
 use crate::client::{self, Connection, Flavor};
 use crate::container::{self, Signals, Sink, api};
+use crate::envs::{self, Lease, PrunedEnv};
 use crate::error::{Error, Result};
 use crate::host::{self, HostFacts};
 use crate::plan::{self, Limits, PrepareLayout, RunLayout};
@@ -47,8 +48,11 @@ pub struct OciConfig {
     pub path: Option<OsString>,
     /// While a script runs, turn SIGINT/SIGTERM/SIGHUP into "kill and remove the container".
     pub handle_signals: bool,
-    /// Sweep expired and orphaned containers when the engine is created.
+    /// Sweep expired and orphaned containers when the engine is created (and, at most once a
+    /// day, prune environments unused for [`OciConfig::env_max_age`]).
     pub sweep_on_start: bool,
+    /// Environment volumes unused for this long go in the daily automatic prune.
+    pub env_max_age: Duration,
 }
 
 impl OciConfig {
@@ -80,6 +84,7 @@ impl OciConfig {
             path: std::env::var_os("PATH"),
             handle_signals: true,
             sweep_on_start: true,
+            env_max_age: envs::DEFAULT_ENV_MAX_AGE,
         }
     }
 }
@@ -92,6 +97,9 @@ pub struct PreparedEnv {
     pub volume: Option<String>,
     /// False when an existing environment was reused (the warm path).
     pub fresh: bool,
+    /// The hold on the environment's lock that keeps the pruner away until the run's container
+    /// references the volume.
+    pub(crate) lease: Lease,
 }
 
 /// Runs PEP 723 scripts in Docker or Podman containers.
@@ -195,7 +203,15 @@ impl OciEngine {
             rt.block_on(image_id(&docker, engine_name, &config.image))?
         };
         let swept = if config.sweep_on_start {
-            rt.block_on(sweep::sweep(&docker, &connection, now_secs(), false)).unwrap_or_default()
+            let swept = rt.block_on(sweep::sweep(&docker, &connection, now_secs(), false));
+            rt.block_on(envs::auto_prune(
+                &docker,
+                &connection,
+                &config.cache_dir,
+                now_secs(),
+                config.env_max_age,
+            ));
+            swept.unwrap_or_default()
         } else {
             Vec::new()
         };
@@ -260,6 +276,13 @@ impl OciEngine {
         self.block_on(sweep::sweep(&self.docker, &self.connection, now_secs(), dry_run))
     }
 
+    /// Prunes environment volumes unused for `max_age` (zero: every one not in use) and not in
+    /// use, or with `dry_run` only reports them. One volume list and one container list call.
+    pub fn prune_envs(&self, max_age: Duration, dry_run: bool) -> Result<Vec<PrunedEnv>> {
+        let (docker, cache) = (&self.docker, &self.config.cache_dir);
+        self.block_on(envs::prune(docker, &self.connection, cache, now_secs(), max_age, dry_run))
+    }
+
     /// Checks what `run` would refuse.
     pub fn check(&self, spec: &RunSpec) -> Result<()> {
         if let Some(first) = spec.publish.first()
@@ -281,36 +304,26 @@ impl OciEngine {
     /// Returns the environment for `spec`, building it if needed. Warm path: one volume
     /// inspect of the completion marker. Cold path: a prepare container (network on, no
     /// workspace) installs into a fresh volume; the marker volume is created last, so an
-    /// interrupted install is never reused. Concurrent prepares of one key serialize on a lock.
+    /// interrupted install is never reused. Concurrent prepares of one key serialize on a lock,
+    /// which the returned environment holds shared (and stamps as its last use) until
+    /// [`OciEngine::run_prepared`] has created the container, so a prune never races the run.
     pub fn prepare(&self, spec: &RunSpec, status: &mut dyn FnMut(&str)) -> Result<PreparedEnv> {
         // `requires-python` alone still goes through prepare: uv checks the image's interpreter
         // against it there (and the volume is the warm marker of that check).
         if spec.dependencies.is_empty() && spec.requires_python.is_none() {
-            return Ok(PreparedEnv { volume: None, fresh: false });
+            return Ok(PreparedEnv { volume: None, fresh: false, lease: Lease::none() });
         }
         let volume =
             env_volume_name(&self.image_id, spec.requires_python.as_deref(), &spec.dependencies);
-        let marker = format!("{volume}-ready");
+        let marker = format!("{volume}{}", envs::MARKER_SUFFIX);
+        let cache = &self.config.cache_dir;
+        let lease = Lease::shared(cache, &volume, status)?;
         if self.block_on(volume_exists(&self.docker, &marker)) {
-            return Ok(PreparedEnv { volume: Some(volume), fresh: false });
+            return Ok(PreparedEnv { volume: Some(volume), fresh: false, lease });
         }
-        let locks = self.config.cache_dir.join("oci").join("locks");
-        std::fs::create_dir_all(&locks)
-            .map_err(Error::io(format!("creating {}", locks.display())))?;
-        let lock_path = locks.join(format!("{volume}.lock"));
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(Error::io(format!("opening {}", lock_path.display())))?;
-        if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
-            status("waiting for another python-sandbox preparing the same environment");
-            rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-                .map_err(|e| Error::io(format!("locking {}", lock_path.display()))(e.into()))?;
-        }
+        let lease = lease.exclusive(cache, &volume, status)?;
         if self.block_on(volume_exists(&self.docker, &marker)) {
-            return Ok(PreparedEnv { volume: Some(volume), fresh: false });
+            return Ok(PreparedEnv { volume: Some(volume), fresh: false, lease });
         }
         status(&format!(
             "installing {} dependenc{} in {}",
@@ -319,8 +332,7 @@ impl OciEngine {
             self.engine_name()
         ));
         self.block_on(self.build_env(spec, &volume, &marker))?;
-        drop(lock);
-        Ok(PreparedEnv { volume: Some(volume), fresh: true })
+        Ok(PreparedEnv { volume: Some(volume), fresh: true, lease })
     }
 
     async fn build_env(&self, spec: &RunSpec, volume: &str, marker: &str) -> Result<()> {
@@ -363,7 +375,7 @@ impl OciEngine {
         let mut signals = Signals::new(self.config.handle_signals);
         let finished = container::attach_and_run(
             &self.docker,
-            engine,
+            &self.connection,
             &name,
             &sandbox_core::Stdin::Null,
             Sink::Collect(&mut output),
@@ -459,10 +471,12 @@ impl OciEngine {
         let finished = self.block_on(async {
             let guard =
                 container::create(&self.docker, engine, &name, body, &self.config.image).await?;
+            // The container references the volume now: the engine refuses to remove it.
+            env.lease.release();
             let mut signals = Signals::new(self.config.handle_signals);
             let finished = container::attach_and_run(
                 &self.docker,
-                engine,
+                &self.connection,
                 &name,
                 &io.stdin,
                 sink,

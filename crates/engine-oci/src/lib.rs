@@ -29,8 +29,11 @@
 //!   Docker's default already refuses them. Podman needs `catatonit` for `init: true`.
 //! * The image's own `ENV` lines (and podman's `container=podman`) reach the script; nothing of
 //!   the host's environment does beyond the allowlist and explicit `--env`.
-//! * Environment volumes are a cache: the sweep never removes them (`docker volume prune`
-//!   with the `io.python-sandbox.managed-by` label filter does).
+//! * Environment volumes are a cache: the container sweep never removes them. Each run stamps
+//!   its environment's lock file (`<cache>/oci/locks/<volume>.lock`, mtime = last use) and holds
+//!   it shared until its container references the volume; [`OciEngine::prune_envs`] (`reap`,
+//!   and at most once a day at engine start) removes those unused for a maximum age, marker
+//!   first, skipping any that is locked or referenced (see `envs.rs`).
 //!
 //! Warm sessions ([`Session`]) implement [`sandbox_core::Sandbox`] on a long-lived container
 //! whose main process is an idle watchdog.
@@ -44,6 +47,7 @@
 mod client;
 mod container;
 mod engine;
+mod envs;
 mod error;
 mod host;
 mod plan;
@@ -54,6 +58,7 @@ mod workspace;
 
 pub use client::{Connection, Flavor};
 pub use engine::{DEFAULT_IMAGE, OciConfig, OciEngine, PreparedEnv};
+pub use envs::{DEFAULT_ENV_MAX_AGE, PrunedEnv};
 pub use error::Error;
 pub use plan::Limits;
 pub use session::{Session, SessionConfig, SessionInfo};

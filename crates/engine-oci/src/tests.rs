@@ -1,5 +1,5 @@
 //! Pure tests: container create bodies (insta snapshots), the env key, the ACL builder, the
-//! listing parser and the sweep's resource mapping.
+//! listing and inspect parsers, a stopped container's exit code and the sweep's resource mapping.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -120,7 +120,11 @@ fn session_body() {
         limits: Limits { memory: None, cpus: Some(0.5), pids: Some(64) },
         ttl_secs: 1800,
     };
-    insta::assert_json_snapshot!(json(&plan::session_plan(&host(1234), &layout)));
+    let mut body = json(&plan::session_plan(&host(1234), &layout));
+    // The agent's program is its own file; the snapshot shows where it goes.
+    assert_eq!(body["Cmd"][5], crate::agent::AGENT_PY);
+    body["Cmd"][5] = "<agent.py>".into();
+    insta::assert_json_snapshot!(body);
     let podman = json_for(&plan::session_plan(&host(1234), &layout), Flavor::Podman);
     insta::assert_json_snapshot!(podman["HostConfig"]["Tmpfs"], @r#"
     {
@@ -305,6 +309,45 @@ fn list_response_parsing() {
 }
 
 #[test]
+fn inspect_response_parsing() {
+    let ok = b"HTTP/1.0 200 OK\r\n\r\n{\"State\":{\"Status\":\"stopped\"}}";
+    let value = crate::client::parse_json_response(ok).expect("ok");
+    assert_eq!(value["State"]["Status"], "stopped");
+    // An object is not a listing.
+    assert!(crate::client::parse_list_response(ok).is_err());
+    let gone = b"HTTP/1.0 404 Not Found\r\n\r\n{\"message\":\"no such container\"}";
+    assert_eq!(
+        crate::client::parse_json_response(gone).expect_err("404"),
+        r#"HTTP 404: {"message":"no such container"}"#
+    );
+}
+
+#[test]
+fn exit_code_only_once_stopped() {
+    let state = |status: &str, running: bool, code: i64| {
+        let state = serde_json::json!({"Status": status, "Running": running, "ExitCode": code});
+        serde_json::json!({ "State": state })
+    };
+    let cases = [
+        // Podman between the exit and conmon's cleanup, then after it.
+        (state("stopped", false, 3), Some(3)),
+        (state("exited", false, 137), Some(137)),
+        (state("running", true, 0), None),
+        // Not started yet: its code means nothing.
+        (state("created", false, 0), None),
+        (state("configured", false, 0), None),
+        // Inconsistent or malformed answers are not trusted.
+        (state("exited", true, 0), None),
+        (state("exited", false, 1 << 40), None),
+        (serde_json::json!({"State": {"Status": "exited", "Running": false}}), None),
+        (serde_json::json!({"message": "no such container"}), None),
+    ];
+    for (inspect, expected) in cases {
+        assert_eq!(crate::container::stopped_exit_code(&inspect), expected, "{inspect}");
+    }
+}
+
+#[test]
 fn podman_profile_loses_user_namespaces_only() {
     let default = r#"{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[
         {"names":["read","clone","clone3","unshare","write"],"action":"SCMP_ACT_ALLOW","args":[]},
@@ -428,4 +471,55 @@ fn not_ready_gate_swallows_only_its_own_line() {
         run(&[(Stream::Stderr, "err"), (Stream::Stdout, "hello\n")]),
         (false, "hello\n".to_owned(), "err".to_owned())
     );
+}
+
+#[test]
+fn env_auto_prune_is_daily() {
+    use crate::envs::auto_prune_due;
+    use std::time::{Duration, SystemTime};
+    let now = SystemTime::now();
+    assert!(auto_prune_due(None, now));
+    assert!(!auto_prune_due(Some(now - Duration::from_secs(3600)), now));
+    assert!(auto_prune_due(Some(now - Duration::from_secs(86_400)), now));
+    assert!(auto_prune_due(Some(now + Duration::from_secs(60)), now), "a stamp from the future");
+}
+
+#[test]
+fn env_lease_stamps_and_excludes_the_pruner_until_released() {
+    use crate::envs::{Lease, lock, lock_path};
+    use rustix::fs::FlockOperation::NonBlockingLockExclusive;
+    let cache = tempfile::tempdir().unwrap();
+    let path = lock_path(cache.path(), "python-sandbox-env-x");
+    let lease = Lease::shared(cache.path(), "python-sandbox-env-x", &mut |_| {}).unwrap();
+    let stamped = std::fs::metadata(&path).unwrap().modified().unwrap();
+    assert!(stamped.elapsed().unwrap_or_default() < std::time::Duration::from_secs(60));
+    let clone = lease.clone();
+    assert!(lock(&path, NonBlockingLockExclusive).unwrap().is_none(), "held shared");
+    // A second run shares it.
+    let other = Lease::shared(cache.path(), "python-sandbox-env-x", &mut |_| {}).unwrap();
+    drop(other);
+    clone.release();
+    assert!(lock(&path, NonBlockingLockExclusive).unwrap().is_some(), "released for every clone");
+    drop(lease);
+}
+
+#[test]
+fn env_lock_survives_the_pruner_unlinking_it() {
+    use crate::envs::lock;
+    use rustix::fs::FlockOperation::{LockExclusive, LockShared};
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("env.lock");
+    let pruner = lock(&path, LockExclusive).unwrap().unwrap();
+    let waiter = {
+        let path = path.clone();
+        std::thread::spawn(move || lock(&path, LockShared).unwrap().unwrap())
+    };
+    // Let the waiter open the old file and block on it, then prune: unlink while held.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    std::fs::remove_file(&path).unwrap();
+    drop(pruner);
+    let held = waiter.join().unwrap();
+    let current = std::fs::metadata(&path).expect("the waiter made a new lock file");
+    assert_eq!(held.metadata().unwrap().ino(), current.ino(), "holds the file the path names");
 }

@@ -1,0 +1,136 @@
+//! Pruning environment volumes on real engines: an aged environment goes (marker and volume, and
+//! its lock file), a dry run only reports, and one that a container references or a run holds
+//! locked stays. Each test uses its own cache dir (its own stamps and locks) and a unique
+//! `requires-python`, so it only ever ages, and so only ever prunes, its own environment.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use engine_oci::{OciConfig, OciEngine, PrunedEnv};
+
+use crate::support::{engines, name, spec, workspace};
+
+const MONTH: Duration = Duration::from_secs(30 * 86_400);
+
+fn volume_exists(engine: &OciEngine, volume: &str) -> bool {
+    std::process::Command::new(name(engine))
+        .args(["volume", "inspect", volume])
+        .output()
+        .expect("volume inspect")
+        .status
+        .success()
+}
+
+/// An engine like `base` with a private cache dir.
+fn private(base: &OciEngine, cache: &Path) -> OciEngine {
+    let mut config: OciConfig = base.config().clone();
+    config.cache_dir = cache.to_owned();
+    config.sweep_on_start = false;
+    OciEngine::new(config).expect("engine")
+}
+
+fn age(cache: &Path, volume: &str, by: Duration) {
+    let lock = cache.join("oci/locks").join(format!("{volume}.lock"));
+    let file = std::fs::File::options().write(true).open(&lock).expect("lock file exists");
+    file.set_modified(SystemTime::now() - by).expect("set mtime");
+}
+
+fn find<'a>(pruned: &'a [PrunedEnv], volume: &str) -> Option<&'a PrunedEnv> {
+    pruned.iter().find(|p| p.volume == volume)
+}
+
+#[test]
+fn aged_env_is_pruned_marker_and_volume_and_rebuilt_on_next_use() {
+    for base in engines() {
+        let cache = tempfile::tempdir().expect("cache");
+        let engine = private(&base, cache.path());
+        let who = name(&engine);
+        let (_dir, ws) = workspace("print('hi')\n");
+        let mut spec = spec(&ws);
+        let nonce = format!("!=3.0.{}", std::process::id() * 1000 + u32::from(who == "podman"));
+        spec.requires_python = Some(format!(">=3.8,{nonce}"));
+        let env = engine.prepare(&spec, &mut |_| {}).expect("prepare");
+        let volume = env.volume.clone().expect("an env volume");
+        let marker = format!("{volume}-ready");
+        drop(env);
+        assert!(volume_exists(&engine, &volume) && volume_exists(&engine, &marker), "{who}");
+
+        // Used just now: not stale under the default age.
+        let pruned = engine.prune_envs(MONTH, true).expect("prune");
+        assert!(find(&pruned, &volume).is_none(), "{who}: fresh env chosen: {pruned:?}");
+
+        age(cache.path(), &volume, MONTH + Duration::from_secs(86_400));
+        let pruned = engine.prune_envs(MONTH, true).expect("dry run");
+        let chosen = find(&pruned, &volume).unwrap_or_else(|| panic!("{who}: {pruned:?}"));
+        assert!(
+            !chosen.removed && chosen.reason.starts_with("unused for 31 d"),
+            "{who}: {chosen:?}"
+        );
+        assert!(volume_exists(&engine, &volume) && volume_exists(&engine, &marker), "{who}");
+
+        let pruned = engine.prune_envs(MONTH, false).expect("prune");
+        let chosen = find(&pruned, &volume).unwrap_or_else(|| panic!("{who}: {pruned:?}"));
+        assert!(chosen.removed, "{who}: {chosen:?}");
+        assert!(!volume_exists(&engine, &marker), "{who}: marker left");
+        assert!(!volume_exists(&engine, &volume), "{who}: volume left");
+        let lock = cache.path().join("oci/locks").join(format!("{volume}.lock"));
+        assert!(!lock.exists(), "{who}: lock file left");
+
+        // The next use rebuilds it, and that one is fresh again.
+        let env = engine.prepare(&spec, &mut |_| {}).expect("prepare again");
+        assert!(env.fresh, "{who}: a pruned env must be rebuilt");
+        drop(env);
+        age(cache.path(), &volume, MONTH * 2);
+        let pruned = engine.prune_envs(MONTH, false).expect("cleanup");
+        assert!(find(&pruned, &volume).is_some_and(|p| p.removed), "{who}: {pruned:?}");
+    }
+}
+
+#[test]
+fn env_in_use_or_locked_is_kept() {
+    for base in engines() {
+        let cache = tempfile::tempdir().expect("cache");
+        let engine = private(&base, cache.path());
+        let who = name(&engine);
+        let (_dir, ws) = workspace("print('hi')\n");
+        let mut spec = spec(&ws);
+        let nonce = format!("!=3.1.{}", std::process::id() * 1000 + u32::from(who == "podman"));
+        spec.requires_python = Some(format!(">=3.8,{nonce}"));
+        let env = engine.prepare(&spec, &mut |_| {}).expect("prepare");
+        let volume = env.volume.clone().expect("an env volume");
+        let marker = format!("{volume}-ready");
+        drop(env);
+
+        // Locked: a run between its warm check and its container holds the lock shared.
+        let held = engine.prepare(&spec, &mut |_| {}).expect("warm prepare");
+        assert!(!held.fresh, "{who}");
+        age(cache.path(), &volume, MONTH * 2);
+        let pruned = engine.prune_envs(MONTH, false).expect("prune");
+        let chosen = find(&pruned, &volume).unwrap_or_else(|| panic!("{who}: {pruned:?}"));
+        assert!(!chosen.removed, "{who}: {chosen:?}");
+        assert!(chosen.error.as_deref().is_some_and(|e| e.contains("lock")), "{who}: {chosen:?}");
+        assert!(volume_exists(&engine, &volume) && volume_exists(&engine, &marker), "{who}");
+        drop(held);
+
+        // Referenced by a container (any state): never chosen, and the engine would refuse.
+        let container = format!("python-sandbox-prune-test-{}-{who}", std::process::id());
+        let created = std::process::Command::new(who)
+            .args(["create", "--name", &container, "-v", &format!("{volume}:/env:ro")])
+            .arg(engine.config().image.as_str())
+            .arg("true")
+            .output()
+            .expect("create");
+        assert!(created.status.success(), "{who}: {}", String::from_utf8_lossy(&created.stderr));
+        age(cache.path(), &volume, MONTH * 2);
+        let pruned = engine.prune_envs(MONTH, false);
+        let _ = std::process::Command::new(who).args(["rm", "-f", &container]).output();
+        let pruned = pruned.expect("prune");
+        assert!(find(&pruned, &volume).is_none(), "{who}: in-use env chosen: {pruned:?}");
+        assert!(volume_exists(&engine, &volume) && volume_exists(&engine, &marker), "{who}");
+
+        // Free again: it goes.
+        let pruned = engine.prune_envs(MONTH, false).expect("cleanup");
+        assert!(find(&pruned, &volume).is_some_and(|p| p.removed), "{who}: {pruned:?}");
+        assert!(!volume_exists(&engine, &volume) && !volume_exists(&engine, &marker), "{who}");
+    }
+}
