@@ -31,7 +31,8 @@ pub(crate) enum Command {
     /// Warm sandboxes that stay up between runs (docker and podman).
     #[command(subcommand)]
     Session(SessionCmd),
-    /// Remove expired and orphaned python-sandbox containers now.
+    /// Remove expired and orphaned python-sandbox containers, and environments nobody used for a
+    /// while, now.
     Reap(ReapArgs),
 }
 
@@ -147,6 +148,10 @@ pub(crate) struct ReapArgs {
     /// Only this engine (default: every engine that answers).
     #[arg(long, value_enum)]
     pub(crate) engine: Option<OciChoice>,
+    /// Also remove prepared environments unused for longer than this: `30d`, `12h`, `90m`, or `0`
+    /// for every environment not in use.
+    #[arg(long, value_name = "AGE", default_value = "30d")]
+    pub(crate) env_max_age: String,
 }
 
 /// Flags of `run`. Every flag beats the script's inline `[tool.python-sandbox]` table.

@@ -1,7 +1,9 @@
 //! `python-sandbox reap`: run the reaper now on docker and podman (one label-filtered list call
-//! per engine, then removal of expired and orphaned containers).
+//! per engine, then removal of expired and orphaned containers), and prune the prepared
+//! environments nobody used for longer than `--env-max-age`.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anstream::println;
 use anyhow::Result;
@@ -9,7 +11,31 @@ use engine_oci::{Flavor, OciConfig, OciEngine};
 
 use crate::args::{OciChoice, ReapArgs};
 
+/// `0` (every environment not in use) or a duration as `session start --ttl` takes it.
+fn parse_max_age(text: &str) -> Option<Duration> {
+    if text.trim() == "0" {
+        return Some(Duration::ZERO);
+    }
+    crate::session::parse_ttl(text)
+}
+
+/// What the text output says about one item.
+fn verb(dry_run: bool, removed: bool, error: Option<&str>) -> &'static str {
+    match (dry_run, removed, error) {
+        (true, _, _) => "would remove",
+        (false, true, _) => "removed",
+        (false, false, Some(e)) if e.starts_with("in use") => "kept",
+        (false, false, _) => "could not remove",
+    }
+}
+
 pub(crate) fn run(args: ReapArgs) -> Result<ExitCode> {
+    let max_age = parse_max_age(&args.env_max_age).ok_or_else(|| {
+        crate::ui::hinted(
+            format!("invalid --env-max-age `{}`", args.env_max_age),
+            "use `30d`, `12h`, `90m`, `45s`, or `0` for every environment not in use",
+        )
+    })?;
     let flavors: Vec<Flavor> = match args.engine {
         Some(OciChoice::Docker) => vec![Flavor::Docker],
         Some(OciChoice::Podman) => vec![Flavor::Podman],
@@ -49,15 +75,9 @@ pub(crate) fn run(args: ReapArgs) -> Result<ExitCode> {
         };
         for swept in engine.reap(args.dry_run)? {
             if !args.json {
-                let verb = if args.dry_run {
-                    "would remove"
-                } else if swept.removed {
-                    "removed"
-                } else {
-                    "could not remove"
-                };
                 println!(
-                    "{verb} {} {} ({}){}",
+                    "{} {} {} ({}){}",
+                    verb(args.dry_run, swept.removed, None),
                     flavor.as_str(),
                     swept.container,
                     swept.reason,
@@ -74,9 +94,51 @@ pub(crate) fn run(args: ReapArgs) -> Result<ExitCode> {
                 "error": swept.error,
             }));
         }
+        for pruned in engine.prune_envs(max_age, args.dry_run)? {
+            if !args.json {
+                println!(
+                    "{} {} environment {} ({}){}",
+                    verb(args.dry_run, pruned.removed, pruned.error.as_deref()),
+                    flavor.as_str(),
+                    pruned.volume,
+                    pruned.reason,
+                    pruned.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+                );
+            }
+            items.push(serde_json::json!({
+                "engine": flavor.as_str(),
+                "kind": "environment",
+                "environment": pruned.volume,
+                "reason": pruned.reason,
+                "removed": pruned.removed,
+                "error": pruned.error,
+            }));
+        }
     }
     if args.json {
         println!("{}", serde_json::Value::Array(items));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_ages() {
+        assert_eq!(parse_max_age("0"), Some(Duration::ZERO));
+        assert_eq!(parse_max_age("30d"), Some(Duration::from_secs(30 * 86_400)));
+        assert_eq!(parse_max_age("12h"), Some(Duration::from_secs(12 * 3600)));
+        assert_eq!(parse_max_age("0d"), None);
+        assert_eq!(parse_max_age("soon"), None);
+    }
+
+    #[test]
+    fn verbs() {
+        assert_eq!(verb(true, false, Some("in use (a container references it)")), "would remove");
+        assert_eq!(verb(false, true, None), "removed");
+        assert_eq!(verb(false, false, Some("in use (a run or prepare holds its lock)")), "kept");
+        assert_eq!(verb(false, false, Some("connection refused")), "could not remove");
+    }
 }

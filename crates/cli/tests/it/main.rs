@@ -2,6 +2,7 @@
 //! the real executable in a temporary directory and snapshots what a user would see.
 
 mod meta;
+mod reap;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -134,3 +134,48 @@ fn env_in_use_or_locked_is_kept() {
         assert!(!volume_exists(&engine, &volume) && !volume_exists(&engine, &marker), "{who}");
     }
 }
+
+/// The CLI end to end: `reap --dry-run --json` lists an aged environment without removing it,
+/// `reap --json` removes it. `XDG_CACHE_HOME` points the CLI at this test's stamps.
+#[test]
+fn cli_reap_reports_and_prunes_envs() {
+    let Some(bin) = crate::support::cli_binary() else {
+        println!("SKIPPED: python-sandbox binary not built (cargo build -p cli)");
+        return;
+    };
+    for base in engines() {
+        let xdg = tempfile::tempdir().expect("xdg cache");
+        let cache = xdg.path().join("python-sandbox");
+        let engine = private(&base, &cache);
+        let who = name(&engine);
+        let (_dir, ws) = workspace("print('hi')\n");
+        let mut spec = spec(&ws);
+        let nonce = format!("!=3.2.{}", std::process::id() * 1000 + u32::from(who == "podman"));
+        spec.requires_python = Some(format!(">=3.8,{nonce}"));
+        let volume = engine.prepare(&spec, &mut |_| {}).expect("prepare").volume.expect("volume");
+        age(&cache, &volume, MONTH * 2);
+        let reap = |extra: &[&str]| -> Vec<serde_json::Value> {
+            let out = std::process::Command::new(&bin)
+                .args(["reap", "--json", "--engine", who])
+                .args(extra)
+                .env("XDG_CACHE_HOME", xdg.path())
+                .output()
+                .expect("cli");
+            assert!(out.status.success(), "{who}: {}", String::from_utf8_lossy(&out.stderr));
+            let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+            json.as_array().expect("an array").clone()
+        };
+        let ours = |items: &[serde_json::Value]| {
+            items.iter().find(|i| i["environment"] == volume.as_str()).cloned()
+        };
+        let dry = reap(&["--dry-run"]);
+        let item = ours(&dry).unwrap_or_else(|| panic!("{who}: not listed: {dry:?}"));
+        assert_eq!(item["kind"], "environment", "{who}: {item}");
+        assert_eq!(item["removed"], false, "{who}: {item}");
+        assert!(volume_exists(&engine, &volume), "{who}: a dry run removed it");
+        let done = reap(&[]);
+        let item = ours(&done).unwrap_or_else(|| panic!("{who}: not listed: {done:?}"));
+        assert_eq!(item["removed"], true, "{who}: {item}");
+        assert!(!volume_exists(&engine, &volume), "{who}: still there");
+    }
+}
