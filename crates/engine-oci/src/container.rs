@@ -1,6 +1,7 @@
 //! One container from create to removal: attach before start (no output is lost), stream
-//! stdout/stderr live, feed stdin, wait for the exit code, and remove it on every path:
-//! normal exit, timeout, Ctrl-C/SIGTERM/SIGHUP, errors, and panics (a drop guard).
+//! stdout/stderr live, feed stdin, read the exit code once the output ends (podman: inspect,
+//! docker: wait), and remove it on every path: normal exit, timeout, Ctrl-C/SIGTERM/SIGHUP,
+//! errors, and panics (a drop guard).
 
 use std::time::{Duration, Instant};
 
