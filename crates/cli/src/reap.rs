@@ -1,6 +1,7 @@
 //! `python-sandbox reap`: run the reaper now on docker and podman (one label-filtered list call
 //! per engine, then removal of expired and orphaned containers), and prune the prepared
-//! environments nobody used for longer than `--env-max-age`.
+//! environments (docker/podman volumes, bwrap directories) nobody used for longer than
+//! `--env-max-age`.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -115,10 +116,47 @@ pub(crate) fn run(args: ReapArgs) -> Result<ExitCode> {
             }));
         }
     }
+    // bwrap keeps its environments in our cache: nothing to connect to, so only `--engine`
+    // naming a container engine skips it.
+    if args.engine.is_none() {
+        prune_bwrap(&args, max_age, &mut items);
+    }
     if args.json {
         println!("{}", serde_json::Value::Array(items));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn prune_bwrap(args: &ReapArgs, max_age: Duration, items: &mut Vec<serde_json::Value>) {
+    let pruned = engine_bwrap::BwrapConfig::from_env()
+        .and_then(|config| engine_bwrap::prune_envs(&config.cache_dir, max_age, args.dry_run));
+    let pruned = match pruned {
+        Ok(pruned) => pruned,
+        Err(e) => {
+            let first = e.to_string().lines().next().unwrap_or_default().to_owned();
+            crate::ui::warn(&format!("bwrap: {first}"));
+            return;
+        }
+    };
+    for env in pruned {
+        let dir = env.dir.display().to_string();
+        if !args.json {
+            println!(
+                "{} bwrap environment {dir} ({}){}",
+                verb(args.dry_run, env.removed, env.error.as_deref()),
+                env.reason,
+                env.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+            );
+        }
+        items.push(serde_json::json!({
+            "engine": "bwrap",
+            "kind": "environment",
+            "environment": dir,
+            "reason": env.reason,
+            "removed": env.removed,
+            "error": env.error,
+        }));
+    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use std::process::{Command, Stdio};
 
 use sandbox_core::{Engine, Net, Output, RunIo, RunOutcome, RunSpec, Stdin};
 
+use crate::envs::Lease;
 use crate::error::{Error, Result};
 use crate::fsutil;
 use crate::host::HostFacts;
@@ -118,6 +119,8 @@ pub struct PreparedEnv {
     pub uv_version: String,
     /// False when an existing environment was reused (the warm path).
     pub fresh: bool,
+    /// The shared hold on the environment's lock that keeps the pruner away while it is used.
+    pub(crate) lease: Lease,
 }
 
 /// Runs PEP 723 scripts in bubblewrap. Cheap to create: the warm path (environment exists)
@@ -174,7 +177,9 @@ impl BwrapEngine {
     /// done, no uv and no bwrap spawned. Cold path: fetch uv if absent, find the interpreter
     /// on the host, then `uv venv` + `uv pip install` inside a prepare sandbox (network on,
     /// no workspace, no home; only the uv cache, python dir and this environment writable).
-    /// Concurrent prepares of the same key serialize on a lock file.
+    /// Concurrent prepares of the same key serialize on a lock file, which the returned
+    /// environment holds shared (and stamps as its last use) for as long as it lives, so a
+    /// prune never deletes it under a run.
     pub fn prepare(&self, spec: &RunSpec, status: &mut dyn FnMut(&str)) -> Result<PreparedEnv> {
         let location = self.uv_location()?;
         let uv_version = location.version(&self.tools)?;
@@ -188,25 +193,19 @@ impl BwrapEngine {
         let envs = self.layout.envs_dir();
         let dir = envs.join(&key);
         let marker_path = envs.join(format!("{key}.json"));
-        if let Some(env) = self.ready(&key, &dir, &marker_path) {
+        let lock_path = self.layout.locks_dir().join(format!("{key}.lock"));
+        if !lock_path.parent().is_some_and(Path::is_dir) {
+            fsutil::create_dir_all(&self.layout.locks_dir())?;
+        }
+        let lease = Lease::take(&lock_path, false, status)?;
+        if let Some(env) = self.ready(&key, &dir, &marker_path, &lease) {
             return Ok(env);
         }
-
+        drop(lease);
         fsutil::create_dir_all(&envs)?;
-        fsutil::create_dir_all(&self.layout.locks_dir())?;
-        let lock_path = self.layout.locks_dir().join(format!("{key}.lock"));
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(Error::io(format!("opening {}", lock_path.display())))?;
-        if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
-            status("waiting for another python-sandbox preparing the same environment");
-            rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-                .map_err(|e| Error::io(format!("locking {}", lock_path.display()))(e.into()))?;
-        }
-        if let Some(env) = self.ready(&key, &dir, &marker_path) {
+        let lease = Lease::take(&lock_path, true, status)?;
+        if let Some(env) = self.ready(&key, &dir, &marker_path, &lease) {
+            lease.share()?;
             return Ok(env);
         }
 
@@ -281,7 +280,7 @@ impl BwrapEngine {
         let bytes = serde_json::to_vec_pretty(&marker)
             .map_err(|e| Error::io("encoding the environment marker")(std::io::Error::other(e)))?;
         fsutil::write_atomic(&marker_path, &bytes)?;
-        drop(lock);
+        lease.share()?;
         Ok(PreparedEnv {
             key,
             dir,
@@ -290,10 +289,17 @@ impl BwrapEngine {
             prefixes: interpreter.prefixes,
             uv_version: uv.version,
             fresh: true,
+            lease,
         })
     }
 
-    fn ready(&self, key: &str, dir: &Path, marker_path: &Path) -> Option<PreparedEnv> {
+    fn ready(
+        &self,
+        key: &str,
+        dir: &Path,
+        marker_path: &Path,
+        lease: &Lease,
+    ) -> Option<PreparedEnv> {
         let marker = Marker::read(marker_path)?;
         if !marker.is_current() || std::fs::symlink_metadata(dir.join("bin/python")).is_err() {
             return None;
@@ -306,6 +312,7 @@ impl BwrapEngine {
             prefixes: marker.prefixes,
             uv_version: marker.uv_version,
             fresh: false,
+            lease: lease.clone(),
         })
     }
 

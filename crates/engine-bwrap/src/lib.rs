@@ -7,7 +7,9 @@
 //!   request, uv version), inside its own bwrap sandbox with the network on but without the
 //!   workspace or `$HOME`; only uv's cache, the python dir and that one environment are
 //!   writable. A lock file serializes concurrent prepares of the same key; a marker written
-//!   last (outside the environment, so build scripts cannot forge it) makes it visible.
+//!   last (outside the environment, so build scripts cannot forge it) makes it visible. Runs
+//!   hold that lock shared while they use the environment and stamp its mtime as the last use;
+//!   [`prune_envs`] (`python-sandbox reap`) removes environments unused for a maximum age.
 //! * **Run** ([`BwrapEngine::run_prepared`]): the environment's interpreter runs the script
 //!   directly (no uv), with the configured network. Environment and interpreter are
 //!   read-only; the uv cache is not visible at all. The warm path is: key → marker → exec.
@@ -46,6 +48,7 @@
 //! The argv builder (`plan.rs`) is pure and snapshot-tested; `host.rs` gathers the facts it needs.
 
 mod engine;
+mod envs;
 mod error;
 mod fds;
 mod fsutil;
@@ -58,6 +61,7 @@ mod tools;
 mod uv;
 
 pub use engine::{BwrapConfig, BwrapEngine, PreparedEnv};
+pub use envs::{PrunedEnv, prune_envs};
 pub use error::Error;
 pub use uv::{
     PINNED_UV_VERSION, PINNED_WHEELS, PinnedWheel, UvBinary, UvOrigin, fetch_uv, find_or_fetch_uv,

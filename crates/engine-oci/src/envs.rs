@@ -12,7 +12,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::File;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -20,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bollard::Docker;
 use bollard::models::VolumeCreateRequest;
 use bollard::query_parameters::{ListVolumesOptions, RemoveVolumeOptions};
-use rustix::fs::FlockOperation;
+use reaper::LockMode;
 
 use crate::client::{self, Connection};
 use crate::container::api;
@@ -40,46 +39,19 @@ pub(crate) fn lock_path(cache_dir: &Path, volume: &str) -> PathBuf {
     cache_dir.join("oci").join("locks").join(format!("{volume}.lock"))
 }
 
-/// Opens (creating) and flocks `path`, retrying when the path was unlinked or replaced while we
-/// waited (a pruner removes lock files while holding them). `Ok(None)`: non-blocking and busy.
-pub(crate) fn lock(path: &Path, op: FlockOperation) -> Result<Option<File>> {
-    let io = |e: std::io::Error| Error::io(format!("locking {}", path.display()))(e);
-    loop {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .map_err(Error::io(format!("opening {}", path.display())))?;
-        match rustix::fs::flock(&file, op) {
-            Ok(()) => {}
-            Err(rustix::io::Errno::WOULDBLOCK)
-                if matches!(
-                    op,
-                    FlockOperation::NonBlockingLockShared
-                        | FlockOperation::NonBlockingLockExclusive
-                ) =>
-            {
-                return Ok(None);
-            }
-            Err(e) => return Err(io(e.into())),
-        }
-        let held = file.metadata().map_err(io)?;
-        match std::fs::metadata(path) {
-            Ok(now) if now.dev() == held.dev() && now.ino() == held.ino() => return Ok(Some(file)),
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io(e)),
-        }
-    }
+/// [`reaper::lock_env`] with this crate's error.
+pub(crate) fn lock(path: &Path, mode: LockMode) -> Result<Option<File>> {
+    reaper::lock_env(path, mode).map_err(|e| {
+        Error::io(format!("locking {}", path.display()))(std::io::Error::other(e.to_string()))
+    })
 }
 
 /// Takes `path` shared or exclusive, saying so through `status` when someone else holds it.
 fn lock_waiting(path: &Path, exclusive: bool, status: &mut dyn FnMut(&str)) -> Result<File> {
     let (try_op, wait_op) = if exclusive {
-        (FlockOperation::NonBlockingLockExclusive, FlockOperation::LockExclusive)
+        (LockMode::TryExclusive, LockMode::Exclusive)
     } else {
-        (FlockOperation::NonBlockingLockShared, FlockOperation::LockShared)
+        (LockMode::TryShared, LockMode::Shared)
     };
     if let Some(file) = lock(path, try_op)? {
         return Ok(file);
@@ -296,9 +268,7 @@ async fn remove_env(
         .open(&path)
         .ok()
         .and_then(|f| f.metadata().ok()?.modified().ok());
-    let Some(lock) =
-        lock(&path, FlockOperation::NonBlockingLockExclusive).map_err(|e| e.to_string())?
-    else {
+    let Some(lock) = lock(&path, LockMode::TryExclusive).map_err(|e| e.to_string())? else {
         return Err("in use (a run or prepare holds its lock)".to_owned());
     };
     // A run may have used it between the listing and the lock: it stamped the lock file then.

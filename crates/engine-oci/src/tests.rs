@@ -487,7 +487,7 @@ fn env_auto_prune_is_daily() {
 #[test]
 fn env_lease_stamps_and_excludes_the_pruner_until_released() {
     use crate::envs::{Lease, lock, lock_path};
-    use rustix::fs::FlockOperation::NonBlockingLockExclusive;
+    use reaper::LockMode::TryExclusive as NonBlockingLockExclusive;
     let cache = tempfile::tempdir().unwrap();
     let path = lock_path(cache.path(), "python-sandbox-env-x");
     let lease = Lease::shared(cache.path(), "python-sandbox-env-x", &mut |_| {}).unwrap();
@@ -506,7 +506,7 @@ fn env_lease_stamps_and_excludes_the_pruner_until_released() {
 #[test]
 fn env_lock_survives_the_pruner_unlinking_it() {
     use crate::envs::lock;
-    use rustix::fs::FlockOperation::{LockExclusive, LockShared};
+    use reaper::LockMode::{Exclusive as LockExclusive, Shared as LockShared};
     use std::os::unix::fs::MetadataExt;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("env.lock");

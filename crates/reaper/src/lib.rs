@@ -5,7 +5,7 @@
 //! [`MANAGED_FILTER`], maps each to a [`Resource`] (id, labels, [`State`], optional activity and exit
 //! times), calls [`decide`] with the current time and an [`OwnerLiveness`] (normally
 //! [`ProcLiveness`]), and removes the [`Action`]s' ids. Nothing here does IO except the two /proc
-//! readers [`ProcLiveness::new`] and [`Owner::current`].
+//! readers [`ProcLiveness::new`] and [`Owner::current`], and [`lock_env`].
 //!
 //! The rules, in order, per resource:
 //! - `expires` passed: [`Reason::Expired`] (any kind);
@@ -21,11 +21,13 @@
 //! selected.
 //!
 //! Prepared dependency environments are caches, not sandboxes: [`stale_envs`] picks the ones unused
-//! for longer than a maximum age and not in use (see [`EnvUse`]).
+//! for longer than a maximum age and not in use (see [`EnvUse`]); [`lock_env`] is the lock-file
+//! protocol that keeps a prune from racing a run.
 
 mod envs;
 mod error;
 pub mod labels;
+mod lock;
 mod owner;
 mod policy;
 
@@ -35,5 +37,6 @@ pub use labels::{
     Kind, MANAGED_BY, MANAGED_BY_VALUE, MANAGED_FILTER, Owner, SandboxLabels, activity_label,
     labels_for_prepare, labels_for_run, labels_for_session,
 };
+pub use lock::{LockMode, lock_env};
 pub use owner::{Liveness, OwnerLiveness, ProcLiveness, Stat, Vantage, judge, parse_stat};
 pub use policy::{Action, Policy, Reason, Resource, State, decide};

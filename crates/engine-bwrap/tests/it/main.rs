@@ -7,6 +7,7 @@
 
 mod escapes;
 mod lifecycle;
+mod prune;
 mod support;
 mod uv;
 mod wall;

@@ -1,0 +1,204 @@
+//! Prepared environments over time: the lease a run holds on its environment (the lock file
+//! `<cache>/bwrap/locks/<key>.lock`, shared, for the whole run, since nothing else would stop a
+//! directory from being deleted under a running script; its mtime is the last-use stamp), and
+//! pruning of environments nobody used for a while ([`reaper::stale_envs`] decides).
+//!
+//! The pruner takes the lock exclusive without waiting (busy means in use: skip), removes the
+//! marker first and the directory second (a half-pruned environment is rebuilt, never reused),
+//! and unlinks the lock file while holding it ([`reaper::lock_env`] makes lockers notice).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use reaper::LockMode;
+
+use crate::engine::CacheLayout;
+use crate::error::{Error, Result};
+
+/// A hold on an environment's lock, shared by the clones of its [`crate::PreparedEnv`]; the
+/// lock goes when the last clone does.
+#[derive(Clone, Default)]
+pub(crate) struct Lease(Option<Arc<File>>);
+
+impl Lease {
+    /// Takes the lock (waiting, and saying so through `status`, when someone else holds it)
+    /// and stamps the last use.
+    pub(crate) fn take(
+        path: &Path,
+        exclusive: bool,
+        status: &mut dyn FnMut(&str),
+    ) -> Result<Lease> {
+        let (try_mode, wait_mode) = if exclusive {
+            (LockMode::TryExclusive, LockMode::Exclusive)
+        } else {
+            (LockMode::TryShared, LockMode::Shared)
+        };
+        let file = match lock(path, try_mode)? {
+            Some(file) => file,
+            None => {
+                status("waiting for another python-sandbox preparing the same environment");
+                lock(path, wait_mode)?.ok_or_else(|| {
+                    Error::io(format!("locking {}", path.display()))(std::io::Error::other(
+                        "lock not taken",
+                    ))
+                })?
+            }
+        };
+        // Best effort: a missing stamp only makes the pruner fall back to the marker's age.
+        let _ = file.set_modified(SystemTime::now());
+        Ok(Lease(Some(Arc::new(file))))
+    }
+
+    /// Turns an exclusive hold into a shared one without letting go (flock converts in place),
+    /// so a freshly built environment is never pruned before its first run.
+    pub(crate) fn share(&self) -> Result<()> {
+        match &self.0 {
+            Some(file) => file.lock_shared().map_err(Error::io("sharing an environment lock")),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Lease(held)" } else { "Lease(none)" })
+    }
+}
+
+/// A lease is not part of an environment's identity.
+impl PartialEq for Lease {
+    fn eq(&self, _: &Lease) -> bool {
+        true
+    }
+}
+impl Eq for Lease {}
+
+fn lock(path: &Path, mode: LockMode) -> Result<Option<File>> {
+    reaper::lock_env(path, mode).map_err(|e| {
+        Error::io(format!("locking {}", path.display()))(std::io::Error::other(e.to_string()))
+    })
+}
+
+/// One environment the pruner chose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrunedEnv {
+    /// The environment directory.
+    pub dir: PathBuf,
+    /// Why, lower case (e.g. `unused for 31 d, max age 30 d`).
+    pub reason: String,
+    /// Whether it was removed (false in a dry run, when in use, or when removal failed).
+    pub removed: bool,
+    /// Why it was not removed after all (in use, an IO error).
+    pub error: Option<String>,
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::symlink_metadata(path).ok()?.modified().ok()
+}
+
+fn secs(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Whether someone holds the lock at `path` now, without creating it (a created lock file would
+/// read as a fresh use).
+fn busy(path: &Path) -> bool {
+    let Ok(file) = std::fs::OpenOptions::new().write(true).open(path) else {
+        return false;
+    };
+    matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock))
+}
+
+/// Environments under `<cache_dir>/bwrap/envs` unused for `max_age` (zero: every one not in use)
+/// and not in use: removed, or with `dry_run` only reported. Needs no bwrap: only the cache.
+pub fn prune_envs(cache_dir: &Path, max_age: Duration, dry_run: bool) -> Result<Vec<PrunedEnv>> {
+    let layout = CacheLayout::new(cache_dir);
+    let envs_dir = layout.envs_dir();
+    let entries = match std::fs::read_dir(&envs_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(format!("reading {}", envs_dir.display()))(e)),
+    };
+    // Keys are hex: anything else here (temporary files) is not an environment.
+    let mut keys: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .map(|name| name.strip_suffix(".json").map(str::to_owned).unwrap_or(name))
+        .filter(|name| !name.is_empty() && name.bytes().all(|b| b.is_ascii_hexdigit()))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let now = secs(SystemTime::now());
+    let lock_of = |key: &str| layout.locks_dir().join(format!("{key}.lock"));
+    let uses: Vec<reaper::EnvUse> = keys
+        .iter()
+        .map(|key| {
+            // The stamp, else when the marker (written last) or the directory appeared.
+            let last = modified(&lock_of(key))
+                .or_else(|| modified(&envs_dir.join(format!("{key}.json"))))
+                .or_else(|| modified(&envs_dir.join(key)));
+            reaper::EnvUse::owned(key, last.map_or(now, secs), busy(&lock_of(key)))
+        })
+        .collect();
+    let mut out = Vec::new();
+    for action in reaper::stale_envs(now, max_age.as_secs(), &uses) {
+        let dir = envs_dir.join(&action.id);
+        let mut pruned =
+            PrunedEnv { dir: dir.clone(), reason: action.to_string(), removed: false, error: None };
+        if !dry_run {
+            let stamp = modified(&lock_of(&action.id));
+            match remove_env(&envs_dir, &action.id, &lock_of(&action.id), stamp, now, max_age) {
+                Ok(()) => pruned.removed = true,
+                Err(why) => pruned.error = Some(why),
+            }
+        }
+        out.push(pruned);
+    }
+    Ok(out)
+}
+
+/// Removes one environment under its exclusive lock: marker first, then the directory, then the
+/// lock file. `Err` says why it stays.
+fn remove_env(
+    envs_dir: &Path,
+    key: &str,
+    lock_path: &Path,
+    stamp: Option<SystemTime>,
+    now: u64,
+    max_age: Duration,
+) -> std::result::Result<(), String> {
+    if let Some(dir) = lock_path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
+    // Creating the lock file ourselves must not look like a use.
+    let ours = std::fs::OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .open(lock_path)
+        .ok()
+        .and_then(|f| f.metadata().ok()?.modified().ok());
+    let Some(held) = lock(lock_path, LockMode::TryExclusive).map_err(|e| e.to_string())? else {
+        return Err("in use (a run or prepare holds its lock)".to_owned());
+    };
+    let seen = if ours.is_some() { ours } else { stamp };
+    let current = modified(lock_path);
+    if current != seen && now.saturating_sub(current.map_or(0, secs)) < max_age.as_secs() {
+        return Err("in use (used since the listing)".to_owned());
+    }
+    let marker = envs_dir.join(format!("{key}.json"));
+    match std::fs::remove_file(&marker) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("removing {}: {e}", marker.display())),
+    }
+    let dir = envs_dir.join(key);
+    match std::fs::remove_dir_all(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("removing {}: {e}", dir.display())),
+    }
+    let _ = std::fs::remove_file(lock_path);
+    drop(held);
+    Ok(())
+}
