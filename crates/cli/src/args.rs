@@ -74,6 +74,13 @@ pub(crate) enum SessionCmd {
         /// Arguments for the script, after `--`.
         #[arg(last = true, value_name = "ARGS")]
         args: Vec<String>,
+        /// Pass an environment variable: `NAME` copies the host's value, `NAME=VALUE` sets it
+        /// (repeatable; beats the script's own `env`).
+        #[arg(long = "env", value_name = "NAME[=VALUE]")]
+        env: Vec<String>,
+        /// Stop the script after this many seconds (exit code 124; beats its own `timeout`).
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<f64>,
         /// The engine the session runs on (default: whichever has it).
         #[arg(long, value_enum)]
         engine: Option<OciChoice>,

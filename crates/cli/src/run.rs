@@ -24,7 +24,7 @@ use crate::{files, meta, progress, session, ui};
 /// A boundary crossing was refused (no `--approve`).
 const EXIT_BOUNDARY: u8 = 4;
 /// The run hit its timeout; the whole process tree was killed (as `timeout(1)` does).
-const EXIT_TIMEOUT: u8 = 124;
+pub(crate) const EXIT_TIMEOUT: u8 = 124;
 
 pub(crate) fn run(args: RunArgs) -> Result<ExitCode> {
     let workspace = std::env::current_dir()
@@ -96,7 +96,7 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode> {
 }
 
 /// The script's own layer: its `dependencies` and `requires-python` plus `[tool.python-sandbox]`.
-fn inline_layer(meta: &Metadata) -> Layer {
+pub(crate) fn inline_layer(meta: &Metadata) -> Layer {
     let mut layer = Layer {
         dependencies: meta.dependencies.iter().map(|d| d.value.clone()).collect(),
         requires_python: meta.requires_python.as_ref().map(|r| r.value.clone()),
@@ -132,15 +132,7 @@ fn inline_layer(meta: &Metadata) -> Layer {
 
 /// The command line's layer. Flags that do not parse are errors before anything starts.
 fn cli_layer(args: &RunArgs) -> Result<Layer> {
-    let timeout = match args.timeout {
-        Some(t) if !(t.is_finite() && t > 0.0 && t < 1e9) => {
-            return Err(ui::hinted(
-                format!("invalid timeout `{t}`"),
-                "give a positive number of seconds",
-            ));
-        }
-        t => t.map(Duration::from_secs_f64),
-    };
+    let timeout = timeout_flag(args.timeout)?;
     Ok(Layer {
         script: Some(args.script.clone()),
         args: (!args.args.is_empty()).then(|| args.args.clone()),
@@ -156,9 +148,19 @@ fn cli_layer(args: &RunArgs) -> Result<Layer> {
     })
 }
 
+/// `--timeout SECONDS`, checked.
+pub(crate) fn timeout_flag(timeout: Option<f64>) -> Result<Option<Duration>> {
+    match timeout {
+        Some(t) if !(t.is_finite() && t > 0.0 && t < 1e9) => {
+            Err(ui::hinted(format!("invalid timeout `{t}`"), "give a positive number of seconds"))
+        }
+        t => Ok(t.map(Duration::from_secs_f64)),
+    }
+}
+
 /// `--env NAME` and `env = ["NAME"]` copy the host's value; a name the host lacks is dropped with
 /// a warning rather than passed empty.
-fn fill_env_from_host(spec: &mut RunSpec) {
+pub(crate) fn fill_env_from_host(spec: &mut RunSpec) {
     spec.env.retain_mut(|var| {
         if var.value.is_some() {
             return true;

@@ -195,7 +195,10 @@ fn engine_with_session(
 pub(crate) fn run(cmd: SessionCmd) -> Result<ExitCode> {
     match cmd {
         SessionCmd::Start(args) => start(args),
-        SessionCmd::Run { id, script, args, engine } => run_script(&id, &script, &args, engine),
+        SessionCmd::Run { id, script, args, env, timeout, engine } => {
+            let flags = ScriptFlags { env, timeout: crate::run::timeout_flag(timeout)? };
+            run_script(&id, &script, &args, &flags, engine)
+        }
         SessionCmd::Exec { id, command, engine } => exec(&id, command, engine),
         SessionCmd::Stop { id, engine } => {
             let (engine, session) = engine_with_session(&id, engine)?;
@@ -293,18 +296,55 @@ fn exit(outcome: &RunOutcome) -> ExitCode {
     ExitCode::from(u8::try_from(outcome.exit_code).unwrap_or(1))
 }
 
-fn exec(id: &str, command: Vec<String>, choice: Option<OciChoice>) -> Result<ExitCode> {
+/// A session opened from its record, served by its agent: no engine connection, no API call.
+/// `None` sends the caller down the API path (no record, another engine, the agent gone).
+fn local_session(id: &str, choice: Option<OciChoice>) -> Option<engine_oci::Session> {
+    let runtime_dir = OciConfig::from_env(Flavor::Docker).runtime_dir;
+    engine_oci::Session::local(&runtime_dir, id, choice.map(flavor))
+}
+
+/// Runs `work` on the session: through its agent when it can be reached without the API (a
+/// current-thread runtime is all that needs), else through a connected engine. Only "could not
+/// reach the agent" falls back, so nothing runs twice.
+fn with_session<T>(
+    id: &str,
+    choice: Option<OciChoice>,
+    work: impl AsyncFn(&engine_oci::Session) -> Result<T, engine_oci::Error>,
+) -> Result<T> {
+    if let Some(session) = local_session(id, choice) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        match rt.block_on(work(&session)) {
+            Err(engine_oci::Error::NoSession { .. }) => {}
+            other => return Ok(other?),
+        }
+    }
     let (engine, session) = engine_with_session(id, choice)?;
+    Ok(engine.block_on(work(&session))?)
+}
+
+fn exec(id: &str, command: Vec<String>, choice: Option<OciChoice>) -> Result<ExitCode> {
     let request = ExecRequest { argv: command, ..Default::default() };
-    let mut sink = stream_out;
-    let outcome = engine.block_on(session.exec(&request, &mut sink))?;
+    let outcome = with_session(id, choice, async |session| {
+        let mut sink = stream_out;
+        session.exec(&request, &mut sink).await
+    })?;
     Ok(exit(&outcome))
+}
+
+/// `session run` flags that beat the script's inline table.
+struct ScriptFlags {
+    env: Vec<String>,
+    timeout: Option<Duration>,
 }
 
 fn run_script(
     id: &str,
     script: &std::path::Path,
     args: &[String],
+    flags: &ScriptFlags,
     choice: Option<OciChoice>,
 ) -> Result<ExitCode> {
     let bytes = meta::read_script(script)?;
@@ -317,16 +357,67 @@ fn run_script(
             format!("check it with `python-sandbox meta check {}`", script.display()),
         ));
     }
-    let mut dependencies: Vec<String> = Vec::new();
-    if let Some(m) = &parsed.metadata {
-        dependencies.extend(m.dependencies.iter().map(|d| d.value.clone()));
-        if let Some(sb) = &m.sandbox {
-            dependencies.extend(sb.dependencies.iter().map(|d| d.value.clone()));
+    let inline = parsed.metadata.as_ref().map(crate::run::inline_layer).unwrap_or_default();
+    let cli = Layer {
+        script: Some(script.to_owned()),
+        env: flags.env.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,
+        timeout: flags.timeout,
+        ..Layer::default()
+    };
+    let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
+    let timed_out = std::cell::Cell::new(None);
+    let outcome = with_session(id, choice, async |session| {
+        // The script's own settings, resolved as a run would (relative paths against the
+        // session's workspace), then checked against what the session was started with.
+        let workspace = PathBuf::from(session.workspace());
+        let ctx = sandbox_core::ResolveCtx { workspace: workspace.clone(), home: home.clone() };
+        let mut spec = sandbox_core::resolve(&Layer::default(), &inline, &cli, &ctx)?;
+        crate::run::fill_env_from_host(&mut spec);
+        if let Some(policy) = session.policy() {
+            let mounts: Vec<(PathBuf, bool)> = spec
+                .mounts
+                .iter()
+                .map(|m| {
+                    let path = std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone());
+                    (path, m.mode == sandbox_core::MountMode::ReadWrite)
+                })
+                .collect();
+            let net = inline.net.unwrap_or(if policy.net { Net::On } else { Net::Off });
+            if let Some(warning) = policy.net_warning(net) {
+                ui::warn(&warning);
+            }
+            let ports: Vec<u16> = spec.publish.iter().map(|p| p.port).collect();
+            let misfits = policy.misfits(&workspace, &mounts, net, &ports);
+            if !misfits.is_empty() {
+                return Err(engine_oci::Error::SessionMisfit {
+                    id: session.id().to_owned(),
+                    misfits,
+                });
+            }
         }
+        timed_out.set(spec.timeout);
+        let options = engine_oci::ScriptOptions {
+            dependencies: spec.dependencies.clone(),
+            args: args.to_vec(),
+            env: spec
+                .env
+                .iter()
+                .filter_map(|v| v.value.as_ref().map(|value| (v.name.clone(), value.clone())))
+                .collect(),
+            timeout: spec.timeout,
+        };
+        let mut sink = stream_out;
+        session.run_script_with(script, &options, &mut sink).await
+    })?;
+    if outcome.timed_out {
+        let secs = timed_out.get().map_or(0.0, |t| t.as_secs_f64());
+        anstream::eprintln!(
+            "{}error{:#}: timed out after {secs}s; the script was stopped",
+            ui::ERROR,
+            ui::ERROR
+        );
+        return Ok(ExitCode::from(crate::run::EXIT_TIMEOUT));
     }
-    let (engine, session) = engine_with_session(id, choice)?;
-    let mut sink = stream_out;
-    let outcome = engine.block_on(session.run_script(script, &dependencies, args, &mut sink))?;
     Ok(exit(&outcome))
 }
 

@@ -36,7 +36,8 @@
 //!   first, skipping any that is locked or referenced (see `envs.rs`).
 //!
 //! Warm sessions ([`Session`]) implement [`sandbox_core::Sandbox`] on a long-lived container
-//! whose main process is an idle watchdog.
+//! whose main process is an agent (idle watchdog and exec server on a unix socket in the
+//! container's own `/tmp`, reached from the host through `/proc/<pid>/root`).
 //!
 //! ```text
 //! let engine = OciEngine::new(OciConfig::from_env(Flavor::Docker))?;
@@ -44,6 +45,7 @@
 //! let outcome = engine.run_prepared(&spec, &env, RunIo::inherit())?;
 //! ```
 
+mod agent;
 mod client;
 mod container;
 mod engine;
@@ -56,12 +58,13 @@ mod session;
 mod sweep;
 mod workspace;
 
+pub use agent::AgentAddr;
 pub use client::{Connection, Flavor};
 pub use engine::{DEFAULT_IMAGE, OciConfig, OciEngine, PreparedEnv};
 pub use envs::{DEFAULT_ENV_MAX_AGE, PrunedEnv};
 pub use error::Error;
 pub use plan::Limits;
-pub use session::{Session, SessionConfig, SessionInfo};
+pub use session::{ScriptOptions, Session, SessionConfig, SessionInfo, SessionPolicy};
 pub use sweep::Swept;
 
 #[cfg(test)]

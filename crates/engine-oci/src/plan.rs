@@ -125,10 +125,13 @@ pub(crate) struct SessionLayout {
     pub(crate) ttl_secs: u64,
 }
 
-/// The session's main process: exits (and the auto-removed container disappears) once
-/// `/tmp/.last-activity` is older than the TTL and no exec is running. Every exec registers
-/// its shell pid under `/tmp/.active/` and touches the activity file when it ends.
+/// The session's main process: the agent (`agent.rs`) when the image has `python3`, else a
+/// shell watchdog that exits (and the auto-removed container disappears) once
+/// `/tmp/.last-activity` is older than the TTL and no exec is running. Every API exec registers
+/// its shell pid under `/tmp/.active/` and touches the activity file when it ends. `$1` is the
+/// TTL in seconds, `$2` the agent's program.
 pub(crate) const WATCHDOG: &str = r#"ttl=$1
+command -v python3 > /dev/null 2>&1 && exec python3 -I -c "$2" "$ttl"
 mkdir -p /tmp/.active
 touch /tmp/.last-activity
 while :; do
@@ -301,7 +304,7 @@ pub(crate) fn prepare_plan(host: &HostFacts, layout: &PrepareLayout) -> Containe
     }
 }
 
-/// Session: the watchdog is the main process; the workspace and mounts as in a run; the
+/// Session: the agent (or the shell watchdog) is the main process; the workspace and mounts as in a run; the
 /// session's own venv and uv cache live in its tmpfs home and die with it.
 pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> ContainerPlan {
     let (uid, gid) = host.sandbox_ids();
@@ -328,6 +331,7 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Containe
         WATCHDOG.to_owned(),
         "watchdog".to_owned(),
         layout.ttl_secs.to_string(),
+        crate::agent::AGENT_PY.to_owned(),
     ];
     ContainerPlan {
         role: Role::Session,

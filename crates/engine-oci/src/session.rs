@@ -1,11 +1,17 @@
-//! Warm sessions: a long-lived container whose main process is an idle watchdog, serving the
-//! [`Sandbox`] protocol through exec. Files move through exec `cat`/`tar`/`find`, never the
-//! archive endpoints (they do not see tmpfs mounts on Docker).
+//! Warm sessions: a long-lived container whose main process is the agent (`agent.py`: an idle
+//! watchdog that also serves execs over a unix socket, see `agent.rs`), serving the [`Sandbox`]
+//! protocol through execs: over the agent's socket when it is reachable from this host, through
+//! the Docker API otherwise (a remote daemon, an image without python3). Files move through
+//! exec `cat`/`tar`/`find`, never the archive endpoints (they do not see tmpfs mounts on Docker).
 //!
-//! Idle TTL: every exec registers its shell under `/tmp/.active/` and touches
-//! `/tmp/.last-activity`; the watchdog exits once nothing ran for the TTL, and auto-remove
-//! makes the container disappear, even if no CLI ever runs again. Running execs count as
-//! activity; services started with [`Sandbox::start_service`] and traffic to them do not.
+//! `session start` leaves a host-private record (`<runtime dir>/sessions/<id>.json`: container,
+//! workspace, the agent's pinned address, the session's policy), so `session run` and
+//! `session exec` need no API call at all on the warm path ([`Session::local`]).
+//!
+//! Idle TTL: requests served by the agent, and API execs (each registers its shell under
+//! `/tmp/.active/` and touches `/tmp/.last-activity`), count as activity; the agent exits once
+//! nothing ran for the TTL, and auto-remove makes the container disappear, even if no CLI ever
+//! runs again. Services started with [`Sandbox::start_service`] and traffic to them do not count.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -25,6 +31,7 @@ use sandbox_core::{
 use sha2::Digest;
 use tokio::io::AsyncWriteExt;
 
+use crate::agent::{self, AgentAddr};
 use crate::container::{self, api};
 use crate::engine::{OciEngine, now_secs, random_id};
 use crate::error::{Error, Result};
@@ -33,6 +40,8 @@ use crate::plan::{self, SessionLayout};
 
 /// Our label holding the session's workspace (not part of the reaper schema).
 const WORKSPACE_LABEL: &str = "io.python-sandbox.oci.workspace";
+/// Our label holding the session's [`SessionPolicy`] as JSON.
+const POLICY_LABEL: &str = "io.python-sandbox.oci.policy";
 /// The session's own virtual environment, in its tmpfs home.
 const VENV: &str = "/home/sandbox/.venv";
 /// Wraps every exec: registers it as activity while it runs. Shell builtins only on the way
@@ -142,6 +151,19 @@ impl OutputSink for NotReadyGate<'_> {
     }
 }
 
+/// How [`Session::run_script_with`] runs a script.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScriptOptions {
+    /// Installed into the session's environment first (they stay for later scripts).
+    pub dependencies: Vec<String>,
+    /// The script's arguments.
+    pub args: Vec<String>,
+    /// Extra environment for the script, on top of the session's.
+    pub env: Vec<(String, String)>,
+    /// Kill the script (and its children) after this long.
+    pub timeout: Option<Duration>,
+}
+
 /// A session as `session list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionInfo {
@@ -172,14 +194,99 @@ pub(crate) fn container_name(id: &str) -> String {
     }
 }
 
+/// What a session was started with, for checking the scripts run in it: mounts, network and
+/// ports are fixed when the container starts.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct SessionPolicy {
+    /// Whether the session has a network.
+    pub net: bool,
+    /// Extra mounts (real host paths) and whether each is writable.
+    pub mounts: Vec<(PathBuf, bool)>,
+    /// Ports published to the host.
+    pub publish: Vec<u16>,
+}
+
+impl SessionPolicy {
+    /// Pure: what of a script's own sandbox settings this session cannot give it, one line each
+    /// (empty: it fits). `mounts` are canonical host paths with their writability; the
+    /// workspace (always mounted read-write) covers everything below it.
+    pub fn misfits(
+        &self,
+        workspace: &Path,
+        mounts: &[(PathBuf, bool)],
+        net: Net,
+        publish: &[u16],
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        for (path, writable) in mounts {
+            let covered = path.starts_with(workspace)
+                || self
+                    .mounts
+                    .iter()
+                    .any(|(have, rw)| path.starts_with(have) && (*rw || !writable));
+            if !covered {
+                out.push(format!(
+                    "mount `{}{}`: the session has no such mount",
+                    path.display(),
+                    if *writable { "" } else { ":ro" }
+                ));
+            }
+        }
+        // A script asking for no network in a session that has one is only warned about
+        // (`net_warning`): its dependencies install inside the session, which needs the network.
+        if net == Net::On && !self.net {
+            out.push("`net = \"on\"`: the session has no network".to_owned());
+        }
+        for port in publish {
+            if !self.publish.contains(port) {
+                out.push(format!("publish {port}: the session does not publish it"));
+            }
+        }
+        out
+    }
+}
+
+impl SessionPolicy {
+    /// Pure: the warning for a script that asks for `net`, when the session cannot honour it
+    /// (a script's `net = "off"` in a session with a network).
+    pub fn net_warning(&self, net: Net) -> Option<String> {
+        (net == Net::Off && self.net).then(|| {
+            "the script asks for `net = \"off\"` but this session has a network; it runs with it (start the session with `--net off` to enforce it)".to_owned()
+        })
+    }
+}
+
+/// The host-private record `session start` leaves under the runtime directory.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct Record {
+    id: String,
+    container: String,
+    engine: String,
+    workspace: String,
+    agent: Option<AgentAddr>,
+    policy: SessionPolicy,
+}
+
+/// Pure: the record file of session `id` (an id may also be given as the container name); `None`
+/// for an id that is not one of ours (it becomes a file name).
+pub(crate) fn record_path(runtime_dir: &Path, id: &str) -> Option<PathBuf> {
+    let id = id.strip_prefix("python-sandbox-session-").unwrap_or(id);
+    let ok = !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric());
+    ok.then(|| runtime_dir.join("sessions").join(format!("{id}.json")))
+}
+
 /// A running session container.
 #[derive(Debug)]
 pub struct Session {
-    docker: Docker,
+    /// `None` for a session opened from its record only ([`Session::local`]).
+    docker: Option<Docker>,
     engine: &'static str,
     id: String,
     container: String,
     workspace: String,
+    agent: Option<AgentAddr>,
+    policy: Option<SessionPolicy>,
+    record: Option<PathBuf>,
     stopped: AtomicBool,
 }
 
@@ -222,6 +329,13 @@ impl OciEngine {
         let owner = reaper::Owner::current(None)?;
         let mut labels = reaper::labels_for_session(&id, &owner, now_secs(), ttl_secs)?;
         labels.insert(WORKSPACE_LABEL.to_owned(), workspace.display().to_string());
+        let policy = SessionPolicy {
+            net: config.net == Net::On,
+            mounts: mounts.iter().map(|m| (m.path.clone(), m.writable)).collect(),
+            publish: config.publish.iter().map(|p| p.port).collect(),
+        };
+        labels.insert(POLICY_LABEL.to_owned(), serde_json::to_string(&policy).unwrap_or_default());
+        let workspace_text = workspace.display().to_string();
         let layout = SessionLayout {
             image: self.config().image.clone(),
             labels,
@@ -269,6 +383,20 @@ impl OciEngine {
                 }
             }
         })?;
+        let agent = self.block_on(async {
+            let addr = init_pid(self.docker(), &name).await.and_then(AgentAddr::of_pid)?;
+            agent::wait_listening(&addr, Duration::from_secs(5)).await.then_some(addr)
+        });
+        let record = Record {
+            id: id.clone(),
+            container: name,
+            engine: engine.to_owned(),
+            workspace: workspace_text,
+            agent,
+            policy,
+        };
+        // Best effort: without the record, session commands go through the API.
+        let _ = write_record(&self.config().runtime_dir, &record);
         let sessions = self.list_sessions()?;
         sessions.into_iter().find(|s| s.id == id).ok_or(Error::NoSession { id })
     }
@@ -293,12 +421,17 @@ impl OciEngine {
         if !is_session || !running {
             return Err(Error::NoSession { id: id.to_owned() });
         }
+        let pid = inspect.state.as_ref().and_then(|s| s.pid).and_then(|p| u32::try_from(p).ok());
+        let id = labels.get(reaper::labels::ID).cloned().unwrap_or_else(|| id.to_owned());
         Ok(Session {
-            docker: self.docker().clone(),
+            docker: Some(self.docker().clone()),
             engine,
-            id: labels.get(reaper::labels::ID).cloned().unwrap_or_else(|| id.to_owned()),
+            record: record_path(&self.config().runtime_dir, &id),
+            id,
             container: name,
             workspace: labels.get(WORKSPACE_LABEL).cloned().unwrap_or_else(|| "/tmp".to_owned()),
+            agent: pid.filter(|p| *p > 0).and_then(AgentAddr::of_pid),
+            policy: labels.get(POLICY_LABEL).and_then(|p| serde_json::from_str(p).ok()),
             stopped: AtomicBool::new(false),
         })
     }
@@ -313,6 +446,7 @@ impl OciEngine {
         let mut out: Vec<SessionInfo> =
             items.iter().filter_map(|item| session_info(item, engine)).collect();
         out.sort_by_key(|s| s.created);
+        prune_records(&self.config().runtime_dir);
         Ok(out)
     }
 
@@ -320,6 +454,100 @@ impl OciEngine {
     pub fn stop_session(&self, id: &str) -> Result<()> {
         let session = self.session(id)?;
         self.block_on(session.stop())
+    }
+}
+
+impl Session {
+    /// Opens session `id` from the record `session start` left in `runtime_dir`, without any
+    /// API call; `None` when there is no record (another engine's `flavor`, a session started
+    /// elsewhere) or its agent is gone. Such a session serves execs and scripts through the
+    /// agent only: anything that needs the API (services, stop) wants [`OciEngine::session`].
+    pub fn local(runtime_dir: &Path, id: &str, flavor: Option<crate::Flavor>) -> Option<Session> {
+        let path = record_path(runtime_dir, id)?;
+        let record: Record = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+        let engine = match record.engine.as_str() {
+            "docker" => crate::Flavor::Docker,
+            "podman" => crate::Flavor::Podman,
+            _ => return None,
+        };
+        if flavor.is_some_and(|f| f != engine) {
+            return None;
+        }
+        let agent = record.agent.filter(AgentAddr::alive)?;
+        Some(Session {
+            docker: None,
+            engine: engine.as_str(),
+            id: record.id,
+            container: record.container,
+            workspace: record.workspace,
+            agent: Some(agent),
+            policy: Some(record.policy),
+            record: Some(path),
+            stopped: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether commands go through the session's agent (else through the engine's API).
+    pub fn uses_agent(&self) -> bool {
+        self.agent.is_some_and(|a| a.listening())
+    }
+
+    /// The same session with the agent turned off: every command goes through the engine's
+    /// API (what a session whose agent cannot be reached does anyway; for tests and debugging).
+    pub fn via_api(mut self) -> Session {
+        self.agent = None;
+        self
+    }
+
+    /// What the session was started with (`None` for sessions of older versions).
+    pub fn policy(&self) -> Option<&SessionPolicy> {
+        self.policy.as_ref()
+    }
+}
+
+/// The host pid of a container's init process.
+async fn init_pid(docker: &Docker, name: &str) -> Option<u32> {
+    let inspect = docker.inspect_container(name, None::<InspectContainerOptions>).await.ok()?;
+    inspect.state?.pid.and_then(|p| u32::try_from(p).ok()).filter(|p| *p > 0)
+}
+
+fn write_record(runtime_dir: &Path, record: &Record) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let path = record_path(runtime_dir, &record.id)
+        .ok_or_else(|| std::io::Error::other("not a session id"))?;
+    let dir = runtime_dir.join("sessions");
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
+    let tmp = dir.join(format!(".{}.{}", record.id, std::process::id()));
+    let bytes = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+    let mut file =
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    std::io::Write::write_all(&mut file, &bytes)?;
+    std::fs::rename(&tmp, &path)
+}
+
+/// Removes the records of sessions whose agent is gone (expired, stopped, reaped); a record
+/// younger than a minute stays (its session may be starting).
+fn prune_records(runtime_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(runtime_dir.join("sessions")) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let young = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age < Duration::from_secs(60));
+        if young {
+            continue;
+        }
+        let live = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Record>(&b).ok())
+            .and_then(|r| r.agent)
+            .is_some_and(|a| a.alive());
+        if !live {
+            let _ = std::fs::remove_file(&path);
+        }
     }
 }
 
@@ -418,6 +646,13 @@ impl Session {
         output: &mut dyn OutputSink,
     ) -> Result<RunOutcome> {
         self.ensure_running()?;
+        let cwd = request.cwd.clone().unwrap_or_else(|| self.workspace.clone());
+        if let Some(stream) = self.agent.as_ref().and_then(AgentAddr::connect) {
+            return agent::exec(stream, request, &cwd, output, &self.id).await;
+        }
+        let Some(docker) = &self.docker else {
+            return Err(Error::NoSession { id: self.id.clone() });
+        };
         let mut cmd = strings(&["sh", "-c", EXEC_WRAPPER, "exec"]);
         if let Some(timeout) = request.timeout {
             // Inside the container: exec has no kill endpoint, and this kills the whole command.
@@ -431,20 +666,17 @@ impl Session {
             attach_stderr: Some(true),
             env: Some(request.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             cmd: Some(cmd),
-            working_dir: Some(request.cwd.clone().unwrap_or_else(|| self.workspace.clone())),
+            working_dir: Some(cwd),
             ..Default::default()
         };
-        let exec =
-            self.docker.create_exec(&self.container, options).await.map_err(|e| match e {
-                bollard::errors::Error::DockerResponseServerError {
-                    status_code: 404 | 409,
-                    ..
-                } => Error::NoSession { id: self.id.clone() },
-                e => api(self.engine, "creating an exec")(e),
-            })?;
+        let exec = docker.create_exec(&self.container, options).await.map_err(|e| match e {
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 404 | 409, ..
+            } => Error::NoSession { id: self.id.clone() },
+            e => api(self.engine, "creating an exec")(e),
+        })?;
         let start = Instant::now();
-        let started = self
-            .docker
+        let started = docker
             .start_exec(
                 &exec.id,
                 Some(StartExecOptions { detach: false, tty: false, output_capacity: None }),
@@ -479,8 +711,7 @@ impl Session {
         }
         let mut exit_code = None;
         for _ in 0..200 {
-            let inspect = self
-                .docker
+            let inspect = docker
                 .inspect_exec(&exec.id)
                 .await
                 .map_err(api(self.engine, "inspecting an exec"))?;
@@ -522,6 +753,23 @@ impl Session {
         args: &[String],
         output: &mut dyn OutputSink,
     ) -> Result<RunOutcome> {
+        let options = ScriptOptions {
+            dependencies: dependencies.to_vec(),
+            args: args.to_vec(),
+            ..ScriptOptions::default()
+        };
+        self.run_script_with(script, &options, output).await
+    }
+
+    /// [`Session::run_script`] with an environment and a timeout for the script (not for the
+    /// install).
+    pub async fn run_script_with(
+        &self,
+        script: &Path,
+        options: &ScriptOptions,
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome> {
+        let dependencies = options.dependencies.as_slice();
         let real = std::fs::canonicalize(script)
             .map_err(|_| Error::MissingPath { path: script.to_owned() })?;
         let marker = deps_marker(dependencies);
@@ -537,12 +785,12 @@ impl Session {
             (format!("/tmp/.scripts/{}/{name}", random_id()), Some(bytes))
         };
         if let Some(outcome) =
-            self.run_if_ready(marker.as_deref(), &inside, copy.as_deref(), args, output).await?
+            self.run_if_ready(marker.as_deref(), &inside, copy.as_deref(), options, output).await?
         {
             return Ok(outcome);
         }
         self.prepare_venv(dependencies, marker.as_deref()).await?;
-        self.run_if_ready(marker.as_deref(), &inside, copy.as_deref(), args, output)
+        self.run_if_ready(marker.as_deref(), &inside, copy.as_deref(), options, output)
             .await?
             .ok_or_else(|| Error::Exec {
                 what: "running the script".to_owned(),
@@ -557,7 +805,7 @@ impl Session {
         marker: Option<&str>,
         inside: &str,
         copy: Option<&[u8]>,
-        args: &[String],
+        options: &ScriptOptions,
         output: &mut dyn OutputSink,
     ) -> Result<Option<RunOutcome>> {
         let nonce = random_id();
@@ -568,8 +816,14 @@ impl Session {
         argv.push(if copy.is_some() { inside.to_owned() } else { String::new() });
         argv.push(format!("{VENV}/bin/python"));
         argv.push(inside.to_owned());
-        argv.extend(args.iter().cloned());
-        let request = ExecRequest { argv, stdin, ..Default::default() };
+        argv.extend(options.args.iter().cloned());
+        let request = ExecRequest {
+            argv,
+            stdin,
+            env: options.env.clone(),
+            timeout: options.timeout,
+            cwd: None,
+        };
         let mut gate = NotReadyGate::new(&nonce, output);
         let outcome = self.exec_raw(&request, &mut gate).await?;
         Ok((!gate.finish()).then_some(outcome))
@@ -606,9 +860,19 @@ impl Session {
         Ok(())
     }
 
+    /// The API client; sessions opened with [`Session::local`] have none.
+    fn api(&self, what: &str) -> Result<&Docker> {
+        self.docker.as_ref().ok_or_else(|| Error::Exec {
+            what: what.to_owned(),
+            message:
+                "this session handle has no engine connection (open it with `OciEngine::session`)"
+                    .to_owned(),
+        })
+    }
+
     async fn host_port(&self, port: u16) -> Result<Option<String>> {
         let inspect = self
-            .docker
+            .api("finding a published port")?
             .inspect_container(&self.container, None::<InspectContainerOptions>)
             .await
             .map_err(api(self.engine, "inspecting the session"))?;
@@ -795,8 +1059,12 @@ kill -KILL -- "-$pid" 2>/dev/null; rm -f "$f""#;
     }
 
     async fn stop(&self) -> Result<()> {
+        let docker = self.api("stopping the session")?;
         self.stopped.store(true, Ordering::Relaxed);
-        crate::sweep::remove(&self.docker, &self.container).await.map_err(|message| Error::Api {
+        if let Some(record) = &self.record {
+            let _ = std::fs::remove_file(record);
+        }
+        crate::sweep::remove(docker, &self.container).await.map_err(|message| Error::Api {
             engine: self.engine,
             context: format!("removing {}", self.container),
             message,

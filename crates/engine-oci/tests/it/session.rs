@@ -35,92 +35,209 @@ fn start(
     engine.session(&info.id).expect("session")
 }
 
+/// The whole protocol, through the agent and through the API (what a session whose agent
+/// cannot be reached uses): both must behave the same.
 #[test]
 fn protocol_exec_files_and_stop() {
+    for engine in engines() {
+        for via_agent in [true, false] {
+            let (_dir, ws) = workspace("print('x')\n");
+            let session = start(&engine, &ws, Net::Off, &[], Duration::from_secs(600));
+            let session = if via_agent { session } else { session.via_api() };
+            let e = format!("{} via {}", name(&engine), if via_agent { "agent" } else { "api" });
+            assert_eq!(session.uses_agent(), via_agent, "{e}");
+            engine.block_on(async {
+                // A command that cannot start, and one killed by a signal: what a shell reports.
+                let mut out = Captured::default();
+                let outcome = session
+                    .exec(&ExecRequest::new(&["no-such-command"]), &mut out)
+                    .await
+                    .expect("exec");
+                assert_eq!(outcome.exit_code, 127, "{e}: {}", out.stderr_lossy());
+                assert!(out.stderr_lossy().contains("no-such-command"), "{e}");
+                let outcome = session
+                    .exec(
+                        &ExecRequest::new(&["sh", "-c", "kill -TERM $$"]),
+                        &mut Captured::default(),
+                    )
+                    .await
+                    .expect("exec");
+                assert_eq!(outcome.exit_code, 143, "{e}");
+
+                // exec: streamed output, exit code, env, cwd = workspace, stdin.
+                let mut out = Captured::default();
+                let request = ExecRequest {
+                    argv: ["sh", "-c", "echo $GREETING $EXTRA; pwd; cat; echo oops >&2; exit 7"]
+                        .map(String::from)
+                        .to_vec(),
+                    env: vec![("EXTRA".to_owned(), "there".to_owned())],
+                    stdin: b"from stdin\n".to_vec(),
+                    ..Default::default()
+                };
+                let outcome = session.exec(&request, &mut out).await.expect("exec");
+                assert_eq!(outcome.exit_code, 7, "{e}");
+                assert_eq!(
+                    out.stdout_lossy(),
+                    format!("hi there\n{}\nfrom stdin\n", ws.display()),
+                    "{e}"
+                );
+                assert_eq!(out.stderr_lossy(), "oops\n", "{e}");
+
+                // exec timeout.
+                let request = ExecRequest {
+                    timeout: Some(Duration::from_secs(1)),
+                    ..ExecRequest::new(&["sleep", "30"])
+                };
+                let outcome = session.exec(&request, &mut Captured::default()).await.expect("exec");
+                assert!(outcome.timed_out, "{e}: {outcome:?}");
+
+                // files: write (parents created), read, list, errors; tmpfs and workspace alike.
+                session.write_file("/tmp/a/b/c.txt", b"content").await.expect("write");
+                assert_eq!(session.read_file("/tmp/a/b/c.txt").await.expect("read"), b"content");
+                session.write_file("/tmp/a/empty", b"").await.expect("write empty");
+                let listing = session.list_dir("/tmp/a").await.expect("list");
+                let shown: Vec<(String, EntryKind, u64)> =
+                    listing.into_iter().map(|d| (d.name, d.kind, d.size)).collect();
+                assert_eq!(
+                    shown,
+                    vec![
+                        ("b".to_owned(), EntryKind::Dir, 0),
+                        ("empty".to_owned(), EntryKind::File, 0)
+                    ],
+                    "{e}"
+                );
+                let ws_file = format!("{}/from-session.txt", ws.display());
+                session.write_file(&ws_file, b"shared").await.expect("write ws");
+                assert_eq!(
+                    std::fs::read(ws.join("from-session.txt")).expect("host read"),
+                    b"shared"
+                );
+                let missing = session.read_file("/tmp/nope").await.expect_err("missing");
+                assert!(missing.to_string().contains("no such file"), "{e}: {missing}");
+                let dir = session.read_file("/tmp/a").await.expect_err("dir");
+                assert!(dir.to_string().contains("is a directory"), "{e}: {dir}");
+                let not_dir = session.list_dir("/tmp/a/empty").await.expect_err("not a dir");
+                assert!(not_dir.to_string().contains("not a directory"), "{e}: {not_dir}");
+                assert!(session.read_file("relative").await.is_err());
+
+                // put: a tar and a host tree.
+                let mut builder = tar::Builder::new(Vec::new());
+                let mut header = tar::Header::new_gnu();
+                header.set_size(3);
+                header.set_mode(0o644);
+                header.set_cksum();
+                builder.append_data(&mut header, "pkg/mod.py", &b"x=1"[..]).expect("tar");
+                let archive = builder.into_inner().expect("tar");
+                session.put(&PutSource::Tar(archive), "/tmp/put").await.expect("put tar");
+                assert_eq!(session.read_file("/tmp/put/pkg/mod.py").await.expect("read"), b"x=1");
+                let tree = tempfile::tempdir().expect("tree");
+                std::fs::create_dir_all(tree.path().join("src/inner")).expect("mkdir");
+                std::fs::write(tree.path().join("src/inner/f.txt"), "tree").expect("write");
+                session
+                    .put(&PutSource::HostPath(tree.path().join("src")), "/tmp/tree")
+                    .await
+                    .expect("put path");
+                assert_eq!(
+                    session.read_file("/tmp/tree/src/inner/f.txt").await.expect("read"),
+                    b"tree"
+                );
+
+                // stop: the container goes, further calls fail.
+                session.stop().await.expect("stop");
+                assert!(
+                    session
+                        .exec(&ExecRequest::new(&["true"]), &mut Captured::default())
+                        .await
+                        .is_err()
+                );
+            });
+            assert!(engine.session(session.id()).is_err(), "{e}: stopped session still found");
+        }
+    }
+}
+
+/// The agent path: a session opens from its record without the API; dropping an exec kills
+/// the command; a socket the sandbox swapped for a symlink (here to the engine's own API
+/// socket) is never followed: the handle without the API refuses, the API one falls back.
+#[test]
+fn agent_is_local_cancellable_and_pinned() {
     for engine in engines() {
         let (_dir, ws) = workspace("print('x')\n");
         let session = start(&engine, &ws, Net::Off, &[], Duration::from_secs(600));
         let e = name(&engine);
-        engine.block_on(async {
-            // exec: streamed output, exit code, env, cwd = workspace, stdin.
+        let runtime_dir = engine.config().runtime_dir.clone();
+        let local = Session::local(&runtime_dir, session.id(), None).expect("record");
+        assert!(local.uses_agent(), "{e}");
+        assert_eq!(local.workspace(), ws.display().to_string());
+        let other = match engine.config().flavor {
+            engine_oci::Flavor::Docker => engine_oci::Flavor::Podman,
+            engine_oci::Flavor::Podman => engine_oci::Flavor::Docker,
+        };
+        assert!(Session::local(&runtime_dir, session.id(), Some(other)).is_none(), "{e}");
+        assert!(Session::local(&runtime_dir, "../../etc/passwd", None).is_none(), "{e}");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+        rt.block_on(async {
             let mut out = Captured::default();
-            let request = ExecRequest {
-                argv: ["sh", "-c", "echo $GREETING $EXTRA; pwd; cat; echo oops >&2; exit 7"]
-                    .map(String::from)
-                    .to_vec(),
-                env: vec![("EXTRA".to_owned(), "there".to_owned())],
-                stdin: b"from stdin\n".to_vec(),
-                ..Default::default()
-            };
-            let outcome = session.exec(&request, &mut out).await.expect("exec");
-            assert_eq!(outcome.exit_code, 7, "{e}");
+            let request = ExecRequest::new(&["sh", "-c", "echo local $PWD"]);
+            let outcome = local.exec(&request, &mut out).await.expect("local exec");
             assert_eq!(
-                out.stdout_lossy(),
-                format!("hi there\n{}\nfrom stdin\n", ws.display()),
+                (outcome.exit_code, out.stdout_lossy()),
+                (0, format!("local {}\n", ws.display())),
                 "{e}"
             );
-            assert_eq!(out.stderr_lossy(), "oops\n", "{e}");
 
-            // exec timeout.
-            let request = ExecRequest {
-                timeout: Some(Duration::from_secs(1)),
-                ..ExecRequest::new(&["sleep", "30"])
-            };
-            let outcome = session.exec(&request, &mut Captured::default()).await.expect("exec");
-            assert!(outcome.timed_out, "{e}: {outcome:?}");
-
-            // files: write (parents created), read, list, errors; tmpfs and workspace alike.
-            session.write_file("/tmp/a/b/c.txt", b"content").await.expect("write");
-            assert_eq!(session.read_file("/tmp/a/b/c.txt").await.expect("read"), b"content");
-            session.write_file("/tmp/a/empty", b"").await.expect("write empty");
-            let listing = session.list_dir("/tmp/a").await.expect("list");
-            let shown: Vec<(String, EntryKind, u64)> =
-                listing.into_iter().map(|d| (d.name, d.kind, d.size)).collect();
-            assert_eq!(
-                shown,
-                vec![("b".to_owned(), EntryKind::Dir, 0), ("empty".to_owned(), EntryKind::File, 0)],
-                "{e}"
-            );
-            let ws_file = format!("{}/from-session.txt", ws.display());
-            session.write_file(&ws_file, b"shared").await.expect("write ws");
-            assert_eq!(std::fs::read(ws.join("from-session.txt")).expect("host read"), b"shared");
-            let missing = session.read_file("/tmp/nope").await.expect_err("missing");
-            assert!(missing.to_string().contains("no such file"), "{e}: {missing}");
-            let dir = session.read_file("/tmp/a").await.expect_err("dir");
-            assert!(dir.to_string().contains("is a directory"), "{e}: {dir}");
-            let not_dir = session.list_dir("/tmp/a/empty").await.expect_err("not a dir");
-            assert!(not_dir.to_string().contains("not a directory"), "{e}: {not_dir}");
-            assert!(session.read_file("relative").await.is_err());
-
-            // put: a tar and a host tree.
-            let mut builder = tar::Builder::new(Vec::new());
-            let mut header = tar::Header::new_gnu();
-            header.set_size(3);
-            header.set_mode(0o644);
-            header.set_cksum();
-            builder.append_data(&mut header, "pkg/mod.py", &b"x=1"[..]).expect("tar");
-            let archive = builder.into_inner().expect("tar");
-            session.put(&PutSource::Tar(archive), "/tmp/put").await.expect("put tar");
-            assert_eq!(session.read_file("/tmp/put/pkg/mod.py").await.expect("read"), b"x=1");
-            let tree = tempfile::tempdir().expect("tree");
-            std::fs::create_dir_all(tree.path().join("src/inner")).expect("mkdir");
-            std::fs::write(tree.path().join("src/inner/f.txt"), "tree").expect("write");
-            session
-                .put(&PutSource::HostPath(tree.path().join("src")), "/tmp/tree")
-                .await
-                .expect("put path");
-            assert_eq!(
-                session.read_file("/tmp/tree/src/inner/f.txt").await.expect("read"),
-                b"tree"
-            );
-
-            // stop: the container goes, further calls fail.
-            session.stop().await.expect("stop");
-            assert!(
-                session.exec(&ExecRequest::new(&["true"]), &mut Captured::default()).await.is_err()
-            );
+            let request = ExecRequest::new(&["sh", "-c", "echo started; exec sleep 1234"]);
+            let mut out = Captured::default();
+            let dropped =
+                tokio::time::timeout(Duration::from_millis(1500), local.exec(&request, &mut out))
+                    .await;
+            assert!(dropped.is_err(), "{e}: the exec should still run");
         });
-        assert!(engine.session(session.id()).is_err(), "{e}: stopped session still found");
+        let count = ExecRequest::new(&[
+            "sh",
+            "-c",
+            "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'sleep 123[4]' || true",
+        ]);
+        let gone = eventually(Duration::from_secs(10), || {
+            let mut out = Captured::default();
+            rt.block_on(local.exec(&count, &mut out)).expect("count");
+            out.stdout_lossy().trim() == "0"
+        });
+        assert!(gone, "{e}: a dropped exec must kill its command");
+
+        let api_socket = match &engine.connection().endpoint {
+            engine_detect::ApiEndpoint::Unix(path) => path.display().to_string(),
+            engine_detect::ApiEndpoint::Tcp(_) => "/run/docker.sock".to_owned(),
+        };
+        let plant = ExecRequest::new(&[
+            "sh",
+            "-c",
+            &format!(
+                "rm -f /tmp/.python-sandbox-agent.sock && ln -s {api_socket} /tmp/.python-sandbox-agent.sock"
+            ),
+        ]);
+        rt.block_on(local.exec(&plant, &mut Captured::default())).expect("plant");
+        assert!(!local.uses_agent(), "{e}: a symlink is not the agent");
+        let refused =
+            rt.block_on(local.exec(&ExecRequest::new(&["true"]), &mut Captured::default()));
+        assert!(matches!(refused, Err(engine_oci::Error::NoSession { .. })), "{e}: {refused:?}");
+        engine.block_on(async {
+            let mut out = Captured::default();
+            let outcome = session
+                .exec(&ExecRequest::new(&["echo", "via the api"]), &mut out)
+                .await
+                .expect("fallback exec");
+            assert_eq!(
+                (outcome.exit_code, out.stdout_lossy().as_str()),
+                (0, "via the api\n"),
+                "{e}"
+            );
+            session.stop().await.expect("stop");
+        });
+        assert!(
+            Session::local(&runtime_dir, session.id(), None).is_none(),
+            "{e}: record left after stop"
+        );
     }
 }
 
@@ -250,6 +367,28 @@ fn cli_session_lifecycle() {
         let (code, stdout, _) =
             cli(&["session", "exec", &id, "--", "sh", "-c", "echo $((6*7)); exit 3"]);
         assert_eq!((code, stdout.as_str()), (Some(3), "42\n"), "{e}");
+        // The script's own table applies in the session: env (flags beat it), timeout, and
+        // settings the session cannot give are refused before anything runs.
+        std::fs::write(
+            ws.join("table.py"),
+            "# /// script\n# [tool.python-sandbox]\n# env = [\"FROM_TABLE=table\", \"BOTH=table\"]\n# timeout = 60\n# ///\nimport os, sys, time\nprint(os.environ.get('FROM_TABLE'), os.environ.get('BOTH'))\nif sys.argv[1:] == ['sleep']:\n    time.sleep(60)\n",
+        )
+        .expect("write");
+        let (code, stdout, stderr) =
+            cli(&["session", "run", &id, "--env", "BOTH=flag", "table.py"]);
+        assert_eq!((code, stdout.as_str()), (Some(0), "table flag\n"), "{e}: {stderr}");
+        let (code, _, stderr) =
+            cli(&["session", "run", &id, "--timeout", "1", "table.py", "--", "sleep"]);
+        assert_eq!(code, Some(124), "{e}: {stderr}");
+        std::fs::write(
+            ws.join("publish.py"),
+            "# /// script\n# [tool.python-sandbox]\n# net = \"on\"\n# publish = [8123]\n# ///\nopen('ran', 'w')\n",
+        )
+        .expect("write");
+        let (code, _, stderr) = cli(&["session", "run", &id, "publish.py"]);
+        assert_eq!(code, Some(2), "{e}: {stderr}");
+        assert!(stderr.contains("publish 8123") && stderr.contains("no network"), "{e}: {stderr}");
+        assert!(!ws.join("ran").exists(), "{e}: a refused script ran");
         let (code, stdout, _) = cli(&["session", "list", "--json", "--engine", e]);
         assert_eq!(code, Some(0));
         let listed: serde_json::Value = serde_json::from_str(&stdout).expect("json");
