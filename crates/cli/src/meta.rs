@@ -63,6 +63,22 @@ fn sandbox_key(key: &str) -> Result<SandboxKey> {
 }
 
 /// Reads a script as bytes, so that invalid UTF-8 becomes a diagnostic instead of an IO error.
+/// Reads and parses a script about to run: invalid metadata is reported (every diagnostic,
+/// rendered) and refused, so nothing runs on a header we could not read.
+pub(crate) fn parse_for_run(script: &Path) -> Result<pep723_meta::Parsed> {
+    let bytes = read_script(script)?;
+    let parsed = pep723_meta::parse_bytes(&bytes);
+    if parsed.status == pep723_meta::Status::Invalid {
+        let text = String::from_utf8_lossy(&bytes);
+        anstream::eprint!("{}", render(script, &text, &parsed.diagnostics));
+        return Err(ui::hinted(
+            format!("`{}` has invalid metadata; nothing was run", script.display()),
+            format!("check it with `python-sandbox meta check {}`", script.display()),
+        ));
+    }
+    Ok(parsed)
+}
+
 pub(crate) fn read_script(path: &Path) -> Result<Vec<u8>> {
     // std (not fs_err): our message names the path once, and the OS error code survives.
     #[allow(clippy::disallowed_methods)]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anstream::{eprint, eprintln, println};
+use anstream::{eprintln, println};
 use anyhow::{Context, Result};
 use engine_bwrap::{BwrapConfig, BwrapEngine};
 use engine_detect::EngineName;
@@ -32,16 +32,7 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode> {
         .context("cannot determine the current directory (the workspace)")?;
     let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
 
-    let bytes = meta::read_script(&args.script)?;
-    let parsed = pep723_meta::parse_bytes(&bytes);
-    if parsed.status == pep723_meta::Status::Invalid {
-        let text = String::from_utf8_lossy(&bytes);
-        eprint!("{}", meta::render(&args.script, &text, &parsed.diagnostics));
-        return Err(ui::hinted(
-            format!("`{}` has invalid metadata; nothing was run", args.script.display()),
-            format!("check it with `python-sandbox meta check {}`", args.script.display()),
-        ));
-    }
+    let parsed = meta::parse_for_run(&args.script)?;
     let inline = parsed.metadata.as_ref().map(inline_layer).unwrap_or_default();
     let cli = cli_layer(&args)?;
     let ctx = ResolveCtx { workspace: workspace.clone(), home: home.clone() };

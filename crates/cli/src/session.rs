@@ -347,16 +347,7 @@ fn run_script(
     flags: &ScriptFlags,
     choice: Option<OciChoice>,
 ) -> Result<ExitCode> {
-    let bytes = meta::read_script(script)?;
-    let parsed = pep723_meta::parse_bytes(&bytes);
-    if parsed.status == pep723_meta::Status::Invalid {
-        let text = String::from_utf8_lossy(&bytes);
-        anstream::eprint!("{}", meta::render(script, &text, &parsed.diagnostics));
-        return Err(ui::hinted(
-            format!("`{}` has invalid metadata; nothing was run", script.display()),
-            format!("check it with `python-sandbox meta check {}`", script.display()),
-        ));
-    }
+    let parsed = meta::parse_for_run(script)?;
     let inline = parsed.metadata.as_ref().map(crate::run::inline_layer).unwrap_or_default();
     let cli = Layer {
         script: Some(script.to_owned()),

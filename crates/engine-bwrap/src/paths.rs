@@ -12,45 +12,20 @@ use crate::fsutil;
 use crate::plan::{Access, Bind};
 
 /// What a path is being used for (the rules differ slightly).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Use {
-    Workspace,
-    Mount,
-}
+pub(crate) use sandbox_core::PathUse as Use;
 
-/// Host trees that are never mounted: kernel interfaces and the socket directories.
-const NEVER: &[&str] = &["/proc", "/sys", "/dev", "/run", "/var/run"];
-/// System trees a workspace may not be (it would be writable).
-const SYSTEM: &[&str] = &["/usr", "/etc", "/boot", "/bin", "/sbin", "/lib", "/lib64", "/var/lib"];
+/// What the cache holds, for the refusal of paths overlapping it.
+const CACHE_HOLDS: &str = "the prepared environments, which scripts must not change";
 
-/// Pure: `Err(reason)` when a canonical path must not be mounted.
+/// Pure: `Err(reason)` when a canonical path must not be mounted (the rules every engine shares,
+/// with the bwrap cache as python-sandbox's own directory).
 pub(crate) fn check_policy(
     path: &Path,
     usage: Use,
     home: &Path,
     cache_root: &Path,
 ) -> std::result::Result<(), String> {
-    if path.parent().is_none() {
-        return Err("it is the root directory".into());
-    }
-    if let Some(bad) = NEVER.iter().find(|p| path.starts_with(p)) {
-        return Err(format!("{bad} holds kernel interfaces and host sockets"));
-    }
-    if usage == Use::Workspace {
-        if home.starts_with(path) {
-            return Err("it would expose your whole home directory".into());
-        }
-        if let Some(sys) = SYSTEM.iter().find(|p| path.starts_with(p)) {
-            return Err(format!("{sys} is a system directory"));
-        }
-    }
-    if path.starts_with(cache_root) || cache_root.starts_with(path) {
-        return Err(format!(
-            "it overlaps the python-sandbox cache {} (which scripts must not change)",
-            cache_root.display()
-        ));
-    }
-    Ok(())
+    sandbox_core::check_host_path(path, usage, Some(home), (cache_root, CACHE_HOLDS))
 }
 
 /// Canonicalizes `path` and insists it already was canonical (no symlink on the way).

@@ -64,40 +64,21 @@ impl HostFacts {
     }
 }
 
-/// Host trees that are never mounted: kernel interfaces and the socket directories.
-const NEVER: &[&str] = &["/proc", "/sys", "/dev", "/run", "/var/run", "/var/lib/docker"];
-/// System trees a workspace may not be (it would be writable).
-const SYSTEM: &[&str] = &["/usr", "/etc", "/boot", "/bin", "/sbin", "/lib", "/lib64", "/var/lib"];
+/// What the runtime directory holds, for the refusal of paths overlapping it.
+const RUNTIME_HOLDS: &str = "the podman socket and session records";
 
 /// Pure: `Err(reason)` when a canonical path must not be mounted (`workspace` adds the rules
-/// for the read-write workspace).
+/// for the read-write workspace): the rules every engine shares, with the runtime directory as
+/// python-sandbox's own directory.
 pub(crate) fn check_policy(
     path: &Path,
     workspace: bool,
     home: Option<&Path>,
     private: &Path,
 ) -> std::result::Result<(), String> {
-    if path.parent().is_none() {
-        return Err("it is the root directory".into());
-    }
-    if let Some(bad) = NEVER.iter().find(|p| path.starts_with(p)) {
-        return Err(format!("{bad} holds kernel interfaces or host sockets"));
-    }
-    if path.starts_with(private) || private.starts_with(path) {
-        return Err(format!(
-            "it overlaps python-sandbox's own directory {} (which holds the podman socket)",
-            private.display()
-        ));
-    }
-    if workspace {
-        if home.is_some_and(|h| h.starts_with(path)) {
-            return Err("it would expose your whole home directory".into());
-        }
-        if let Some(sys) = SYSTEM.iter().find(|p| path.starts_with(p)) {
-            return Err(format!("{sys} is a system directory"));
-        }
-    }
-    Ok(())
+    let usage =
+        if workspace { sandbox_core::PathUse::Workspace } else { sandbox_core::PathUse::Mount };
+    sandbox_core::check_host_path(path, usage, home, (private, RUNTIME_HOLDS))
 }
 
 /// A host path resolved for mounting.

@@ -202,8 +202,13 @@ fn policy_refuses_kernel_trees_sockets_dirs_and_home() {
     let home = PathBuf::from("/home/me");
     let cases = [
         ("/", false, Some("it is the root directory")),
-        ("/proc/self", false, Some("/proc holds kernel interfaces or host sockets")),
-        ("/var/run/docker.sock", false, Some("/var/run holds kernel interfaces or host sockets")),
+        ("/proc/self", false, Some("/proc holds kernel interfaces")),
+        ("/var/run/docker.sock", false, Some("/var/run holds host sockets")),
+        (
+            "/var/lib/containers/storage",
+            false,
+            Some("/var/lib/containers holds container engine state"),
+        ),
         ("/home/me", true, Some("it would expose your whole home directory")),
         ("/home", true, Some("it would expose your whole home directory")),
         ("/home/me", false, None),

@@ -27,7 +27,8 @@ pub use fake::{FakeCall, FakeFs, FakeReply, FakeSandbox};
 pub use io::{Captured, OutputSink, Stream};
 pub use layer::{Layer, LayerMount, ResolveCtx, resolve};
 pub use policy::{
-    CA_BUNDLE_CANDIDATES, PREPARE_ENV_ALLOWLIST, RUN_ENV_ALLOWLIST, SANDBOX_CA_BUNDLE,
+    CA_BUNDLE_CANDIDATES, NEVER_MOUNTED, PREPARE_ENV_ALLOWLIST, PathUse, RUN_ENV_ALLOWLIST,
+    SANDBOX_CA_BUNDLE, SYSTEM_DIRS, check_host_path,
 };
 pub use sandbox::{DirEntry, EntryKind, ExecRequest, PutSource, Sandbox, Service, ServiceSpec};
 pub use scrub::{Ignored, MASK, MIN_SECRET_LEN, ScrubbingSink, Secrets, StreamScrubber};

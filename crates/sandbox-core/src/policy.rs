@@ -1,6 +1,6 @@
 //! The environment policy every engine applies, in one place so bwrap and the container engines
-//! cannot drift apart: which host variables reach a run, which reach the dependency install, and
-//! where the host's CA bundle appears inside a sandbox.
+//! cannot drift apart: which host variables reach a run, which reach the dependency install,
+//! where the host's CA bundle appears inside a sandbox, and which host paths may be mounted at all.
 
 /// Where the host's CA bundle appears inside every sandbox; `SSL_CERT_FILE` points here so uv,
 /// Python and `requests` trust what the host trusts (corporate TLS-intercepting proxies included).
@@ -41,3 +41,60 @@ pub const PREPARE_ENV_ALLOWLIST: &[&str] = &[
     "UV_CONCURRENT_DOWNLOADS",
     "UV_OFFLINE",
 ];
+
+/// What a host path is for; a workspace (read-write, the working directory) has stricter rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathUse {
+    /// The read-write workspace.
+    Workspace,
+    /// An extra mount.
+    Mount,
+}
+
+/// Host trees never mounted into any sandbox, with what they hold.
+pub const NEVER_MOUNTED: &[(&str, &str)] = &[
+    ("/proc", "kernel interfaces"),
+    ("/sys", "kernel interfaces"),
+    ("/dev", "devices"),
+    ("/run", "host sockets"),
+    ("/var/run", "host sockets"),
+    ("/var/lib/docker", "container engine state"),
+    ("/var/lib/containers", "container engine state"),
+];
+
+/// System trees a workspace may not be (it would be writable).
+pub const SYSTEM_DIRS: &[&str] =
+    &["/usr", "/etc", "/boot", "/bin", "/sbin", "/lib", "/lib64", "/var/lib"];
+
+/// Pure: `Err(reason)` when the canonical host `path` must not be mounted for `usage`. `own` is
+/// python-sandbox's own directory of the engine (its cache or runtime directory) and what it
+/// holds: nothing may overlap it. The same rules for every engine, so they cannot drift.
+pub fn check_host_path(
+    path: &std::path::Path,
+    usage: PathUse,
+    home: Option<&std::path::Path>,
+    own: (&std::path::Path, &str),
+) -> Result<(), String> {
+    if path.parent().is_none() {
+        return Err("it is the root directory".into());
+    }
+    if let Some((tree, what)) = NEVER_MOUNTED.iter().find(|(p, _)| path.starts_with(p)) {
+        return Err(format!("{tree} holds {what}"));
+    }
+    if usage == PathUse::Workspace {
+        if home.is_some_and(|h| h.starts_with(path)) {
+            return Err("it would expose your whole home directory".into());
+        }
+        if let Some(sys) = SYSTEM_DIRS.iter().find(|p| path.starts_with(p)) {
+            return Err(format!("{sys} is a system directory"));
+        }
+    }
+    let (own_dir, holds) = own;
+    if path.starts_with(own_dir) || own_dir.starts_with(path) {
+        return Err(format!(
+            "it overlaps python-sandbox's own directory {} ({holds})",
+            own_dir.display()
+        ));
+    }
+    Ok(())
+}
