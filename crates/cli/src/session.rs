@@ -270,6 +270,9 @@ fn start(args: SessionStartArgs) -> Result<ExitCode> {
         ttl,
     };
     let info = engine.start_session(&config)?;
+    for warning in &info.warnings {
+        ui::warn(warning);
+    }
     for (port, url) in &info.ports {
         eprintln_note(&format!("port {port} is published at {url}"));
     }

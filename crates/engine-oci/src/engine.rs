@@ -113,6 +113,8 @@ pub struct OciEngine {
     image_id: String,
     swept: Vec<Swept>,
     seccomp: Option<PathBuf>,
+    /// Rootless podman: containers keep the caller's uid, limits it cannot hold are dropped.
+    rootless: Option<plan::Rootless>,
 }
 
 impl std::fmt::Debug for OciEngine {
@@ -219,8 +221,13 @@ impl OciEngine {
             Flavor::Docker => None,
             Flavor::Podman => Some(podman_seccomp(&config.cache_dir)?),
         };
+        let rootless = match config.flavor {
+            Flavor::Docker => None,
+            Flavor::Podman => client::rootless(&connection.endpoint),
+        };
         Ok(OciEngine {
             seccomp,
+            rootless,
             config,
             connection,
             docker,
@@ -235,6 +242,18 @@ impl OciEngine {
     fn rt(&self) -> &tokio::runtime::Runtime {
         // Only `Drop` takes it.
         self.rt.as_ref().unwrap_or_else(|| unreachable!("runtime used after drop"))
+    }
+
+    /// Adapts a plan to this engine: its seccomp profile, and for rootless podman the user
+    /// mapping and the limits it can hold. The warning says which limits were dropped.
+    pub(crate) fn adapt(&self, container: &mut plan::ContainerPlan) -> Option<String> {
+        container.seccomp = self.seccomp.clone();
+        self.rootless.and_then(|engine| plan::rootless(container, engine))
+    }
+
+    /// Whether the engine is rootless podman (`keep-id`, see [`plan::Rootless`]).
+    pub fn rootless(&self) -> Option<plan::Rootless> {
+        self.rootless
     }
 
     /// The seccomp profile file given to every container (podman only).
@@ -366,7 +385,8 @@ impl OciEngine {
             limits: self.config.limits,
         };
         let mut container = plan::prepare_plan(&self.host, &layout);
-        container.seccomp = self.seccomp.clone();
+        // The run that follows says which limits are gone.
+        let _ = self.adapt(&mut container);
         let body = plan::create_body(&container, self.config.flavor);
         let name = format!("python-sandbox-prepare-{id}");
         let guard =
@@ -460,7 +480,7 @@ impl OciEngine {
             stdin: !matches!(io.stdin, sandbox_core::Stdin::Null),
         };
         let mut container = plan::run_plan(&self.host, &layout);
-        container.seccomp = self.seccomp.clone();
+        let warnings: Vec<String> = self.adapt(&mut container).into_iter().collect();
         let body = plan::create_body(&container, self.config.flavor);
         let name = format!("python-sandbox-run-{id}");
         let engine = self.engine_name();
@@ -497,7 +517,7 @@ impl OciEngine {
             exit_code: finished.exit_code,
             duration: finished.duration,
             timed_out: finished.timed_out,
-            warnings: Vec::new(),
+            warnings,
         })
     }
 }

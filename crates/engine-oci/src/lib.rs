@@ -63,7 +63,7 @@ pub use client::{Connection, Flavor};
 pub use engine::{DEFAULT_IMAGE, OciConfig, OciEngine, PreparedEnv};
 pub use envs::{DEFAULT_ENV_MAX_AGE, PrunedEnv};
 pub use error::Error;
-pub use plan::Limits;
+pub use plan::{Limits, Rootless};
 pub use session::{ScriptOptions, Session, SessionConfig, SessionInfo, SessionPolicy};
 pub use sweep::Swept;
 

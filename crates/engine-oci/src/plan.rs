@@ -45,6 +45,9 @@ impl Limits {
     /// a runaway script cannot take the host down.
     pub const DEFAULT: Limits =
         Limits { memory: Some(2 * 1024 * 1024 * 1024), cpus: Some(2.0), pids: Some(512) };
+
+    /// No limits: the engine's defaults.
+    pub const NONE: Limits = Limits { memory: None, cpus: None, pids: None };
 }
 
 /// What kind of container a [`ContainerPlan`] describes.
@@ -80,6 +83,50 @@ pub(crate) struct ContainerPlan {
     /// A seccomp profile file (podman: the default minus user namespaces); `None` keeps the
     /// engine's default (Docker's already refuses them).
     pub(crate) seccomp: Option<PathBuf>,
+    /// The user namespace mode (rootless podman: `keep-id`, see [`rootless`]); `None` keeps the
+    /// engine's default.
+    pub(crate) userns: Option<String>,
+}
+
+/// An engine whose containers live in an unprivileged user's user namespace (rootless podman),
+/// as found when connecting (`client::rootless`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rootless {
+    /// Whether the engine can enforce memory, cpu and pids limits: only with cgroup v2 and
+    /// those controllers delegated to the user. On cgroup v1 podman ignores them silently.
+    pub cgroup_limits: bool,
+}
+
+/// Pure: adapts a plan to a rootless engine. The caller's uid is kept as itself inside
+/// (`keep-id`): without it the sandbox user maps to a subordinate uid that cannot write the
+/// caller's workspace. Limits the engine cannot enforce are removed rather than silently
+/// ignored, and the returned warning says so. (Rootless podman's compat API also ignores the
+/// body's ulimits: its containers.conf `default_ulimits`, or its own limits, apply.)
+pub(crate) fn rootless(plan: &mut ContainerPlan, engine: Rootless) -> Option<String> {
+    plan.userns = Some("keep-id".to_owned());
+    if engine.cgroup_limits {
+        return None;
+    }
+    let Limits { memory, cpus, pids } = std::mem::replace(&mut plan.limits, Limits::NONE);
+    let lost: Vec<&str> =
+        [(memory, "memory"), (cpus.map(|_| 0), "cpu"), (pids.map(|_| 0), "process")]
+            .into_iter()
+            .filter_map(|(set, name)| set.map(|_| name))
+            .collect();
+    let (last, rest) = lost.split_last()?;
+    let what =
+        if rest.is_empty() { (*last).to_owned() } else { format!("{} or {last}", rest.join(", ")) };
+    let role = match plan.role {
+        Role::Run => "run",
+        Role::Prepare => "install",
+        Role::Session => "session",
+    };
+    Some(format!(
+        "rootless podman cannot enforce {what} limits here (cgroup v1, or cgroup v2 without \
+         those controllers delegated to the user): this {role} has none\n\
+         hint: docker or rootful podman enforce them, as does rootless podman on cgroup v2 with \
+         delegation"
+    ))
 }
 
 /// What a run container needs besides host facts.
@@ -253,6 +300,7 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout) -> ContainerPlan {
         stdin: layout.stdin,
         auto_remove: false,
         seccomp: None,
+        userns: None,
     }
 }
 
@@ -301,6 +349,7 @@ pub(crate) fn prepare_plan(host: &HostFacts, layout: &PrepareLayout) -> Containe
         stdin: false,
         auto_remove: false,
         seccomp: None,
+        userns: None,
     }
 }
 
@@ -351,6 +400,7 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Containe
         stdin: false,
         auto_remove: true,
         seccomp: None,
+        userns: None,
     }
 }
 
@@ -416,6 +466,7 @@ pub(crate) fn create_body(plan: &ContainerPlan, flavor: Flavor) -> ContainerCrea
             },
         ]),
         auto_remove: Some(plan.auto_remove),
+        userns_mode: plan.userns.clone(),
         ..HostConfig::default()
     };
     let labels: HashMap<String, String> =

@@ -183,6 +183,9 @@ pub struct SessionInfo {
     pub workspace: String,
     /// (port inside, URL on the host) of published ports.
     pub ports: Vec<(u16, String)>,
+    /// From `start_session`: what the engine could not give the session (e.g. limits on
+    /// rootless podman); empty in listings.
+    pub warnings: Vec<String>,
 }
 
 /// Pure: the container name of a session id (an id may also be given as the full name).
@@ -352,7 +355,7 @@ impl OciEngine {
             ttl_secs,
         };
         let mut container = plan::session_plan(&host, &layout);
-        container.seccomp = self.seccomp_profile().map(Path::to_owned);
+        let warning = self.adapt(&mut container);
         let body = plan::create_body(&container, self.config().flavor);
         let name = container_name(&id);
         let engine = self.config().flavor.as_str();
@@ -398,7 +401,9 @@ impl OciEngine {
         // Best effort: without the record, session commands go through the API.
         let _ = write_record(&self.config().runtime_dir, &record);
         let sessions = self.list_sessions()?;
-        sessions.into_iter().find(|s| s.id == id).ok_or(Error::NoSession { id })
+        let mut info = sessions.into_iter().find(|s| s.id == id).ok_or(Error::NoSession { id })?;
+        info.warnings.extend(warning);
+        Ok(info)
     }
 
     /// The running session `id`.
@@ -591,6 +596,7 @@ pub(crate) fn session_info(item: &serde_json::Value, engine: &str) -> Option<Ses
         state: item.get("State").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned(),
         workspace: labels.get(WORKSPACE_LABEL).cloned().unwrap_or_default(),
         ports,
+        warnings: Vec::new(),
     })
 }
 

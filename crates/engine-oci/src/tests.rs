@@ -581,3 +581,76 @@ fn session_record_paths_are_plain_ids() {
         assert_eq!(record_path(dir, bad), None, "{bad}");
     }
 }
+
+#[test]
+fn rootless_keeps_the_caller_and_drops_limits_it_cannot_enforce() {
+    let v1 = plan::Rootless { cgroup_limits: false };
+    let mut run = plan::run_plan(&host(1000), &run_layout());
+    let warning = plan::rootless(&mut run, v1).expect("a warning for dropped limits");
+    assert_eq!(
+        warning,
+        "rootless podman cannot enforce memory, cpu or process limits here (cgroup v1, or cgroup \
+         v2 without those controllers delegated to the user): this run has none\n\
+         hint: docker or rootful podman enforce them, as does rootless podman on cgroup v2 with \
+         delegation"
+    );
+    let body = json_for(&run, Flavor::Podman);
+    let hc = &body["HostConfig"];
+    insta::assert_json_snapshot!(
+        [&body["User"], &hc["UsernsMode"], &hc["Memory"], &hc["MemorySwap"], &hc["NanoCpus"], &hc["PidsLimit"]],
+        @r#"
+    [
+      "1000:1000",
+      "keep-id",
+      null,
+      null,
+      null,
+      null
+    ]
+    "#
+    );
+    // The rest of the wall is the rootful one.
+    let mut rootful = json_for(&plan::run_plan(&host(1000), &run_layout()), Flavor::Podman);
+    let mut rootless = body.clone();
+    for hc in [&mut rootful["HostConfig"], &mut rootless["HostConfig"]] {
+        let map = hc.as_object_mut().expect("object");
+        for key in ["UsernsMode", "Memory", "MemorySwap", "NanoCpus", "PidsLimit"] {
+            map.remove(key);
+        }
+    }
+    assert_eq!(rootful, rootless);
+
+    let mut session = plan::session_plan(
+        &host(1000),
+        &SessionLayout {
+            image: "img".to_owned(),
+            labels: labels(),
+            workspace: PathBuf::from("/w"),
+            mounts: Vec::new(),
+            net: false,
+            publish: Vec::new(),
+            user_env: Vec::new(),
+            limits: Limits { memory: None, cpus: Some(1.0), pids: None },
+            ttl_secs: 60,
+        },
+    );
+    let warning = plan::rootless(&mut session, v1).expect("cpu dropped");
+    assert!(warning.starts_with("rootless podman cannot enforce cpu limits here"), "{warning}");
+    assert!(warning.contains("this session has none"), "{warning}");
+
+    // Nothing asked for, nothing lost; with delegated controllers the limits stay.
+    let mut layout = run_layout();
+    layout.limits = Limits::NONE;
+    assert_eq!(plan::rootless(&mut plan::run_plan(&host(1000), &layout), v1), None);
+    let mut delegated = plan::run_plan(&host(1000), &run_layout());
+    assert_eq!(plan::rootless(&mut delegated, plan::Rootless { cgroup_limits: true }), None);
+    assert_eq!((delegated.limits, delegated.userns.as_deref()), (Limits::DEFAULT, Some("keep-id")));
+}
+
+#[test]
+fn cgroup_limits_need_memory_cpu_and_pids() {
+    assert!(crate::client::cgroup_limits_in("cpuset cpu io memory hugetlb pids rdma\n"));
+    assert!(!crate::client::cgroup_limits_in("cpu memory\n"));
+    assert!(!crate::client::cgroup_limits_in("cpuset io memory pids"), "cpuset is not cpu");
+    assert!(!crate::client::cgroup_limits_in(""));
+}
