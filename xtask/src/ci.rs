@@ -2,7 +2,8 @@
 //!
 //! Tiers run least powerful first: formatting and lints, the pure tests, then the engines that
 //! can run here (bubblewrap, docker, podman: installed and started when possible), the
-//! cross-engine conformance suite on each, the WASM build with its node tests, and a fuzz smoke
+//! cross-engine conformance suite on each (and on podman as an unprivileged user: the
+//! `podman-rootless` tier), the WASM build with its node tests, and a fuzz smoke
 //! run. A tier that cannot run prints `SKIPPED: tier: reason` and CI goes on; a tier that runs
 //! and fails stops CI.
 
@@ -56,6 +57,12 @@ impl Ci {
         } else {
             TestEngines { engines, filters: Vec::new() }.run(sh)?;
         }
+
+        step("podman-rootless");
+        // The same suite as an unprivileged user on rootless podman (about 30 s, 5 more the
+        // first time for the user and the image import); SKIPPED where the host cannot.
+        let engines = vec![crate::test_engines::ROOTLESS.to_owned()];
+        TestEngines { engines, filters: Vec::new() }.run(sh)?;
 
         step("wasm");
         crate::wasm::Wasm { check: true }.run(sh)?;

@@ -12,10 +12,12 @@ commands:
   fuzz [--seconds N] [TARGET]
                      run cargo-fuzz targets on nightly (default 30 s each)
   test-engines [--engine NAME]... [FILTER]...
-                     build the CLI and run the cross-engine conformance suite (tests/conformance)
-  image [--engine docker|podman]... [--tag TAG] [--force] [--verify]
+                     build the CLI and run the cross-engine conformance suite (tests/conformance);
+                     `--engine podman-rootless` runs it on podman as the user psbx-rootless (set up
+                     by root: user, subids, storage, API service, image)
+  image [--engine docker|podman|podman-rootless]... [--tag TAG] [--force] [--verify]
                      build the sandbox runtime image (deploy/image) without a registry and import it
-                     into each engine (default: both); skipped per engine when unchanged
+                     into each engine (default: docker and podman); skipped per engine when unchanged
 ";
 
 pub(crate) enum Cmd {
@@ -77,7 +79,9 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
                 match a.as_str() {
                     "--engine" => match it.next() {
                         Some(e) if !e.starts_with('-') => engines.push(e),
-                        _ => bail!("`--engine` needs a name (bwrap, docker, podman)\n\n{USAGE}"),
+                        _ => bail!(
+                            "`--engine` needs a name (bwrap, docker, podman, podman-rootless)\n\n{USAGE}"
+                        ),
                     },
                     s if s.starts_with("--engine=") => {
                         engines.push(s["--engine=".len()..].to_string())
@@ -104,7 +108,9 @@ fn parse_image(rest: Vec<String>) -> Result<Cmd> {
             "--engine" => match it.next().as_deref().and_then(Engine::parse) {
                 Some(e) if !image.engines.contains(&e) => image.engines.push(e),
                 Some(_) => {}
-                None => bail!("`--engine` needs `docker` or `podman`\n\n{USAGE}"),
+                None => {
+                    bail!("`--engine` needs `docker`, `podman` or `podman-rootless`\n\n{USAGE}")
+                }
             },
             "--tag" => match it.next() {
                 Some(t) if !t.is_empty() && !t.starts_with('-') => image.tag = t,

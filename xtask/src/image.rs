@@ -35,6 +35,8 @@ const PEP723_PROBE: &str = "# /// script\n# dependencies = [\"six\"]\n# ///\nimp
 pub(crate) enum Engine {
     Docker,
     Podman,
+    /// Podman as the unprivileged user `rootless::USER`, with its own storage and API socket.
+    PodmanRootless,
 }
 
 impl Engine {
@@ -44,14 +46,29 @@ impl Engine {
         match name {
             "docker" => Some(Engine::Docker),
             "podman" => Some(Engine::Podman),
+            "podman-rootless" => Some(Engine::PodmanRootless),
             _ => None,
         }
     }
 
-    fn program(self) -> &'static str {
+    fn name(self) -> &'static str {
         match self {
             Engine::Docker => "docker",
             Engine::Podman => "podman",
+            Engine::PodmanRootless => "podman-rootless",
+        }
+    }
+
+    /// The engine's CLI as a program and its leading arguments: for rootless podman, `podman`
+    /// run as its user.
+    fn program(self) -> (String, Vec<String>) {
+        match self {
+            Engine::Docker => ("docker".to_owned(), Vec::new()),
+            Engine::Podman => ("podman".to_owned(), Vec::new()),
+            Engine::PodmanRootless => {
+                let mut argv = crate::rootless::as_user(&["podman"]).into_iter();
+                (argv.next().unwrap_or_default(), argv.collect())
+            }
         }
     }
 
@@ -60,13 +77,14 @@ impl Engine {
         match self {
             Engine::Docker => services::ensure_docker(sh),
             Engine::Podman => services::ensure_podman(sh),
+            Engine::PodmanRootless => crate::rootless::ensure(sh),
         }
     }
 }
 
 impl fmt::Display for Engine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.program())
+        f.write_str(self.name())
     }
 }
 
@@ -156,7 +174,8 @@ pub(crate) fn ensure_image(
         return Ok(Some(reason));
     }
     let started = Instant::now();
-    let program = engine.program();
+    let (program, pre) = engine.program();
+    let pre = &pre;
     let previous = image_id(sh, engine, tag);
     let mut args = Vec::new();
     for change in changes.iter().cloned().chain([format!("LABEL {KEY_LABEL}={key}")]) {
@@ -164,8 +183,8 @@ pub(crate) fn ensure_image(
         args.push(change);
     }
     // Only podman has --quiet (for its progress lines on stderr); docker prints just the image id.
-    let quiet = (engine == Engine::Podman).then_some("--quiet");
-    cmd!(sh, "{program} import {quiet...} {args...} {tarball} {tag}")
+    let quiet = (engine != Engine::Docker).then_some("--quiet");
+    cmd!(sh, "{program} {pre...} import {quiet...} {args...} {tarball} {tag}")
         .quiet()
         .ignore_stdout()
         .run()?;
@@ -175,7 +194,11 @@ pub(crate) fn ensure_image(
     // The image the tag pointed at is now untagged, 130 MiB each rebuild; one still used by a
     // container stays, and that refusal is not an error.
     if let Some(old) = previous.filter(|old| image_id(sh, engine, tag).as_ref() != Some(old)) {
-        let _ = cmd!(sh, "{program} image rm {old}").quiet().ignore_stdout().ignore_stderr().run();
+        let _ = cmd!(sh, "{program} {pre...} image rm {old}")
+            .quiet()
+            .ignore_stdout()
+            .ignore_stderr()
+            .run();
     }
     println!(
         "imported {tag} into {engine} in {:.1} s (key {})",
@@ -191,9 +214,10 @@ pub(crate) fn ensure_image(
 pub(crate) fn verify(sh: &Shell, engine: Engine, tag: &str) -> Result<()> {
     let inputs = Inputs::read(sh)?;
     let versions = Versions::parse(&inputs.versions_env)?;
-    let program = engine.program();
+    let (program, pre) = engine.program();
+    let pre = &pre;
     let run = |argv: &[&str]| -> Result<String> {
-        let out = cmd!(sh, "{program} run --rm {tag} {argv...}")
+        let out = cmd!(sh, "{program} {pre...} run --rm {tag} {argv...}")
             .quiet()
             .read()
             .with_context(|| format!("running `{}` in {tag} on {engine}", argv.join(" ")))?;
@@ -599,9 +623,10 @@ fn sha256_hex(sh: &Shell, bytes: &[u8]) -> Result<String> {
 }
 
 fn image_id(sh: &Shell, engine: Engine, tag: &str) -> Option<String> {
-    let program = engine.program();
+    let (program, pre) = engine.program();
+    let pre = &pre;
     let format = "{{.Id}}";
-    let out = cmd!(sh, "{program} image inspect --format {format} {tag}")
+    let out = cmd!(sh, "{program} {pre...} image inspect --format {format} {tag}")
         .quiet()
         .ignore_stderr()
         .read()
@@ -611,9 +636,10 @@ fn image_id(sh: &Shell, engine: Engine, tag: &str) -> Option<String> {
 
 /// A label of a local image, `None` when the image or the label is missing.
 fn image_label(sh: &Shell, engine: Engine, tag: &str, label: &str) -> Option<String> {
-    let program = engine.program();
+    let (program, pre) = engine.program();
+    let pre = &pre;
     let format = format!("{{{{index .Config.Labels \"{label}\"}}}}");
-    let out = cmd!(sh, "{program} image inspect --format {format} {tag}")
+    let out = cmd!(sh, "{program} {pre...} image inspect --format {format} {tag}")
         .quiet()
         .ignore_stderr()
         .read()
@@ -735,7 +761,8 @@ CMD [\"python3\"]"
         );
         let err = |args: &[&str]| parse(args).unwrap_err();
         assert!(
-            err(&["image", "--engine", "lxc"]).starts_with("`--engine` needs `docker` or `podman`")
+            err(&["image", "--engine", "lxc"])
+                .starts_with("`--engine` needs `docker`, `podman` or `podman-rootless`")
         );
         assert!(err(&["image", "--tag"]).starts_with("`--tag` needs an image name"));
         assert!(err(&["image", "--quick"]).starts_with("unknown option `--quick` for `image`"));

@@ -9,6 +9,7 @@ mod ci;
 mod flags;
 mod fuzz;
 mod image;
+mod rootless;
 mod services;
 mod test_engines;
 mod wasm;

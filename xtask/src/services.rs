@@ -232,7 +232,7 @@ fn docker_answers(sh: &Shell) -> bool {
 /// Starts a daemon that outlives the xtask: own process group (a Ctrl-C to CI does not reach it), no
 /// stdin, and output to a log file so it holds no pipe of the caller open (a CI runner waiting for EOF
 /// would hang). xshell cannot spawn in the background, hence `std::process`.
-fn spawn_daemon(program: &str, args: &[String], log: &Path) -> Result<u32> {
+pub(crate) fn spawn_daemon(program: &str, args: &[String], log: &Path) -> Result<u32> {
     if let Some(dir) = log.parent() {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -251,7 +251,7 @@ fn spawn_daemon(program: &str, args: &[String], log: &Path) -> Result<u32> {
 }
 
 /// Polls `ready` every 250 ms until it holds, the deadline passes, or the process it waits for dies.
-fn wait_until(
+pub(crate) fn wait_until(
     timeout: Duration,
     mut ready: impl FnMut() -> bool,
     mut alive: impl FnMut() -> bool,
@@ -269,13 +269,13 @@ fn wait_until(
     false
 }
 
-fn live_pid(pidfile: &Path) -> Option<u32> {
+pub(crate) fn live_pid(pidfile: &Path) -> Option<u32> {
     let pid = fs::read_to_string(pidfile).ok()?.trim().parse().ok()?;
     pid_alive(pid).then_some(pid)
 }
 
 /// A zombie counts as dead: our own spawned daemons stay zombies until the xtask exits.
-fn pid_alive(pid: u32) -> bool {
+pub(crate) fn pid_alive(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
             stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()) != Some("Z")
@@ -285,7 +285,7 @@ fn pid_alive(pid: u32) -> bool {
 }
 
 /// Ends a daemon we started, by its pid only: SIGTERM, then SIGKILL after 10 s.
-fn stop(pid: u32) {
+pub(crate) fn stop(pid: u32) {
     let pid_s = pid.to_string();
     let _ = Command::new("kill").args(["-TERM", &pid_s]).status();
     if !wait_until(Duration::from_secs(10), || !pid_alive(pid), || true) {
@@ -293,13 +293,13 @@ fn stop(pid: u32) {
     }
 }
 
-fn log_tail(text: &str, log: &Path) -> String {
+pub(crate) fn log_tail(text: &str, log: &Path) -> String {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let tail = lines[lines.len().saturating_sub(3)..].join(" | ");
     format!("{tail} (full log: {})", log.display())
 }
 
-fn write_file(path: &Path, text: &str) -> Result<()> {
+pub(crate) fn write_file(path: &Path, text: &str) -> Result<()> {
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -314,7 +314,7 @@ pub(crate) fn on_path(sh: &Shell, program: &str) -> bool {
     })
 }
 
-fn is_root(sh: &Shell) -> bool {
+pub(crate) fn is_root(sh: &Shell) -> bool {
     cmd!(sh, "id -u").quiet().read().is_ok_and(|uid| uid.trim() == "0")
 }
 

@@ -2,11 +2,20 @@
 //! engines it will test (daemon and runtime image, via `image::Image::ready_engines`), then runs the
 //! cross-engine conformance suite (tests/conformance), which prints its own engine × case matrix.
 //! Engines that cannot run here show up as `SKIPPED: <engine>: <reason>`, never silently.
+//!
+//! `podman-rootless` is not an engine the CLI knows but a way to run one: the suite's own binary
+//! runs as the rootless user (`rootless::USER`, set up by `rootless::ensure`) on `podman`, with
+//! its fixtures under that user's home, so every case sees what a normal user with podman sees.
 
 use anyhow::{Context, Result};
 use xshell::{Shell, cmd};
 
 use crate::image::{Engine, Image};
+use crate::rootless;
+use crate::services;
+
+/// The tier that runs the suite as the rootless user.
+pub(crate) const ROOTLESS: &str = "podman-rootless";
 
 pub(crate) struct TestEngines {
     /// Empty: every engine `python-sandbox detect --json` lists.
@@ -24,18 +33,76 @@ impl TestEngines {
         } else {
             self.engines.iter().filter_map(|e| Engine::parse(e)).collect()
         };
-        if !oci.is_empty() {
+        let ready = if oci.is_empty() {
+            Vec::new()
+        } else {
             // What cannot start prints its own SKIPPED line; the suite then skips it too.
-            Image { engines: oci, ..Image::all() }.ready_engines(sh)?;
-        }
-        crate::section("conformance suite");
-        let _on = sh.push_env("CONFORMANCE", "1");
-        let _engines = (!self.engines.is_empty())
-            .then(|| sh.push_env("CONFORMANCE_ENGINES", self.engines.join(",")));
+            Image { engines: oci, ..Image::all() }.ready_engines(sh)?
+        };
+        let rootful: Vec<String> =
+            self.engines.iter().filter(|e| *e != ROOTLESS).cloned().collect();
         let filters = &self.filters;
-        cmd!(sh, "cargo test -p tests --test conformance -- {filters...}")
-            .run()
-            .context("the conformance suite failed; see the matrix above")?;
+        if self.engines.is_empty() || !rootful.is_empty() {
+            crate::section("conformance suite");
+            let _on = sh.push_env("CONFORMANCE", "1");
+            let _engines = (!rootful.is_empty())
+                .then(|| sh.push_env("CONFORMANCE_ENGINES", rootful.join(",")));
+            cmd!(sh, "cargo test -p tests --test conformance -- {filters...}")
+                .run()
+                .context("the conformance suite failed; see the matrix above")?;
+        }
+        if ready.contains(&Engine::PodmanRootless) {
+            run_rootless(sh, filters)?;
+        }
         Ok(())
+    }
+}
+
+/// The suite's binary run as [`rootless::USER`] on podman: built here, run there with its
+/// temp dirs under the user's home (a workspace the user owns, as in real use).
+fn run_rootless(sh: &Shell, filters: &[String]) -> Result<()> {
+    crate::section(&format!("conformance suite on {ROOTLESS} (as {})", rootless::USER));
+    let built = cmd!(sh, "cargo test -p tests --test conformance --no-run").read_stderr()?;
+    let suite = executable(&built)
+        .with_context(|| format!("no conformance executable in cargo's output:\n{built}"))?;
+    let account = rootless::Account::lookup().context("the rootless user is gone")?;
+    let root = sh.current_dir();
+    let target = services::target_dir(sh);
+    let env = [
+        "CONFORMANCE=1".to_owned(),
+        "CONFORMANCE_ENGINES=podman".to_owned(),
+        "NO_COLOR=1".to_owned(),
+        format!("PYTHON_SANDBOX_BIN={}", target.join("debug/python-sandbox").display()),
+        format!("CARGO_TARGET_DIR={}", account.home.join("conformance").display()),
+    ];
+    let suite = root.join(suite).display().to_string();
+    let mut tail: Vec<&str> = env.iter().map(String::as_str).collect();
+    tail.push(&suite);
+    tail.extend(filters.iter().map(String::as_str));
+    let argv = rootless::as_user(&tail);
+    let (program, args) = argv.split_first().context("empty command")?;
+    cmd!(sh, "{program} {args...}").run().with_context(|| {
+        format!("the conformance suite failed on {ROOTLESS}; see the matrix above")
+    })?;
+    Ok(())
+}
+
+/// Pure: the test binary from cargo's `Executable tests/conformance/main.rs (PATH)` line.
+pub(crate) fn executable(cargo_stderr: &str) -> Option<&str> {
+    cargo_stderr.lines().find_map(|line| {
+        let rest = line.trim().strip_prefix("Executable ")?;
+        let (_, path) = rest.split_once(" (")?;
+        path.strip_suffix(')')
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_suite_binary_is_read_from_cargo() {
+        let out = "    Finished `test` profile [unoptimized + debuginfo] target(s) in 0.3s\n  \
+                   Executable tests/conformance/main.rs (target/debug/deps/conformance-0f1e2d)\n";
+        assert_eq!(super::executable(out), Some("target/debug/deps/conformance-0f1e2d"));
+        assert_eq!(super::executable("Finished\n"), None);
     }
 }
