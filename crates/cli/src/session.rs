@@ -174,7 +174,7 @@ fn engine_with_session(
         Some(choice) => vec![flavor(choice)],
         None => vec![Flavor::Docker, Flavor::Podman],
     };
-    let mut last = None;
+    let (mut last, mut answered) = (None, false);
     for flavor in flavors {
         let engine = match session_engine(flavor) {
             Ok(engine) => engine,
@@ -185,11 +185,16 @@ fn engine_with_session(
         };
         match engine.session(id) {
             Ok(session) => return Ok((engine, session)),
-            Err(engine_oci::Error::NoSession { .. }) => {}
+            Err(engine_oci::Error::NoSession { .. }) => answered = true,
             Err(e) => last = Some(e.into()),
         }
     }
-    Err(last.unwrap_or_else(|| engine_oci::Error::NoSession { id: id.to_owned() }.into()))
+    // An engine that answered "no such session" says more than one this user cannot reach
+    // (a podman-only user has no docker socket).
+    match last {
+        Some(e) if !answered => Err(e),
+        _ => Err(engine_oci::Error::NoSession { id: id.to_owned() }.into()),
+    }
 }
 
 pub(crate) fn run(cmd: SessionCmd) -> Result<ExitCode> {
