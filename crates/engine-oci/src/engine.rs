@@ -342,7 +342,11 @@ impl OciEngine {
         }
         let lease = lease.exclusive(cache, &volume, status)?;
         if self.block_on(volume_exists(&self.docker, &marker)) {
-            return Ok(PreparedEnv { volume: Some(volume), fresh: false, lease });
+            return Ok(PreparedEnv {
+                volume: Some(volume),
+                fresh: false,
+                lease: lease.downgrade()?,
+            });
         }
         status(&format!(
             "installing {} dependenc{} in {}",
@@ -351,7 +355,7 @@ impl OciEngine {
             self.engine_name()
         ));
         self.block_on(self.build_env(spec, &volume, &marker))?;
-        Ok(PreparedEnv { volume: Some(volume), fresh: true, lease })
+        Ok(PreparedEnv { volume: Some(volume), fresh: true, lease: lease.downgrade()? })
     }
 
     async fn build_env(&self, spec: &RunSpec, volume: &str, marker: &str) -> Result<()> {

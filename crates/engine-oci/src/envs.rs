@@ -106,6 +106,19 @@ impl Lease {
         Ok(Lease(Some(Arc::new(Mutex::new(Some(file))))))
     }
 
+    /// Trades an exclusive hold (after a build) for a shared one, so other prepares of the
+    /// same environment (in this process too) proceed while this one is still held. Not
+    /// atomic, but a pruner that slips in between sees the fresh stamp and keeps the env.
+    pub(crate) fn downgrade(self) -> Result<Lease> {
+        if let Some(slot) = &self.0 {
+            let slot = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(file) = slot.as_ref() {
+                file.lock_shared().map_err(Error::io("sharing an environment lock"))?;
+            }
+        }
+        Ok(self)
+    }
+
     /// Lets go of the lock (for every clone): the run's container now references the volume.
     pub(crate) fn release(&self) {
         if let Some(slot) = &self.0 {

@@ -137,8 +137,26 @@ fn dependencies_install_once_and_work_with_net_off() {
         let mut spec = spec(&ws);
         // A unique marker dependency keeps this test's environment apart from other runs.
         spec.dependencies = vec!["six".to_owned(), "idna".to_owned()];
+        // Cold on purpose: drop whatever an earlier run left, so the build path (and its lock
+        // hand-over to a second prepare in the same process) is what gets tested.
+        let earlier = engine.prepare(&spec, &mut |_| {}).expect("prepare");
+        let volume = earlier.volume.clone().expect("an environment volume");
+        drop(earlier);
+        engine.block_on(async {
+            for v in [format!("{volume}-ready"), volume.clone()] {
+                let _ = engine
+                    .docker()
+                    .remove_volume(&v, None::<bollard::query_parameters::RemoveVolumeOptions>)
+                    .await;
+            }
+        });
         let mut lines = Vec::new();
         let env = engine.prepare(&spec, &mut |l| lines.push(l.to_owned())).expect("prepare");
+        assert!(
+            env.fresh,
+            "{}: the environment was removed, so this prepare builds",
+            name(&engine)
+        );
         let again = engine.prepare(&spec, &mut |_| {}).expect("prepare again");
         assert!(!again.fresh, "{}: second prepare is warm", name(&engine));
         assert_eq!(env.volume, again.volume);
