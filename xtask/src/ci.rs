@@ -59,8 +59,9 @@ impl Ci {
         }
 
         step("podman-rootless");
-        // The same suite as an unprivileged user on rootless podman (about 30 s, 5 more the
-        // first time for the user and the image import); SKIPPED where the host cannot.
+        // The same suite, then engine-oci's session tests, as an unprivileged user on rootless
+        // podman (about 50 s, 5 more the first time for the user and the image import);
+        // SKIPPED where the host cannot.
         let engines = vec![crate::test_engines::ROOTLESS.to_owned()];
         TestEngines { engines, filters: Vec::new() }.run(sh)?;
 

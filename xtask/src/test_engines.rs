@@ -84,6 +84,28 @@ fn run_rootless(sh: &Shell, filters: &[String]) -> Result<()> {
     cmd!(sh, "{program} {args...}").run().with_context(|| {
         format!("the conformance suite failed on {ROOTLESS}; see the matrix above")
     })?;
+    if filters.is_empty() {
+        run_rootless_sessions(sh, &env)?;
+    }
+    Ok(())
+}
+
+/// engine-oci's session tests as the rootless user: the suite has no session cases, and a
+/// rootless session reaches its agent differently (through the user namespace podman made).
+fn run_rootless_sessions(sh: &Shell, env: &[String]) -> Result<()> {
+    crate::section(&format!("engine-oci session tests on {ROOTLESS} (as {})", rootless::USER));
+    let built = cmd!(sh, "cargo test -p engine-oci --test it --no-run").read_stderr()?;
+    let it = executable(&built)
+        .with_context(|| format!("no engine-oci test executable in cargo's output:\n{built}"))?;
+    let it = sh.current_dir().join(it).display().to_string();
+    let mut tail: Vec<&str> = env.iter().map(String::as_str).collect();
+    // Docker's socket is not the rootless user's; say so instead of a SKIPPED line per test.
+    tail.extend(["ENGINE_OCI_SKIP=docker", &it, "session::", "--test-threads=2"]);
+    let argv = rootless::as_user(&tail);
+    let (program, args) = argv.split_first().context("empty command")?;
+    cmd!(sh, "{program} {args...}")
+        .run()
+        .with_context(|| format!("engine-oci's session tests failed on {ROOTLESS}"))?;
     Ok(())
 }
 
