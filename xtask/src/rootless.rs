@@ -166,6 +166,16 @@ pub(crate) fn ensure(sh: &Shell) -> Result<Option<String>> {
             Account::lookup().with_context(|| format!("{USER} is not in /etc/passwd"))?
         }
     };
+    // The tier runs binaries from this checkout as the user: a checkout under a private
+    // directory (a root home, say) cannot work, which is a reason to skip, not to fail.
+    let root = sh.current_dir();
+    let manifest = root.join("Cargo.toml").display().to_string();
+    if run_as_user(sh, &as_user(&["test", "-r", &manifest])).run().is_err() {
+        return Ok(Some(format!(
+            "{USER} cannot read this checkout ({}): one of its parent directories is private; clone it under a world-readable path to run this tier",
+            root.display()
+        )));
+    }
     for (file, flag) in [("/etc/subuid", "--add-subuids"), ("/etc/subgid", "--add-subgids")] {
         let text = fs::read_to_string(file).unwrap_or_default();
         if !has_subids(&text, USER) {
