@@ -271,47 +271,6 @@ pub(crate) async fn inspect_container_raw(
     })
 }
 
-/// The exit code in the `die` event of container `name` (events of the last hour), for a
-/// container that is already gone; `None` when there is no such event.
-pub(crate) async fn exit_code_from_events(
-    connection: &Connection,
-    name: &str,
-) -> Result<Option<i32>> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    // Only by container: podman files the event as `died` but reports it as `die`.
-    let filters = serde_json::json!({ "container": [name] }).to_string();
-    let path = format!(
-        "/events?since={}&until={}&filters={}",
-        now.saturating_sub(3600),
-        now + 1,
-        percent_encode(&filters)
-    );
-    let context = format!("reading the events of {name}");
-    let response = raw_request(connection, "GET", &path, &context).await?;
-    Ok(die_exit_code(&response))
-}
-
-/// Pure: the exit code of the last `die` event in a whole HTTP/1.0 events response (a stream
-/// of JSON objects).
-pub(crate) fn die_exit_code(response: &[u8]) -> Option<i32> {
-    let split = response.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let body = &response[split + 4..];
-    serde_json::Deserializer::from_slice(body)
-        .into_iter::<serde_json::Value>()
-        .map_while(std::result::Result::ok)
-        .filter(|event| event.get("Action").and_then(serde_json::Value::as_str) == Some("die"))
-        .filter_map(|event| {
-            let attributes = event.get("Actor")?.get("Attributes")?;
-            let code =
-                attributes.get("exitCode").or_else(|| attributes.get("containerExitCode"))?;
-            code.as_str()?.parse().ok()
-        })
-        .last()
-}
-
 /// Pure: `text` with everything but RFC 3986's unreserved characters percent-encoded.
 fn percent_encode(text: &str) -> String {
     text.bytes()

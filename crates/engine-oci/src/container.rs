@@ -71,11 +71,6 @@ impl RemoveGuard {
         RemoveGuard { docker: docker.clone(), name: name.to_owned(), armed: true }
     }
 
-    /// Leaves the removal to the engine (an auto-removed container that exited by itself).
-    pub(crate) fn disarm(mut self) {
-        self.armed = false;
-    }
-
     /// Removes now (awaited) and disarms.
     pub(crate) async fn remove(mut self) {
         let _ = crate::sweep::remove(&self.docker, &self.name).await;
@@ -281,13 +276,8 @@ async fn exit_code(docker: &Docker, connection: &Connection, name: &str) -> Resu
                     Some(code) => return Ok(code),
                     None => tokio::time::sleep(STOPPED_POLL_INTERVAL).await,
                 },
-                // Gone (auto-removed before we asked): the `die` event has the code.
-                Err(_) => {
-                    if let Ok(Some(code)) = client::exit_code_from_events(connection, name).await {
-                        return Ok(code);
-                    }
-                    break;
-                }
+                // Gone or unreadable: the wait endpoint knows what happened.
+                Err(_) => break,
             }
         }
     }

@@ -484,12 +484,6 @@ impl OciEngine {
             stdin: !matches!(io.stdin, sandbox_core::Stdin::Null),
         };
         let mut container = plan::run_plan(&self.host, &layout);
-        // Podman: its own cleanup process (started by conmon when the script exits) removes the
-        // container, even if we die; a DELETE of ours would only queue behind that process
-        // (~200 ms). The exit code is read before (see `container::exit_code`). Docker removes
-        // fast on request, and its auto-remove would race the wait for the exit code.
-        let auto_removed = self.config.flavor == Flavor::Podman;
-        container.auto_remove = auto_removed;
         let warnings: Vec<String> = self.adapt(&mut container).into_iter().collect();
         let body = plan::create_body(&container, self.config.flavor);
         let name = format!("python-sandbox-run-{id}");
@@ -514,11 +508,7 @@ impl OciEngine {
                 &mut signals,
             )
             .await;
-            match &finished {
-                // Exited by itself: the engine is removing it already.
-                Ok(f) if auto_removed && !f.timed_out && f.interrupted.is_none() => guard.disarm(),
-                _ => guard.remove().await,
-            }
+            guard.remove().await;
             finished
         });
         if self.host.uid == 0 {

@@ -25,10 +25,6 @@
 //! * A root caller's container runs as 65534, never 0 (see `workspace.rs`): new files are handed
 //!   back to root after the run, but existing root-owned files the sandbox did not create stay
 //!   read-only to it unless their mode lets others write.
-//! * Podman's run containers are auto-removed: after a normal exit its own cleanup process
-//!   removes them (a DELETE would only wait for that process), and the exit code is read
-//!   before (inspect, or the `die` event when the container is already gone). Timeouts,
-//!   signals and errors still remove them before `run` returns; Docker's always are.
 //! * Podman gets its distribution's default seccomp profile minus user namespaces (`seccomp.rs`);
 //!   Docker's default already refuses them. Podman needs `catatonit` for `init: true`.
 //! * The image's own `ENV` lines (and podman's `container=podman`) reach the script; nothing of

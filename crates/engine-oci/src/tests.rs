@@ -654,15 +654,3 @@ fn cgroup_limits_need_memory_cpu_and_pids() {
     assert!(!crate::client::cgroup_limits_in("cpuset io memory pids"), "cpuset is not cpu");
     assert!(!crate::client::cgroup_limits_in(""));
 }
-
-#[test]
-fn exit_code_from_a_die_event() {
-    let response = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n\
-{\"Action\":\"start\",\"Actor\":{\"Attributes\":{\"containerExitCode\":\"0\"}}}\n\
-{\"Action\":\"die\",\"Actor\":{\"Attributes\":{\"containerExitCode\":\"7\",\"exitCode\":\"7\"}}}\n\
-{\"Action\":\"remove\",\"Actor\":{\"Attributes\":{\"containerExitCode\":\"0\"}}}\n";
-    assert_eq!(crate::client::die_exit_code(response), Some(7));
-    let no_die = b"HTTP/1.0 200 OK\r\n\r\n{\"Action\":\"start\",\"Actor\":{\"Attributes\":{}}}";
-    assert_eq!(crate::client::die_exit_code(no_die), None);
-    assert_eq!(crate::client::die_exit_code(b"garbage"), None);
-}
