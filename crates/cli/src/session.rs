@@ -21,8 +21,10 @@ pub(crate) fn oci_engine(flavor: Flavor, container: &ContainerArgs) -> Result<Oc
     }
     config.limits = limits(container)?;
     let engine = OciEngine::new(config)?;
+    // Only what was still running is news (a script a killed CLI left behind); exited leftovers
+    // are routine (a podman run hands its removal to the engine and returns).
     for swept in engine.swept() {
-        if swept.removed {
+        if swept.removed && !swept.exited {
             ui::warn(&format!("removed leftover container {} ({})", swept.container, swept.reason));
         }
     }
@@ -151,7 +153,7 @@ fn session_engine(flavor: Flavor) -> Result<OciEngine> {
     let sweeping = config.sweep_on_start;
     let engine = OciEngine::new(config)?;
     for swept in engine.swept() {
-        if swept.removed {
+        if swept.removed && !swept.exited {
             ui::warn(&format!("removed leftover container {} ({})", swept.container, swept.reason));
         }
     }

@@ -271,6 +271,42 @@ pub(crate) async fn inspect_container_raw(
     })
 }
 
+/// Hands a container's removal to the engine: the DELETE is sent, not awaited. Podman finishes
+/// a removal whose client has gone (it has to wait for its own cleanup process first, ~200 ms
+/// that the caller need not sit through); should it not, the owner is dead by then and the
+/// next sweep removes the container.
+pub(crate) async fn remove_without_waiting(connection: &Connection, name: &str) -> Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let path = format!("/containers/{}?force=true&v=true", percent_encode(name));
+    let request = format!(
+        "DELETE /v{}.{}{path} HTTP/1.0\r\nHost: localhost\r\n\r\n",
+        API_VERSION.major_version, API_VERSION.minor_version
+    );
+    let failed = |e: std::io::Error| Error::Api {
+        engine: connection.flavor.as_str(),
+        context: format!("removing {name}"),
+        message: e.to_string(),
+    };
+    let send = async {
+        match &connection.endpoint {
+            ApiEndpoint::Unix(path) => {
+                let mut stream = tokio::net::UnixStream::connect(path).await?;
+                stream.write_all(request.as_bytes()).await?;
+                stream.flush().await
+            }
+            ApiEndpoint::Tcp(addr) => {
+                let mut stream = tokio::net::TcpStream::connect(addr.as_str()).await?;
+                stream.write_all(request.as_bytes()).await?;
+                stream.flush().await
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), send)
+        .await
+        .map_err(|_| failed(std::io::ErrorKind::TimedOut.into()))?
+        .map_err(failed)
+}
+
 /// Pure: `text` with everything but RFC 3986's unreserved characters percent-encoded.
 fn percent_encode(text: &str) -> String {
     text.bytes()

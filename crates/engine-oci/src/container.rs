@@ -71,6 +71,16 @@ impl RemoveGuard {
         RemoveGuard { docker: docker.clone(), name: name.to_owned(), armed: true }
     }
 
+    /// Hands the removal to the engine without waiting for it (see
+    /// [`client::remove_without_waiting`]); removes and waits when even that fails.
+    pub(crate) async fn hand_off(mut self, connection: &Connection) {
+        if client::remove_without_waiting(connection, &self.name).await.is_ok() {
+            self.armed = false;
+        } else {
+            self.remove().await;
+        }
+    }
+
     /// Removes now (awaited) and disarms.
     pub(crate) async fn remove(mut self) {
         let _ = crate::sweep::remove(&self.docker, &self.name).await;

@@ -508,7 +508,19 @@ impl OciEngine {
                 &mut signals,
             )
             .await;
-            guard.remove().await;
+            match &finished {
+                // Podman queues a removal behind its own cleanup process (~200 ms after the
+                // exit code is known): hand it over. Docker removes at once; so do timeouts,
+                // signals and errors, always.
+                Ok(f)
+                    if self.config.flavor == Flavor::Podman
+                        && !f.timed_out
+                        && f.interrupted.is_none() =>
+                {
+                    guard.hand_off(&self.connection).await;
+                }
+                _ => guard.remove().await,
+            }
             finished
         });
         if self.host.uid == 0 {

@@ -25,6 +25,11 @@
 //! * A root caller's container runs as 65534, never 0 (see `workspace.rs`): new files are handed
 //!   back to root after the run, but existing root-owned files the sandbox did not create stay
 //!   read-only to it unless their mode lets others write.
+//! * After a podman run exits by itself (exit code in hand), its removal is handed to podman
+//!   without waiting: podman queues it behind its own cleanup process (~200 ms) and finishes it
+//!   after we have gone; should it not, the next sweep does. Timeouts, signals and errors remove
+//!   before `run` returns, and so does every Docker run. The sweep reports only leftovers that
+//!   were still running.
 //! * Podman gets its distribution's default seccomp profile minus user namespaces (`seccomp.rs`);
 //!   Docker's default already refuses them. Podman needs `catatonit` for `init: true`.
 //! * The image's own `ENV` lines (and podman's `container=podman`) reach the script; nothing of

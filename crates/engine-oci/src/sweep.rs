@@ -24,6 +24,9 @@ pub struct Swept {
     pub reason: String,
     /// Whether it was removed (false in a dry run or when removal failed).
     pub removed: bool,
+    /// Whether it had already exited: routine garbage (a run whose removal its owner handed
+    /// to the engine, say) rather than news like a script left running by a killed CLI.
+    pub exited: bool,
     /// Why removal failed, if it did.
     pub error: Option<String>,
 }
@@ -78,10 +81,9 @@ pub(crate) async fn sweep(
     let actions = reaper::decide(now, &resources, &liveness);
     let mut out = Vec::new();
     for action in actions {
-        let labels = resources
-            .iter()
-            .find(|r| r.id == action.id)
-            .and_then(|r| SandboxLabels::from_labels(&r.labels).ok().flatten());
+        let resource = resources.iter().find(|r| r.id == action.id);
+        let exited = resource.is_some_and(|r| r.state == State::Exited);
+        let labels = resource.and_then(|r| SandboxLabels::from_labels(&r.labels).ok().flatten());
         let (sandbox, kind) = labels
             .map(|l| (l.id, l.kind.as_str().to_owned()))
             .unwrap_or_else(|| (String::new(), String::new()));
@@ -91,6 +93,7 @@ pub(crate) async fn sweep(
             kind,
             reason: action.reason.to_string(),
             removed: false,
+            exited,
             error: None,
         };
         if !dry_run {

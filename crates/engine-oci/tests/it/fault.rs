@@ -67,11 +67,13 @@ fn killed_cli_leaves_an_orphan_that_the_sweep_removes() {
         assert!(appeared, "{}: the run container never appeared", name(&engine));
         child.kill().expect("kill -9");
         let _ = child.wait();
-        // Nobody removed it: the CLI died without a chance to.
-        assert_eq!(containers(&engine, &label).len(), 1, "{}", name(&engine));
+        // Nobody removed it: the CLI died without a chance to. (Other tests running now create
+        // engines, and each sweeps: one of them may have reaped it already, which is fine.)
+        let left = containers(&engine, &label).len();
+        assert!(left <= 1, "{}: {left} containers for one run", name(&engine));
         let swept = engine.reap(false).expect("reap");
         assert!(
-            swept.iter().any(|s| s.removed && s.reason.contains("has exited")),
+            left == 0 || swept.iter().any(|s| s.removed && s.reason.contains("has exited")),
             "{}: {swept:?}",
             name(&engine)
         );
