@@ -112,6 +112,9 @@ pub(crate) fn api(
     move |e| Error::Api { engine, context, message: e.to_string() }
 }
 
+/// How often a create that failed transiently is tried again.
+const CREATE_RETRIES: u32 = 3;
+
 /// Creates the container and returns a guard that removes it.
 pub(crate) async fn create(
     docker: &Docker,
@@ -121,7 +124,25 @@ pub(crate) async fn create(
     image: &str,
 ) -> Result<RemoveGuard> {
     let options = CreateContainerOptions { name: Some(name.to_owned()), ..Default::default() };
-    match docker.create_container(Some(options), body).await {
+    let mut attempt = 0;
+    let created = loop {
+        let created = docker.create_container(Some(options.clone()), body.clone()).await;
+        match &created {
+            // Rootless podman under many parallel creates now and then fails to read the
+            // user's subordinate ids (`keep-id requires additional UIDs…: %!w(<nil>)`, no
+            // underlying error) and succeeds right after; a real misconfiguration still fails
+            // after the retries.
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 500,
+                message,
+            }) if message.contains("keep-id requires additional") && attempt < CREATE_RETRIES => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+            }
+            _ => break created,
+        }
+    };
+    match created {
         Ok(_) => Ok(RemoveGuard::new(docker, name)),
         Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, message })
             if message.contains("image") || message.contains("No such") =>
