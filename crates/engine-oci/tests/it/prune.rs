@@ -35,6 +35,19 @@ fn age(cache: &Path, volume: &str, by: Duration) {
     file.set_modified(SystemTime::now() - by).expect("set mtime");
 }
 
+/// Prepares an environment of its own (a `requires-python` no other test or run uses, per
+/// process, engine and `test`) and returns the spec, its volume and the volume's marker.
+fn prepared(engine: &OciEngine, ws: &Path, test: u32) -> (sandbox_core::RunSpec, String, String) {
+    let mut spec = spec(ws);
+    let podman = u32::from(name(engine) == "podman");
+    let nonce = format!("!=3.{test}.{}", std::process::id() * 1000 + podman);
+    spec.requires_python = Some(format!(">=3.8,{nonce}"));
+    let env = engine.prepare(&spec, &mut |_| {}).expect("prepare");
+    let volume = env.volume.clone().expect("an env volume");
+    let marker = format!("{volume}-ready");
+    (spec, volume, marker)
+}
+
 fn find<'a>(pruned: &'a [PrunedEnv], volume: &str) -> Option<&'a PrunedEnv> {
     pruned.iter().find(|p| p.volume == volume)
 }
@@ -46,13 +59,7 @@ fn aged_env_is_pruned_marker_and_volume_and_rebuilt_on_next_use() {
         let engine = private(&base, cache.path());
         let who = name(&engine);
         let (_dir, ws) = workspace("print('hi')\n");
-        let mut spec = spec(&ws);
-        let nonce = format!("!=3.0.{}", std::process::id() * 1000 + u32::from(who == "podman"));
-        spec.requires_python = Some(format!(">=3.8,{nonce}"));
-        let env = engine.prepare(&spec, &mut |_| {}).expect("prepare");
-        let volume = env.volume.clone().expect("an env volume");
-        let marker = format!("{volume}-ready");
-        drop(env);
+        let (spec, volume, marker) = prepared(&engine, &ws, 0);
         assert!(volume_exists(&engine, &volume) && volume_exists(&engine, &marker), "{who}");
 
         // Used just now: not stale under the default age.
@@ -93,13 +100,7 @@ fn env_in_use_or_locked_is_kept() {
         let engine = private(&base, cache.path());
         let who = name(&engine);
         let (_dir, ws) = workspace("print('hi')\n");
-        let mut spec = spec(&ws);
-        let nonce = format!("!=3.1.{}", std::process::id() * 1000 + u32::from(who == "podman"));
-        spec.requires_python = Some(format!(">=3.8,{nonce}"));
-        let env = engine.prepare(&spec, &mut |_| {}).expect("prepare");
-        let volume = env.volume.clone().expect("an env volume");
-        let marker = format!("{volume}-ready");
-        drop(env);
+        let (spec, volume, marker) = prepared(&engine, &ws, 1);
 
         // Locked: a run between its warm check and its container holds the lock shared.
         let held = engine.prepare(&spec, &mut |_| {}).expect("warm prepare");
