@@ -62,11 +62,8 @@ impl TestEngines {
 /// temp dirs under the user's home (a workspace the user owns, as in real use).
 fn run_rootless(sh: &Shell, filters: &[String]) -> Result<()> {
     crate::section(&format!("conformance suite on {ROOTLESS} (as {})", rootless::USER));
-    let built = cmd!(sh, "cargo test -p tests --test conformance --no-run").read_stderr()?;
-    let suite = executable(&built)
-        .with_context(|| format!("no conformance executable in cargo's output:\n{built}"))?;
+    let suite = test_binary(sh, "tests", "conformance")?;
     let account = rootless::Account::lookup().context("the rootless user is gone")?;
-    let root = sh.current_dir();
     let target = services::target_dir(sh);
     let env = [
         "CONFORMANCE=1".to_owned(),
@@ -75,13 +72,10 @@ fn run_rootless(sh: &Shell, filters: &[String]) -> Result<()> {
         format!("PYTHON_SANDBOX_BIN={}", target.join("debug/python-sandbox").display()),
         format!("CARGO_TARGET_DIR={}", account.home.join("conformance").display()),
     ];
-    let suite = root.join(suite).display().to_string();
     let mut tail: Vec<&str> = env.iter().map(String::as_str).collect();
     tail.push(&suite);
     tail.extend(filters.iter().map(String::as_str));
-    let argv = rootless::as_user(&tail);
-    let (program, args) = argv.split_first().context("empty command")?;
-    cmd!(sh, "{program} {args...}").run().with_context(|| {
+    as_rootless(sh, &tail).with_context(|| {
         format!("the conformance suite failed on {ROOTLESS}; see the matrix above")
     })?;
     if filters.is_empty() {
@@ -94,18 +88,27 @@ fn run_rootless(sh: &Shell, filters: &[String]) -> Result<()> {
 /// rootless session reaches its agent differently (through the user namespace podman made).
 fn run_rootless_sessions(sh: &Shell, env: &[String]) -> Result<()> {
     crate::section(&format!("engine-oci session tests on {ROOTLESS} (as {})", rootless::USER));
-    let built = cmd!(sh, "cargo test -p engine-oci --test it --no-run").read_stderr()?;
-    let it = executable(&built)
-        .with_context(|| format!("no engine-oci test executable in cargo's output:\n{built}"))?;
-    let it = sh.current_dir().join(it).display().to_string();
+    let it = test_binary(sh, "engine-oci", "it")?;
     let mut tail: Vec<&str> = env.iter().map(String::as_str).collect();
     // Docker's socket is not the rootless user's; say so instead of a SKIPPED line per test.
     tail.extend(["ENGINE_OCI_SKIP=docker", &it, "session::", "--test-threads=2"]);
-    let argv = rootless::as_user(&tail);
+    as_rootless(sh, &tail)
+        .with_context(|| format!("engine-oci's session tests failed on {ROOTLESS}"))
+}
+
+/// Builds test target `test` of `package` and returns its executable's absolute path.
+fn test_binary(sh: &Shell, package: &str, test: &str) -> Result<String> {
+    let built = cmd!(sh, "cargo test -p {package} --test {test} --no-run").read_stderr()?;
+    let exe = executable(&built)
+        .with_context(|| format!("no `{test}` executable in cargo's output:\n{built}"))?;
+    Ok(sh.current_dir().join(exe).display().to_string())
+}
+
+/// Runs `argv` as [`rootless::USER`] (see [`rootless::as_user`]), output shown.
+fn as_rootless(sh: &Shell, argv: &[&str]) -> Result<()> {
+    let argv = rootless::as_user(argv);
     let (program, args) = argv.split_first().context("empty command")?;
-    cmd!(sh, "{program} {args...}")
-        .run()
-        .with_context(|| format!("engine-oci's session tests failed on {ROOTLESS}"))?;
+    cmd!(sh, "{program} {args...}").run()?;
     Ok(())
 }
 

@@ -276,35 +276,10 @@ pub(crate) async fn inspect_container_raw(
 /// that the caller need not sit through); should it not, the owner is dead by then and the
 /// next sweep removes the container.
 pub(crate) async fn remove_without_waiting(connection: &Connection, name: &str) -> Result<()> {
-    use tokio::io::AsyncWriteExt;
     let path = format!("/containers/{}?force=true&v=true", percent_encode(name));
-    let request = format!(
-        "DELETE /v{}.{}{path} HTTP/1.0\r\nHost: localhost\r\n\r\n",
-        API_VERSION.major_version, API_VERSION.minor_version
-    );
-    let failed = |e: std::io::Error| Error::Api {
-        engine: connection.flavor.as_str(),
-        context: format!("removing {name}"),
-        message: e.to_string(),
-    };
-    let send = async {
-        match &connection.endpoint {
-            ApiEndpoint::Unix(path) => {
-                let mut stream = tokio::net::UnixStream::connect(path).await?;
-                stream.write_all(request.as_bytes()).await?;
-                stream.flush().await
-            }
-            ApiEndpoint::Tcp(addr) => {
-                let mut stream = tokio::net::TcpStream::connect(addr.as_str()).await?;
-                stream.write_all(request.as_bytes()).await?;
-                stream.flush().await
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(5), send)
-        .await
-        .map_err(|_| failed(std::io::ErrorKind::TimedOut.into()))?
-        .map_err(failed)
+    let context = format!("removing {name}");
+    exchange(connection, "DELETE", &path, &context, false, Duration::from_secs(5)).await?;
+    Ok(())
 }
 
 /// Pure: `text` with everything but RFC 3986's unreserved characters percent-encoded.
@@ -328,6 +303,24 @@ async fn raw_request(
     path: &str,
     context: &str,
 ) -> Result<Vec<u8>> {
+    let limit = Duration::from_secs(REQUEST_TIMEOUT_SECS);
+    exchange(connection, method, path, context, true, limit).await
+}
+
+/// A stream to the API, whichever transport the endpoint has.
+trait Duplex: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Duplex for T {}
+
+/// Sends one bodiless request on a fresh connection and, with `read`, returns the whole
+/// response (empty without: the request is only handed over).
+async fn exchange(
+    connection: &Connection,
+    method: &str,
+    path: &str,
+    context: &str,
+    read: bool,
+    limit: Duration,
+) -> Result<Vec<u8>> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let failed = |message: String| Error::Api {
         engine: connection.flavor.as_str(),
@@ -340,20 +333,16 @@ async fn raw_request(
     );
     let mut response = Vec::new();
     let io = async {
-        match &connection.endpoint {
-            ApiEndpoint::Unix(path) => {
-                let mut stream = tokio::net::UnixStream::connect(path).await?;
-                stream.write_all(request.as_bytes()).await?;
-                stream.read_to_end(&mut response).await
-            }
+        let mut stream: Box<dyn Duplex> = match &connection.endpoint {
+            ApiEndpoint::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
             ApiEndpoint::Tcp(addr) => {
-                let mut stream = tokio::net::TcpStream::connect(addr.as_str()).await?;
-                stream.write_all(request.as_bytes()).await?;
-                stream.read_to_end(&mut response).await
+                Box::new(tokio::net::TcpStream::connect(addr.as_str()).await?)
             }
-        }
+        };
+        stream.write_all(request.as_bytes()).await?;
+        if read { stream.read_to_end(&mut response).await.map(drop) } else { stream.flush().await }
     };
-    tokio::time::timeout(Duration::from_secs(REQUEST_TIMEOUT_SECS), io)
+    tokio::time::timeout(limit, io)
         .await
         .map_err(|_| failed("timed out".to_owned()))?
         .map_err(|e| failed(e.to_string()))?;
