@@ -134,6 +134,9 @@ pub(crate) struct SessionStartArgs {
     /// Pass an environment variable: `NAME` copies the host's value, `NAME=VALUE` sets it (repeatable).
     #[arg(long = "env", value_name = "NAME[=VALUE]")]
     pub(crate) env: Vec<String>,
+    /// Size cap of each tmpfs in the session (`/tmp`, home): `512m`, `2g` (default 1g).
+    #[arg(long, value_name = "SIZE")]
+    pub(crate) tmpfs_size: Option<String>,
     /// Remove the session after this long without activity: `90s`, `30m`, `2h` (default 30m).
     #[arg(long, value_name = "DURATION", default_value = "30m")]
     pub(crate) ttl: String,
@@ -182,6 +185,9 @@ pub(crate) struct RunArgs {
     /// Stop the whole run after this many seconds (exit code 124).
     #[arg(long, value_name = "SECONDS")]
     pub(crate) timeout: Option<f64>,
+    /// Size cap of each tmpfs in the sandbox (`/tmp`, home): `512m`, `2g` (default 1g).
+    #[arg(long, value_name = "SIZE")]
+    pub(crate) tmpfs_size: Option<String>,
     /// Allow mounts that cross a boundary (secrets, `$HOME`, read-write outside the workspace).
     #[arg(long)]
     pub(crate) approve: bool,

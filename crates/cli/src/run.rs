@@ -135,6 +135,7 @@ fn cli_layer(args: &RunArgs) -> Result<Layer> {
         publish: args.publish.iter().map(|p| p.parse()).collect::<Result<_, _>>()?,
         env: args.env.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,
         timeout,
+        tmpfs_size: args.tmpfs_size.as_deref().map(sandbox_core::parse_size).transpose()?,
         ..Layer::default()
     })
 }

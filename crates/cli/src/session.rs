@@ -237,6 +237,7 @@ fn start(args: SessionStartArgs) -> Result<ExitCode> {
         }),
         publish: args.publish.iter().map(|p| p.parse()).collect::<Result<_, _>>()?,
         env: args.env.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,
+        tmpfs_size: args.tmpfs_size.as_deref().map(sandbox_core::parse_size).transpose()?,
         ..Layer::default()
     };
     let ctx = sandbox_core::ResolveCtx { workspace: workspace.clone(), home: home.clone() };

@@ -31,6 +31,7 @@ fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
         publish: Vec::new(),
         env: Vec::new(),
         timeout: None,
+        tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
         workspace: std::env::current_dir()?,
     };
     let engine = BwrapEngine::new(BwrapConfig::from_env()?)?;

@@ -27,6 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         publish: Vec::new(),
         env: Vec::new(),
         timeout: None,
+        tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
         workspace: workspace.clone(),
     };
     let config = BwrapConfig::from_env()?;

@@ -41,6 +41,8 @@ pub struct Layer {
     pub env: Vec<EnvVar>,
     /// Wall-clock limit.
     pub timeout: Option<Duration>,
+    /// Size cap of each tmpfs, in bytes.
+    pub tmpfs_size: Option<u64>,
 }
 
 /// A mount as a layer spells it, before resolution.
@@ -80,6 +82,7 @@ impl Layer {
             publish: spec.publish.clone(),
             env: spec.env.clone(),
             timeout: spec.timeout,
+            tmpfs_size: Some(spec.tmpfs_size),
         }
     }
 }
@@ -122,6 +125,16 @@ pub fn resolve(
     let timeout = last_set(&layers, |layer| layer.timeout.as_ref()).copied();
     if timeout == Some(Duration::ZERO) {
         return Err(Error::ZeroTimeout);
+    }
+    let tmpfs_size = last_set(&layers, |layer| layer.tmpfs_size.as_ref())
+        .copied()
+        .unwrap_or(crate::DEFAULT_TMPFS_SIZE);
+    if tmpfs_size < MIN_TMPFS_SIZE {
+        return Err(Error::InvalidValue {
+            what: "tmpfs size",
+            value: tmpfs_size.to_string(),
+            hint: "give at least 1m (one MiB), e.g. `512m` or `2g`",
+        });
     }
 
     let mut dependencies = Merged::default();
@@ -172,9 +185,13 @@ pub fn resolve(
         publish,
         env: env.into_values(),
         timeout,
+        tmpfs_size,
         workspace,
     })
 }
+
+/// Below this a tmpfs cannot hold even Python's own temporary files.
+const MIN_TMPFS_SIZE: u64 = 1 << 20;
 
 /// The value from the highest layer that sets it.
 fn last_set<'a, T: ?Sized>(

@@ -26,10 +26,11 @@ pub use error::Error;
 pub use fake::{FakeCall, FakeFs, FakeReply, FakeSandbox};
 pub use io::{Captured, OutputSink, Stream};
 pub use layer::{Layer, LayerMount, ResolveCtx, resolve};
+pub use parse::parse_size;
 pub use policy::{
     CA_BUNDLE_CANDIDATES, NEVER_MOUNTED, PREPARE_ENV_ALLOWLIST, PathUse, RUN_ENV_ALLOWLIST,
     SANDBOX_CA_BUNDLE, SYSTEM_DIRS, check_host_path,
 };
 pub use sandbox::{DirEntry, EntryKind, ExecRequest, PutSource, Sandbox, Service, ServiceSpec};
 pub use scrub::{Ignored, MASK, MIN_SECRET_LEN, ScrubbingSink, Secrets, StreamScrubber};
-pub use spec::{EnvVar, Mount, MountMode, Net, Publish, RunSpec};
+pub use spec::{DEFAULT_TMPFS_SIZE, EnvVar, Mount, MountMode, Net, Publish, RunSpec};

@@ -84,6 +84,29 @@ impl FromStr for Net {
     }
 }
 
+/// A byte size as users write it: `1073741824`, `512k`, `512m`, `1g` (binary units, any case,
+/// an optional trailing `b` or `ib`: `1GiB`).
+pub fn parse_size(text: &str) -> Result<u64, Error> {
+    let invalid = || Error::InvalidValue {
+        what: "size",
+        value: text.to_owned(),
+        hint: "write a number of bytes with an optional unit: `512m`, `1g`, `2GiB`",
+    };
+    let lower = text.trim().to_ascii_lowercase();
+    let unit_start = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());
+    let (digits, unit) = lower.split_at(unit_start);
+    let shift = match unit {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(invalid()),
+    };
+    let number: u64 = digits.parse().map_err(|_| invalid())?;
+    number.checked_mul(1u64 << shift).ok_or_else(invalid)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,6 +115,18 @@ mod tests {
         match result {
             Ok(value) => format!("{value:?}"),
             Err(error) => format!("error: {}", error.to_string().replace('\n', " / ")),
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        let ok = [("1024", 1024), ("512k", 512 << 10), ("512m", 512 << 20), ("1g", 1 << 30)];
+        for (text, bytes) in ok.into_iter().chain([("2GiB", 2 << 30), ("1Mb", 1 << 20)]) {
+            assert_eq!(parse_size(text), Ok(bytes), "{text}");
+        }
+        for bad in ["", "g", "1.5g", "-1", "1x", "99999999999t"] {
+            let error = show(parse_size(bad));
+            assert!(error.starts_with(&format!("error: invalid size `{bad}`")), "{error}");
         }
     }
 

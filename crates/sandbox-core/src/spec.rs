@@ -27,9 +27,15 @@ pub struct RunSpec {
     pub env: Vec<EnvVar>,
     /// Wall-clock limit for the whole process tree.
     pub timeout: Option<Duration>,
+    /// Size cap, in bytes, of every tmpfs the sandbox gets (`/tmp`, home): writes past it fail
+    /// with `ENOSPC` instead of filling host memory.
+    pub tmpfs_size: u64,
     /// The workspace (the caller's cwd), mounted read-write at its real path.
     pub workspace: PathBuf,
 }
+
+/// The default [`RunSpec::tmpfs_size`]: 1 GiB, what docker and podman allow by default too.
+pub const DEFAULT_TMPFS_SIZE: u64 = 1 << 30;
 
 /// A host path made visible inside the sandbox at the same path.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

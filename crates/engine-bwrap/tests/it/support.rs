@@ -79,6 +79,7 @@ impl Fixture {
             publish: Vec::new(),
             env: Vec::new(),
             timeout: Some(Duration::from_secs(120)),
+            tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
             workspace: self.workspace.path().to_owned(),
         }
     }

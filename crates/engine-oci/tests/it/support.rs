@@ -56,6 +56,7 @@ pub(crate) fn spec(ws: &Path) -> RunSpec {
         publish: Vec::new(),
         env: Vec::new(),
         timeout: Some(Duration::from_secs(120)),
+        tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
         workspace: ws.to_owned(),
     }
 }

@@ -99,6 +99,7 @@ fn spec(workspace: &str, mounts: &str) -> RunSpec {
         publish: Vec::new(),
         env: Vec::new(),
         timeout: None,
+        tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
         workspace: PathBuf::from(workspace),
     }
 }

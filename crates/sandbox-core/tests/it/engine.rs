@@ -66,6 +66,7 @@ fn spec(args: &[&str]) -> RunSpec {
         publish: Vec::new(),
         env: Vec::new(),
         timeout: None,
+        tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
         workspace: "/ws".into(),
     }
 }

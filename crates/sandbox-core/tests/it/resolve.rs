@@ -247,6 +247,7 @@ fn arb_layer() -> impl Strategy<Value = Layer> {
                     publish,
                     env,
                     timeout,
+                    tmpfs_size: None,
                 }
             },
         )
