@@ -17,6 +17,7 @@ mod paths;
 mod policy;
 mod sandbox;
 mod scrub;
+mod seccomp;
 mod spec;
 mod tar;
 
@@ -33,4 +34,7 @@ pub use policy::{
 };
 pub use sandbox::{DirEntry, EntryKind, ExecRequest, PutSource, Sandbox, Service, ServiceSpec};
 pub use scrub::{Ignored, MASK, MIN_SECRET_LEN, ScrubbingSink, Secrets, StreamScrubber};
+pub use seccomp::{
+    Arch, ArgCheck, Insn, SeccompAction, SeccompRule, WALL, bpf, compile, disassemble,
+};
 pub use spec::{DEFAULT_TMPFS_SIZE, EnvVar, Mount, MountMode, Net, Publish, RunSpec};

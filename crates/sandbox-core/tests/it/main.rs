@@ -6,4 +6,5 @@ mod engine;
 mod fake;
 mod resolve;
 mod scrub;
+mod seccomp;
 mod support;

@@ -1,0 +1,352 @@
+//! The seccomp wall: one policy for every engine, as data ([`WALL`]), and its compilation into
+//! a classic BPF program ([`bpf`]) that bwrap loads (`--seccomp FD`) and an in-process engine can
+//! install with `prctl`. Pure: no syscall is made here, so the program is snapshot-tested and
+//! checked rule by rule with the small interpreter in the tests.
+//!
+//! **Why these rules.** The sandbox runs without capabilities, but an owner may still set the
+//! setuid or setgid bit on its own files, and those files leave the sandbox through the
+//! workspace: a root caller would find `-rwsr-xr-x` files owned by the sandbox's host uid. So
+//! every way of creating such a mode is refused (`chmod` family, `open`/`creat` with `O_CREAT`,
+//! `mknod`), and extended attributes cannot be set at all (`security.capability` is a file
+//! capability; seccomp cannot read the attribute's name, and programs treat `EOPNOTSUPP` as "this
+//! filesystem has no xattrs"). Nested user namespaces would give the script a fresh set of
+//! capabilities over new namespaces: `clone`/`unshare` with `CLONE_NEWUSER` fail, and `clone3`
+//! (whose flags live in memory seccomp cannot read) reports `ENOSYS` so libc falls back to
+//! `clone`. io_uring runs file operations outside the syscall layer this filter sees. `TIOCSTI`
+//! and `TIOCLINUX` type into a terminal the sandbox shares with its caller. The kernel keyring
+//! is not namespaced. A foreign architecture's syscall table (i386 via `int 0x80`, x32) would
+//! bypass every rule, so it kills the process.
+
+/// `errno` values used by the wall (the same on every Linux architecture we support).
+const EPERM: u16 = 1;
+const ENOSYS: u16 = 38;
+const EOPNOTSUPP: u16 = 95;
+
+/// Mode bits a file leaving the sandbox must never carry.
+const SETUID_SETGID: u32 = 0o6000;
+/// `O_CREAT | __O_TMPFILE` (generic and x86 values): the flags under which `open` takes a mode.
+const CREATES: u32 = 0o100 | 0o20000000;
+const CLONE_NEWUSER: u32 = 0x1000_0000;
+const TIOCSTI: u32 = 0x5412;
+const TIOCLINUX: u32 = 0x541c;
+
+/// What the filter does with a matching syscall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeccompAction {
+    /// Let it through.
+    Allow,
+    /// Fail it with this `errno`.
+    Errno(u16),
+    /// Kill the whole process.
+    KillProcess,
+}
+
+/// A condition on one argument's low 32 bits (every argument the wall inspects is an `int`, a
+/// `mode_t` or flags that fit in 32 bits; the kernel ignores the upper half of those).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArgCheck {
+    /// `args[arg] & mask != 0`.
+    AnyBit {
+        /// Argument index, 0 to 5.
+        arg: u8,
+        /// The bits, any of which matches.
+        mask: u32,
+    },
+    /// `args[arg] == value` (low 32 bits).
+    Equals {
+        /// Argument index, 0 to 5.
+        arg: u8,
+        /// The value.
+        value: u32,
+    },
+}
+
+/// One rule: a syscall (by its generic name), conditions that must all hold, and the action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeccompRule {
+    /// The syscall's name, as in `<asm/unistd.h>`; architectures without it skip the rule.
+    pub syscall: &'static str,
+    /// All must hold; none means every call.
+    pub checks: &'static [ArgCheck],
+    /// What happens to a matching call.
+    pub action: SeccompAction,
+}
+
+const fn rule(
+    syscall: &'static str,
+    checks: &'static [ArgCheck],
+    action: SeccompAction,
+) -> SeccompRule {
+    SeccompRule { syscall, checks, action }
+}
+
+const fn mode_at(arg: u8) -> &'static [ArgCheck] {
+    match arg {
+        1 => &[ArgCheck::AnyBit { arg: 1, mask: SETUID_SETGID }],
+        2 => &[ArgCheck::AnyBit { arg: 2, mask: SETUID_SETGID }],
+        _ => &[ArgCheck::AnyBit { arg: 3, mask: SETUID_SETGID }],
+    }
+}
+
+const DENY: SeccompAction = SeccompAction::Errno(EPERM);
+const NOSYS: SeccompAction = SeccompAction::Errno(ENOSYS);
+
+/// The wall, in the order rules are checked (the first match of a syscall decides).
+pub const WALL: &[SeccompRule] = &[
+    rule("chmod", mode_at(1), DENY),
+    rule("fchmod", mode_at(1), DENY),
+    rule("fchmodat", mode_at(2), DENY),
+    rule("fchmodat2", mode_at(2), DENY),
+    rule("creat", mode_at(1), DENY),
+    rule(
+        "open",
+        &[
+            ArgCheck::AnyBit { arg: 1, mask: CREATES },
+            ArgCheck::AnyBit { arg: 2, mask: SETUID_SETGID },
+        ],
+        DENY,
+    ),
+    rule(
+        "openat",
+        &[
+            ArgCheck::AnyBit { arg: 2, mask: CREATES },
+            ArgCheck::AnyBit { arg: 3, mask: SETUID_SETGID },
+        ],
+        DENY,
+    ),
+    // `struct open_how` is in memory, out of the filter's reach; libc does not need openat2.
+    rule("openat2", &[], NOSYS),
+    rule("mknod", mode_at(1), DENY),
+    rule("mknodat", mode_at(2), DENY),
+    rule("setxattr", &[], SeccompAction::Errno(EOPNOTSUPP)),
+    rule("lsetxattr", &[], SeccompAction::Errno(EOPNOTSUPP)),
+    rule("fsetxattr", &[], SeccompAction::Errno(EOPNOTSUPP)),
+    rule("setxattrat", &[], SeccompAction::Errno(EOPNOTSUPP)),
+    rule("clone", &[ArgCheck::AnyBit { arg: 0, mask: CLONE_NEWUSER }], DENY),
+    rule("unshare", &[ArgCheck::AnyBit { arg: 0, mask: CLONE_NEWUSER }], DENY),
+    rule("clone3", &[], NOSYS),
+    rule("io_uring_setup", &[], NOSYS),
+    rule("io_uring_enter", &[], NOSYS),
+    rule("io_uring_register", &[], NOSYS),
+    rule("ioctl", &[ArgCheck::Equals { arg: 1, value: TIOCSTI }], DENY),
+    rule("ioctl", &[ArgCheck::Equals { arg: 1, value: TIOCLINUX }], DENY),
+    rule("keyctl", &[], NOSYS),
+    rule("add_key", &[], NOSYS),
+    rule("request_key", &[], NOSYS),
+];
+
+/// An architecture the wall can be compiled for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    /// x86-64 (`AUDIT_ARCH_X86_64`); x32 syscalls are refused.
+    X86_64,
+    /// 64-bit ARM (`AUDIT_ARCH_AARCH64`).
+    Aarch64,
+}
+
+impl Arch {
+    /// The architecture this binary was built for, if the wall supports it.
+    pub fn native() -> Option<Arch> {
+        if cfg!(target_arch = "x86_64") {
+            Some(Arch::X86_64)
+        } else if cfg!(target_arch = "aarch64") {
+            Some(Arch::Aarch64)
+        } else {
+            None
+        }
+    }
+
+    fn audit(self) -> u32 {
+        match self {
+            Arch::X86_64 => 0xc000_003e,
+            Arch::Aarch64 => 0xc000_00b7,
+        }
+    }
+
+    /// The syscall number of `name`, or `None` where the architecture lacks it (aarch64 has
+    /// no `open`, `creat`, `chmod` or `mknod`).
+    pub fn syscall(self, name: &str) -> Option<u32> {
+        let table: &[(&str, u32)] = match self {
+            Arch::X86_64 => &[
+                ("open", 2),
+                ("ioctl", 16),
+                ("clone", 56),
+                ("creat", 85),
+                ("chmod", 90),
+                ("fchmod", 91),
+                ("mknod", 133),
+                ("setxattr", 188),
+                ("lsetxattr", 189),
+                ("fsetxattr", 190),
+                ("add_key", 248),
+                ("request_key", 249),
+                ("keyctl", 250),
+                ("openat", 257),
+                ("mknodat", 259),
+                ("fchmodat", 268),
+                ("unshare", 272),
+                ("io_uring_setup", 425),
+                ("io_uring_enter", 426),
+                ("io_uring_register", 427),
+                ("clone3", 435),
+                ("openat2", 437),
+                ("fchmodat2", 452),
+                ("setxattrat", 463),
+            ],
+            Arch::Aarch64 => &[
+                ("setxattr", 5),
+                ("lsetxattr", 6),
+                ("fsetxattr", 7),
+                ("ioctl", 29),
+                ("mknodat", 33),
+                ("fchmod", 52),
+                ("fchmodat", 53),
+                ("openat", 56),
+                ("unshare", 97),
+                ("add_key", 217),
+                ("request_key", 218),
+                ("keyctl", 219),
+                ("clone", 220),
+                ("io_uring_setup", 425),
+                ("io_uring_enter", 426),
+                ("io_uring_register", 427),
+                ("clone3", 435),
+                ("openat2", 437),
+                ("fchmodat2", 452),
+                ("setxattrat", 463),
+            ],
+        };
+        table.iter().find(|(n, _)| *n == name).map(|&(_, nr)| nr)
+    }
+}
+
+/// One classic BPF instruction (`struct sock_filter`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Insn {
+    /// Opcode.
+    pub code: u16,
+    /// Jump offset if true.
+    pub jt: u8,
+    /// Jump offset if false.
+    pub jf: u8,
+    /// Operand.
+    pub k: u32,
+}
+
+const LD_W_ABS: u16 = 0x20;
+const JEQ_K: u16 = 0x15;
+const JSET_K: u16 = 0x45;
+const RET_K: u16 = 0x06;
+
+/// Offsets into `struct seccomp_data`.
+const NR: u32 = 0;
+const ARCH: u32 = 4;
+const fn arg_low(arg: u8) -> u32 {
+    // Little-endian: the low half of args[i] comes first. Both supported arches are LE.
+    16 + 8 * arg as u32
+}
+
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+fn ret(action: SeccompAction) -> Insn {
+    let k = match action {
+        SeccompAction::Allow => 0x7fff_0000,
+        SeccompAction::Errno(errno) => 0x0005_0000 | u32::from(errno),
+        SeccompAction::KillProcess => 0x8000_0000,
+    };
+    Insn { code: RET_K, jt: 0, jf: 0, k }
+}
+
+fn load(offset: u32) -> Insn {
+    Insn { code: LD_W_ABS, jt: 0, jf: 0, k: offset }
+}
+
+/// Compiles `rules` for `arch`. Layout: check the architecture (kill on mismatch), load the
+/// syscall number, refuse x32 on x86-64, then one block per syscall: `jeq nr` over the block,
+/// its rules in order (each a run of argument checks that skip to the next rule on failure,
+/// then the rule's return), and `ret allow` closing the block. A block never falls through to
+/// the next, because argument loads replace the syscall number in the accumulator.
+pub fn compile(rules: &[SeccompRule], arch: Arch) -> Vec<Insn> {
+    let mut program = vec![
+        load(ARCH),
+        Insn { code: JEQ_K, jt: 1, jf: 0, k: arch.audit() },
+        ret(SeccompAction::KillProcess),
+        load(NR),
+    ];
+    if arch == Arch::X86_64 {
+        program.push(Insn { code: JSET_K, jt: 0, jf: 1, k: X32_SYSCALL_BIT });
+        program.push(ret(SeccompAction::Errno(ENOSYS)));
+    }
+    let mut seen: Vec<&str> = Vec::new();
+    for first in rules {
+        if seen.contains(&first.syscall) {
+            continue;
+        }
+        seen.push(first.syscall);
+        let Some(nr) = arch.syscall(first.syscall) else { continue };
+        let mut block: Vec<Insn> = Vec::new();
+        for rule in rules.iter().filter(|r| r.syscall == first.syscall) {
+            // Each check is two instructions; on failure skip the rest of the rule's checks
+            // and its return.
+            let n = rule.checks.len();
+            for (i, check) in rule.checks.iter().enumerate() {
+                let skip = u8::try_from(2 * (n - i - 1) + 1).unwrap_or(u8::MAX);
+                match *check {
+                    ArgCheck::AnyBit { arg, mask } => {
+                        block.push(load(arg_low(arg)));
+                        block.push(Insn { code: JSET_K, jt: 0, jf: skip, k: mask });
+                    }
+                    ArgCheck::Equals { arg, value } => {
+                        block.push(load(arg_low(arg)));
+                        block.push(Insn { code: JEQ_K, jt: 0, jf: skip, k: value });
+                    }
+                }
+            }
+            block.push(ret(rule.action));
+            if rule.checks.is_empty() {
+                break;
+            }
+        }
+        block.push(ret(SeccompAction::Allow));
+        let skip = u8::try_from(block.len()).unwrap_or(u8::MAX);
+        program.push(Insn { code: JEQ_K, jt: 0, jf: skip, k: nr });
+        program.extend(block);
+    }
+    program.push(ret(SeccompAction::Allow));
+    program
+}
+
+/// The wall for `arch`, as the bytes of a `struct sock_filter` array (what bwrap's `--seccomp`
+/// reads, and what `SECCOMP_SET_MODE_FILTER` takes).
+pub fn bpf(arch: Arch) -> Vec<u8> {
+    let mut out = Vec::new();
+    for insn in compile(WALL, arch) {
+        out.extend_from_slice(&insn.code.to_le_bytes());
+        out.push(insn.jt);
+        out.push(insn.jf);
+        out.extend_from_slice(&insn.k.to_le_bytes());
+    }
+    out
+}
+
+/// A readable listing of a program, one instruction per line (for snapshots and debugging).
+pub fn disassemble(program: &[Insn]) -> String {
+    let mut out = String::new();
+    for (pc, insn) in program.iter().enumerate() {
+        let target = |off: u8| pc + 1 + usize::from(off);
+        let line = match insn.code {
+            LD_W_ABS => format!("ld [{}]", insn.k),
+            JEQ_K => format!("jeq {:#x} ? {} : {}", insn.k, target(insn.jt), target(insn.jf)),
+            JSET_K => format!("jset {:#x} ? {} : {}", insn.k, target(insn.jt), target(insn.jf)),
+            RET_K => match insn.k {
+                0x7fff_0000 => "ret allow".to_owned(),
+                0x8000_0000 => "ret kill_process".to_owned(),
+                k if k & 0xffff_0000 == 0x0005_0000 => format!("ret errno {}", k & 0xffff),
+                k => format!("ret {k:#x}"),
+            },
+            code => format!("op {code:#x} {}", insn.k),
+        };
+        out.push_str(&format!("{pc:3}: {line}\n"));
+    }
+    out
+}
