@@ -152,6 +152,13 @@ impl BwrapEngine {
         }
         let layout = CacheLayout::new(&config.cache_dir);
         fsutil::create_dir_all(layout.root())?;
+        if rustix::process::getuid().is_root() {
+            // A root caller's sandboxes run as nobody and own the environments and caches
+            // below; no other process running as nobody may reach them.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(layout.root(), std::fs::Permissions::from_mode(0o700))
+                .map_err(Error::io(format!("restricting {}", layout.root().display())))?;
+        }
         let tools = ToolCache::new(layout.tools_file());
         let bwrap = match &config.bwrap {
             Some(path) => path.clone(),
@@ -224,17 +231,23 @@ impl BwrapEngine {
                 install.extend(request.map(OsString::from));
                 let downloads =
                     vec![("UV_PYTHON_DOWNLOADS".to_owned(), OsString::from("automatic"))];
-                self.run_prepare_step(&uv.path, &[], &python_dir, install, downloads).map_err(
-                    |e| match e {
-                        Error::Prepare { stderr, .. } => Error::PythonNotFound {
-                            request: request.unwrap_or("any python").to_owned(),
-                            message: format!(
-                                "none on this machine, and uv could not install one: {stderr}"
-                            ),
-                        },
-                        other => other,
+                self.run_prepare_step(
+                    &uv.path,
+                    &[],
+                    &python_dir,
+                    install,
+                    downloads,
+                    spec.tmpfs_size,
+                )
+                .map_err(|e| match e {
+                    Error::Prepare { stderr, .. } => Error::PythonNotFound {
+                        request: request.unwrap_or("any python").to_owned(),
+                        message: format!(
+                            "none on this machine, and uv could not install one: {stderr}"
+                        ),
                     },
-                )?;
+                    other => other,
+                })?;
                 self.find_interpreter(&uv.path, request, Some(&python_dir))?
             }
             other => other?,
@@ -258,14 +271,28 @@ impl BwrapEngine {
         let mut venv: Vec<OsString> =
             vec![uv.path.clone().into(), "venv".into(), "--quiet".into(), "--no-config".into()];
         venv.extend(["--python".into(), interpreter.executable.clone().into(), dir.clone().into()]);
-        self.run_prepare_step(&uv.path, &interpreter.prefixes, &dir, venv, Vec::new())?;
+        self.run_prepare_step(
+            &uv.path,
+            &interpreter.prefixes,
+            &dir,
+            venv,
+            Vec::new(),
+            spec.tmpfs_size,
+        )?;
         if !spec.dependencies.is_empty() {
             let mut install: Vec<OsString> =
                 vec![uv.path.clone().into(), "pip".into(), "install".into()];
             install.extend(["--quiet".into(), "--no-config".into(), "--compile-bytecode".into()]);
             install.extend(["--python".into(), dir.join("bin/python").into(), "--".into()]);
             install.extend(spec.dependencies.iter().map(OsString::from));
-            self.run_prepare_step(&uv.path, &interpreter.prefixes, &dir, install, Vec::new())?;
+            self.run_prepare_step(
+                &uv.path,
+                &interpreter.prefixes,
+                &dir,
+                install,
+                Vec::new(),
+                spec.tmpfs_size,
+            )?;
         }
 
         let identity = fsutil::identity(&interpreter.executable).unwrap_or_default();
@@ -304,6 +331,10 @@ impl BwrapEngine {
         if !marker.is_current() || std::fs::symlink_metadata(dir.join("bin/python")).is_err() {
             return None;
         }
+        if let Some((uid, gid)) = self.host.run_as() {
+            // Built by an older version as root: the sandbox (nobody) must be able to read it.
+            fsutil::hand_over(dir, uid, gid).ok()?;
+        }
         Some(PreparedEnv {
             key: key.to_owned(),
             dir: dir.to_owned(),
@@ -323,16 +354,26 @@ impl BwrapEngine {
         dir: &Path,
         command: Vec<OsString>,
         extra_env: Vec<(String, OsString)>,
+        tmpfs_size: u64,
     ) -> Result<()> {
+        let rw_dirs = vec![self.layout.uv_cache(), self.layout.python_dir(), dir.to_owned()];
+        if let Some((uid, gid)) = self.host.run_as() {
+            // The prepare sandbox writes these as nobody; nothing else on the host can reach
+            // them (the cache root is 0700, see `new`).
+            for rw in &rw_dirs {
+                fsutil::hand_over(rw, uid, gid)?;
+            }
+        }
         let layout = PrepareLayout {
             uv: uv.to_owned(),
             ro_dirs: prefixes.to_vec(),
-            rw_dirs: vec![self.layout.uv_cache(), self.layout.python_dir(), dir.to_owned()],
+            rw_dirs,
             uv_cache: self.layout.uv_cache(),
             python_install_dir: self.layout.python_dir(),
             chdir: dir.to_owned(),
             command,
             extra_env,
+            tmpfs_size,
         };
         let plan = plan::prepare_plan(&self.host, &layout, None);
         let mut output = Vec::new();
@@ -514,6 +555,7 @@ impl BwrapEngine {
             net: spec.net == Net::On,
             user_env,
             interactive,
+            tmpfs_size: spec.tmpfs_size,
         };
         let plan = plan::run_plan(&self.host, &layout, None);
         let outputs = match io.output {

@@ -1,20 +1,20 @@
 //! Keeps inherited file descriptors out of the sandbox. bwrap passes every descriptor it
 //! inherits to the command, so a socket our own parent leaked to us (a docker or agent
 //! connection, say) would reach the script. Before each spawn every descriptor >= 3 except
-//! the status pipe is marked close-on-exec.
+//! the pipes bwrap reads (status, seccomp) is marked close-on-exec.
 
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
-/// Marks every open descriptor >= 3 close-on-exec, except `keep`.
-pub(crate) fn close_on_exec_all_but(keep: &impl AsRawFd) {
-    let keep = keep.as_raw_fd();
+/// Marks every open descriptor >= 3 close-on-exec, except those in `keep`.
+pub(crate) fn close_on_exec_all_but(keep: &[BorrowedFd<'_>]) {
+    let keep: Vec<RawFd> = keep.iter().map(AsRawFd::as_raw_fd).collect();
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
     let fds: Vec<RawFd> = dir
         .filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
-        .filter(|fd| *fd >= 3 && *fd != keep)
+        .filter(|fd| *fd >= 3 && !keep.contains(fd))
         .collect();
     for fd in fds {
         // SAFETY: the descriptor was listed as open a moment ago; fcntl(F_SETFD) on a

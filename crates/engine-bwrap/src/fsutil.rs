@@ -128,3 +128,45 @@ pub(crate) fn identity(path: &Path) -> Option<String> {
         meta.ino()
     ))
 }
+
+/// Makes `dir` and everything below it owned by `uid:gid`, unless `dir` already is (its owner
+/// is changed last, so an interrupted hand-over is redone). For a root caller's cache
+/// directories that the sandbox, running as nobody, writes. Never follows a symlink and stays
+/// on `dir`'s filesystem; entries that vanish meanwhile are skipped.
+pub(crate) fn hand_over(dir: &Path, uid: u32, gid: u32) -> Result<()> {
+    let meta = std::fs::symlink_metadata(dir)
+        .map_err(Error::io(format!("inspecting {}", dir.display())))?;
+    if meta.uid() == uid && meta.gid() == gid {
+        return Ok(());
+    }
+    let owner =
+        (Some(rustix::process::Uid::from_raw(uid)), Some(rustix::process::Gid::from_raw(gid)));
+    let chown = |path: &Path| {
+        rustix::fs::chownat(
+            rustix::fs::CWD,
+            path,
+            owner.0,
+            owner.1,
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+    };
+    let mut stack = vec![dir.to_owned()];
+    let mut dirs = Vec::new();
+    while let Some(current) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&current) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(m) = std::fs::symlink_metadata(&path) else { continue };
+            if m.is_dir() && m.dev() == meta.dev() {
+                stack.push(path.clone());
+                dirs.push(path);
+            } else if m.uid() != uid || m.gid() != gid {
+                let _ = chown(&path);
+            }
+        }
+    }
+    for sub in dirs.iter().rev() {
+        let _ = chown(sub);
+    }
+    chown(dir).map_err(|e| Error::io(format!("handing {} to uid {uid}", dir.display()))(e.into()))
+}

@@ -9,6 +9,9 @@ pub(crate) use sandbox_core::{PREPARE_ENV_ALLOWLIST, RUN_ENV_ALLOWLIST, SANDBOX_
 use crate::error::{Error, Result};
 use crate::fsutil;
 
+/// The unprivileged host user a root caller's sandbox runs as (and its group).
+pub(crate) const NOBODY: u32 = 65534;
+
 /// Top-level entries reproduced like the host has them (merged-/usr symlinks or real dirs).
 pub(crate) const ROOT_ENTRIES: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 
@@ -66,10 +69,16 @@ pub(crate) struct HostFacts {
 }
 
 impl HostFacts {
-    /// The uid/gid inside the sandbox: the caller's, or nobody when the caller is root (bwrap
-    /// maps it back to the caller on the host, so files still land owned by the caller).
+    /// The uid/gid inside the sandbox: the caller's, or nobody when the caller is root (and
+    /// then nobody on the host as well: bwrap is started as nobody, see [`HostFacts::run_as`]).
     pub(crate) fn sandbox_ids(&self) -> (u32, u32) {
-        if self.uid == 0 { (65534, 65534) } else { (self.uid, self.gid) }
+        if self.uid == 0 { (NOBODY, NOBODY) } else { (self.uid, self.gid) }
+    }
+
+    /// The host uid and gid to start bwrap as: nobody for a root caller (see
+    /// [`crate::plan::Plan::run_as`]), else the caller's own (no change).
+    pub(crate) fn run_as(&self) -> Option<(u32, u32)> {
+        (self.uid == 0).then_some((NOBODY, NOBODY))
     }
 
     pub(crate) fn env_value(&self, name: &str) -> Option<&OsString> {

@@ -57,6 +57,7 @@ mod key;
 mod paths;
 mod plan;
 mod process;
+mod stage;
 mod tools;
 mod uv;
 

@@ -48,11 +48,67 @@ pub(crate) struct Plan {
     pub(crate) command: Vec<OsString>,
     /// `--json-status-fd`: lets the caller tell "bwrap failed to set up" from "script exited 1".
     pub(crate) status_fd: Option<i32>,
+    /// `--seccomp`: a pipe carrying the compiled wall (`sandbox_core::bpf`).
+    pub(crate) seccomp_fd: Option<i32>,
+    /// Size cap in bytes of every tmpfs (`/tmp`, home).
+    pub(crate) tmpfs_size: u64,
+    /// Host uid and gid bwrap is started as. `Some` for a root caller: bwrap maps the sandbox's
+    /// user onto the uid it runs as, so started as root it would make the sandbox host root
+    /// (able to write `/proc/sys`, and to leave setuid-root files in the workspace). Started as
+    /// nobody it cannot reach root's files by path, so every bind source is first mounted, from
+    /// a descriptor, into a private staging directory ([`Plan::staging`]) that bwrap binds from.
+    pub(crate) run_as: Option<(u32, u32)>,
 }
 
+/// Where the staging tmpfs of a root caller's sandbox is mounted, in a mount namespace of the
+/// bwrap process alone (the host never sees it). `/tmp` exists on every system, and nothing
+/// of the host's `/tmp` is needed once the sources are staged.
+pub(crate) const STAGE: &str = "/tmp";
+
+/// One bind source made reachable for an unprivileged bwrap: `src` (canonical host path) is
+/// bind-mounted at `at` inside [`STAGE`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Staged {
+    pub(crate) src: PathBuf,
+    pub(crate) at: PathBuf,
+}
+
+/// `/proc` entries that reach host-wide kernel state; read-only in every sandbox (bwrap covers
+/// them only where its caller could write them, which it checks by the directory's mode).
+const PROC_READ_ONLY: &[&str] = &["/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"];
+
 impl Plan {
+    /// The sources an unprivileged bwrap cannot be trusted to reach by path, each with its
+    /// staged path; empty unless [`Plan::run_as`] is set. Binds, then the user database, then
+    /// the CA bundle.
+    pub(crate) fn staging(&self, host: &HostFacts) -> Vec<Staged> {
+        if self.run_as.is_none() {
+            return Vec::new();
+        }
+        let stage = Path::new(STAGE);
+        let mut out: Vec<Staged> = self
+            .binds
+            .iter()
+            .enumerate()
+            .map(|(i, b)| Staged { src: b.src.clone(), at: stage.join(format!("b{i}")) })
+            .collect();
+        out.push(Staged { src: host.passwd.clone(), at: stage.join("passwd") });
+        out.push(Staged { src: host.group.clone(), at: stage.join("group") });
+        if let Some(ca) = &host.ca_bundle {
+            out.push(Staged { src: ca.clone(), at: stage.join("ca") });
+        }
+        out
+    }
+
     /// The bwrap arguments (without the bwrap binary itself).
     pub(crate) fn argv(&self, host: &HostFacts) -> Vec<OsString> {
+        let staging = self.staging(host);
+        let source = |src: &Path| -> OsString {
+            staging
+                .iter()
+                .find(|s| s.src == src)
+                .map_or_else(|| src.as_os_str().to_owned(), |s| s.at.clone().into_os_string())
+        };
         let mut a = Argv::default();
         a.flag("--unshare-all");
         if self.net {
@@ -72,6 +128,9 @@ impl Plan {
         a.flags(&["--hostname", "python-sandbox"]);
         if let Some(fd) = self.status_fd {
             a.flags(&["--json-status-fd", &fd.to_string()]);
+        }
+        if let Some(fd) = self.seccomp_fd {
+            a.flags(&["--seccomp", &fd.to_string()]);
         }
 
         a.flags(&["--ro-bind", "/usr", "/usr"]);
@@ -94,25 +153,31 @@ impl Plan {
             a.arg(Path::new("/etc").join(rel).as_os_str());
         }
         a.arg("--ro-bind");
-        a.arg(host.passwd.as_os_str());
+        a.arg(source(&host.passwd));
         a.arg("/etc/passwd");
         a.arg("--ro-bind");
-        a.arg(host.group.as_os_str());
+        a.arg(source(&host.group));
         a.arg("/etc/group");
         if let Some(ca) = &host.ca_bundle {
             a.arg("--ro-bind");
-            a.arg(ca.as_os_str());
+            a.arg(source(ca));
             a.arg(SANDBOX_CA_BUNDLE);
         }
         // Mount points below a writable tmpfs (a workspace under /tmp, a prefix under $HOME) need
         // their parent directories created there; bwrap would make them writable by the sandbox,
         // so a script could write "next to" the workspace (privately, but confusingly). Create
         // them ourselves read-only instead, before anything else creates them.
-        a.flags(&["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+        a.flags(&["--proc", "/proc"]);
+        for path in PROC_READ_ONLY {
+            // `-try`: /proc/bus and /proc/irq are absent on some kernels.
+            a.flags(&["--ro-bind-try", path, path]);
+        }
+        let size = self.tmpfs_size.to_string();
+        a.flags(&["--dev", "/dev", "--size", &size, "--tmpfs", "/tmp"]);
         let tmp = Path::new("/tmp");
         let mut scaffolded: Vec<&Path> = Vec::new();
         scaffold(&mut a, &mut scaffolded, &self.home, &[tmp], &[]);
-        a.arg("--tmpfs");
+        a.flags(&["--size", &size, "--tmpfs"]);
         a.arg(self.home.as_os_str());
         for (i, bind) in self.binds.iter().enumerate() {
             scaffold(&mut a, &mut scaffolded, &bind.dest, &[&self.home, tmp], &self.binds[..i]);
@@ -122,7 +187,7 @@ impl Plan {
                 Access::ReadOnly => "--ro-bind",
                 Access::ReadWrite => "--bind",
             });
-            a.arg(bind.src.as_os_str());
+            a.arg(source(&bind.src));
             a.arg(bind.dest.as_os_str());
         }
         // The root tmpfs holds only mount points and the /etc skeleton; nothing may be added.
@@ -249,6 +314,8 @@ pub(crate) struct PrepareLayout {
     pub(crate) command: Vec<OsString>,
     /// Overrides applied last (e.g. allowing Python downloads for `uv python install`).
     pub(crate) extra_env: Vec<(String, OsString)>,
+    /// Size cap of each tmpfs.
+    pub(crate) tmpfs_size: u64,
 }
 
 /// Prepare: network on, no workspace, no home; uv writes only to its cache and the env.
@@ -302,6 +369,9 @@ pub(crate) fn prepare_plan(
         env,
         command: layout.command.clone(),
         status_fd,
+        seccomp_fd: None,
+        tmpfs_size: layout.tmpfs_size,
+        run_as: host.run_as(),
     }
 }
 
@@ -324,6 +394,8 @@ pub(crate) struct RunLayout {
     pub(crate) user_env: Vec<(String, String)>,
     /// stdin is the caller's terminal: keep the session so job control and resizing work.
     pub(crate) interactive: bool,
+    /// Size cap of each tmpfs.
+    pub(crate) tmpfs_size: u64,
 }
 
 /// Run: the prepared interpreter runs the script directly; no uv, nothing writable but the
@@ -360,5 +432,8 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout, status_fd: Option<i
         env,
         command,
         status_fd,
+        seccomp_fd: None,
+        tmpfs_size: layout.tmpfs_size,
+        run_as: host.run_as(),
     }
 }

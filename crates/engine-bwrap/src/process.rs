@@ -69,12 +69,21 @@ pub(crate) fn execute(
     let start = Instant::now();
     let (status_read, status_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| Error::io("creating the status pipe")(e.into()))?;
+    let seccomp = seccomp_pipe()?;
     let mut plan = plan.clone();
     plan.status_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&status_write));
+    plan.seccomp_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&seccomp));
     let argv: Vec<OsString> = plan.argv(host);
+    let stage = match plan.run_as {
+        Some((uid, gid)) => Some(crate::stage::Stage::open(&plan.staging(host), uid, gid)?),
+        None => None,
+    };
 
     let mut command = Command::new(bwrap);
     command.args(&argv).env_clear().envs(plan.env.iter().map(|(k, v)| (k, v))).current_dir("/");
+    if let Some(stage) = &stage {
+        stage.apply(&mut command);
+    }
     command.stdin(match stdin {
         Stdin::Inherit => Stdio::inherit(),
         Stdin::Null => Stdio::null(),
@@ -91,11 +100,15 @@ pub(crate) fn execute(
 
     let mut child = {
         let _guard = SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-        crate::fds::close_on_exec_all_but(&status_write);
-        rustix::io::fcntl_setfd(&status_write, rustix::io::FdFlags::empty())
-            .map_err(|e| Error::io("preparing the status pipe")(e.into()))?;
+        crate::fds::close_on_exec_all_but(&[status_write.as_fd(), seccomp.as_fd()]);
+        for fd in [status_write.as_fd(), seccomp.as_fd()] {
+            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())
+                .map_err(|e| Error::io("preparing the status and seccomp pipes")(e.into()))?;
+        }
         let spawned = command.spawn();
         drop(status_write);
+        drop(seccomp);
+        drop(stage);
         spawned.map_err(Error::io(format!("starting {}", bwrap.display())))?
     };
 
@@ -212,6 +225,22 @@ pub(crate) fn execute(
     let started = read_status(status_read).contains("\"child-pid\"");
     let exit_code = sandbox_core::exit_code(status.code(), status.signal());
     Ok(Finished { exit_code, timed_out, started, duration: start.elapsed() })
+}
+
+/// A pipe holding the compiled seccomp wall, write end closed, for bwrap's `--seccomp`.
+fn seccomp_pipe() -> Result<OwnedFd> {
+    let arch = sandbox_core::Arch::native().ok_or_else(|| {
+        Error::io("building the seccomp wall")(std::io::Error::other(
+            "this CPU architecture has no seccomp wall (x86_64 and aarch64 do)",
+        ))
+    })?;
+    let program = sandbox_core::bpf(arch);
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| Error::io("creating the seccomp pipe")(e.into()))?;
+    // A few hundred bytes: far below the pipe's buffer, so this never blocks.
+    let mut file = std::fs::File::from(write);
+    file.write_all(&program).map_err(Error::io("writing the seccomp wall"))?;
+    Ok(read)
 }
 
 fn child_pidfd(child: &Child) -> std::io::Result<OwnedFd> {

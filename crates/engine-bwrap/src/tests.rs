@@ -56,6 +56,7 @@ fn run_layout() -> RunLayout {
         net: false,
         user_env: vec![],
         interactive: false,
+        tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
     }
 }
 
@@ -79,6 +80,12 @@ fn render(plan: &Plan, host: &HostFacts) -> String {
     out.push_str("\nenv:");
     for (name, value) in &plan.env {
         let _ = write!(out, "\n  {name}={}", value.to_string_lossy());
+    }
+    if let Some((uid, gid)) = plan.run_as {
+        let _ = write!(out, "\nstarted as {uid}:{gid}, staged:");
+        for staged in plan.staging(host) {
+            let _ = write!(out, "\n  {} <- {}", staged.at.display(), staged.src.display());
+        }
     }
     out
 }
@@ -181,6 +188,7 @@ fn prepare_has_network_no_workspace_and_only_cache_writable() {
         .map(OsString::from)
         .to_vec(),
         extra_env: Vec::new(),
+        tmpfs_size: 64 << 20,
     };
     let plan = prepare_plan(&host(), &layout, None);
     assert!(plan.net);
