@@ -387,6 +387,7 @@ impl OciEngine {
             dependencies: spec.dependencies.clone(),
             requires_python: spec.requires_python.clone(),
             limits: self.config.limits,
+            tmpfs_size: spec.tmpfs_size,
         };
         let mut container = plan::prepare_plan(&self.host, &layout);
         // The run that follows says which limits are gone.
@@ -481,6 +482,7 @@ impl OciEngine {
                 .filter_map(|v| v.value.as_ref().map(|value| (v.name.clone(), value.clone())))
                 .collect(),
             limits: self.config.limits,
+            tmpfs_size: spec.tmpfs_size,
             stdin: !matches!(io.stdin, sandbox_core::Stdin::Null),
         };
         let mut container = plan::run_plan(&self.host, &layout);

@@ -2,7 +2,8 @@
 //! body (`ContainerCreateBody` with its `HostConfig`). No IO happens here, so every decision is
 //! snapshot-tested (see `tests.rs`).
 //!
-//! Every container gets the same wall: read-only rootfs, tmpfs `/tmp` and home, `cap_drop ALL`,
+//! Every container gets the same wall: read-only rootfs, tmpfs `/tmp` and home (each capped at
+//! the spec's `tmpfs_size`, as tmpfs are memory), `cap_drop ALL`,
 //! `no-new-privileges`, a private IPC namespace, an init process, pids/memory/cpu limits,
 //! ulimits no higher than the host's hard limits, an unprivileged user, an empty environment
 //! plus an allowlist, and labels from the reaper schema. Only the workspace, declared mounts
@@ -76,6 +77,8 @@ pub(crate) struct ContainerPlan {
     /// `Some(0)` = any free port).
     pub(crate) publish: Vec<(IpAddr, u16, u16)>,
     pub(crate) limits: Limits,
+    /// Size cap of every tmpfs the container gets, bytes.
+    pub(crate) tmpfs_size: u64,
     pub(crate) nofile: i64,
     pub(crate) nproc: i64,
     pub(crate) stdin: bool,
@@ -144,6 +147,7 @@ pub(crate) struct RunLayout {
     pub(crate) publish: Vec<(Option<IpAddr>, u16)>,
     pub(crate) user_env: Vec<(String, String)>,
     pub(crate) limits: Limits,
+    pub(crate) tmpfs_size: u64,
     pub(crate) stdin: bool,
 }
 
@@ -156,6 +160,7 @@ pub(crate) struct PrepareLayout {
     pub(crate) dependencies: Vec<String>,
     pub(crate) requires_python: Option<String>,
     pub(crate) limits: Limits,
+    pub(crate) tmpfs_size: u64,
 }
 
 /// What a session container needs.
@@ -169,6 +174,7 @@ pub(crate) struct SessionLayout {
     pub(crate) publish: Vec<(Option<IpAddr>, u16)>,
     pub(crate) user_env: Vec<(String, String)>,
     pub(crate) limits: Limits,
+    pub(crate) tmpfs_size: u64,
     pub(crate) ttl_secs: u64,
 }
 
@@ -295,6 +301,7 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout) -> ContainerPlan {
         net: layout.net,
         publish: published(&layout.publish, false),
         limits: layout.limits,
+        tmpfs_size: layout.tmpfs_size,
         nofile: ulimit(host.nofile_hard, 65_536),
         nproc: ulimit(host.nproc_hard, 32_768),
         stdin: layout.stdin,
@@ -344,6 +351,7 @@ pub(crate) fn prepare_plan(host: &HostFacts, layout: &PrepareLayout) -> Containe
         net: true,
         publish: Vec::new(),
         limits: layout.limits,
+        tmpfs_size: layout.tmpfs_size,
         nofile: ulimit(host.nofile_hard, 65_536),
         nproc: ulimit(host.nproc_hard, 32_768),
         stdin: false,
@@ -395,6 +403,7 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Containe
         net: layout.net,
         publish: published(&layout.publish, true),
         limits: layout.limits,
+        tmpfs_size: layout.tmpfs_size,
         nofile: ulimit(host.nofile_hard, 65_536),
         nproc: ulimit(host.nproc_hard, 32_768),
         stdin: false,
@@ -406,8 +415,9 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Containe
 
 /// The API body for a plan.
 pub(crate) fn create_body(plan: &ContainerPlan, flavor: Flavor) -> ContainerCreateBody {
+    let size = plan.tmpfs_size;
     let mut tmpfs = HashMap::new();
-    tmpfs.insert("/tmp".to_owned(), "rw,nosuid,nodev,mode=1777,size=1g".to_owned());
+    tmpfs.insert("/tmp".to_owned(), format!("rw,nosuid,nodev,mode=1777,size={size}"));
     if plan.role != Role::Prepare {
         // Owned by the sandbox user. Both engines ignore `mode=` on a directory the image has
         // (they copy its mode up); docker takes `uid=`/`gid=`, podman rejects them and has `U`
@@ -416,7 +426,7 @@ pub(crate) fn create_body(plan: &ContainerPlan, flavor: Flavor) -> ContainerCrea
             Flavor::Docker => format!("uid={},gid={}", plan.uid, plan.gid),
             Flavor::Podman => "U".to_owned(),
         };
-        tmpfs.insert(HOME.to_owned(), format!("rw,nosuid,nodev,{owner},mode=0700,size=1g"));
+        tmpfs.insert(HOME.to_owned(), format!("rw,nosuid,nodev,{owner},mode=0700,size={size}"));
     }
     let mut port_bindings = HashMap::new();
     let mut exposed = Vec::new();

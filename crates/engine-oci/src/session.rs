@@ -73,6 +73,9 @@ pub struct SessionConfig {
     pub env: Vec<EnvVar>,
     /// Idle time after which the session removes itself.
     pub ttl: Duration,
+    /// Size cap of each of the session's tmpfs (`/tmp` and home, which holds its venv), bytes;
+    /// normally [`sandbox_core::DEFAULT_TMPFS_SIZE`].
+    pub tmpfs_size: u64,
 }
 
 /// Markers of the dependency sets installed into [`VENV`], one empty file per set.
@@ -352,6 +355,7 @@ impl OciEngine {
                 .collect::<Vec<(Option<IpAddr>, u16)>>(),
             user_env,
             limits: self.config().limits,
+            tmpfs_size: config.tmpfs_size,
             ttl_secs,
         };
         let mut container = plan::session_plan(&host, &layout);

@@ -46,6 +46,7 @@ fn run_layout() -> RunLayout {
         publish: vec![(None, 8000), (Some(IpAddr::from([0, 0, 0, 0])), 9000)],
         user_env: vec![("TOKEN".to_owned(), "x".to_owned()), ("LANG".to_owned(), "C".to_owned())],
         limits: Limits::DEFAULT,
+        tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
         stdin: true,
     }
 }
@@ -103,6 +104,7 @@ fn prepare_body() {
         dependencies: vec!["requests>=2".to_owned(), "rich".to_owned()],
         requires_python: Some(">=3.11".to_owned()),
         limits: Limits::DEFAULT,
+        tmpfs_size: 256 << 20,
     };
     insta::assert_json_snapshot!(json(&plan::prepare_plan(&host(1234), &layout)));
 }
@@ -118,6 +120,7 @@ fn session_body() {
         publish: vec![(None, 8000)],
         user_env: Vec::new(),
         limits: Limits { memory: None, cpus: Some(0.5), pids: Some(64) },
+        tmpfs_size: 16 << 20,
         ttl_secs: 1800,
     };
     let mut body = json(&plan::session_plan(&host(1234), &layout));
@@ -128,8 +131,8 @@ fn session_body() {
     let podman = json_for(&plan::session_plan(&host(1234), &layout), Flavor::Podman);
     insta::assert_json_snapshot!(podman["HostConfig"]["Tmpfs"], @r#"
     {
-      "/home/sandbox": "rw,nosuid,nodev,U,mode=0700,size=1g",
-      "/tmp": "rw,nosuid,nodev,mode=1777,size=1g"
+      "/home/sandbox": "rw,nosuid,nodev,U,mode=0700,size=16777216",
+      "/tmp": "rw,nosuid,nodev,mode=1777,size=16777216"
     }
     "#);
 }
@@ -631,6 +634,7 @@ fn rootless_keeps_the_caller_and_drops_limits_it_cannot_enforce() {
             publish: Vec::new(),
             user_env: Vec::new(),
             limits: Limits { memory: None, cpus: Some(1.0), pids: None },
+            tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
             ttl_secs: 60,
         },
     );

@@ -297,3 +297,31 @@ fn missing_image_names_the_build_command() {
         assert!(text.contains("cargo xtask image") && text.contains("deploy/image"), "{text}");
     }
 }
+
+/// Writes 32 MiB into `/tmp` and into home (both tmpfs) and says how far each got.
+const FILL_TMPFS: &str = r#"import errno, os
+for label, path in [("tmp", "/tmp/fill"), ("home", os.path.expanduser("~/fill"))]:
+    try:
+        with open(path, "wb") as f:
+            for _ in range(32):
+                f.write(b"\0" * (1 << 20))
+                f.flush()
+        print(label, "ok")
+    except OSError as e:
+        print(label, errno.errorcode.get(e.errno, e.errno))
+"#;
+
+#[test]
+fn tmpfs_size_caps_every_tmpfs() {
+    for engine in engines() {
+        let (_dir, ws) = workspace(FILL_TMPFS);
+        let mut small = spec(&ws);
+        small.tmpfs_size = 16 << 20;
+        let (outcome, out) = run(&engine, &small);
+        assert_eq!(outcome.exit_code, 0, "{}: {}", name(&engine), out.stderr_lossy());
+        assert_eq!(out.stdout_lossy(), "tmp ENOSPC\nhome ENOSPC\n", "{}", name(&engine));
+        let (outcome, out) = run(&engine, &spec(&ws));
+        assert_eq!(outcome.exit_code, 0, "{}: {}", name(&engine), out.stderr_lossy());
+        assert_eq!(out.stdout_lossy(), "tmp ok\nhome ok\n", "{}: default 1 GiB", name(&engine));
+    }
+}
