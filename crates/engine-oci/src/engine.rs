@@ -392,6 +392,7 @@ impl OciEngine {
         let mut container = plan::prepare_plan(&self.host, &layout);
         // The run that follows says which limits are gone.
         let _ = self.adapt(&mut container);
+        host::check_sources(&container.mounts)?;
         let body = plan::create_body(&container, self.config.flavor);
         let name = format!("python-sandbox-prepare-{id}");
         let guard =
@@ -487,6 +488,7 @@ impl OciEngine {
         };
         let mut container = plan::run_plan(&self.host, &layout);
         let warnings: Vec<String> = self.adapt(&mut container).into_iter().collect();
+        host::check_sources(&container.mounts)?;
         let body = plan::create_body(&container, self.config.flavor);
         let name = format!("python-sandbox-run-{id}");
         let engine = self.engine_name();

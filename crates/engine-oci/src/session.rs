@@ -360,6 +360,7 @@ impl OciEngine {
         };
         let mut container = plan::session_plan(&host, &layout);
         let warning = self.adapt(&mut container);
+        host::check_sources(&container.mounts)?;
         let body = plan::create_body(&container, self.config().flavor);
         let name = container_name(&id);
         let engine = self.config().flavor.as_str();

@@ -166,12 +166,14 @@ fn every_body_keeps_the_wall() {
             assert_eq!(hc.network_mode.as_deref(), Some(if net { "bridge" } else { "none" }));
             let user = body.user.expect("user");
             assert!(!user.starts_with("0:") && !user.starts_with("0"), "runs as {user}");
-            for bind in hc.binds.expect("binds") {
+            assert_eq!(hc.binds, None, "structured mounts only");
+            for mount in hc.mounts.expect("mounts") {
+                let source = mount.source.expect("source");
                 assert!(
-                    !bind.contains(".sock")
-                        && !bind.starts_with("/run")
-                        && !bind.starts_with("/var/run"),
-                    "{bind}"
+                    !source.contains(".sock")
+                        && !source.starts_with("/run")
+                        && !source.starts_with("/var/run"),
+                    "{source}"
                 );
             }
             let env = body.env.expect("env");
@@ -657,4 +659,34 @@ fn cgroup_limits_need_memory_cpu_and_pids() {
     assert!(!crate::client::cgroup_limits_in("cpu memory\n"));
     assert!(!crate::client::cgroup_limits_in("cpuset io memory pids"), "cpuset is not cpu");
     assert!(!crate::client::cgroup_limits_in(""));
+}
+
+#[test]
+fn paths_with_colons_stay_whole() {
+    let mut layout = run_layout();
+    layout.env_volume = None;
+    layout.workspace = PathBuf::from("/tmp/edge:ws");
+    layout.script = PathBuf::from("/tmp/edge:ws/main.py");
+    layout.mounts = vec![Bind { path: PathBuf::from("/tmp/edge-out:zz"), writable: false }];
+    for flavor in [Flavor::Docker, Flavor::Podman] {
+        let body = json_for(&plan::run_plan(&host(1234), &layout), flavor);
+        let mounts: Vec<String> = body["HostConfig"]["Mounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .map(|m| {
+                format!("{} {} -> {} ro={}", m["Type"], m["Source"], m["Target"], m["ReadOnly"])
+            })
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                r#""bind" "/etc/ssl/certs/ca-certificates.crt" -> "/etc/python-sandbox/ca-certificates.crt" ro=true"#,
+                r#""bind" "/tmp/edge:ws" -> "/tmp/edge:ws" ro=false"#,
+                r#""bind" "/tmp/edge-out:zz" -> "/tmp/edge-out:zz" ro=true"#,
+            ],
+            "{flavor:?}"
+        );
+        assert_eq!(body["HostConfig"].get("Binds"), None);
+    }
 }
