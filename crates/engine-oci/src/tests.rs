@@ -1,5 +1,5 @@
-//! Pure tests: container create bodies (insta snapshots), the env key, the ACL builder, the
-//! listing and inspect parsers, a stopped container's exit code and the sweep's resource mapping.
+//! Pure tests: container create bodies (insta snapshots), the env key, the listing and inspect
+//! parsers, a stopped container's exit code and the sweep's resource mapping.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -231,19 +231,6 @@ fn policy_refuses_kernel_trees_sockets_dirs_and_home() {
         &PathBuf::from("/srv/x/python-sandbox/run"),
     );
     assert!(inside.is_err());
-}
-
-#[test]
-fn acl_adds_nobody_once() {
-    let acl = crate::workspace::acl_with_user(0o755, None, 65534).expect("new acl");
-    // version + user_obj, user:65534, group_obj, mask, other.
-    assert_eq!(acl.len(), 4 + 5 * 8);
-    assert_eq!(&acl[..4], &2u32.to_le_bytes());
-    let tags: Vec<u16> = acl[4..].chunks(8).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
-    assert_eq!(tags, vec![0x01, 0x02, 0x04, 0x10, 0x20]);
-    assert_eq!(crate::workspace::acl_with_user(0o755, Some(&acl), 65534), None);
-    let other = crate::workspace::acl_with_user(0o755, Some(&acl), 1000).expect("extended");
-    assert_eq!(other.len(), 4 + 6 * 8);
 }
 
 #[test]

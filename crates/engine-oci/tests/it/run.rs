@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sandbox_core::{Captured, EnvVar, Net, Output, RunIo, Stdin};
 
-use crate::support::{containers, engines, name, run, spec, workspace};
+use crate::support::{containers, engines, name, permissions, run, spec, workspace};
 
 #[test]
 fn compute_and_exit_code() {
@@ -383,5 +383,50 @@ fn missing_mount_source_creates_nothing() {
         assert!(err.to_string().contains("does not exist"), "{}: {err}", name(&engine));
         assert_eq!(listing(&root), ["edge:ws"], "{}", name(&engine));
         assert_eq!(listing(&ws), ["main.py"], "{}", name(&engine));
+    }
+}
+
+/// A root caller's run lends the workspace and read-write mounts to uid 65534 and gives them
+/// back byte for byte: the same `system.posix_acl_access` (none, or the caller's own) and mode.
+#[test]
+fn root_run_leaves_acls_and_modes_as_they_were() {
+    for engine in engines() {
+        let (_dir, ws) = workspace(
+            "import os, sys\nos.makedirs('sub/deeper', exist_ok=True)\nopen('sub/f', 'w').write('x')\nopen(sys.argv[1] + '/g', 'w').write('y')\n",
+        );
+        let out = ws.join("out");
+        std::fs::create_dir(&out).expect("out");
+        // The caller's own ACL on the mount, as its xattr bytes (version 2, then tag, perm, id):
+        // user::rwx user:1000:r-x group::r-x mask::r-x other::---
+        #[rustfmt::skip]
+        let own: [u8; 44] = [
+            2, 0, 0, 0,
+            1, 0, 7, 0, 255, 255, 255, 255,
+            2, 0, 5, 0, 232, 3, 0, 0,
+            4, 0, 5, 0, 255, 255, 255, 255,
+            16, 0, 5, 0, 255, 255, 255, 255,
+            32, 0, 0, 0, 255, 255, 255, 255,
+        ];
+        rustix::fs::setxattr(
+            &out,
+            "system.posix_acl_access",
+            &own,
+            rustix::fs::XattrFlags::empty(),
+        )
+        .expect("own acl");
+        let before = (permissions(&ws), permissions(&out));
+        let mut spec = spec(&ws);
+        spec.mounts = vec![sandbox_core::Mount {
+            path: out.clone(),
+            mode: sandbox_core::MountMode::ReadWrite,
+        }];
+        spec.args = vec![out.display().to_string()];
+        let (outcome, captured) = run(&engine, &spec);
+        assert_eq!(outcome.exit_code, 0, "{}: {}", name(&engine), captured.stderr_lossy());
+        assert_eq!(std::fs::read_to_string(out.join("g")).expect("g"), "y");
+        assert_eq!((permissions(&ws), permissions(&out)), before, "{}", name(&engine));
+        for rel in ["sub", "sub/deeper"] {
+            assert_eq!(permissions(&ws.join(rel)).0, None, "{}: {rel}", name(&engine));
+        }
     }
 }
