@@ -1,7 +1,8 @@
 //! `python-sandbox reap`: run the reaper now on docker and podman (one label-filtered list call
 //! per engine, then removal of expired and orphaned containers), and prune the prepared
 //! environments (docker/podman volumes, bwrap directories) nobody used for longer than
-//! `--env-max-age`.
+//! `--env-max-age`, and give back the directories that a root caller's killed runs (or expired
+//! sessions) left lent to the sandbox user (`"kind": "acl"`).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -27,6 +28,16 @@ fn verb(dry_run: bool, removed: bool, error: Option<&str>) -> &'static str {
         (false, true, _) => "removed",
         (false, false, Some(e)) if e.starts_with("in use") => "kept",
         (false, false, _) => "could not remove",
+    }
+}
+
+/// What the text output says about a lent directory.
+fn acl_verb(dry_run: bool, restored: bool, error: Option<&str>) -> &'static str {
+    match verb(dry_run, restored, error) {
+        "would remove" => "would restore",
+        "removed" => "restored",
+        "kept" => "kept",
+        _ => "could not restore",
     }
 }
 
@@ -57,6 +68,8 @@ pub(crate) fn run(args: ReapArgs) -> Result<ExitCode> {
         }
     };
     let mut items = Vec::new();
+    // The grants' state is shared by both engines: each directory is reported once.
+    let mut grants_seen = std::collections::BTreeSet::new();
     for flavor in flavors {
         let mut config = OciConfig::from_env(flavor);
         // The sweep below is the one that reports, and reaping needs no image.
@@ -93,6 +106,27 @@ pub(crate) fn run(args: ReapArgs) -> Result<ExitCode> {
                 "reason": swept.reason,
                 "removed": swept.removed,
                 "error": swept.error,
+            }));
+        }
+        for left in engine.reap_grants(args.dry_run)? {
+            if !grants_seen.insert(left.path.clone()) {
+                continue;
+            }
+            let path = left.path.display().to_string();
+            if !args.json {
+                println!(
+                    "{} the ACL and mode of {path} (lent to the sandbox user by a run or session \
+                     that did not end){}",
+                    acl_verb(args.dry_run, left.restored, left.error.as_deref()),
+                    left.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+                );
+            }
+            items.push(serde_json::json!({
+                "engine": flavor.as_str(),
+                "kind": "acl",
+                "path": path,
+                "restored": left.restored,
+                "error": left.error,
             }));
         }
         for pruned in engine.prune_envs(max_age, args.dry_run)? {
@@ -178,5 +212,9 @@ mod tests {
         assert_eq!(verb(false, true, None), "removed");
         assert_eq!(verb(false, false, Some("in use (a run or prepare holds its lock)")), "kept");
         assert_eq!(verb(false, false, Some("connection refused")), "could not remove");
+        assert_eq!(acl_verb(true, false, None), "would restore");
+        assert_eq!(acl_verb(false, true, None), "restored");
+        assert_eq!(acl_verb(false, false, Some("in use (a session holds it)")), "kept");
+        assert_eq!(acl_verb(false, false, Some("cannot restore")), "could not restore");
     }
 }

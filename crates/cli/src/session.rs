@@ -276,6 +276,7 @@ fn start(args: SessionStartArgs) -> Result<ExitCode> {
         publish: spec.publish,
         env: spec.env,
         ttl,
+        tmpfs_size: spec.tmpfs_size,
     };
     let info = engine.start_session(&config)?;
     for warning in &info.warnings {

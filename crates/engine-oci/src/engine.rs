@@ -225,7 +225,7 @@ impl OciEngine {
             Flavor::Docker => None,
             Flavor::Podman => client::rootless(&connection.endpoint),
         };
-        Ok(OciEngine {
+        let engine = OciEngine {
             seccomp,
             rootless,
             config,
@@ -236,7 +236,12 @@ impl OciEngine {
             owner,
             image_id,
             swept,
-        })
+        };
+        if engine.config.sweep_on_start {
+            // Best effort, like the sweep: `reap` reports what this could not do.
+            let _ = engine.reap_grants(false);
+        }
+        Ok(engine)
     }
 
     fn rt(&self) -> &tokio::runtime::Runtime {
@@ -293,6 +298,25 @@ impl OciEngine {
     /// Runs the reaper now: one list call, decide, remove (or only report with `dry_run`).
     pub fn reap(&self, dry_run: bool) -> Result<Vec<Swept>> {
         self.block_on(sweep::sweep(&self.docker, &self.connection, now_secs(), dry_run))
+    }
+
+    /// Gives back the directories that runs killed with -9 and expired sessions of this engine
+    /// left lent to the sandbox user (see `crate::workspace`), or with `dry_run` only lists
+    /// them. Holds of the other engine's sessions are left to it. One container list call, and
+    /// only when a session holds a grant.
+    pub fn reap_grants(&self, dry_run: bool) -> Result<Vec<reaper::acl::Leftover>> {
+        let state = reaper::acl::state_dir(&self.config.cache_dir);
+        let prefix = crate::workspace::holder(self.engine_name(), "");
+        let live = std::cell::OnceCell::new();
+        let alive = |holder: &str| {
+            let Some(id) = holder.strip_prefix(&prefix) else { return true };
+            // Unknown (the list failed) counts as alive: a grant is never taken from a session.
+            let live = live.get_or_init(|| self.list_sessions().ok());
+            live.as_ref().is_none_or(|sessions: &Vec<crate::SessionInfo>| {
+                sessions.iter().any(|s| s.id == id)
+            })
+        };
+        Ok(reaper::acl::reap(&state, dry_run, &alive)?)
     }
 
     /// Prunes environment volumes unused for `max_age` (zero: every one not in use) and not in
@@ -387,10 +411,12 @@ impl OciEngine {
             dependencies: spec.dependencies.clone(),
             requires_python: spec.requires_python.clone(),
             limits: self.config.limits,
+            tmpfs_size: spec.tmpfs_size,
         };
         let mut container = plan::prepare_plan(&self.host, &layout);
         // The run that follows says which limits are gone.
         let _ = self.adapt(&mut container);
+        host::check_sources(&container.mounts)?;
         let body = plan::create_body(&container, self.config.flavor);
         let name = format!("python-sandbox-prepare-{id}");
         let guard =
@@ -452,11 +478,7 @@ impl OciEngine {
         let writable: Vec<PathBuf> = std::iter::once(workspace.clone())
             .chain(mounts.iter().filter(|m| m.writable).map(|m| m.path.clone()))
             .collect();
-        if self.host.uid == 0 {
-            for dir in &writable {
-                workspace::grant_nobody(dir)?;
-            }
-        }
+        let grant = workspace::lend(self.host.uid, &writable, &self.config.cache_dir)?;
         let id = random_id();
         let now = now_secs();
         let expires = spec.timeout.map(|t| now + t.as_secs() + EXPIRY_GRACE_SECS);
@@ -481,10 +503,12 @@ impl OciEngine {
                 .filter_map(|v| v.value.as_ref().map(|value| (v.name.clone(), value.clone())))
                 .collect(),
             limits: self.config.limits,
+            tmpfs_size: spec.tmpfs_size,
             stdin: !matches!(io.stdin, sandbox_core::Stdin::Null),
         };
         let mut container = plan::run_plan(&self.host, &layout);
-        let warnings: Vec<String> = self.adapt(&mut container).into_iter().collect();
+        let mut warnings: Vec<String> = self.adapt(&mut container).into_iter().collect();
+        host::check_sources(&container.mounts)?;
         let body = plan::create_body(&container, self.config.flavor);
         let name = format!("python-sandbox-run-{id}");
         let engine = self.engine_name();
@@ -523,10 +547,9 @@ impl OciEngine {
             }
             finished
         });
-        if self.host.uid == 0 {
-            for dir in &writable {
-                workspace::reclaim(dir);
-            }
+        workspace::reclaim(self.host.uid, &writable);
+        if let Some(Err(e)) = grant.map(reaper::acl::Grant::release) {
+            warnings.push(e.to_string());
         }
         let finished = finished?;
         Ok(RunOutcome {

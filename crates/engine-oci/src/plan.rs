@@ -2,7 +2,8 @@
 //! body (`ContainerCreateBody` with its `HostConfig`). No IO happens here, so every decision is
 //! snapshot-tested (see `tests.rs`).
 //!
-//! Every container gets the same wall: read-only rootfs, tmpfs `/tmp` and home, `cap_drop ALL`,
+//! Every container gets the same wall: read-only rootfs, tmpfs `/tmp` and home (each capped at
+//! the spec's `tmpfs_size`, as tmpfs are memory), `cap_drop ALL`,
 //! `no-new-privileges`, a private IPC namespace, an init process, pids/memory/cpu limits,
 //! ulimits no higher than the host's hard limits, an unprivileged user, an empty environment
 //! plus an allowlist, and labels from the reaper schema. Only the workspace, declared mounts
@@ -12,7 +13,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use bollard::models::{ContainerCreateBody, HostConfig, PortBinding, ResourcesUlimits};
+use bollard::models::{
+    ContainerCreateBody, HostConfig, Mount, MountBindOptions, MountBindOptionsPropagationEnum,
+    MountType, PortBinding, ResourcesUlimits,
+};
 
 use crate::client::Flavor;
 use crate::host::{Bind, HostFacts, SANDBOX_CA_BUNDLE};
@@ -69,13 +73,15 @@ pub(crate) struct ContainerPlan {
     pub(crate) cmd: Vec<String>,
     pub(crate) env: Vec<(String, String)>,
     pub(crate) working_dir: String,
-    /// `SRC:DEST:ro|rw` bind strings (host paths or named volumes), parents before children.
-    pub(crate) binds: Vec<String>,
+    /// Host paths and named volumes, parents before children.
+    pub(crate) mounts: Vec<PlanMount>,
     pub(crate) net: bool,
     /// (host address, container port, host port; `None` = same as the container port,
     /// `Some(0)` = any free port).
     pub(crate) publish: Vec<(IpAddr, u16, u16)>,
     pub(crate) limits: Limits,
+    /// Size cap of every tmpfs the container gets, bytes.
+    pub(crate) tmpfs_size: u64,
     pub(crate) nofile: i64,
     pub(crate) nproc: i64,
     pub(crate) stdin: bool,
@@ -86,6 +92,60 @@ pub(crate) struct ContainerPlan {
     /// The user namespace mode (rootless podman: `keep-id`, see [`rootless`]); `None` keeps the
     /// engine's default.
     pub(crate) userns: Option<String>,
+}
+
+/// One mount of a container. Structured (the API's `Mounts`), never a `SRC:DEST:MODE` string:
+/// a path may contain `:`, which the string form cannot carry (docker refused it, podman cut it
+/// there and created the shortened path on the host).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PlanMount {
+    pub(crate) source: Source,
+    pub(crate) target: PathBuf,
+    pub(crate) writable: bool,
+}
+
+/// What a [`PlanMount`] mounts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// A host path; it must exist (see `host::check_sources`: podman would create it).
+    Host(PathBuf),
+    /// A named volume of the engine.
+    Volume(String),
+}
+
+impl PlanMount {
+    fn host(path: &Path, target: &Path, writable: bool) -> PlanMount {
+        PlanMount { source: Source::Host(path.to_owned()), target: target.to_owned(), writable }
+    }
+
+    fn volume(name: &str, target: &str, writable: bool) -> PlanMount {
+        PlanMount { source: Source::Volume(name.to_owned()), target: target.into(), writable }
+    }
+
+    /// The API's form. Binds are recursive and `rprivate` (nothing mounted later on either side
+    /// shows through), and docker must not create a missing source.
+    fn to_api(&self) -> Mount {
+        let (typ, source, bind_options) = match &self.source {
+            Source::Host(path) => (
+                MountType::BIND,
+                path.to_string_lossy().into_owned(),
+                Some(MountBindOptions {
+                    propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+                    create_mountpoint: Some(false),
+                    ..MountBindOptions::default()
+                }),
+            ),
+            Source::Volume(name) => (MountType::VOLUME, name.clone(), None),
+        };
+        Mount {
+            target: Some(self.target.to_string_lossy().into_owned()),
+            source: Some(source),
+            typ: Some(typ),
+            read_only: Some(!self.writable),
+            bind_options,
+            ..Mount::default()
+        }
+    }
 }
 
 /// An engine whose containers live in an unprivileged user's user namespace (rootless podman),
@@ -144,6 +204,7 @@ pub(crate) struct RunLayout {
     pub(crate) publish: Vec<(Option<IpAddr>, u16)>,
     pub(crate) user_env: Vec<(String, String)>,
     pub(crate) limits: Limits,
+    pub(crate) tmpfs_size: u64,
     pub(crate) stdin: bool,
 }
 
@@ -156,6 +217,7 @@ pub(crate) struct PrepareLayout {
     pub(crate) dependencies: Vec<String>,
     pub(crate) requires_python: Option<String>,
     pub(crate) limits: Limits,
+    pub(crate) tmpfs_size: u64,
 }
 
 /// What a session container needs.
@@ -169,6 +231,7 @@ pub(crate) struct SessionLayout {
     pub(crate) publish: Vec<(Option<IpAddr>, u16)>,
     pub(crate) user_env: Vec<(String, String)>,
     pub(crate) limits: Limits,
+    pub(crate) tmpfs_size: u64,
     pub(crate) ttl_secs: u64,
 }
 
@@ -220,16 +283,12 @@ fn set_env(env: &mut Vec<(String, String)>, name: &str, value: &str) {
     env.push((name.to_owned(), value.to_owned()));
 }
 
-fn bind(src: &Path, dest: &Path, writable: bool) -> String {
-    format!("{}:{}:{}", src.display(), dest.display(), if writable { "rw" } else { "ro" })
-}
-
-fn ca_bind(host: &HostFacts) -> Option<String> {
-    host.ca_bundle.as_ref().map(|ca| bind(ca, Path::new(SANDBOX_CA_BUNDLE), false))
+fn ca_mount(host: &HostFacts) -> Option<PlanMount> {
+    host.ca_bundle.as_ref().map(|ca| PlanMount::host(ca, Path::new(SANDBOX_CA_BUNDLE), false))
 }
 
 /// Host binds at their real paths, parents first, exact duplicates dropped (later wins).
-fn ordered(mut binds: Vec<(PathBuf, bool)>) -> Vec<String> {
+fn ordered(mut binds: Vec<(PathBuf, bool)>) -> Vec<PlanMount> {
     let mut deduped: Vec<(PathBuf, bool)> = Vec::new();
     for (path, writable) in binds.drain(..) {
         if let Some(existing) = deduped.iter_mut().find(|(p, _)| *p == path) {
@@ -239,7 +298,7 @@ fn ordered(mut binds: Vec<(PathBuf, bool)>) -> Vec<String> {
         }
     }
     deduped.sort_by_key(|(p, _)| p.components().count());
-    deduped.iter().map(|(p, w)| bind(p, p, *w)).collect()
+    deduped.iter().map(|(p, w)| PlanMount::host(p, p, *w)).collect()
 }
 
 fn ulimit(hard: Option<u64>, want: u64) -> i64 {
@@ -265,18 +324,18 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout) -> ContainerPlan {
     if !layout.script.starts_with(&layout.workspace) {
         host_binds.push((layout.script.clone(), false));
     }
-    let mut binds: Vec<String> = ca_bind(host).into_iter().collect();
+    let mut mounts: Vec<PlanMount> = ca_mount(host).into_iter().collect();
     let mut env = base_env(host);
     let python = match &layout.env_volume {
         Some(volume) => {
-            binds.push(format!("{volume}:{ENV_MOUNT}:ro"));
+            mounts.push(PlanMount::volume(volume, ENV_MOUNT, false));
             set_env(&mut env, "VIRTUAL_ENV", ENV_MOUNT);
             set_env(&mut env, "PATH", &format!("{ENV_MOUNT}/bin:{PATH}"));
             format!("{ENV_MOUNT}/bin/python")
         }
         None => IMAGE_PYTHON.to_owned(),
     };
-    binds.extend(ordered(host_binds));
+    mounts.extend(ordered(host_binds));
     for (name, value) in &layout.user_env {
         set_env(&mut env, name, value);
     }
@@ -291,10 +350,11 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout) -> ContainerPlan {
         cmd,
         env,
         working_dir: layout.workspace.display().to_string(),
-        binds,
+        mounts,
         net: layout.net,
         publish: published(&layout.publish, false),
         limits: layout.limits,
+        tmpfs_size: layout.tmpfs_size,
         nofile: ulimit(host.nofile_hard, 65_536),
         nproc: ulimit(host.nproc_hard, 32_768),
         stdin: layout.stdin,
@@ -325,8 +385,8 @@ pub(crate) fn prepare_plan(host: &HostFacts, layout: &PrepareLayout) -> Containe
             set_env(&mut env, name, value);
         }
     }
-    let mut binds: Vec<String> = ca_bind(host).into_iter().collect();
-    binds.push(format!("{}:{PREPARE_MOUNT}:rw", layout.env_volume));
+    let mut mounts: Vec<PlanMount> = ca_mount(host).into_iter().collect();
+    mounts.push(PlanMount::volume(&layout.env_volume, PREPARE_MOUNT, true));
     let mut cmd =
         vec!["sh".to_owned(), "-c".to_owned(), PREPARE_SCRIPT.to_owned(), "sh".to_owned()];
     cmd.extend(layout.dependencies.iter().cloned());
@@ -340,10 +400,11 @@ pub(crate) fn prepare_plan(host: &HostFacts, layout: &PrepareLayout) -> Containe
         cmd,
         env,
         working_dir: "/tmp".to_owned(),
-        binds,
+        mounts,
         net: true,
         publish: Vec::new(),
         limits: layout.limits,
+        tmpfs_size: layout.tmpfs_size,
         nofile: ulimit(host.nofile_hard, 65_536),
         nproc: ulimit(host.nproc_hard, 32_768),
         stdin: false,
@@ -359,8 +420,8 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Containe
     let (uid, gid) = host.sandbox_ids();
     let mut host_binds = vec![(layout.workspace.clone(), true)];
     host_binds.extend(layout.mounts.iter().map(|m| (m.path.clone(), m.writable)));
-    let mut binds: Vec<String> = ca_bind(host).into_iter().collect();
-    binds.extend(ordered(host_binds));
+    let mut mounts: Vec<PlanMount> = ca_mount(host).into_iter().collect();
+    mounts.extend(ordered(host_binds));
     let mut env = base_env(host);
     for (name, value) in [
         ("UV_CACHE_DIR", "/home/sandbox/.cache/uv"),
@@ -391,10 +452,11 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Containe
         cmd,
         env,
         working_dir: layout.workspace.display().to_string(),
-        binds,
+        mounts,
         net: layout.net,
         publish: published(&layout.publish, true),
         limits: layout.limits,
+        tmpfs_size: layout.tmpfs_size,
         nofile: ulimit(host.nofile_hard, 65_536),
         nproc: ulimit(host.nproc_hard, 32_768),
         stdin: false,
@@ -406,8 +468,9 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Containe
 
 /// The API body for a plan.
 pub(crate) fn create_body(plan: &ContainerPlan, flavor: Flavor) -> ContainerCreateBody {
+    let size = plan.tmpfs_size;
     let mut tmpfs = HashMap::new();
-    tmpfs.insert("/tmp".to_owned(), "rw,nosuid,nodev,mode=1777,size=1g".to_owned());
+    tmpfs.insert("/tmp".to_owned(), format!("rw,nosuid,nodev,mode=1777,size={size}"));
     if plan.role != Role::Prepare {
         // Owned by the sandbox user. Both engines ignore `mode=` on a directory the image has
         // (they copy its mode up); docker takes `uid=`/`gid=`, podman rejects them and has `U`
@@ -416,7 +479,7 @@ pub(crate) fn create_body(plan: &ContainerPlan, flavor: Flavor) -> ContainerCrea
             Flavor::Docker => format!("uid={},gid={}", plan.uid, plan.gid),
             Flavor::Podman => "U".to_owned(),
         };
-        tmpfs.insert(HOME.to_owned(), format!("rw,nosuid,nodev,{owner},mode=0700,size=1g"));
+        tmpfs.insert(HOME.to_owned(), format!("rw,nosuid,nodev,{owner},mode=0700,size={size}"));
     }
     let mut port_bindings = HashMap::new();
     let mut exposed = Vec::new();
@@ -435,7 +498,7 @@ pub(crate) fn create_body(plan: &ContainerPlan, flavor: Flavor) -> ContainerCrea
     }
     let memory = plan.limits.memory.and_then(|m| i64::try_from(m).ok());
     let host_config = HostConfig {
-        binds: Some(plan.binds.clone()),
+        mounts: Some(plan.mounts.iter().map(PlanMount::to_api).collect()),
         network_mode: Some(if plan.net { "bridge" } else { "none" }.to_owned()),
         port_bindings: (!port_bindings.is_empty()).then_some(port_bindings),
         readonly_rootfs: Some(true),

@@ -73,6 +73,9 @@ pub struct SessionConfig {
     pub env: Vec<EnvVar>,
     /// Idle time after which the session removes itself.
     pub ttl: Duration,
+    /// Size cap of each of the session's tmpfs (`/tmp` and home, which holds its venv), bytes;
+    /// normally [`sandbox_core::DEFAULT_TMPFS_SIZE`].
+    pub tmpfs_size: u64,
 }
 
 /// Markers of the dependency sets installed into [`VENV`], one empty file per set.
@@ -290,6 +293,8 @@ pub struct Session {
     agent: Option<AgentAddr>,
     policy: Option<SessionPolicy>,
     record: Option<PathBuf>,
+    /// The ACL grants' state dir, whose hold `stop` ends (a session opened from the API).
+    grants: Option<PathBuf>,
     stopped: AtomicBool,
 }
 
@@ -321,12 +326,10 @@ impl OciEngine {
             .map(|m| host::resolve_mount(m, home, private))
             .collect::<Result<Vec<_>>>()?;
         let host = crate::host::HostFacts::gather();
-        if host.uid == 0 {
-            crate::workspace::grant_nobody(&workspace)?;
-            for m in mounts.iter().filter(|m| m.writable) {
-                crate::workspace::grant_nobody(&m.path)?;
-            }
-        }
+        let writable: Vec<PathBuf> = std::iter::once(workspace.clone())
+            .chain(mounts.iter().filter(|m| m.writable).map(|m| m.path.clone()))
+            .collect();
+        let grant = crate::workspace::lend(host.uid, &writable, &self.config().cache_dir)?;
         let id = random_id();
         let ttl_secs = config.ttl.as_secs().max(1);
         let owner = reaper::Owner::current(None)?;
@@ -352,10 +355,12 @@ impl OciEngine {
                 .collect::<Vec<(Option<IpAddr>, u16)>>(),
             user_env,
             limits: self.config().limits,
+            tmpfs_size: config.tmpfs_size,
             ttl_secs,
         };
         let mut container = plan::session_plan(&host, &layout);
         let warning = self.adapt(&mut container);
+        host::check_sources(&container.mounts)?;
         let body = plan::create_body(&container, self.config().flavor);
         let name = container_name(&id);
         let engine = self.config().flavor.as_str();
@@ -368,9 +373,15 @@ impl OciEngine {
                 .await;
             match started {
                 Ok(()) => {
-                    // From here on the session lives on its own (watchdog + auto-remove).
+                    // From here on the session lives on its own (watchdog + auto-remove), and
+                    // so does its grant, until `stop` or, once it is gone, a sweep.
                     std::mem::forget(guard);
-                    Ok(())
+                    match grant {
+                        Some(grant) => {
+                            grant.hold(&crate::workspace::holder(engine, &id)).map_err(Error::from)
+                        }
+                        None => Ok(()),
+                    }
                 }
                 Err(e) => {
                     guard.remove().await;
@@ -432,6 +443,7 @@ impl OciEngine {
             docker: Some(self.docker().clone()),
             engine,
             record: record_path(&self.config().runtime_dir, &id),
+            grants: Some(reaper::acl::state_dir(&self.config().cache_dir)),
             id,
             container: name,
             workspace: labels.get(WORKSPACE_LABEL).cloned().unwrap_or_else(|| "/tmp".to_owned()),
@@ -488,6 +500,7 @@ impl Session {
             agent: Some(agent),
             policy: Some(record.policy),
             record: Some(path),
+            grants: None,
             stopped: AtomicBool::new(false),
         })
     }
@@ -1070,7 +1083,14 @@ kill -KILL -- "-$pid" 2>/dev/null; rm -f "$f""#;
         if let Some(record) = &self.record {
             let _ = std::fs::remove_file(record);
         }
-        crate::sweep::remove(docker, &self.container).await.map_err(|message| Error::Api {
+        let removed = crate::sweep::remove(docker, &self.container).await;
+        if let Some(grants) = &self.grants {
+            let _ = reaper::acl::release_holder(
+                grants,
+                &crate::workspace::holder(self.engine, &self.id),
+            );
+        }
+        removed.map_err(|message| Error::Api {
             engine: self.engine,
             context: format!("removing {}", self.container),
             message,

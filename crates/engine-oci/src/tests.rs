@@ -1,5 +1,5 @@
-//! Pure tests: container create bodies (insta snapshots), the env key, the ACL builder, the
-//! listing and inspect parsers, a stopped container's exit code and the sweep's resource mapping.
+//! Pure tests: container create bodies (insta snapshots), the env key, the listing and inspect
+//! parsers, a stopped container's exit code and the sweep's resource mapping.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -46,6 +46,7 @@ fn run_layout() -> RunLayout {
         publish: vec![(None, 8000), (Some(IpAddr::from([0, 0, 0, 0])), 9000)],
         user_env: vec![("TOKEN".to_owned(), "x".to_owned()), ("LANG".to_owned(), "C".to_owned())],
         limits: Limits::DEFAULT,
+        tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
         stdin: true,
     }
 }
@@ -103,6 +104,7 @@ fn prepare_body() {
         dependencies: vec!["requests>=2".to_owned(), "rich".to_owned()],
         requires_python: Some(">=3.11".to_owned()),
         limits: Limits::DEFAULT,
+        tmpfs_size: 256 << 20,
     };
     insta::assert_json_snapshot!(json(&plan::prepare_plan(&host(1234), &layout)));
 }
@@ -118,6 +120,7 @@ fn session_body() {
         publish: vec![(None, 8000)],
         user_env: Vec::new(),
         limits: Limits { memory: None, cpus: Some(0.5), pids: Some(64) },
+        tmpfs_size: 16 << 20,
         ttl_secs: 1800,
     };
     let mut body = json(&plan::session_plan(&host(1234), &layout));
@@ -128,8 +131,8 @@ fn session_body() {
     let podman = json_for(&plan::session_plan(&host(1234), &layout), Flavor::Podman);
     insta::assert_json_snapshot!(podman["HostConfig"]["Tmpfs"], @r#"
     {
-      "/home/sandbox": "rw,nosuid,nodev,U,mode=0700,size=1g",
-      "/tmp": "rw,nosuid,nodev,mode=1777,size=1g"
+      "/home/sandbox": "rw,nosuid,nodev,U,mode=0700,size=16777216",
+      "/tmp": "rw,nosuid,nodev,mode=1777,size=16777216"
     }
     "#);
 }
@@ -163,12 +166,14 @@ fn every_body_keeps_the_wall() {
             assert_eq!(hc.network_mode.as_deref(), Some(if net { "bridge" } else { "none" }));
             let user = body.user.expect("user");
             assert!(!user.starts_with("0:") && !user.starts_with("0"), "runs as {user}");
-            for bind in hc.binds.expect("binds") {
+            assert_eq!(hc.binds, None, "structured mounts only");
+            for mount in hc.mounts.expect("mounts") {
+                let source = mount.source.expect("source");
                 assert!(
-                    !bind.contains(".sock")
-                        && !bind.starts_with("/run")
-                        && !bind.starts_with("/var/run"),
-                    "{bind}"
+                    !source.contains(".sock")
+                        && !source.starts_with("/run")
+                        && !source.starts_with("/var/run"),
+                    "{source}"
                 );
             }
             let env = body.env.expect("env");
@@ -226,19 +231,6 @@ fn policy_refuses_kernel_trees_sockets_dirs_and_home() {
         &PathBuf::from("/srv/x/python-sandbox/run"),
     );
     assert!(inside.is_err());
-}
-
-#[test]
-fn acl_adds_nobody_once() {
-    let acl = crate::workspace::acl_with_user(0o755, None, 65534).expect("new acl");
-    // version + user_obj, user:65534, group_obj, mask, other.
-    assert_eq!(acl.len(), 4 + 5 * 8);
-    assert_eq!(&acl[..4], &2u32.to_le_bytes());
-    let tags: Vec<u16> = acl[4..].chunks(8).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
-    assert_eq!(tags, vec![0x01, 0x02, 0x04, 0x10, 0x20]);
-    assert_eq!(crate::workspace::acl_with_user(0o755, Some(&acl), 65534), None);
-    let other = crate::workspace::acl_with_user(0o755, Some(&acl), 1000).expect("extended");
-    assert_eq!(other.len(), 4 + 6 * 8);
 }
 
 #[test]
@@ -631,6 +623,7 @@ fn rootless_keeps_the_caller_and_drops_limits_it_cannot_enforce() {
             publish: Vec::new(),
             user_env: Vec::new(),
             limits: Limits { memory: None, cpus: Some(1.0), pids: None },
+            tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
             ttl_secs: 60,
         },
     );
@@ -653,4 +646,34 @@ fn cgroup_limits_need_memory_cpu_and_pids() {
     assert!(!crate::client::cgroup_limits_in("cpu memory\n"));
     assert!(!crate::client::cgroup_limits_in("cpuset io memory pids"), "cpuset is not cpu");
     assert!(!crate::client::cgroup_limits_in(""));
+}
+
+#[test]
+fn paths_with_colons_stay_whole() {
+    let mut layout = run_layout();
+    layout.env_volume = None;
+    layout.workspace = PathBuf::from("/tmp/edge:ws");
+    layout.script = PathBuf::from("/tmp/edge:ws/main.py");
+    layout.mounts = vec![Bind { path: PathBuf::from("/tmp/edge-out:zz"), writable: false }];
+    for flavor in [Flavor::Docker, Flavor::Podman] {
+        let body = json_for(&plan::run_plan(&host(1234), &layout), flavor);
+        let mounts: Vec<String> = body["HostConfig"]["Mounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .map(|m| {
+                format!("{} {} -> {} ro={}", m["Type"], m["Source"], m["Target"], m["ReadOnly"])
+            })
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                r#""bind" "/etc/ssl/certs/ca-certificates.crt" -> "/etc/python-sandbox/ca-certificates.crt" ro=true"#,
+                r#""bind" "/tmp/edge:ws" -> "/tmp/edge:ws" ro=false"#,
+                r#""bind" "/tmp/edge-out:zz" -> "/tmp/edge-out:zz" ro=true"#,
+            ],
+            "{flavor:?}"
+        );
+        assert_eq!(body["HostConfig"].get("Binds"), None);
+    }
 }

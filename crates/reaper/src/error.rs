@@ -47,6 +47,26 @@ pub enum Error {
         /// The process whose stat was read.
         pid: u32,
     },
+    /// A directory's access ACL could not be read, granted or restored.
+    #[error(
+        "cannot {action} the POSIX ACL of `{path}`: {message}\nhint: a root caller's sandbox runs as uid 65534 and writes the workspace and read-write mounts through one ACL entry; the filesystem must support POSIX ACLs"
+    )]
+    Acl {
+        /// `read`, `grant` or `restore`.
+        action: &'static str,
+        /// The directory.
+        path: String,
+        /// The OS error, as text.
+        message: String,
+    },
+    /// The grants' state (records, locks and holds in the state dir) could not be used.
+    #[error("cannot use `{path}`: {message}")]
+    AclState {
+        /// The file or directory.
+        path: String,
+        /// The OS error, as text.
+        message: String,
+    },
     /// Reading a file under /proc failed.
     #[error("cannot read `{path}`: {message}")]
     Io {

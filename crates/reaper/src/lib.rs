@@ -5,7 +5,7 @@
 //! [`MANAGED_FILTER`], maps each to a [`Resource`] (id, labels, [`State`], optional activity and exit
 //! times), calls [`decide`] with the current time and an [`OwnerLiveness`] (normally
 //! [`ProcLiveness`]), and removes the [`Action`]s' ids. Nothing here does IO except the two /proc
-//! readers [`ProcLiveness::new`] and [`Owner::current`], and [`lock_env`].
+//! readers [`ProcLiveness::new`] and [`Owner::current`], [`lock_env`] and [`acl`].
 //!
 //! The rules, in order, per resource:
 //! - `expires` passed: [`Reason::Expired`] (any kind);
@@ -23,7 +23,11 @@
 //! Prepared dependency environments are caches, not sandboxes: [`stale_envs`] picks the ones unused
 //! for longer than a maximum age and not in use (see [`EnvUse`]); [`lock_env`] is the lock-file
 //! protocol that keeps a prune from racing a run.
+//!
+//! [`acl`] lends a root caller's workspace to the sandbox uid for one run (or session) and gives
+//! it back exactly as it was, with the same kind of lock-file protocol.
 
+pub mod acl;
 mod envs;
 mod error;
 pub mod labels;

@@ -6,8 +6,12 @@ use std::time::Duration;
 
 use sandbox_core::Net;
 
-use crate::support::{cli_binary, containers, engines, eventually, name, run, spec, workspace};
+use crate::support::{
+    cli_binary, containers, engines, eventually, name, permissions, run, spec, workspace,
+};
 
+/// All succeed, and (for a root caller, whose runs borrow the workspace through an ACL) the
+/// workspace's ACL and mode are what they were once the last one ends.
 #[test]
 fn twenty_parallel_runs_in_one_workspace() {
     const N: usize = 20;
@@ -15,6 +19,7 @@ fn twenty_parallel_runs_in_one_workspace() {
         let (_dir, ws) = workspace(
             "import sys, time\ni = sys.argv[1]\nopen(f'out-{i}.txt', 'w').write(i)\ntime.sleep(0.5)\nprint(i)\n",
         );
+        let before = permissions(&ws);
         let results: Vec<(i32, String)> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..N)
                 .map(|i| {
@@ -42,6 +47,7 @@ fn twenty_parallel_runs_in_one_workspace() {
                 i.to_string()
             );
         }
+        assert_eq!(permissions(&ws), before, "{}: ACL and mode after the last run", name(&engine));
     }
 }
 
@@ -53,6 +59,7 @@ fn killed_cli_leaves_an_orphan_that_the_sweep_removes() {
     };
     for engine in engines() {
         let (_dir, ws) = workspace("import time\nprint('up', flush=True)\ntime.sleep(300)\n");
+        let before = permissions(&ws);
         let mut child = Command::new(&bin)
             .args(["run", "--engine", name(&engine), "main.py"])
             .current_dir(&ws)
@@ -82,6 +89,11 @@ fn killed_cli_leaves_an_orphan_that_the_sweep_removes() {
             "{}: orphan survived the sweep",
             name(&engine)
         );
+        // A root caller's workspace stayed lent to the sandbox user; the sweep of the next
+        // engine (or `reap`) gives it back, and it is never listed twice.
+        let left = engine.reap_grants(false).expect("reap grants");
+        assert!(left.iter().all(|l| l.restored || l.path != ws), "{}: {left:?}", name(&engine));
+        assert_eq!(permissions(&ws), before, "{}: the killed run's grant", name(&engine));
     }
 }
 

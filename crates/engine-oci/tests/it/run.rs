@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sandbox_core::{Captured, EnvVar, Net, Output, RunIo, Stdin};
 
-use crate::support::{containers, engines, name, run, spec, workspace};
+use crate::support::{containers, engines, name, permissions, run, spec, workspace};
 
 #[test]
 fn compute_and_exit_code() {
@@ -239,27 +239,39 @@ fn stdin_bytes_reach_the_script() {
     }
 }
 
+/// Reads `in.txt` from the read-only mount `argv[1]`, tries to write there, writes `out.txt`
+/// into the read-write mount `argv[2]`.
+const MOUNTS: &str = "import sys\nro, rw = sys.argv[1:]\nprint(open(ro + '/in.txt').read())\ntry:\n    open(ro + '/x', 'w'); print('ro writable')\nexcept OSError: print('ro blocked')\nopen(rw + '/out.txt', 'w').write('y'); print('rw ok')\n";
+
+/// Runs [`MOUNTS`] from `ws` with `ro` (given an `in.txt`) and `rw` mounted, and checks both.
+fn check_ro_rw(
+    engine: &engine_oci::OciEngine,
+    ws: &std::path::Path,
+    ro: &std::path::Path,
+    rw: &std::path::Path,
+) {
+    std::fs::create_dir_all(ro).expect("ro");
+    std::fs::write(ro.join("in.txt"), "data").expect("in");
+    std::fs::write(ws.join("main.py"), MOUNTS).expect("script");
+    let mut spec = spec(ws);
+    spec.mounts = vec![
+        sandbox_core::Mount { path: ro.to_owned(), mode: sandbox_core::MountMode::ReadOnly },
+        sandbox_core::Mount { path: rw.to_owned(), mode: sandbox_core::MountMode::ReadWrite },
+    ];
+    spec.args = vec![ro.display().to_string(), rw.display().to_string()];
+    let (outcome, out) = run(engine, &spec);
+    assert_eq!(outcome.exit_code, 0, "{}: {}", name(engine), out.stderr_lossy());
+    assert_eq!(out.stdout_lossy(), "data\nro blocked\nrw ok\n", "{}", name(engine));
+    assert_eq!(std::fs::read_to_string(rw.join("out.txt")).expect("out"), "y");
+}
+
 #[test]
 fn mounts_are_ro_or_rw_at_their_real_paths() {
     for engine in engines() {
-        let (_dir, ws) = workspace(
-            "import sys\nro, rw = sys.argv[1:]\nprint(open(ro + '/in.txt').read())\ntry:\n    open(ro + '/x', 'w'); print('ro writable')\nexcept OSError: print('ro blocked')\nopen(rw + '/out.txt', 'w').write('y'); print('rw ok')\n",
-        );
+        let (_dir, ws) = workspace(MOUNTS);
         let extra = tempfile::tempdir().expect("tempdir");
         let extra = extra.path().canonicalize().expect("canonical");
-        let (ro, rw) = (extra.join("ro"), extra.join("rw"));
-        std::fs::create_dir_all(&ro).expect("ro");
-        std::fs::write(ro.join("in.txt"), "data").expect("in");
-        let mut spec = spec(&ws);
-        spec.mounts = vec![
-            sandbox_core::Mount { path: ro.clone(), mode: sandbox_core::MountMode::ReadOnly },
-            sandbox_core::Mount { path: rw.clone(), mode: sandbox_core::MountMode::ReadWrite },
-        ];
-        spec.args = vec![ro.display().to_string(), rw.display().to_string()];
-        let (outcome, out) = run(&engine, &spec);
-        assert_eq!(outcome.exit_code, 0, "{}: {}", name(&engine), out.stderr_lossy());
-        assert_eq!(out.stdout_lossy(), "data\nro blocked\nrw ok\n", "{}", name(&engine));
-        assert_eq!(std::fs::read_to_string(rw.join("out.txt")).expect("out"), "y");
+        check_ro_rw(&engine, &ws, &extra.join("ro"), &extra.join("rw"));
     }
 }
 
@@ -295,5 +307,126 @@ fn missing_image_names_the_build_command() {
         let text = err.to_string();
         assert!(text.contains("python-sandbox-no-such-image:never"), "{text}");
         assert!(text.contains("cargo xtask image") && text.contains("deploy/image"), "{text}");
+    }
+}
+
+/// Writes 32 MiB into `/tmp` and into home (both tmpfs) and says how far each got.
+const FILL_TMPFS: &str = r#"import errno, os
+for label, path in [("tmp", "/tmp/fill"), ("home", os.path.expanduser("~/fill"))]:
+    try:
+        with open(path, "wb") as f:
+            for _ in range(32):
+                f.write(b"\0" * (1 << 20))
+                f.flush()
+        print(label, "ok")
+    except OSError as e:
+        print(label, errno.errorcode.get(e.errno, e.errno))
+"#;
+
+#[test]
+fn tmpfs_size_caps_every_tmpfs() {
+    for engine in engines() {
+        let (_dir, ws) = workspace(FILL_TMPFS);
+        let mut small = spec(&ws);
+        small.tmpfs_size = 16 << 20;
+        let (outcome, out) = run(&engine, &small);
+        assert_eq!(outcome.exit_code, 0, "{}: {}", name(&engine), out.stderr_lossy());
+        assert_eq!(out.stdout_lossy(), "tmp ENOSPC\nhome ENOSPC\n", "{}", name(&engine));
+        let (outcome, out) = run(&engine, &spec(&ws));
+        assert_eq!(outcome.exit_code, 0, "{}: {}", name(&engine), out.stderr_lossy());
+        assert_eq!(out.stdout_lossy(), "tmp ok\nhome ok\n", "{}: default 1 GiB", name(&engine));
+    }
+}
+
+/// The names directly in `dir`, sorted.
+fn listing(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn paths_with_colons_run_and_leave_nothing_behind() {
+    for engine in engines() {
+        let root = tempfile::Builder::new().prefix("engine-oci-colon-").tempdir().expect("tmp");
+        let root = root.path().canonicalize().expect("canonical");
+        let ws = root.join("edge:ws");
+        std::fs::create_dir(&ws).expect("mkdir");
+        check_ro_rw(&engine, &ws, &root.join("edge-out:zz"), &root.join("rw:x"));
+        // Nothing cut at a colon appeared next to them (podman used to create `…/edge`).
+        assert_eq!(listing(&root), ["edge-out:zz", "edge:ws", "rw:x"], "{}", name(&engine));
+    }
+}
+
+#[test]
+fn missing_mount_source_creates_nothing() {
+    for engine in engines() {
+        let root = tempfile::Builder::new().prefix("engine-oci-missing-").tempdir().expect("tmp");
+        let root = root.path().canonicalize().expect("canonical");
+        let ws = root.join("edge:ws");
+        std::fs::create_dir(&ws).expect("mkdir");
+        std::fs::write(ws.join("main.py"), "open('ran', 'w')\n").expect("script");
+        let mut spec = spec(&ws);
+        let missing = root.join("in:put").join("zz");
+        spec.mounts =
+            vec![sandbox_core::Mount { path: missing, mode: sandbox_core::MountMode::ReadOnly }];
+        let env = engine.prepare(&spec, &mut |_| {}).expect("prepare");
+        let io = RunIo {
+            stdin: Stdin::Null,
+            output: Output::Sink(&mut Captured::default()),
+            status: None,
+        };
+        let err = engine.run_prepared(&spec, &env, io).expect_err("a missing mount is an error");
+        assert!(err.to_string().contains("does not exist"), "{}: {err}", name(&engine));
+        assert_eq!(listing(&root), ["edge:ws"], "{}", name(&engine));
+        assert_eq!(listing(&ws), ["main.py"], "{}", name(&engine));
+    }
+}
+
+/// A root caller's run lends the workspace and read-write mounts to uid 65534 and gives them
+/// back byte for byte: the same `system.posix_acl_access` (none, or the caller's own) and mode.
+#[test]
+fn root_run_leaves_acls_and_modes_as_they_were() {
+    for engine in engines() {
+        let (_dir, ws) = workspace(
+            "import os, sys\nos.makedirs('sub/deeper', exist_ok=True)\nopen('sub/f', 'w').write('x')\nopen(sys.argv[1] + '/g', 'w').write('y')\n",
+        );
+        let out = ws.join("out");
+        std::fs::create_dir(&out).expect("out");
+        // The caller's own ACL on the mount, as its xattr bytes (version 2, then tag, perm, id):
+        // user::rwx user:1000:r-x group::r-x mask::r-x other::---
+        #[rustfmt::skip]
+        let own: [u8; 44] = [
+            2, 0, 0, 0,
+            1, 0, 7, 0, 255, 255, 255, 255,
+            2, 0, 5, 0, 232, 3, 0, 0,
+            4, 0, 5, 0, 255, 255, 255, 255,
+            16, 0, 5, 0, 255, 255, 255, 255,
+            32, 0, 0, 0, 255, 255, 255, 255,
+        ];
+        rustix::fs::setxattr(
+            &out,
+            "system.posix_acl_access",
+            &own,
+            rustix::fs::XattrFlags::empty(),
+        )
+        .expect("own acl");
+        let before = (permissions(&ws), permissions(&out));
+        let mut spec = spec(&ws);
+        spec.mounts = vec![sandbox_core::Mount {
+            path: out.clone(),
+            mode: sandbox_core::MountMode::ReadWrite,
+        }];
+        spec.args = vec![out.display().to_string()];
+        let (outcome, captured) = run(&engine, &spec);
+        assert_eq!(outcome.exit_code, 0, "{}: {}", name(&engine), captured.stderr_lossy());
+        assert_eq!(std::fs::read_to_string(out.join("g")).expect("g"), "y");
+        assert_eq!((permissions(&ws), permissions(&out)), before, "{}", name(&engine));
+        for rel in ["sub", "sub/deeper"] {
+            assert_eq!(permissions(&ws.join(rel)).0, None, "{}: {rel}", name(&engine));
+        }
     }
 }

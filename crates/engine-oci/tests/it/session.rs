@@ -28,6 +28,7 @@ fn start(
             value: Some("hi".to_owned()),
         }],
         ttl,
+        tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
     };
     let info = engine.start_session(&config).expect("start");
     assert_eq!(info.ttl, ttl.as_secs());

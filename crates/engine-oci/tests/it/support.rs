@@ -111,3 +111,13 @@ pub(crate) fn cli_binary() -> Option<PathBuf> {
     let bin = target.join("debug/python-sandbox");
     bin.is_file().then_some(bin)
 }
+
+/// A directory's access ACL (the `system.posix_acl_access` bytes `getfattr` shows) and mode.
+pub(crate) fn permissions(dir: &Path) -> (Option<Vec<u8>>, u32) {
+    use std::os::unix::fs::MetadataExt;
+    let mut buf = vec![0u8; 4096];
+    let acl = rustix::fs::getxattr(dir, "system.posix_acl_access", &mut buf[..])
+        .ok()
+        .map(|n| buf[..n].to_vec());
+    (acl, std::fs::symlink_metadata(dir).expect("stat").mode())
+}

@@ -1,6 +1,7 @@
 //! The reaper's one integration-test binary: label schema, policy scenarios, properties, and liveness
 //! against this machine's real /proc.
 
+mod acl;
 mod envs;
 mod labels;
 mod policy;
