@@ -653,10 +653,17 @@ fn parse_extras_cursor<T: Pep508Url>(
         // wsp* after the identifier
         cursor.eat_whitespace();
 
-        // Add the parsed extra
-        extras.push(
-            ExtraName::new(buffer).expect("`ExtraName` validation should match PEP 508 parsing"),
-        );
+        // Add the parsed extra. Upstream `expect`s here, but the loop above accepts a trailing
+        // `-`, `_` or `.` (`rich[jupyter_]`) that `ExtraName` rejects: an error, not a panic
+        // (found by fuzzing; python-sandbox patch).
+        let extra_start = start.saturating_sub(1);
+        let extra = ExtraName::new(buffer).map_err(|err| Pep508Error {
+            message: Pep508ErrorSource::String(format!("Invalid extra name: {err}")),
+            start: extra_start,
+            len: len + 1,
+            input: cursor.to_string(),
+        })?;
+        extras.push(extra);
         is_first_iteration = false;
     }
 

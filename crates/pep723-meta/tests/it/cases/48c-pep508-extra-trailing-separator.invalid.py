@@ -1,0 +1,6 @@
+# /// script
+# dependencies = [
+#     "rich[jupyter_",
+#     "rich[jupyter_ ,x]",
+# ]
+# ///
