@@ -557,6 +557,25 @@ impl BwrapEngine {
             interactive,
             tmpfs_size: spec.tmpfs_size,
         };
+        // A root caller's sandbox runs as nobody: lend it the directories it may write for
+        // the run (one ACL entry, given back exactly as it was when the last run ends).
+        let writable: Vec<PathBuf> = std::iter::once(layout.workspace.clone())
+            .chain(
+                layout
+                    .mounts
+                    .iter()
+                    .filter(|m| m.access == plan::Access::ReadWrite && m.src.is_dir())
+                    .map(|m| m.src.clone()),
+            )
+            .collect();
+        let grant = match self.host.run_as() {
+            Some((uid, _)) => {
+                let dirs: Vec<&Path> = writable.iter().map(PathBuf::as_path).collect();
+                let state = reaper::acl::state_dir(&self.config.cache_dir);
+                Some((uid, reaper::acl::Grant::take(&dirs, uid, &state)?))
+            }
+            None => None,
+        };
         let plan = plan::run_plan(&self.host, &layout, None);
         let outputs = match io.output {
             Output::Inherit => Outputs::Inherit,
@@ -570,7 +589,15 @@ impl BwrapEngine {
             outputs,
             spec.timeout,
             self.signals(interactive),
-        )?;
+        );
+        if let Some((uid, grant)) = grant {
+            // What the sandbox created is the caller's, as with a non-root caller's run.
+            for dir in &writable {
+                reaper::acl::reclaim(dir, uid);
+            }
+            grant.release()?;
+        }
+        let finished = finished?;
         if !finished.started && !finished.timed_out {
             return Err(self.setup_failure());
         }

@@ -67,6 +67,8 @@ pub enum Error {
     EnvWithoutValue { name: String },
     #[error("`{name}` is not a valid environment variable name")]
     InvalidEnvName { name: String },
+    #[error(transparent)]
+    Workspace(#[from] reaper::Error),
     #[error("{context}: {source}")]
     Io {
         context: String,

@@ -75,7 +75,16 @@ pub(crate) fn execute(
     plan.seccomp_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&seccomp));
     let argv: Vec<OsString> = plan.argv(host);
     let stage = match plan.run_as {
-        Some((uid, gid)) => Some(crate::stage::Stage::open(&plan.staging(host), uid, gid)?),
+        Some((uid, gid)) => {
+            let mut staging = plan.staging(host);
+            // The stage's tmpfs covers /tmp in bwrap's mount namespace: a bwrap kept there must
+            // stay reachable at its own path.
+            let binary = std::fs::canonicalize(bwrap).unwrap_or_else(|_| bwrap.to_owned());
+            if binary.starts_with(crate::plan::STAGE) {
+                staging.push(crate::plan::Staged { src: binary.clone(), at: binary });
+            }
+            Some(crate::stage::Stage::open(&staging, uid, gid)?)
+        }
         None => None,
     };
 

@@ -35,6 +35,9 @@ use crate::plan::{STAGE, Staged};
 pub(crate) struct Stage {
     /// (detached mount tree, staged path, is a directory).
     sources: Vec<(OwnedFd, CString, bool)>,
+    /// Directories to create inside the stage first, parents before children (for a source
+    /// staged at its own path below the stage, such as a bwrap binary under `/tmp`).
+    dirs: Vec<CString>,
     stage: CString,
     uid: u32,
     gid: u32,
@@ -45,7 +48,22 @@ impl Stage {
     /// so a symlink there means it changed since it was checked).
     pub(crate) fn open(staging: &[Staged], uid: u32, gid: u32) -> Result<Stage> {
         let mut sources = Vec::with_capacity(staging.len());
+        let mut dirs: Vec<CString> = Vec::new();
         for staged in staging {
+            let stage = std::path::Path::new(STAGE);
+            let mut parents: Vec<&std::path::Path> = staged
+                .at
+                .ancestors()
+                .skip(1)
+                .take_while(|p| p.starts_with(stage) && *p != stage)
+                .collect();
+            parents.reverse();
+            for parent in parents {
+                let parent = cstring(parent.as_os_str().as_bytes())?;
+                if !dirs.contains(&parent) {
+                    dirs.push(parent);
+                }
+            }
             let fd = rustix::fs::open(
                 &staged.src,
                 OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
@@ -80,7 +98,7 @@ impl Stage {
             let at = cstring(staged.at.as_os_str().as_bytes())?;
             sources.push((tree, at, is_dir));
         }
-        Ok(Stage { sources, stage: cstring(STAGE.as_bytes())?, uid, gid })
+        Ok(Stage { sources, dirs, stage: cstring(STAGE.as_bytes())?, uid, gid })
     }
 
     /// Makes `command` (bwrap) stage the sources and drop to nobody right before `exec`.
@@ -91,6 +109,7 @@ impl Stage {
             .map(|(tree, at, is_dir)| (tree.as_raw_fd(), at.clone(), *is_dir))
             .collect();
         let stage = self.stage.clone();
+        let dirs = self.dirs.clone();
         let (uid, gid) = (self.uid, self.gid);
         let data = c"mode=0755,size=1m";
         // SAFETY: the closure runs in the forked child before exec and only makes raw
@@ -110,6 +129,9 @@ impl Stage {
                     MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
                     data,
                 )?;
+                for dir in &dirs {
+                    rustix::fs::mkdir(dir.as_c_str(), Mode::from_raw_mode(0o755))?;
+                }
                 for (tree, at, is_dir) in &sources {
                     if *is_dir {
                         rustix::fs::mkdir(at.as_c_str(), Mode::from_raw_mode(0o755))?;

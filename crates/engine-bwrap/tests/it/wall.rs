@@ -254,3 +254,122 @@ fn stdin_bytes_reach_the_script() {
     assert_eq!(captured.stdout_lossy(), "HELLO\n");
     let _ = std::io::stdout().flush();
 }
+
+/// A root caller's sandbox is not host root: every process of it runs as nobody on the host
+/// (seen from the host's /proc), so host-wide kernel settings stay out of reach, and /proc/sys
+/// is read-only besides.
+#[test]
+fn never_host_root_and_proc_sys_read_only() {
+    let Some(f) = fixture() else { return };
+    let script = "import time, sys\n\
+        for p in ['/proc/sys/kernel/core_pattern', '/proc/sys/vm/drop_caches', '/proc/sysrq-trigger']:\n\
+        \x20   try:\n\
+        \x20       open(p, 'w'); print('WRITABLE', p)\n\
+        \x20   except OSError:\n\
+        \x20       print('read-only', p)\n\
+        sys.stdout.flush()\n\
+        time.sleep(1.5)\n";
+    let mut spec = f.spec(script);
+    spec.args = vec!["psbx-uid-probe-4711".to_owned()];
+    let host_uids = std::thread::scope(|s| {
+        let watcher = s.spawn(|| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while std::time::Instant::now() < deadline {
+                let found = host_uids_of("psbx-uid-probe-4711");
+                if !found.is_empty() {
+                    return found;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Vec::new()
+        });
+        let out = f.run_ok(&spec);
+        assert_eq!(
+            out,
+            "read-only /proc/sys/kernel/core_pattern\nread-only /proc/sys/vm/drop_caches\n\
+             read-only /proc/sysrq-trigger\n"
+        );
+        watcher.join().expect("watcher")
+    });
+    let uid = rustix::process::getuid().as_raw();
+    let expected = if uid == 0 { 65534 } else { uid };
+    assert!(!host_uids.is_empty(), "the script's process was never seen on the host");
+    // Real, effective, saved and filesystem uid, as the host sees them.
+    assert!(host_uids.iter().all(|&u| u == expected), "host uids {host_uids:?}");
+}
+
+/// The four uids (real, effective, saved, fs) of host processes whose argv contains `needle`.
+fn host_uids_of(needle: &str) -> Vec<u32> {
+    let mut uids = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("proc").flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        if !String::from_utf8_lossy(&cmdline).contains(needle) {
+            continue;
+        }
+        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        if let Some(line) = status.lines().find(|l| l.starts_with("Uid:")) {
+            uids.extend(line.split_whitespace().skip(1).filter_map(|u| u.parse::<u32>().ok()));
+        }
+    }
+    uids
+}
+
+/// No file leaves the sandbox setuid, setgid or with extended attributes (file capabilities),
+/// whichever call tries; ordinary modes still work.
+#[test]
+fn no_setuid_setgid_or_xattr_leaves_the_sandbox() {
+    let Some(f) = fixture() else { return };
+    let script = "import os, shutil, ctypes\n\
+        libc = ctypes.CDLL(None, use_errno=True)\n\
+        shutil.copy('/usr/bin/id', 'myid')\n\
+        def attempt(what, call):\n\
+        \x20   try:\n\
+        \x20       call(); print(what, 'ALLOWED')\n\
+        \x20   except OSError as e:\n\
+        \x20       print(what, 'refused', e.errno)\n\
+        attempt('chmod 4755', lambda: os.chmod('myid', 0o4755))\n\
+        attempt('chmod 2755', lambda: os.chmod('myid', 0o2755))\n\
+        fd = os.open('myid', os.O_RDONLY)\n\
+        attempt('fchmod 6755', lambda: os.fchmod(fd, 0o6755))\n\
+        attempt('open O_CREAT 4755', lambda: os.open('made', os.O_CREAT | os.O_WRONLY, 0o4755))\n\
+        attempt('mknod 4644', lambda: os.mknod('node', 0o104644))\n\
+        attempt('setxattr', lambda: os.setxattr('myid', 'user.x', b'1'))\n\
+        attempt('setxattr security.capability', lambda: os.setxattr('myid', 'security.capability', b'\\x01\\x00\\x00\\x02' + b'\\x00' * 16))\n\
+        os.chmod('myid', 0o750); print('chmod 750 ok')\n\
+        r = libc.unshare(0x10000000); print('unshare(CLONE_NEWUSER)', r, ctypes.get_errno())\n";
+    let out = f.run_ok(&f.spec(script));
+    assert_eq!(
+        out,
+        "chmod 4755 refused 1\nchmod 2755 refused 1\nfchmod 6755 refused 1\n\
+         open O_CREAT 4755 refused 1\nmknod 4644 refused 1\nsetxattr refused 95\n\
+         setxattr security.capability refused 95\nchmod 750 ok\nunshare(CLONE_NEWUSER) -1 1\n"
+    );
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(f.workspace.path()).expect("workspace").flatten() {
+        let meta = entry.metadata().expect("meta");
+        if meta.mode() & 0o6000 != 0 {
+            found.push(entry.file_name());
+        }
+    }
+    assert!(found.is_empty(), "setuid/setgid files left: {found:?}");
+}
+
+/// Every tmpfs is capped: writing past `tmpfs_size` fails with ENOSPC instead of filling host
+/// memory.
+#[test]
+fn tmpfs_is_size_capped() {
+    let Some(f) = fixture() else { return };
+    let script = "import os, errno\n\
+        for d in ['/tmp', os.environ['HOME']]:\n\
+        \x20   try:\n\
+        \x20       with open(os.path.join(d, 'big'), 'wb') as out:\n\
+        \x20           for _ in range(32):\n\
+        \x20               out.write(b'x' * (1 << 20))\n\
+        \x20       print(d, 'UNCAPPED')\n\
+        \x20   except OSError as e:\n\
+        \x20       print(d, errno.errorcode[e.errno])\n";
+    let mut spec = f.spec(script);
+    spec.tmpfs_size = 16 << 20;
+    let home = f.home.path().display().to_string();
+    assert_eq!(f.run_ok(&spec), format!("/tmp ENOSPC\n{home} ENOSPC\n"));
+}
