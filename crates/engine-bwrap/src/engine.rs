@@ -130,6 +130,8 @@ pub struct BwrapEngine {
     config: BwrapConfig,
     layout: CacheLayout,
     bwrap: PathBuf,
+    /// pasta, which gives sandboxes with net on their outbound network (`crate::net`).
+    pasta: Option<PathBuf>,
     host: HostFacts,
     tools: ToolCache,
 }
@@ -168,7 +170,8 @@ impl BwrapEngine {
         };
         crate::host::check_bwrap(&bwrap, &tools)?;
         let host = HostFacts::gather(&config.home, &layout.etc_dir())?;
-        Ok(BwrapEngine { config, layout, bwrap, host, tools })
+        let pasta = engine_detect::which("pasta", config.path.as_deref());
+        Ok(BwrapEngine { config, layout, bwrap, pasta, host, tools })
     }
 
     /// The engine's configuration.
@@ -378,7 +381,7 @@ impl BwrapEngine {
         let plan = plan::prepare_plan(&self.host, &layout, None);
         let mut output = Vec::new();
         let finished = process::execute(
-            &self.bwrap,
+            self.tools(),
             &plan,
             &self.host,
             &Stdin::Null,
@@ -415,6 +418,10 @@ impl BwrapEngine {
             probe.reason
         };
         Error::SandboxSetup { reason }
+    }
+
+    fn tools(&self) -> process::Tools<'_> {
+        process::Tools { bwrap: &self.bwrap, pasta: self.pasta.as_deref() }
     }
 
     fn signals(&self, interactive: bool) -> Signals {
@@ -491,19 +498,15 @@ impl BwrapEngine {
 
     /// Checks what `run` would refuse, and returns the warnings it would report.
     pub fn check(&self, spec: &RunSpec) -> Result<Vec<String>> {
-        let mut warnings = Vec::new();
-        if let Some(first) = spec.publish.first() {
-            if spec.net == Net::Off {
-                return Err(Error::PublishWithoutNet { port: first.port });
-            }
-            let ports: Vec<String> = spec.publish.iter().map(|p| p.port.to_string()).collect();
-            warnings.push(format!(
-                "bwrap shares the host network: port{} {} {} reachable on whatever address the script binds, \
-                 and the script can reach services on the host",
-                if ports.len() == 1 { "" } else { "s" },
-                ports.join(", "),
-                if ports.len() == 1 { "is" } else { "are" },
-            ));
+        let warnings = Vec::new();
+        if let Some(first) = spec.publish.first()
+            && spec.net == Net::Off
+        {
+            return Err(Error::PublishWithoutNet { port: first.port });
+        }
+        // A cold prepare needs the network too; it fails with the same error when it starts.
+        if spec.net == Net::On && self.pasta.is_none() {
+            return Err(Error::PastaNotFound);
         }
         for var in &spec.env {
             let valid = !var.name.is_empty() && !var.name.contains(['=', '\0']);
@@ -556,6 +559,7 @@ impl BwrapEngine {
             user_env,
             interactive,
             tmpfs_size: spec.tmpfs_size,
+            publish: spec.publish.clone(),
         };
         // A root caller's sandbox runs as nobody: lend it the directories it may write for
         // the run (one ACL entry, given back exactly as it was when the last run ends).
@@ -582,7 +586,7 @@ impl BwrapEngine {
             Output::Sink(sink) => Outputs::Sink(sink),
         };
         let finished = process::execute(
-            &self.bwrap,
+            self.tools(),
             &plan,
             &self.host,
             &io.stdin,

@@ -69,6 +69,14 @@ pub enum Error {
     InvalidEnvName { name: String },
     #[error(transparent)]
     Workspace(#[from] reaper::Error),
+    #[error(
+        "the sandbox's network could not be set up with pasta: {reason}\nhint: run with `--net off`, or check that `pasta` (package passt) works here"
+    )]
+    UserNetwork { reason: String },
+    #[error(
+        "bwrap sandboxes reach the network through pasta, which is not installed\nhint: install the `passt` package (e.g. `sudo apt install passt`), or run with `--net off`"
+    )]
+    PastaNotFound,
     #[error("{context}: {source}")]
     Io {
         context: String,

@@ -54,6 +54,7 @@ mod fds;
 mod fsutil;
 mod host;
 mod key;
+mod net;
 mod paths;
 mod plan;
 mod process;

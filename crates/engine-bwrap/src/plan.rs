@@ -50,6 +50,10 @@ pub(crate) struct Plan {
     pub(crate) status_fd: Option<i32>,
     /// `--seccomp`: a pipe carrying the compiled wall (`sandbox_core::bpf`).
     pub(crate) seccomp_fd: Option<i32>,
+    /// `--block-fd`: the command starts only once this pipe is written (after pasta attached).
+    pub(crate) block_fd: Option<i32>,
+    /// Ports pasta forwards into the sandbox (net on only).
+    pub(crate) publish: Vec<sandbox_core::Publish>,
     /// Size cap in bytes of every tmpfs (`/tmp`, home).
     pub(crate) tmpfs_size: u64,
     /// Host uid and gid bwrap is started as. `Some` for a root caller: bwrap maps the sandbox's
@@ -110,11 +114,9 @@ impl Plan {
                 .map_or_else(|| src.as_os_str().to_owned(), |s| s.at.clone().into_os_string())
         };
         let mut a = Argv::default();
+        // Always a network namespace of its own: with net on, pasta connects it to the world
+        // from outside (`crate::net`) while bwrap waits on `--block-fd`.
         a.flag("--unshare-all");
-        if self.net {
-            // Sharing the host network also shares its abstract unix sockets; only ever on request.
-            a.flag("--share-net");
-        }
         a.flag("--unshare-user");
         a.flag("--disable-userns");
         a.flags(&["--cap-drop", "ALL"]);
@@ -131,6 +133,9 @@ impl Plan {
         }
         if let Some(fd) = self.seccomp_fd {
             a.flags(&["--seccomp", &fd.to_string()]);
+        }
+        if let Some(fd) = self.block_fd {
+            a.flags(&["--block-fd", &fd.to_string()]);
         }
 
         a.flags(&["--ro-bind", "/usr", "/usr"]);
@@ -369,7 +374,9 @@ pub(crate) fn prepare_plan(
         env,
         command: layout.command.clone(),
         status_fd,
+        publish: Vec::new(),
         seccomp_fd: None,
+        block_fd: None,
         tmpfs_size: layout.tmpfs_size,
         run_as: host.run_as(),
     }
@@ -396,6 +403,8 @@ pub(crate) struct RunLayout {
     pub(crate) interactive: bool,
     /// Size cap of each tmpfs.
     pub(crate) tmpfs_size: u64,
+    /// Published ports (net on).
+    pub(crate) publish: Vec<sandbox_core::Publish>,
 }
 
 /// Run: the prepared interpreter runs the script directly; no uv, nothing writable but the
@@ -432,7 +441,9 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout, status_fd: Option<i
         env,
         command,
         status_fd,
+        publish: layout.publish.clone(),
         seccomp_fd: None,
+        block_fd: None,
         tmpfs_size: layout.tmpfs_size,
         run_as: host.run_as(),
     }

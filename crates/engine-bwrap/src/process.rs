@@ -57,8 +57,16 @@ static SPAWN_LOCK: Mutex<()> = Mutex::new(());
 const SIGINT_GRACE: Duration = Duration::from_secs(2);
 
 /// Runs `plan` under `bwrap` and waits for the whole tree.
+/// The host programs a sandbox start needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tools<'a> {
+    pub(crate) bwrap: &'a Path,
+    /// pasta, for a plan with the network on (`crate::net`).
+    pub(crate) pasta: Option<&'a Path>,
+}
+
 pub(crate) fn execute(
-    bwrap: &Path,
+    tools: Tools<'_>,
     plan: &Plan,
     host: &crate::host::HostFacts,
     stdin: &Stdin,
@@ -66,13 +74,24 @@ pub(crate) fn execute(
     timeout: Option<Duration>,
     signals: Signals,
 ) -> Result<Finished> {
+    let Tools { bwrap, pasta } = tools;
     let start = Instant::now();
+    // Net on: bwrap waits on this pipe until pasta has connected the sandbox's namespace.
+    let block = if plan.net {
+        let pasta = pasta.ok_or(Error::PastaNotFound)?;
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| Error::io("creating the network start pipe")(e.into()))?;
+        Some((pasta, read, write))
+    } else {
+        None
+    };
     let (status_read, status_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| Error::io("creating the status pipe")(e.into()))?;
     let seccomp = seccomp_pipe()?;
     let mut plan = plan.clone();
     plan.status_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&status_write));
     plan.seccomp_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&seccomp));
+    plan.block_fd = block.as_ref().map(|(_, read, _)| std::os::fd::AsRawFd::as_raw_fd(read));
     let argv: Vec<OsString> = plan.argv(host);
     let stage = match plan.run_as {
         Some((uid, gid)) => {
@@ -109,8 +128,10 @@ pub(crate) fn execute(
 
     let mut child = {
         let _guard = SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-        crate::fds::close_on_exec_all_but(&[status_write.as_fd(), seccomp.as_fd()]);
-        for fd in [status_write.as_fd(), seccomp.as_fd()] {
+        let mut inherited = vec![status_write.as_fd(), seccomp.as_fd()];
+        inherited.extend(block.as_ref().map(|(_, read, _)| read.as_fd()));
+        crate::fds::close_on_exec_all_but(&inherited);
+        for fd in inherited {
             rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())
                 .map_err(|e| Error::io("preparing the status and seccomp pipes")(e.into()))?;
         }
@@ -118,6 +139,9 @@ pub(crate) fn execute(
         drop(status_write);
         drop(seccomp);
         drop(stage);
+        if let Some((_, read, _)) = &block {
+            let _ = rustix::io::fcntl_setfd(read, rustix::io::FdFlags::CLOEXEC);
+        }
         spawned.map_err(Error::io(format!("starting {}", bwrap.display())))?
     };
 
@@ -127,6 +151,36 @@ pub(crate) fn execute(
             let _ = child.kill();
             let _ = child.wait();
             return Err(Error::io("opening a pidfd for bwrap")(e));
+        }
+    };
+
+    let mut status_read = Some(status_read);
+    let mut early_status = String::new();
+    let _net = match block {
+        None => None,
+        Some((pasta, read, write)) => {
+            drop(read);
+            let attached = read_child_pid(status_read.as_ref(), &mut early_status)
+                .ok_or_else(|| Error::UserNetwork {
+                    reason: "bwrap did not report the sandbox's process".to_owned(),
+                })
+                .and_then(|pid| {
+                    crate::net::UserNet::attach(pasta, pid, &plan.publish, plan.run_as)
+                });
+            match attached {
+                Ok(net) => {
+                    // Unblocks the command; a bwrap that died meanwhile just reads EOF.
+                    let _ = rustix::io::write(&write, b"1");
+                    Some(net)
+                }
+                // A bwrap that failed its setup never reports a pid: its own error explains.
+                Err(_) if !early_status.contains("child-pid") => None,
+                Err(e) => {
+                    let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), Signal::KILL);
+                    let _ = child.wait();
+                    return Err(e);
+                }
+            }
         }
     };
 
@@ -231,7 +285,8 @@ pub(crate) fn execute(
     let status = child.wait().map_err(Error::io("waiting for bwrap"))?;
     drop(signal_guard);
 
-    let started = read_status(status_read).contains("\"child-pid\"");
+    let rest = status_read.take().map(read_status).unwrap_or_default();
+    let started = early_status.contains("\"child-pid\"") || rest.contains("\"child-pid\"");
     let exit_code = sandbox_core::exit_code(status.code(), status.signal());
     Ok(Finished { exit_code, timed_out, started, duration: start.elapsed() })
 }
@@ -258,6 +313,24 @@ fn child_pidfd(child: &Child) -> std::io::Result<OwnedFd> {
         .and_then(Pid::from_raw)
         .ok_or_else(|| std::io::Error::other("invalid child pid"))?;
     Ok(rustix::process::pidfd_open(pid, PidfdFlags::empty())?)
+}
+
+/// Reads bwrap's first status document (blocking: bwrap writes it right after creating the
+/// sandbox, or exits) and returns the sandbox process's pid. What was read is kept in `seen`.
+fn read_child_pid(status: Option<&OwnedFd>, seen: &mut String) -> Option<i32> {
+    let status = status?;
+    let mut chunk = [0u8; 512];
+    while !seen.contains('}') && seen.len() < 64 * 1024 {
+        match rustix::io::read(status, &mut chunk) {
+            Ok(0) => break,
+            Ok(n) => seen.push_str(&String::from_utf8_lossy(&chunk[..n])),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => break,
+        }
+    }
+    let after = seen.split("\"child-pid\":").nth(1)?;
+    let digits: String = after.trim_start().chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// Reads what bwrap wrote to the status pipe without waiting for EOF (a descendant could

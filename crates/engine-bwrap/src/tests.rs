@@ -57,6 +57,7 @@ fn run_layout() -> RunLayout {
         user_env: vec![],
         interactive: false,
         tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
+        publish: vec![],
     }
 }
 
@@ -293,4 +294,36 @@ fn run_workspace_and_home_under_tmp_get_read_only_scaffolding() {
     assert_eq!(argv[at("/tmp/ci/case") - 2], "0555");
     assert!(!argv.iter().any(|a| a == "/tmp/ci/case/ws/sub"), "nothing created inside a bind");
     insta::assert_snapshot!(render(&plan, &host));
+}
+
+#[test]
+fn pasta_arguments_forward_only_published_ports() {
+    use crate::net::pasta_args;
+    use sandbox_core::Publish;
+    let show = |publish: &[Publish]| {
+        pasta_args(Path::new("/proc/self/fd/7"), Path::new("/proc/self/fd/8"), publish)
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let v6: std::net::IpAddr = "::1".parse().expect("addr");
+    insta::assert_snapshot!(format!(
+        "none: {}\npublished: {}",
+        show(&[]),
+        show(&[Publish { port: 8000, host: None }, Publish { port: 9000, host: Some(v6) }])
+    ));
+}
+
+#[test]
+fn link_local_route_message() {
+    // RTM_NEWROUTE for unreachable 169.254.0.0/16: header, rtmsg, RTA_DST.
+    let msg = crate::net::unreachable_route(1, libc::AF_INET as u8, &[169, 254, 0, 0], 16);
+    assert_eq!(msg.len(), 36);
+    assert_eq!(u32::from_ne_bytes([msg[0], msg[1], msg[2], msg[3]]), 36);
+    assert_eq!(u16::from_ne_bytes([msg[4], msg[5]]), 24);
+    assert_eq!(&msg[16..24], &[libc::AF_INET as u8, 16, 0, 0, 254, 4, 0, 7]);
+    assert_eq!(&msg[28..36], &[8, 0, 1, 0, 169, 254, 0, 0]);
+    let v6 = crate::net::unreachable_route(2, libc::AF_INET6 as u8, &[0xfd; 16], 128);
+    assert_eq!(v6.len(), 48);
 }

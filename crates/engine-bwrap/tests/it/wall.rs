@@ -141,13 +141,73 @@ fn net_off_has_no_host_loopback_and_no_abstract_sockets() {
          \x20   try:\n\
          \x20       socket.getaddrinfo('pypi.org', 443); return 'dns works'\n\
          \x20   except OSError: return 'no dns'\n\
-         print(tcp(), unix(), dns())\n"
+         def metadata():\n\
+         \x20   s = socket.socket(); s.settimeout(3)\n\
+         \x20   try:\n\
+         \x20       s.connect(('169.254.169.254', 80)); return 'metadata connected'\n\
+         \x20   except OSError: return 'metadata unreachable'\n\
+         def https():\n\
+         \x20   import urllib.request\n\
+         \x20   try:\n\
+         \x20       return 'https %d' % urllib.request.urlopen('https://pypi.org/simple/six/', timeout=30).status\n\
+         \x20   except OSError as e: return 'https failed'\n\
+         print(tcp(), unix(), dns(), metadata(), https())\n"
     );
     let mut spec = f.spec(&script);
-    assert_eq!(f.run_ok(&spec).trim(), "tcp refused abstract refused no dns");
-    // The same script with the network on reaches both: the test can fail.
+    assert_eq!(
+        f.run_ok(&spec).trim(),
+        "tcp refused abstract refused no dns metadata unreachable https failed"
+    );
+    // Net on is outbound only: the world (DNS, HTTPS through the host's proxy and CA bundle),
+    // never the host's loopback, abstract sockets or link-local metadata addresses.
     spec.net = Net::On;
-    assert_eq!(f.run_ok(&spec).trim(), "tcp connected abstract connected dns works");
+    assert_eq!(
+        f.run_ok(&spec).trim(),
+        "tcp refused abstract refused dns works metadata unreachable https 200"
+    );
+}
+
+/// A published port reaches a server inside from the host's 127.0.0.1; a port the script binds
+/// on 0.0.0.0 without publishing does not.
+#[test]
+fn only_published_ports_reach_in() {
+    let Some(f) = fixture() else { return };
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    };
+    let (published, unpublished) = (free(), free());
+    let script = format!(
+        "import socket, time\n\
+         socks = []\n\
+         for port in ({published}, {unpublished}):\n\
+         \x20   s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+         \x20   s.bind(('0.0.0.0', port)); s.listen(); socks.append(s)\n\
+         print('listening', flush=True)\n\
+         s = socks[0]; s.settimeout(20)\n\
+         c, _ = s.accept(); c.sendall(b'inside'); c.close()\n"
+    );
+    let mut spec = f.spec(&script);
+    spec.net = Net::On;
+    spec.publish.push(sandbox_core::Publish { port: published, host: None });
+    let (reached, refused) = std::thread::scope(|s| {
+        let client = s.spawn(|| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            let mut got = String::new();
+            while std::time::Instant::now() < deadline && got.is_empty() {
+                if let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", published)) {
+                    let _ = std::io::Read::read_to_string(&mut c, &mut got);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            let refused = std::net::TcpStream::connect(("127.0.0.1", unpublished)).is_err();
+            (got, refused)
+        });
+        let out = f.run_ok(&spec);
+        assert_eq!(out, "listening\n");
+        client.join().expect("client")
+    });
+    assert_eq!(reached, "inside");
+    assert!(refused, "an unpublished port reached the sandbox");
 }
 
 #[test]
@@ -228,7 +288,7 @@ fn mounts_ro_rw_and_symlink_refusal() {
 }
 
 #[test]
-fn publish_needs_net_and_warns_on_bwrap() {
+fn publish_needs_net() {
     let Some(f) = fixture() else { return };
     let mut spec = f.spec("print('ok')\n");
     spec.publish.push(sandbox_core::Publish { port: 8080, host: None });
@@ -236,7 +296,7 @@ fn publish_needs_net_and_warns_on_bwrap() {
     assert!(err.to_string().contains("network off"));
     spec.net = Net::On;
     let (outcome, _) = f.run(&spec);
-    assert!(outcome.warnings[0].contains("shares the host network"), "{:?}", outcome.warnings);
+    assert!(outcome.warnings.is_empty(), "{:?}", outcome.warnings);
 }
 
 #[test]

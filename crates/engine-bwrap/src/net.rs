@@ -1,0 +1,237 @@
+//! "Net on" without the host's network namespace: the sandbox always gets its own (`--unshare-all`,
+//! never `--share-net`), and pasta (Debian's `passt` package) gives it outbound connectivity
+//! from outside, by joining that namespace and forwarding its traffic through ordinary host
+//! sockets.
+//!
+//! **Why pasta.** Sharing the host namespace would hand the script the host's loopback services
+//! (databases, Docker's TCP API, X11) and its abstract unix sockets (D-Bus, containerd shims),
+//! and let anything the script binds be reached from outside. pasta needs no privilege, no
+//! daemon and no setuid helper, and is the fastest of the user-mode stacks (slirp4netns copies
+//! every packet through a tap device and a userspace TCP stack; pasta splices TCP sockets).
+//!
+//! **What it gives.** Outbound TCP, UDP and ICMP to the world, with DNS through the host's
+//! resolver (the host's `/etc/resolv.conf` is visible read-only). `--no-map-gw`: the gateway
+//! address is not mapped to the host's loopback, so host loopback services stay unreachable.
+//! No inbound port is forwarded except published ones (`-t ADDR/PORT`, 127.0.0.1 unless an
+//! address was given). Link-local and metadata addresses (169.254.0.0/16, fe80::/10) get an
+//! unreachable route inside the namespace before the script starts ([`block_link_local`]).
+//!
+//! **Order.** bwrap is started with `--block-fd`: it sets the sandbox up, reports the child's
+//! pid on the status pipe, and waits. Then pasta joins the child's network namespace (through
+//! the user namespace owning it: bwrap's inner user namespace does not), the routes are added,
+//! and only then is bwrap unblocked to exec the script. pasta quits by itself when the
+//! namespace goes away (the conformance suite checks that none is left).
+
+#![allow(unsafe_code)]
+
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use sandbox_core::Publish;
+
+use crate::error::{Error, Result};
+
+/// Pure: pasta's arguments for a sandbox whose network namespace is `netns` and whose owning
+/// user namespace is `userns` (both `/proc/...` paths), publishing `publish`.
+pub(crate) fn pasta_args(netns: &Path, userns: &Path, publish: &[Publish]) -> Vec<OsString> {
+    let mut args: Vec<OsString> =
+        ["--quiet", "--config-net", "--no-map-gw"].iter().map(OsString::from).collect();
+    if publish.is_empty() {
+        args.extend(["-t", "none"].map(OsString::from));
+    }
+    for port in publish {
+        let host = port.host.map_or_else(|| "127.0.0.1".to_owned(), |h| h.to_string());
+        args.push("-t".into());
+        args.push(format!("{host}/{}", port.port).into());
+    }
+    // Nothing from the host's side reaches in over UDP, and nothing in the sandbox reaches the
+    // host's own loopback ports (`-T`/`-U` would forward them inward).
+    args.extend(["-u", "none", "-T", "none", "-U", "none"].map(OsString::from));
+    args.push("--userns".into());
+    args.push(userns.into());
+    args.push("--netns".into());
+    args.push(netns.into());
+    args
+}
+
+/// pasta attached to one sandbox; it runs in the background and quits when the sandbox's
+/// network namespace is gone.
+pub(crate) struct UserNet;
+
+impl UserNet {
+    /// Attaches pasta to the network namespace of `child` (bwrap's sandbox process, blocked
+    /// before exec) and blocks link-local addresses there. Returns once the namespace has its
+    /// interface, routes and forwarded ports.
+    pub(crate) fn attach(
+        pasta: &Path,
+        child: i32,
+        publish: &[Publish],
+        run_as: Option<(u32, u32)>,
+    ) -> Result<UserNet> {
+        let netns_path = PathBuf::from(format!("/proc/{child}/ns/net"));
+        let netns = std::fs::File::open(&netns_path)
+            .map_err(Error::io(format!("opening {}", netns_path.display())))?;
+        let owner = owning_userns(&netns)?;
+        // pasta gets both namespaces as inherited descriptors, and runs as the host user the
+        // sandbox runs as (nobody for a root caller: a root pasta would switch to nobody itself
+        // before opening them, and nobody owns the namespace then).
+        let (netns_raw, owner_raw) = (netns.as_raw_fd(), owner.as_raw_fd());
+        let userns = PathBuf::from(format!("/proc/self/fd/{owner_raw}"));
+        let netns_fd = PathBuf::from(format!("/proc/self/fd/{netns_raw}"));
+        let args = pasta_args(&netns_fd, &userns, publish);
+        let mut command = Command::new(pasta);
+        // SAFETY: runs in the forked child before exec; only raw syscalls on descriptors open
+        // in the child.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            command.pre_exec(move || {
+                for fd in [netns_raw, owner_raw] {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                if let Some((uid, gid)) = run_as
+                    && (libc::setgroups(0, std::ptr::null()) != 0
+                        || libc::setresgid(gid, gid, gid) != 0
+                        || libc::setresuid(uid, uid, uid) != 0)
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let output = command
+            .args(&args)
+            .env_clear()
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .map_err(Error::io(format!("starting {}", pasta.display())))?;
+        // pasta forks into the background once the namespace is configured; its exit status
+        // says whether that worked.
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+            return Err(Error::UserNetwork { reason: stderr });
+        }
+        block_link_local(&netns, &owner)?;
+        Ok(UserNet)
+    }
+}
+
+/// The user namespace that owns `netns` (`NS_GET_USERNS`).
+fn owning_userns(netns: &std::fs::File) -> Result<OwnedFd> {
+    const NS_GET_USERNS: libc::c_ulong = 0xb701;
+    // SAFETY: NS_GET_USERNS takes no argument and returns a new descriptor or -1.
+    let fd = unsafe { libc::ioctl(netns.as_raw_fd(), NS_GET_USERNS) };
+    if fd < 0 {
+        return Err(Error::io("finding the sandbox's user namespace")(
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Link-local destinations (cloud metadata services live at 169.254.169.254) that get an
+/// unreachable route in every sandbox with a network.
+/// (IPv6 link-local addresses need no entry: they only reach the sandbox's own link, pasta's.)
+pub(crate) const LINK_LOCAL: &[(u8, &[u8], u8)] = &[
+    (libc::AF_INET as u8, &[169, 254, 0, 0], 16),
+    // AWS's IPv6 metadata endpoint, fd00:ec2::254.
+    (libc::AF_INET6 as u8, &[0xfd, 0, 0, 0, 0x0e, 0xc2, 0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x54], 128),
+];
+
+/// Pure: one `RTM_NEWROUTE` netlink message adding an unreachable route to `dest/prefix`.
+pub(crate) fn unreachable_route(seq: u32, family: u8, dest: &[u8], prefix: u8) -> Vec<u8> {
+    const RTM_NEWROUTE: u16 = 24;
+    const NLM_F_REQUEST: u16 = 0x1;
+    const NLM_F_ACK: u16 = 0x4;
+    const NLM_F_CREATE: u16 = 0x400;
+    const NLM_F_EXCL: u16 = 0x200;
+    const RT_TABLE_MAIN: u8 = 254;
+    const RTPROT_STATIC: u8 = 4;
+    const RT_SCOPE_UNIVERSE: u8 = 0;
+    const RTN_UNREACHABLE: u8 = 7;
+    const RTA_DST: u16 = 1;
+    let attr_len = 4 + dest.len();
+    let padded = (attr_len + 3) & !3;
+    let total = 16 + 12 + padded;
+    let mut msg = Vec::with_capacity(total);
+    msg.extend_from_slice(&(total as u32).to_ne_bytes());
+    msg.extend_from_slice(&RTM_NEWROUTE.to_ne_bytes());
+    msg.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL).to_ne_bytes());
+    msg.extend_from_slice(&seq.to_ne_bytes());
+    msg.extend_from_slice(&0u32.to_ne_bytes());
+    // struct rtmsg
+    msg.extend_from_slice(&[family, prefix, 0, 0, RT_TABLE_MAIN, RTPROT_STATIC, RT_SCOPE_UNIVERSE]);
+    msg.push(RTN_UNREACHABLE);
+    msg.extend_from_slice(&0u32.to_ne_bytes());
+    // RTA_DST
+    msg.extend_from_slice(&(attr_len as u16).to_ne_bytes());
+    msg.extend_from_slice(&RTA_DST.to_ne_bytes());
+    msg.extend_from_slice(dest);
+    msg.resize(total, 0);
+    msg
+}
+
+/// Adds the [`LINK_LOCAL`] unreachable routes inside `netns`, from a short-lived child that
+/// joins the namespace's owning user namespace (which gives it `CAP_NET_ADMIN` there) and the
+/// network namespace. The child is a forked copy of us that only makes syscalls and exits; it
+/// runs `true` so the standard library does the fork and wait.
+fn block_link_local(netns: &std::fs::File, owner: &OwnedFd) -> Result<()> {
+    let messages: Vec<Vec<u8>> = LINK_LOCAL
+        .iter()
+        .enumerate()
+        .map(|(i, (family, dest, prefix))| unreachable_route(i as u32 + 1, *family, dest, *prefix))
+        .collect();
+    let (netns_fd, userns_fd) = (netns.as_raw_fd(), owner.as_raw_fd());
+    let mut command = Command::new("/bin/true");
+    command.env_clear().current_dir("/").stdin(Stdio::null()).stdout(Stdio::null());
+    // SAFETY: runs in the forked child before exec; raw syscalls on memory allocated before the
+    // fork only, and on descriptors that are open in the child.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(move || {
+            if libc::setns(userns_fd, libc::CLONE_NEWUSER) != 0
+                || libc::setns(netns_fd, libc::CLONE_NEWNET) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            let sock = libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0);
+            if sock < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for msg in &messages {
+                if libc::send(sock, msg.as_ptr().cast(), msg.len(), 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The ack: an NLMSG_ERROR whose error field is 0 on success.
+                let mut ack = [0u8; 256];
+                let n = libc::recv(sock, ack.as_mut_ptr().cast(), ack.len(), 0);
+                if n < 20 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let error = i32::from_ne_bytes([ack[16], ack[17], ack[18], ack[19]]);
+                // No IPv6 in the namespace: nothing to block there.
+                if error != 0 && error != -libc::EAFNOSUPPORT {
+                    return Err(std::io::Error::from_raw_os_error(-error));
+                }
+            }
+            libc::close(sock);
+            Ok(())
+        });
+    }
+    let status = command
+        .status()
+        .map_err(Error::io("blocking link-local addresses in the sandbox's network"))?;
+    if !status.success() {
+        return Err(Error::UserNetwork {
+            reason: "could not add the link-local routes (`/bin/true` failed)".to_owned(),
+        });
+    }
+    Ok(())
+}
