@@ -431,7 +431,120 @@ pub(crate) fn all() -> Vec<Case> {
             unavailable_only: true,
             ..BASE
         },
+        Case {
+            // Our table is a policy: a typo in it must not run the script with the default.
+            name: "inline-unknown-key-exit-2",
+            script: MUST_NOT_RUN,
+            meta: Some("[tool.python-sandbox]\nnett = \"off\""),
+            expect: |_| Expect::exit(2).located().err("did you mean `net`?"),
+            ..BASE
+        },
+        Case {
+            // An unclosed block would be ignored, settings and all: stop instead.
+            name: "unclosed-block-exit-2",
+            script: Script::Inline(
+                "# /// script\n# [tool.python-sandbox]\n# net = \"off\"\nwrite(\"ran\")\ndone()\n",
+            ),
+            expect: |_| Expect::exit(2).located().err("never closed"),
+            ..BASE
+        },
+        Case {
+            name: "mount-unknown-mode-exit-2-creates-nothing",
+            script: MUST_NOT_RUN,
+            flags: |_| strings(&["--mount", "./sub:xx"]),
+            expect: |_| Expect::exit(2).err("`:ro`").err("`./sub:xx:rw`"),
+            ..BASE
+        },
+        Case {
+            // Checked before anything is created, so the rw mount is not made either.
+            name: "mount-missing-ro-exit-2-creates-nothing",
+            script: MUST_NOT_RUN,
+            flags: |_| strings(&["--mount", "./made:rw", "--mount", "./nothere:ro"]),
+            expect: |_| Expect::exit(2).err("nothere` does not exist"),
+            ..BASE
+        },
+        Case {
+            // Outside the workspace as inside it: a missing rw directory is created.
+            name: "mount-missing-rw-outside-created",
+            script: Script::File("mounts.py"),
+            flags: |fx| {
+                let new = path(&fx.outside_rw.join("new/deeper"));
+                strings(&["--approve", "--mount", &format!("{new}:rw")])
+            },
+            args: |fx| vec![format!("rw:{}", path(&fx.outside_rw.join("new/deeper")))],
+            expect: |_| {
+                Expect::ok().changes(&[
+                    "+tmp/outside/new",
+                    "+tmp/outside/new/deeper",
+                    "+tmp/outside/new/deeper/written.txt",
+                ])
+            },
+            ..BASE
+        },
+        Case {
+            // Creating a missing mount point never follows a symlink out of where it points.
+            name: "mount-missing-rw-through-symlink-refused",
+            script: MUST_NOT_RUN,
+            setup: |fx| {
+                symlink(&fx.outside_rw, fx.ws.join("link")).map_err(|e| format!("symlink: {e}"))
+            },
+            flags: |_| strings(&["--mount", "./link/new:rw"]),
+            expect: |_| Expect::exit(2).err("symlink"),
+            ..BASE
+        },
+        Case {
+            name: "json-error-exit-2-one-object",
+            script: MUST_NOT_RUN,
+            meta: Some("dependencies = ["),
+            flags: |_| strings(&["--json"]),
+            expect: |_| Expect::exit(2).located().host(json_error_with_diagnostics),
+            ..BASE
+        },
+        Case {
+            // `run --json 2>jerr`: the CLI's own output file is not something the script wrote.
+            name: "json-files-written-not-own-stderr",
+            script: Script::File("write_cwd.py"),
+            flags: |_| strings(&["--json"]),
+            stderr_to: Some("jerr"),
+            expect: |_| {
+                Expect::ok()
+                    .changes(&["+ws/jerr", "+ws/out.txt", "+ws/sub", "+ws/sub/nested.txt"])
+                    .host(files_written_by_the_script_only)
+            },
+            ..BASE
+        },
+        Case {
+            // `run -`: the script read from stdin runs from a private copy outside the
+            // workspace (TMPDIR is the host temp dir here), removed when the run ends.
+            name: "script-from-stdin",
+            script: Script::File("compute.py"),
+            stdin_script: true,
+            env: |fx| vec![("TMPDIR".into(), path(&fx.host_tmp))],
+            expect: |_| Expect::ok().has("sum-of-squares: 332833500"),
+            ..BASE
+        },
     ]
+}
+
+/// `run --json` that stops early still prints one JSON object, with the diagnostics.
+fn json_error_with_diagnostics(_: &Fixture, run: &Run) -> Result<(), String> {
+    let v: serde_json::Value = serde_json::from_str(run.out.stdout.trim()).map_err(|e| {
+        format!("--json: stdout is not one JSON object ({e}): {:?}", run.out.stdout)
+    })?;
+    let diagnostics = v["diagnostics"].as_array().map_or(0, Vec::len);
+    if v["exit_code"] != 2 || !v["error"].is_string() || diagnostics == 0 {
+        return Err(format!("--json: expected exit_code 2, an error and diagnostics: {v}"));
+    }
+    Ok(())
+}
+
+fn files_written_by_the_script_only(_: &Fixture, run: &Run) -> Result<(), String> {
+    let files = run.json.as_ref().map(|v| v["files_written"].clone()).unwrap_or_default();
+    let want = serde_json::json!(["out.txt", "sub/nested.txt"]);
+    if files != want {
+        return Err(format!("--json: files_written is {files}, expected {want}"));
+    }
+    Ok(())
 }
 
 /// No route at all: not the host's loopback, not its abstract sockets, not DNS.

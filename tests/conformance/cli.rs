@@ -56,6 +56,10 @@ pub(crate) struct Invocation<'a> {
     pub(crate) cwd: &'a Path,
     pub(crate) env: &'a [(String, String)],
     pub(crate) deadline: Duration,
+    /// Fed to the CLI's stdin (else it reads nothing).
+    pub(crate) stdin: Option<Vec<u8>>,
+    /// A file that gets the CLI's stderr instead of a pipe; read back into [`Output::stderr`].
+    pub(crate) stderr_to: Option<PathBuf>,
 }
 
 #[derive(Debug, Default)]
@@ -82,16 +86,27 @@ impl Invocation<'_> {
         during: Option<During<'_>>,
     ) -> Result<(Output, Option<Result<(), String>>), String> {
         let start = Instant::now();
+        let stderr_file = match &self.stderr_to {
+            Some(path) => Stdio::from(
+                std::fs::File::create(path)
+                    .map_err(|e| format!("cannot create {}: {e}", path.display()))?,
+            ),
+            None => Stdio::piped(),
+        };
         let mut child = Command::new(self.bin)
             .args(&self.args)
             .current_dir(self.cwd)
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
+            .stdin(if self.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(stderr_file)
             .spawn()
             .map_err(|e| format!("cannot spawn {}: {e}", self.bin.display()))?;
+        if let (Some(mut pipe), Some(bytes)) = (child.stdin.take(), &self.stdin) {
+            use std::io::Write as _;
+            pipe.write_all(bytes).map_err(|e| format!("cannot feed the script on stdin: {e}"))?;
+        }
         let stdout = drain(child.stdout.take());
         let stderr = drain(child.stderr.take());
         let exited = AtomicBool::new(false);
@@ -110,7 +125,10 @@ impl Invocation<'_> {
         // An exited CLI closes its pipes; a survivor holding them keeps them open.
         let grace = Duration::from_secs(5);
         let (stdout, held_out) = collect(&stdout, grace);
-        let (stderr, held_err) = collect(&stderr, grace);
+        let (mut stderr, held_err) = collect(&stderr, grace);
+        if let Some(path) = &self.stderr_to {
+            stderr = std::fs::read_to_string(path).unwrap_or_default();
+        }
         let signal = status.signal();
         let code = status.code().or(signal.map(|s| 128 + s)).unwrap_or(-1);
         let out =

@@ -47,6 +47,10 @@ pub(crate) struct Case {
     pub(crate) unavailable_only: bool,
     /// Engines the case applies to; `None`: all.
     pub(crate) only_on: Option<&'static [&'static str]>,
+    /// The script goes in on stdin, as `run -`, instead of as `case.py`.
+    pub(crate) stdin_script: bool,
+    /// The CLI's stderr goes to this file in the workspace (as `2>FILE` would), not to a pipe.
+    pub(crate) stderr_to: Option<&'static str>,
 }
 
 pub(crate) const BASE: Case = Case {
@@ -62,6 +66,8 @@ pub(crate) const BASE: Case = Case {
     deadline_secs: 120,
     unavailable_only: false,
     only_on: None,
+    stdin_script: false,
+    stderr_to: None,
 };
 
 pub(crate) fn no_strings(_: &Fixture) -> Vec<String> {
@@ -232,14 +238,16 @@ pub(crate) fn run_case(case: &Case, engine: &str, shared: &Shared, bin: &Path) -
         Ok(fx) => fx,
         Err(e) => return setup_failure(format!("fixture: {e}")),
     };
-    let prepared = script_text(case)
-        .and_then(|text| {
-            fs::write(fx.ws.join("case.py"), text).map_err(|e| format!("cannot write case.py: {e}"))
-        })
-        .and_then(|()| (case.setup)(&fx));
-    if let Err(e) = prepared {
-        return setup_failure(format!("setup: {e}"));
-    }
+    let prepared = script_text(case).and_then(|text| {
+        fs::write(fx.ws.join("case.py"), &text)
+            .map_err(|e| format!("cannot write case.py: {e}"))
+            .and_then(|()| (case.setup)(&fx))
+            .map(|()| text)
+    });
+    let text = match prepared {
+        Ok(text) => text,
+        Err(e) => return setup_failure(format!("setup: {e}")),
+    };
     let flags = (case.flags)(&fx);
     let script_args = (case.args)(&fx);
     // A case that picks the engine itself (e.g. `--engine auto`) gets no `--engine NAME`.
@@ -248,7 +256,7 @@ pub(crate) fn run_case(case: &Case, engine: &str, shared: &Shared, bin: &Path) -
         args.extend(["--engine".into(), engine.into()]);
     }
     args.extend(flags.iter().cloned());
-    args.push("case.py".into());
+    args.push(if case.stdin_script { "-" } else { "case.py" }.into());
     if !script_args.is_empty() {
         args.push("--".into());
         args.extend(script_args);
@@ -262,6 +270,8 @@ pub(crate) fn run_case(case: &Case, engine: &str, shared: &Shared, bin: &Path) -
         cwd: &fx.ws,
         env: &env,
         deadline: Duration::from_secs(case.deadline_secs),
+        stdin: case.stdin_script.then(|| text.into_bytes()),
+        stderr_to: case.stderr_to.map(|name| fx.ws.join(name)),
     };
     let fxr = &fx;
     let during_fn = case.during.map(|f| move |exited: &AtomicBool, pid: u32| f(fxr, exited, pid));

@@ -80,7 +80,7 @@ pub(crate) enum SessionCmd {
         env: Vec<String>,
         /// Stop the script after this many seconds (exit code 124; beats its own `timeout`).
         #[arg(long, value_name = "SECONDS")]
-        timeout: Option<f64>,
+        timeout: Option<String>,
         /// The engine the session runs on (default: whichever has it).
         #[arg(long, value_enum)]
         engine: Option<OciChoice>,
@@ -183,8 +183,8 @@ pub(crate) struct RunArgs {
     #[arg(long = "env", value_name = "NAME[=VALUE]")]
     pub(crate) env: Vec<String>,
     /// Stop the whole run after this many seconds (exit code 124).
-    #[arg(long, value_name = "SECONDS")]
-    pub(crate) timeout: Option<f64>,
+    #[arg(long, value_name = "SECONDS", allow_hyphen_values = true)]
+    pub(crate) timeout: Option<String>,
     /// Size cap of each tmpfs in the sandbox (`/tmp`, home): `512m`, `2g` (default 1g).
     #[arg(long, value_name = "SIZE")]
     pub(crate) tmpfs_size: Option<String>,
@@ -196,12 +196,20 @@ pub(crate) struct RunArgs {
     pub(crate) json: bool,
     #[command(flatten)]
     pub(crate) container: ContainerArgs,
-    /// The PEP 723 script.
+    /// The PEP 723 script: a file, a pipe such as `<(...)`, or `-` to read it from stdin.
     #[arg(value_name = "SCRIPT")]
     pub(crate) script: PathBuf,
     /// Arguments for the script, after `--`.
     #[arg(last = true, value_name = "ARGS")]
     pub(crate) args: Vec<String>,
+}
+
+/// Whether a command line that did not parse asked for `run --json` (a `--json` before any `--`),
+/// so that even a flag error answers with the one JSON object tools wait for.
+pub(crate) fn wants_run_json(args: &[std::ffi::OsString]) -> bool {
+    let mut words = args.iter().skip(1);
+    words.next().is_some_and(|w| w == "run")
+        && words.take_while(|w| *w != "--").any(|w| w == "--json" || w == "--json=true")
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -1,7 +1,11 @@
 //! Which files a run wrote into the workspace, for `run --json`: a bounded walk before and after,
-//! compared by size and modification time. Symlinks are not followed and `.git` is skipped.
+//! compared by size and modification time. Symlinks are not followed and `.git` is skipped, and so
+//! are the CLI's own stdout and stderr when they are files there (`run --json 2>log`): what the CLI
+//! writes is not the script's.
 
 use std::collections::BTreeMap;
+use std::os::fd::AsFd as _;
+use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -12,6 +16,7 @@ const MAX_ENTRIES: usize = 50_000;
 pub(crate) type Snapshot = BTreeMap<String, (u64, Option<SystemTime>)>;
 
 pub(crate) fn snapshot(root: &Path) -> Snapshot {
+    let own = own_outputs();
     let mut out = Snapshot::new();
     let mut stack = vec![root.to_path_buf()];
     let mut seen = 0usize;
@@ -30,12 +35,26 @@ pub(crate) fn snapshot(root: &Path) -> Snapshot {
                 }
             } else if ft.is_file()
                 && let (Ok(meta), Ok(rel)) = (entry.metadata(), path.strip_prefix(root))
+                && !own.contains(&(meta.dev(), meta.ino()))
             {
                 out.insert(rel.to_string_lossy().into_owned(), (meta.len(), meta.modified().ok()));
             }
         }
     }
     out
+}
+
+/// Device and inode of our stdout and stderr where they are regular files.
+fn own_outputs() -> Vec<(u64, u64)> {
+    let fds = [
+        std::io::stdout().as_fd().try_clone_to_owned(),
+        std::io::stderr().as_fd().try_clone_to_owned(),
+    ];
+    fds.into_iter()
+        .filter_map(|fd| std::fs::File::from(fd.ok()?).metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| (m.dev(), m.ino()))
+        .collect()
 }
 
 /// Files that are new or changed since `before`, sorted.

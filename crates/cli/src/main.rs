@@ -12,6 +12,7 @@ mod plugin_check;
 mod progress;
 mod reap;
 mod run;
+mod script;
 mod session;
 mod ui;
 
@@ -22,7 +23,20 @@ use clap::Parser;
 use crate::args::{Cli, Command};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            let code = u8::try_from(e.exit_code()).unwrap_or(ui::EXIT_USER_ERROR);
+            if code != 0 && args::wants_run_json(&argv) {
+                let text = e.to_string();
+                let message = text.lines().next().unwrap_or_default().trim_start_matches("error: ");
+                run::print_json_error(&anyhow::anyhow!("{message}"), None);
+            }
+            return ExitCode::from(code);
+        }
+    };
     let result = match cli.command {
         Command::Meta(cmd) => meta::run(cmd),
         Command::Detect { json } => detect::detect(json),

@@ -11,6 +11,7 @@ use anyhow::{Context, Result};
 use pep723_meta::{Diagnostic, Edit, LineIndex, PositionEncoding, SandboxKey, Severity};
 
 use crate::args::MetaCmd;
+use crate::script::Script;
 use crate::ui;
 
 pub(crate) fn run(cmd: MetaCmd) -> Result<ExitCode> {
@@ -25,28 +26,26 @@ pub(crate) fn run(cmd: MetaCmd) -> Result<ExitCode> {
             let edits = names.into_iter().map(Edit::RemoveDependency).collect::<Vec<_>>();
             apply(&file, &edits)
         }
+        // `dependencies` and `requires-python` are the top-level PEP 723 keys; the sandbox's own
+        // `dependencies` is spelled `tool.python-sandbox.dependencies`.
         MetaCmd::Set { file, key, value } => {
-            let edit = if is_requires_python(&key) {
-                Edit::SetRequiresPython(value)
-            } else {
-                Edit::SetSandbox { key: sandbox_key(&key)?, value }
+            let edit = match key.as_str() {
+                "requires-python" => Edit::SetRequiresPython(value),
+                "dependencies" => Edit::SetDependencies(value),
+                _ => Edit::SetSandbox { key: sandbox_key(&key)?, value },
             };
             apply(&file, &[edit])
         }
         MetaCmd::Unset { file, key } => {
-            let edit = if is_requires_python(&key) {
-                Edit::UnsetRequiresPython
-            } else {
-                Edit::UnsetSandbox { key: sandbox_key(&key)? }
+            let edit = match key.as_str() {
+                "requires-python" => Edit::UnsetRequiresPython,
+                "dependencies" => Edit::UnsetDependencies,
+                _ => Edit::UnsetSandbox { key: sandbox_key(&key)? },
             };
             apply(&file, &[edit])
         }
         MetaCmd::Init { file } => apply(&file, &[Edit::Init]),
     }
-}
-
-fn is_requires_python(key: &str) -> bool {
-    key == "requires-python"
 }
 
 fn sandbox_key(key: &str) -> Result<SandboxKey> {
@@ -56,29 +55,38 @@ fn sandbox_key(key: &str) -> Result<SandboxKey> {
             pep723_meta::EditError::UnknownKey { suggestion: Some(s), .. } => {
                 format!("did you mean `{s}`?")
             }
-            _ => format!("keys are `requires-python` and `{known}`"),
+            _ => format!(
+                "keys are `requires-python`, `dependencies` and, in `[tool.python-sandbox]`, `{known}`"
+            ),
         };
         ui::hinted(format!("unknown key `{key}`"), hint)
     })
 }
 
-/// Reads a script as bytes, so that invalid UTF-8 becomes a diagnostic instead of an IO error.
-/// Reads and parses a script about to run: invalid metadata is reported (every diagnostic,
-/// rendered) and refused, so nothing runs on a header we could not read.
-pub(crate) fn parse_for_run(script: &Path) -> Result<pep723_meta::Parsed> {
-    let bytes = read_script(script)?;
-    let parsed = pep723_meta::parse_bytes(&bytes);
+/// Parses a script about to run, strictly (`Parsed::strict`: a block or key that would not be
+/// read is an error): every diagnostic is printed, warnings too, and invalid metadata is refused
+/// with the diagnostics attached, so nothing runs on a header we could not fully read.
+pub(crate) fn parse_for_run(script: &Script) -> Result<pep723_meta::Parsed> {
+    let parsed = pep723_meta::parse_bytes(&script.bytes).strict();
+    let text = String::from_utf8_lossy(&script.bytes);
+    let shown = script.display.display();
+    anstream::eprint!("{}", render(&script.display, &text, &parsed.diagnostics));
     if parsed.status == pep723_meta::Status::Invalid {
-        let text = String::from_utf8_lossy(&bytes);
-        anstream::eprint!("{}", render(script, &text, &parsed.diagnostics));
-        return Err(ui::hinted(
-            format!("`{}` has invalid metadata; nothing was run", script.display()),
-            format!("check it with `python-sandbox meta check {}`", script.display()),
+        let hint = if script.path == script.display {
+            format!("check it with `python-sandbox meta check {shown}`")
+        } else {
+            "fix the metadata at the lines above".to_owned()
+        };
+        return Err(ui::with_diagnostics(
+            format!("`{shown}` has invalid metadata; nothing was run"),
+            hint,
+            diagnostics_json(&text, &parsed.diagnostics),
         ));
     }
     Ok(parsed)
 }
 
+/// Reads a script as bytes, so that invalid UTF-8 becomes a diagnostic instead of an IO error.
 pub(crate) fn read_script(path: &Path) -> Result<Vec<u8>> {
     // std (not fs_err): our message names the path once, and the OS error code survives.
     #[allow(clippy::disallowed_methods)]
@@ -237,6 +245,39 @@ fn apply(file: &Path, edits: &[Edit]) -> Result<ExitCode> {
     // The library's messages carry their own `hint:` line; `ui::report_error` prints it as a hint.
     let outcome = pep723_meta::edit(&text, edits)
         .map_err(|e| anyhow::anyhow!("cannot edit `{}`: {e}", file.display()))?;
+    // Removing what is not there is a typo worth stopping for, not a success: nothing is written.
+    let absent: Vec<&str> = outcome
+        .unchanged
+        .iter()
+        .filter_map(|&i| match edits.get(i) {
+            Some(Edit::RemoveDependency(name)) => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    if !absent.is_empty() {
+        let names = absent.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+        let listed = pep723_meta::parse(&text).toml.and_then(|t| match t.get("dependencies") {
+            Some(pep723_meta::TomlValue::Array(items)) => Some(
+                items
+                    .iter()
+                    .filter_map(|v| match v {
+                        pep723_meta::TomlValue::String(s) => Some(format!("`{s}`")),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+            _ => None,
+        });
+        let hint = match listed {
+            Some(l) if !l.is_empty() => format!("its dependencies are {}", l.join(", ")),
+            _ => "it declares no dependencies".to_owned(),
+        };
+        let noun = if absent.len() == 1 { "dependency" } else { "dependencies" };
+        return Err(ui::hinted(
+            format!("`{}` has no {noun} {names}; nothing was changed", file.display()),
+            hint,
+        ));
+    }
     if !outcome.changed() {
         eprintln!("`{}` already has that metadata; nothing to do", file.display());
         return Ok(ExitCode::SUCCESS);

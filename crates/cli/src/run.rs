@@ -13,13 +13,13 @@ use engine_detect::EngineName;
 use engine_oci::{Flavor, OciEngine};
 use pep723_meta::Metadata;
 use sandbox_core::{
-    Crossing, EnvVar, Layer, LayerMount, MountMode, Net, Output, Publish, ResolveCtx, RunIo,
-    RunOutcome, RunSpec, ScrubbingSink, Secrets, Stdin, Stream,
+    Crossing, EnvVar, Layer, LayerMount, MissingMount, Mount, MountMode, Net, Output, Publish,
+    ResolveCtx, RunIo, RunOutcome, RunSpec, ScrubbingSink, Secrets, Stdin, Stream,
 };
 
 use crate::args::{ContainerArgs, EngineChoice, NetFlag, RunArgs};
 use crate::detect::EXIT_NO_ENGINE;
-use crate::{files, meta, progress, session, ui};
+use crate::{files, meta, progress, script, session, ui};
 
 /// A boundary crossing was refused (no `--approve`).
 const EXIT_BOUNDARY: u8 = 4;
@@ -27,16 +27,40 @@ const EXIT_BOUNDARY: u8 = 4;
 pub(crate) const EXIT_TIMEOUT: u8 = 124;
 
 pub(crate) fn run(args: RunArgs) -> Result<ExitCode> {
+    let json = args.json;
+    let mut engine = None;
+    match run_selected(args, &mut engine) {
+        Err(e) if json => {
+            let code = ui::report_error(&e);
+            print_json_error(&e, engine);
+            Ok(code)
+        }
+        result => result,
+    }
+}
+
+/// With `--json`, the one JSON object of a run that stopped with an error (exit 2).
+pub(crate) fn print_json_error(e: &anyhow::Error, engine: Option<&str>) {
+    let mut v = ui::error_json(e);
+    v["engine"] = engine.into();
+    v["exit_code"] = ui::EXIT_USER_ERROR.into();
+    println!("{v}");
+}
+
+/// The run; `engine` is set once one is chosen, for the JSON of a later error.
+fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result<ExitCode> {
     let workspace = std::env::current_dir()
         .and_then(|d| d.canonicalize())
         .context("cannot determine the current directory (the workspace)")?;
     let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
 
-    let parsed = meta::parse_for_run(&args.script)?;
+    let script = script::load(&args.script)?;
+    let parsed = meta::parse_for_run(&script)?;
     let inline = parsed.metadata.as_ref().map(inline_layer).unwrap_or_default();
-    let cli = cli_layer(&args)?;
+    let cli = cli_layer(&args, &script.path)?;
     let ctx = ResolveCtx { workspace: workspace.clone(), home: home.clone() };
     let mut spec = sandbox_core::resolve(&Layer::default(), &inline, &cli, &ctx)?;
+    check_missing_mounts(&spec.mounts)?;
     fill_env_from_host(&mut spec);
 
     let crossings = crossings(&spec, home.as_deref());
@@ -47,6 +71,7 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode> {
     let Some(engine) = select_engine(args.engine, &args.container)? else {
         return Ok(no_engine(args.json));
     };
+    *engine_name = Some(engine.name());
     let before = args.json.then(|| files::snapshot(&spec.workspace));
     let outcome = match engine.run(&spec, args.json) {
         Ok(outcome) => outcome,
@@ -117,15 +142,16 @@ pub(crate) fn inline_layer(meta: &Metadata) -> Layer {
             .map(|e| EnvVar { name: e.value.name.clone(), value: e.value.value.clone() })
             .collect();
         layer.timeout = sb.timeout.as_ref().map(|t| Duration::from_secs(t.value));
+        layer.tmpfs_size = sb.tmpfs_size.as_ref().map(|t| t.value);
     }
     layer
 }
 
 /// The command line's layer. Flags that do not parse are errors before anything starts.
-fn cli_layer(args: &RunArgs) -> Result<Layer> {
-    let timeout = timeout_flag(args.timeout)?;
+fn cli_layer(args: &RunArgs, script: &Path) -> Result<Layer> {
+    let timeout = timeout_flag(args.timeout.as_deref())?;
     Ok(Layer {
-        script: Some(args.script.clone()),
+        script: Some(script.to_owned()),
         args: (!args.args.is_empty()).then(|| args.args.clone()),
         mounts: args.mounts.iter().map(|m| m.parse()).collect::<Result<_, _>>()?,
         net: args.net.map(|n| match n {
@@ -140,14 +166,29 @@ fn cli_layer(args: &RunArgs) -> Result<Layer> {
     })
 }
 
-/// `--timeout SECONDS`, checked.
-pub(crate) fn timeout_flag(timeout: Option<f64>) -> Result<Option<Duration>> {
-    match timeout {
-        Some(t) if !(t.is_finite() && t > 0.0 && t < 1e9) => {
-            Err(ui::hinted(format!("invalid timeout `{t}`"), "give a positive number of seconds"))
-        }
-        t => Ok(t.map(Duration::from_secs_f64)),
+/// `--timeout SECONDS`, checked; an error quotes the flag as written.
+pub(crate) fn timeout_flag(timeout: Option<&str>) -> Result<Option<Duration>> {
+    let Some(text) = timeout else { return Ok(None) };
+    match text.trim().parse::<f64>() {
+        Ok(t) if t.is_finite() && t > 0.0 && t < 1e9 => Ok(Some(Duration::from_secs_f64(t))),
+        _ => Err(ui::hinted(
+            format!("invalid timeout `{text}`"),
+            "give a positive number of seconds below 1000000000, e.g. `30` or `2.5`",
+        )),
     }
+}
+
+/// Every missing mount path is checked against `sandbox_core::missing_mount` before an engine
+/// starts, so that a missing read-only path stops the run before any read-write one is created.
+pub(crate) fn check_missing_mounts(mounts: &[Mount]) -> Result<()> {
+    for m in mounts {
+        let missing = std::fs::symlink_metadata(&m.path)
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+        if missing && sandbox_core::missing_mount(m.mode) == MissingMount::Refuse {
+            return Err(sandbox_core::Error::MissingMount { path: m.path.clone() }.into());
+        }
+    }
+    Ok(())
 }
 
 /// `--env NAME` and `env = ["NAME"]` copy the host's value; a name the host lacks is dropped with
@@ -216,7 +257,12 @@ fn refuse(crossings: &[Crossing], json: bool) -> ExitCode {
             .collect();
         println!(
             "{}",
-            serde_json::json!({"engine": null, "exit_code": EXIT_BOUNDARY, "crossings": items})
+            serde_json::json!({
+                "engine": null,
+                "exit_code": EXIT_BOUNDARY,
+                "error": "this run crosses a boundary and needs your approval",
+                "crossings": items,
+            })
         );
     }
     ExitCode::from(EXIT_BOUNDARY)
@@ -234,7 +280,12 @@ fn no_engine(json: bool) -> ExitCode {
     if json {
         println!(
             "{}",
-            serde_json::json!({"engine": null, "exit_code": EXIT_NO_ENGINE, "detection": detection})
+            serde_json::json!({
+                "engine": null,
+                "exit_code": EXIT_NO_ENGINE,
+                "error": "no isolation engine works here, so nothing was run",
+                "detection": detection,
+            })
         );
     }
     ExitCode::from(EXIT_NO_ENGINE)
@@ -384,4 +435,24 @@ fn is_unreachable(e: &anyhow::Error) -> bool {
 
 fn bwrap_engine() -> Result<BwrapEngine> {
     Ok(BwrapEngine::new(BwrapConfig::from_env()?)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The inline `tmpfs-size` reaches the spec, and `--tmpfs-size` beats it.
+    #[test]
+    fn inline_tmpfs_size_and_the_flag_that_beats_it() {
+        let text = "# /// script\n# [tool.python-sandbox]\n# tmpfs-size = \"512m\"\n# ///\n";
+        let parsed = pep723_meta::parse(text).strict();
+        let inline = parsed.metadata.as_ref().map(inline_layer).unwrap_or_default();
+        let ctx = ResolveCtx { workspace: PathBuf::from("/ws"), home: None };
+        let script = Layer { script: Some(PathBuf::from("s.py")), ..Layer::default() };
+        let flag = Layer { tmpfs_size: Some(2 << 30), ..script.clone() };
+        for (cli, want) in [(script, 512 << 20), (flag, 2 << 30)] {
+            let spec = sandbox_core::resolve(&Layer::default(), &inline, &cli, &ctx);
+            assert_eq!(spec.map(|s| s.tmpfs_size), Ok(want));
+        }
+    }
 }

@@ -203,7 +203,7 @@ pub(crate) fn run(cmd: SessionCmd) -> Result<ExitCode> {
     match cmd {
         SessionCmd::Start(args) => start(args),
         SessionCmd::Run { id, script, args, env, timeout, engine } => {
-            let flags = ScriptFlags { env, timeout: crate::run::timeout_flag(timeout)? };
+            let flags = ScriptFlags { env, timeout: crate::run::timeout_flag(timeout.as_deref())? };
             run_script(&id, &script, &args, &flags, engine)
         }
         SessionCmd::Exec { id, command, engine } => exec(&id, command, engine),
@@ -242,6 +242,7 @@ fn start(args: SessionStartArgs) -> Result<ExitCode> {
     };
     let ctx = sandbox_core::ResolveCtx { workspace: workspace.clone(), home: home.clone() };
     let mut spec = sandbox_core::resolve(&Layer::default(), &Layer::default(), &layer, &ctx)?;
+    crate::run::check_missing_mounts(&spec.mounts)?;
     for var in &mut spec.env {
         if var.value.is_none() {
             var.value = std::env::var(&var.name).ok();
@@ -359,10 +360,11 @@ fn run_script(
     flags: &ScriptFlags,
     choice: Option<OciChoice>,
 ) -> Result<ExitCode> {
-    let parsed = meta::parse_for_run(script)?;
+    let script = crate::script::load(script)?;
+    let parsed = meta::parse_for_run(&script)?;
     let inline = parsed.metadata.as_ref().map(crate::run::inline_layer).unwrap_or_default();
     let cli = Layer {
-        script: Some(script.to_owned()),
+        script: Some(script.path.clone()),
         env: flags.env.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,
         timeout: flags.timeout,
         ..Layer::default()
@@ -410,7 +412,7 @@ fn run_script(
             timeout: spec.timeout,
         };
         let mut sink = stream_out;
-        session.run_script_with(script, &options, &mut sink).await
+        session.run_script_with(&script.path, &options, &mut sink).await
     })?;
     if outcome.timed_out {
         let secs = timed_out.get().map_or(0.0, |t| t.as_secs_f64());

@@ -21,6 +21,8 @@ pub(crate) const EXIT_USER_ERROR: u8 = 2;
 pub(crate) struct Hinted {
     pub(crate) message: String,
     pub(crate) hint: String,
+    /// The script's diagnostics (already printed), for `run --json`.
+    pub(crate) diagnostics: Option<serde_json::Value>,
 }
 
 impl fmt::Display for Hinted {
@@ -33,7 +35,17 @@ impl std::error::Error for Hinted {}
 
 /// Builds an [`anyhow::Error`] that prints a `hint:` line under the message.
 pub(crate) fn hinted(message: impl Into<String>, hint: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(Hinted { message: message.into(), hint: hint.into() })
+    anyhow::Error::new(Hinted { message: message.into(), hint: hint.into(), diagnostics: None })
+}
+
+/// [`hinted`], carrying the diagnostics that explain it (as `meta check --json` prints them).
+pub(crate) fn with_diagnostics(
+    message: impl Into<String>,
+    hint: impl Into<String>,
+    diagnostics: serde_json::Value,
+) -> anyhow::Error {
+    let (message, hint) = (message.into(), hint.into());
+    anyhow::Error::new(Hinted { message, hint, diagnostics: Some(diagnostics) })
 }
 
 /// Prints an error chain (`error: outer`, `  caused by: inner`) and any hints, and picks the exit code.
@@ -41,28 +53,52 @@ pub(crate) fn hinted(message: impl Into<String>, hint: impl Into<String>) -> any
 /// Library errors may carry their hint in the message itself (`…\nhint: …`); those lines are
 /// printed as hints too, so every error looks the same.
 pub(crate) fn report_error(err: &anyhow::Error) -> ExitCode {
-    let mut hints = Vec::new();
-    for (i, cause) in err.chain().enumerate() {
-        let text = cause.to_string();
-        let (message, hint) = match text.split_once("\nhint: ") {
-            Some((m, h)) => (m.to_owned(), Some(h.to_owned())),
-            None => (text, None),
-        };
+    let (messages, hints) = parts(err);
+    for (i, message) in messages.iter().enumerate() {
         if i == 0 {
             eprintln!("{ERROR}error{ERROR:#}: {message}");
         } else {
             eprintln!("  {BOLD}caused by{BOLD:#}: {message}");
         }
+    }
+    for hint in hints {
+        print_hint(&hint);
+    }
+    ExitCode::from(EXIT_USER_ERROR)
+}
+
+/// The error as one JSON object for tools (`run --json`): `error` is the message and its causes,
+/// `hint` the hints, `diagnostics` the script's diagnostics when there are any.
+pub(crate) fn error_json(err: &anyhow::Error) -> serde_json::Value {
+    let (messages, hints) = parts(err);
+    let mut v = serde_json::json!({ "error": messages.join(": ") });
+    if !hints.is_empty() {
+        v["hint"] = hints.join("\n").into();
+    }
+    if let Some(d) = err.downcast_ref::<Hinted>().and_then(|h| h.diagnostics.clone()) {
+        v["diagnostics"] = d;
+    }
+    v
+}
+
+/// The messages of an error chain (outer first) and its hints.
+fn parts(err: &anyhow::Error) -> (Vec<String>, Vec<String>) {
+    let mut messages = Vec::new();
+    let mut hints = Vec::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        let (message, hint) = match text.split_once("\nhint: ") {
+            Some((m, h)) => (m.to_owned(), Some(h.to_owned())),
+            None => (text, None),
+        };
+        messages.push(message);
         hints.extend(hint);
     }
     // Searches contexts too, which iterating `chain()` does not.
     if let Some(h) = err.downcast_ref::<Hinted>() {
         hints.push(h.hint.clone());
     }
-    for hint in hints {
-        print_hint(&hint);
-    }
-    ExitCode::from(EXIT_USER_ERROR)
+    (messages, hints)
 }
 
 pub(crate) fn print_hint(hint: &str) {

@@ -1,9 +1,8 @@
-//! Small filesystem helpers: atomic writes, hashing, and directory creation that never
-//! follows a symlink.
+//! Small filesystem helpers: atomic writes, hashing, and private cache directories.
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
@@ -67,53 +66,6 @@ pub(crate) fn create_dir_all(dir: &Path) -> Result<()> {
         .mode(0o700)
         .create(dir)
         .map_err(Error::io(format!("creating {}", dir.display())))
-}
-
-/// Creates `dir` (absolute, already lexically normal) and its missing parents without ever
-/// following a symlink: every existing component must be a real directory. This is how
-/// mount points are made before bwrap sees them, so bwrap never creates one on the host.
-pub(crate) fn create_dir_all_nofollow(dir: &Path) -> Result<()> {
-    let mut current = PathBuf::from("/");
-    for component in dir.components() {
-        match component {
-            Component::RootDir => continue,
-            Component::Normal(name) => current.push(name),
-            _ => {
-                return Err(Error::RefusedMount {
-                    path: dir.to_owned(),
-                    reason: "not a normalized absolute path".into(),
-                });
-            }
-        }
-        match std::fs::symlink_metadata(&current) {
-            Ok(meta) if meta.file_type().is_symlink() => {
-                let real = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
-                return Err(Error::SymlinkInPath { path: dir.to_owned(), real });
-            }
-            Ok(meta) if meta.is_dir() => {}
-            Ok(_) => {
-                return Err(Error::RefusedMount {
-                    path: dir.to_owned(),
-                    reason: format!("{} is not a directory", current.display()),
-                });
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                // mkdir never follows a symlink in its last component: if one appeared in the
-                // meantime this fails with EEXIST instead of creating through it.
-                std::fs::DirBuilder::new()
-                    .mode(0o755)
-                    .create(&current)
-                    .map_err(Error::io(format!("creating {}", current.display())))?;
-            }
-            Err(e) => {
-                return Err(Error::Io {
-                    context: format!("inspecting {}", current.display()),
-                    source: e,
-                });
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Identity of a file for caches keyed by "the same binary": path, size, mtime, inode.

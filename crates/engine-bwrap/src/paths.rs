@@ -1,14 +1,14 @@
 //! Mount safety: every host path is canonicalized, targets reached through a symlink are
-//! refused, read-write mount points are created here without following symlinks, and some
+//! refused, missing read-write mount points are created without following symlinks, and some
 //! paths are never mounted at all. [`check_policy`] is the pure part.
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-use sandbox_core::{Mount, MountMode};
+use engine_detect::CreateDirError;
+use sandbox_core::{MissingMount, Mount, MountMode};
 
 use crate::error::{Error, Result};
-use crate::fsutil;
 use crate::plan::{Access, Bind};
 
 /// What a path is being used for (the rules differ slightly).
@@ -55,16 +55,20 @@ pub(crate) fn resolve_workspace(path: &Path, home: &Path, cache_root: &Path) -> 
     Ok(real)
 }
 
-/// One extra mount: read-only ones must exist; read-write directories are created.
+/// One extra mount. A missing path follows `sandbox_core::missing_mount`: read-write ones are
+/// created (after the policy check, so a refused path is never created), read-only ones are an
+/// error naming the path.
 pub(crate) fn resolve_mount(mount: &Mount, home: &Path, cache_root: &Path) -> Result<Bind> {
     let access = match mount.mode {
         MountMode::ReadOnly => Access::ReadOnly,
         MountMode::ReadWrite => Access::ReadWrite,
     };
     let path = &mount.path;
-    let exists = std::fs::symlink_metadata(path).is_ok();
-    if !exists && access == Access::ReadWrite {
-        fsutil::create_dir_all_nofollow(path)?;
+    let missing = std::fs::symlink_metadata(path).is_err();
+    if missing && sandbox_core::missing_mount(mount.mode) == MissingMount::CreateDir {
+        check_policy(path, Use::Mount, home, cache_root)
+            .map_err(|reason| Error::RefusedMount { path: path.clone(), reason })?;
+        engine_detect::create_dir_all_nofollow(path).map_err(|e| create_error(path, e))?;
     }
     let real = canonical_exact(path)?;
     check_policy(&real, Use::Mount, home, cache_root)
@@ -78,6 +82,27 @@ pub(crate) fn resolve_mount(mount: &Mount, home: &Path, cache_root: &Path) -> Re
         });
     }
     Ok(Bind::same(&real, access))
+}
+
+fn create_error(path: &Path, e: CreateDirError) -> Error {
+    match e {
+        CreateDirError::Symlink { at } => {
+            let rest = path.strip_prefix(&at).unwrap_or(Path::new(""));
+            let real = std::fs::canonicalize(&at).map_or_else(|_| at.clone(), |r| r.join(rest));
+            Error::SymlinkInPath { path: path.to_owned(), real }
+        }
+        CreateDirError::NotADirectory { at } => Error::RefusedMount {
+            path: path.to_owned(),
+            reason: format!("{} is not a directory", at.display()),
+        },
+        CreateDirError::NotNormal => Error::RefusedMount {
+            path: path.to_owned(),
+            reason: "not a normalized absolute path".into(),
+        },
+        CreateDirError::Io { at, source } => {
+            Error::Io { context: format!("creating {}", at.display()), source }
+        }
+    }
 }
 
 /// The script, canonical (it may live outside the workspace; then it is mounted read-only).

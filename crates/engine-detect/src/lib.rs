@@ -12,12 +12,14 @@
 //!   "no engine" case. It never suggests running unsandboxed.
 //! * [`probe_bwrap_cached`] memoizes a successful bwrap probe for the rest of the boot, so a
 //!   warm `run` does not pay two process spawns for detection.
-//! * [`which`] is the PATH lookup shared with the engines.
+//! * [`which`] is the PATH lookup shared with the engines, and [`create_dir_all_nofollow`] the
+//!   one way they create a missing read-write mount point.
 
 mod api;
 mod bwrap;
 mod detection;
 mod host;
+mod mkdir;
 mod os;
 mod suggest;
 mod which;
@@ -29,6 +31,7 @@ pub use bwrap::{
 };
 pub use detection::{Detection, EngineName, Probe, ProbeState, detect, detect_with};
 pub use host::ca_bundle;
+pub use mkdir::{CreateDirError, create_dir_all_nofollow};
 pub use os::{Distro, OsInfo, OsKind, Wsl};
 pub use suggest::suggest;
 pub use which::which;

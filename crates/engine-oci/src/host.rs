@@ -102,12 +102,29 @@ pub(crate) fn resolve_workspace(
 }
 
 /// One extra mount: canonical (the container sees the real path), not a socket, allowed.
-/// Read-write directories that do not exist yet are created, like bwrap does.
+/// A missing path follows `sandbox_core::missing_mount`, as on bwrap: read-write ones are created
+/// (after the policy check, and never through a symlink), read-only ones are an error.
 pub(crate) fn resolve_mount(mount: &Mount, home: Option<&Path>, private: &Path) -> Result<Bind> {
     let writable = mount.mode == MountMode::ReadWrite;
-    if writable && std::fs::symlink_metadata(&mount.path).is_err() {
-        std::fs::create_dir_all(&mount.path)
-            .map_err(Error::io(format!("creating {}", mount.path.display())))?;
+    let missing = std::fs::symlink_metadata(&mount.path).is_err();
+    if missing && sandbox_core::missing_mount(mount.mode) == sandbox_core::MissingMount::CreateDir {
+        let refused = |reason: String| Error::RefusedMount { path: mount.path.clone(), reason };
+        check_policy(&mount.path, false, home, private).map_err(refused)?;
+        engine_detect::create_dir_all_nofollow(&mount.path).map_err(|e| match e {
+            engine_detect::CreateDirError::Symlink { at } => refused(format!(
+                "{} is a symlink; missing mount points are never created through one",
+                at.display()
+            )),
+            engine_detect::CreateDirError::NotADirectory { at } => {
+                refused(format!("{} is not a directory", at.display()))
+            }
+            engine_detect::CreateDirError::NotNormal => {
+                refused("not a normalized absolute path".into())
+            }
+            engine_detect::CreateDirError::Io { at, source } => {
+                Error::Io { context: format!("creating {}", at.display()), source }
+            }
+        })?;
     }
     let real = std::fs::canonicalize(&mount.path)
         .map_err(|_| Error::MissingPath { path: mount.path.clone() })?;

@@ -50,6 +50,12 @@ pub mod codes {
     pub const SANDBOX_INVALID_VALUE: &str = "sandbox/invalid-value";
     /// The same mount, port or environment variable listed twice.
     pub const SANDBOX_DUPLICATE: &str = "sandbox/duplicate";
+
+    /// Warnings that mean something the author wrote is not read: a block that is unclosed,
+    /// misspelled, renamed or swallowed by another, and an unknown `[tool.python-sandbox]` key.
+    /// [`crate::Parsed::strict`] makes them errors.
+    pub const UNREAD: &[&str] =
+        &[UNCLOSED_BLOCK, NEAR_MISS, LEGACY_PYPROJECT, NESTED_OPENER, SANDBOX_UNKNOWN_KEY];
 }
 
 /// How serious a diagnostic is. Only `Error` makes a parse [`crate::Status::Invalid`].

@@ -31,6 +31,11 @@ pub enum Edit {
     SetRequiresPython(String),
     /// Removes `requires-python`.
     UnsetRequiresPython,
+    /// Sets the top-level `dependencies` to a list, given as TOML text like [`Edit::SetSandbox`]
+    /// (`["a", "b>=2"]`; a single requirement is wrapped in a list). Every entry must be PEP 508.
+    SetDependencies(String),
+    /// Removes the top-level `dependencies`.
+    UnsetDependencies,
     /// Adds a requirement to `[tool.python-sandbox] dependencies`, like [`Edit::AddDependency`].
     AddSandboxDependency(String),
     /// Removes a package from `[tool.python-sandbox] dependencies`.
@@ -66,17 +71,20 @@ pub enum SandboxKey {
     Env,
     /// `timeout`: seconds.
     Timeout,
+    /// `tmpfs-size`: bytes, or a size string such as `"512m"`.
+    TmpfsSize,
 }
 
 impl SandboxKey {
     /// Every key, in documentation order.
-    pub const ALL: [SandboxKey; 6] = [
+    pub const ALL: [SandboxKey; 7] = [
         SandboxKey::Dependencies,
         SandboxKey::Mounts,
         SandboxKey::Net,
         SandboxKey::Publish,
         SandboxKey::Env,
         SandboxKey::Timeout,
+        SandboxKey::TmpfsSize,
     ];
 
     /// The key as written in TOML.
@@ -88,6 +96,7 @@ impl SandboxKey {
             SandboxKey::Publish => "publish",
             SandboxKey::Env => "env",
             SandboxKey::Timeout => "timeout",
+            SandboxKey::TmpfsSize => "tmpfs-size",
         }
     }
 
@@ -127,6 +136,9 @@ pub struct EditOutcome {
     pub text: String,
     /// Minimal edits turning the old text into the new one (empty when nothing changed).
     pub edits: Vec<TextEdit>,
+    /// Indices (into the edits given) of the edits that changed nothing: the value was already
+    /// there, or there was nothing to remove (`RemoveDependency` of a package not listed).
+    pub unchanged: Vec<usize>,
 }
 
 impl EditOutcome {
@@ -143,7 +155,7 @@ impl EditOutcome {
 /// syntax error, an unclosed opener where a block would be created, or an invalid value.
 pub fn edit(source: &str, edits: &[Edit]) -> Result<EditOutcome, EditError> {
     if edits.is_empty() {
-        return Ok(unchanged(source));
+        return Ok(unchanged(source, Vec::new()));
     }
     for e in edits {
         validate_input(e)?;
@@ -168,16 +180,23 @@ pub fn edit(source: &str, edits: &[Edit]) -> Result<EditOutcome, EditError> {
     };
     let before = doc.to_string();
     let mut init = false;
-    for e in edits {
+    let mut noops = Vec::new();
+    for (i, e) in edits.iter().enumerate() {
         init |= matches!(e, Edit::Init);
+        let was = doc.to_string();
         apply(&mut doc, e)?;
+        // Init's change is the block itself, made below.
+        let made_block = matches!(e, Edit::Init) && block.is_none();
+        if doc.to_string() == was && !made_block {
+            noops.push(i);
+        }
     }
     if block.is_none() && init && !doc.contains_key("dependencies") {
         doc.insert("dependencies", Item::Value(Value::Array(Array::new())));
     }
     let toml = doc.to_string();
     if toml == before && (block.is_some() || !init) {
-        return Ok(unchanged(source));
+        return Ok(unchanged(source, noops));
     }
     let text = match block {
         Some(b) => splice_block(source, b, &toml),
@@ -191,11 +210,11 @@ pub fn edit(source: &str, edits: &[Edit]) -> Result<EditOutcome, EditError> {
         _ => return Err(EditError::Unrepresentable),
     }
     let edits = diff(source, &text).into_iter().collect();
-    Ok(EditOutcome { text, edits })
+    Ok(EditOutcome { text, edits, unchanged: noops })
 }
 
-fn unchanged(source: &str) -> EditOutcome {
-    EditOutcome { text: source.to_owned(), edits: Vec::new() }
+fn unchanged(source: &str, noops: Vec<usize>) -> EditOutcome {
+    EditOutcome { text: source.to_owned(), edits: Vec::new(), unchanged: noops }
 }
 
 fn validate_input(e: &Edit) -> Result<(), EditError> {
@@ -209,17 +228,32 @@ fn validate_input(e: &Edit) -> Result<(), EditError> {
         Edit::SetRequiresPython(s) => check_pep440(s)
             .map_err(|message| EditError::InvalidSpecifier { specifier: s.clone(), message }),
         Edit::SetSandbox { key, value } => sandbox_value(*key, value).map(|_| ()),
+        Edit::SetDependencies(value) => dependencies_value(value).map(|_| ()),
         _ => Ok(()),
     }
 }
 
 /// Turns `SetSandbox` text into a TOML value and validates it by parsing a one-key block.
 fn sandbox_value(key: SandboxKey, text: &str) -> Result<Value, EditError> {
+    let value = toml_value(text, key.is_list());
+    probe(Some("[tool.python-sandbox]"), key.as_str(), &value)?;
+    Ok(value)
+}
+
+/// Turns `SetDependencies` text into a TOML list and validates it like a parsed block.
+fn dependencies_value(text: &str) -> Result<Value, EditError> {
+    let value = toml_value(text, true);
+    probe(None, "dependencies", &value)?;
+    Ok(value)
+}
+
+/// TOML text, or a bare string when it is not TOML; wrapped in a list for a list key.
+fn toml_value(text: &str, list: bool) -> Value {
     let mut value = match text.trim().parse::<Value>() {
         Ok(v) => v,
         Err(_) => Value::from(text.trim()),
     };
-    if key.is_list() && !value.is_array() {
+    if list && !value.is_array() {
         let mut a = Array::new();
         a.push(value);
         value = Value::Array(a);
@@ -228,23 +262,24 @@ fn sandbox_value(key: SandboxKey, text: &str) -> Result<Value, EditError> {
         a.fmt();
     }
     value.decor_mut().clear();
+    value
+}
+
+/// Validates `key = value` by parsing a block that holds only it (under `header`, when given).
+fn probe(header: Option<&str>, key: &str, value: &Value) -> Result<(), EditError> {
     let line = value.to_string();
-    let probe =
-        format!("# /// script\n# [tool.python-sandbox]\n# {key} = {}\n# ///\n", line.trim());
+    let header_line = header.map(|h| format!("# {h}\n")).unwrap_or_default();
+    let probe = format!("# /// script\n{header_line}# {key} = {}\n# ///\n", line.trim());
     let parsed = crate::parse(&probe);
+    let invalid = |message: String| EditError::InvalidValue { key: key.to_owned(), message };
     if let Some(d) = parsed.errors().next() {
-        return Err(EditError::InvalidValue {
-            key: key.as_str().to_owned(),
-            message: d.message.clone(),
-        });
+        return Err(invalid(d.message.clone()));
     }
-    if parsed.block.as_ref().map(|b| b.content_lines()) != Some(2) {
-        return Err(EditError::InvalidValue {
-            key: key.as_str().to_owned(),
-            message: "the value must fit on one line".to_owned(),
-        });
+    let lines = 1 + usize::from(header.is_some());
+    if parsed.block.as_ref().map(|b| b.content_lines()) != Some(lines) {
+        return Err(invalid("the value must fit on one line".to_owned()));
     }
-    Ok(value)
+    Ok(())
 }
 
 fn apply(doc: &mut DocumentMut, e: &Edit) -> Result<(), EditError> {
@@ -292,6 +327,15 @@ fn apply(doc: &mut DocumentMut, e: &Edit) -> Result<(), EditError> {
             doc.remove("requires-python");
             Ok(())
         }
+        Edit::SetDependencies(text) => {
+            let value = dependencies_value(text)?;
+            replace_value(doc.as_table_mut(), "dependencies", value);
+            Ok(())
+        }
+        Edit::UnsetDependencies => {
+            doc.remove("dependencies");
+            Ok(())
+        }
         Edit::AddSandboxDependency(r) => {
             let table = sandbox_table(doc, true)?.ok_or(EditError::Unrepresentable)?;
             let item =
@@ -316,19 +360,9 @@ fn apply(doc: &mut DocumentMut, e: &Edit) -> Result<(), EditError> {
             Ok(())
         }
         Edit::SetSandbox { key, value } => {
-            let mut value = sandbox_value(*key, value)?;
+            let value = sandbox_value(*key, value)?;
             let table = sandbox_table(doc, true)?.ok_or(EditError::Unrepresentable)?;
-            match table.get_mut(key.as_str()) {
-                Some(Item::Value(old)) => {
-                    if old.to_string().trim() != value.to_string().trim() {
-                        *value.decor_mut() = old.decor().clone();
-                        *old = value;
-                    }
-                }
-                _ => {
-                    table.insert(key.as_str(), Item::Value(value));
-                }
-            }
+            replace_value(table, key.as_str(), value);
             Ok(())
         }
         Edit::UnsetSandbox { key } => {
@@ -339,6 +373,22 @@ fn apply(doc: &mut DocumentMut, e: &Edit) -> Result<(), EditError> {
                 }
             }
             Ok(())
+        }
+    }
+}
+
+/// Sets `key` to `value`, keeping the old value's decor (comments, spacing) and leaving an equal
+/// value untouched.
+fn replace_value(table: &mut dyn TableLike, key: &str, mut value: Value) {
+    match table.get_mut(key) {
+        Some(Item::Value(old)) => {
+            if old.to_string().trim() != value.to_string().trim() {
+                *value.decor_mut() = old.decor().clone();
+                *old = value;
+            }
+        }
+        _ => {
+            table.insert(key, Item::Value(value));
         }
     }
 }

@@ -75,6 +75,24 @@ impl Parsed {
     pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
         self.diagnostics.iter().filter(|d| d.is_error())
     }
+
+    /// The parse as a tool must see it that enforces the metadata as policy (python-sandbox's
+    /// `run`): the [`codes::UNREAD`] warnings become errors, so that a typo can never make a script
+    /// run without settings it declares (`nett = "off"` running with the network on, an unclosed
+    /// block running with none of its settings). Editors and `meta check` keep them warnings: the
+    /// spec says such blocks are ignored, not invalid.
+    pub fn strict(mut self) -> Parsed {
+        for d in &mut self.diagnostics {
+            if codes::UNREAD.contains(&d.code) {
+                d.severity = Severity::Error;
+            }
+        }
+        if self.diagnostics.iter().any(Diagnostic::is_error) {
+            self.status = Status::Invalid;
+            self.metadata = None;
+        }
+        self
+    }
 }
 
 /// Parses PEP 723 metadata from a script's text. Pure; never panics; linear time.

@@ -31,6 +31,7 @@ pub struct Metadata {
 /// `[tool.python-sandbox]`: how the script wants to be sandboxed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "camelCase"))]
 pub struct SandboxConfig {
     /// Extra PEP 508 requirements installed only inside the sandbox.
     pub dependencies: Vec<Spanned<String>>,
@@ -44,10 +45,13 @@ pub struct SandboxConfig {
     pub env: Vec<Spanned<EnvVar>>,
     /// Wall-clock limit in seconds (positive).
     pub timeout: Option<Spanned<u64>>,
+    /// `tmpfs-size`: the size cap of each tmpfs in the sandbox, in bytes (at least 1 MiB).
+    pub tmpfs_size: Option<Spanned<u64>>,
 }
 
-/// A mount: `"PATH"`, `"PATH:ro"` or `"PATH:rw"`. The mode is read only from a final `:ro`/`:rw`,
-/// so `C:\data:ro` is the path `C:\data`, read-only.
+/// A mount: `"PATH"`, `"PATH:ro"` or `"PATH:rw"`. The mode is read only from a final `:ro`/`:rw`
+/// and any other text after the last `:` is an unknown mode, so a path that contains `:` is
+/// written with its mode (`"./a:b:rw"` is `./a:b`, read-write).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct MountSpec {
@@ -58,14 +62,19 @@ pub struct MountSpec {
 }
 
 impl MountSpec {
-    /// Parses `PATH[:ro|:rw]`. Returns `None` for an empty path.
+    /// Parses `PATH[:ro|:rw]`. Returns `None` for an empty path or an unknown mode.
     pub fn parse(s: &str) -> Option<Self> {
-        let (path, mode) = match s.rsplit_once(':') {
-            Some((p, "ro")) => (p, Some(MountMode::Ro)),
-            Some((p, "rw")) => (p, Some(MountMode::Rw)),
-            _ => (s, None),
-        };
-        (!path.is_empty()).then(|| Self { path: path.to_owned(), mode })
+        Self::split(s).ok()
+    }
+
+    /// [`MountSpec::parse`] with the reason for a refusal.
+    pub(crate) fn split(s: &str) -> Result<Self, sandbox_core::MountSpellingError> {
+        let (path, mode) = sandbox_core::split_mount(s)?;
+        let mode = mode.map(|m| match m {
+            sandbox_core::MountMode::ReadOnly => MountMode::Ro,
+            sandbox_core::MountMode::ReadWrite => MountMode::Rw,
+        });
+        Ok(Self { path: path.to_owned(), mode })
     }
 }
 

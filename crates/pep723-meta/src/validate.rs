@@ -15,7 +15,7 @@ use crate::scan::{self, Block, opener_kind};
 pub(crate) const TOP_KEYS: &[&str] = &["dependencies", "requires-python", "tool"];
 /// The `[tool.python-sandbox]` keys.
 pub(crate) const SANDBOX_KEYS: &[&str] =
-    &["dependencies", "mounts", "net", "publish", "env", "timeout"];
+    &["dependencies", "mounts", "net", "publish", "env", "timeout", "tmpfs-size"];
 /// The tool table this crate validates.
 pub(crate) const SANDBOX_TABLE: &str = "python-sandbox";
 
@@ -520,6 +520,7 @@ impl Cx<'_> {
                 "publish" => cfg.publish = self.publish(key, item),
                 "env" => cfg.env = self.env(key, item),
                 "timeout" => cfg.timeout = self.timeout(key, item),
+                "tmpfs-size" => cfg.tmpfs_size = self.tmpfs_size(key, item),
                 _ => {
                     let span = self.key_span(key);
                     let mut d = Diagnostic::warning(
@@ -575,17 +576,20 @@ impl Cx<'_> {
                 );
                 continue;
             }
-            if let Some((path, mode)) = s.rsplit_once(':') {
-                let looks_like_mode =
-                    mode.len() <= 4 && mode.chars().all(|c| c.is_ascii_alphabetic());
-                if looks_like_mode && mode != "ro" && mode != "rw" {
+            let spec = match MountSpec::split(&s) {
+                Ok(spec) => spec,
+                Err(sandbox_core::MountSpellingError::EmptyPath) => {
+                    self.push(bad("mount path is empty"));
+                    continue;
+                }
+                Err(sandbox_core::MountSpellingError::UnknownMode) => {
+                    let (path, mode) = s.rsplit_once(':').unwrap_or((s.as_str(), ""));
                     let message = if mode.is_empty() {
                         format!("mount `{s}` has an empty mode after `:`")
                     } else {
                         format!("mount `{s}` has an unknown mode `{mode}`")
                     };
-                    let mut d = bad(&message)
-                        .with_hint("the mode is `ro` (read-only) or `rw` (read-write)");
+                    let mut d = bad(&message).with_hint(sandbox_core::mount_mode_hint(&s));
                     for m in ["ro", "rw"] {
                         d = d.with_fix(
                             format!("use `{path}:{m}`"),
@@ -598,10 +602,6 @@ impl Cx<'_> {
                     self.push(d);
                     continue;
                 }
-            }
-            let Some(spec) = MountSpec::parse(&s) else {
-                self.push(bad("mount path is empty"));
-                continue;
             };
             if let Some(first) = seen.get(&spec.path) {
                 self.duplicate(span.clone(), first.clone(), format!("mount `{}`", spec.path));
@@ -786,6 +786,48 @@ impl Cx<'_> {
                         vec![TextEdit { range: span, new_text: n.to_string() }],
                     );
                 }
+                self.push(d);
+                None
+            }
+        }
+    }
+
+    /// `tmpfs-size`: bytes as an integer, or a size string in the `--tmpfs-size` spelling.
+    fn tmpfs_size(&mut self, key: &Key, item: &Item) -> Option<Spanned<u64>> {
+        let span = self.item_span(key, item);
+        let min = sandbox_core::MIN_TMPFS_SIZE;
+        let hint =
+            "write a size such as `\"512m\"` or `\"2g\"`, or a whole number of bytes; at least 1m";
+        let (bytes, shown) = match item.as_value() {
+            Some(Value::Integer(i)) => (u64::try_from(*i.value()).ok(), i.value().to_string()),
+            Some(Value::String(s)) => {
+                (sandbox_core::parse_size(s.value()).ok(), format!("`\"{}\"`", s.value()))
+            }
+            _ => {
+                let d = Diagnostic::error(
+                    codes::SANDBOX_INVALID_TYPE,
+                    span,
+                    format!(
+                        "`tmpfs-size` must be a size string or a number of bytes, not {}",
+                        type_name(item)
+                    ),
+                )
+                .with_hint(hint);
+                self.push(d);
+                return None;
+            }
+        };
+        match bytes {
+            Some(b) if b >= min => Some(Spanned { value: b, span }),
+            _ => {
+                let why =
+                    if bytes.is_some() { "is below the minimum of 1m" } else { "is not a size" };
+                let d = Diagnostic::error(
+                    codes::SANDBOX_INVALID_VALUE,
+                    span,
+                    format!("`tmpfs-size` {shown} {why}"),
+                )
+                .with_hint(hint);
                 self.push(d);
                 None
             }

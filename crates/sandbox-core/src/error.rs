@@ -62,6 +62,22 @@ pub enum Error {
         /// The accepted spellings.
         hint: &'static str,
     },
+    /// A mount spelled with something other than `:ro`/`:rw` after its last `:`.
+    #[error("unknown mode `{mode}` in mount `{mount}`\nhint: {hint}")]
+    UnknownMountMode {
+        /// The mount as given.
+        mount: String,
+        /// The text after the last `:`.
+        mode: String,
+        /// The two modes for the path as typed, and how to mount a path containing `:`.
+        hint: String,
+    },
+    /// A read-only mount of a path that does not exist ([`crate::MissingMount::Refuse`]).
+    #[error("mount `{}` does not exist\nhint: a read-only mount must exist; create it first, or mount it with `:rw` to have an empty directory made", path.display())]
+    MissingMount {
+        /// The missing path.
+        path: PathBuf,
+    },
     /// Port 0 cannot be published.
     #[error("cannot publish port 0\nhint: ports range from 1 to 65535")]
     InvalidPort,

@@ -190,8 +190,9 @@ pub fn resolve(
     })
 }
 
-/// Below this a tmpfs cannot hold even Python's own temporary files.
-const MIN_TMPFS_SIZE: u64 = 1 << 20;
+/// The smallest [`RunSpec::tmpfs_size`]: below this a tmpfs cannot hold even Python's own
+/// temporary files.
+pub const MIN_TMPFS_SIZE: u64 = 1 << 20;
 
 /// The value from the highest layer that sets it.
 fn last_set<'a, T: ?Sized>(

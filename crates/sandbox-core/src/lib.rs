@@ -12,6 +12,7 @@ mod error;
 mod fake;
 mod io;
 mod layer;
+mod missing;
 mod parse;
 mod paths;
 mod policy;
@@ -26,8 +27,9 @@ pub use engine::{DynEngine, Engine, Output, RunIo, RunOutcome, Stdin, exit_code}
 pub use error::Error;
 pub use fake::{FakeCall, FakeFs, FakeReply, FakeSandbox};
 pub use io::{Captured, OutputSink, Stream};
-pub use layer::{Layer, LayerMount, ResolveCtx, resolve};
-pub use parse::parse_size;
+pub use layer::{Layer, LayerMount, MIN_TMPFS_SIZE, ResolveCtx, resolve};
+pub use missing::{MissingMount, missing_mount};
+pub use parse::{MountSpellingError, mount_mode_hint, parse_size, split_mount};
 pub use policy::{
     CA_BUNDLE_CANDIDATES, NEVER_MOUNTED, PREPARE_ENV_ALLOWLIST, PathUse, RUN_ENV_ALLOWLIST,
     SANDBOX_CA_BUNDLE, SYSTEM_DIRS, check_host_path,

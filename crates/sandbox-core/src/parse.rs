@@ -1,7 +1,9 @@
 //! `FromStr` for the command-line spellings of spec values, shared by the CLI flags and
 //! anything else that reads them (`--mount PATH[:ro|:rw]`, `--publish [HOST:]PORT`,
-//! `--env NAME[=VALUE]`, `--net on|off`). The inline table uses the same mount rule: the
-//! mode is read only from a final `:ro`/`:rw`, so paths containing `:` still work.
+//! `--env NAME[=VALUE]`, `--net on|off`). The inline table uses the same mount rule
+//! ([`split_mount`]): the mode is read only from a final `:ro`/`:rw`, and any other text after
+//! the last `:` is a typo, never part of the path, so a path that contains `:` needs its mode
+//! spelled out (`./a:b:rw`).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -9,23 +11,59 @@ use std::str::FromStr;
 
 use crate::{EnvVar, Error, LayerMount, MountMode, Net, Publish};
 
+/// Why a mount spelling is refused by [`split_mount`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountSpellingError {
+    /// Nothing before the mode (`:ro`) or nothing at all.
+    EmptyPath,
+    /// Text after the last `:` that is not `ro` or `rw` (`./sub:xx`, `./sub:`, `/x:RO`).
+    UnknownMode,
+}
+
+/// Splits `PATH[:ro|:rw]` into the path and its mode. The mode is read only from a final `:ro`
+/// or `:rw`; anything else after the last `:` is an unknown mode rather than part of the path,
+/// because a typo (`./out:rx`) that silently became a path would create or mount the wrong thing.
+/// A path that contains `:` is therefore written with its mode: `./a:b:rw` is `./a:b`.
+pub fn split_mount(text: &str) -> Result<(&str, Option<MountMode>), MountSpellingError> {
+    let (path, mode) = match text.rsplit_once(':') {
+        Some((path, "ro")) => (path, Some(MountMode::ReadOnly)),
+        Some((path, "rw")) => (path, Some(MountMode::ReadWrite)),
+        Some(_) => return Err(MountSpellingError::UnknownMode),
+        None => (text, None),
+    };
+    if path.is_empty() {
+        return Err(MountSpellingError::EmptyPath);
+    }
+    Ok((path, mode))
+}
+
+/// The `hint:` for a mount with an unknown mode: the two modes for the path as typed, and how to
+/// mount a path that really contains `:`.
+pub fn mount_mode_hint(text: &str) -> String {
+    let path = text.rsplit_once(':').map_or(text, |(path, _)| path);
+    format!(
+        "the mode is a final `:ro` (read-only) or `:rw` (read-write): `{path}:ro` or `{path}:rw`; \
+         a path that contains `:` needs its mode spelled out, e.g. `{text}:rw`"
+    )
+}
+
 impl FromStr for LayerMount {
     type Err = Error;
 
     fn from_str(text: &str) -> Result<LayerMount, Error> {
-        let (path, mode) = match text.rsplit_once(':') {
-            Some((path, "ro")) => (path, Some(MountMode::ReadOnly)),
-            Some((path, "rw")) => (path, Some(MountMode::ReadWrite)),
-            _ => (text, None),
-        };
-        if path.is_empty() {
-            return Err(Error::InvalidValue {
+        match split_mount(text) {
+            Ok((path, mode)) => Ok(LayerMount { path: PathBuf::from(path), mode }),
+            Err(MountSpellingError::EmptyPath) => Err(Error::InvalidValue {
                 what: "mount",
                 value: text.to_owned(),
                 hint: "write `PATH`, `PATH:ro` or `PATH:rw`",
-            });
+            }),
+            Err(MountSpellingError::UnknownMode) => Err(Error::UnknownMountMode {
+                mount: text.to_owned(),
+                mode: text.rsplit_once(':').map(|(_, mode)| mode.to_owned()).unwrap_or_default(),
+                hint: mount_mode_hint(text),
+            }),
         }
-        Ok(LayerMount { path: PathBuf::from(path), mode })
     }
 }
 
@@ -132,7 +170,10 @@ mod tests {
 
     #[test]
     fn spellings() {
-        let mounts = ["/data", "/data:ro", "./out:rw", "C:/x", "/a:b:ro", "/x:RO", ":ro", ""];
+        let mounts = [
+            "/data", "/data:ro", "./out:rw", "C:/x", "/a:b:ro", "/x:RO", "./sub:xx", "./sub:",
+            ":ro", "",
+        ];
         let ports = ["8000", "127.0.0.1:8000", "[::1]:9000", "0", "70000", "localhost:80", "x"];
         let envs = ["A=1", "TOKEN", "A==b", "EMPTY=", "=x"];
         let nets = ["on", "off", "OFF", "true"];
@@ -147,9 +188,11 @@ mod tests {
             r#"mount "/data": LayerMount { path: "/data", mode: None }"#,
             r#"mount "/data:ro": LayerMount { path: "/data", mode: Some(ReadOnly) }"#,
             r#"mount "./out:rw": LayerMount { path: "./out", mode: Some(ReadWrite) }"#,
-            r#"mount "C:/x": LayerMount { path: "C:/x", mode: None }"#,
+            r#"mount "C:/x": error: unknown mode `/x` in mount `C:/x` / hint: the mode is a final `:ro` (read-only) or `:rw` (read-write): `C:ro` or `C:rw`; a path that contains `:` needs its mode spelled out, e.g. `C:/x:rw`"#,
             r#"mount "/a:b:ro": LayerMount { path: "/a:b", mode: Some(ReadOnly) }"#,
-            r#"mount "/x:RO": LayerMount { path: "/x:RO", mode: None }"#,
+            r#"mount "/x:RO": error: unknown mode `RO` in mount `/x:RO` / hint: the mode is a final `:ro` (read-only) or `:rw` (read-write): `/x:ro` or `/x:rw`; a path that contains `:` needs its mode spelled out, e.g. `/x:RO:rw`"#,
+            r#"mount "./sub:xx": error: unknown mode `xx` in mount `./sub:xx` / hint: the mode is a final `:ro` (read-only) or `:rw` (read-write): `./sub:ro` or `./sub:rw`; a path that contains `:` needs its mode spelled out, e.g. `./sub:xx:rw`"#,
+            r#"mount "./sub:": error: unknown mode `` in mount `./sub:` / hint: the mode is a final `:ro` (read-only) or `:rw` (read-write): `./sub:ro` or `./sub:rw`; a path that contains `:` needs its mode spelled out, e.g. `./sub::rw`"#,
             r#"mount ":ro": error: invalid mount `:ro` / hint: write `PATH`, `PATH:ro` or `PATH:rw`"#,
             r#"mount "": error: invalid mount `` / hint: write `PATH`, `PATH:ro` or `PATH:rw`"#,
             r#"publish "8000": Publish { port: 8000, host: None }"#,

@@ -3,9 +3,10 @@
 
 mod meta;
 mod reap;
+mod run;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 /// A temporary working directory with helpers to write scripts and run the CLI in it.
 pub(crate) struct Ctx {
@@ -31,15 +32,50 @@ impl Ctx {
         std::fs::read_to_string(self.dir.path().join(name)).expect("read script")
     }
 
-    /// Runs the CLI with `args` in the temp dir, colours off, and returns its output.
-    pub(crate) fn run(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_python-sandbox"))
-            .args(args)
+    /// The names in the temp dir, sorted.
+    pub(crate) fn ls(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.dir.path())
+            .expect("ls")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_python-sandbox"));
+        cmd.args(args)
             .current_dir(self.dir.path())
             .env("NO_COLOR", "1")
             .env_remove("CLICOLOR_FORCE")
-            .output()
-            .expect("run python-sandbox")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs the CLI with `args` in the temp dir, colours off, and returns its output.
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run python-sandbox")
+    }
+
+    /// [`Ctx::run`] with extra environment variables.
+    pub(crate) fn run_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        self.command(args).envs(env.iter().copied()).output().expect("run python-sandbox")
+    }
+
+    /// [`Ctx::run`] with `stdin` as the CLI's standard input.
+    pub(crate) fn run_with_stdin(&self, args: &[&str], stdin: &[u8]) -> Output {
+        use std::io::Write as _;
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn python-sandbox");
+        let mut pipe = child.stdin.take().expect("stdin");
+        pipe.write_all(stdin).expect("write stdin");
+        drop(pipe);
+        child.wait_with_output().expect("wait for python-sandbox")
     }
 }
 

@@ -199,3 +199,52 @@ fn editing_a_file_with_duplicate_blocks_is_refused() {
     ");
     assert_eq!(ctx.read("dup.py"), text);
 }
+
+#[test]
+fn dependencies_and_requires_python_are_set_at_the_top_level() {
+    let ctx = Ctx::new();
+    ctx.write("d.py", "# /// script\n# dependencies = [\"old\"]\n#\n# [tool.python-sandbox]\n# net = \"off\"\n# ///\n");
+    for args in [
+        &["meta", "set", "d.py", "dependencies", r#"["a", "b>=2"]"#][..],
+        &["meta", "set", "d.py", "requires-python", ">=3.11"],
+        &["meta", "set", "d.py", "tool.python-sandbox.dependencies", "extra"],
+    ] {
+        let out = ctx.run(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", transcript(&out));
+    }
+    assert_snapshot!(ctx.read("d.py"), @r#"
+    # /// script
+    # requires-python = ">=3.11"
+    # dependencies = ["a", "b>=2"]
+    #
+    # [tool.python-sandbox]
+    # net = "off"
+    # dependencies = ["extra"]
+    # ///
+    "#);
+    assert_eq!(ctx.run(&["meta", "unset", "d.py", "dependencies"]).status.code(), Some(0));
+    assert!(!ctx.read("d.py").contains(r#"["a", "b>=2"]"#), "{}", ctx.read("d.py"));
+    assert!(ctx.read("d.py").contains(r#"dependencies = ["extra"]"#), "{}", ctx.read("d.py"));
+}
+
+#[test]
+fn removing_a_dependency_that_is_not_there_says_so_and_changes_nothing() {
+    let ctx = Ctx::new();
+    let original = "# /// script\r\n# dependencies = [\"rich\", \"six\"]\r\n# ///\r\nprint(1)";
+    ctx.write("crlf.py", original);
+    assert_snapshot!(transcript(&ctx.run(&["meta", "remove", "crlf.py", "nothere", "six"])), @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: `crlf.py` has no dependency `nothere`; nothing was changed
+    hint: its dependencies are `rich`, `six`
+    ");
+    assert_eq!(ctx.read("crlf.py"), original);
+    ctx.write("none.py", "print(1)\n");
+    let out = ctx.run(&["meta", "remove", "none.py", "a", "b"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("has no dependencies `a`, `b`") && err.contains("it declares no dependencies"),
+        "{err}"
+    );
+}

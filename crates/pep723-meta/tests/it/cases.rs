@@ -67,8 +67,35 @@ fn parse_cases() {
     assert!(wrong.is_empty(), "wrong status:\n{}", wrong.join("\n"));
 }
 
+/// `strict` (the parse `run` uses) refuses exactly what would run without settings the author
+/// wrote; other warnings stay warnings.
+#[test]
+fn strict_refuses_unread_metadata() {
+    let cases = [
+        ("# /// script\n# [tool.python-sandbox]\n# nett = \"off\"\n# ///\n", Status::Invalid),
+        ("# /// script\n# [tool.python-sandbox]\n# net = \"off\"\nprint(1)\n", Status::Invalid),
+        ("#/// script\n# dependencies = []\n# ///\n", Status::Invalid),
+        ("# /// pyproject\n# [run]\n# dependencies = []\n# ///\n", Status::Invalid),
+        ("# /// other\n# x\n# ///\n# /// script\n# dependencies = []\n# ///\n", Status::Invalid),
+        ("# /// script\n# dependencies = []\n# ///\n", Status::Ok),
+        ("# /// script\n# tool.x = {a = 1,}\n# ///\n", Status::Ok),
+        ("# /// script\n# dependencies = []\n# foo = 1\n# ///\n", Status::Ok),
+        ("print(1)\n", Status::None),
+    ];
+    for (source, expected) in cases {
+        let loose = parse(source);
+        let strict = loose.clone().strict();
+        assert_eq!(strict.status, expected, "{source:?}: {:?}", strict.diagnostics);
+        assert_eq!(strict.metadata.is_some(), expected == Status::Ok, "{source:?}");
+        let codes =
+            |p: &pep723_meta::Parsed| p.diagnostics.iter().map(|d| d.code).collect::<Vec<_>>();
+        assert_eq!(codes(&strict), codes(&loose), "{source:?}: the same diagnostics, only graver");
+    }
+}
+
 /// One line of a `.edits` file: `init`, `add REQ`, `remove NAME`, `requires-python SPEC`,
-/// `unset-requires-python`, `sandbox-add REQ`, `sandbox-remove NAME`, `set KEY VALUE`, `unset KEY`.
+/// `unset-requires-python`, `sandbox-add REQ`, `sandbox-remove NAME`, `set KEY VALUE`, `unset KEY`,
+/// `set-dependencies VALUE`, `unset-dependencies`.
 fn parse_op(line: &str) -> Edit {
     let (op, arg) = line.split_once(' ').unwrap_or((line, ""));
     let arg = arg.to_owned();
@@ -86,6 +113,8 @@ fn parse_op(line: &str) -> Edit {
             Edit::SetSandbox { key: key(k), value: v.to_owned() }
         }
         "unset" => Edit::UnsetSandbox { key: key(&arg) },
+        "set-dependencies" => Edit::SetDependencies(arg),
+        "unset-dependencies" => Edit::UnsetDependencies,
         _ => panic!("unknown op {op:?}"),
     }
 }

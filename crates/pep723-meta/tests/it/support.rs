@@ -114,6 +114,8 @@ fn metadata(out: &mut String, index: &LineIndex, m: &Metadata) {
             s.env.iter().map(|e| spanned(index, e)).collect::<Vec<_>>().join(", ")
         );
         let _ = writeln!(out, "    timeout: {:?}", s.timeout.as_ref().map(|t| spanned(index, t)));
+        let size = s.tmpfs_size.as_ref().map(|t| spanned(index, t));
+        let _ = writeln!(out, "    tmpfs-size: {size:?}");
     }
 }
 

@@ -1,0 +1,65 @@
+//! The script of a `run` or `session run`: a regular file as given, or, as `uv run -` does, one
+//! read whole from stdin (`-`) or a pipe (`<(...)`). A read script is written to a private
+//! temporary directory outside the workspace (so a run cannot change it and `files_written`
+//! never lists it); the engines mount it read-only like any script outside the workspace, and
+//! the directory is removed when the run ends.
+
+use std::io::Read as _;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::{meta, ui};
+
+/// A script ready to parse and run.
+pub(crate) struct Script {
+    /// How messages name it: the path as given, or `<stdin>`.
+    pub(crate) display: PathBuf,
+    /// The file the engine runs.
+    pub(crate) path: PathBuf,
+    pub(crate) bytes: Vec<u8>,
+    /// Owns the temporary copy of a script read from stdin or a pipe; dropping removes it.
+    _temp: Option<tempfile::TempDir>,
+}
+
+/// Reads the script `arg` names; `-` is stdin.
+pub(crate) fn load(arg: &Path) -> Result<Script> {
+    if arg == Path::new("-") {
+        let mut bytes = Vec::new();
+        std::io::stdin().read_to_end(&mut bytes).context("cannot read the script from stdin")?;
+        return from_stream(PathBuf::from("<stdin>"), bytes);
+    }
+    // Follows links on purpose: `<(...)` is a link to a pipe under /dev/fd.
+    let kind = std::fs::metadata(arg).map(|m| m.file_type());
+    match kind {
+        Ok(kind) if kind.is_fifo() || kind.is_socket() => {
+            let bytes = meta::read_script(arg)?;
+            from_stream(arg.to_owned(), bytes)
+        }
+        Ok(kind) if !kind.is_file() => Err(ui::hinted(
+            format!("`{}` is not a regular file", arg.display()),
+            "pass a script file, `-` to read the script from stdin, or a pipe such as `<(...)`",
+        )),
+        // Missing or unreadable: the reader's message says which.
+        _ => Ok(Script {
+            display: arg.to_owned(),
+            path: arg.to_owned(),
+            bytes: meta::read_script(arg)?,
+            _temp: None,
+        }),
+    }
+}
+
+fn from_stream(display: PathBuf, bytes: Vec<u8>) -> Result<Script> {
+    let dir = tempfile::Builder::new()
+        .prefix("python-sandbox-script-")
+        .tempdir()
+        .context("cannot create a temporary directory for the script")?;
+    let path = dir.path().join("script.py");
+    fs_err::write(&path, &bytes)?;
+    // The directory stays private (0700); the file itself is what the engine mounts, and the
+    // sandbox user (nobody, for a root caller on docker) must be able to read it.
+    fs_err::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
+    Ok(Script { display, path, bytes, _temp: Some(dir) })
+}

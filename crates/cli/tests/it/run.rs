@@ -1,0 +1,200 @@
+//! `python-sandbox run` up to the point where an engine would start: every refusal here happens
+//! before any engine is touched, so these run anywhere. Each checks the exit code, the message a
+//! user sees, and that nothing was created. What happens inside a sandbox is the conformance
+//! suite's (tests/conformance).
+
+use insta::assert_snapshot;
+
+use crate::{Ctx, transcript};
+
+/// Runs `run ARGS` where no engine can be found (no bwrap on PATH, no docker or podman socket):
+/// a case that got past the refusal it tests stops at "no engine" (exit 3), never runs anything.
+fn run(ctx: &Ctx, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["run"];
+    all.extend_from_slice(args);
+    let none = "unix:///nonexistent/engine.sock";
+    let env = [("PATH", "/nonexistent"), ("DOCKER_HOST", none), ("CONTAINER_HOST", none)];
+    ctx.run_with_env(&all, &env)
+}
+
+#[test]
+fn an_unknown_inline_key_stops_the_run_with_its_location_and_a_suggestion() {
+    let ctx = Ctx::new();
+    ctx.write(
+        "typo.py",
+        "# /// script\n# [tool.python-sandbox]\n# nett = \"off\"\n# ///\nprint(1)\n",
+    );
+    assert_snapshot!(transcript(&run(&ctx, &["typo.py"])), @r#"
+    exit: 2
+    --- stdout
+    --- stderr
+    typo.py:3:3: error[sandbox/unknown-key]: unknown key `nett` in `[tool.python-sandbox]`
+      hint: did you mean `net`?
+    error: `typo.py` has invalid metadata; nothing was run
+    hint: check it with `python-sandbox meta check typo.py`
+    "#);
+}
+
+#[test]
+fn an_unclosed_block_stops_the_run_instead_of_running_without_its_settings() {
+    let ctx = Ctx::new();
+    ctx.write("open.py", "# /// script\n# [tool.python-sandbox]\n# net = \"off\"\nprint(1)\n");
+    assert_snapshot!(transcript(&run(&ctx, &["open.py"])), @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    open.py:1:1: error[pep723/unclosed-block]: `# /// script` block is never closed by a `# ///` line, so it is ignored
+      open.py:4:1: note: the block ends before this line
+      hint: add a `# ///` line after the last metadata line
+    error: `open.py` has invalid metadata; nothing was run
+    hint: check it with `python-sandbox meta check open.py`
+    ");
+}
+
+#[test]
+fn warnings_are_printed_as_meta_check_prints_them() {
+    let ctx = Ctx::new();
+    // A warning only (tomllib cannot read the trailing comma), then a bad flag stops the run.
+    ctx.write("w.py", "# /// script\n# tool.x = {a = 1,}\n# ///\nprint(1)\n");
+    assert_snapshot!(transcript(&run(&ctx, &["--mount", "./out:wr", "w.py"])), @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    w.py:2:12: warning[toml/toml11-portability]: a trailing comma in an inline table is toml 1.1 syntax that python's `tomllib` rejects
+      hint: python 3.14 and older (and tools built on `tomllib`) cannot read this block; use toml 1.0 syntax
+    error: unknown mode `wr` in mount `./out:wr`
+    hint: the mode is a final `:ro` (read-only) or `:rw` (read-write): `./out:ro` or `./out:rw`; a path that contains `:` needs its mode spelled out, e.g. `./out:wr:rw`
+    ");
+    let check = ctx.run(&["meta", "check", "w.py"]);
+    let ran =
+        String::from_utf8_lossy(&run(&ctx, &["--mount", "./out:wr", "w.py"]).stderr).into_owned();
+    for line in String::from_utf8_lossy(&check.stderr).lines().filter(|l| !l.starts_with("checked"))
+    {
+        assert!(ran.contains(line), "`meta check` says {line:?}, `run` does not:\n{ran}");
+    }
+}
+
+#[test]
+fn an_unknown_mount_mode_is_an_error_and_creates_nothing() {
+    let ctx = Ctx::new();
+    ctx.write("s.py", "print(1)\n");
+    ctx.write(
+        "inline.py",
+        "# /// script\n# [tool.python-sandbox]\n# mounts = [\"./in:xx\"]\n# ///\nprint(1)\n",
+    );
+    let flag = run(&ctx, &["--mount", "./sub:xx", "s.py"]);
+    assert_eq!(flag.status.code(), Some(2), "{}", transcript(&flag));
+    let err = String::from_utf8_lossy(&flag.stderr);
+    assert!(err.contains("unknown mode `xx` in mount `./sub:xx`"), "{err}");
+    assert!(err.contains("`./sub:ro` or `./sub:rw`") && err.contains("`./sub:xx:rw`"), "{err}");
+    let inline = run(&ctx, &["inline.py"]);
+    assert_snapshot!(transcript(&inline), @r#"
+    exit: 2
+    --- stdout
+    --- stderr
+    inline.py:3:13: error[sandbox/invalid-value]: mount `./in:xx` has an unknown mode `xx`
+      hint: the mode is a final `:ro` (read-only) or `:rw` (read-write): `./in:ro` or `./in:rw`; a path that contains `:` needs its mode spelled out, e.g. `./in:xx:rw`
+    error: `inline.py` has invalid metadata; nothing was run
+    hint: check it with `python-sandbox meta check inline.py`
+    "#);
+    assert_eq!(ctx.ls(), ["inline.py", "s.py"], "no directory was created");
+}
+
+#[test]
+fn a_missing_read_only_mount_stops_the_run_before_any_read_write_one_is_made() {
+    let ctx = Ctx::new();
+    ctx.write("s.py", "print(1)\n");
+    let out = run(&ctx, &["--mount", "./made:rw", "--mount", "./nothere:ro", "s.py"]);
+    let text = transcript(&out).replace(&ctx.path().display().to_string(), "[WS]");
+    assert_snapshot!(text, @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: mount `[WS]/nothere` does not exist
+    hint: a read-only mount must exist; create it first, or mount it with `:rw` to have an empty directory made
+    ");
+    assert_eq!(ctx.ls(), ["s.py"]);
+}
+
+#[test]
+fn json_prints_one_object_on_every_early_exit() {
+    let ctx = Ctx::new();
+    ctx.write("bad.py", "# /// script\n# dependencies = [\n# ///\nprint(1)\n");
+    ctx.write("ok.py", "print(1)\n");
+    let cases: [(&[&str], &str); 4] = [
+        (&["--json", "nonexist.py"], "cannot read `nonexist.py`: no such file or directory"),
+        (&["--json", "bad.py"], "`bad.py` has invalid metadata; nothing was run"),
+        (&["--json", "--net", "maybe", "ok.py"], "invalid value 'maybe' for '--net <NET>'"),
+        (&["--json", "--timeout", "soon", "ok.py"], "invalid timeout `soon`"),
+    ];
+    for (args, error) in cases {
+        let out = run(&ctx, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", transcript(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("{args:?}: not one JSON object ({e}): {}", transcript(&out))
+        });
+        assert_eq!(v["exit_code"], 2, "{args:?}: {v}");
+        assert_eq!(v["error"], error, "{args:?}: {v}");
+        assert!(v["engine"].is_null(), "{args:?}: {v}");
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&run(&ctx, &["--json", "bad.py"]).stdout).expect("json");
+    let d = &v["diagnostics"][0];
+    assert_eq!((d["code"].as_str(), d["line"].as_u64()), (Some("toml/syntax"), Some(2)), "{v}");
+}
+
+#[test]
+fn a_script_that_is_not_a_regular_file_says_so() {
+    let ctx = Ctx::new();
+    assert_snapshot!(transcript(&run(&ctx, &["/dev/null"])), @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: `/dev/null` is not a regular file
+    hint: pass a script file, `-` to read the script from stdin, or a pipe such as `<(...)`
+    ");
+}
+
+#[test]
+fn a_script_from_stdin_is_parsed_as_stdin() {
+    let ctx = Ctx::new();
+    let script = "# /// script\n# [tool.python-sandbox]\n# nett = \"off\"\n# ///\nprint(1)\n";
+    let out = ctx.run_with_stdin(&["run", "-"], script.as_bytes());
+    assert_snapshot!(transcript(&out), @r#"
+    exit: 2
+    --- stdout
+    --- stderr
+    <stdin>:3:3: error[sandbox/unknown-key]: unknown key `nett` in `[tool.python-sandbox]`
+      hint: did you mean `net`?
+    error: `<stdin>` has invalid metadata; nothing was run
+    hint: fix the metadata at the lines above
+    "#);
+}
+
+#[test]
+fn flag_errors_quote_what_was_written() {
+    let ctx = Ctx::new();
+    ctx.write("s.py", "print(1)\n");
+    assert_snapshot!(transcript(&run(&ctx, &["--timeout", "99999999999999999999", "s.py"])), @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: invalid timeout `99999999999999999999`
+    hint: give a positive number of seconds below 1000000000, e.g. `30` or `2.5`
+    ");
+}
+
+#[test]
+fn an_invalid_inline_tmpfs_size_is_located() {
+    let ctx = Ctx::new();
+    ctx.write("t.py", "# /// script\n# [tool.python-sandbox]\n# tmpfs-size = \"1x\"\n# ///\n");
+    assert_snapshot!(transcript(&run(&ctx, &["t.py"])), @r#"
+    exit: 2
+    --- stdout
+    --- stderr
+    t.py:3:16: error[sandbox/invalid-value]: `tmpfs-size` `"1x"` is not a size
+      hint: write a size such as `"512m"` or `"2g"`, or a whole number of bytes; at least 1m
+    error: `t.py` has invalid metadata; nothing was run
+    hint: check it with `python-sandbox meta check t.py`
+    "#);
+}

@@ -1,0 +1,4 @@
+# /// script
+# [tool.python-sandbox]
+# tmpfs-size = "1x"
+# ///

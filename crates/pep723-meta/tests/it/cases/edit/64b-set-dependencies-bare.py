@@ -1,0 +1,3 @@
+# /// script
+# requires-python = ">=3.11"
+# ///

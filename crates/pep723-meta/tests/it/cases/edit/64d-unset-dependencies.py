@@ -1,0 +1,4 @@
+# /// script
+# dependencies = ["old"]
+# requires-python = ">=3.11"
+# ///
