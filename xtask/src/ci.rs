@@ -76,13 +76,17 @@ impl Ci {
     }
 }
 
-/// Installs bubblewrap when missing; `Some(reason)` when the bwrap tier cannot run.
+/// Installs bubblewrap and passt when missing; `Some(reason)` when the bwrap tier cannot run.
 fn ensure_bwrap(sh: &Shell) -> Result<Option<String>> {
-    if !services::on_path(sh, "bwrap")
-        && let Some(reason) =
-            services::apt_install(sh, &["bubblewrap"]).context("installing bubblewrap")?
-    {
-        return Ok(Some(reason));
+    // pasta (package passt) is bwrap's network: without it bwrap sandboxes cannot install
+    // dependencies or run with net on.
+    for (tool, package) in [("bwrap", "bubblewrap"), ("pasta", "passt")] {
+        if !services::on_path(sh, tool)
+            && let Some(reason) = services::apt_install(sh, &[package])
+                .with_context(|| format!("installing {package}"))?
+        {
+            return Ok(Some(reason));
+        }
     }
     // The same real namespace round trip the CLI's detection does.
     let ok = cmd!(sh, "bwrap --unshare-all --die-with-parent --ro-bind / / true")

@@ -83,7 +83,24 @@ pub fn probe_bwrap(path: Option<&OsStr>) -> Probe {
             "bwrap not found on PATH\nhint: install the `bubblewrap` package".to_owned(),
         );
     };
+    if let Some(missing) = pasta_missing(path) {
+        return missing;
+    }
     probe_bwrap_binary(&bwrap)
+}
+
+/// bwrap sandboxes never share the host's network: "net on" (and every dependency install)
+/// goes through pasta. Without it the engine is not usable, and `auto` moves on.
+fn pasta_missing(path: Option<&OsStr>) -> Option<Probe> {
+    which("pasta", path).is_none().then(|| {
+        Probe::new(
+            EngineName::Bwrap,
+            ProbeState::NotInstalled,
+            "bwrap is installed but pasta is not (bwrap sandboxes reach the network only through it)\n\
+             hint: install the `passt` package"
+                .to_owned(),
+        )
+    })
 }
 
 /// Probes one specific bwrap binary (the one an engine was configured with).
@@ -119,6 +136,9 @@ pub fn probe_bwrap_binary(bwrap: &Path) -> Probe {
 /// unsandboxed run.
 pub fn probe_bwrap_cached(path: Option<&OsStr>, memo_file: &Path) -> Probe {
     let Some(bwrap) = which("bwrap", path) else { return probe_bwrap(path) };
+    if let Some(missing) = pasta_missing(path) {
+        return missing;
+    }
     let key = memo_key(&bwrap);
     if let Some(key) = &key
         && std::fs::read_to_string(memo_file).is_ok_and(|memo| memo == *key)

@@ -73,25 +73,29 @@ pub fn suggest(os: &OsInfo, detection: &Detection) -> String {
     }
 
     let (install, docker, podman) = match os.distro {
-        Distro::Ubuntu | Distro::Debian => {
-            ("sudo apt install bubblewrap", "sudo apt install docker.io", "sudo apt install podman")
-        }
+        Distro::Ubuntu | Distro::Debian => (
+            "sudo apt install bubblewrap passt",
+            "sudo apt install docker.io",
+            "sudo apt install podman",
+        ),
         Distro::Fedora => (
-            "sudo dnf install bubblewrap",
+            "sudo dnf install bubblewrap passt",
             "sudo dnf install moby-engine",
             "sudo dnf install podman",
         ),
         Distro::Arch => {
-            ("sudo pacman -S bubblewrap", "sudo pacman -S docker", "sudo pacman -S podman")
+            ("sudo pacman -S bubblewrap passt", "sudo pacman -S docker", "sudo pacman -S podman")
         }
-        Distro::Alpine => ("doas apk add bubblewrap", "doas apk add docker", "doas apk add podman"),
+        Distro::Alpine => {
+            ("doas apk add bubblewrap passt", "doas apk add docker", "doas apk add podman")
+        }
         Distro::OpenSuse => (
-            "sudo zypper install bubblewrap",
+            "sudo zypper install bubblewrap passt",
             "sudo zypper install docker",
             "sudo zypper install podman",
         ),
         Distro::Unknown => (
-            "install bubblewrap (>= 0.8) with your package manager",
+            "install bubblewrap (>= 0.8) and passt (pasta) with your package manager",
             "install docker with your package manager",
             "install podman with your package manager",
         ),

@@ -151,6 +151,11 @@ fn bwrap_probe_success_is_memoized_failure_is_not() {
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("chmod");
     let fake_memo = memo_dir.path().join("fake-ok");
+    // Without pasta, bwrap has no network: not usable, and the reason names the package.
+    let probe = engine_detect::probe_bwrap_cached(Some(bin.path().as_os_str()), &fake_memo);
+    assert_eq!(probe.state, ProbeState::NotInstalled);
+    assert!(probe.reason.contains("passt"), "{}", probe.reason);
+    std::os::unix::fs::symlink("/bin/true", bin.path().join("pasta")).expect("fake pasta");
     for _ in 0..2 {
         let probe = engine_detect::probe_bwrap_cached(Some(bin.path().as_os_str()), &fake_memo);
         assert_eq!(probe.state, ProbeState::Failed);
