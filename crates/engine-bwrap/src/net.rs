@@ -123,8 +123,13 @@ impl UserNet {
         // pasta forks into the background once the namespace is configured; its exit status
         // says whether that worked.
         if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr).trim().to_owned();
-            return Err(Error::UserNetwork { reason: stderr });
+            // pasta also reports that it has no syslog; only its real complaint matters.
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let reason: Vec<&str> = stderr
+                .lines()
+                .filter(|l| !l.contains("to syslog") && !l.trim().is_empty())
+                .collect();
+            return Err(Error::UserNetwork { reason: reason.join("\n") });
         }
         block_link_local(&netns, &owner)?;
         Ok(UserNet)

@@ -301,13 +301,15 @@ fn pasta_arguments_forward_only_published_ports() {
     use crate::net::pasta_args;
     use sandbox_core::Publish;
     let show = |publish: &[Publish]| {
-        pasta_args(Path::new("/proc/self/fd/7"), Path::new("/proc/self/fd/8"), publish)
+        pasta_args(Path::new("/proc/self/fd/7"), Path::new("/proc/self/fd/8"), publish, true)
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect::<Vec<_>>()
             .join(" ")
     };
     let v6: std::net::IpAddr = "::1".parse().expect("addr");
+    let v4_only = pasta_args(Path::new("/n"), Path::new("/u"), &[], false);
+    assert!(v4_only.iter().any(|a| a == "-4"));
     insta::assert_snapshot!(format!(
         "none: {}\npublished: {}",
         show(&[]),

@@ -291,7 +291,12 @@ fn mounts_ro_rw_and_symlink_refusal() {
 fn publish_needs_net() {
     let Some(f) = fixture() else { return };
     let mut spec = f.spec("print('ok')\n");
-    spec.publish.push(sandbox_core::Publish { port: 8080, host: None });
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    spec.publish.push(sandbox_core::Publish { port, host: None });
     let err = f.engine.check(&spec).expect_err("net off");
     assert!(err.to_string().contains("network off"));
     spec.net = Net::On;
