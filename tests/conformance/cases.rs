@@ -322,8 +322,16 @@ pub(crate) fn all() -> Vec<Case> {
             script: Script::File("spawn.py"),
             args: |_| strings(&["hang"]),
             during: Some(|fx, exited, pid| signal_when_running(fx, exited, pid, "TERM")),
-            // 143 when the CLI forwards SIGTERM to the script, 137 when it kills the tree outright.
-            expect: |_| Expect::exit(143).or_exit(137).has("sleeping").within(40),
+            // 143 on every engine: the tree dies, and the exit code names the signal.
+            expect: |_| Expect::exit(143).has("sleeping").within(40),
+            ..BASE
+        },
+        Case {
+            name: "cli-sigint-kills-tree",
+            script: Script::File("spawn.py"),
+            args: |_| strings(&["hang"]),
+            during: Some(|fx, exited, pid| signal_when_running(fx, exited, pid, "INT")),
+            expect: |_| Expect::exit(130).has("sleeping").within(40),
             ..BASE
         },
         Case {

@@ -283,11 +283,17 @@ pub(crate) fn execute(
         }
     }
     let status = child.wait().map_err(Error::io("waiting for bwrap"))?;
+    // The tree was killed because we were signalled: report that signal (130 for Ctrl-C, 143
+    // for SIGTERM), as the container engines do, not the SIGKILL used to end it.
+    let ended_by = signal_guard.as_ref().and_then(SignalGuard::ended_by);
     drop(signal_guard);
 
     let rest = status_read.take().map(read_status).unwrap_or_default();
     let started = early_status.contains("\"child-pid\"") || rest.contains("\"child-pid\"");
-    let exit_code = sandbox_core::exit_code(status.code(), status.signal());
+    let exit_code = match ended_by {
+        Some(signal) if status.signal() == Some(libc::SIGKILL) => 128 + signal,
+        _ => sandbox_core::exit_code(status.code(), status.signal()),
+    };
     Ok(Finished { exit_code, timed_out, started, duration: start.elapsed() })
 }
 
@@ -352,6 +358,8 @@ fn read_status(fd: OwnedFd) -> String {
 /// Kills the sandbox on SIGINT/SIGTERM/SIGHUP while installed.
 struct SignalGuard {
     handle: signal_hook::iterator::Handle,
+    /// The signal that made us kill the sandbox, 0 while none has.
+    ended_by: Arc<std::sync::atomic::AtomicI32>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -361,6 +369,8 @@ impl SignalGuard {
         let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
             .map_err(Error::io("installing signal handlers"))?;
         let handle = signals.handle();
+        let ended_by = Arc::new(std::sync::atomic::AtomicI32::new(0));
+        let ended = Arc::clone(&ended_by);
         let thread = std::thread::spawn(move || {
             for signal in signals.forever() {
                 if signal == SIGINT && interactive {
@@ -371,10 +381,20 @@ impl SignalGuard {
                         continue;
                     }
                 }
+                let _ = ended.compare_exchange(
+                    0,
+                    signal,
+                    std::sync::atomic::Ordering::SeqCst,
+                    std::sync::atomic::Ordering::SeqCst,
+                );
                 let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), Signal::KILL);
             }
         });
-        Ok(SignalGuard { handle, thread: Some(thread) })
+        Ok(SignalGuard { handle, ended_by, thread: Some(thread) })
+    }
+
+    fn ended_by(&self) -> Option<i32> {
+        Some(self.ended_by.load(std::sync::atomic::Ordering::SeqCst)).filter(|&s| s != 0)
     }
 }
 
