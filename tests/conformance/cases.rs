@@ -531,6 +531,28 @@ pub(crate) fn all() -> Vec<Case> {
             expect: |_| Expect::ok().has("sum-of-squares: 332833500"),
             ..BASE
         },
+        Case {
+            // One environment contract on every engine: the same HOME, host name, CA variables
+            // and virtual environment, whatever the caller's home or the engine.
+            name: "env-contract",
+            script: Script::Inline(
+                "import socket\n\
+                 print('HOME', os.environ.get('HOME'))\n\
+                 print('HOSTNAME', os.environ.get('HOSTNAME'), socket.gethostname())\n\
+                 ca = '/etc/python-sandbox/ca-certificates.crt'\n\
+                 print('CA', os.environ.get('SSL_CERT_FILE') == os.environ.get('REQUESTS_CA_BUNDLE') == ca)\n\
+                 print('VENV', os.environ.get('VIRTUAL_ENV') == sys.prefix)\n\
+                 done()\n",
+            ),
+            expect: |_| {
+                Expect::ok()
+                    .has("HOME /home/sandbox")
+                    .has("HOSTNAME python-sandbox python-sandbox")
+                    .has("CA True")
+                    .has("VENV True")
+            },
+            ..BASE
+        },
     ]
 }
 
@@ -568,13 +590,14 @@ fn net_off() -> Expect {
 
 /// bwrap shares the host's network namespace, so the host's loopback is reachable; a container's
 /// loopback is its own.
-fn net_on(fx: &Fixture) -> Expect {
-    let e = Expect::ok().has("interfaces: external");
-    if fx.engine == "bwrap" {
-        e.has("loopback: connected").loopback(true)
-    } else {
-        e.has("loopback: failed").loopback(false)
-    }
+/// Net on is outbound only on every engine: an external interface, never the host's loopback
+/// or abstract sockets.
+fn net_on(_fx: &Fixture) -> Expect {
+    Expect::ok()
+        .has("interfaces: external")
+        .has("loopback: failed")
+        .loopback(false)
+        .abstract_socket(false)
 }
 
 fn written_by_caller(fx: &Fixture, run: &Run) -> Result<(), String> {

@@ -45,10 +45,20 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Writes `bytes` once under `dir/<prefix>-<sha>` and returns that path.
 pub(crate) fn write_content_addressed(dir: &Path, prefix: &str, bytes: &[u8]) -> Result<PathBuf> {
     let path = dir.join(format!("{prefix}-{}", &sha256_hex(bytes)[..16]));
-    if !path.is_file() {
-        write_atomic(&path, bytes)?;
+    if path.is_file() {
+        return Ok(path);
     }
-    Ok(path)
+    // Never replaced once there (a link, not a rename): a concurrent run may already hold the
+    // first copy open to mount it, and a replaced file could no longer be mounted.
+    let tmp = dir.join(format!(".{prefix}.{}.tmp", unique_suffix()));
+    write_atomic(&tmp, bytes)?;
+    let linked = std::fs::hard_link(&tmp, &path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(path),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(path),
+        Err(e) => Err(Error::Io { context: format!("writing {}", path.display()), source: e }),
+    }
 }
 
 pub(crate) fn unique_suffix() -> String {

@@ -145,7 +145,7 @@ impl HostFacts {
 /// exist; nothing of the host's user list leaks in.
 pub(crate) fn user_database(facts: &HostFacts) -> (String, String) {
     let (uid, gid) = facts.sandbox_ids();
-    let home = facts.home.display();
+    let home = sandbox_core::SANDBOX_HOME;
     let mut passwd = String::from("root:x:0:0:root:/root:/usr/sbin/nologin\n");
     let mut group = String::from("root:x:0:\n");
     if uid == 65534 {

@@ -127,7 +127,7 @@ impl Plan {
             a.flag("--new-session");
         }
         a.flags(&["--uid", &self.uid.to_string(), "--gid", &self.gid.to_string()]);
-        a.flags(&["--hostname", "python-sandbox"]);
+        a.flags(&["--hostname", sandbox_core::SANDBOX_HOSTNAME]);
         if let Some(fd) = self.status_fd {
             a.flags(&["--json-status-fd", &fd.to_string()]);
         }
@@ -246,16 +246,10 @@ impl Argv {
     }
 }
 
-/// Where home is inside the sandbox: the caller's home path (so `~` paths keep meaning),
-/// unless that path would shadow something the sandbox needs.
-pub(crate) fn sandbox_home(host: &HostFacts) -> PathBuf {
-    let home = &host.home;
-    let unsafe_home = home.parent().is_none()
-        || home == Path::new("/tmp")
-        || ["/usr", "/etc", "/proc", "/dev", "/bin", "/lib", "/sbin"]
-            .iter()
-            .any(|p| home.starts_with(p));
-    if unsafe_home { PathBuf::from("/home/sandbox") } else { home.clone() }
+/// Where home is inside the sandbox: the same fixed path on every engine
+/// ([`sandbox_core::SANDBOX_HOME`]); the caller's home path does not exist there at all.
+pub(crate) fn sandbox_home(_host: &HostFacts) -> PathBuf {
+    PathBuf::from(sandbox_core::SANDBOX_HOME)
 }
 
 /// Already visible read-only through the base layout.
@@ -281,7 +275,12 @@ fn order_binds(mut binds: Vec<Bind>) -> Vec<Bind> {
 }
 
 fn base_env(host: &HostFacts, home: &Path, path: String) -> Vec<(String, OsString)> {
-    let mut env = vec![("PATH".to_owned(), OsString::from(path)), ("HOME".to_owned(), home.into())];
+    let mut env = vec![
+        ("PATH".to_owned(), OsString::from(path)),
+        ("HOME".to_owned(), home.into()),
+        // bwrap sets the host name but not the variable; containers get both.
+        ("HOSTNAME".to_owned(), sandbox_core::SANDBOX_HOSTNAME.into()),
+    ];
     let lang = host.env_value("LANG").cloned().unwrap_or_else(|| "C.UTF-8".into());
     env.push(("LANG".to_owned(), lang));
     for name in ["LC_ALL", "TERM", "TZ"] {

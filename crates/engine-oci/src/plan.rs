@@ -22,7 +22,7 @@ use crate::client::Flavor;
 use crate::host::{Bind, HostFacts, SANDBOX_CA_BUNDLE};
 
 /// Home inside every container (the image's user home; always an empty tmpfs).
-pub(crate) const HOME: &str = "/home/sandbox";
+pub(crate) const HOME: &str = sandbox_core::SANDBOX_HOME;
 /// Where a prepared environment volume is mounted read-only at run time.
 pub(crate) const ENV_MOUNT: &str = "/opt/python-sandbox/env";
 /// Where the prepare container mounts the environment volume (the image's home, so that the
@@ -273,6 +273,8 @@ fn base_env(host: &HostFacts) -> Vec<(String, String)> {
     }
     if host.ca_bundle.is_some() {
         env.push(("SSL_CERT_FILE".to_owned(), SANDBOX_CA_BUNDLE.to_owned()));
+        // requests ignores SSL_CERT_FILE (it ships certifi); the same bundle as on bwrap.
+        env.push(("REQUESTS_CA_BUNDLE".to_owned(), SANDBOX_CA_BUNDLE.to_owned()));
     }
     env
 }
@@ -541,7 +543,7 @@ pub(crate) fn create_body(plan: &ContainerPlan, flavor: Flavor) -> ContainerCrea
         env: Some(plan.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
         working_dir: Some(plan.working_dir.clone()),
         labels: Some(labels),
-        hostname: Some("python-sandbox".to_owned()),
+        hostname: Some(sandbox_core::SANDBOX_HOSTNAME.to_owned()),
         attach_stdin: Some(plan.stdin),
         attach_stdout: Some(plan.role != Role::Session),
         attach_stderr: Some(plan.role != Role::Session),

@@ -6,6 +6,14 @@
 /// Python and `requests` trust what the host trusts (corporate TLS-intercepting proxies included).
 pub const SANDBOX_CA_BUNDLE: &str = "/etc/python-sandbox/ca-certificates.crt";
 
+/// `HOME` inside every sandbox, on every engine: an empty tmpfs. A fixed path rather than the
+/// caller's, so scripts see the same environment wherever they run (and learn nothing of the
+/// host's user names).
+pub const SANDBOX_HOME: &str = "/home/sandbox";
+
+/// The sandbox's host name on every engine.
+pub const SANDBOX_HOSTNAME: &str = "python-sandbox";
+
 /// Where distributions keep the system CA bundle, in the order engines look for it (Debian and
 /// Ubuntu, Fedora and RHEL, Alpine, openSUSE, macOS-style).
 pub const CA_BUNDLE_CANDIDATES: &[&str] = &[
