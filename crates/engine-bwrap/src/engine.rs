@@ -213,7 +213,27 @@ impl BwrapEngine {
         }
         drop(lease);
         fsutil::create_dir_all(&envs)?;
-        let lease = Lease::take(&lock_path, true, status)?;
+        // Build under the exclusive lock. Never *wait* for it: whoever builds keeps a shared
+        // hold afterwards (for its run), so waiting for exclusive would wait for that run, and
+        // forever when the builder is another thread of this process that outlives us. Wait for
+        // a shared hold instead, which the builder grants once the environment is complete.
+        let mut waited = false;
+        let lease = loop {
+            if let Some(lease) = Lease::try_exclusive(&lock_path)? {
+                break lease;
+            }
+            if !waited {
+                status("waiting for another python-sandbox preparing the same environment");
+                waited = true;
+            }
+            let shared = Lease::take(&lock_path, false, &mut |_| {})?;
+            if let Some(env) = self.ready(&key, &dir, &marker_path, &shared) {
+                return Ok(env);
+            }
+            drop(shared);
+            // A shared holder of an unfinished environment only looks and lets go.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
         if let Some(env) = self.ready(&key, &dir, &marker_path, &lease) {
             lease.share()?;
             return Ok(env);
@@ -642,7 +662,10 @@ struct Interpreter {
 
 /// Runs a host command; `Ok(Err(stderr))` when it ran and failed.
 fn capture(command: &mut Command) -> std::io::Result<std::result::Result<String, String>> {
-    let out = command.stdout(Stdio::piped()).stderr(Stdio::piped()).output()?;
+    let guard = crate::process::spawn_guard();
+    let out = command.stdout(Stdio::piped()).stderr(Stdio::piped()).output();
+    drop(guard);
+    let out = out?;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
     Ok(if out.status.success() { Ok(stdout) } else { Err(stderr) })

@@ -51,6 +51,14 @@ impl Lease {
         Ok(Lease(Some(Arc::new(file))))
     }
 
+    /// The exclusive lock if nobody holds the lock at all, without waiting; stamps the last use.
+    pub(crate) fn try_exclusive(path: &Path) -> Result<Option<Lease>> {
+        Ok(lock(path, LockMode::TryExclusive)?.map(|file| {
+            let _ = file.set_modified(SystemTime::now());
+            Lease(Some(Arc::new(file)))
+        }))
+    }
+
     /// Turns an exclusive hold into a shared one without letting go (flock converts in place),
     /// so a freshly built environment is never pruned before its first run.
     pub(crate) fn share(&self) -> Result<()> {

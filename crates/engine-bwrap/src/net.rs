@@ -111,6 +111,7 @@ impl UserNet {
                 Ok(())
             });
         }
+        let guard = crate::process::spawn_guard();
         let output = command
             .args(&args)
             .env_clear()
@@ -122,6 +123,7 @@ impl UserNet {
             .map_err(Error::io(format!("starting {}", pasta.display())))?;
         // pasta forks into the background once the namespace is configured; its exit status
         // says whether that worked.
+        drop(guard);
         if !output.status.success() {
             // pasta also reports that it has no syslog; only its real complaint matters.
             let stderr = String::from_utf8_lossy(&output.stderr);
@@ -253,9 +255,11 @@ fn block_link_local(netns: &std::fs::File, owner: &OwnedFd) -> Result<()> {
             Ok(())
         });
     }
-    let status = command
-        .status()
-        .map_err(Error::io("blocking link-local addresses in the sandbox's network"))?;
+    let guard = crate::process::spawn_guard();
+    let status = command.status();
+    drop(guard);
+    let status =
+        status.map_err(Error::io("blocking link-local addresses in the sandbox's network"))?;
     if !status.success() {
         return Err(Error::UserNetwork {
             reason: "could not add the link-local routes (`/bin/true` failed)".to_owned(),

@@ -54,6 +54,13 @@ pub(crate) struct Finished {
 /// sandbox started concurrently from this process.
 static SPAWN_LOCK: Mutex<()> = Mutex::new(());
 
+/// Held around every other spawn of this crate (pasta, the route helper, host tools), so none
+/// forks while a bwrap start has its pipes inheritable: a stray copy of the status pipe's write
+/// end in a long-lived process (pasta's daemon) would keep its reader waiting forever.
+pub(crate) fn spawn_guard() -> std::sync::MutexGuard<'static, ()> {
+    SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 const SIGINT_GRACE: Duration = Duration::from_secs(2);
 
 /// Runs `plan` under `bwrap` and waits for the whole tree.
@@ -127,7 +134,7 @@ pub(crate) fn execute(
     }
 
     let mut child = {
-        let _guard = SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let _guard = spawn_guard();
         let mut inherited = vec![status_write.as_fd(), seccomp.as_fd()];
         inherited.extend(block.as_ref().map(|(_, read, _)| read.as_fd()));
         crate::fds::close_on_exec_all_but(&inherited);
