@@ -601,11 +601,11 @@ fn default_profile() -> Option<String> {
 }
 
 /// The `seccomp=` value for `flavor`: the wall on the default profile (docker without one:
-/// on [`crate::seccomp::permissive_base`]).
+/// on [`crate::seccomp::VENDORED_DEFAULT`]).
 fn seccomp_option(flavor: Flavor, cache_dir: &std::path::Path) -> Result<String> {
     let base = match (flavor, default_profile()) {
         (_, Some(base)) => base,
-        (Flavor::Docker, None) => crate::seccomp::permissive_base(),
+        (Flavor::Docker, None) => crate::seccomp::VENDORED_DEFAULT.to_owned(),
         (Flavor::Podman, None) => {
             return Err(Error::Seccomp {
                 reason: format!(

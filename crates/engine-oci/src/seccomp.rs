@@ -22,15 +22,14 @@
 //!
 //! **Bases.** Podman: its distribution's default profile (containers-common, deny by default).
 //! Docker: its default profile is compiled into dockerd and not on disk, so it gets the same
-//! containers-common file when present (it is Docker's default profile, maintained with new
-//! syscalls), else [`permissive_base`]: allow by default, minus the denials of Docker's
-//! default profile that still matter without capabilities (`bpf`, `perf_event_open`,
-//! `userfaultfd`, `fanotify_init`, `kcmp`, `process_madvise`, `syslog`, `personality` other
-//! than the usual personas); what needs a capability is already refused by `CapDrop: ALL`.
-//! Caveat of that fallback: a syscall newer than the host's libseccomp (libseccomp 2.5.4 knows
-//! no `fchmodat2` or `setxattrat`) cannot be named, so allow-by-default lets it through; the
-//! deny-by-default containers-common base refuses it (ENOSYS). No `archMap` in the fallback:
-//! a foreign architecture's syscalls are killed, as with bwrap.
+//! containers-common file when present (it is Docker's default profile, kept current with the
+//! host's kernel and libseccomp by the distribution), else [`VENDORED_DEFAULT`], a copy of that
+//! file from containers-common 0.50.1 (Apache-2.0, github.com/containers/common,
+//! `pkg/seccomp/seccomp.json`). Deny by default, not a permissive base plus a few denials:
+//! verified on docker 20.10 with libseccomp 2.5.4, a syscall newer than the host's libseccomp
+//! cannot be named in a profile, so under allow-by-default `setxattrat` (463) reached the
+//! kernel past the wall, while deny-by-default returns ENOSYS for it. The cost is ENOSYS for
+//! syscalls newer than the copy, which libc and Python treat as "not on this kernel".
 
 use sandbox_core::{ArgCheck, SeccompAction, SeccompRule, WALL};
 use serde_json::{Value, json};
@@ -39,41 +38,10 @@ use serde_json::{Value, json};
 pub(crate) const DEFAULT_PROFILES: &[&str] =
     &["/etc/containers/seccomp.json", "/usr/share/containers/seccomp.json"];
 
-const EPERM: u16 = 1;
 const LOW: u32 = 0xffff_ffff;
 
-/// Denials of Docker's default profile that matter without capabilities (see the header).
-const DOCKER_EXTRA: &[SeccompRule] = &[
-    deny("bpf"),
-    deny("perf_event_open"),
-    deny("userfaultfd"),
-    deny("fanotify_init"),
-    deny("kcmp"),
-    deny("process_madvise"),
-    deny("syslog"),
-    persona(0),
-    persona(0x0008),
-    persona(0x2_0000),
-    persona(0x2_0008),
-    persona(0xffff_ffff),
-    deny("personality"),
-];
-
-const fn deny(syscall: &'static str) -> SeccompRule {
-    SeccompRule { syscall, checks: &[], action: SeccompAction::Errno(EPERM) }
-}
-
-/// `personality(PER_LINUX | ...)`: the personas Docker allows (0xffffffff only queries).
-const fn persona(value: u32) -> SeccompRule {
-    let checks: &'static [ArgCheck] = match value {
-        0 => &[ArgCheck::Equals { arg: 0, value: 0 }],
-        0x0008 => &[ArgCheck::Equals { arg: 0, value: 0x0008 }],
-        0x2_0000 => &[ArgCheck::Equals { arg: 0, value: 0x2_0000 }],
-        0x2_0008 => &[ArgCheck::Equals { arg: 0, value: 0x2_0008 }],
-        _ => &[ArgCheck::Equals { arg: 0, value: 0xffff_ffff }],
-    };
-    SeccompRule { syscall: "personality", checks, action: SeccompAction::Allow }
-}
+/// Docker's base where containers-common is not installed (see the header).
+pub(crate) const VENDORED_DEFAULT: &str = include_str!("seccomp-containers-common-0.50.1.json");
 
 /// `(args[arg] & mask) == value`, on the low 32 bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -266,10 +234,4 @@ pub(crate) fn with_rules(base: &str, rules: &[SeccompRule]) -> Result<String, St
 /// Pure: the wall on top of `base`.
 pub(crate) fn with_wall(base: &str) -> Result<String, String> {
     with_rules(base, WALL)
-}
-
-/// Pure: docker's base when no containers-common profile is installed (see the header).
-pub(crate) fn permissive_base() -> String {
-    let profile = json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": entries(DOCKER_EXTRA)});
-    profile.to_string()
 }
