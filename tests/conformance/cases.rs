@@ -554,6 +554,32 @@ pub(crate) fn all() -> Vec<Case> {
             },
             ..BASE
         },
+        // The one seccomp wall (sandbox_core::WALL), and the kernel knobs and tmpfs caps every
+        // engine must hold alike.
+        Case {
+            name: "wall-no-setuid-setgid-files",
+            script: Script::File("setid.py"),
+            expect: |_| Expect::ok().changes(&["+ws/f", "+ws/h"]).host(no_set_id_bits),
+            ..BASE
+        },
+        Case {
+            name: "wall-proc-sys-and-sysrq-read-only",
+            script: Script::File("proc_sys.py"),
+            ..BASE
+        },
+        Case {
+            name: "tmpfs-size-caps-tmp",
+            script: Script::File("tmpfs_cap.py"),
+            flags: |_| strings(&["--tmpfs-size", "16m"]),
+            expect: |_| Expect::ok().has("ok 32 MiB to /tmp fails with ENOSPC"),
+            ..BASE
+        },
+        Case {
+            name: "wall-no-xattrs",
+            script: Script::File("xattr.py"),
+            expect: |_| Expect::ok().changes(&["+ws/x", "+ws/l"]),
+            ..BASE
+        },
     ]
 }
 
@@ -737,4 +763,25 @@ fn greet_published(fx: &Fixture, exited: &AtomicBool, _: u32) -> Result<(), Stri
         std::thread::sleep(Duration::from_millis(200));
     }
     Err(format!("127.0.0.1:{} never greeted from inside the sandbox ({last})", fx.publish_port))
+}
+
+/// Nothing in the workspace may come back setuid or setgid, whatever the script printed.
+fn no_set_id_bits(fx: &Fixture, _: &Run) -> Result<(), String> {
+    fn walk(dir: &Path, found: &mut Vec<String>) -> Result<(), String> {
+        for entry in fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            let meta =
+                fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            if meta.mode() & 0o6000 != 0 {
+                found.push(format!("{} {:o}", path.display(), meta.mode()));
+            }
+            if meta.is_dir() {
+                walk(&path, found)?;
+            }
+        }
+        Ok(())
+    }
+    let mut found = Vec::new();
+    walk(&fx.ws, &mut found)?;
+    if found.is_empty() { Ok(()) } else { Err(format!("LEAK setuid/setgid files: {found:?}")) }
 }

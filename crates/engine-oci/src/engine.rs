@@ -112,7 +112,8 @@ pub struct OciEngine {
     owner: reaper::Owner,
     image_id: String,
     swept: Vec<Swept>,
-    seccomp: Option<PathBuf>,
+    /// The `seccomp=` security option of every container (see [`OciEngine::seccomp_profile`]).
+    seccomp: String,
     /// Rootless podman: containers keep the caller's uid, limits it cannot hold are dropped.
     rootless: Option<plan::Rootless>,
 }
@@ -217,10 +218,7 @@ impl OciEngine {
         } else {
             Vec::new()
         };
-        let seccomp = match config.flavor {
-            Flavor::Docker => None,
-            Flavor::Podman => Some(podman_seccomp(&config.cache_dir)?),
-        };
+        let seccomp = seccomp_option(config.flavor, &config.cache_dir)?;
         let rootless = match config.flavor {
             Flavor::Docker => None,
             Flavor::Podman => client::rootless(&connection.endpoint),
@@ -252,7 +250,7 @@ impl OciEngine {
     /// Adapts a plan to this engine: its seccomp profile, and for rootless podman the user
     /// mapping and the limits it can hold. The warning says which limits were dropped.
     pub(crate) fn adapt(&self, container: &mut plan::ContainerPlan) -> Option<String> {
-        container.seccomp = self.seccomp.clone();
+        container.seccomp = Some(self.seccomp.clone());
         self.rootless.and_then(|engine| plan::rootless(container, engine))
     }
 
@@ -261,9 +259,12 @@ impl OciEngine {
         self.rootless
     }
 
-    /// The seccomp profile file given to every container (podman only).
-    pub fn seccomp_profile(&self) -> Option<&std::path::Path> {
-        self.seccomp.as_deref()
+    /// What follows `seccomp=` in every container's security options, runs and sessions alike:
+    /// the wall on the engine's base profile (`seccomp.rs`), as a file path for podman (its
+    /// service reads it on this host) and as the profile itself for docker (its API takes the
+    /// JSON, and its default profile is not on disk to start from).
+    pub fn seccomp_profile(&self) -> &str {
+        &self.seccomp
     }
 
     /// The engine's configuration.
@@ -594,27 +595,43 @@ async fn image_id(docker: &Docker, engine: &'static str, image: &str) -> Result<
     }
 }
 
-/// Writes (content-addressed, once) podman's default profile without user namespaces and
-/// returns its path; podman reads it on the same host.
-fn podman_seccomp(cache_dir: &std::path::Path) -> Result<PathBuf> {
-    let default = crate::seccomp::DEFAULT_PROFILES
-        .iter()
-        .find_map(|p| std::fs::read_to_string(p).ok())
-        .ok_or_else(|| Error::Seccomp {
-            reason: format!(
-                "no default profile at {}",
-                crate::seccomp::DEFAULT_PROFILES.join(" or ")
-            ),
-        })?;
-    let hardened = crate::seccomp::without_user_namespaces(&default)
-        .map_err(|reason| Error::Seccomp { reason })?;
-    let digest = hex(&Sha256::digest(hardened.as_bytes()));
+/// The base profile installed by containers-common, if any.
+fn default_profile() -> Option<String> {
+    crate::seccomp::DEFAULT_PROFILES.iter().find_map(|p| std::fs::read_to_string(p).ok())
+}
+
+/// The `seccomp=` value for `flavor`: the wall on the default profile (docker without one:
+/// on [`crate::seccomp::VENDORED_DEFAULT`]).
+fn seccomp_option(flavor: Flavor, cache_dir: &std::path::Path) -> Result<String> {
+    let base = match (flavor, default_profile()) {
+        (_, Some(base)) => base,
+        (Flavor::Docker, None) => crate::seccomp::VENDORED_DEFAULT.to_owned(),
+        (Flavor::Podman, None) => {
+            return Err(Error::Seccomp {
+                reason: format!(
+                    "no default profile at {}",
+                    crate::seccomp::DEFAULT_PROFILES.join(" or ")
+                ),
+            });
+        }
+    };
+    let walled = crate::seccomp::with_wall(&base).map_err(|reason| Error::Seccomp { reason })?;
+    match flavor {
+        Flavor::Docker => Ok(walled),
+        Flavor::Podman => Ok(write_profile(cache_dir, &walled)?.display().to_string()),
+    }
+}
+
+/// Writes (content-addressed, once) a profile and returns its path; podman reads it on the
+/// same host.
+fn write_profile(cache_dir: &std::path::Path, profile: &str) -> Result<PathBuf> {
+    let digest = hex(&Sha256::digest(profile.as_bytes()));
     let dir = cache_dir.join("oci");
     std::fs::create_dir_all(&dir).map_err(Error::io(format!("creating {}", dir.display())))?;
     let path = dir.join(format!("seccomp-{}.json", &digest[..16]));
     if !path.is_file() {
         let tmp = dir.join(format!(".seccomp-{}.{}", &digest[..16], std::process::id()));
-        std::fs::write(&tmp, hardened.as_bytes())
+        std::fs::write(&tmp, profile.as_bytes())
             .map_err(Error::io(format!("writing {}", tmp.display())))?;
         std::fs::rename(&tmp, &path).map_err(Error::io(format!("writing {}", path.display())))?;
     }

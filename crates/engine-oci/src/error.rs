@@ -33,9 +33,9 @@ pub enum Error {
         "podman has no container init binary (catatonit)\nhint: install the `catatonit` package; python-sandbox needs an init process so signals and zombies work"
     )]
     NoPodmanInit,
-    /// Podman's default seccomp profile could not be hardened.
+    /// The seccomp profile (the wall on the engine's base profile) could not be built.
     #[error(
-        "cannot build the seccomp profile for podman: {reason}\nhint: podman packages ship /usr/share/containers/seccomp.json; python-sandbox refuses to run podman containers that may create user namespaces"
+        "cannot build the seccomp profile: {reason}\nhint: podman packages ship /usr/share/containers/seccomp.json (containers-common); python-sandbox refuses to run containers without its seccomp wall"
     )]
     Seccomp {
         /// What went wrong.

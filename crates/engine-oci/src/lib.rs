@@ -30,8 +30,9 @@
 //!   after we have gone; should it not, the next sweep does. Timeouts, signals and errors remove
 //!   before `run` returns, and so does every Docker run. The sweep reports only leftovers that
 //!   were still running.
-//! * Podman gets its distribution's default seccomp profile minus user namespaces (`seccomp.rs`);
-//!   Docker's default already refuses them. Podman needs `catatonit` for `init: true`.
+//! * Every container, run or session, enforces the one seccomp wall (`sandbox_core::WALL`) on
+//!   top of the engine's default profile (`seccomp.rs`). Podman needs `catatonit` for
+//!   `init: true`.
 //! * The image's own `ENV` lines (and podman's `container=podman`) reach the script; nothing of
 //!   the host's environment does beyond the allowlist and explicit `--env`.
 //! * Environment volumes are a cache: the container sweep never removes them. Each run stamps

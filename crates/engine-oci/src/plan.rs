@@ -86,9 +86,9 @@ pub(crate) struct ContainerPlan {
     pub(crate) nproc: i64,
     pub(crate) stdin: bool,
     pub(crate) auto_remove: bool,
-    /// A seccomp profile file (podman: the default minus user namespaces); `None` keeps the
-    /// engine's default (Docker's already refuses them).
-    pub(crate) seccomp: Option<PathBuf>,
+    /// What follows `seccomp=` (the wall, see `OciEngine::seccomp_profile`); `None` keeps the
+    /// engine's default (pure plans, before `OciEngine::adapt`).
+    pub(crate) seccomp: Option<String>,
     /// The user namespace mode (rootless podman: `keep-id`, see [`rootless`]); `None` keeps the
     /// engine's default.
     pub(crate) userns: Option<String>,
@@ -507,7 +507,7 @@ pub(crate) fn create_body(plan: &ContainerPlan, flavor: Flavor) -> ContainerCrea
         cap_drop: Some(vec!["ALL".to_owned()]),
         security_opt: Some(
             std::iter::once("no-new-privileges".to_owned())
-                .chain(plan.seccomp.iter().map(|p| format!("seccomp={}", p.display())))
+                .chain(plan.seccomp.iter().map(|p| format!("seccomp={p}")))
                 .collect(),
         ),
         ipc_mode: Some("private".to_owned()),

@@ -344,81 +344,234 @@ fn exit_code_only_once_stopped() {
     }
 }
 
+/// One line per profile entry: `name action [arg&mask==value ...]`.
+fn compact(entries: &[serde_json::Value]) -> String {
+    let mut out = String::new();
+    for e in entries {
+        let names: Vec<&str> =
+            e["names"].as_array().into_iter().flatten().filter_map(|n| n.as_str()).collect();
+        let action = match (e["action"].as_str(), e["errnoRet"].as_u64()) {
+            (Some("SCMP_ACT_ERRNO"), Some(n)) => format!("errno {n}"),
+            (Some(a), _) => a.trim_start_matches("SCMP_ACT_").to_lowercase(),
+            (None, _) => "?".to_owned(),
+        };
+        let args: Vec<String> = e["args"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| {
+                let op = a["op"].as_str().unwrap_or("?").trim_start_matches("SCMP_CMP_");
+                format!(
+                    "{}:{op}({:#x},{:#x})",
+                    a["index"],
+                    a["value"].as_u64().unwrap_or(0),
+                    a["valueTwo"].as_u64().unwrap_or(0)
+                )
+            })
+            .collect();
+        out.push_str(
+            &format!("{} {action} {}\n", names.join(","), args.join(" ")).replace(" \n", "\n"),
+        );
+    }
+    out
+}
+
+/// The actions of every entry naming `syscall` whose comparisons all hold, deduplicated.
+/// More than one would leave the outcome to libseccomp's merge; none means the default action.
+fn profile_actions(profile: &serde_json::Value, syscall: &str, args: &[u64; 6]) -> Vec<String> {
+    let mut hits = Vec::new();
+    for e in profile["syscalls"].as_array().into_iter().flatten() {
+        if !e["names"].as_array().is_some_and(|n| n.iter().any(|n| n == syscall)) {
+            continue;
+        }
+        let holds = e["args"].as_array().into_iter().flatten().all(|a| {
+            let arg = args[a["index"].as_u64().unwrap_or(9) as usize];
+            let (mask, value) =
+                (a["value"].as_u64().unwrap_or(0), a["valueTwo"].as_u64().unwrap_or(0));
+            match a["op"].as_str() {
+                Some("SCMP_CMP_MASKED_EQ") => arg & mask == value,
+                Some("SCMP_CMP_EQ") => arg == mask,
+                Some("SCMP_CMP_NE") => arg != mask,
+                op => panic!("unexpected op {op:?}"),
+            }
+        });
+        if holds {
+            let action = match (e["action"].as_str().unwrap_or("?"), e["errnoRet"].as_u64()) {
+                ("SCMP_ACT_ERRNO", Some(n)) => format!("errno {n}"),
+                (a, _) => a.to_owned(),
+            };
+            if !hits.contains(&action) {
+                hits.push(action);
+            }
+        }
+    }
+    hits
+}
+
+/// The reference: the wall's own first-match semantics on the arguments' low 32 bits.
+fn wall_action(rules: &[sandbox_core::SeccompRule], syscall: &str, args: &[u64; 6]) -> String {
+    use sandbox_core::{ArgCheck, SeccompAction};
+    let low = |i: u8| args[usize::from(i)] as u32;
+    let action = rules
+        .iter()
+        .filter(|r| r.syscall == syscall)
+        .find(|r| {
+            r.checks.iter().all(|c| match *c {
+                ArgCheck::AnyBit { arg, mask } => low(arg) & mask != 0,
+                ArgCheck::Equals { arg, value } => low(arg) == value,
+            })
+        })
+        .map_or(SeccompAction::Allow, |r| r.action);
+    match action {
+        SeccompAction::Allow => "SCMP_ACT_ALLOW".to_owned(),
+        SeccompAction::Errno(n) => format!("errno {n}"),
+        SeccompAction::KillProcess => "SCMP_ACT_KILL_PROCESS".to_owned(),
+    }
+}
+
+/// Arguments worth trying for `rules`: every value their checks name, single bits, the usual
+/// modes and flags, those with garbage in the upper half, and a deterministic spray.
+fn probe_args(rules: &[sandbox_core::SeccompRule]) -> Vec<[u64; 6]> {
+    use sandbox_core::ArgCheck;
+    let mut values: Vec<u64> = vec![
+        0,
+        0o644,
+        0o755,
+        0o4755,
+        0o2755,
+        0o6777,
+        0o1777,
+        0o100,
+        0o101,
+        0o102,
+        0o20200000,
+        0x1200_0011,
+        0x5413,
+        0xffff_ffff,
+    ];
+    for r in rules {
+        for c in r.checks {
+            match *c {
+                ArgCheck::AnyBit { mask, .. } => {
+                    values.extend([u64::from(mask), u64::from(mask) | 0o755])
+                }
+                ArgCheck::Equals { value, .. } => {
+                    values.extend([
+                        u64::from(value),
+                        u64::from(value ^ 1),
+                        u64::from(value) ^ 0x8000_0000,
+                    ]);
+                }
+            }
+        }
+    }
+    values.extend((0..32).map(|b| 1u64 << b));
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..64 {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        values.push(seed >> 32);
+    }
+    let with_high: Vec<u64> = values.iter().map(|v| v | 0xdead_0000_0000_0000).collect();
+    values.extend(with_high);
+    let mut out = Vec::new();
+    for (i, &a) in values.iter().enumerate() {
+        // Pairs across arguments without a full cross product: each value against a few others.
+        for &b in values.iter().skip(i % 7).step_by(7) {
+            out.push([a, a, b, b, a, b]);
+            out.push([b, a, a, b, b, a]);
+        }
+    }
+    out
+}
+
 #[test]
-fn podman_profile_loses_user_namespaces_only() {
-    let default = r#"{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[
-        {"names":["read","clone","clone3","unshare","write"],"action":"SCMP_ACT_ALLOW","args":[]},
-        {"names":["clone"],"action":"SCMP_ACT_ALLOW","includes":{"caps":["CAP_SYS_ADMIN"]}},
-        {"names":["setns"],"action":"SCMP_ACT_ERRNO","errnoRet":1}]}"#;
-    let hardened = crate::seccomp::without_user_namespaces(default).expect("hardened");
-    let value: serde_json::Value = serde_json::from_str(&hardened).expect("json");
-    insta::assert_json_snapshot!(value["syscalls"], @r#"
-    [
-      {
-        "action": "SCMP_ACT_ALLOW",
-        "args": [],
-        "names": [
-          "read",
-          "write"
-        ]
-      },
-      {
-        "action": "SCMP_ACT_ERRNO",
-        "errnoRet": 1,
-        "names": [
-          "setns"
-        ]
-      },
-      {
-        "action": "SCMP_ACT_ALLOW",
-        "args": [
-          {
-            "index": 0,
-            "op": "SCMP_CMP_MASKED_EQ",
-            "value": 268435456,
-            "valueTwo": 0
-          }
-        ],
-        "names": [
-          "clone"
-        ]
-      },
-      {
-        "action": "SCMP_ACT_ALLOW",
-        "args": [
-          {
-            "index": 0,
-            "op": "SCMP_CMP_MASKED_EQ",
-            "value": 268435456,
-            "valueTwo": 0
-          }
-        ],
-        "names": [
-          "unshare"
-        ]
-      },
-      {
-        "action": "SCMP_ACT_ERRNO",
-        "errnoRet": 38,
-        "names": [
-          "clone3"
-        ]
-      }
-    ]
-    "#);
-    assert!(crate::seccomp::without_user_namespaces("{}").is_err());
-    assert!(crate::seccomp::without_user_namespaces("nope").is_err());
-    // The real default profile of this machine, when podman is installed, transforms too.
-    for path in crate::seccomp::DEFAULT_PROFILES {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            let hardened = crate::seccomp::without_user_namespaces(&text).expect(path);
-            assert!(
-                !hardened.contains(
-                    r#""unshare",
-"#
-                ),
-                "{path}"
+fn wall_profile_entries_cover_each_syscall_disjointly_with_the_wall_s_first_match_outcome() {
+    let profile = serde_json::json!({"syscalls": crate::seccomp::entries(sandbox_core::WALL)});
+    let args = probe_args(sandbox_core::WALL);
+    for rule in sandbox_core::WALL {
+        for a in &args {
+            let got = profile_actions(&profile, rule.syscall, a);
+            assert_eq!(
+                got,
+                vec![wall_action(sandbox_core::WALL, rule.syscall, a)],
+                "{} {a:x?}",
+                rule.syscall
             );
+        }
+    }
+    // And the test can fail: the old overlapping shape (an unconditional allow beside the
+    // conditional errno) is caught as two actions.
+    let overlapping = serde_json::json!({"syscalls": [
+        {"names": ["chmod"], "action": "SCMP_ACT_ALLOW"},
+        {"names": ["chmod"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1,
+         "args": [{"index": 1, "value": 2048, "valueTwo": 2048, "op": "SCMP_CMP_MASKED_EQ"}]},
+    ]});
+    assert_eq!(profile_actions(&overlapping, "chmod", &[0, 0o4755, 0, 0, 0, 0]).len(), 2);
+}
+
+#[test]
+fn wall_profile_entries() {
+    insta::assert_snapshot!(compact(&crate::seccomp::entries(sandbox_core::WALL)));
+}
+
+#[test]
+fn the_wall_takes_over_the_syscalls_it_names_from_the_base_profile() {
+    let base = r#"{"defaultAction":"SCMP_ACT_ERRNO","defaultErrnoRet":38,"syscalls":[
+        {"names":["read","chmod","clone","clone3","unshare","ioctl","write"],"action":"SCMP_ACT_ALLOW","args":[]},
+        {"names":["clone"],"action":"SCMP_ACT_ALLOW","includes":{"caps":["CAP_SYS_ADMIN"]}},
+        {"name":"fchmod","action":"SCMP_ACT_ALLOW"},
+        {"names":["setns"],"action":"SCMP_ACT_ERRNO","errnoRet":1}]}"#;
+    let walled = crate::seccomp::with_wall(base).expect("walled");
+    let value: serde_json::Value = serde_json::from_str(&walled).expect("json");
+    assert_eq!(value["defaultErrnoRet"], 38, "the rest of the base is kept");
+    let entries = value["syscalls"].as_array().expect("syscalls");
+    let kept =
+        compact(&entries[..entries.len() - crate::seccomp::entries(sandbox_core::WALL).len()]);
+    insta::assert_snapshot!(kept, @r"
+    read,write allow
+    setns errno 1
+    ");
+    // Now only the wall decides these.
+    for a in probe_args(sandbox_core::WALL) {
+        for syscall in ["chmod", "fchmod", "clone", "ioctl"] {
+            assert_eq!(
+                profile_actions(&value, syscall, &a),
+                [wall_action(sandbox_core::WALL, syscall, &a)]
+            );
+        }
+    }
+    assert!(crate::seccomp::with_wall("{}").is_err());
+    assert!(crate::seccomp::with_wall("nope").is_err());
+}
+
+#[test]
+fn the_installed_default_profile_gets_the_wall_too() {
+    // The real base of this machine, when containers-common is installed, and docker's fallback.
+    let installed = crate::seccomp::DEFAULT_PROFILES
+        .iter()
+        .filter_map(|path| Some((*path, std::fs::read_to_string(path).ok()?)));
+    for (path, text) in installed.chain([("vendored", crate::seccomp::VENDORED_DEFAULT.to_owned())])
+    {
+        let walled: serde_json::Value =
+            serde_json::from_str(&crate::seccomp::with_wall(&text).expect(path)).expect("json");
+        // Deny by default: a syscall the host's libseccomp cannot name still fails.
+        assert_eq!(walled["defaultAction"], "SCMP_ACT_ERRNO", "{path}");
+        for rule in sandbox_core::WALL {
+            // Calls the base allows only with capabilities are decided like the rest (the
+            // containers have none), so check with and without `includes`.
+            for a in [
+                [0, 0o4755, 0o4755, 0o4755, 0, 0],
+                [0x1000_0000, 0o101, 0o101, 0o4755, 0, 0],
+                [0, 0x5412, 0, 0, 0, 0],
+                [0; 6],
+            ] {
+                assert_eq!(
+                    profile_actions(&walled, rule.syscall, &a),
+                    [wall_action(sandbox_core::WALL, rule.syscall, &a)],
+                    "{path}: {} {a:?}",
+                    rule.syscall
+                );
+            }
         }
     }
 }

@@ -9,3 +9,4 @@ mod prune;
 mod run;
 mod session;
 mod support;
+mod wall;
