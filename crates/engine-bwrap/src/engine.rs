@@ -592,15 +592,24 @@ impl BwrapEngine {
                     .map(|m| m.src.clone()),
             )
             .collect();
+        // Where the filesystem allows, those directories are mounted idmapped instead (root's
+        // files appear as the sandbox's, its writes land as root's): nothing to lend or give
+        // back, and files that already exist stay writable too, which an ACL on directories
+        // cannot give.
+        let idmapped = self.host.run_as().is_some()
+            && writable.iter().all(|d| crate::stage::idmap_supported(d));
         let grant = match self.host.run_as() {
-            Some((uid, _)) => {
+            Some((uid, _)) if !idmapped => {
                 let dirs: Vec<&Path> = writable.iter().map(PathBuf::as_path).collect();
                 let state = reaper::acl::state_dir(&self.config.cache_dir);
                 Some((uid, reaper::acl::Grant::take(&dirs, uid, &state)?))
             }
-            None => None,
+            _ => None,
         };
-        let plan = plan::run_plan(&self.host, &layout, None);
+        let mut plan = plan::run_plan(&self.host, &layout, None);
+        if idmapped {
+            plan.idmapped = writable.clone();
+        }
         let outputs = match io.output {
             Output::Inherit => Outputs::Inherit,
             Output::Sink(sink) => Outputs::Sink(sink),

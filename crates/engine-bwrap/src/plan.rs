@@ -62,6 +62,10 @@ pub(crate) struct Plan {
     /// nobody it cannot reach root's files by path, so every bind source is first mounted, from
     /// a descriptor, into a private staging directory ([`Plan::staging`]) that bwrap binds from.
     pub(crate) run_as: Option<(u32, u32)>,
+    /// Host sources (the workspace, read-write mounts) staged as idmapped mounts for a root
+    /// caller: root's files appear owned by the sandbox's user, and what it writes lands owned
+    /// by root, so nothing of the caller's permissions has to change.
+    pub(crate) idmapped: Vec<PathBuf>,
 }
 
 /// Where the staging tmpfs of a root caller's sandbox is mounted, in a mount namespace of the
@@ -75,6 +79,8 @@ pub(crate) const STAGE: &str = "/tmp";
 pub(crate) struct Staged {
     pub(crate) src: PathBuf,
     pub(crate) at: PathBuf,
+    /// Mounted with root's ids shown as the sandbox user's ([`Plan::idmapped`]).
+    pub(crate) idmap: bool,
 }
 
 /// `/proc` entries that reach host-wide kernel state; read-only in every sandbox (bwrap covers
@@ -94,12 +100,21 @@ impl Plan {
             .binds
             .iter()
             .enumerate()
-            .map(|(i, b)| Staged { src: b.src.clone(), at: stage.join(format!("b{i}")) })
+            .map(|(i, b)| Staged {
+                src: b.src.clone(),
+                at: stage.join(format!("b{i}")),
+                idmap: b.access == Access::ReadWrite && self.idmapped.contains(&b.src),
+            })
             .collect();
-        out.push(Staged { src: host.passwd.clone(), at: stage.join("passwd") });
-        out.push(Staged { src: host.group.clone(), at: stage.join("group") });
+        let plain = |src: &Path, name: &str| Staged {
+            src: src.to_owned(),
+            at: stage.join(name),
+            idmap: false,
+        };
+        out.push(plain(&host.passwd, "passwd"));
+        out.push(plain(&host.group, "group"));
         if let Some(ca) = &host.ca_bundle {
-            out.push(Staged { src: ca.clone(), at: stage.join("ca") });
+            out.push(plain(ca, "ca"));
         }
         out
     }
@@ -378,6 +393,7 @@ pub(crate) fn prepare_plan(
         block_fd: None,
         tmpfs_size: layout.tmpfs_size,
         run_as: host.run_as(),
+        idmapped: Vec::new(),
     }
 }
 
@@ -445,5 +461,6 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout, status_fd: Option<i
         block_fd: None,
         tmpfs_size: layout.tmpfs_size,
         run_as: host.run_as(),
+        idmapped: Vec::new(),
     }
 }

@@ -107,7 +107,7 @@ pub(crate) fn execute(
             // stay reachable at its own path.
             let binary = std::fs::canonicalize(bwrap).unwrap_or_else(|_| bwrap.to_owned());
             if binary.starts_with(crate::plan::STAGE) {
-                staging.push(crate::plan::Staged { src: binary.clone(), at: binary });
+                staging.push(crate::plan::Staged { src: binary.clone(), at: binary, idmap: false });
             }
             Some(crate::stage::Stage::open(&staging, uid, gid)?)
         }

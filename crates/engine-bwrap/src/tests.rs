@@ -85,7 +85,8 @@ fn render(plan: &Plan, host: &HostFacts) -> String {
     if let Some((uid, gid)) = plan.run_as {
         let _ = write!(out, "\nstarted as {uid}:{gid}, staged:");
         for staged in plan.staging(host) {
-            let _ = write!(out, "\n  {} <- {}", staged.at.display(), staged.src.display());
+            let idmap = if staged.idmap { " (idmapped)" } else { "" };
+            let _ = write!(out, "\n  {} <- {}{idmap}", staged.at.display(), staged.src.display());
         }
     }
     out
@@ -124,7 +125,9 @@ fn run_as_root_uses_nobody_and_root_home() {
     layout.env_dir = "/root/.cache/python-sandbox/bwrap/envs/0f1e2d".into();
     layout.workspace = "/srv/app".into();
     layout.script = "/srv/app/job.py".into();
-    check_run("run_as_root", &host, &layout);
+    let mut plan = run_plan(&host, &layout, None);
+    plan.idmapped = vec!["/srv/app".into()];
+    insta::assert_snapshot!("run_as_root", render(&plan, &host));
 }
 
 #[test]

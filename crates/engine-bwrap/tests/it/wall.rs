@@ -439,3 +439,47 @@ fn tmpfs_is_size_capped() {
     spec.tmpfs_size = 16 << 20;
     assert_eq!(f.run_ok(&spec), "/tmp ENOSPC\n/home/sandbox ENOSPC\n");
 }
+
+/// The workspace keeps its owners, modes and ACLs: existing files stay writable and new ones land
+/// owned by the caller, with no ACL entry left behind (for a root caller the workspace is an
+/// idmapped mount, so the sandbox's nobody acts as root there without any permission change).
+#[test]
+fn workspace_keeps_owners_modes_and_acls() {
+    let Some(f) = fixture() else { return };
+    let ws = f.workspace.path();
+    std::fs::write(ws.join("existing.txt"), "old\n").expect("existing");
+    std::fs::create_dir(ws.join("sub")).expect("sub");
+    std::fs::write(ws.join("sub/inner.txt"), "x\n").expect("inner");
+    for (rel, mode) in
+        [("existing.txt", 0o644), ("sub", 0o755), ("sub/inner.txt", 0o644), ("", 0o755)]
+    {
+        std::fs::set_permissions(ws.join(rel), std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .expect("chmod");
+    }
+    let acl = |p: &std::path::Path| {
+        let mut buf = [0u8; 256];
+        rustix::fs::getxattr(p, "system.posix_acl_access", &mut buf).ok()
+    };
+    let before = (acl(ws), acl(&ws.join("sub")));
+    let script = "import os\n\
+        open('existing.txt', 'w').write('new\\n')\n\
+        open('sub/inner.txt', 'a').write('more\\n')\n\
+        open('sub/created.txt', 'w').write('c\\n')\n\
+        os.mkdir('made')\n\
+        print('ok')\n";
+    assert_eq!(f.run_ok(&f.spec(script)), "ok\n");
+    let uid = rustix::process::getuid().as_raw();
+    assert_eq!(std::fs::read_to_string(ws.join("existing.txt")).expect("read"), "new\n");
+    assert_eq!(std::fs::read_to_string(ws.join("sub/inner.txt")).expect("read"), "x\nmore\n");
+    for rel in ["existing.txt", "sub", "sub/inner.txt", "sub/created.txt", "made", ""] {
+        let meta = std::fs::symlink_metadata(ws.join(rel)).expect("meta");
+        assert_eq!(meta.uid(), uid, "{rel} is not the caller's");
+    }
+    for (rel, mode) in
+        [("existing.txt", 0o644), ("sub", 0o755), ("sub/inner.txt", 0o644), ("", 0o755)]
+    {
+        let meta = std::fs::symlink_metadata(ws.join(rel)).expect("meta");
+        assert_eq!(meta.mode() & 0o7777, mode, "{rel} changed its mode");
+    }
+    assert_eq!((acl(ws), acl(&ws.join("sub"))), before, "an ACL was left behind");
+}
