@@ -70,7 +70,7 @@ attempt("tmp", lambda: open("/tmp/x", "w"))
 attempt("home", lambda: open(os.path.expanduser("~/x"), "w"))
 # The image's own ENV (UV_*) and podman's `container=podman` are added by the engine; nothing
 # of the host but the allowlist.
-print("env", ",".join(sorted(k for k in os.environ if not k.startswith("UV_") and k not in ("PATH", "HOME", "LANG", "SSL_CERT_FILE", "LC_ALL", "TERM", "TZ", "HOSTNAME", "container"))))
+print("env", ",".join(sorted(k for k in os.environ if not k.startswith("UV_") and k not in ("PATH", "HOME", "LANG", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "LC_ALL", "TERM", "TZ", "HOSTNAME", "container"))))
 print("pid1", open("/proc/1/comm").read().strip())
 "#;
 
