@@ -14,12 +14,15 @@
 //!   directly (no uv), with the configured network. Environment and interpreter are
 //!   read-only; the uv cache is not visible at all. The warm path is: key → marker → exec.
 //!
-//! The wall: `--unshare-all` (plus `--share-net` only when the network is on),
-//! `--unshare-user --disable-userns`, `--cap-drop ALL`, `--die-with-parent`, `--new-session`
-//! unless stdin is a terminal and the kernel blocks TIOCSTI (`dev.tty.legacy_tiocsti=0`), an
-//! unprivileged uid (the caller's, or 65534 for root), `/usr` and an allowlisted `/etc` read-only, synthesized passwd/group, a new `/proc`, minimal
-//! `/dev`, tmpfs `/tmp` and `$HOME`, the workspace read-write at its real path, extra mounts
-//! at their real paths, an empty environment plus a small allowlist and explicit `--env`.
+//! The wall: `--unshare-all` always (net on is the sandbox's own namespace connected by pasta,
+//! see `net.rs`), `--unshare-user --disable-userns`, `--cap-drop ALL`, the seccomp wall
+//! (`sandbox_core::WALL`), `--die-with-parent`, `--new-session` unless stdin is a terminal and
+//! the kernel blocks TIOCSTI (`dev.tty.legacy_tiocsti=0`), an unprivileged uid on the host too
+//! (the caller's; for root, bwrap itself is started as 65534, see `stage.rs`), `/usr` and an
+//! allowlisted `/etc` read-only, synthesized passwd/group, a new `/proc` with `/proc/sys` and
+//! friends read-only, minimal `/dev`, size-capped tmpfs `/tmp` and `/home/sandbox` (`HOME`), the
+//! workspace read-write at its real path, extra mounts at their real paths, an empty
+//! environment plus a small allowlist and explicit `--env`.
 //!
 //! # Calling it from the CLI
 //!
@@ -29,7 +32,7 @@
 //! let env = engine.prepare(&spec, &mut |line| ui::status(line))?;   // "preparing python 3.12 …"
 //! let outcome = engine.run_prepared(&spec, &env, RunIo { stdin: Stdin::Inherit,
 //!     output: Output::Inherit /* or Sink(&mut ScrubbingSink) */, status: None })?;
-//! for w in &outcome.warnings { ui::warning(w) }        // e.g. publish on bwrap shares the host network
+//! for w in &outcome.warnings { ui::warning(w) }        // things that did not stop the run
 //! exit(outcome.exit_code)                              // 128+N for signals; check outcome.timed_out
 //! ```
 //!

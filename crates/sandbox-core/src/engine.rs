@@ -123,7 +123,7 @@ pub struct RunOutcome {
     /// Whether the run was killed because it hit its timeout.
     pub timed_out: bool,
     /// Things the user should know that did not stop the run, lower case, no trailing period
-    /// (e.g. "bwrap shares the host network: published ports are reachable from the host").
+    /// (e.g. "rootless podman cannot enforce the memory limit here").
     pub warnings: Vec<String>,
 }
 
