@@ -223,7 +223,14 @@ pub(crate) fn check_pep508(s: &str) -> Result<(), (String, Range<usize>)> {
         Ok(_) => Ok(()),
         Err(e) => {
             let start = floor_char(s, e.start.min(s.len()));
-            let end = floor_char(s, (e.start + e.len.max(1)).min(s.len())).max(start);
+            let mut end = floor_char(s, (e.start + e.len.max(1)).min(s.len())).max(start);
+            // pep508_rs reports some one-character errors as one byte; cover the whole character
+            // (found by fuzzing: a byte span inside a BOM in `rich[ju \u{feff}...`).
+            if end == start
+                && let Some(c) = s[start..].chars().next()
+            {
+                end = start + c.len_utf8();
+            }
             Err((lower_first(&e.message.to_string()), start..end))
         }
     }
