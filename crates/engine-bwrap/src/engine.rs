@@ -207,7 +207,7 @@ impl BwrapEngine {
         if !lock_path.parent().is_some_and(Path::is_dir) {
             fsutil::create_dir_all(&self.layout.locks_dir())?;
         }
-        let lease = Lease::take(&lock_path, false, status)?;
+        let lease = Lease::take(&lock_path, status)?;
         if let Some(env) = self.ready(&key, &dir, &marker_path, &lease) {
             return Ok(env);
         }
@@ -226,7 +226,7 @@ impl BwrapEngine {
                 status("waiting for another python-sandbox preparing the same environment");
                 waited = true;
             }
-            let shared = Lease::take(&lock_path, false, &mut |_| {})?;
+            let shared = Lease::take(&lock_path, &mut |_| {})?;
             if let Some(env) = self.ready(&key, &dir, &marker_path, &shared) {
                 return Ok(env);
             }

@@ -23,40 +23,33 @@ use crate::error::{Error, Result};
 pub(crate) struct Lease(Option<Arc<File>>);
 
 impl Lease {
-    /// Takes the lock (waiting, and saying so through `status`, when someone else holds it)
-    /// and stamps the last use.
-    pub(crate) fn take(
-        path: &Path,
-        exclusive: bool,
-        status: &mut dyn FnMut(&str),
-    ) -> Result<Lease> {
-        let (try_mode, wait_mode) = if exclusive {
-            (LockMode::TryExclusive, LockMode::Exclusive)
-        } else {
-            (LockMode::TryShared, LockMode::Shared)
-        };
-        let file = match lock(path, try_mode)? {
+    /// Takes the lock shared (waiting, and saying so through `status`, while someone builds
+    /// the environment) and stamps the last use. Nobody waits for it exclusive: see
+    /// [`Lease::try_exclusive`].
+    pub(crate) fn take(path: &Path, status: &mut dyn FnMut(&str)) -> Result<Lease> {
+        let file = match lock(path, LockMode::TryShared)? {
             Some(file) => file,
             None => {
                 status("waiting for another python-sandbox preparing the same environment");
-                lock(path, wait_mode)?.ok_or_else(|| {
+                lock(path, LockMode::Shared)?.ok_or_else(|| {
                     Error::io(format!("locking {}", path.display()))(std::io::Error::other(
                         "lock not taken",
                     ))
                 })?
             }
         };
-        // Best effort: a missing stamp only makes the pruner fall back to the marker's age.
-        let _ = file.set_modified(SystemTime::now());
-        Ok(Lease(Some(Arc::new(file))))
+        Ok(Lease::stamped(file))
     }
 
     /// The exclusive lock if nobody holds the lock at all, without waiting; stamps the last use.
     pub(crate) fn try_exclusive(path: &Path) -> Result<Option<Lease>> {
-        Ok(lock(path, LockMode::TryExclusive)?.map(|file| {
-            let _ = file.set_modified(SystemTime::now());
-            Lease(Some(Arc::new(file)))
-        }))
+        Ok(lock(path, LockMode::TryExclusive)?.map(Lease::stamped))
+    }
+
+    fn stamped(file: File) -> Lease {
+        // Best effort: a missing stamp only makes the pruner fall back to the marker's age.
+        let _ = file.set_modified(SystemTime::now());
+        Lease(Some(Arc::new(file)))
     }
 
     /// Turns an exclusive hold into a shared one without letting go (flock converts in place),

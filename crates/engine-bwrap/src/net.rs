@@ -101,14 +101,10 @@ impl UserNet {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
-                if let Some((uid, gid)) = run_as
-                    && (libc::setgroups(0, std::ptr::null()) != 0
-                        || libc::setresgid(gid, gid, gid) != 0
-                        || libc::setresuid(uid, uid, uid) != 0)
-                {
-                    return Err(std::io::Error::last_os_error());
+                match run_as {
+                    Some((uid, gid)) => crate::stage::drop_to(uid, gid),
+                    None => Ok(()),
                 }
-                Ok(())
             });
         }
         let guard = crate::process::spawn_guard();

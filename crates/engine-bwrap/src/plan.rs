@@ -263,7 +263,7 @@ impl Argv {
 
 /// Where home is inside the sandbox: the same fixed path on every engine
 /// ([`sandbox_core::SANDBOX_HOME`]); the caller's home path does not exist there at all.
-pub(crate) fn sandbox_home(_host: &HostFacts) -> PathBuf {
+pub(crate) fn sandbox_home() -> PathBuf {
     PathBuf::from(sandbox_core::SANDBOX_HOME)
 }
 
@@ -343,7 +343,7 @@ pub(crate) fn prepare_plan(
     layout: &PrepareLayout,
     status_fd: Option<i32>,
 ) -> Plan {
-    let home = sandbox_home(host);
+    let home = sandbox_home();
     let (uid, gid) = host.sandbox_ids();
     let mut binds = vec![Bind::same(&layout.uv, Access::ReadOnly)];
     binds.extend(layout.ro_dirs.iter().map(|d| Bind::same(d, Access::ReadOnly)));
@@ -425,7 +425,7 @@ pub(crate) struct RunLayout {
 /// Run: the prepared interpreter runs the script directly; no uv, nothing writable but the
 /// workspace, rw mounts and tmpfs.
 pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout, status_fd: Option<i32>) -> Plan {
-    let home = sandbox_home(host);
+    let home = sandbox_home();
     let (uid, gid) = host.sandbox_ids();
     let mut binds = vec![Bind::same(&layout.env_dir, Access::ReadOnly)];
     binds.extend(layout.ro_dirs.iter().map(|d| Bind::same(d, Access::ReadOnly)));

@@ -159,15 +159,21 @@ impl Stage {
                         MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
                     )?;
                 }
-                rustix::thread::set_thread_groups(&[])?;
-                let gid = rustix::process::Gid::from_raw(gid);
-                rustix::thread::set_thread_res_gid(gid, gid, gid)?;
-                let uid = rustix::process::Uid::from_raw(uid);
-                rustix::thread::set_thread_res_uid(uid, uid, uid)?;
-                Ok(())
+                drop_to(uid, gid)
             });
         }
     }
+}
+
+/// Clears supplementary groups and sets gid, then uid (which drops every capability), for the
+/// calling thread only. Raw syscalls: safe in a forked child before `exec`.
+pub(crate) fn drop_to(uid: u32, gid: u32) -> std::io::Result<()> {
+    rustix::thread::set_thread_groups(&[])?;
+    let gid = rustix::process::Gid::from_raw(gid);
+    rustix::thread::set_thread_res_gid(gid, gid, gid)?;
+    let uid = rustix::process::Uid::from_raw(uid);
+    rustix::thread::set_thread_res_uid(uid, uid, uid)?;
+    Ok(())
 }
 
 fn cstring(bytes: &[u8]) -> Result<CString> {
