@@ -49,6 +49,11 @@ case "$installed" in
     ;;
 esac
 
+# The environment a script without dependencies runs in (engine-oci's ENV_MOUNT): an empty venv on
+# the image's interpreter, so every run has a VIRTUAL_ENV, on every engine, with or without
+# dependencies (a prepared environment volume is mounted over it). Root's, read-only to the user.
+/usr/local/bin/uv venv --quiet --relocatable --no-cache --python /usr/bin/python3 /opt/python-sandbox/env
+
 # Written directly: the minimal rootfs has no passwd package, and this is all useradd would do.
 if ! grep -q "^$SANDBOX_USER:" /etc/passwd; then
     echo "$SANDBOX_USER:x:$SANDBOX_UID:$SANDBOX_UID:python-sandbox:/home/$SANDBOX_USER:/bin/sh" >>/etc/passwd

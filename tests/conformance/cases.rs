@@ -532,25 +532,33 @@ pub(crate) fn all() -> Vec<Case> {
             ..BASE
         },
         Case {
-            // One environment contract on every engine: the same HOME, host name and CA
-            // variables, and VIRTUAL_ENV (where a venv is used: docker and podman run a script
-            // without dependencies on the image's interpreter) naming the running prefix.
+            // One environment contract on every engine (sandbox_core::run_env): exactly the
+            // same variable names (the host's LC_ALL/TERM/TZ pass through where set), the same
+            // HOME, host name, CA variables and `container`, PWD the working directory, and a
+            // venv (docker and podman: the image's empty one without dependencies) as VIRTUAL_ENV.
             name: "env-contract",
             script: Script::Inline(
                 "import socket\n\
+                 names = sorted(set(os.environ) - {'LC_ALL', 'TERM', 'TZ'})\n\
+                 print('NAMES', ' '.join(names))\n\
                  print('HOME', os.environ.get('HOME'))\n\
                  print('HOSTNAME', os.environ.get('HOSTNAME'), socket.gethostname())\n\
+                 print('CONTAINER', os.environ.get('container'))\n\
                  ca = '/etc/python-sandbox/ca-certificates.crt'\n\
                  print('CA', os.environ.get('SSL_CERT_FILE') == os.environ.get('REQUESTS_CA_BUNDLE') == ca)\n\
-                 print('VENV', os.environ.get('VIRTUAL_ENV', sys.prefix) == sys.prefix)\n\
+                 print('VENV', os.environ.get('VIRTUAL_ENV') == sys.prefix != sys.base_prefix)\n\
+                 print('PWD', os.environ.get('PWD') == os.getcwd())\n\
                  done()\n",
             ),
             expect: |_| {
                 Expect::ok()
+                    .has("NAMES HOME HOSTNAME LANG PATH PWD REQUESTS_CA_BUNDLE SSL_CERT_FILE VIRTUAL_ENV container\n")
                     .has("HOME /home/sandbox")
                     .has("HOSTNAME python-sandbox python-sandbox")
+                    .has("CONTAINER python-sandbox")
                     .has("CA True")
                     .has("VENV True")
+                    .has("PWD True")
             },
             ..BASE
         },

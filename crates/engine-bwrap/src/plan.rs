@@ -289,26 +289,11 @@ fn order_binds(mut binds: Vec<Bind>) -> Vec<Bind> {
     deduped
 }
 
-fn base_env(host: &HostFacts, home: &Path, path: String) -> Vec<(String, OsString)> {
-    let mut env = vec![
-        ("PATH".to_owned(), OsString::from(path)),
-        ("HOME".to_owned(), home.into()),
-        // bwrap sets the host name but not the variable; containers get both.
-        ("HOSTNAME".to_owned(), sandbox_core::SANDBOX_HOSTNAME.into()),
-    ];
-    let lang = host.env_value("LANG").cloned().unwrap_or_else(|| "C.UTF-8".into());
-    env.push(("LANG".to_owned(), lang));
-    for name in ["LC_ALL", "TERM", "TZ"] {
-        if let Some(value) = host.env_value(name) {
-            env.push((name.to_owned(), value.clone()));
-        }
-    }
-    if host.ca_bundle.is_some() {
-        env.push(("SSL_CERT_FILE".to_owned(), SANDBOX_CA_BUNDLE.into()));
-        // requests ignores SSL_CERT_FILE (it ships certifi); point it at the same host bundle so
-        // TLS-intercepting proxies work for the most common HTTP library too.
-        env.push(("REQUESTS_CA_BUNDLE".to_owned(), SANDBOX_CA_BUNDLE.into()));
-    }
+/// `sandbox_core::run_env` (one contract for every engine) with bwrap's `PATH`; bwrap itself
+/// adds `PWD` for `--chdir`.
+fn base_env(host: &HostFacts, path: String) -> Vec<(String, OsString)> {
+    let mut env = vec![("PATH".to_owned(), OsString::from(path))];
+    env.extend(sandbox_core::run_env(|n| host.env_value(n).cloned(), host.ca_bundle.is_some()));
     env
 }
 
@@ -349,7 +334,7 @@ pub(crate) fn prepare_plan(
     binds.extend(layout.ro_dirs.iter().map(|d| Bind::same(d, Access::ReadOnly)));
     binds.extend(layout.rw_dirs.iter().map(|d| Bind::same(d, Access::ReadWrite)));
 
-    let mut env = base_env(host, &home, "/usr/local/bin:/usr/bin:/bin".to_owned());
+    let mut env = base_env(host, "/usr/local/bin:/usr/bin:/bin".to_owned());
     for (name, value) in [
         ("UV_CACHE_DIR", layout.uv_cache.as_os_str()),
         ("UV_PYTHON_INSTALL_DIR", layout.python_install_dir.as_os_str()),
@@ -436,7 +421,7 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout, status_fd: Option<i
     }
 
     let bin = layout.env_dir.join("bin");
-    let mut env = base_env(host, &home, format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()));
+    let mut env = base_env(host, format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()));
     set_env(&mut env, "VIRTUAL_ENV", layout.env_dir.clone().into_os_string());
     for (name, value) in &layout.user_env {
         set_env(&mut env, name, value.into());

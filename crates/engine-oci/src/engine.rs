@@ -24,6 +24,10 @@ use crate::workspace;
 
 /// The image every container runs unless `--image` says otherwise.
 pub const DEFAULT_IMAGE: &str = "python-sandbox-runtime:latest";
+/// The image layout this engine expects (label `io.python-sandbox.image-abi`, set by
+/// deploy/image/Containerfile): 2 has the empty venv at `/opt/python-sandbox/env` and no `UV_*`
+/// in its config. An image without it is refused before anything runs, with how to rebuild.
+pub const IMAGE_ABI: u32 = 2;
 /// Bumped whenever the layout of a prepared environment volume changes.
 const ENV_FORMAT: &str = "python-sandbox-oci-env-v1";
 /// Runs get an `expires` label this long after their timeout, for the sweep.
@@ -587,7 +591,18 @@ async fn volume_exists(docker: &Docker, name: &str) -> bool {
 /// The image's id; a missing image is [`Error::MissingImage`].
 async fn image_id(docker: &Docker, engine: &'static str, image: &str) -> Result<String> {
     match docker.inspect_image(image).await {
-        Ok(inspect) => Ok(inspect.id.unwrap_or_else(|| image.to_owned())),
+        Ok(inspect) => {
+            let abi = inspect
+                .config
+                .as_ref()
+                .and_then(|c| c.labels.as_ref())
+                .and_then(|l| l.get(crate::plan::IMAGE_ABI_LABEL))
+                .and_then(|v| v.parse::<u32>().ok());
+            if abi != Some(IMAGE_ABI) {
+                return Err(Error::OutdatedImage { image: image.to_owned(), engine, found: abi });
+            }
+            Ok(inspect.id.unwrap_or_else(|| image.to_owned()))
+        }
         Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
             Err(Error::MissingImage { image: image.to_owned(), engine })
         }

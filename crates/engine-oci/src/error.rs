@@ -28,6 +28,20 @@ pub enum Error {
         /// `docker` or `podman`.
         engine: &'static str,
     },
+    /// The runtime image was built for another version of this engine.
+    #[error(
+        "the image `{image}` in {engine}'s image store has layout {} but this python-sandbox needs {}\nhint: rebuild it with `cargo xtask image`, or `{engine} build -t {image} deploy/image`",
+        found.map_or_else(|| "(none)".to_owned(), |f| f.to_string()),
+        crate::IMAGE_ABI
+    )]
+    OutdatedImage {
+        /// The image reference.
+        image: String,
+        /// `docker` or `podman`.
+        engine: &'static str,
+        /// The image's `io.python-sandbox.image-abi`, if any.
+        found: Option<u32>,
+    },
     /// Podman has no init binary for `init: true`.
     #[error(
         "podman has no container init binary (catatonit)\nhint: install the `catatonit` package; python-sandbox needs an init process so signals and zombies work"

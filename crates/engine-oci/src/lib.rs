@@ -66,7 +66,7 @@ mod workspace;
 
 pub use agent::AgentAddr;
 pub use client::{Connection, Flavor};
-pub use engine::{DEFAULT_IMAGE, OciConfig, OciEngine, PreparedEnv};
+pub use engine::{DEFAULT_IMAGE, IMAGE_ABI, OciConfig, OciEngine, PreparedEnv};
 pub use envs::{DEFAULT_ENV_MAX_AGE, PrunedEnv};
 pub use error::Error;
 pub use plan::{Limits, Rootless};

@@ -28,8 +28,11 @@ pub(crate) const ENV_MOUNT: &str = "/opt/python-sandbox/env";
 /// Where the prepare container mounts the environment volume (the image's home, so that the
 /// engines' volume copy-up gives it to the image user; never a tmpfs there).
 pub(crate) const PREPARE_MOUNT: &str = "/home/sandbox";
-/// The image's interpreter, used directly when a script has no dependencies.
+/// The image's interpreter: prepare builds environments on it, and the image's own empty venv
+/// at [`ENV_MOUNT`] (what a script without dependencies runs in) points at it.
 pub(crate) const IMAGE_PYTHON: &str = "/usr/bin/python3";
+/// The image label saying which layout of [`crate::IMAGE_ABI`] the image has.
+pub(crate) const IMAGE_ABI_LABEL: &str = "io.python-sandbox.image-abi";
 /// PATH of every container (the image's).
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -263,19 +266,13 @@ if [ "$#" -gt 0 ]; then
   uv pip install --quiet --compile-bytecode --python /home/sandbox/bin/python -- "$@"
 fi"#;
 
+/// `sandbox_core::run_env` (one contract for every engine) with the image's `PATH`.
 fn base_env(host: &HostFacts) -> Vec<(String, String)> {
-    let mut env = vec![("PATH".to_owned(), PATH.to_owned()), ("HOME".to_owned(), HOME.to_owned())];
-    env.push(("LANG".to_owned(), host.env_value("LANG").unwrap_or("C.UTF-8").to_owned()));
-    for name in ["LC_ALL", "TERM", "TZ"] {
-        if let Some(value) = host.env_value(name) {
-            env.push((name.to_owned(), value.to_owned()));
-        }
-    }
-    if host.ca_bundle.is_some() {
-        env.push(("SSL_CERT_FILE".to_owned(), SANDBOX_CA_BUNDLE.to_owned()));
-        // requests ignores SSL_CERT_FILE (it ships certifi); the same bundle as on bwrap.
-        env.push(("REQUESTS_CA_BUNDLE".to_owned(), SANDBOX_CA_BUNDLE.to_owned()));
-    }
+    let mut env = vec![("PATH".to_owned(), PATH.to_owned())];
+    env.extend(sandbox_core::run_env(
+        |n| host.env_value(n).map(str::to_owned),
+        host.ca_bundle.is_some(),
+    ));
     env
 }
 
@@ -328,15 +325,14 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout) -> ContainerPlan {
     }
     let mut mounts: Vec<PlanMount> = ca_mount(host).into_iter().collect();
     let mut env = base_env(host);
-    let python = match &layout.env_volume {
-        Some(volume) => {
-            mounts.push(PlanMount::volume(volume, ENV_MOUNT, false));
-            set_env(&mut env, "VIRTUAL_ENV", ENV_MOUNT);
-            set_env(&mut env, "PATH", &format!("{ENV_MOUNT}/bin:{PATH}"));
-            format!("{ENV_MOUNT}/bin/python")
-        }
-        None => IMAGE_PYTHON.to_owned(),
-    };
+    // Without dependencies the image's own empty venv at the same path: one layout either way.
+    if let Some(volume) = &layout.env_volume {
+        mounts.push(PlanMount::volume(volume, ENV_MOUNT, false));
+    }
+    set_env(&mut env, "VIRTUAL_ENV", ENV_MOUNT);
+    set_env(&mut env, "PATH", &format!("{ENV_MOUNT}/bin:{PATH}"));
+    set_env(&mut env, "PWD", &layout.workspace.display().to_string());
+    let python = format!("{ENV_MOUNT}/bin/python");
     mounts.extend(ordered(host_binds));
     for (name, value) in &layout.user_env {
         set_env(&mut env, name, value);
@@ -376,6 +372,7 @@ pub(crate) fn prepare_plan(host: &HostFacts, layout: &PrepareLayout) -> Containe
         ("UV_NO_CONFIG", "1"),
         ("UV_PYTHON_DOWNLOADS", "never"),
         ("UV_LINK_MODE", "copy"),
+        ("UV_SYSTEM_CERTS", "1"),
         ("UV_NATIVE_TLS", "1"),
         ("UV_NO_PROGRESS", "1"),
     ] {
@@ -429,11 +426,13 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Containe
         ("UV_CACHE_DIR", "/home/sandbox/.cache/uv"),
         ("UV_NO_CONFIG", "1"),
         ("UV_PYTHON_DOWNLOADS", "never"),
+        ("UV_SYSTEM_CERTS", "1"),
         ("UV_NATIVE_TLS", "1"),
         ("UV_NO_PROGRESS", "1"),
     ] {
         set_env(&mut env, name, value);
     }
+    set_env(&mut env, "PWD", &layout.workspace.display().to_string());
     for (name, value) in &layout.user_env {
         set_env(&mut env, name, value);
     }

@@ -32,7 +32,8 @@ pub use missing::{MissingMount, missing_mount};
 pub use parse::{MountSpellingError, mount_mode_hint, parse_size, split_mount};
 pub use policy::{
     CA_BUNDLE_CANDIDATES, NEVER_MOUNTED, PREPARE_ENV_ALLOWLIST, PathUse, RUN_ENV_ALLOWLIST,
-    SANDBOX_CA_BUNDLE, SANDBOX_HOME, SANDBOX_HOSTNAME, SYSTEM_DIRS, check_host_path,
+    SANDBOX_CA_BUNDLE, SANDBOX_CONTAINER, SANDBOX_HOME, SANDBOX_HOSTNAME, SYSTEM_DIRS,
+    check_host_path, run_env,
 };
 pub use sandbox::{DirEntry, EntryKind, ExecRequest, PutSource, Sandbox, Service, ServiceSpec};
 pub use scrub::{Ignored, MASK, MIN_SECRET_LEN, ScrubbingSink, Secrets, StreamScrubber};

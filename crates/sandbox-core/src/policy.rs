@@ -14,6 +14,40 @@ pub const SANDBOX_HOME: &str = "/home/sandbox";
 /// The sandbox's host name on every engine.
 pub const SANDBOX_HOSTNAME: &str = "python-sandbox";
 
+/// `container` inside every sandbox: the name of the manager, as systemd's container interface
+/// asks of every container manager. Podman sets its own name and its API cannot unset it, so
+/// every engine sets this one and scripts see one value everywhere.
+pub const SANDBOX_CONTAINER: &str = "python-sandbox";
+
+/// The variables every run starts from, on every engine, in order: `HOME`, `HOSTNAME`,
+/// `container`, `LANG` (`C.UTF-8` unless the host sets it), the host's [`RUN_ENV_ALLOWLIST`]
+/// values and, when the host's CA bundle is mounted (`ca`), `SSL_CERT_FILE` and
+/// `REQUESTS_CA_BUNDLE` naming it. Engines add only what is theirs to know (`PATH`, `PWD`,
+/// `VIRTUAL_ENV`) and then the explicit `--env` values; nothing else of the host goes in.
+pub fn run_env<V: From<&'static str>>(
+    host_var: impl Fn(&str) -> Option<V>,
+    ca: bool,
+) -> Vec<(String, V)> {
+    let mut env: Vec<(String, V)> = vec![
+        ("HOME".to_owned(), SANDBOX_HOME.into()),
+        ("HOSTNAME".to_owned(), SANDBOX_HOSTNAME.into()),
+        ("container".to_owned(), SANDBOX_CONTAINER.into()),
+    ];
+    env.push(("LANG".to_owned(), host_var("LANG").unwrap_or_else(|| "C.UTF-8".into())));
+    for name in RUN_ENV_ALLOWLIST.iter().filter(|n| **n != "LANG") {
+        if let Some(value) = host_var(name) {
+            env.push(((*name).to_owned(), value));
+        }
+    }
+    if ca {
+        env.push(("SSL_CERT_FILE".to_owned(), SANDBOX_CA_BUNDLE.into()));
+        // requests ignores SSL_CERT_FILE (it ships certifi): the same bundle, so corporate
+        // TLS-intercepting proxies work for the most common HTTP library too.
+        env.push(("REQUESTS_CA_BUNDLE".to_owned(), SANDBOX_CA_BUNDLE.into()));
+    }
+    env
+}
+
 /// Where distributions keep the system CA bundle, in the order engines look for it (Debian and
 /// Ubuntu, Fedora and RHEL, Alpine, openSUSE, macOS-style).
 pub const CA_BUNDLE_CANDIDATES: &[&str] = &[

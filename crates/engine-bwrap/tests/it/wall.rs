@@ -90,6 +90,7 @@ fn environment_is_scrubbed_and_explicit_env_passes() {
         "TERM",
         "TZ",
         "VIRTUAL_ENV",
+        "container",
     ];
     for line in out.lines().filter(|l| !l.starts_with("TOKEN=")) {
         assert!(allowed.contains(&line), "unexpected variable {line} in the sandbox");

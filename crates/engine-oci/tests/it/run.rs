@@ -68,9 +68,9 @@ attempt("docker.sock", lambda: socket.socket(socket.AF_UNIX).connect("/var/run/d
 attempt("podman.sock", lambda: socket.socket(socket.AF_UNIX).connect("/run/podman/podman.sock"))
 attempt("tmp", lambda: open("/tmp/x", "w"))
 attempt("home", lambda: open(os.path.expanduser("~/x"), "w"))
-# The image's own ENV (UV_*) and podman's `container=podman` are added by the engine; nothing
-# of the host but the allowlist.
-print("env", ",".join(sorted(k for k in os.environ if not k.startswith("UV_") and k not in ("PATH", "HOME", "LANG", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "LC_ALL", "TERM", "TZ", "HOSTNAME", "container"))))
+# sandbox_core::run_env plus PATH, PWD and VIRTUAL_ENV: no image ENV (UV_*), podman's own
+# `container` overridden, nothing of the host but the allowlist.
+print("env", ",".join(sorted(k for k in os.environ if k not in ("PATH", "PWD", "VIRTUAL_ENV", "HOME", "LANG", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "LC_ALL", "TERM", "TZ", "HOSTNAME", "container"))))
 print("pid1", open("/proc/1/comm").read().strip())
 "#;
 
