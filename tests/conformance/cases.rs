@@ -271,6 +271,23 @@ pub(crate) fn all() -> Vec<Case> {
             ..BASE
         },
         Case {
+            // With --json both streams land on the CLI's stderr: in exactly the order written,
+            // even after a burst larger than a pipe (two pipes, or a daemon's two copies, lose
+            // it: bwrap once delivered the last ~6 KB of stdout after stderr).
+            name: "json-output-order",
+            script: Script::Inline(
+                "for burst in range(3):\n\
+                 \x20   for i in range(1500):\n\
+                 \x20       print(f'o{burst} {i:05d} ' + 'x' * 40)\n\
+                 \x20   sys.stdout.flush()\n\
+                 \x20   print(f'ERR-{burst}', file=sys.stderr, flush=True)\n\
+                 done()\n",
+            ),
+            flags: |_| strings(&["--json"]),
+            expect: |_| Expect::ok().host(output_in_write_order),
+            ..BASE
+        },
+        Case {
             name: "exit-sigterm-143",
             script: Script::Inline(
                 "import signal, time\nprint(\"about to die\")\nos.kill(os.getpid(), signal.SIGTERM)\n\
@@ -599,6 +616,21 @@ fn json_error_with_diagnostics(_: &Fixture, run: &Run) -> Result<(), String> {
     let diagnostics = v["diagnostics"].as_array().map_or(0, Vec::len);
     if v["exit_code"] != 2 || !v["error"].is_string() || diagnostics == 0 {
         return Err(format!("--json: expected exit_code 2, an error and diagnostics: {v}"));
+    }
+    Ok(())
+}
+
+/// Each `ERR-n` line comes right after the last line of burst n, and before burst n+1.
+fn output_in_write_order(_: &Fixture, run: &Run) -> Result<(), String> {
+    let lines: Vec<&str> = run.script_out.lines().collect();
+    for burst in 0..3 {
+        let err = format!("ERR-{burst}");
+        let at = lines.iter().position(|l| *l == err).ok_or(format!("no `{err}` line"))?;
+        let before = format!("o{burst} 01499 ");
+        if at == 0 || !lines[at - 1].starts_with(&before) {
+            let seen = at.checked_sub(1).map_or("nothing", |i| lines[i]);
+            return Err(format!("`{err}` follows {seen:?}, not the last line of burst {burst}"));
+        }
     }
     Ok(())
 }

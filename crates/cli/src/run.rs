@@ -352,7 +352,14 @@ fn two_phase<P>(
             _ => std::io::stderr().write_all(chunk),
         };
     });
-    let outcome = run(&prepared, stdio(Output::Sink(&mut sink)))?;
+    // One place for both (our stderr with --json, or one file behind both of ours): one stream
+    // from the source, so the order between the script's stdout and stderr survives.
+    let output = if json || sandbox_core::same_file_out_err() {
+        Output::Merged(&mut sink)
+    } else {
+        Output::Sink(&mut sink)
+    };
+    let outcome = run(&prepared, stdio(output))?;
     let _ = sink.finish();
     Ok(outcome)
 }

@@ -613,6 +613,7 @@ impl BwrapEngine {
         let outputs = match io.output {
             Output::Inherit => Outputs::Inherit,
             Output::Sink(sink) => Outputs::Sink(sink),
+            Output::Merged(sink) => Outputs::Merged(sink),
         };
         let finished = process::execute(
             self.tools(),

@@ -26,6 +26,8 @@ use crate::plan::Plan;
 pub(crate) enum Outputs<'a> {
     Inherit,
     Sink(&'a mut dyn OutputSink),
+    /// Both streams through one pipe, in the order written (`sandbox_core::Output::Merged`).
+    Merged(&'a mut dyn OutputSink),
     /// Collect both streams (prepare: shown only if uv fails).
     Collect(&'a mut Vec<u8>),
 }
@@ -114,6 +116,7 @@ pub(crate) fn execute(
         None => None,
     };
 
+    let mut merged = None;
     let mut command = Command::new(bwrap);
     command.args(&argv).env_clear().envs(plan.env.iter().map(|(k, v)| (k, v))).current_dir("/");
     if let Some(stage) = &stage {
@@ -131,6 +134,13 @@ pub(crate) fn execute(
         Outputs::Sink(_) | Outputs::Collect(_) => {
             command.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
+        Outputs::Merged(_) => {
+            let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+                .map_err(|e| Error::io("creating the output pipe")(e.into()))?;
+            let second = write.try_clone().map_err(Error::io("creating the output pipe"))?;
+            command.stdout(Stdio::from(write)).stderr(Stdio::from(second));
+            merged = Some(std::fs::File::from(read));
+        }
     }
 
     let mut child = {
@@ -143,6 +153,8 @@ pub(crate) fn execute(
                 .map_err(|e| Error::io("preparing the status and seccomp pipes")(e.into()))?;
         }
         let spawned = command.spawn();
+        // Closes our copies of the merged pipe's write end, so its reader sees EOF.
+        drop(command);
         drop(status_write);
         drop(seccomp);
         drop(stage);
@@ -214,33 +226,31 @@ pub(crate) fn execute(
     };
 
     // Pump output (if piped) until both pipes close, which happens once the tree is gone.
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
+    let stdout = child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>);
+    let stdout = stdout.or_else(|| merged.map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stderr = child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>);
     if stdout.is_some() || stderr.is_some() {
         let (tx, rx) = mpsc::channel::<(Stream, Vec<u8>)>();
-        let readers: Vec<_> = [
-            (Stream::Stdout, stdout.map(|p| Box::new(p) as Box<dyn Read + Send>)),
-            (Stream::Stderr, stderr.map(|p| Box::new(p) as Box<dyn Read + Send>)),
-        ]
-        .into_iter()
-        .filter_map(|(stream, pipe)| pipe.map(|p| (stream, p)))
-        .map(|(stream, mut pipe)| {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 32 * 1024];
-                loop {
-                    match pipe.read(&mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => {
-                            if tx.send((stream, buf[..n].to_vec())).is_err() {
-                                break;
+        let readers: Vec<_> = [(Stream::Stdout, stdout), (Stream::Stderr, stderr)]
+            .into_iter()
+            .filter_map(|(stream, pipe)| pipe.map(|p| (stream, p)))
+            .map(|(stream, mut pipe)| {
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 32 * 1024];
+                    loop {
+                        match pipe.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                if tx.send((stream, buf[..n].to_vec())).is_err() {
+                                    break;
+                                }
                             }
                         }
                     }
-                }
+                })
             })
-        })
-        .collect();
+            .collect();
         drop(tx);
         let mut outputs = outputs;
         loop {
@@ -250,7 +260,7 @@ pub(crate) fn execute(
             };
             match rx.recv_timeout(wait) {
                 Ok((stream, chunk)) => match &mut outputs {
-                    Outputs::Sink(sink) => sink.write(stream, &chunk),
+                    Outputs::Sink(sink) | Outputs::Merged(sink) => sink.write(stream, &chunk),
                     Outputs::Collect(buf) => buf.extend_from_slice(&chunk),
                     Outputs::Inherit => {}
                 },

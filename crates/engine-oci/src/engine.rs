@@ -510,6 +510,11 @@ impl OciEngine {
             limits: self.config.limits,
             tmpfs_size: spec.tmpfs_size,
             stdin: !matches!(io.stdin, sandbox_core::Stdin::Null),
+            merge_output: match io.output {
+                Output::Merged(_) => true,
+                Output::Inherit => sandbox_core::same_file_out_err(),
+                Output::Sink(_) => false,
+            },
         };
         let mut container = plan::run_plan(&self.host, &layout);
         let mut warnings: Vec<String> = self.adapt(&mut container).into_iter().collect();
@@ -519,7 +524,7 @@ impl OciEngine {
         let engine = self.engine_name();
         let sink = match io.output {
             Output::Inherit => Sink::Inherit,
-            Output::Sink(sink) => Sink::Caller(sink),
+            Output::Sink(sink) | Output::Merged(sink) => Sink::Caller(sink),
         };
         let finished = self.block_on(async {
             let guard =

@@ -209,6 +209,9 @@ pub(crate) struct RunLayout {
     pub(crate) limits: Limits,
     pub(crate) tmpfs_size: u64,
     pub(crate) stdin: bool,
+    /// stderr into stdout inside the container: the daemon copies the two streams separately,
+    /// so their relative order survives only when they are one stream at the source.
+    pub(crate) merge_output: bool,
 }
 
 /// What a prepare container needs.
@@ -337,7 +340,13 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout) -> ContainerPlan {
     for (name, value) in &layout.user_env {
         set_env(&mut env, name, value);
     }
-    let mut cmd = vec![python, layout.script.display().to_string()];
+    let mut cmd = if layout.merge_output {
+        // `exec`: the shell is gone before the script starts; the arguments stay positional.
+        ["sh", "-c", "exec \"$@\" 2>&1", "sh"].map(str::to_owned).to_vec()
+    } else {
+        Vec::new()
+    };
+    cmd.extend([python, layout.script.display().to_string()]);
     cmd.extend(layout.args.iter().cloned());
     ContainerPlan {
         role: Role::Run,

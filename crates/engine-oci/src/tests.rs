@@ -48,6 +48,7 @@ fn run_layout() -> RunLayout {
         limits: Limits::DEFAULT,
         tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
         stdin: true,
+        merge_output: false,
     }
 }
 
@@ -93,6 +94,20 @@ fn run_body_net_off_no_deps_root_caller() {
     layout.stdin = false;
     layout.script = PathBuf::from("/elsewhere/tool.py");
     insta::assert_json_snapshot!(json(&plan::run_plan(&host(0), &layout)));
+}
+
+/// Merged output: stderr joins stdout at the source, the script still exec'd directly (no
+/// shell left in the process tree) with its arguments positional, never re-parsed.
+#[test]
+fn run_merged_output_dups_stderr_in_the_container() {
+    let mut layout = run_layout();
+    layout.args = vec!["$(touch x)".to_owned(), "a b".to_owned()];
+    let plain = plan::run_plan(&host(1000), &layout).cmd;
+    layout.merge_output = true;
+    let merged = plan::run_plan(&host(1000), &layout).cmd;
+    assert_eq!(merged[..4], ["sh", "-c", "exec \"$@\" 2>&1", "sh"]);
+    assert_eq!(merged[4..], plain[..]);
+    assert_eq!(plain[0], "/opt/python-sandbox/env/bin/python");
 }
 
 #[test]

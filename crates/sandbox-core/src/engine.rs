@@ -95,13 +95,20 @@ pub enum Stdin {
 /// The script's stdout and stderr.
 #[derive(Default)]
 pub enum Output<'a> {
-    /// Straight to the caller's stdout and stderr; nothing passes through this process.
-    /// Secrets cannot be scrubbed in this mode.
+    /// Straight to the caller's stdout and stderr; nothing passes through this process (the
+    /// container engines copy what their daemon sends, through one stream when the caller's
+    /// stdout and stderr are the same file: [`crate::same_file_out_err`]). Secrets cannot be
+    /// scrubbed in this mode.
     #[default]
     Inherit,
     /// Every chunk goes to this sink as it arrives (wrap it in a
     /// [`crate::ScrubbingSink`] to mask secrets).
     Sink(&'a mut dyn OutputSink),
+    /// Both streams through one pipe, so the sink gets every byte in exactly the order the
+    /// script wrote it, all as [`crate::Stream::Stdout`]. For callers that send both streams
+    /// to one place (`--json` mode, or stdout and stderr being the same file): two pipes, and
+    /// the container daemons' two copies, cannot keep the order between the streams.
+    Merged(&'a mut dyn OutputSink),
 }
 
 impl std::fmt::Debug for Output<'_> {
@@ -109,6 +116,7 @@ impl std::fmt::Debug for Output<'_> {
         match self {
             Output::Inherit => f.write_str("Inherit"),
             Output::Sink(_) => f.write_str("Sink(..)"),
+            Output::Merged(_) => f.write_str("Merged(..)"),
         }
     }
 }

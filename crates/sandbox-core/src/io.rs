@@ -57,3 +57,21 @@ impl OutputSink for Captured {
         self.chunks.push((stream, chunk.to_vec()));
     }
 }
+
+/// Whether this process's stdout and stderr are the same file (one terminal, `2>&1`, one pipe):
+/// then the order between the two streams is visible, and engines that cannot pass the
+/// descriptors through keep it by merging the streams at the source.
+#[cfg(unix)]
+pub fn same_file_out_err() -> bool {
+    use std::os::fd::AsFd as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = |fd: std::os::fd::BorrowedFd<'_>| {
+        fd.try_clone_to_owned().and_then(|fd| std::fs::File::from(fd).metadata()).ok()
+    };
+    match (meta(std::io::stdout().as_fd()), meta(std::io::stderr().as_fd())) {
+        (Some(out), Some(err)) => {
+            out.dev() == err.dev() && out.ino() == err.ino() && out.rdev() == err.rdev()
+        }
+        _ => false,
+    }
+}

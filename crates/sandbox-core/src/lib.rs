@@ -26,7 +26,7 @@ pub use boundary::{Crossing, CrossingKind, HOME_SECRETS, HOST_SOCKETS, classify}
 pub use engine::{DynEngine, Engine, Output, RunIo, RunOutcome, Stdin, exit_code};
 pub use error::Error;
 pub use fake::{FakeCall, FakeFs, FakeReply, FakeSandbox};
-pub use io::{Captured, OutputSink, Stream};
+pub use io::{Captured, OutputSink, Stream, same_file_out_err};
 pub use layer::{Layer, LayerMount, MIN_TMPFS_SIZE, ResolveCtx, resolve};
 pub use missing::{MissingMount, missing_mount};
 pub use parse::{MountSpellingError, mount_mode_hint, parse_size, split_mount};
