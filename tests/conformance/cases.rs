@@ -655,14 +655,13 @@ fn net_off() -> Expect {
         .abstract_socket(false)
 }
 
-/// bwrap shares the host's network namespace, so the host's loopback is reachable; a container's
-/// loopback is its own.
 /// Net on is outbound only on every engine: an external interface, never the host's loopback
-/// or abstract sockets.
+/// or abstract sockets, and no route to link-local (metadata) addresses.
 fn net_on(_fx: &Fixture) -> Expect {
     Expect::ok()
         .has("interfaces: external")
         .has("loopback: failed")
+        .has("metadata: failed (OSError errno=113)")
         .loopback(false)
         .abstract_socket(false)
 }

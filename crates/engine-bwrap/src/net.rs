@@ -162,58 +162,12 @@ fn owning_userns(netns: &std::fs::File) -> Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Link-local destinations (cloud metadata services live at 169.254.169.254) that get an
-/// unreachable route in every sandbox with a network.
-/// (IPv6 link-local addresses need no entry: they only reach the sandbox's own link, pasta's.)
-pub(crate) const LINK_LOCAL: &[(u8, &[u8], u8)] = &[
-    (libc::AF_INET as u8, &[169, 254, 0, 0], 16),
-    // AWS's IPv6 metadata endpoint, fd00:ec2::254.
-    (libc::AF_INET6 as u8, &[0xfd, 0, 0, 0, 0x0e, 0xc2, 0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x54], 128),
-];
-
-/// Pure: one `RTM_NEWROUTE` netlink message adding an unreachable route to `dest/prefix`.
-pub(crate) fn unreachable_route(seq: u32, family: u8, dest: &[u8], prefix: u8) -> Vec<u8> {
-    const RTM_NEWROUTE: u16 = 24;
-    const NLM_F_REQUEST: u16 = 0x1;
-    const NLM_F_ACK: u16 = 0x4;
-    const NLM_F_CREATE: u16 = 0x400;
-    const NLM_F_EXCL: u16 = 0x200;
-    const RT_TABLE_MAIN: u8 = 254;
-    const RTPROT_STATIC: u8 = 4;
-    const RT_SCOPE_UNIVERSE: u8 = 0;
-    const RTN_UNREACHABLE: u8 = 7;
-    const RTA_DST: u16 = 1;
-    let attr_len = 4 + dest.len();
-    let padded = (attr_len + 3) & !3;
-    let total = 16 + 12 + padded;
-    let mut msg = Vec::with_capacity(total);
-    msg.extend_from_slice(&(total as u32).to_ne_bytes());
-    msg.extend_from_slice(&RTM_NEWROUTE.to_ne_bytes());
-    msg.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL).to_ne_bytes());
-    msg.extend_from_slice(&seq.to_ne_bytes());
-    msg.extend_from_slice(&0u32.to_ne_bytes());
-    // struct rtmsg
-    msg.extend_from_slice(&[family, prefix, 0, 0, RT_TABLE_MAIN, RTPROT_STATIC, RT_SCOPE_UNIVERSE]);
-    msg.push(RTN_UNREACHABLE);
-    msg.extend_from_slice(&0u32.to_ne_bytes());
-    // RTA_DST
-    msg.extend_from_slice(&(attr_len as u16).to_ne_bytes());
-    msg.extend_from_slice(&RTA_DST.to_ne_bytes());
-    msg.extend_from_slice(dest);
-    msg.resize(total, 0);
-    msg
-}
-
-/// Adds the [`LINK_LOCAL`] unreachable routes inside `netns`, from a short-lived child that
+/// Adds the [`sandbox_core::LINK_LOCAL`] unreachable routes inside `netns`, from a short-lived child that
 /// joins the namespace's owning user namespace (which gives it `CAP_NET_ADMIN` there) and the
 /// network namespace. The child is a forked copy of us that only makes syscalls and exits; it
 /// runs `true` so the standard library does the fork and wait.
 fn block_link_local(netns: &std::fs::File, owner: &OwnedFd) -> Result<()> {
-    let messages: Vec<Vec<u8>> = LINK_LOCAL
-        .iter()
-        .enumerate()
-        .map(|(i, (family, dest, prefix))| unreachable_route(i as u32 + 1, *family, dest, *prefix))
-        .collect();
+    let messages = sandbox_core::link_local_messages();
     let (netns_fd, userns_fd) = (netns.as_raw_fd(), owner.as_raw_fd());
     let mut command = Command::new("/bin/true");
     command.env_clear().current_dir("/").stdin(Stdio::null()).stdout(Stdio::null());

@@ -187,11 +187,15 @@ impl Signals {
     }
 }
 
-/// Attaches, starts, streams, waits. The caller removes the container (via the guard).
+/// Attaches, starts, walls off link-local addresses when the container has a network
+/// (`net`: `crate::netwall`; the command waits at its gate until then), streams, waits. The
+/// caller removes the container (via the guard).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn attach_and_run(
     docker: &Docker,
     connection: &Connection,
     name: &str,
+    net: bool,
     stdin: &Stdin,
     mut sink: Sink<'_>,
     timeout: Option<Duration>,
@@ -225,6 +229,10 @@ pub(crate) async fn attach_and_run(
             }
             e => api(engine, &format!("starting {name}"))(e),
         })?;
+    if net && let Err(e) = crate::netwall::apply(docker, connection, name).await {
+        kill(docker, name).await;
+        return Err(e);
+    }
 
     let feeder = match stdin {
         Stdin::Null => None,

@@ -42,6 +42,14 @@ pub enum Error {
         /// The image's `io.python-sandbox.image-abi`, if any.
         found: Option<u32>,
     },
+    /// The link-local / metadata block of a container with the network on failed.
+    #[error(
+        "cannot wall off link-local and metadata addresses (169.254.0.0/16) in the container: {reason}\nhint: python-sandbox needs a privileged exec into its own container for this; `--net off` needs none"
+    )]
+    NetworkWall {
+        /// What failed.
+        reason: String,
+    },
     /// Podman has no init binary for `init: true`.
     #[error(
         "podman has no container init binary (catatonit)\nhint: install the `catatonit` package; python-sandbox needs an init process so signals and zombies work"

@@ -58,6 +58,7 @@ mod engine;
 mod envs;
 mod error;
 mod host;
+mod netwall;
 mod plan;
 mod seccomp;
 mod session;

@@ -88,6 +88,8 @@ pub(crate) struct ContainerPlan {
     pub(crate) nofile: i64,
     pub(crate) nproc: i64,
     pub(crate) stdin: bool,
+    /// stderr joined to stdout at the source (see [`RunLayout::merge_output`]).
+    pub(crate) merge_output: bool,
     pub(crate) auto_remove: bool,
     /// What follows `seccomp=` (the wall, see `OciEngine::seccomp_profile`); `None` keeps the
     /// engine's default (pure plans, before `OciEngine::adapt`).
@@ -340,13 +342,7 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout) -> ContainerPlan {
     for (name, value) in &layout.user_env {
         set_env(&mut env, name, value);
     }
-    let mut cmd = if layout.merge_output {
-        // `exec`: the shell is gone before the script starts; the arguments stay positional.
-        ["sh", "-c", "exec \"$@\" 2>&1", "sh"].map(str::to_owned).to_vec()
-    } else {
-        Vec::new()
-    };
-    cmd.extend([python, layout.script.display().to_string()]);
+    let mut cmd = vec![python, layout.script.display().to_string()];
     cmd.extend(layout.args.iter().cloned());
     ContainerPlan {
         role: Role::Run,
@@ -365,6 +361,7 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout) -> ContainerPlan {
         nofile: ulimit(host.nofile_hard, 65_536),
         nproc: ulimit(host.nproc_hard, 32_768),
         stdin: layout.stdin,
+        merge_output: layout.merge_output,
         auto_remove: false,
         seccomp: None,
         userns: None,
@@ -416,6 +413,7 @@ pub(crate) fn prepare_plan(host: &HostFacts, layout: &PrepareLayout) -> Containe
         nofile: ulimit(host.nofile_hard, 65_536),
         nproc: ulimit(host.nproc_hard, 32_768),
         stdin: false,
+        merge_output: false,
         auto_remove: false,
         seccomp: None,
         userns: None,
@@ -470,6 +468,7 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Containe
         nofile: ulimit(host.nofile_hard, 65_536),
         nproc: ulimit(host.nproc_hard, 32_768),
         stdin: false,
+        merge_output: false,
         auto_remove: true,
         seccomp: None,
         userns: None,
@@ -547,7 +546,7 @@ pub(crate) fn create_body(plan: &ContainerPlan, flavor: Flavor) -> ContainerCrea
     ContainerCreateBody {
         image: Some(plan.image.clone()),
         user: Some(format!("{}:{}", plan.uid, plan.gid)),
-        cmd: Some(plan.cmd.clone()),
+        cmd: Some(crate::netwall::wrap(&plan.cmd, plan.net, plan.merge_output)),
         env: Some(plan.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
         working_dir: Some(plan.working_dir.clone()),
         labels: Some(labels),

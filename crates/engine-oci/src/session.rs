@@ -371,6 +371,21 @@ impl OciEngine {
                 .docker()
                 .start_container(&name, None::<bollard::query_parameters::StartContainerOptions>)
                 .await;
+            let started = started.map_err(|e| match e {
+                bollard::errors::Error::DockerResponseServerError { message, .. }
+                    if message.contains("catatonit") || message.contains("container-init") =>
+                {
+                    Error::NoPodmanInit
+                }
+                e => api(engine, &format!("starting {name}"))(e),
+            });
+            // The agent waits at the gate (`crate::netwall`) until the wall is up.
+            let started = match started {
+                Ok(()) if container.net => {
+                    crate::netwall::apply(self.docker(), self.connection(), &name).await
+                }
+                other => other,
+            };
             match started {
                 Ok(()) => {
                     // From here on the session lives on its own (watchdog + auto-remove), and
@@ -385,15 +400,7 @@ impl OciEngine {
                 }
                 Err(e) => {
                     guard.remove().await;
-                    Err(match e {
-                        bollard::errors::Error::DockerResponseServerError { message, .. }
-                            if message.contains("catatonit")
-                                || message.contains("container-init") =>
-                        {
-                            Error::NoPodmanInit
-                        }
-                        e => api(engine, &format!("starting {name}"))(e),
-                    })
+                    Err(e)
                 }
             }
         })?;

@@ -102,12 +102,23 @@ fn run_body_net_off_no_deps_root_caller() {
 fn run_merged_output_dups_stderr_in_the_container() {
     let mut layout = run_layout();
     layout.args = vec!["$(touch x)".to_owned(), "a b".to_owned()];
-    let plain = plan::run_plan(&host(1000), &layout).cmd;
+    layout.net = false;
+    let cmd = |layout: &RunLayout| {
+        plan::create_body(&plan::run_plan(&host(1000), layout), Flavor::Docker)
+            .cmd
+            .unwrap_or_default()
+    };
+    let plain = cmd(&layout);
+    assert_eq!(plain[0], "/opt/python-sandbox/env/bin/python");
     layout.merge_output = true;
-    let merged = plan::run_plan(&host(1000), &layout).cmd;
+    let merged = cmd(&layout);
     assert_eq!(merged[..4], ["sh", "-c", "exec \"$@\" 2>&1", "sh"]);
     assert_eq!(merged[4..], plain[..]);
-    assert_eq!(plain[0], "/opt/python-sandbox/env/bin/python");
+    // Net on: the gate first, in the same shell.
+    layout.net = true;
+    let gated = cmd(&layout);
+    assert_eq!(gated[2], format!("{}exec \"$@\" 2>&1", crate::netwall::GATE));
+    assert_eq!(gated[4..], plain[..]);
 }
 
 #[test]
@@ -140,8 +151,9 @@ fn session_body() {
     };
     let mut body = json(&plan::session_plan(&host(1234), &layout));
     // The agent's program is its own file; the snapshot shows where it goes.
-    assert_eq!(body["Cmd"][5], crate::agent::AGENT_PY);
-    body["Cmd"][5] = "<agent.py>".into();
+    // Net on: behind the gate (`sh -c GATE sh`), then the watchdog's own command.
+    assert_eq!(body["Cmd"][9], crate::agent::AGENT_PY);
+    body["Cmd"][9] = "<agent.py>".into();
     insta::assert_json_snapshot!(body);
     let podman = json_for(&plan::session_plan(&host(1234), &layout), Flavor::Podman);
     insta::assert_json_snapshot!(podman["HostConfig"]["Tmpfs"], @r#"

@@ -16,6 +16,7 @@ mod missing;
 mod parse;
 mod paths;
 mod policy;
+mod route;
 mod sandbox;
 mod scrub;
 mod seccomp;
@@ -35,6 +36,7 @@ pub use policy::{
     SANDBOX_CA_BUNDLE, SANDBOX_CONTAINER, SANDBOX_HOME, SANDBOX_HOSTNAME, SYSTEM_DIRS,
     check_host_path, run_env,
 };
+pub use route::{LINK_LOCAL, ack_error, link_local_messages, unreachable_route};
 pub use sandbox::{DirEntry, EntryKind, ExecRequest, PutSource, Sandbox, Service, ServiceSpec};
 pub use scrub::{Ignored, MASK, MIN_SECRET_LEN, ScrubbingSink, Secrets, StreamScrubber};
 pub use seccomp::{
