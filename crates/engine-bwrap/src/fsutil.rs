@@ -1,6 +1,6 @@
 //! Small filesystem helpers: atomic writes, hashing, and private cache directories.
 
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -42,7 +42,8 @@ pub(crate) fn write_content_addressed(dir: &Path, prefix: &str, bytes: &[u8]) ->
     // Never replaced once there (a link, not a rename): a concurrent run may already hold the
     // first copy open to mount it, and a replaced file could no longer be mounted.
     if dir.stat(&name)?.is_none() {
-        dir.write_once(&name, bytes)?;
+        // Read by the sandbox, which a root caller runs as another uid.
+        dir.write_once(&name, bytes, 0o644)?;
     }
     Ok(dir.path().join(name))
 }
@@ -55,13 +56,15 @@ pub(crate) fn unique_suffix() -> String {
     format!("{}-{nanos}", std::process::id())
 }
 
-/// `create_dir_all` for our own cache directories (private to the user).
+/// `create_dir_all` for our own cache directories (private to the user): every directory up to
+/// the parent is checked like a [`reaper::PrivateDir`]; the leaf may already exist with another
+/// owner (a root caller's caches are handed to the sandbox user).
 pub(crate) fn create_dir_all(dir: &Path) -> Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(Error::io(format!("creating {}", dir.display())))
+    let (parent, name) = private_parent(dir)?;
+    match rustix::fs::mkdirat(parent.fd(), name.as_str(), rustix::fs::Mode::from_raw_mode(0o700)) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+        Err(e) => Err(Error::io(format!("creating {}", dir.display()))(e.into())),
+    }
 }
 
 /// Identity of a file for caches keyed by "the same binary": path, size, mtime, inode.

@@ -655,7 +655,8 @@ fn write_profile(cache_dir: &std::path::Path, profile: &str) -> Result<PathBuf> 
     let dir = reaper::PrivateDir::open(&cache_dir.join("oci"))?;
     let name = format!("seccomp-{}.json", &digest[..16]);
     if dir.stat(&name)?.is_none() {
-        dir.write_once(&name, profile.as_bytes())?;
+        // Readable by the podman service, whichever user it runs as.
+        dir.write_once(&name, profile.as_bytes(), 0o644)?;
     }
     Ok(dir.path().join(name))
 }

@@ -295,7 +295,7 @@ fn read_record(path: &Path) -> Result<Option<Record>, Error> {
 /// Writes `record` unless one exists (the first taker's wins).
 fn write_record_once(paths: &Paths, record: &Record) -> Result<(), Error> {
     let (dir, name) = in_private_dir(&paths.record)?;
-    dir.write_once(&name, record.encode().as_bytes()).map(|_| ())
+    dir.write_once(&name, record.encode().as_bytes(), 0o600).map(|_| ())
 }
 
 /// `path`'s directory as a [`PrivateDir`], and its file name.

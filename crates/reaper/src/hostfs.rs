@@ -268,10 +268,19 @@ impl PrivateDir {
         })
     }
 
-    /// Writes `name` with `bytes` unless it exists (the first writer wins: a link, not a
-    /// rename, so a reader holding the first copy keeps it). `Ok(false)` when it existed.
-    pub fn write_once(&self, name: &str, bytes: &[u8]) -> Result<bool, Error> {
+    /// Writes `name` with `bytes` and permission bits `mode` unless it exists (the first writer
+    /// wins: a link, not a rename, so a reader holding the first copy keeps it). `Ok(false)`
+    /// when it existed. `mode` is for files another uid must read (a sandbox's `/etc/passwd`).
+    pub fn write_once(&self, name: &str, bytes: &[u8], mode: u32) -> Result<bool, Error> {
         let tmp = self.write_temp(name, bytes)?;
+        if mode != FILE_MODE {
+            let chmod =
+                rustix::fs::chmodat(&self.fd, &tmp, Mode::from_raw_mode(mode), AtFlags::empty());
+            if let Err(e) = chmod {
+                let _ = rustix::fs::unlinkat(&self.fd, &tmp, AtFlags::empty());
+                return Err(file_error(&self.path.join(name), e));
+            }
+        }
         let linked = rustix::fs::linkat(&self.fd, &tmp, &self.fd, name, AtFlags::empty());
         let _ = rustix::fs::unlinkat(&self.fd, &tmp, AtFlags::empty());
         match linked {

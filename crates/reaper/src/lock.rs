@@ -5,7 +5,8 @@
 //! while building, and a pruner takes it exclusive without waiting (busy = in use) and unlinks it
 //! while still holding it. Every locker therefore checks, once it holds the lock, that the path
 //! still names the file it locked, and starts over if not: nobody ever holds a lock on a file the
-//! next locker cannot see.
+//! next locker cannot see. Lock files are opened `O_NOFOLLOW` in a [`PrivateDir`], so a link
+//! planted at a lock's name is an error, never a file created or touched elsewhere.
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;

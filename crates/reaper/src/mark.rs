@@ -62,7 +62,7 @@ impl MarkKey {
         std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut fresh)).map_err(
             |e| Error::HostFile { path: "/dev/urandom".to_owned(), message: e.to_string() },
         )?;
-        dir.write_once(KEY_FILE, &fresh)?;
+        dir.write_once(KEY_FILE, &fresh, 0o600)?;
         let bytes = dir.read(KEY_FILE)?.ok_or_else(|| invalid("vanished after being written"))?;
         <[u8; 32]>::try_from(bytes.as_slice())
             .map(MarkKey)
