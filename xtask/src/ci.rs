@@ -47,6 +47,13 @@ impl Ci {
         }
 
         step("tests");
+        // The second user of the shared-daemon tests (engine-oci `forged`); they print SKIPPED
+        // without it, so a machine where it cannot be made only loses those.
+        if services::is_root(sh)
+            && let Err(e) = crate::rootless::account(sh)
+        {
+            crate::skipped("second user for the shared-daemon tests", &format!("{e:#}"));
+        }
         // Every crate's own tests; engine-gated ones print SKIPPED when their engine is missing.
         // The conformance suite runs below, once per engine, with its matrix.
         cmd!(sh, "cargo test --workspace --locked --exclude tests").run()?;

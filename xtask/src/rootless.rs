@@ -130,6 +130,20 @@ fn run_as_user<'a>(sh: &'a Shell, argv: &[String]) -> xshell::Cmd<'a> {
     cmd!(sh, "{program} {args...}").quiet().ignore_stderr()
 }
 
+/// The user, created if missing (root only). The engine-oci tests of a daemon shared by two
+/// users (`tests/it/forged.rs`) use it as the second user, so `ci` makes it before the tests.
+pub(crate) fn account(sh: &Shell) -> Result<Account> {
+    if let Some(account) = Account::lookup() {
+        return Ok(account);
+    }
+    let home = format!("{HOME_BASE}/{USER}");
+    let nologin = "/usr/sbin/nologin";
+    cmd!(sh, "useradd --system --create-home --home-dir {home} --shell {nologin} {USER}")
+        .run()
+        .with_context(|| format!("creating the user {USER}"))?;
+    Account::lookup().with_context(|| format!("{USER} is not in /etc/passwd"))
+}
+
 /// Sets up the user, its podman and its API service (see the module header).
 pub(crate) fn ensure(sh: &Shell) -> Result<Option<String>> {
     if !services::is_root(sh) {
@@ -155,17 +169,7 @@ pub(crate) fn ensure(sh: &Shell) -> Result<Option<String>> {
             return Ok(Some(format!("`{program}` is not installed")));
         }
     }
-    let account = match Account::lookup() {
-        Some(account) => account,
-        None => {
-            let home = format!("{HOME_BASE}/{USER}");
-            let nologin = "/usr/sbin/nologin";
-            cmd!(sh, "useradd --system --create-home --home-dir {home} --shell {nologin} {USER}")
-                .run()
-                .with_context(|| format!("creating the user {USER}"))?;
-            Account::lookup().with_context(|| format!("{USER} is not in /etc/passwd"))?
-        }
-    };
+    let account = account(sh)?;
     // The tier runs binaries from this checkout as the user: a checkout under a private
     // directory (a root home, say) cannot work, which is a reason to skip, not to fail.
     let root = sh.current_dir();

@@ -147,8 +147,11 @@ fn sweep_due(last: Option<std::time::SystemTime>, now: std::time::SystemTime) ->
 fn session_engine(flavor: Flavor) -> Result<OciEngine> {
     let mut config = OciConfig::from_env(flavor);
     config.image = String::new();
-    let stamp = config.cache_dir.join("oci").join(format!("last-sweep-{}", flavor.as_str()));
-    let last = std::fs::metadata(&stamp).and_then(|m| m.modified()).ok();
+    // The stamp lives in a directory checked to be the caller's and is touched without
+    // following a link; a refused directory just means sweeping every time.
+    let oci = reaper::PrivateDir::open(&config.cache_dir.join("oci")).ok();
+    let stamp = format!("last-sweep-{}", flavor.as_str());
+    let last = oci.as_ref().and_then(|d| d.modified(&stamp).ok().flatten());
     config.sweep_on_start = sweep_due(last, std::time::SystemTime::now());
     let sweeping = config.sweep_on_start;
     let engine = OciEngine::new(config)?;
@@ -159,8 +162,9 @@ fn session_engine(flavor: Flavor) -> Result<OciEngine> {
     }
     if sweeping {
         // Best effort: without the stamp the next command just sweeps again.
-        let _ = stamp.parent().map(std::fs::create_dir_all);
-        let _ = std::fs::write(&stamp, b"");
+        if let Some(oci) = &oci {
+            let _ = oci.touch(&stamp);
+        }
     }
     Ok(engine)
 }

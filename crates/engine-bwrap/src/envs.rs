@@ -106,7 +106,9 @@ fn secs(time: SystemTime) -> u64 {
 /// Whether someone holds the lock at `path` now, without creating it (a created lock file would
 /// read as a fresh use).
 fn busy(path: &Path) -> bool {
-    let Ok(file) = std::fs::OpenOptions::new().write(true).open(path) else {
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path);
+    let Ok(file) = opened else {
         return false;
     };
     matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock))
@@ -169,17 +171,13 @@ fn remove_env(
     now: u64,
     max_age: Duration,
 ) -> std::result::Result<(), String> {
-    if let Some(dir) = lock_path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    }
+    let (locks, name) = crate::fsutil::private_parent(lock_path).map_err(|e| e.to_string())?;
     // Creating the lock file ourselves must not look like a use.
-    let ours = std::fs::OpenOptions::new()
-        .create_new(true)
-        .write(true)
-        .open(lock_path)
-        .ok()
-        .and_then(|f| f.metadata().ok()?.modified().ok());
-    let Some(held) = lock(lock_path, LockMode::TryExclusive).map_err(|e| e.to_string())? else {
+    let ours =
+        locks.create_new(&name).ok().flatten().and_then(|f| f.metadata().ok()?.modified().ok());
+    let Some(held) =
+        reaper::lock_in(&locks, &name, LockMode::TryExclusive).map_err(|e| e.to_string())?
+    else {
         return Err("in use (a run or prepare holds its lock)".to_owned());
     };
     let seen = if ours.is_some() { ours } else { stamp };
@@ -199,7 +197,7 @@ fn remove_env(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(format!("removing {}: {e}", dir.display())),
     }
-    let _ = std::fs::remove_file(lock_path);
+    let _ = locks.remove(&name);
     drop(held);
     Ok(())
 }

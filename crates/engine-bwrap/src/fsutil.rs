@@ -1,7 +1,6 @@
 //! Small filesystem helpers: atomic writes, hashing, and private cache directories.
 
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -20,45 +19,33 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
-/// Writes `bytes` to `path` via a temporary sibling and a rename, so readers never see a
-/// half-written file and concurrent writers of the same content do not collide.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().ok_or_else(|| Error::MissingPath { path: path.to_owned() })?;
-    create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-        unique_suffix()
-    ));
-    let write = || -> std::io::Result<()> {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
+/// `path`'s directory, checked to be the caller's (see [`reaper::PrivateDir`]), and its name.
+pub(crate) fn private_parent(path: &Path) -> Result<(reaper::PrivateDir, String)> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return Err(Error::MissingPath { path: path.to_owned() });
     };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        Error::Io { context: format!("writing {}", path.display()), source: e }
-    })
+    Ok((reaper::PrivateDir::open(dir)?, name.to_owned()))
+}
+
+/// Writes `bytes` to `path` via a temporary sibling and a rename, so readers never see a
+/// half-written file and concurrent writers of the same content do not collide; never through
+/// a link (see [`reaper::PrivateDir::replace`]).
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let (dir, name) = private_parent(path)?;
+    Ok(dir.replace(&name, bytes)?)
 }
 
 /// Writes `bytes` once under `dir/<prefix>-<sha>` and returns that path.
 pub(crate) fn write_content_addressed(dir: &Path, prefix: &str, bytes: &[u8]) -> Result<PathBuf> {
-    let path = dir.join(format!("{prefix}-{}", &sha256_hex(bytes)[..16]));
-    if path.is_file() {
-        return Ok(path);
-    }
+    let dir = reaper::PrivateDir::open(dir)?;
+    let name = format!("{prefix}-{}", &sha256_hex(bytes)[..16]);
     // Never replaced once there (a link, not a rename): a concurrent run may already hold the
     // first copy open to mount it, and a replaced file could no longer be mounted.
-    let tmp = dir.join(format!(".{prefix}.{}.tmp", unique_suffix()));
-    write_atomic(&tmp, bytes)?;
-    let linked = std::fs::hard_link(&tmp, &path);
-    let _ = std::fs::remove_file(&tmp);
-    match linked {
-        Ok(()) => Ok(path),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(path),
-        Err(e) => Err(Error::Io { context: format!("writing {}", path.display()), source: e }),
+    if dir.stat(&name)?.is_none() {
+        // Read by the sandbox, which a root caller runs as another uid.
+        dir.write_once(&name, bytes, 0o644)?;
     }
+    Ok(dir.path().join(name))
 }
 
 pub(crate) fn unique_suffix() -> String {
@@ -69,13 +56,15 @@ pub(crate) fn unique_suffix() -> String {
     format!("{}-{nanos}", std::process::id())
 }
 
-/// `create_dir_all` for our own cache directories (private to the user).
+/// `create_dir_all` for our own cache directories (private to the user): every directory up to
+/// the parent is checked like a [`reaper::PrivateDir`]; the leaf may already exist with another
+/// owner (a root caller's caches are handed to the sandbox user).
 pub(crate) fn create_dir_all(dir: &Path) -> Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(Error::io(format!("creating {}", dir.display())))
+    let (parent, name) = private_parent(dir)?;
+    match rustix::fs::mkdirat(parent.fd(), name.as_str(), rustix::fs::Mode::from_raw_mode(0o700)) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+        Err(e) => Err(Error::io(format!("creating {}", dir.display()))(e.into())),
+    }
 }
 
 /// Identity of a file for caches keyed by "the same binary": path, size, mtime, inode.

@@ -172,8 +172,7 @@ fn uv_version(uv: &Path) -> Result<String> {
 /// Downloads `wheel` (honouring `HTTPS_PROXY`, trusting the platform CA store), checks its
 /// sha256 before anything is extracted, and writes the `uv` binary to `dest` atomically.
 pub fn fetch_uv(wheel: &PinnedWheel, dest: &Path) -> Result<()> {
-    let dir = dest.parent().ok_or_else(|| Error::MissingPath { path: dest.to_owned() })?;
-    fsutil::create_dir_all(dir)?;
+    let (dir, dest_name) = fsutil::private_parent(dest)?;
     let download_err = |message: String| Error::UvDownload { url: wheel.url.to_owned(), message };
 
     let tls =
@@ -188,10 +187,14 @@ pub fn fetch_uv(wheel: &PinnedWheel, dest: &Path) -> Result<()> {
     let mut response = agent.get(wheel.url).call().map_err(|e| download_err(e.to_string()))?;
     let mut reader = response.body_mut().with_config().limit(MAX_WHEEL_BYTES).reader();
 
-    let wheel_path = dir.join(format!(".uv-wheel.{}.tmp", fsutil::unique_suffix()));
+    let wheel_name = format!(".uv-wheel.{}.tmp", fsutil::unique_suffix());
+    let wheel_path = dir.path().join(&wheel_name);
     let result = (|| -> Result<()> {
-        let mut file = std::fs::File::create(&wheel_path)
-            .map_err(Error::io(format!("creating {}", wheel_path.display())))?;
+        let mut file = dir.create_new(&wheel_name)?.ok_or_else(|| {
+            Error::io(format!("creating {}", wheel_path.display()))(std::io::Error::from(
+                std::io::ErrorKind::AlreadyExists,
+            ))
+        })?;
         let mut hasher = Sha256::new();
         let mut buf = vec![0u8; 64 * 1024];
         loop {
@@ -207,14 +210,14 @@ pub fn fetch_uv(wheel: &PinnedWheel, dest: &Path) -> Result<()> {
         if actual != wheel.sha256 {
             return Err(Error::UvChecksum { expected: wheel.sha256.to_owned(), actual });
         }
-        extract_uv(&wheel_path, dest)
+        extract_uv(&wheel_path, &dir, &dest_name)
     })();
-    let _ = std::fs::remove_file(&wheel_path);
+    let _ = dir.remove(&wheel_name);
     result
 }
 
-/// Extracts `<name>.data/scripts/uv` from a verified wheel into `dest` (mode 0755).
-fn extract_uv(wheel: &Path, dest: &Path) -> Result<()> {
+/// Extracts `<name>.data/scripts/uv` from a verified wheel into `dir/dest` (mode 0755).
+fn extract_uv(wheel: &Path, dir: &reaper::PrivateDir, dest: &str) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let wheel_err = |message: String| Error::UvWheel { message };
     let file =
@@ -227,20 +230,26 @@ fn extract_uv(wheel: &Path, dest: &Path) -> Result<()> {
         .map(|n| n.into_owned())
         .ok_or_else(|| wheel_err("no `*.data/scripts/uv` entry".to_owned()))?;
     let mut entry = archive.by_name(&name).map_err(|e| wheel_err(e.to_string()))?;
-    let tmp = dest.with_file_name(format!(".uv.{}.tmp", fsutil::unique_suffix()));
+    let tmp = format!(".uv.{}.tmp", fsutil::unique_suffix());
     let mut copy = || -> std::io::Result<()> {
         {
-            let mut out = std::fs::File::create(&tmp)?;
+            let mut out = dir
+                .create_new(&tmp)
+                .map_err(|e| std::io::Error::other(e.to_string()))?
+                .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::AlreadyExists))?;
             std::io::copy(&mut (&mut entry).take(MAX_WHEEL_BYTES), &mut out)?;
             out.set_permissions(std::fs::Permissions::from_mode(0o755))?;
             out.sync_all()?;
         }
         // The write handle is closed before the binary becomes visible: executing a file that
         // is still open for writing fails with ETXTBSY (seen with parallel first runs).
-        std::fs::rename(&tmp, dest)
+        rustix::fs::renameat(dir.fd(), tmp.as_str(), dir.fd(), dest).map_err(std::io::Error::from)
     };
     copy().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        Error::Io { context: format!("extracting uv to {}", dest.display()), source: e }
+        let _ = dir.remove(&tmp);
+        Error::Io {
+            context: format!("extracting uv to {}", dir.path().join(dest).display()),
+            source: e,
+        }
     })
 }

@@ -151,14 +151,14 @@ pub fn probe_bwrap_cached(path: Option<&OsStr>, memo_file: &Path) -> Probe {
     }
     let probe = probe_bwrap_binary(&bwrap);
     if let (true, Some(key)) = (probe.available, key) {
-        if let Some(dir) = memo_file.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        // Written via a unique temporary name and a rename so concurrent probes never see a
-        // torn file; losing the race only costs one more probe.
-        let tmp = memo_file.with_extension(format!("tmp{}", std::process::id()));
-        if std::fs::write(&tmp, key).is_ok() && std::fs::rename(&tmp, memo_file).is_err() {
-            let _ = std::fs::remove_file(&tmp);
+        // Replaced through a temporary file in a directory checked to be the caller's, so
+        // concurrent probes never see a torn file and a planted link is never followed; losing
+        // the race (or a refused directory) only costs one more probe next time.
+        if let (Some(dir), Some(name)) =
+            (memo_file.parent(), memo_file.file_name().and_then(|n| n.to_str()))
+            && let Ok(dir) = reaper::PrivateDir::open(dir)
+        {
+            let _ = dir.replace(name, key.as_bytes());
         }
     }
     probe

@@ -100,17 +100,7 @@ pub(crate) fn find_endpoint(
         let socket = private_socket(runtime_dir);
         // Concurrent invocations must not start two services on one socket (the second would
         // unlink the first's): serialize on a lock and look again once we hold it.
-        std::fs::create_dir_all(runtime_dir)
-            .map_err(Error::io(format!("creating {}", runtime_dir.display())))?;
-        let lock_path = runtime_dir.join("podman.lock");
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(Error::io(format!("opening {}", lock_path.display())))?;
-        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-            .map_err(|e| Error::io(format!("locking {}", lock_path.display()))(e.into()))?;
+        let lock = reaper::lock_env(&runtime_dir.join("podman.lock"), reaper::LockMode::Exclusive)?;
         let endpoint = ApiEndpoint::Unix(socket.clone());
         if engine_detect::ping(&endpoint, PING_TIMEOUT).is_err() {
             start_podman_service(&podman, &socket)?;

@@ -60,18 +60,18 @@ pub struct OciConfig {
 }
 
 impl OciConfig {
-    /// Image [`DEFAULT_IMAGE`], default limits, cache from `XDG_CACHE_HOME` or `~/.cache`,
+    /// Image [`DEFAULT_IMAGE`], default limits, cache from `XDG_CACHE_HOME` or `~/.cache`
+    /// (else `XDG_RUNTIME_DIR`, else a `/tmp` directory used only if it is the caller's own),
     /// runtime dir from `XDG_RUNTIME_DIR` (else under the cache), signals handled, sweep on.
     pub fn from_env(flavor: Flavor) -> OciConfig {
         let home = std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute());
-        let cache_base = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .or_else(|| home.as_ref().map(|h| h.join(".cache")))
-            .unwrap_or_else(|| {
-                std::env::temp_dir()
-                    .join(format!("python-sandbox-{}", rustix::process::getuid().as_raw()))
-            });
+        // Without HOME (cron, systemd units) this may name a shared directory: every file the
+        // engine writes there goes through `reaper::PrivateDir`, which refuses a foreign one.
+        let cache_base = reaper::hostfs::cache_base(
+            &|name| std::env::var_os(name),
+            &std::env::temp_dir(),
+            rustix::process::geteuid().as_raw(),
+        );
         let cache_dir = cache_base.join("python-sandbox");
         let runtime_dir = std::env::var_os("XDG_RUNTIME_DIR")
             .map(PathBuf::from)
@@ -114,6 +114,8 @@ pub struct OciEngine {
     rt: Option<tokio::runtime::Runtime>,
     host: HostFacts,
     owner: reaper::Owner,
+    /// Signs what this engine creates; the sweep removes only what it verifies.
+    mark: reaper::MarkKey,
     image_id: String,
     swept: Vec<Swept>,
     /// The `seccomp=` security option of every container (see [`OciEngine::seccomp_profile`]).
@@ -202,6 +204,7 @@ impl OciEngine {
             client::client(&connection)?
         };
         let owner = reaper::Owner::current(None)?;
+        let mark = mark_key(&config.cache_dir)?;
         let engine_name = config.flavor.as_str();
         // An empty image is for callers that never create containers (`reap`, `session list`).
         let image_id = if config.image.is_empty() {
@@ -210,10 +213,11 @@ impl OciEngine {
             rt.block_on(image_id(&docker, engine_name, &config.image))?
         };
         let swept = if config.sweep_on_start {
-            let swept = rt.block_on(sweep::sweep(&docker, &connection, now_secs(), false));
+            let swept = rt.block_on(sweep::sweep(&docker, &connection, &mark, now_secs(), false));
             rt.block_on(envs::auto_prune(
                 &docker,
                 &connection,
+                &mark,
                 &config.cache_dir,
                 now_secs(),
                 config.env_max_age,
@@ -236,6 +240,7 @@ impl OciEngine {
             rt: Some(rt),
             host: HostFacts::gather(),
             owner,
+            mark,
             image_id,
             swept,
         };
@@ -271,6 +276,11 @@ impl OciEngine {
         &self.seccomp
     }
 
+    /// The key that signs this user's containers and volumes.
+    pub(crate) fn mark(&self) -> &reaper::MarkKey {
+        &self.mark
+    }
+
     /// The engine's configuration.
     pub fn config(&self) -> &OciConfig {
         &self.config
@@ -302,7 +312,7 @@ impl OciEngine {
 
     /// Runs the reaper now: one list call, decide, remove (or only report with `dry_run`).
     pub fn reap(&self, dry_run: bool) -> Result<Vec<Swept>> {
-        self.block_on(sweep::sweep(&self.docker, &self.connection, now_secs(), dry_run))
+        self.block_on(sweep::sweep(&self.docker, &self.connection, &self.mark, now_secs(), dry_run))
     }
 
     /// Gives back the directories that runs killed with -9 and expired sessions of this engine
@@ -328,7 +338,15 @@ impl OciEngine {
     /// use, or with `dry_run` only reports them. One volume list and one container list call.
     pub fn prune_envs(&self, max_age: Duration, dry_run: bool) -> Result<Vec<PrunedEnv>> {
         let (docker, cache) = (&self.docker, &self.config.cache_dir);
-        self.block_on(envs::prune(docker, &self.connection, cache, now_secs(), max_age, dry_run))
+        self.block_on(envs::prune(
+            docker,
+            &self.connection,
+            &self.mark,
+            cache,
+            now_secs(),
+            max_age,
+            dry_run,
+        ))
     }
 
     /// Checks what `run` would refuse.
@@ -394,11 +412,17 @@ impl OciEngine {
             .docker
             .remove_volume(volume, None::<bollard::query_parameters::RemoveVolumeOptions>)
             .await;
-        let mut volume_labels = std::collections::HashMap::new();
-        volume_labels.insert(reaper::MANAGED_BY.to_owned(), reaper::MANAGED_BY_VALUE.to_owned());
+        let volume_labels = |name: &str| {
+            let mut labels = std::collections::BTreeMap::from([(
+                reaper::MANAGED_BY.to_owned(),
+                reaper::MANAGED_BY_VALUE.to_owned(),
+            )]);
+            self.mark.sign(name, &mut labels);
+            labels.into_iter().collect::<std::collections::HashMap<_, _>>()
+        };
         let request = VolumeCreateRequest {
             name: Some(volume.to_owned()),
-            labels: Some(volume_labels.clone()),
+            labels: Some(volume_labels(volume)),
             ..Default::default()
         };
         self.docker
@@ -408,7 +432,8 @@ impl OciEngine {
 
         let id = random_id();
         let now = now_secs();
-        let labels = reaper::labels_for_prepare(&id, &self.owner, now, Some(now + 3600))?;
+        let mut labels = reaper::labels_for_prepare(&id, &self.owner, now, Some(now + 3600))?;
+        self.mark.sign(&format!("python-sandbox-prepare-{id}"), &mut labels);
         let layout = PrepareLayout {
             image: self.config.image.clone(),
             labels,
@@ -453,7 +478,7 @@ impl OciEngine {
         }
         let request = VolumeCreateRequest {
             name: Some(marker.to_owned()),
-            labels: Some(volume_labels),
+            labels: Some(volume_labels(marker)),
             ..Default::default()
         };
         self.docker
@@ -488,7 +513,8 @@ impl OciEngine {
         let id = random_id();
         let now = now_secs();
         let expires = spec.timeout.map(|t| now + t.as_secs() + EXPIRY_GRACE_SECS);
-        let labels = reaper::labels_for_run(&id, &self.owner, now, expires)?;
+        let mut labels = reaper::labels_for_run(&id, &self.owner, now, expires)?;
+        self.mark.sign(&format!("python-sandbox-run-{id}"), &mut labels);
         let layout = RunLayout {
             image: self.config.image.clone(),
             labels,
@@ -645,17 +671,19 @@ fn seccomp_option(flavor: Flavor, cache_dir: &std::path::Path) -> Result<String>
 }
 
 /// Writes (content-addressed, once) a profile and returns its path; podman reads it on the
-/// same host.
+/// same host. In a [`reaper::PrivateDir`]: nobody else can have put a weaker one there.
 fn write_profile(cache_dir: &std::path::Path, profile: &str) -> Result<PathBuf> {
     let digest = hex(&Sha256::digest(profile.as_bytes()));
-    let dir = cache_dir.join("oci");
-    std::fs::create_dir_all(&dir).map_err(Error::io(format!("creating {}", dir.display())))?;
-    let path = dir.join(format!("seccomp-{}.json", &digest[..16]));
-    if !path.is_file() {
-        let tmp = dir.join(format!(".seccomp-{}.{}", &digest[..16], std::process::id()));
-        std::fs::write(&tmp, profile.as_bytes())
-            .map_err(Error::io(format!("writing {}", tmp.display())))?;
-        std::fs::rename(&tmp, &path).map_err(Error::io(format!("writing {}", path.display())))?;
+    let dir = reaper::PrivateDir::open(&cache_dir.join("oci"))?;
+    let name = format!("seccomp-{}.json", &digest[..16]);
+    if dir.stat(&name)?.is_none() {
+        // Readable by the podman service, whichever user it runs as.
+        dir.write_once(&name, profile.as_bytes(), 0o644)?;
     }
-    Ok(path)
+    Ok(dir.path().join(name))
+}
+
+/// This user's [`reaper::MarkKey`], kept in `<cache>/keys` (created on first use).
+fn mark_key(cache_dir: &std::path::Path) -> Result<reaper::MarkKey> {
+    Ok(reaper::MarkKey::load(&reaper::PrivateDir::open(&cache_dir.join("keys"))?)?)
 }

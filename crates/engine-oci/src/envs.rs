@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bollard::Docker;
 use bollard::models::VolumeCreateRequest;
 use bollard::query_parameters::{ListVolumesOptions, RemoveVolumeOptions};
-use reaper::LockMode;
+use reaper::{LockMode, MarkKey};
 
 use crate::client::{self, Connection};
 use crate::container::api;
@@ -80,11 +80,8 @@ impl Lease {
         volume: &str,
         status: &mut dyn FnMut(&str),
     ) -> Result<Lease> {
+        // `reaper::lock_env` creates the directory, checked to be the caller's.
         let path = lock_path(cache_dir, volume);
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(Error::io(format!("creating {}", dir.display())))?;
-        }
         let file = lock_waiting(&path, false, status)?;
         // Best effort: a missing stamp only makes the pruner fall back to the volume's age.
         let _ = file.set_modified(SystemTime::now());
@@ -169,7 +166,7 @@ struct Listed {
 }
 
 fn modified(path: &Path) -> Option<SystemTime> {
-    std::fs::metadata(path).ok()?.modified().ok()
+    std::fs::symlink_metadata(path).ok()?.modified().ok()
 }
 
 fn secs(time: SystemTime) -> u64 {
@@ -192,6 +189,7 @@ async fn volumes_in_use(connection: &Connection) -> Result<BTreeSet<String>> {
 pub(crate) async fn prune(
     docker: &Docker,
     connection: &Connection,
+    key: &MarkKey,
     cache_dir: &Path,
     now: u64,
     max_age: Duration,
@@ -205,7 +203,10 @@ pub(crate) async fn prune(
         .map_err(api(engine, "listing environment volumes"))?;
     let mut envs: BTreeMap<String, Listed> = BTreeMap::new();
     for volume in listed.volumes.unwrap_or_default() {
-        if !volume.name.starts_with(ENV_PREFIX) {
+        // Labels are claims: only volumes this user's python-sandbox made (its mark over the
+        // volume's own name) are ever pruned.
+        let labels: BTreeMap<String, String> = volume.labels.into_iter().collect();
+        if !volume.name.starts_with(ENV_PREFIX) || !key.verifies(&volume.name, &labels) {
             continue;
         }
         let (base, is_marker) = match volume.name.strip_suffix(MARKER_SUFFIX) {
@@ -221,7 +222,7 @@ pub(crate) async fn prune(
         } else {
             entry.env = true;
         }
-        entry.labels.extend(volume.labels);
+        entry.labels.extend(labels);
     }
     if envs.is_empty() {
         return Ok(Vec::new());
@@ -250,7 +251,7 @@ pub(crate) async fn prune(
             error: None,
         };
         if !dry_run {
-            match remove_env(docker, cache_dir, &action.id, listed, now, max_age).await {
+            match remove_env(docker, key, cache_dir, &action.id, listed, now, max_age).await {
                 Ok(()) => pruned.removed = true,
                 Err(why) => pruned.error = Some(why),
             }
@@ -264,6 +265,7 @@ pub(crate) async fn prune(
 /// why it stays (in use, locked, an API error).
 async fn remove_env(
     docker: &Docker,
+    key: &MarkKey,
     cache_dir: &Path,
     volume: &str,
     listed: &Listed,
@@ -271,17 +273,15 @@ async fn remove_env(
     max_age: Duration,
 ) -> std::result::Result<(), String> {
     let path = lock_path(cache_dir, volume);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    }
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return Err(format!("{} is not a lock file path", path.display()));
+    };
+    let dir = reaper::PrivateDir::open(dir).map_err(|e| e.to_string())?;
     // Creating the lock file ourselves must not look like a use.
-    let ours = std::fs::OpenOptions::new()
-        .create_new(true)
-        .write(true)
-        .open(&path)
-        .ok()
-        .and_then(|f| f.metadata().ok()?.modified().ok());
-    let Some(lock) = lock(&path, LockMode::TryExclusive).map_err(|e| e.to_string())? else {
+    let ours = dir.create_new(name).ok().flatten().and_then(|f| f.metadata().ok()?.modified().ok());
+    let Some(lock) =
+        reaper::lock_in(&dir, name, LockMode::TryExclusive).map_err(|e| e.to_string())?
+    else {
         return Err("in use (a run or prepare holds its lock)".to_owned());
     };
     // A run may have used it between the listing and the lock: it stamped the lock file then.
@@ -303,9 +303,11 @@ async fn remove_env(
         // Still referenced: put the marker back (the contents are complete, and nobody can be
         // building it while we hold the lock), so its users keep a ready environment.
         if listed.marker {
+            let mut labels = listed.labels.clone();
+            key.sign(&marker, &mut labels);
             let request = VolumeCreateRequest {
                 name: Some(marker),
-                labels: Some(listed.labels.clone().into_iter().collect()),
+                labels: Some(labels.into_iter().collect()),
                 ..Default::default()
             };
             let _ = docker.create_volume(request).await;
@@ -313,7 +315,7 @@ async fn remove_env(
         return Err(why);
     }
     // Unlinked while held: lockers that opened the old file notice and retry.
-    let _ = std::fs::remove_file(&path);
+    let _ = dir.remove(name);
     drop(lock);
     Ok(())
 }
@@ -341,21 +343,21 @@ pub(crate) fn auto_prune_due(last: Option<SystemTime>, now: SystemTime) -> bool 
 pub(crate) async fn auto_prune(
     docker: &Docker,
     connection: &Connection,
+    key: &MarkKey,
     cache_dir: &Path,
     now: u64,
     max_age: Duration,
 ) {
-    let stamp =
-        cache_dir.join("oci").join(format!("last-env-prune-{}", connection.flavor.as_str()));
-    let last = std::fs::metadata(&stamp).and_then(|m| m.modified()).ok();
+    // The stamp is touched in a checked directory, never through a link (it used to be a plain
+    // write, which truncated whatever a planted link named).
+    let Ok(dir) = reaper::PrivateDir::open(&cache_dir.join("oci")) else { return };
+    let stamp = format!("last-env-prune-{}", connection.flavor.as_str());
+    let last = dir.modified(&stamp).ok().flatten();
     if !auto_prune_due(last, SystemTime::now()) {
         return;
     }
-    if let Some(dir) = stamp.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    if std::fs::write(&stamp, b"").is_err() {
+    if dir.touch(&stamp).is_err() {
         return;
     }
-    let _ = prune(docker, connection, cache_dir, now, max_age, false).await;
+    let _ = prune(docker, connection, key, cache_dir, now, max_age, false).await;
 }

@@ -334,6 +334,7 @@ impl OciEngine {
         let ttl_secs = config.ttl.as_secs().max(1);
         let owner = reaper::Owner::current(None)?;
         let mut labels = reaper::labels_for_session(&id, &owner, now_secs(), ttl_secs)?;
+        self.mark().sign(&container_name(&id), &mut labels);
         labels.insert(WORKSPACE_LABEL.to_owned(), workspace.display().to_string());
         let policy = SessionPolicy {
             net: config.net == Net::On,
@@ -537,17 +538,13 @@ async fn init_pid(docker: &Docker, name: &str) -> Option<u32> {
 }
 
 fn write_record(runtime_dir: &Path, record: &Record) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let path = record_path(runtime_dir, &record.id)
         .ok_or_else(|| std::io::Error::other("not a session id"))?;
-    let dir = runtime_dir.join("sessions");
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
-    let tmp = dir.join(format!(".{}.{}", record.id, std::process::id()));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let bytes = serde_json::to_vec(record).map_err(std::io::Error::other)?;
-    let mut file =
-        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
-    std::io::Write::write_all(&mut file, &bytes)?;
-    std::fs::rename(&tmp, &path)
+    let dir = reaper::PrivateDir::open(&runtime_dir.join("sessions"))
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    dir.replace(name, &bytes).map_err(|e| std::io::Error::other(e.to_string()))
 }
 
 /// Removes the records of sessions whose agent is gone (expired, stopped, reaped); a record

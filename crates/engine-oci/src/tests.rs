@@ -290,13 +290,16 @@ fn sweep_maps_states_and_keeps_sessions_active() {
     };
     let labels = reaper::labels_for_session("s1", &owner, 100, 60).expect("labels");
     let item = serde_json::json!({
+        "Id": "c0ffee",
         "Names": ["/python-sandbox-session-s1"],
         "Labels": labels,
         "State": "running",
         "Ports": [{"IP": "127.0.0.1", "PrivatePort": 8000, "PublicPort": 49153, "Type": "tcp"}],
     });
-    let resource = crate::sweep::resource_of(&item, 10_000).expect("resource");
-    assert_eq!(resource.id, "python-sandbox-session-s1");
+    let listed = crate::sweep::resource_of(&item, 10_000).expect("resource");
+    assert_eq!(listed.name, "python-sandbox-session-s1");
+    let resource = listed.resource;
+    assert_eq!(resource.id, "c0ffee");
     assert_eq!(resource.state, reaper::State::Running);
     assert_eq!(resource.last_activity, Some(10_000));
     let dead = |_: &reaper::Owner| reaper::Liveness::Dead;
@@ -311,12 +314,55 @@ fn sweep_maps_states_and_keeps_sessions_active() {
         ("created", reaper::State::Created),
         ("weird", reaper::State::Unknown),
     ] {
-        let item = serde_json::json!({"Names": ["/x"], "Labels": {}, "State": state});
+        let item = serde_json::json!({"Id": "1", "Names": ["/x"], "Labels": {}, "State": state});
         assert_eq!(
-            crate::sweep::resource_of(&item, 0).expect("resource").state,
+            crate::sweep::resource_of(&item, 0).expect("resource").resource.state,
             expected,
             "{state}"
         );
+    }
+}
+
+/// Forgeries on a shared daemon: only what this user's key marked, for the container's own
+/// name, reaches the policy; and removal goes by full id after the inspect agrees.
+#[test]
+fn sweep_takes_only_containers_this_user_marked() {
+    let owner = reaper::Owner {
+        user: "uid-0".into(),
+        host: "h".into(),
+        boot_id: "b".into(),
+        pid_ns: 1,
+        pid: 1,
+        start_time: 1,
+    };
+    let key = reaper::MarkKey::from_bytes([1; 32]);
+    let mut ours = reaper::labels_for_run("r1", &owner, 100, Some(200)).expect("labels");
+    key.sign("python-sandbox-run-r1", &mut ours);
+    let unmarked = reaper::labels_for_run("r1", &owner, 100, Some(200)).expect("labels");
+    let mut theirs = unmarked.clone();
+    reaper::MarkKey::from_bytes([2; 32]).sign("python-sandbox-run-r1", &mut theirs);
+    let item = |id: &str, name: &str, labels: &std::collections::BTreeMap<String, String>| serde_json::json!({"Id": id, "Names": [format!("/{name}")], "Labels": labels, "State": "exited"});
+    let items = [
+        item("a1", "python-sandbox-run-r1", &ours),
+        // Named after a victim's id prefix, our labels copied without a mark.
+        item("b2", "5c1e0a11b0b0", &unmarked),
+        // Our labels, mark included, copied onto another name: same sandbox id, not ours.
+        item("c3", "python-sandbox-run-forged", &ours),
+        // Another user's genuine container.
+        item("d4", "python-sandbox-run-r1x", &theirs),
+    ];
+    let listed = crate::sweep::ours(&items, &key, 1_000);
+    let ids: Vec<&str> = listed.iter().map(|l| l.resource.id.as_str()).collect();
+    assert_eq!(ids, ["a1"]);
+    let chosen = &listed[0];
+    let inspect = |id: &str, name: &str, labels: &std::collections::BTreeMap<String, String>| serde_json::json!({"Id": id, "Name": format!("/{name}"), "Config": {"Labels": labels}});
+    assert!(crate::sweep::still_ours(&inspect("a1", "python-sandbox-run-r1", &ours), chosen, &key));
+    for changed in [
+        inspect("a2", "python-sandbox-run-r1", &ours),
+        inspect("a1", "renamed", &ours),
+        inspect("a1", "python-sandbox-run-r1", &unmarked),
+    ] {
+        assert!(!crate::sweep::still_ours(&changed, chosen, &key), "{changed}");
     }
 }
 

@@ -24,12 +24,11 @@
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{AtFlags, Mode, OFlags, XattrFlags};
 
-use crate::{Error, LockMode, lock_env};
+use crate::{Error, LockMode, PrivateDir, lock_env};
 
 /// The xattr that holds a file's access ACL.
 const XATTR: &str = "system.posix_acl_access";
@@ -295,27 +294,24 @@ fn read_record(path: &Path) -> Result<Option<Record>, Error> {
 
 /// Writes `record` unless one exists (the first taker's wins).
 fn write_record_once(paths: &Paths, record: &Record) -> Result<(), Error> {
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = paths.record.with_extension(format!("acl.{}.{seq}", std::process::id()));
-    std::fs::write(&tmp, record.encode()).map_err(io_error(&tmp))?;
-    let linked = std::fs::hard_link(&tmp, &paths.record);
-    let _ = std::fs::remove_file(&tmp);
-    match linked {
-        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(io_error(&paths.record)(e)),
-        _ => Ok(()),
-    }
+    let (dir, name) = in_private_dir(&paths.record)?;
+    dir.write_once(&name, record.encode().as_bytes(), 0o600).map(|_| ())
+}
+
+/// `path`'s directory as a [`PrivateDir`], and its file name.
+fn in_private_dir(path: &Path) -> Result<(PrivateDir, String), Error> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return Err(Error::AclState {
+            path: path.display().to_string(),
+            message: "not a state file".into(),
+        });
+    };
+    Ok((PrivateDir::open(dir)?, name.to_owned()))
 }
 
 /// Creates the state dir, private to the caller.
 fn ensure_state_dir(state_dir: &Path) -> Result<(), Error> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(state_dir)
-        .map_err(io_error(state_dir))?;
-    std::fs::set_permissions(state_dir, std::fs::Permissions::from_mode(0o700))
-        .map_err(io_error(state_dir))
+    PrivateDir::open(state_dir).map(|_| ())
 }
 
 /// One directory lent to the sandbox user.
@@ -403,12 +399,14 @@ impl Grant {
         let hold_path = |l: &Lent| self.state_dir.join(format!("{}.hold.{holder}", l.key));
         for l in &self.lent {
             let path = hold_path(l);
-            if let Err(e) = std::fs::write(&path, l.path.as_os_str().as_bytes()) {
+            let written = in_private_dir(&path)
+                .and_then(|(dir, name)| dir.replace(&name, l.path.as_os_str().as_bytes()));
+            if let Err(e) = written {
                 // Without every hold the grant is given back (on drop), none left behind.
                 for l in &self.lent {
                     let _ = std::fs::remove_file(hold_path(l));
                 }
-                return Err(io_error(&path)(e));
+                return Err(e);
             }
         }
         // The holds keep the directories lent; the locks go with this process.

@@ -67,6 +67,24 @@ pub enum Error {
         /// The OS error, as text.
         message: String,
     },
+    /// A directory for python-sandbox's own files is one someone else could plant links in.
+    #[error(
+        "refusing to keep python-sandbox's files in `{path}`: it {problem}\nhint: it must be a directory you own that nobody else can write; set XDG_CACHE_HOME (or HOME) to one, or remove it if you did not make it"
+    )]
+    UnsafeDir {
+        /// The directory (or the component that failed).
+        path: String,
+        /// What is wrong with it, e.g. `belongs to uid 1001, not to you (uid 0)`.
+        problem: String,
+    },
+    /// One of python-sandbox's own files on the host could not be used.
+    #[error("cannot use `{path}`: {message}")]
+    HostFile {
+        /// The file.
+        path: String,
+        /// The OS error, as text.
+        message: String,
+    },
     /// Reading a file under /proc failed.
     #[error("cannot read `{path}`: {message}")]
     Io {

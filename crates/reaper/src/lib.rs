@@ -5,7 +5,8 @@
 //! [`MANAGED_FILTER`], maps each to a [`Resource`] (id, labels, [`State`], optional activity and exit
 //! times), calls [`decide`] with the current time and an [`OwnerLiveness`] (normally
 //! [`ProcLiveness`]), and removes the [`Action`]s' ids. Nothing here does IO except the two /proc
-//! readers [`ProcLiveness::new`] and [`Owner::current`], [`lock_env`] and [`acl`].
+//! readers [`ProcLiveness::new`] and [`Owner::current`], [`lock_env`], [`hostfs`],
+//! [`MarkKey::load`] and [`acl`].
 //!
 //! The rules, in order, per resource:
 //! - `expires` passed: [`Reason::Expired`] (any kind);
@@ -24,23 +25,31 @@
 //! for longer than a maximum age and not in use (see [`EnvUse`]); [`lock_env`] is the lock-file
 //! protocol that keeps a prune from racing a run.
 //!
+//! Labels are claims anyone with the daemon can make: engines sign what they create with the
+//! user's [`MarkKey`] and sweep only what verifies, each resource on its own (see [`MarkKey`]).
+//! Every file python-sandbox writes on the host goes through [`PrivateDir`] ([`hostfs`]).
+//!
 //! [`acl`] lends a root caller's workspace to the sandbox uid for one run (or session) and gives
 //! it back exactly as it was, with the same kind of lock-file protocol.
 
 pub mod acl;
 mod envs;
 mod error;
+pub mod hostfs;
 pub mod labels;
 mod lock;
+mod mark;
 mod owner;
 mod policy;
 
 pub use envs::{EnvAction, EnvUse, human, stale_envs, unix_from_rfc3339};
 pub use error::Error;
+pub use hostfs::PrivateDir;
 pub use labels::{
     Kind, MANAGED_BY, MANAGED_BY_VALUE, MANAGED_FILTER, Owner, SandboxLabels, activity_label,
     labels_for_prepare, labels_for_run, labels_for_session,
 };
-pub use lock::{LockMode, lock_env};
+pub use lock::{LockMode, lock_env, lock_in};
+pub use mark::{MARK, MarkKey};
 pub use owner::{Liveness, OwnerLiveness, ProcLiveness, Stat, Vantage, judge, parse_stat};
 pub use policy::{Action, Policy, Reason, Resource, State, decide};

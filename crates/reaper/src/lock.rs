@@ -5,13 +5,15 @@
 //! while building, and a pruner takes it exclusive without waiting (busy = in use) and unlinks it
 //! while still holding it. Every locker therefore checks, once it holds the lock, that the path
 //! still names the file it locked, and starts over if not: nobody ever holds a lock on a file the
-//! next locker cannot see.
+//! next locker cannot see. Lock files are opened `O_NOFOLLOW` in a [`PrivateDir`], so a link
+//! planted at a lock's name is an error, never a file created or touched elsewhere.
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use crate::Error;
+use crate::hostfs::PrivateDir;
 
 /// How to take an environment's lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,17 +29,27 @@ pub enum LockMode {
 }
 
 /// Opens (creating) and locks `path`; `Ok(None)` only for the `Try*` modes when it is busy. The
-/// lock lives as long as the returned file.
+/// lock lives as long as the returned file. The file is opened with `O_NOFOLLOW` inside its
+/// directory checked as a [`PrivateDir`] (created if missing): a link planted there is never
+/// followed, so taking a lock never creates or touches a file elsewhere.
 pub fn lock_env(path: &Path, mode: LockMode) -> Result<Option<File>, Error> {
-    let io =
-        |e: std::io::Error| Error::Io { path: path.display().to_string(), message: e.to_string() };
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return Err(Error::HostFile {
+            path: path.display().to_string(),
+            message: "not a lock file path".to_owned(),
+        });
+    };
+    lock_in(&PrivateDir::open(dir)?, name, mode)
+}
+
+/// [`lock_env`] for `name` in an already opened directory.
+pub fn lock_in(dir: &PrivateDir, name: &str, mode: LockMode) -> Result<Option<File>, Error> {
+    let io = |e: std::io::Error| Error::HostFile {
+        path: dir.path().join(name).display().to_string(),
+        message: e.to_string(),
+    };
     loop {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .map_err(io)?;
+        let file = dir.open_file(name)?;
         let taken = match mode {
             LockMode::Shared => file.lock_shared().map(|()| true),
             LockMode::Exclusive => file.lock().map(|()| true),
@@ -49,11 +61,11 @@ pub fn lock_env(path: &Path, mode: LockMode) -> Result<Option<File>, Error> {
             return Ok(None);
         }
         let held = file.metadata().map_err(io)?;
-        match std::fs::metadata(path) {
-            Ok(now) if now.dev() == held.dev() && now.ino() == held.ino() => return Ok(Some(file)),
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io(e)),
+        match dir.stat(name)? {
+            Some(now) if now.st_dev == held.dev() && now.st_ino == held.ino() => {
+                return Ok(Some(file));
+            }
+            _ => {}
         }
     }
 }

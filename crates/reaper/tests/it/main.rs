@@ -3,6 +3,7 @@
 
 mod acl;
 mod envs;
+mod hostfs;
 mod labels;
 mod policy;
 mod proc;
