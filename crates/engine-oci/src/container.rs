@@ -187,7 +187,10 @@ impl Signals {
     }
 }
 
-/// Attaches, starts, streams, waits. The caller removes the container (via the guard).
+/// Attaches, starts, streams, waits. The caller removes the container (via the guard). With
+/// `gate` (a [`crate::verify::gated`] command), the started container's mounts are checked
+/// against those pins before the go line lets its command run.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn attach_and_run(
     docker: &Docker,
     connection: &Connection,
@@ -196,9 +199,10 @@ pub(crate) async fn attach_and_run(
     mut sink: Sink<'_>,
     timeout: Option<Duration>,
     signals: &mut Signals,
+    gate: Option<&[crate::verify::Pin]>,
 ) -> Result<Finished> {
     let engine = connection.flavor.as_str();
-    let attach_stdin = !matches!(stdin, Stdin::Null);
+    let attach_stdin = gate.is_some() || !matches!(stdin, Stdin::Null);
     let options = AttachContainerOptions {
         stream: true,
         stdin: attach_stdin,
@@ -217,25 +221,31 @@ pub(crate) async fn attach_and_run(
     docker
         .start_container(name, None::<bollard::query_parameters::StartContainerOptions>)
         .await
-        .map_err(|e| match e {
-            bollard::errors::Error::DockerResponseServerError { message, .. }
-                if message.contains("catatonit") || message.contains("container-init") =>
-            {
-                Error::NoPodmanInit
-            }
-            e => api(engine, &format!("starting {name}"))(e),
-        })?;
+        .map_err(|e| start_error(engine, name, e))?;
+    let go: &'static [u8] = match gate {
+        Some(pins) => {
+            crate::verify::started(docker, engine, name, pins).await?;
+            crate::verify::GO
+        }
+        None => b"",
+    };
 
     let feeder = match stdin {
-        Stdin::Null => None,
+        Stdin::Null if go.is_empty() => None,
+        Stdin::Null => Some(tokio::spawn(async move {
+            let _ = input.write_all(go).await;
+            let _ = input.shutdown().await;
+        })),
         Stdin::Bytes(bytes) => {
             let bytes = bytes.clone();
             Some(tokio::spawn(async move {
+                let _ = input.write_all(go).await;
                 let _ = input.write_all(&bytes).await;
                 let _ = input.shutdown().await;
             }))
         }
         Stdin::Inherit => Some(tokio::spawn(async move {
+            let _ = input.write_all(go).await;
             let mut ours = tokio::io::stdin();
             let _ = tokio::io::copy(&mut ours, &mut input).await;
             let _ = input.shutdown().await;
@@ -286,6 +296,18 @@ pub(crate) async fn attach_and_run(
         feeder.abort();
     }
     result
+}
+
+/// A failed start, explained (podman without its init binary says so in its message).
+pub(crate) fn start_error(engine: &'static str, name: &str, e: bollard::errors::Error) -> Error {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { message, .. }
+            if message.contains("catatonit") || message.contains("container-init") =>
+        {
+            Error::NoPodmanInit
+        }
+        e => api(engine, &format!("starting {name}"))(e),
+    }
 }
 
 async fn kill(docker: &Docker, name: &str) {

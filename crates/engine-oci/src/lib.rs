@@ -62,6 +62,7 @@ mod plan;
 mod seccomp;
 mod session;
 mod sweep;
+mod verify;
 mod workspace;
 
 pub use agent::AgentAddr;

@@ -205,7 +205,6 @@ pub(crate) struct RunLayout {
     pub(crate) user_env: Vec<(String, String)>,
     pub(crate) limits: Limits,
     pub(crate) tmpfs_size: u64,
-    pub(crate) stdin: bool,
 }
 
 /// What a prepare container needs.
@@ -343,6 +342,9 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout) -> ContainerPlan {
     }
     let mut cmd = vec![python, layout.script.display().to_string()];
     cmd.extend(layout.args.iter().cloned());
+    // Nothing of the script runs before the host has checked the mounts (`crate::verify`): the
+    // gate waits for the go line on stdin, which is therefore always attached.
+    let cmd = crate::verify::gated(cmd);
     ContainerPlan {
         role: Role::Run,
         image: layout.image.clone(),
@@ -359,7 +361,7 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout) -> ContainerPlan {
         tmpfs_size: layout.tmpfs_size,
         nofile: ulimit(host.nofile_hard, 65_536),
         nproc: ulimit(host.nproc_hard, 32_768),
-        stdin: layout.stdin,
+        stdin: true,
         auto_remove: false,
         seccomp: None,
         userns: None,

@@ -360,7 +360,7 @@ impl OciEngine {
         };
         let mut container = plan::session_plan(&host, &layout);
         let warning = self.adapt(&mut container);
-        host::check_sources(&container.mounts)?;
+        let pins = host::check_sources(&container.mounts)?;
         let body = plan::create_body(&container, self.config().flavor);
         let name = container_name(&id);
         let engine = self.config().flavor.as_str();
@@ -371,6 +371,11 @@ impl OciEngine {
                 .docker()
                 .start_container(&name, None::<bollard::query_parameters::StartContainerOptions>)
                 .await;
+            // The main process is the agent: no script runs before the mounts are checked.
+            let started = match started {
+                Ok(()) => crate::verify::started(self.docker(), engine, &name, &pins).await,
+                Err(e) => Err(container::start_error(engine, &name, e)),
+            };
             match started {
                 Ok(()) => {
                     // From here on the session lives on its own (watchdog + auto-remove), and
@@ -385,15 +390,7 @@ impl OciEngine {
                 }
                 Err(e) => {
                     guard.remove().await;
-                    Err(match e {
-                        bollard::errors::Error::DockerResponseServerError { message, .. }
-                            if message.contains("catatonit")
-                                || message.contains("container-init") =>
-                        {
-                            Error::NoPodmanInit
-                        }
-                        e => api(engine, &format!("starting {name}"))(e),
-                    })
+                    Err(e)
                 }
             }
         })?;

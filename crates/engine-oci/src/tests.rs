@@ -47,7 +47,6 @@ fn run_layout() -> RunLayout {
         user_env: vec![("TOKEN".to_owned(), "x".to_owned()), ("LANG".to_owned(), "C".to_owned())],
         limits: Limits::DEFAULT,
         tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
-        stdin: true,
     }
 }
 
@@ -90,7 +89,6 @@ fn run_body_net_off_no_deps_root_caller() {
     layout.publish.clear();
     layout.mounts.clear();
     layout.user_env.clear();
-    layout.stdin = false;
     layout.script = PathBuf::from("/elsewhere/tool.py");
     insta::assert_json_snapshot!(json(&plan::run_plan(&host(0), &layout)));
 }
@@ -829,4 +827,24 @@ fn paths_with_colons_stay_whole() {
         );
         assert_eq!(body["HostConfig"].get("Binds"), None);
     }
+}
+
+/// The mount point of a mount id in a mountinfo text, with the kernel's octal escapes undone.
+#[test]
+fn mount_points_are_found_by_id_and_unescaped() {
+    let info = "22 1 0:21 / / rw - overlay overlay rw\n\
+                384 22 254:0 /tmp/ws /tmp/ws rw,relatime - ext4 /dev/vda rw\n\
+                385 384 254:0 /tmp/my\\040data /tmp/ws/my\\040data ro - ext4 /dev/vda rw\n";
+    assert_eq!(crate::verify::mount_point(info, 384), Some(PathBuf::from("/tmp/ws")));
+    assert_eq!(crate::verify::mount_point(info, 385), Some(PathBuf::from("/tmp/ws/my data")));
+    assert_eq!(crate::verify::mount_point(info, 38), None);
+}
+
+/// A run's command waits behind the gate for the go line the host writes after its check.
+#[test]
+fn run_command_is_gated() {
+    let plan = plan::run_plan(&host(1234), &run_layout());
+    assert_eq!(plan.cmd[..2], ["sh".to_owned(), "-c".to_owned()]);
+    assert!(plan.cmd[2].starts_with("read -r go"), "{}", plan.cmd[2]);
+    assert!(plan.stdin, "the go line travels on stdin");
 }

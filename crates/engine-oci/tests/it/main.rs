@@ -6,6 +6,7 @@
 
 mod fault;
 mod prune;
+mod race;
 mod run;
 mod session;
 mod support;
