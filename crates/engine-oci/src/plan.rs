@@ -344,7 +344,7 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout) -> ContainerPlan {
     cmd.extend(layout.args.iter().cloned());
     // Nothing of the script runs before the host has checked the mounts (`crate::verify`): the
     // gate waits for the go line on stdin, which is therefore always attached.
-    let cmd = crate::verify::gated(cmd);
+    let cmd = crate::verify::gated(cmd, &env);
     ContainerPlan {
         role: Role::Run,
         image: layout.image.clone(),

@@ -30,10 +30,16 @@ pub(crate) const GO: &[u8] = b"go\n";
 /// the rest to the script), and runs the command only if it is the go line.
 const GATE: &str = r#"read -r go && [ "$go" = go ] || exit 125
 exec "$@""#;
+/// The same, for an environment without `PWD`: the shell exports one of its own, which the
+/// command must not inherit (its environment is exactly the plan's).
+const GATE_NO_PWD: &str = r#"read -r go && [ "$go" = go ] || exit 125
+unset PWD
+exec "$@""#;
 
-/// Pure: `cmd` behind the gate.
-pub(crate) fn gated(cmd: Vec<String>) -> Vec<String> {
-    let mut out = vec!["sh".to_owned(), "-c".to_owned(), GATE.to_owned(), "gate".to_owned()];
+/// Pure: `cmd` behind the gate, for a container whose environment is `env`.
+pub(crate) fn gated(cmd: Vec<String>, env: &[(String, String)]) -> Vec<String> {
+    let gate = if env.iter().any(|(k, _)| k == "PWD") { GATE } else { GATE_NO_PWD };
+    let mut out = vec!["sh".to_owned(), "-c".to_owned(), gate.to_owned(), "gate".to_owned()];
     out.extend(cmd);
     out
 }
