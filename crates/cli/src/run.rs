@@ -21,8 +21,7 @@ use crate::args::{ContainerArgs, EngineChoice, NetFlag, RunArgs};
 use crate::detect::EXIT_NO_ENGINE;
 use crate::{files, meta, progress, script, session, ui};
 
-/// A boundary crossing was refused (no `--approve`).
-const EXIT_BOUNDARY: u8 = 4;
+use crate::ui::EXIT_BOUNDARY;
 /// The run hit its timeout; the whole process tree was killed (as `timeout(1)` does).
 pub(crate) const EXIT_TIMEOUT: u8 = 124;
 
@@ -43,7 +42,7 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode> {
 pub(crate) fn print_json_error(e: &anyhow::Error, engine: Option<&str>) {
     let mut v = ui::error_json(e);
     v["engine"] = engine.into();
-    v["exit_code"] = ui::EXIT_USER_ERROR.into();
+    v["exit_code"] = ui::exit_code(e).into();
     println!("{v}");
 }
 

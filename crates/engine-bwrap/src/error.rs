@@ -57,6 +57,10 @@ pub enum Error {
     RefusedMount { path: PathBuf, reason: String },
     #[error("refusing to use {} as the workspace: {reason}\nhint: run from a project directory", path.display())]
     RefusedWorkspace { path: PathBuf, reason: String },
+    /// A mount source is no longer what was checked (a symlink swapped in): a refused
+    /// boundary crossing, like an unapproved one.
+    #[error("refusing to mount {}: it changed after it was checked ({reason}); nothing was run\nhint: something replaces it while python-sandbox starts (a symlink swapped in?); check what writes there", path.display())]
+    MountChanged { path: PathBuf, reason: String },
     #[error(
         "cannot publish port {port} with the network off\nhint: turn the network on or drop the published ports"
     )]

@@ -59,6 +59,7 @@ mod host;
 mod key;
 mod net;
 mod paths;
+mod pin;
 mod plan;
 mod process;
 mod stage;

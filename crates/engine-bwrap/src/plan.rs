@@ -52,6 +52,15 @@ pub(crate) struct Plan {
     pub(crate) seccomp_fd: Option<i32>,
     /// `--block-fd`: the command starts only once this pipe is written (after pasta attached).
     pub(crate) block_fd: Option<i32>,
+    /// The bind sources that came from the caller (workspace, mounts, script): canonical and
+    /// classified, so each is pinned as a descriptor opened without following any link
+    /// (`crate::pin`) and mounted from it. What was checked is what is mounted: a path swapped
+    /// for a symlink after the check is refused, never resolved again.
+    pub(crate) pinned: Vec<PathBuf>,
+    /// (source, descriptor) of each pinned source, filled right before the start: bound with
+    /// `--bind-fd`/`--ro-bind-fd` instead of by path (a non-root caller; a root caller's are
+    /// staged from the same descriptors, see `crate::stage`).
+    pub(crate) bind_fds: Vec<(PathBuf, i32)>,
     /// Ports pasta forwards into the sandbox (net on only).
     pub(crate) publish: Vec<sandbox_core::Publish>,
     /// Size cap in bytes of every tmpfs (`/tmp`, home).
@@ -81,6 +90,9 @@ pub(crate) struct Staged {
     pub(crate) at: PathBuf,
     /// Mounted with root's ids shown as the sandbox user's ([`Plan::idmapped`]).
     pub(crate) idmap: bool,
+    /// One of [`Plan::pinned`]: opened without following any link (else only the last
+    /// component is not followed: our own cache may sit below a symlinked home).
+    pub(crate) exact: bool,
 }
 
 /// `/proc` entries that reach host-wide kernel state; read-only in every sandbox (bwrap covers
@@ -104,12 +116,14 @@ impl Plan {
                 src: b.src.clone(),
                 at: stage.join(format!("b{i}")),
                 idmap: b.access == Access::ReadWrite && self.idmapped.contains(&b.src),
+                exact: self.pinned.contains(&b.src),
             })
             .collect();
         let plain = |src: &Path, name: &str| Staged {
             src: src.to_owned(),
             at: stage.join(name),
             idmap: false,
+            exact: false,
         };
         out.push(plain(&host.passwd, "passwd"));
         out.push(plain(&host.group, "group"));
@@ -203,11 +217,22 @@ impl Plan {
             scaffold(&mut a, &mut scaffolded, &bind.dest, &[&self.home, tmp], &self.binds[..i]);
         }
         for bind in &self.binds {
-            a.arg(match bind.access {
-                Access::ReadOnly => "--ro-bind",
-                Access::ReadWrite => "--bind",
-            });
-            a.arg(source(&bind.src));
+            match self.bind_fds.iter().find(|(src, _)| *src == bind.src).map(|(_, fd)| fd) {
+                Some(fd) => {
+                    a.arg(match bind.access {
+                        Access::ReadOnly => "--ro-bind-fd",
+                        Access::ReadWrite => "--bind-fd",
+                    });
+                    a.arg(fd.to_string());
+                }
+                None => {
+                    a.arg(match bind.access {
+                        Access::ReadOnly => "--ro-bind",
+                        Access::ReadWrite => "--bind",
+                    });
+                    a.arg(source(&bind.src));
+                }
+            }
             a.arg(bind.dest.as_os_str());
         }
         // The root tmpfs holds only mount points and the /etc skeleton; nothing may be added.
@@ -376,6 +401,8 @@ pub(crate) fn prepare_plan(
         publish: Vec::new(),
         seccomp_fd: None,
         block_fd: None,
+        pinned: Vec::new(),
+        bind_fds: Vec::new(),
         tmpfs_size: layout.tmpfs_size,
         run_as: host.run_as(),
         idmapped: Vec::new(),
@@ -416,8 +443,11 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout, status_fd: Option<i
     binds.extend(layout.ro_dirs.iter().map(|d| Bind::same(d, Access::ReadOnly)));
     binds.push(Bind::same(&layout.workspace, Access::ReadWrite));
     binds.extend(layout.mounts.iter().cloned());
+    let mut pinned = vec![layout.workspace.clone()];
+    pinned.extend(layout.mounts.iter().map(|m| m.src.clone()));
     if !layout.script.starts_with(&layout.workspace) {
         binds.push(Bind::same(&layout.script, Access::ReadOnly));
+        pinned.push(layout.script.clone());
     }
 
     let bin = layout.env_dir.join("bin");
@@ -444,6 +474,8 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout, status_fd: Option<i
         publish: layout.publish.clone(),
         seccomp_fd: None,
         block_fd: None,
+        pinned,
+        bind_fds: Vec::new(),
         tmpfs_size: layout.tmpfs_size,
         run_as: host.run_as(),
         idmapped: Vec::new(),

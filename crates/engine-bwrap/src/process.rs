@@ -101,6 +101,18 @@ pub(crate) fn execute(
     plan.status_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&status_write));
     plan.seccomp_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&seccomp));
     plan.block_fd = block.as_ref().map(|(_, read, _)| std::os::fd::AsRawFd::as_raw_fd(read));
+    // A root caller's pinned sources are staged from their descriptors instead (`crate::stage`).
+    let pins = match plan.run_as {
+        Some(_) => Vec::new(),
+        None => plan
+            .pinned
+            .iter()
+            .filter(|src| plan.binds.iter().any(|b| b.src == **src))
+            .map(|src| Ok((src.clone(), crate::pin::open(src)?)))
+            .collect::<Result<Vec<_>>>()?,
+    };
+    plan.bind_fds =
+        pins.iter().map(|(src, fd)| (src.clone(), std::os::fd::AsRawFd::as_raw_fd(fd))).collect();
     let argv: Vec<OsString> = plan.argv(host);
     let stage = match plan.run_as {
         Some((uid, gid)) => {
@@ -109,7 +121,12 @@ pub(crate) fn execute(
             // stay reachable at its own path.
             let binary = std::fs::canonicalize(bwrap).unwrap_or_else(|_| bwrap.to_owned());
             if binary.starts_with(crate::plan::STAGE) {
-                staging.push(crate::plan::Staged { src: binary.clone(), at: binary, idmap: false });
+                staging.push(crate::plan::Staged {
+                    src: binary.clone(),
+                    at: binary,
+                    idmap: false,
+                    exact: false,
+                });
             }
             Some(crate::stage::Stage::open(&staging, uid, gid)?)
         }
@@ -147,6 +164,7 @@ pub(crate) fn execute(
         let _guard = spawn_guard();
         let mut inherited = vec![status_write.as_fd(), seccomp.as_fd()];
         inherited.extend(block.as_ref().map(|(_, read, _)| read.as_fd()));
+        inherited.extend(pins.iter().map(|(_, fd)| fd.as_fd()));
         crate::fds::close_on_exec_all_but(&inherited);
         for fd in inherited {
             rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())
@@ -158,6 +176,7 @@ pub(crate) fn execute(
         drop(status_write);
         drop(seccomp);
         drop(stage);
+        drop(pins);
         if let Some((_, read, _)) = &block {
             let _ = rustix::io::fcntl_setfd(read, rustix::io::FdFlags::CLOEXEC);
         }

@@ -44,8 +44,9 @@ pub(crate) struct Stage {
 }
 
 impl Stage {
-    /// Opens every source (no symlink followed at the last component; the paths are canonical,
-    /// so a symlink there means it changed since it was checked).
+    /// Opens every source: the caller's ([`Staged::exact`]) with no symlink followed anywhere
+    /// (`crate::pin`), our own with none followed at the last component (the paths are
+    /// canonical, so a symlink there means it changed since it was checked).
     pub(crate) fn open(staging: &[Staged], uid: u32, gid: u32) -> Result<Stage> {
         let mut sources = Vec::with_capacity(staging.len());
         let mut dirs: Vec<CString> = Vec::new();
@@ -64,12 +65,16 @@ impl Stage {
                     dirs.push(parent);
                 }
             }
-            let fd = rustix::fs::open(
-                &staged.src,
-                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(|e| Error::io(format!("opening {}", staged.src.display()))(e.into()))?;
+            let fd = if staged.exact {
+                crate::pin::open(&staged.src)?
+            } else {
+                rustix::fs::open(
+                    &staged.src,
+                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|e| Error::io(format!("opening {}", staged.src.display()))(e.into()))?
+            };
             let stat = rustix::fs::fstat(&fd)
                 .map_err(|e| Error::io(format!("inspecting {}", staged.src.display()))(e.into()))?;
             let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);

@@ -86,7 +86,9 @@ fn render(plan: &Plan, host: &HostFacts) -> String {
         let _ = write!(out, "\nstarted as {uid}:{gid}, staged:");
         for staged in plan.staging(host) {
             let idmap = if staged.idmap { " (idmapped)" } else { "" };
-            let _ = write!(out, "\n  {} <- {}{idmap}", staged.at.display(), staged.src.display());
+            let exact = if staged.exact { " (pinned)" } else { "" };
+            let (at, src) = (staged.at.display(), staged.src.display());
+            let _ = write!(out, "\n  {at} <- {src}{idmap}{exact}");
         }
     }
     out
@@ -145,6 +147,27 @@ fn run_with_mounts_nested_and_outside_script() {
     let pos = |p: &str| dests.iter().position(|d| *d == Path::new(p)).expect(p);
     assert!(pos("/data") < pos("/data/out"), "parents before children");
     assert!(pos("/home/alice/project") < pos("/home/alice/project/vendor"));
+    insta::assert_snapshot!(render(&plan, &host()));
+}
+
+/// The caller's sources (workspace, mounts, a script outside the workspace) are bound from the
+/// descriptors that pinned them, never by path; our own (environment, prefixes) by path.
+#[test]
+fn run_binds_pinned_sources_from_descriptors() {
+    let mut layout = run_layout();
+    layout.script = "/opt/scripts/tool.py".into();
+    layout.mounts = vec![
+        Bind::same(Path::new("/data/in"), Access::ReadOnly),
+        Bind::same(Path::new("/data/out"), Access::ReadWrite),
+    ];
+    let mut plan = run_plan(&host(), &layout, None);
+    let want: Vec<PathBuf> =
+        ["/home/alice/project", "/data/in", "/data/out", "/opt/scripts/tool.py"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+    assert_eq!(plan.pinned, want);
+    plan.bind_fds = plan.pinned.iter().cloned().zip(10..).collect();
     insta::assert_snapshot!(render(&plan, &host()));
 }
 

@@ -12,8 +12,9 @@
 //!   "no engine" case. It never suggests running unsandboxed.
 //! * [`probe_bwrap_cached`] memoizes a successful bwrap probe for the rest of the boot, so a
 //!   warm `run` does not pay two process spawns for detection.
-//! * [`which`] is the PATH lookup shared with the engines, and [`create_dir_all_nofollow`] the
-//!   one way they create a missing read-write mount point.
+//! * [`which`] is the PATH lookup shared with the engines, [`create_dir_all_nofollow`] the
+//!   one way they create a missing read-write mount point, and [`open_nofollow`] the one way
+//!   they pin a mount source.
 
 mod api;
 mod bwrap;
@@ -31,7 +32,7 @@ pub use bwrap::{
 };
 pub use detection::{Detection, EngineName, Probe, ProbeState, detect, detect_with};
 pub use host::ca_bundle;
-pub use mkdir::{CreateDirError, create_dir_all_nofollow};
+pub use mkdir::{CreateDirError, create_dir_all_nofollow, open_nofollow, open_nofollow_in};
 pub use os::{Distro, OsInfo, OsKind, Wsl};
 pub use suggest::suggest;
 pub use which::which;

@@ -187,9 +187,10 @@ impl Signals {
     }
 }
 
-/// Attaches, starts, walls off link-local addresses when the container has a network
-/// (`net`: `crate::netwall`; the command waits at its gate until then), streams, waits. The
-/// caller removes the container (via the guard).
+/// Attaches, starts, streams, waits. The caller removes the container (via the guard). The
+/// command waits at its gate (`crate::gate`) while the host walls off link-local addresses
+/// (`net`: `crate::netwall`) and, with `gate` (the pinned sources), checks the started
+/// container's mounts against those pins; only then does the go line let it run.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn attach_and_run(
     docker: &Docker,
@@ -200,9 +201,10 @@ pub(crate) async fn attach_and_run(
     mut sink: Sink<'_>,
     timeout: Option<Duration>,
     signals: &mut Signals,
+    gate: Option<&[crate::verify::Pin]>,
 ) -> Result<Finished> {
     let engine = connection.flavor.as_str();
-    let attach_stdin = !matches!(stdin, Stdin::Null);
+    let attach_stdin = gate.is_some() || !matches!(stdin, Stdin::Null);
     let options = AttachContainerOptions {
         stream: true,
         stdin: attach_stdin,
@@ -221,29 +223,38 @@ pub(crate) async fn attach_and_run(
     docker
         .start_container(name, None::<bollard::query_parameters::StartContainerOptions>)
         .await
-        .map_err(|e| match e {
-            bollard::errors::Error::DockerResponseServerError { message, .. }
-                if message.contains("catatonit") || message.contains("container-init") =>
-            {
-                Error::NoPodmanInit
-            }
-            e => api(engine, &format!("starting {name}"))(e),
-        })?;
+        .map_err(|e| start_error(engine, name, e))?;
     if net && let Err(e) = crate::netwall::apply(docker, connection, name).await {
         kill(docker, name).await;
         return Err(e);
     }
+    let go: &'static [u8] = match gate {
+        Some(pins) => {
+            if let Err(e) = crate::verify::started(docker, engine, name, pins).await {
+                kill(docker, name).await;
+                return Err(e);
+            }
+            crate::gate::GO
+        }
+        None => b"",
+    };
 
     let feeder = match stdin {
-        Stdin::Null => None,
+        Stdin::Null if go.is_empty() => None,
+        Stdin::Null => Some(tokio::spawn(async move {
+            let _ = input.write_all(go).await;
+            let _ = input.shutdown().await;
+        })),
         Stdin::Bytes(bytes) => {
             let bytes = bytes.clone();
             Some(tokio::spawn(async move {
+                let _ = input.write_all(go).await;
                 let _ = input.write_all(&bytes).await;
                 let _ = input.shutdown().await;
             }))
         }
         Stdin::Inherit => Some(tokio::spawn(async move {
+            let _ = input.write_all(go).await;
             let mut ours = tokio::io::stdin();
             let _ = tokio::io::copy(&mut ours, &mut input).await;
             let _ = input.shutdown().await;
@@ -294,6 +305,18 @@ pub(crate) async fn attach_and_run(
         feeder.abort();
     }
     result
+}
+
+/// A failed start, explained (podman without its init binary says so in its message).
+pub(crate) fn start_error(engine: &'static str, name: &str, e: bollard::errors::Error) -> Error {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { message, .. }
+            if message.contains("catatonit") || message.contains("container-init") =>
+        {
+            Error::NoPodmanInit
+        }
+        e => api(engine, &format!("starting {name}"))(e),
+    }
 }
 
 async fn kill(docker: &Docker, name: &str) {

@@ -446,6 +446,7 @@ impl OciEngine {
         let mut container = plan::prepare_plan(&self.host, &layout);
         // The run that follows says which limits are gone.
         let _ = self.adapt(&mut container);
+        // Only the CA bundle, a system file; nothing from the caller.
         host::check_sources(&container.mounts)?;
         let body = plan::create_body(&container, self.config.flavor);
         let name = format!("python-sandbox-prepare-{id}");
@@ -462,6 +463,7 @@ impl OciEngine {
             Sink::Collect(&mut output),
             Some(Duration::from_secs(1800)),
             &mut signals,
+            None,
         )
         .await;
         guard.remove().await;
@@ -536,7 +538,6 @@ impl OciEngine {
                 .collect(),
             limits: self.config.limits,
             tmpfs_size: spec.tmpfs_size,
-            stdin: !matches!(io.stdin, sandbox_core::Stdin::Null),
             merge_output: match io.output {
                 Output::Merged(_) => true,
                 Output::Inherit => sandbox_core::same_file_out_err(),
@@ -545,7 +546,7 @@ impl OciEngine {
         };
         let mut container = plan::run_plan(&self.host, &layout);
         let mut warnings: Vec<String> = self.adapt(&mut container).into_iter().collect();
-        host::check_sources(&container.mounts)?;
+        let pins = host::check_sources(&container.mounts)?;
         let body = plan::create_body(&container, self.config.flavor);
         let name = format!("python-sandbox-run-{id}");
         let engine = self.engine_name();
@@ -568,6 +569,7 @@ impl OciEngine {
                 sink,
                 spec.timeout,
                 &mut signals,
+                Some(&pins),
             )
             .await;
             match &finished {

@@ -95,6 +95,23 @@ pub enum Error {
         /// Why, lower case.
         reason: String,
     },
+    /// A mount source is no longer what was checked (a symlink swapped in before the daemon
+    /// resolved it): a refused boundary crossing, like an unapproved one.
+    #[error("refusing to mount {}: it changed after it was checked ({reason}); nothing was run\nhint: something replaces it while python-sandbox starts (a symlink swapped in?); check what writes there", path.display())]
+    MountChanged {
+        /// The canonical path that was checked.
+        path: PathBuf,
+        /// What was found instead, lower case.
+        reason: String,
+    },
+    /// The container's mounts could not be compared with what was checked.
+    #[error(
+        "cannot check the container's mounts against what was checked: {reason}; nothing was run\nhint: python-sandbox needs the container's processes in this host's /proc (a daemon in a VM cannot be checked); use bwrap there"
+    )]
+    MountUnverified {
+        /// Why, lower case.
+        reason: String,
+    },
     /// The workspace is refused by policy.
     #[error("refusing to use {} as the workspace: {reason}\nhint: run from a project directory", path.display())]
     RefusedWorkspace {

@@ -101,7 +101,8 @@ pub(crate) fn resolve_workspace(
     Ok(real)
 }
 
-/// One extra mount: canonical (the container sees the real path), not a socket, allowed.
+/// One extra mount: already canonical (no symlink on the way, as on bwrap), not a socket,
+/// allowed.
 /// A missing path follows `sandbox_core::missing_mount`, as on bwrap: read-write ones are created
 /// (after the policy check, and never through a symlink), read-only ones are an error.
 pub(crate) fn resolve_mount(mount: &Mount, home: Option<&Path>, private: &Path) -> Result<Bind> {
@@ -128,6 +129,17 @@ pub(crate) fn resolve_mount(mount: &Mount, home: Option<&Path>, private: &Path) 
     }
     let real = std::fs::canonicalize(&mount.path)
         .map_err(|_| Error::MissingPath { path: mount.path.clone() })?;
+    // As on bwrap: the path must already be real. What the caller classified is this path, and
+    // a link swapped in since would otherwise be resolved into something nobody checked.
+    if real != mount.path {
+        return Err(Error::RefusedMount {
+            path: mount.path.clone(),
+            reason: format!(
+                "it goes through a symlink; mounts must use real paths\nhint: use {}",
+                real.display()
+            ),
+        });
+    }
     check_policy(&real, false, home, private)
         .map_err(|reason| Error::RefusedMount { path: real.clone(), reason })?;
     let meta =
@@ -154,8 +166,10 @@ pub(crate) fn resolve_script(path: &Path) -> Result<PathBuf> {
 /// Every host source of a plan, right before its create: it must exist, and be UTF-8 (the API
 /// carries paths as JSON strings, a lossy one would name another path). Podman's compat API
 /// creates a missing bind source on the host as an empty root-owned directory (docker refuses
-/// it), so a path that vanished since it was resolved must never reach the engine.
-pub(crate) fn check_sources(mounts: &[crate::plan::PlanMount]) -> Result<()> {
+/// it), so a path that vanished since it was resolved must never reach the engine. Each one is
+/// pinned without following links, for the check of the started container (`crate::verify`).
+pub(crate) fn check_sources(mounts: &[crate::plan::PlanMount]) -> Result<Vec<crate::verify::Pin>> {
+    let mut pins = Vec::new();
     for mount in mounts {
         let crate::plan::Source::Host(path) = &mount.source else { continue };
         if path.to_str().is_none() {
@@ -164,9 +178,7 @@ pub(crate) fn check_sources(mounts: &[crate::plan::PlanMount]) -> Result<()> {
                 reason: "its path is not valid UTF-8, which the docker API cannot carry".into(),
             });
         }
-        if std::fs::symlink_metadata(path).is_err() {
-            return Err(Error::MissingPath { path: path.clone() });
-        }
+        pins.push(crate::verify::Pin::open(path, &mount.target)?);
     }
-    Ok(())
+    Ok(pins)
 }

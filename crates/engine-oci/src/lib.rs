@@ -57,12 +57,14 @@ mod container;
 mod engine;
 mod envs;
 mod error;
+mod gate;
 mod host;
 mod netwall;
 mod plan;
 mod seccomp;
 mod session;
 mod sweep;
+mod verify;
 mod workspace;
 
 pub use agent::AgentAddr;

@@ -5,8 +5,8 @@
 //! The container cannot do it itself (it has no capabilities, by design), so the CLI does it
 //! from outside, before any code of the script runs:
 //!
-//! * the container's command waits at a **gate** ([`GATE`], a shell loop in front of
-//!   `exec`) until the unreachable route is in its network namespace;
+//! * the container's command waits at its gate (`crate::gate`) until the unreachable route is
+//!   in its network namespace;
 //! * the CLI adds the routes ([`sandbox_core::LINK_LOCAL`]): when it may enter the container's
 //!   network namespace (a root caller on a local daemon), from a short-lived thread that joins
 //!   it by the init process's `/proc` entry (checked to be that container's, and never our own
@@ -14,9 +14,8 @@
 //!   ([`ROUTE_PY`]: the same netlink messages from the image's Python, `-I -S`, no script code
 //!   on its path). It checks the result and kills the container when both ways fail.
 //!
-//! The gate checks the wall itself rather than waiting for a "go" from the CLI, so a script
-//! never starts without it, whatever happens to the CLI in between; the CLI gives up (and kills
-//! the container) if the exec fails, and the gate gives up (exit 125) after 20 s.
+//! The gate checks the wall itself, so a script never starts without it, whatever happens to
+//! the CLI in between; the CLI kills the container when it cannot add the routes.
 
 use bollard::Docker;
 use bollard::container::LogOutput;
@@ -25,12 +24,6 @@ use futures_util::StreamExt;
 
 use crate::container::api;
 use crate::error::{Error, Result};
-
-/// Shell, run before `exec "$@"`: waits (5 ms steps) until `169.254.0.0/16` is an unreachable
-/// route (`/proc/net/route`: interface `*`, destination `0000FEA9` little-endian).
-pub(crate) const GATE: &str = "n=0; until grep -q '^[*].0000FEA9.' /proc/net/route; do \
-n=$((n+1)); if [ \"$n\" -gt 4000 ]; then echo 'python-sandbox: the network wall did not come up' >&2; \
-exit 125; fi; sleep 0.005; done; ";
 
 /// The privileged exec: unreachable routes for 169.254.0.0/16 and fd00:ec2::254/128 in the
 /// container's network namespace. Exit 0 when both exist afterwards; IPv6 may be off.
@@ -54,19 +47,6 @@ if v4 or v6:
     print("netlink:", errno.errorcode.get(v4 or v6, v4 or v6), file=sys.stderr)
     sys.exit(1)
 "#;
-
-/// `cmd` behind the gate (when `net`) and with stderr joined to stdout (when `merge`); the
-/// shell `exec`s, so it is gone before the command starts and the arguments stay positional.
-pub(crate) fn wrap(cmd: &[String], net: bool, merge: bool) -> Vec<String> {
-    if !net && !merge {
-        return cmd.to_vec();
-    }
-    let script =
-        format!("{}exec \"$@\"{}", if net { GATE } else { "" }, if merge { " 2>&1" } else { "" });
-    let mut out = vec!["sh".to_owned(), "-c".to_owned(), script, "sh".to_owned()];
-    out.extend(cmd.iter().cloned());
-    out
-}
 
 /// Adds the routes in running container `name` (whose command waits at the gate).
 pub(crate) async fn apply(

@@ -90,6 +90,8 @@ pub(crate) struct ContainerPlan {
     pub(crate) stdin: bool,
     /// stderr joined to stdout at the source (see [`RunLayout::merge_output`]).
     pub(crate) merge_output: bool,
+    /// The command waits for the go line on stdin (`crate::gate`).
+    pub(crate) go: bool,
     pub(crate) auto_remove: bool,
     /// What follows `seccomp=` (the wall, see `OciEngine::seccomp_profile`); `None` keeps the
     /// engine's default (pure plans, before `OciEngine::adapt`).
@@ -210,7 +212,6 @@ pub(crate) struct RunLayout {
     pub(crate) user_env: Vec<(String, String)>,
     pub(crate) limits: Limits,
     pub(crate) tmpfs_size: u64,
-    pub(crate) stdin: bool,
     /// stderr into stdout inside the container: the daemon copies the two streams separately,
     /// so their relative order survives only when they are one stream at the source.
     pub(crate) merge_output: bool,
@@ -344,6 +345,8 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout) -> ContainerPlan {
     }
     let mut cmd = vec![python, layout.script.display().to_string()];
     cmd.extend(layout.args.iter().cloned());
+    // Nothing of the script runs before the host has checked the mounts (`crate::verify`): the
+    // gate (`go`) waits for the go line on stdin, which is therefore always attached.
     ContainerPlan {
         role: Role::Run,
         image: layout.image.clone(),
@@ -360,8 +363,9 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout) -> ContainerPlan {
         tmpfs_size: layout.tmpfs_size,
         nofile: ulimit(host.nofile_hard, 65_536),
         nproc: ulimit(host.nproc_hard, 32_768),
-        stdin: layout.stdin,
+        stdin: true,
         merge_output: layout.merge_output,
+        go: true,
         auto_remove: false,
         seccomp: None,
         userns: None,
@@ -414,6 +418,7 @@ pub(crate) fn prepare_plan(host: &HostFacts, layout: &PrepareLayout) -> Containe
         nproc: ulimit(host.nproc_hard, 32_768),
         stdin: false,
         merge_output: false,
+        go: false,
         auto_remove: false,
         seccomp: None,
         userns: None,
@@ -469,6 +474,7 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Containe
         nproc: ulimit(host.nproc_hard, 32_768),
         stdin: false,
         merge_output: false,
+        go: false,
         auto_remove: true,
         seccomp: None,
         userns: None,
@@ -546,7 +552,13 @@ pub(crate) fn create_body(plan: &ContainerPlan, flavor: Flavor) -> ContainerCrea
     ContainerCreateBody {
         image: Some(plan.image.clone()),
         user: Some(format!("{}:{}", plan.uid, plan.gid)),
-        cmd: Some(crate::netwall::wrap(&plan.cmd, plan.net, plan.merge_output)),
+        cmd: Some(crate::gate::command(
+            &plan.cmd,
+            plan.go,
+            plan.net,
+            plan.merge_output,
+            plan.env.iter().any(|(k, _)| k == "PWD"),
+        )),
         env: Some(plan.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
         working_dir: Some(plan.working_dir.clone()),
         labels: Some(labels),

@@ -361,7 +361,7 @@ impl OciEngine {
         };
         let mut container = plan::session_plan(&host, &layout);
         let warning = self.adapt(&mut container);
-        host::check_sources(&container.mounts)?;
+        let pins = host::check_sources(&container.mounts)?;
         let body = plan::create_body(&container, self.config().flavor);
         let name = container_name(&id);
         let engine = self.config().flavor.as_str();
@@ -372,20 +372,17 @@ impl OciEngine {
                 .docker()
                 .start_container(&name, None::<bollard::query_parameters::StartContainerOptions>)
                 .await;
-            let started = started.map_err(|e| match e {
-                bollard::errors::Error::DockerResponseServerError { message, .. }
-                    if message.contains("catatonit") || message.contains("container-init") =>
-                {
-                    Error::NoPodmanInit
-                }
-                e => api(engine, &format!("starting {name}"))(e),
-            });
-            // The agent waits at the gate (`crate::netwall`) until the wall is up.
+            // The main process is the agent, at its gate until the network wall is up
+            // (`crate::netwall`); no script runs before the mounts are checked.
             let started = match started {
                 Ok(()) if container.net => {
-                    crate::netwall::apply(self.docker(), self.connection(), &name).await
+                    match crate::netwall::apply(self.docker(), self.connection(), &name).await {
+                        Ok(()) => crate::verify::started(self.docker(), engine, &name, &pins).await,
+                        Err(e) => Err(e),
+                    }
                 }
-                other => other,
+                Ok(()) => crate::verify::started(self.docker(), engine, &name, &pins).await,
+                Err(e) => Err(container::start_error(engine, &name, e)),
             };
             match started {
                 Ok(()) => {

@@ -47,7 +47,6 @@ fn run_layout() -> RunLayout {
         user_env: vec![("TOKEN".to_owned(), "x".to_owned()), ("LANG".to_owned(), "C".to_owned())],
         limits: Limits::DEFAULT,
         tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
-        stdin: true,
         merge_output: false,
     }
 }
@@ -91,34 +90,49 @@ fn run_body_net_off_no_deps_root_caller() {
     layout.publish.clear();
     layout.mounts.clear();
     layout.user_env.clear();
-    layout.stdin = false;
     layout.script = PathBuf::from("/elsewhere/tool.py");
     insta::assert_json_snapshot!(json(&plan::run_plan(&host(0), &layout)));
 }
 
-/// Merged output: stderr joins stdout at the source, the script still exec'd directly (no
-/// shell left in the process tree) with its arguments positional, never re-parsed.
+/// The gate in front of every container command: one shell, `exec`'d (no shell left in the
+/// process tree), arguments positional, never re-parsed; nothing at all when nothing is needed.
+#[test]
+fn gate_composes_go_line_network_wall_and_merged_output() {
+    let cmd = ["python".to_owned(), "$(touch x)".to_owned(), "a b".to_owned()];
+    assert_eq!(crate::gate::command(&cmd, false, false, false, false), cmd);
+    let script = |go, net, merge, pwd| {
+        let out = crate::gate::command(&cmd, go, net, merge, pwd);
+        assert_eq!(out[..2], ["sh", "-c"]);
+        assert_eq!(out[3..], ["gate", "python", "$(touch x)", "a b"]);
+        out[2].clone()
+    };
+    insta::assert_snapshot!(
+        [
+            script(false, false, true, true),
+            script(true, false, false, true),
+            script(true, true, true, true),
+            script(false, true, false, false),
+        ]
+        .join("\n"),
+        @r#"
+    exec "$@" 2>&1
+    read -r go && [ "$go" = go ] || exit 125; exec "$@"
+    read -r go && [ "$go" = go ] || exit 125; grep -q '^[*].0000FEA9.' /proc/net/route || { echo 'python-sandbox: the network wall is not up' >&2; exit 125; }; exec "$@" 2>&1
+    n=0; until grep -q '^[*].0000FEA9.' /proc/net/route; do n=$((n+1)); if [ "$n" -gt 4000 ]; then echo 'python-sandbox: the network wall did not come up' >&2; exit 125; fi; sleep 0.005; done; unset PWD; exec "$@"
+    "#
+    );
+}
+
+/// The run body carries merged output into the gate.
 #[test]
 fn run_merged_output_dups_stderr_in_the_container() {
     let mut layout = run_layout();
-    layout.args = vec!["$(touch x)".to_owned(), "a b".to_owned()];
     layout.net = false;
-    let cmd = |layout: &RunLayout| {
-        plan::create_body(&plan::run_plan(&host(1000), layout), Flavor::Docker)
-            .cmd
-            .unwrap_or_default()
-    };
-    let plain = cmd(&layout);
-    assert_eq!(plain[0], "/opt/python-sandbox/env/bin/python");
     layout.merge_output = true;
-    let merged = cmd(&layout);
-    assert_eq!(merged[..4], ["sh", "-c", "exec \"$@\" 2>&1", "sh"]);
-    assert_eq!(merged[4..], plain[..]);
-    // Net on: the gate first, in the same shell.
-    layout.net = true;
-    let gated = cmd(&layout);
-    assert_eq!(gated[2], format!("{}exec \"$@\" 2>&1", crate::netwall::GATE));
-    assert_eq!(gated[4..], plain[..]);
+    let body = plan::create_body(&plan::run_plan(&host(1000), &layout), Flavor::Docker);
+    let cmd = body.cmd.unwrap_or_default();
+    assert!(cmd[2].ends_with("exec \"$@\" 2>&1"), "{}", cmd[2]);
+    assert_eq!(cmd[4], "/opt/python-sandbox/env/bin/python");
 }
 
 #[test]
@@ -902,4 +916,25 @@ fn paths_with_colons_stay_whole() {
         );
         assert_eq!(body["HostConfig"].get("Binds"), None);
     }
+}
+
+/// The mount point of a mount id in a mountinfo text, with the kernel's octal escapes undone.
+#[test]
+fn mount_points_are_found_by_id_and_unescaped() {
+    let info = "22 1 0:21 / / rw - overlay overlay rw\n\
+                384 22 254:0 /tmp/ws /tmp/ws rw,relatime - ext4 /dev/vda rw\n\
+                385 384 254:0 /tmp/my\\040data /tmp/ws/my\\040data ro - ext4 /dev/vda rw\n";
+    assert_eq!(crate::verify::mount_point(info, 384), Some(PathBuf::from("/tmp/ws")));
+    assert_eq!(crate::verify::mount_point(info, 385), Some(PathBuf::from("/tmp/ws/my data")));
+    assert_eq!(crate::verify::mount_point(info, 38), None);
+}
+
+/// A run's command waits behind the gate for the go line the host writes after its check.
+#[test]
+fn run_command_is_gated() {
+    let plan = plan::run_plan(&host(1234), &run_layout());
+    let cmd = plan::create_body(&plan, Flavor::Docker).cmd.unwrap_or_default();
+    assert_eq!(cmd[..2], ["sh".to_owned(), "-c".to_owned()]);
+    assert!(cmd[2].starts_with("read -r go"), "{}", cmd[2]);
+    assert!(plan.stdin, "the go line travels on stdin");
 }

@@ -8,6 +8,7 @@
 mod escapes;
 mod lifecycle;
 mod prune;
+mod race;
 mod support;
 mod uv;
 mod wall;

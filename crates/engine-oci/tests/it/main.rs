@@ -7,6 +7,7 @@
 mod fault;
 mod forged;
 mod prune;
+mod race;
 mod run;
 mod session;
 mod support;

@@ -1,4 +1,5 @@
-//! Pure tests of the ACL codec, the record codec and the release decision.
+//! Tests of the ACL codec, the record codec and the release decision (pure), and of the
+//! no-follow walk every grant goes through.
 
 use std::path::PathBuf;
 
@@ -97,5 +98,27 @@ fn holders_are_plain_names() {
     assert!(check_holder("docker-0123abcd").is_ok());
     for bad in ["", "../x", "a/b", "a b", "x\0"] {
         assert!(check_holder(bad).is_err(), "{bad:?}");
+    }
+}
+
+/// A symlink in the workspace to a directory outside (swapped in for a mount, say) is never
+/// granted: neither as the directory itself nor as a component on the way.
+#[test]
+fn a_symlink_to_a_directory_outside_is_not_granted() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let base = tmp.path().canonicalize().expect("canonical");
+    let (ws, outside) = (base.join("ws"), base.join("outside"));
+    std::fs::create_dir_all(outside.join("sub")).expect("outside");
+    std::fs::create_dir(&ws).expect("ws");
+    std::os::unix::fs::symlink(&outside, ws.join("link")).expect("link");
+    let state = base.join("state");
+    for dir in [ws.join("link"), ws.join("link/sub")] {
+        let taken = super::Grant::take(&[dir.as_path()], 65534, &state);
+        assert!(taken.is_err(), "{} was granted", dir.display());
+    }
+    for dir in [&outside, &outside.join("sub")] {
+        let mut buf = [0u8; 256];
+        let acl = rustix::fs::getxattr(dir, "system.posix_acl_access", &mut buf[..]);
+        assert!(acl.is_err(), "{} got an ACL", dir.display());
     }
 }
