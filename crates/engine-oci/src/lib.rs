@@ -58,6 +58,8 @@ mod engine;
 mod envs;
 mod error;
 mod host;
+#[cfg(test)]
+mod hostile;
 mod plan;
 mod seccomp;
 mod session;

@@ -26,7 +26,7 @@ pub use boundary::{Crossing, CrossingKind, HOME_SECRETS, HOST_SOCKETS, classify}
 pub use engine::{DynEngine, Engine, Output, RunIo, RunOutcome, Stdin, exit_code};
 pub use error::Error;
 pub use fake::{FakeCall, FakeFs, FakeReply, FakeSandbox};
-pub use io::{Captured, OutputSink, Stream};
+pub use io::{Captured, EXIT_CLOSED_PIPE, OutputSink, Stream};
 pub use layer::{Layer, LayerMount, MIN_TMPFS_SIZE, ResolveCtx, resolve};
 pub use missing::{MissingMount, missing_mount};
 pub use parse::{MountSpellingError, mount_mode_hint, parse_size, split_mount};
@@ -35,7 +35,10 @@ pub use policy::{
     SANDBOX_CA_BUNDLE, SANDBOX_HOME, SANDBOX_HOSTNAME, SYSTEM_DIRS, check_host_path,
 };
 pub use sandbox::{DirEntry, EntryKind, ExecRequest, PutSource, Sandbox, Service, ServiceSpec};
-pub use scrub::{Ignored, MASK, MIN_SECRET_LEN, ScrubbingSink, Secrets, StreamScrubber};
+pub use scrub::{
+    Ignored, MASK, MIN_SECRET_LEN, SECRET_NAME_MARKERS, ScrubbingSink, Secrets, StreamScrubber,
+    is_secret_name,
+};
 pub use seccomp::{
     Arch, ArgCheck, Insn, SeccompAction, SeccompRule, WALL, bpf, compile, disassemble,
 };

@@ -5,6 +5,7 @@
 #![allow(clippy::print_stdout)]
 
 mod fault;
+mod hostile;
 mod prune;
 mod run;
 mod session;
