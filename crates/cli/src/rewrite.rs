@@ -93,21 +93,20 @@ fn replace(target: &Path, meta: &std::fs::Metadata, contents: &[u8]) -> std::io:
     {
         Ok(file) => file,
         // A directory we may not create in (the file itself is writable): write in place.
-        Err(e)
-            if matches!(
-                rustix::io::Errno::from_io_error(&e),
-                Some(rustix::io::Errno::ACCESS | rustix::io::Errno::PERM | rustix::io::Errno::ROFS)
-            ) =>
-        {
-            return Ok(Replaced::NotTheSame);
-        }
+        Err(e) if is_denied(&e) => return Ok(Replaced::NotTheSame),
         Err(e) => return Err(e),
     };
     let result = fill(&file, meta, target, contents).and_then(|same| {
         if !same {
             return Ok(Replaced::NotTheSame);
         }
-        std::fs::rename(&tmp, target)?;
+        match std::fs::rename(&tmp, target) {
+            Ok(()) => {}
+            // A sticky directory (`/tmp`) lets only the owner replace the file; writing
+            // in place still may.
+            Err(e) if is_denied(&e) => return Ok(Replaced::NotTheSame),
+            Err(e) => return Err(e),
+        }
         // Best effort: the rename is what makes the edit atomic; this makes it durable.
         if let Ok(dir) = std::fs::File::open(dir) {
             let _ = dir.sync_all();
@@ -190,6 +189,12 @@ fn in_place(
             format!("{e}; its previous contents could not be put back"),
         ),
     })
+}
+
+/// Whether `e` says "not allowed here" (a reason to write in place instead), not a failure.
+fn is_denied(e: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    matches!(Errno::from_io_error(e), Some(Errno::ACCESS | Errno::PERM | Errno::ROFS))
 }
 
 /// `O_NOFOLLOW` for `OpenOptionsExt::custom_flags`.

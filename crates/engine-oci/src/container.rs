@@ -265,10 +265,12 @@ pub(crate) async fn attach_and_run(
             // engine's and never closes, so end it as the closed pipe would have, unless it
             // had already exited (then its own code stands).
             if gone {
-                if kill(docker, name).await {
-                    return Ok(sandbox_core::EXIT_CLOSED_PIPE);
+                let inspect = client::inspect_container_raw(connection, name).await;
+                if let Some(code) = inspect.ok().as_ref().and_then(stopped_exit_code) {
+                    return Ok(code);
                 }
-                break;
+                kill(docker, name).await;
+                return Ok(sandbox_core::EXIT_CLOSED_PIPE);
             }
         }
         exit_code(docker, connection, name).await
@@ -306,10 +308,9 @@ pub(crate) async fn attach_and_run(
     result
 }
 
-/// Kills the container; `true` when it was still running.
-async fn kill(docker: &Docker, name: &str) -> bool {
+async fn kill(docker: &Docker, name: &str) {
     let options = KillContainerOptions { signal: "KILL".to_owned() };
-    docker.kill_container(name, Some(options)).await.is_ok()
+    let _ = docker.kill_container(name, Some(options)).await;
 }
 
 /// The container's exit code once it has stopped (the output stream ends slightly earlier).
