@@ -40,6 +40,11 @@ const BROKEN_BWRAP: &str = "#!/bin/sh\n\
     echo 'bwrap: setting up uid map: Permission denied' >&2\n\
     exit 1\n";
 
+/// Prints numbered lines forever, dying of SIGPIPE (as a C program would) rather than
+/// Python's BrokenPipeError, so the closed-pipe exit code is the same on every engine.
+const CLOSED_READER: &str = "import itertools, signal\nsignal.signal(signal.SIGPIPE, signal.SIG_DFL)\n\
+    for i in itertools.count():\n    print(f\"line {i}\", flush=True)\n";
+
 const NET_OFF: &str = "[tool.python-sandbox]\nnet = \"off\"";
 const NET_ON: &str = "[tool.python-sandbox]\nnet = \"on\"";
 
@@ -294,6 +299,37 @@ pub(crate) fn all() -> Vec<Case> {
                  time.sleep(5)\nprint(\"BROKEN sigterm: still alive 5 s after SIGTERM\")\n",
             ),
             expect: |_| Expect::exit(143).has("about to die"),
+            ..BASE
+        },
+        // A reader that goes away (`run … | head -1`) ends the run as a closed pipe ends a
+        // process: 141 on every engine (the script dies of SIGPIPE where it writes to our
+        // stdout itself; where its output passes through the CLI, the CLI stops it), and
+        // nothing of it survives.
+        Case {
+            name: "closed-reader-ends-the-run-141",
+            script: Script::Inline(CLOSED_READER),
+            stdout_lines: Some(1),
+            expect: |_| Expect::exit(141).has("line 0").within(60),
+            ..BASE
+        },
+        Case {
+            // Through the scrubber (a secret-looking variable): the CLI relays the output.
+            name: "closed-reader-ends-the-scrubbed-run-141",
+            script: Script::Inline(CLOSED_READER),
+            flags: |_| strings(&["--env", "API_TOKEN=closed-reader-token"]),
+            stdout_lines: Some(1),
+            expect: |_| Expect::exit(141).has("line 0").lacks("closed-reader-token").within(60),
+            ..BASE
+        },
+        Case {
+            // A script that had already exited keeps its own code (or dies of the closed
+            // pipe, where it still writes after the reader left).
+            name: "closed-reader-after-the-script-exited",
+            script: Script::Inline(
+                "import signal\nsignal.signal(signal.SIGPIPE, signal.SIG_DFL)\nprint(\"line 0\\nline 1\\nline 2\")\nsys.exit(7)\n",
+            ),
+            stdout_lines: Some(1),
+            expect: |_| Expect::exit(7).or_exit(141).has("line 0").within(60),
             ..BASE
         },
         Case {

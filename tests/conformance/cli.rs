@@ -60,6 +60,8 @@ pub(crate) struct Invocation<'a> {
     pub(crate) stdin: Option<Vec<u8>>,
     /// A file that gets the CLI's stderr instead of a pipe; read back into [`Output::stderr`].
     pub(crate) stderr_to: Option<PathBuf>,
+    /// Close our end of the CLI's stdout after this many lines (`| head -N`).
+    pub(crate) stdout_lines: Option<usize>,
 }
 
 #[derive(Debug, Default)]
@@ -107,8 +109,8 @@ impl Invocation<'_> {
             use std::io::Write as _;
             pipe.write_all(bytes).map_err(|e| format!("cannot feed the script on stdin: {e}"))?;
         }
-        let stdout = drain(child.stdout.take());
-        let stderr = drain(child.stderr.take());
+        let stdout = drain(child.stdout.take(), self.stdout_lines);
+        let stderr = drain(child.stderr.take(), None);
         let exited = AtomicBool::new(false);
         let (waited, during_result) = std::thread::scope(|scope| {
             let pid = child.id();
@@ -137,14 +139,30 @@ impl Invocation<'_> {
     }
 }
 
-/// Streams chunks, so that output read before a survivor kept the pipe open is not lost.
-fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> mpsc::Receiver<Vec<u8>> {
+/// Streams chunks, so that output read before a survivor kept the pipe open is not lost. With
+/// `lines`, the pipe is closed (dropped) once that many lines came, as `head -N` does; the
+/// rest of the chunk that completed them is dropped too.
+fn drain<R: Read + Send + 'static>(
+    pipe: Option<R>,
+    lines: Option<usize>,
+) -> mpsc::Receiver<Vec<u8>> {
     let (tx, rx) = mpsc::channel();
     if let Some(mut pipe) = pipe {
         std::thread::spawn(move || {
             let mut buf = [0u8; 8192];
+            let mut left = lines;
             while let Ok(n @ 1..) = pipe.read(&mut buf) {
-                if tx.send(buf[..n].to_vec()).is_err() {
+                let chunk = &buf[..n];
+                if let Some(left) = &mut left {
+                    let mut ends = chunk.iter().enumerate().filter(|(_, b)| **b == b'\n');
+                    // The newline that completes the last wanted line, if it is in this chunk.
+                    if let Some((end, _)) = ends.nth(left.saturating_sub(1)) {
+                        let _ = tx.send(chunk[..=end].to_vec());
+                        return;
+                    }
+                    *left -= chunk.iter().filter(|b| **b == b'\n').count();
+                }
+                if tx.send(chunk.to_vec()).is_err() {
                     break;
                 }
             }

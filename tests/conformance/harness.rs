@@ -51,6 +51,8 @@ pub(crate) struct Case {
     pub(crate) stdin_script: bool,
     /// The CLI's stderr goes to this file in the workspace (as `2>FILE` would), not to a pipe.
     pub(crate) stderr_to: Option<&'static str>,
+    /// The runner closes the CLI's stdout after this many lines, as `| head -N` does.
+    pub(crate) stdout_lines: Option<usize>,
 }
 
 pub(crate) const BASE: Case = Case {
@@ -68,6 +70,7 @@ pub(crate) const BASE: Case = Case {
     only_on: None,
     stdin_script: false,
     stderr_to: None,
+    stdout_lines: None,
 };
 
 pub(crate) fn no_strings(_: &Fixture) -> Vec<String> {
@@ -272,6 +275,7 @@ pub(crate) fn run_case(case: &Case, engine: &str, shared: &Shared, bin: &Path) -
         deadline: Duration::from_secs(case.deadline_secs),
         stdin: case.stdin_script.then(|| text.into_bytes()),
         stderr_to: case.stderr_to.map(|name| fx.ws.join(name)),
+        stdout_lines: case.stdout_lines,
     };
     let fxr = &fx;
     let during_fn = case.during.map(|f| move |exited: &AtomicBool, pid: u32| f(fxr, exited, pid));

@@ -11,6 +11,8 @@ mod meta;
 mod plugin_check;
 mod progress;
 mod reap;
+mod relay;
+mod rewrite;
 mod run;
 mod script;
 mod session;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::str::FromStr;
 
 use anstream::{eprint, eprintln, println};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use pep723_meta::{Diagnostic, Edit, LineIndex, PositionEncoding, SandboxKey, Severity};
 
 use crate::args::MetaCmd;
@@ -229,7 +229,7 @@ fn show(file: &Path) -> Result<ExitCode> {
     })
 }
 
-/// Applies edits and writes the file atomically; on any error nothing is written.
+/// Applies edits and writes the file back ([`crate::rewrite`]); on any error nothing is written.
 fn apply(file: &Path, edits: &[Edit]) -> Result<ExitCode> {
     let bytes = read_script(file)?;
     let text = match String::from_utf8(bytes) {
@@ -282,7 +282,7 @@ fn apply(file: &Path, edits: &[Edit]) -> Result<ExitCode> {
         eprintln!("`{}` already has that metadata; nothing to do", file.display());
         return Ok(ExitCode::SUCCESS);
     }
-    write_atomically(file, outcome.text.as_bytes())?;
+    crate::rewrite::rewrite(file, text.as_bytes(), outcome.text.as_bytes())?;
     let parsed = pep723_meta::parse(&outcome.text);
     let problems: Vec<Diagnostic> =
         parsed.diagnostics.into_iter().filter(|d| d.is_error()).collect();
@@ -291,26 +291,4 @@ fn apply(file: &Path, edits: &[Edit]) -> Result<ExitCode> {
     }
     eprintln!("updated `{}` ({})", file.display(), plural(outcome.edits.len(), "change"));
     Ok(ExitCode::SUCCESS)
-}
-
-/// Writes through a temporary sibling and a rename, keeping the original permissions, so a crash
-/// never leaves a half-written script.
-fn write_atomically(file: &Path, contents: &[u8]) -> Result<()> {
-    let dir = match file.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.python-sandbox-{}.tmp", std::process::id()));
-    let perms = fs_err::metadata(file)?.permissions();
-    let result = (|| -> Result<()> {
-        fs_err::write(&tmp, contents)?;
-        fs_err::set_permissions(&tmp, perms)?;
-        fs_err::rename(&tmp, file)?;
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = fs_err::remove_file(&tmp);
-    }
-    result.with_context(|| format!("cannot write `{}`", file.display()))
 }

@@ -14,11 +14,12 @@ use engine_oci::{Flavor, OciEngine};
 use pep723_meta::Metadata;
 use sandbox_core::{
     Crossing, EnvVar, Layer, LayerMount, MissingMount, Mount, MountMode, Net, Output, Publish,
-    ResolveCtx, RunIo, RunOutcome, RunSpec, ScrubbingSink, Secrets, Stdin, Stream,
+    ResolveCtx, RunIo, RunOutcome, RunSpec, Secrets, Stdin,
 };
 
 use crate::args::{ContainerArgs, EngineChoice, NetFlag, RunArgs};
 use crate::detect::EXIT_NO_ENGINE;
+use crate::relay::Relay;
 use crate::{files, meta, progress, script, session, ui};
 
 use crate::ui::EXIT_BOUNDARY;
@@ -343,14 +344,7 @@ fn two_phase<P>(
     if !json && secrets.is_empty() {
         return run(&prepared, stdio(Output::Inherit));
     }
-    let mut sink = ScrubbingSink::new(&secrets, move |stream: Stream, chunk: &[u8]| {
-        use std::io::Write as _;
-        // With --json our stdout is the summary, so the script's stdout goes to stderr.
-        let _ = match (stream, json) {
-            (Stream::Stdout, false) => std::io::stdout().write_all(chunk),
-            _ => std::io::stderr().write_all(chunk),
-        };
-    });
+    let mut sink = Relay::scrubbed(&secrets, json);
     // One place for both (our stderr with --json, or one file behind both of ours): one stream
     // from the source, so the order between the script's stdout and stderr survives.
     let output = if json || sandbox_core::same_file_out_err() {
@@ -368,18 +362,10 @@ fn stdio(output: Output<'_>) -> RunIo<'_> {
 }
 
 /// Values passed in through variables whose names say they are secret are masked in the output.
-fn secrets_of(spec: &RunSpec) -> Secrets {
-    const MARKERS: [&str; 6] = ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "API_KEY", "CREDENTIAL"];
-    let mut secrets = Secrets::new();
-    for var in &spec.env {
-        let upper = var.name.to_ascii_uppercase();
-        if MARKERS.iter().any(|m| upper.contains(m))
-            && let Some(v) = &var.value
-        {
-            let _ = secrets.register(v);
-        }
-    }
-    secrets
+pub(crate) fn secrets_of(spec: &RunSpec) -> Secrets {
+    Secrets::of_env(
+        spec.env.iter().filter_map(|v| v.value.as_deref().map(|value| (v.name.as_str(), value))),
+    )
 }
 
 fn select_engine(choice: EngineChoice, container: &ContainerArgs) -> Result<Option<Selected>> {

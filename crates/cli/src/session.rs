@@ -8,9 +8,10 @@ use std::time::Duration;
 use anstream::println;
 use anyhow::{Context, Result};
 use engine_oci::{Flavor, Limits, OciConfig, OciEngine, SessionConfig, SessionInfo};
-use sandbox_core::{ExecRequest, Layer, Net, RunOutcome, Sandbox, Stream};
+use sandbox_core::{ExecRequest, Layer, Net, RunOutcome, Sandbox, Secrets};
 
 use crate::args::{ContainerArgs, NetFlag, OciChoice, SessionCmd, SessionStartArgs};
+use crate::relay::Relay;
 use crate::{meta, ui};
 
 /// Connects to docker or podman with the container flags applied (sweeps on connect).
@@ -298,15 +299,28 @@ fn eprintln_note(text: &str) {
     anstream::eprintln!("{}note{:#}: {text}", ui::NOTE, ui::NOTE);
 }
 
-fn stream_out(stream: Stream, chunk: &[u8]) {
-    use std::io::Write as _;
-    let _ = match stream {
-        Stream::Stdout => {
-            let mut out = std::io::stdout().lock();
-            out.write_all(chunk).and_then(|()| out.flush())
-        }
-        Stream::Stderr => std::io::stderr().lock().write_all(chunk),
-    };
+/// The secrets to mask in what a session prints: its own secret-looking environment and that
+/// of this one command.
+fn session_secrets(session: &engine_oci::Session, env: &[(String, String)]) -> Secrets {
+    let own = session.secrets().iter().map(|value| ("SESSION_SECRET", value.as_str()));
+    Secrets::of_env(own.chain(env.iter().map(|(k, v)| (k.as_str(), v.as_str()))))
+}
+
+/// Pure: the warning for a script given secret-looking variables `names` in a session that
+/// has already run `earlier` scripts; `None` when there is nothing to warn about.
+fn shared_secret_warning(id: &str, earlier: u64, names: &[&str]) -> Option<(String, String)> {
+    if earlier == 0 || names.is_empty() {
+        return None;
+    }
+    let listed = names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+    let scripts = if earlier == 1 { "1 script".to_owned() } else { format!("{earlier} scripts") };
+    let looks = if names.len() == 1 { "looks" } else { "look" };
+    Some((
+        format!(
+            "session `{id}` has already run {scripts}; {listed} {looks} secret, and anything those scripts left behind in the session can read what this one is given"
+        ),
+        "a session is one trust domain: run a script that needs a secret with `python-sandbox run`, or in a fresh session".to_owned(),
+    ))
 }
 
 fn exit(outcome: &RunOutcome) -> ExitCode {
@@ -345,8 +359,10 @@ fn with_session<T>(
 fn exec(id: &str, command: Vec<String>, choice: Option<OciChoice>) -> Result<ExitCode> {
     let request = ExecRequest { argv: command, ..Default::default() };
     let outcome = with_session(id, choice, async |session| {
-        let mut sink = stream_out;
-        session.exec(&request, &mut sink).await
+        let mut sink = Relay::scrubbed(&session_secrets(session, &[]), false);
+        let outcome = session.exec(&request, &mut sink).await;
+        let _ = sink.finish();
+        outcome
     })?;
     Ok(exit(&outcome))
 }
@@ -415,8 +431,27 @@ fn run_script(
                 .collect(),
             timeout: spec.timeout,
         };
-        let mut sink = stream_out;
-        session.run_script_with(&script.path, &options, &mut sink).await
+        let secret_names: Vec<&str> = options
+            .env
+            .iter()
+            .filter(|(name, value)| {
+                sandbox_core::is_secret_name(name)
+                    && value.chars().count() >= sandbox_core::MIN_SECRET_LEN
+            })
+            .map(|(name, _)| name.as_str())
+            .collect();
+        if let Some((warning, hint)) =
+            shared_secret_warning(session.id(), session.scripts_run(), &secret_names)
+        {
+            ui::warn(&warning);
+            ui::print_hint(&hint);
+        }
+        // Counted before it runs: whatever it leaves behind, it leaves from its first line.
+        session.note_script();
+        let mut sink = Relay::scrubbed(&session_secrets(session, &options.env), false);
+        let outcome = session.run_script_with(&script.path, &options, &mut sink).await;
+        let _ = sink.finish();
+        outcome
     })?;
     if outcome.timed_out {
         let secs = timed_out.get().map_or(0.0, |t| t.as_secs_f64());
@@ -493,6 +528,21 @@ mod tests {
         assert_eq!(parse_ttl("45"), Some(Duration::from_secs(45)));
         assert_eq!(parse_ttl("0s"), None);
         assert_eq!(parse_ttl("5w"), None);
+    }
+
+    #[test]
+    fn secrets_into_a_used_session_are_warned_about() {
+        assert_eq!(shared_secret_warning("s1", 0, &["API_TOKEN"]), None, "a fresh session");
+        assert_eq!(shared_secret_warning("s1", 3, &[]), None, "no secret");
+        let (warning, hint) =
+            shared_secret_warning("s1", 1, &["API_TOKEN", "DB_PASSWORD"]).expect("a warning");
+        assert_eq!(
+            warning,
+            "session `s1` has already run 1 script; `API_TOKEN`, `DB_PASSWORD` look secret, and anything those scripts left behind in the session can read what this one is given"
+        );
+        assert!(hint.starts_with("a session is one trust domain"), "{hint}");
+        let (warning, _) = shared_secret_warning("s1", 2, &["API_TOKEN"]).expect("a warning");
+        assert!(warning.contains("already run 2 scripts"), "{warning}");
     }
 
     #[test]

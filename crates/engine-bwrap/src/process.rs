@@ -239,6 +239,8 @@ pub(crate) fn execute(
 
     let deadline = timeout.map(|t| start + t);
     let mut timed_out = false;
+    // Our sink's reader went away (`run … | head -1`) and we stopped the tree for it.
+    let mut reader_gone = false;
     let kill = |timed_out: &mut bool| {
         *timed_out = true;
         let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), Signal::KILL);
@@ -279,7 +281,15 @@ pub(crate) fn execute(
             };
             match rx.recv_timeout(wait) {
                 Ok((stream, chunk)) => match &mut outputs {
-                    Outputs::Sink(sink) | Outputs::Merged(sink) => sink.write(stream, &chunk),
+                    Outputs::Sink(sink) | Outputs::Merged(sink) => {
+                        sink.write(stream, &chunk);
+                        if sink.closed() && !reader_gone {
+                            // What the script would have met writing to the closed pipe
+                            // itself, had it not been behind our scrubber.
+                            reader_gone = true;
+                            let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), Signal::KILL);
+                        }
+                    }
                     Outputs::Collect(buf) => buf.extend_from_slice(&chunk),
                     Outputs::Inherit => {}
                 },
@@ -328,6 +338,9 @@ pub(crate) fn execute(
     let started = early_status.contains("\"child-pid\"") || rest.contains("\"child-pid\"");
     let exit_code = match ended_by {
         Some(signal) if status.signal() == Some(libc::SIGKILL) => 128 + signal,
+        _ if reader_gone && status.signal() == Some(libc::SIGKILL) => {
+            sandbox_core::EXIT_CLOSED_PIPE
+        }
         _ => sandbox_core::exit_code(status.code(), status.signal()),
     };
     Ok(Finished { exit_code, timed_out, started, duration: start.elapsed() })

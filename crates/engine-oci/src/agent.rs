@@ -151,27 +151,76 @@ pub(crate) enum Ended {
     NotStarted(String),
 }
 
-/// Pure: the exit frame's payload.
+/// Pure: the exit frame's payload; `None` unless it is an object with a `code` a process can
+/// exit with (0 to 255: the agent reports a signal death as 128 + N).
 pub(crate) fn parse_exit(payload: &[u8]) -> Option<(i32, bool)> {
     let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
-    let code = i32::try_from(value.get("code")?.as_i64()?).ok()?;
+    let code = value.get("code")?.as_i64().filter(|c| (0..=255).contains(c))?;
+    let code = i32::try_from(code).ok()?;
     Some((code, value.get("timed_out").and_then(serde_json::Value::as_bool).unwrap_or(false)))
 }
 
-/// Runs `request` through a connected agent, streaming its output.
+/// The largest frame the host takes from an agent. The real agent sends at most 64 KiB of
+/// output per frame and a few bytes of JSON to end; anything near `u32::MAX` is an attempt
+/// to make the host allocate it.
+pub(crate) const MAX_FRAME: usize = 1 << 20;
+
+/// How long past a request's own timeout the host waits for the agent to report it: the
+/// agent enforces the timeout, but it runs as the sandboxed code and may not be ours.
+pub(crate) const TIMEOUT_GRACE: Duration = Duration::from_secs(5);
+
+/// Pure: the kind and payload length of a frame header, refusing a payload over
+/// [`MAX_FRAME`].
+pub(crate) fn frame_len(head: [u8; 5]) -> std::result::Result<(u8, usize), String> {
+    let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]);
+    match usize::try_from(len) {
+        Ok(len) if len <= MAX_FRAME => Ok((head[0], len)),
+        _ => Err(format!("a frame of {len} bytes (at most {MAX_FRAME} are accepted)")),
+    }
+}
+
+/// Runs `request` through a connected agent, streaming its output. A sink whose reader went
+/// away ([`OutputSink::closed`]) ends the exec at once: dropping the connection kills the
+/// command, as a closed pipe would have.
 pub(crate) async fn exec(
-    mut stream: tokio::net::UnixStream,
+    stream: tokio::net::UnixStream,
     request: &ExecRequest,
     cwd: &str,
     output: &mut dyn OutputSink,
     session: &str,
 ) -> Result<RunOutcome> {
+    let start = Instant::now();
+    let relay = relay(stream, request, cwd, output, session, start);
+    match request.timeout {
+        None => relay.await,
+        Some(timeout) => match tokio::time::timeout(timeout + TIMEOUT_GRACE, relay).await {
+            Ok(outcome) => outcome,
+            // The agent did not end the command in time; dropping the connection does.
+            Err(_) => Ok(RunOutcome {
+                exit_code: 137,
+                duration: start.elapsed(),
+                timed_out: true,
+                warnings: Vec::new(),
+            }),
+        },
+    }
+}
+
+async fn relay(
+    mut stream: tokio::net::UnixStream,
+    request: &ExecRequest,
+    cwd: &str,
+    output: &mut dyn OutputSink,
+    session: &str,
+    start: Instant,
+) -> Result<RunOutcome> {
     let failed = |message: String| Error::Exec {
         what: "exec through the session agent".to_owned(),
         message,
     };
-    let start = Instant::now();
+    let hostile = |problem: String| Error::AgentProtocol { id: session.to_owned(), problem };
     stream.write_all(&encode_request(request, cwd)).await.map_err(|e| failed(e.to_string()))?;
+    let mut payload = Vec::new();
     loop {
         let mut head = [0u8; 5];
         match stream.read_exact(&mut head).await {
@@ -181,25 +230,34 @@ pub(crate) async fn exec(
             }
             Err(e) => return Err(failed(e.to_string())),
         }
-        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
-        let mut payload = vec![0u8; len];
+        let (kind, len) = frame_len(head).map_err(hostile)?;
+        payload.resize(len, 0);
         stream.read_exact(&mut payload).await.map_err(|e| failed(e.to_string()))?;
-        let ended = match head[0] {
-            b'o' => {
-                output.write(Stream::Stdout, &payload);
-                continue;
-            }
-            b'e' => {
-                output.write(Stream::Stderr, &payload);
+        let ended = match kind {
+            b'o' | b'e' => {
+                let which = if kind == b'o' { Stream::Stdout } else { Stream::Stderr };
+                output.write(which, &payload);
+                if output.closed() {
+                    return Ok(RunOutcome {
+                        exit_code: sandbox_core::EXIT_CLOSED_PIPE,
+                        duration: start.elapsed(),
+                        timed_out: false,
+                        warnings: Vec::new(),
+                    });
+                }
                 continue;
             }
             b'x' => {
-                let (code, timed_out) = parse_exit(&payload)
-                    .ok_or_else(|| failed("a malformed exit frame".to_owned()))?;
+                let (code, timed_out) = parse_exit(&payload).ok_or_else(|| {
+                    hostile(format!(
+                        "an exit frame `{}`",
+                        String::from_utf8_lossy(&payload).chars().take(80).collect::<String>()
+                    ))
+                })?;
                 Ended::Exited { code, timed_out }
             }
             b'f' => Ended::NotStarted(String::from_utf8_lossy(&payload).into_owned()),
-            other => return Err(failed(format!("an unknown frame `{}`", other.escape_ascii()))),
+            other => return Err(hostile(format!("an unknown frame `{}`", other.escape_ascii()))),
         };
         let duration = start.elapsed();
         let (exit_code, timed_out) = match ended {
@@ -272,10 +330,29 @@ mod tests {
     }
 
     #[test]
+    fn frame_lengths_are_capped() {
+        assert_eq!(frame_len([b'o', 0, 0, 0, 5]), Ok((b'o', 5)));
+        assert_eq!(frame_len([b'o', 0, 0x10, 0, 0]), Ok((b'o', MAX_FRAME)));
+        assert!(frame_len([b'o', 0, 0x10, 0, 1]).is_err());
+        let giant = frame_len([b'o', 0xff, 0xff, 0xff, 0xff]).expect_err("4 GiB");
+        assert!(giant.contains("4294967295 bytes"), "{giant}");
+    }
+
+    #[test]
     fn exit_frames() {
         assert_eq!(parse_exit(br#"{"code": 3, "timed_out": false}"#), Some((3, false)));
         assert_eq!(parse_exit(br#"{"code": 137, "timed_out": true}"#), Some((137, true)));
+        assert_eq!(parse_exit(br#"{"code": 255}"#), Some((255, false)));
         assert_eq!(parse_exit(b"{}"), None);
+        for bogus in [
+            r#"{"code": -1}"#,
+            r#"{"code": 256}"#,
+            r#"{"code": 4294967296}"#,
+            r#"{"code": "0"}"#,
+            "[]",
+        ] {
+            assert_eq!(parse_exit(bogus.as_bytes()), None, "{bogus}");
+        }
         assert_eq!(parse_exit(b"nope"), None);
     }
 }

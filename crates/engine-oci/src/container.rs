@@ -29,20 +29,29 @@ pub(crate) enum Sink<'a> {
 }
 
 impl Sink<'_> {
-    fn write(&mut self, stream: Stream, bytes: &[u8]) {
+    /// Passes `bytes` on; `true` when the reader went away (a closed pipe on our stdout, or a
+    /// caller's sink that says so).
+    fn write(&mut self, stream: Stream, bytes: &[u8]) -> bool {
         use std::io::Write as _;
         match self {
             Sink::Inherit => {
-                let _ = match stream {
+                let written = match stream {
                     Stream::Stdout => {
                         let mut out = std::io::stdout().lock();
                         out.write_all(bytes).and_then(|()| out.flush())
                     }
                     Stream::Stderr => std::io::stderr().lock().write_all(bytes),
                 };
+                written.is_err_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
             }
-            Sink::Caller(sink) => sink.write(stream, bytes),
-            Sink::Collect(buf) => buf.extend_from_slice(bytes),
+            Sink::Caller(sink) => {
+                sink.write(stream, bytes);
+                sink.closed()
+            }
+            Sink::Collect(buf) => {
+                buf.extend_from_slice(bytes);
+                false
+            }
         }
     }
 }
@@ -263,13 +272,24 @@ pub(crate) async fn attach_and_run(
 
     let pump = async {
         while let Some(item) = output.next().await {
-            match item {
+            let gone = match item {
                 Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
                     sink.write(Stream::Stdout, &message)
                 }
                 Ok(LogOutput::StdErr { message }) => sink.write(Stream::Stderr, &message),
-                Ok(LogOutput::StdIn { .. }) => {}
+                Ok(LogOutput::StdIn { .. }) => false,
                 Err(_) => break,
+            };
+            // The reader went away (`run … | head -1`): the script's own output pipe is the
+            // engine's and never closes, so end it as the closed pipe would have, unless it
+            // had already exited (then its own code stands).
+            if gone {
+                let inspect = client::inspect_container_raw(connection, name).await;
+                if let Some(code) = inspect.ok().as_ref().and_then(stopped_exit_code) {
+                    return Ok(code);
+                }
+                kill(docker, name).await;
+                return Ok(sandbox_core::EXIT_CLOSED_PIPE);
             }
         }
         exit_code(docker, connection, name).await

@@ -173,6 +173,30 @@ pub enum Error {
         /// stderr of the helper command.
         message: String,
     },
+    /// A session's agent answered outside the protocol (an oversized frame, an exit code no
+    /// process can have, an unknown frame). Code run in the session can replace the agent, so
+    /// its answers are checked like any untrusted input.
+    #[error(
+        "the agent of session `{id}` answered outside the protocol: {problem}\nhint: code run in the session may have replaced its agent; stop the session with `python-sandbox session stop {id}`"
+    )]
+    AgentProtocol {
+        /// The session.
+        id: String,
+        /// What was wrong, lower case.
+        problem: String,
+    },
+    /// More came back from a session than the host takes into memory.
+    #[error("{what} from session `{id}` is larger than the {limit} the host reads\nhint: {hint}")]
+    TooLarge {
+        /// The session.
+        id: String,
+        /// What was read, e.g. "the file `/tmp/x`".
+        what: String,
+        /// The cap, human readable (`64 MiB`).
+        limit: String,
+        /// What to do instead.
+        hint: String,
+    },
     /// Host IO.
     #[error("{context}: {source}")]
     Io {

@@ -59,6 +59,8 @@ mod envs;
 mod error;
 mod gate;
 mod host;
+#[cfg(test)]
+mod hostile;
 mod netwall;
 mod plan;
 mod seccomp;

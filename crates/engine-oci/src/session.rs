@@ -152,6 +152,60 @@ impl OutputSink for NotReadyGate<'_> {
             self.inner.write(Stream::Stdout, &held);
         }
     }
+
+    fn closed(&self) -> bool {
+        self.inner.closed()
+    }
+}
+
+/// What the host reads into memory from one helper command in a session (stderr of an
+/// install, a service's start-up output): output is streamed everywhere else, and a capture
+/// is bounded, because the session's code answers it.
+pub(crate) const CAPTURE_LIMIT: usize = 16 << 20;
+/// The largest file [`Sandbox::read_file`] reads from a session.
+pub(crate) const READ_FILE_LIMIT: usize = 64 << 20;
+
+/// Pure: a byte count as `16 MiB`.
+pub(crate) fn human_bytes(bytes: usize) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} bytes"),
+    }
+}
+
+/// A [`Captured`] that takes at most `limit` bytes of both streams together; past that it
+/// drops what comes and reports its reader closed, which stops the command.
+pub(crate) struct Capped {
+    pub(crate) captured: Captured,
+    limit: usize,
+    over: bool,
+}
+
+impl Capped {
+    pub(crate) fn new(limit: usize) -> Capped {
+        Capped { captured: Captured::default(), limit, over: false }
+    }
+
+    /// Whether more than the limit came.
+    pub(crate) fn over(&self) -> bool {
+        self.over
+    }
+}
+
+impl OutputSink for Capped {
+    fn write(&mut self, stream: Stream, chunk: &[u8]) {
+        let taken = self.captured.stdout.len() + self.captured.stderr.len();
+        if self.over || taken + chunk.len() > self.limit {
+            self.over = true;
+            return;
+        }
+        self.captured.write(stream, chunk);
+    }
+
+    fn closed(&self) -> bool {
+        self.over
+    }
 }
 
 /// How [`Session::run_script_with`] runs a script.
@@ -271,6 +325,15 @@ struct Record {
     workspace: String,
     agent: Option<AgentAddr>,
     policy: SessionPolicy,
+    /// The values of the session's own secret-looking environment (`session start --env`),
+    /// masked in everything its commands print. The container's configuration holds them
+    /// anyway; this file is as private as the runtime directory (0700, the file 0600).
+    #[serde(default)]
+    secrets: Vec<String>,
+    /// How many scripts `session run` has run in the session (the later ones share whatever
+    /// the earlier ones left behind).
+    #[serde(default)]
+    scripts: u64,
 }
 
 /// Pure: the record file of session `id` (an id may also be given as the container name); `None`
@@ -295,7 +358,14 @@ pub struct Session {
     record: Option<PathBuf>,
     /// The ACL grants' state dir, whose hold `stop` ends (a session opened from the API).
     grants: Option<PathBuf>,
+    /// Values of the session's own secret-looking environment.
+    secrets: Vec<String>,
+    /// Scripts run in the session so far, as its record says.
+    scripts: u64,
     stopped: AtomicBool,
+    /// Tests only: the agent's socket at a plain path (a fake agent outside any container).
+    #[cfg(test)]
+    pub(crate) test_socket: Option<PathBuf>,
 }
 
 impl OciEngine {
@@ -319,6 +389,7 @@ impl OciEngine {
                 .ok_or_else(|| Error::EnvWithoutValue { name: var.name.clone() })?;
             user_env.push((var.name.clone(), value));
         }
+        let user_env_kept = user_env.clone();
         let workspace = host::resolve_workspace(&config.workspace, home, private)?;
         let mounts = config
             .mounts
@@ -413,6 +484,8 @@ impl OciEngine {
             workspace: workspace_text,
             agent,
             policy,
+            secrets: secret_values(&user_env_kept),
+            scripts: 0,
         };
         // Best effort: without the record, session commands go through the API.
         let _ = write_record(&self.config().runtime_dir, &record);
@@ -444,17 +517,32 @@ impl OciEngine {
         }
         let pid = inspect.state.as_ref().and_then(|s| s.pid).and_then(|p| u32::try_from(p).ok());
         let id = labels.get(reaper::labels::ID).cloned().unwrap_or_else(|| id.to_owned());
+        let env: Vec<(String, String)> = inspect
+            .config
+            .as_ref()
+            .and_then(|c| c.env.as_ref())
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+            .collect();
+        let record = record_path(&self.config().runtime_dir, &id);
+        let scripts = record.as_deref().and_then(read_record).map_or(0, |r| r.scripts);
         Ok(Session {
             docker: Some(self.docker().clone()),
             engine,
-            record: record_path(&self.config().runtime_dir, &id),
+            record,
             grants: Some(reaper::acl::state_dir(&self.config().cache_dir)),
+            secrets: secret_values(&env),
+            scripts,
             id,
             container: name,
             workspace: labels.get(WORKSPACE_LABEL).cloned().unwrap_or_else(|| "/tmp".to_owned()),
             agent: pid.filter(|p| *p > 0).and_then(AgentAddr::of_pid),
             policy: labels.get(POLICY_LABEL).and_then(|p| serde_json::from_str(p).ok()),
             stopped: AtomicBool::new(false),
+            #[cfg(test)]
+            test_socket: None,
         })
     }
 
@@ -486,7 +574,7 @@ impl Session {
     /// agent only: anything that needs the API (services, stop) wants [`OciEngine::session`].
     pub fn local(runtime_dir: &Path, id: &str, flavor: Option<crate::Flavor>) -> Option<Session> {
         let path = record_path(runtime_dir, id)?;
-        let record: Record = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+        let record = read_record(&path)?;
         let engine = match record.engine.as_str() {
             "docker" => crate::Flavor::Docker,
             "podman" => crate::Flavor::Podman,
@@ -506,7 +594,11 @@ impl Session {
             policy: Some(record.policy),
             record: Some(path),
             grants: None,
+            secrets: record.secrets,
+            scripts: record.scripts,
             stopped: AtomicBool::new(false),
+            #[cfg(test)]
+            test_socket: None,
         })
     }
 
@@ -526,6 +618,55 @@ impl Session {
     pub fn policy(&self) -> Option<&SessionPolicy> {
         self.policy.as_ref()
     }
+
+    /// The values of the session's own secret-looking environment (names as
+    /// [`sandbox_core::is_secret_name`] tells), for masking what its commands print.
+    pub fn secrets(&self) -> &[String] {
+        &self.secrets
+    }
+
+    /// How many scripts `session run` had run in this session when it was opened.
+    pub fn scripts_run(&self) -> u64 {
+        self.scripts
+    }
+
+    /// Records in the session's host-private record that one more script runs in it (best
+    /// effort: a session without a record, e.g. of an older version, stays uncounted).
+    pub fn note_script(&self) {
+        let Some(path) = &self.record else { return };
+        let Some(dir) = path.parent().and_then(Path::parent) else { return };
+        let mut record = match read_record(path) {
+            Some(record) => record,
+            None => {
+                let Some(policy) = self.policy.clone() else { return };
+                Record {
+                    id: self.id.clone(),
+                    container: self.container.clone(),
+                    engine: self.engine.to_owned(),
+                    workspace: self.workspace.clone(),
+                    agent: self.agent,
+                    policy,
+                    secrets: self.secrets.clone(),
+                    scripts: 0,
+                }
+            }
+        };
+        record.scripts = record.scripts.max(self.scripts).saturating_add(1);
+        let _ = write_record(dir, &record);
+    }
+}
+
+/// Pure: the values among `env` whose names say they are secret.
+fn secret_values(env: &[(String, String)]) -> Vec<String> {
+    env.iter()
+        .filter(|(name, _)| sandbox_core::is_secret_name(name))
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
+/// The record at `path`, if it is one.
+fn read_record(path: &Path) -> Option<Record> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
 /// The host pid of a container's init process.
@@ -652,6 +793,37 @@ impl Session {
         &self.container
     }
 
+    /// Tests only: a session served by the (fake) agent listening at `socket`.
+    #[cfg(test)]
+    pub(crate) fn fake(id: &str, socket: PathBuf) -> Session {
+        Session {
+            docker: None,
+            engine: "docker",
+            id: id.to_owned(),
+            container: container_name(id),
+            workspace: "/ws".to_owned(),
+            agent: None,
+            policy: Some(SessionPolicy::default()),
+            record: None,
+            grants: None,
+            secrets: Vec::new(),
+            scripts: 0,
+            stopped: AtomicBool::new(false),
+            test_socket: Some(socket),
+        }
+    }
+
+    /// A connection to the session's agent, if it can be reached.
+    fn connect_agent(&self) -> Option<tokio::net::UnixStream> {
+        #[cfg(test)]
+        if let Some(path) = &self.test_socket {
+            let stream = std::os::unix::net::UnixStream::connect(path).ok()?;
+            stream.set_nonblocking(true).ok()?;
+            return tokio::net::UnixStream::from_std(stream).ok();
+        }
+        self.agent.as_ref().and_then(AgentAddr::connect)
+    }
+
     fn ensure_running(&self) -> Result<()> {
         if self.stopped.load(Ordering::Relaxed) {
             return Err(sandbox_core::Error::Stopped { id: self.id.clone() }.into());
@@ -667,7 +839,7 @@ impl Session {
     ) -> Result<RunOutcome> {
         self.ensure_running()?;
         let cwd = request.cwd.clone().unwrap_or_else(|| self.workspace.clone());
-        if let Some(stream) = self.agent.as_ref().and_then(AgentAddr::connect) {
+        if let Some(stream) = self.connect_agent() {
             return agent::exec(stream, request, &cwd, output, &self.id).await;
         }
         let Some(docker) = &self.docker else {
@@ -725,6 +897,19 @@ impl Session {
                 Ok(LogOutput::StdIn { .. }) => {}
                 Err(_) => break,
             }
+            if output.closed() {
+                // The API has no way to end an exec; the closed stream leaves the command
+                // blocked on its full output pipe at worst (the agent path kills it).
+                if let Some(feeder) = feeder {
+                    feeder.abort();
+                }
+                return Ok(RunOutcome {
+                    exit_code: sandbox_core::EXIT_CLOSED_PIPE,
+                    duration: start.elapsed(),
+                    timed_out: false,
+                    warnings: Vec::new(),
+                });
+            }
         }
         if let Some(feeder) = feeder {
             feeder.abort();
@@ -747,16 +932,44 @@ impl Session {
         Ok(RunOutcome { exit_code, duration, timed_out, warnings: Vec::new() })
     }
 
+    /// Runs a helper command with its output captured, at most [`CAPTURE_LIMIT`] bytes.
     async fn capture(&self, argv: &[&str], stdin: Vec<u8>) -> Result<(RunOutcome, Captured)> {
+        let program = argv.first().copied().unwrap_or_default();
+        let what = || format!("the output of a helper command (`{program}`)");
+        self.capture_limited(argv, stdin, CAPTURE_LIMIT, &what).await
+    }
+
+    /// [`Session::capture`] with its own cap; more output than `limit` stops the command and
+    /// is [`Error::TooLarge`] naming `what`.
+    async fn capture_limited(
+        &self,
+        argv: &[&str],
+        stdin: Vec<u8>,
+        limit: usize,
+        what: &(dyn Fn() -> String + Sync),
+    ) -> Result<(RunOutcome, Captured)> {
         let request = ExecRequest {
             argv: strings(argv),
             stdin,
             cwd: Some("/".to_owned()),
             ..Default::default()
         };
-        let mut captured = Captured::default();
-        let outcome = self.exec_raw(&request, &mut captured).await?;
-        Ok((outcome, captured))
+        let mut capped = Capped::new(limit);
+        let outcome = self.exec_raw(&request, &mut capped).await?;
+        self.within(&capped, limit, what)?;
+        Ok((outcome, capped.captured))
+    }
+
+    fn within(&self, capped: &Capped, limit: usize, what: &dyn Fn() -> String) -> Result<()> {
+        if !capped.over() {
+            return Ok(());
+        }
+        Err(Error::TooLarge {
+            id: self.id.clone(),
+            what: what(),
+            limit: human_bytes(limit),
+            hint: "the host reads a session's answers into memory only up to this cap; move large data through the workspace, and if nothing there should be this large, code in the session may be misbehaving".to_owned(),
+        })
     }
 
     /// Installs `dependencies` into the session's venv (creating it on first use) and runs the
@@ -911,26 +1124,31 @@ impl Session {
     }
 }
 
-/// Pure: parses `find -printf '%y %s %f\0'` output into sorted entries.
-pub(crate) fn parse_listing(bytes: &[u8]) -> Vec<DirEntry> {
-    let mut entries: Vec<DirEntry> = bytes
-        .split(|b| *b == 0)
-        .filter(|r| !r.is_empty())
-        .filter_map(|record| {
-            let text = String::from_utf8_lossy(record);
-            let (kind, rest) = text.split_once(' ')?;
-            let (size, name) = rest.split_once(' ')?;
-            let kind = match kind {
-                "d" => EntryKind::Dir,
-                "l" => EntryKind::Symlink,
-                _ => EntryKind::File,
-            };
-            let size = if kind == EntryKind::File { size.parse().unwrap_or(0) } else { 0 };
-            Some(DirEntry { name: name.to_owned(), kind, size })
-        })
-        .collect();
+/// Pure: parses `find -printf '%y %s %f\0'` output into sorted entries. The session's code
+/// produced it, so every record must be one `find` can print: a name that is a single path
+/// component (not empty, `.` or `..`, no `/`) and a size that is a number; `Err` names the
+/// first record that is not.
+pub(crate) fn parse_listing(bytes: &[u8]) -> std::result::Result<Vec<DirEntry>, String> {
+    let mut entries = Vec::new();
+    for record in bytes.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+        let text = String::from_utf8_lossy(record);
+        let bad = || format!("a listing entry `{}`", text.chars().take(80).collect::<String>());
+        let (kind, rest) = text.split_once(' ').ok_or_else(bad)?;
+        let (size, name) = rest.split_once(' ').ok_or_else(bad)?;
+        if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+            return Err(bad());
+        }
+        let kind = match kind {
+            "d" => EntryKind::Dir,
+            "l" => EntryKind::Symlink,
+            _ => EntryKind::File,
+        };
+        let size: u64 = size.parse().map_err(|_| bad())?;
+        let size = if kind == EntryKind::File { size } else { 0 };
+        entries.push(DirEntry { name: name.to_owned(), kind, size });
+    }
     entries.sort();
-    entries
+    Ok(entries)
 }
 
 /// Builds a tar of a host file or directory tree, rooted at its base name.
@@ -962,7 +1180,11 @@ impl Sandbox for Session {
 
     async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
         check_abs(path)?;
-        let (outcome, captured) = self.capture(&["cat", "--", path], Vec::new()).await?;
+        let (outcome, captured) = self
+            .capture_limited(&["cat", "--", path], Vec::new(), READ_FILE_LIMIT, &|| {
+                format!("the file `{path}`")
+            })
+            .await?;
         if outcome.exit_code != 0 {
             return Err(file_error("reading", path, &outcome, &captured));
         }
@@ -993,12 +1215,16 @@ impl Sandbox for Session {
         let script = r#"if [ ! -e "$1" ]; then echo missing >&2; exit 2; fi
 if [ ! -d "$1" ]; then echo notdir >&2; exit 3; fi
 exec find "$1" -mindepth 1 -maxdepth 1 -printf '%y %s %f\0'"#;
-        let (outcome, captured) =
-            self.capture(&["sh", "-c", script, "sh", path], Vec::new()).await?;
+        let (outcome, captured) = self
+            .capture_limited(&["sh", "-c", script, "sh", path], Vec::new(), CAPTURE_LIMIT, &|| {
+                format!("the listing of `{path}`")
+            })
+            .await?;
         if outcome.exit_code != 0 {
             return Err(file_error("listing", path, &outcome, &captured));
         }
-        Ok(parse_listing(&captured.stdout))
+        parse_listing(&captured.stdout)
+            .map_err(|problem| Error::AgentProtocol { id: self.id.clone(), problem })
     }
 
     async fn put(&self, source: &PutSource, dest: &str) -> Result<()> {
@@ -1033,8 +1259,12 @@ echo $! > /tmp/.services/$port.pid"#;
         let mut argv = strings(&["sh", "-c", script, "sh", &port.to_string()]);
         argv.extend(service.argv.iter().cloned());
         let request = ExecRequest { argv, env: service.env.clone(), ..Default::default() };
-        let mut captured = Captured::default();
-        let outcome = self.exec_raw(&request, &mut captured).await?;
+        let mut capped = Capped::new(CAPTURE_LIMIT);
+        let outcome = self.exec_raw(&request, &mut capped).await?;
+        self.within(&capped, CAPTURE_LIMIT, &|| {
+            format!("the start of the service on port {port}")
+        })?;
+        let captured = capped.captured;
         if outcome.exit_code == 3 {
             return Err(sandbox_core::Error::PortInUse { port }.into());
         }

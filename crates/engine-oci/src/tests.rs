@@ -277,7 +277,7 @@ fn policy_refuses_kernel_trees_sockets_dirs_and_home() {
 #[test]
 fn listing_parses_and_sorts() {
     let raw = b"f 12 b.txt\0d 4096 a dir\0l 7 link\0";
-    let entries = crate::session::parse_listing(raw);
+    let entries = crate::session::parse_listing(raw).expect("a listing find prints");
     let shown: Vec<String> =
         entries.iter().map(|e| format!("{:?} {} {}", e.kind, e.size, e.name)).collect();
     assert_eq!(shown, vec!["Dir 0 a dir", "File 12 b.txt", "Symlink 0 link"]);

@@ -17,7 +17,18 @@ pub enum Stream {
 pub trait OutputSink: Send {
     /// Takes one chunk of `stream`.
     fn write(&mut self, stream: Stream, chunk: &[u8]);
+
+    /// Whether whoever reads this sink has gone away (a closed pipe: `run … | head -1`). An
+    /// engine that sees it stops the command as a closed pipe would have, and reports 141
+    /// (128 + SIGPIPE) unless the command had already exited on its own.
+    fn closed(&self) -> bool {
+        false
+    }
 }
+
+/// The exit code of a command whose output reader went away: 128 + SIGPIPE, what a shell
+/// reports for a process killed by writing to a closed pipe.
+pub const EXIT_CLOSED_PIPE: i32 = 141;
 
 impl<F: FnMut(Stream, &[u8]) + Send> OutputSink for F {
     fn write(&mut self, stream: Stream, chunk: &[u8]) {

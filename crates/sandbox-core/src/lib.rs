@@ -27,7 +27,7 @@ pub use boundary::{Crossing, CrossingKind, HOME_SECRETS, HOST_SOCKETS, classify}
 pub use engine::{DynEngine, Engine, Output, RunIo, RunOutcome, Stdin, exit_code};
 pub use error::Error;
 pub use fake::{FakeCall, FakeFs, FakeReply, FakeSandbox};
-pub use io::{Captured, OutputSink, Stream, same_file_out_err};
+pub use io::{Captured, EXIT_CLOSED_PIPE, OutputSink, Stream, same_file_out_err};
 pub use layer::{Layer, LayerMount, MIN_TMPFS_SIZE, ResolveCtx, resolve};
 pub use missing::{MissingMount, missing_mount};
 pub use parse::{MountSpellingError, mount_mode_hint, parse_size, split_mount};
@@ -38,7 +38,10 @@ pub use policy::{
 };
 pub use route::{LINK_LOCAL, ack_error, link_local_messages, unreachable_route};
 pub use sandbox::{DirEntry, EntryKind, ExecRequest, PutSource, Sandbox, Service, ServiceSpec};
-pub use scrub::{Ignored, MASK, MIN_SECRET_LEN, ScrubbingSink, Secrets, StreamScrubber};
+pub use scrub::{
+    Ignored, MASK, MIN_SECRET_LEN, SECRET_NAME_MARKERS, ScrubbingSink, Secrets, StreamScrubber,
+    is_secret_name,
+};
 pub use seccomp::{
     Arch, ArgCheck, Insn, SeccompAction, SeccompRule, WALL, bpf, compile, disassemble,
 };

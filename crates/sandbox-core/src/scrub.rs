@@ -16,6 +16,18 @@ use crate::{OutputSink, Stream};
 /// What every secret occurrence becomes.
 pub const MASK: &str = "****";
 
+/// Words that mark a variable's value as secret when its name contains one (any case):
+/// `API_TOKEN`, `db_password`, `AWS_SECRET_ACCESS_KEY`.
+pub const SECRET_NAME_MARKERS: [&str; 6] =
+    ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "API_KEY", "CREDENTIAL"];
+
+/// Whether an environment variable's name says its value is secret (see
+/// [`SECRET_NAME_MARKERS`]).
+pub fn is_secret_name(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    SECRET_NAME_MARKERS.iter().any(|marker| upper.contains(marker))
+}
+
 /// Values with fewer characters than this are not registered: masking every `abc` in ordinary output
 /// would garble it without protecting anything worth protecting.
 pub const MIN_SECRET_LEN: usize = 4;
@@ -81,6 +93,19 @@ impl Secrets {
         let at = self.values.partition_point(|known| known.len() >= value.len());
         self.values.insert(at, value.to_vec());
         Ok(())
+    }
+
+    /// The values of the variables among `vars` whose names say they are secret
+    /// ([`is_secret_name`]); values too short to mask are left out, as [`Secrets::register`]
+    /// leaves them.
+    pub fn of_env<'a>(vars: impl IntoIterator<Item = (&'a str, &'a str)>) -> Secrets {
+        let mut secrets = Secrets::new();
+        for (name, value) in vars {
+            if is_secret_name(name) {
+                let _ = secrets.register(value);
+            }
+        }
+        secrets
     }
 
     /// Whether no secret is registered.
@@ -251,5 +276,9 @@ impl<S: OutputSink> OutputSink for ScrubbingSink<S> {
         if !released.is_empty() {
             self.inner.write(stream, &released);
         }
+    }
+
+    fn closed(&self) -> bool {
+        self.inner.closed()
     }
 }

@@ -248,3 +248,79 @@ fn removing_a_dependency_that_is_not_there_says_so_and_changes_nothing() {
         "{err}"
     );
 }
+
+/// `meta add` edits what a link points to and keeps the link; a file without a write bit is
+/// refused (as root too) with nothing changed.
+#[test]
+fn edits_follow_links_and_refuse_read_only_files() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let ctx = Ctx::new();
+    let original = "# /// script\n# dependencies = []\n# ///\n";
+    ctx.write("real.py", original);
+    std::os::unix::fs::symlink("real.py", ctx.path().join("link.py")).expect("symlink");
+    let out = ctx.run(&["meta", "add", "link.py", "six"]);
+    assert_eq!(out.status.code(), Some(0), "{}", transcript(&out));
+    let link = std::fs::symlink_metadata(ctx.path().join("link.py")).expect("lstat");
+    assert!(link.file_type().is_symlink(), "the link was replaced by a file");
+    assert!(ctx.read("real.py").contains("\"six\""), "{}", ctx.read("real.py"));
+
+    let ro = ctx.write("ro.py", original);
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o444)).expect("chmod");
+    let ino = std::fs::metadata(&ro).expect("stat").ino();
+    let out = ctx.run(&["meta", "add", "ro.py", "six"]);
+    assert_eq!(out.status.code(), Some(2), "{}", transcript(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot edit `ro.py`: it is read-only (mode 0444)"), "{stderr}");
+    assert!(stderr.contains("hint: nothing was changed"), "{stderr}");
+    let after = std::fs::metadata(&ro).expect("stat");
+    assert_eq!(
+        (ctx.read("ro.py").as_str(), after.ino(), after.mode() & 0o777),
+        (original, ino, 0o444)
+    );
+    assert_eq!(ctx.ls(), ["link.py", "real.py", "ro.py"], "no temp files left behind");
+}
+
+/// As an unprivileged user in a directory it may write: another user's file it cannot write is
+/// refused; one it may write (group or world writable) is edited and stays the other user's.
+/// Needs root to set the scene (prints SKIPPED otherwise).
+#[test]
+fn an_unprivileged_editor_keeps_the_owner_and_cannot_take_over_a_file() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !rustix::process::geteuid().is_root() {
+        println!("SKIPPED: needs root to prepare files of another user");
+        return;
+    }
+    let ctx = Ctx::new();
+    std::fs::set_permissions(ctx.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let original = "# /// script\n# dependencies = []\n# ///\n";
+    for (name, mode) in [("theirs.py", 0o644), ("shared.py", 0o666)] {
+        let path = ctx.write(name, original);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+    let as_nobody = |file: &str| {
+        std::process::Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_python-sandbox"))
+            .args(["meta", "add", file, "six"])
+            .current_dir(ctx.path())
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("setpriv")
+    };
+    let out = as_nobody("theirs.py");
+    assert_eq!(out.status.code(), Some(2), "{}", transcript(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot edit `theirs.py`: permission denied"), "{stderr}");
+    let theirs = std::fs::metadata(ctx.path().join("theirs.py")).expect("stat");
+    assert_eq!(
+        (ctx.read("theirs.py").as_str(), theirs.uid(), theirs.mode() & 0o777),
+        (original, 0, 0o644)
+    );
+
+    let out = as_nobody("shared.py");
+    assert_eq!(out.status.code(), Some(0), "{}", transcript(&out));
+    let shared = std::fs::metadata(ctx.path().join("shared.py")).expect("stat");
+    assert!(ctx.read("shared.py").contains("\"six\""));
+    assert_eq!((shared.uid(), shared.mode() & 0o777), (0, 0o666), "the file changed hands");
+    assert_eq!(ctx.ls(), ["shared.py", "theirs.py"], "no temp files left behind");
+}

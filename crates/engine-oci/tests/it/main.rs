@@ -6,6 +6,7 @@
 
 mod fault;
 mod forged;
+mod hostile;
 mod prune;
 mod race;
 mod run;

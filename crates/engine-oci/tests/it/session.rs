@@ -11,7 +11,7 @@ use sandbox_core::{
 
 use crate::support::{containers, engines, eventually, name, workspace};
 
-fn start(
+pub(crate) fn start(
     engine: &OciEngine,
     ws: &std::path::Path,
     net: Net,

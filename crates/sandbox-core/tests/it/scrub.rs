@@ -2,7 +2,9 @@
 //! survives, text without secrets is unchanged, streaming equals one-shot for every chunking).
 
 use proptest::prelude::*;
-use sandbox_core::{Captured, Ignored, MASK, OutputSink, ScrubbingSink, Secrets, Stream};
+use sandbox_core::{
+    Captured, Ignored, MASK, OutputSink, ScrubbingSink, Secrets, Stream, is_secret_name,
+};
 
 fn secrets(values: &[&str]) -> Secrets {
     let mut secrets = Secrets::new();
@@ -88,6 +90,36 @@ fn scrubbing_sink_keeps_streams_apart() {
 
 /// Secrets over a small alphabet so they overlap and collide with the text often. The mask
 /// character never occurs in secrets (see the limitation in the scrubber's docs).
+#[test]
+fn secret_names_pick_the_values_to_mask() {
+    for name in ["API_TOKEN", "db_password", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY", "Passwd"] {
+        assert!(is_secret_name(name), "{name}");
+    }
+    for name in ["PATH", "HOME", "LANG", "GREETING"] {
+        assert!(!is_secret_name(name), "{name}");
+    }
+    let secrets = Secrets::of_env([
+        ("API_TOKEN", "tok-123456"),
+        ("GREETING", "hello-world"),
+        ("SHORT_SECRET", "abc"),
+    ]);
+    assert_eq!(secrets.scrub("tok-123456 hello-world abc"), format!("{MASK} hello-world abc"));
+}
+
+/// A sink tells whether its reader went away; the scrubber asks the sink it wraps.
+#[test]
+fn closed_reader_shows_through_the_scrubber() {
+    struct Gone;
+    impl OutputSink for Gone {
+        fn write(&mut self, _: Stream, _: &[u8]) {}
+        fn closed(&self) -> bool {
+            true
+        }
+    }
+    assert!(ScrubbingSink::new(&Secrets::new(), Gone).closed());
+    assert!(!ScrubbingSink::new(&Secrets::new(), Captured::default()).closed());
+}
+
 fn arb_secrets() -> impl Strategy<Value = Vec<String>> {
     prop::collection::vec("[abc]{4,8}", 1..4)
 }
