@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::fsutil;
 use crate::host::HostFacts;
 use crate::key::{Marker, env_key};
+use crate::lockfile;
 use crate::paths;
 use crate::plan::{self, PrepareLayout, RunLayout};
 use crate::process::{self, Outputs, Signals};
@@ -254,23 +255,28 @@ impl BwrapEngine {
                 install.extend(request.map(OsString::from));
                 let downloads =
                     vec![("UV_PYTHON_DOWNLOADS".to_owned(), OsString::from("automatic"))];
-                self.run_prepare_step(
-                    &uv.path,
-                    &[],
-                    &python_dir,
-                    install,
-                    downloads,
-                    spec.tmpfs_size,
-                )
-                .map_err(|e| match e {
-                    Error::Prepare { stderr, .. } => Error::PythonNotFound {
-                        request: request.unwrap_or("any python").to_owned(),
-                        message: format!(
-                            "none on this machine, and uv could not install one: {stderr}"
-                        ),
+                // uv alone (it checks what it downloads): the managed-Python dir is writable
+                // here and only here.
+                let step = Step {
+                    dir: &python_dir,
+                    ro: Vec::new(),
+                    cache: Cache::Shared,
+                    python_dir_rw: true,
+                    net: true,
+                    command: install,
+                    extra_env: downloads,
+                };
+                self.run_prepare_step(&uv.path, &[], step, spec.tmpfs_size).map_err(
+                    |e| match e {
+                        Error::Prepare { stderr, .. } => Error::PythonNotFound {
+                            request: request.unwrap_or("any python").to_owned(),
+                            message: format!(
+                                "none on this machine, and uv could not install one: {stderr}"
+                            ),
+                        },
+                        other => other,
                     },
-                    other => other,
-                })?;
+                )?;
                 self.find_interpreter(&uv.path, request, Some(&python_dir))?
             }
             other => other?,
@@ -294,28 +300,10 @@ impl BwrapEngine {
         let mut venv: Vec<OsString> =
             vec![uv.path.clone().into(), "venv".into(), "--quiet".into(), "--no-config".into()];
         venv.extend(["--python".into(), interpreter.executable.clone().into(), dir.clone().into()]);
-        self.run_prepare_step(
-            &uv.path,
-            &interpreter.prefixes,
-            &dir,
-            venv,
-            Vec::new(),
-            spec.tmpfs_size,
-        )?;
+        let step = Step::trusted(&dir, venv);
+        self.run_prepare_step(&uv.path, &interpreter.prefixes, step, spec.tmpfs_size)?;
         if !spec.dependencies.is_empty() {
-            let mut install: Vec<OsString> =
-                vec![uv.path.clone().into(), "pip".into(), "install".into()];
-            install.extend(["--quiet".into(), "--no-config".into(), "--compile-bytecode".into()]);
-            install.extend(["--python".into(), dir.join("bin/python").into(), "--".into()]);
-            install.extend(spec.dependencies.iter().map(OsString::from));
-            self.run_prepare_step(
-                &uv.path,
-                &interpreter.prefixes,
-                &dir,
-                install,
-                Vec::new(),
-                spec.tmpfs_size,
-            )?;
+            self.install_dependencies(&uv.path, &interpreter.prefixes, &dir, spec)?;
         }
 
         let identity = fsutil::identity(&interpreter.executable).unwrap_or_default();
@@ -370,16 +358,130 @@ impl BwrapEngine {
         })
     }
 
-    fn run_prepare_step(
+    /// Installs the dependencies into the fresh venv `dir` so that no code of a package ever
+    /// runs where the shared uv cache or the managed Pythons are writable (one bad build
+    /// script would otherwise rewrite cached wheels or plant entries for every later
+    /// environment on the machine):
+    ///
+    /// 1. **resolve** (`uv pip compile --generate-hashes`, may build sdists for their
+    ///    metadata): a private cache, the venv read-only, the result into a scratch directory;
+    ///    the result is untrusted and checked line by line (`lockfile`);
+    /// 2. **install** the exact pins with `--no-build --require-hashes` and the shared cache:
+    ///    uv alone, nothing of a package runs (no build, no bytecode compile: that starts the
+    ///    venv's Python, whose `.pth` files are package code);
+    /// 3. only when that fails (a pin exists only as an sdist, or a URL without a hash):
+    ///    **build** the same pins with a second private cache, thrown away afterwards;
+    /// 4. **compile** the bytecode with `python -I -S -m compileall` (no site, so no `.pth`
+    ///    runs), no cache, no network.
+    fn install_dependencies(
         &self,
         uv: &Path,
         prefixes: &[PathBuf],
         dir: &Path,
-        command: Vec<OsString>,
-        extra_env: Vec<(String, OsString)>,
+        spec: &RunSpec,
+    ) -> Result<()> {
+        let scratch = Scratch::create(&self.layout.root().join("scratch"))?;
+        let input = lockfile::requirements_in(&spec.dependencies)
+            .map_err(|reason| Error::Prepare { code: 2, stderr: reason })?;
+        let checked = scratch.dir("checked")?;
+        std::fs::write(checked.join("requirements.in"), input)
+            .map_err(Error::io("writing the requirements to resolve"))?;
+        let io = scratch.dir("io")?;
+        let python = dir.join("bin/python");
+        let uv_pip = |verb: &str| -> Vec<OsString> {
+            let mut argv: Vec<OsString> = vec![uv.into(), "pip".into(), verb.into()];
+            argv.extend(["--quiet".into(), "--no-config".into(), "--python".into()]);
+            argv.push(python.clone().into());
+            argv
+        };
+
+        let mut resolve = uv_pip("compile");
+        resolve.extend(["--generate-hashes".into(), "--no-header".into(), "--no-annotate".into()]);
+        resolve.extend(["--output-file".into(), io.join("lock.txt").into()]);
+        resolve.push(checked.join("requirements.in").into());
+        let step = Step {
+            dir: &io,
+            ro: vec![checked.clone(), dir.to_owned()],
+            cache: Cache::Private(scratch.dir("cache-resolve")?),
+            python_dir_rw: false,
+            net: true,
+            command: resolve,
+            extra_env: Vec::new(),
+        };
+        self.run_prepare_step(uv, prefixes, step, spec.tmpfs_size)?;
+        let lock = read_untrusted(&io.join("lock.txt"))?;
+        let pinned = lockfile::parse(&lock).map_err(|e| Error::Prepare {
+            code: 2,
+            stderr: format!("the resolution is not a list of pinned requirements ({e})"),
+        })?;
+        std::fs::write(checked.join("pinned.txt"), lockfile::render(&pinned))
+            .map_err(Error::io("writing the checked resolution"))?;
+
+        let mut install = uv_pip("install");
+        install.extend(["--no-deps".into(), "-r".into(), checked.join("pinned.txt").into()]);
+        let mut wheels_only = install.clone();
+        wheels_only.extend(["--no-build".into(), "--require-hashes".into()]);
+        let step = Step { ro: vec![checked.clone()], ..Step::trusted(dir, wheels_only) };
+        if self.run_prepare_step(uv, prefixes, step, spec.tmpfs_size).is_err() {
+            let step = Step {
+                dir,
+                ro: vec![checked.clone()],
+                cache: Cache::Private(scratch.dir("cache-build")?),
+                python_dir_rw: false,
+                net: true,
+                command: install,
+                extra_env: Vec::new(),
+            };
+            self.run_prepare_step(uv, prefixes, step, spec.tmpfs_size)?;
+        }
+
+        let compile: Vec<OsString> = vec![
+            python.clone().into(),
+            "-I".into(),
+            "-S".into(),
+            "-m".into(),
+            "compileall".into(),
+            "-q".into(),
+            "-j".into(),
+            "0".into(),
+            dir.join("lib").into(),
+        ];
+        let step = Step {
+            dir,
+            ro: Vec::new(),
+            cache: Cache::None,
+            python_dir_rw: false,
+            net: false,
+            command: compile,
+            extra_env: Vec::new(),
+        };
+        // Bytecode is an optimization: files a package ships for other Python versions fail
+        // to compile and are simply left to the interpreter.
+        match self.run_prepare_step(uv, prefixes, step, spec.tmpfs_size) {
+            Err(Error::Prepare { .. }) | Ok(()) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn run_prepare_step(
+        &self,
+        uv: &Path,
+        prefixes: &[PathBuf],
+        step: Step<'_>,
         tmpfs_size: u64,
     ) -> Result<()> {
-        let rw_dirs = vec![self.layout.uv_cache(), self.layout.python_dir(), dir.to_owned()];
+        let cache = match &step.cache {
+            Cache::Shared => Some(self.layout.uv_cache()),
+            Cache::Private(dir) => Some(dir.clone()),
+            Cache::None => None,
+        };
+        let mut rw_dirs: Vec<PathBuf> = cache.iter().cloned().collect();
+        rw_dirs.push(step.dir.to_owned());
+        let mut ro_dirs = prefixes.to_vec();
+        ro_dirs.extend(step.ro.iter().cloned());
+        if step.python_dir_rw {
+            rw_dirs.push(self.layout.python_dir());
+        }
         if let Some((uid, gid)) = self.host.run_as() {
             // The prepare sandbox writes these as nobody; nothing else on the host can reach
             // them (the cache root is 0700, see `new`).
@@ -389,14 +491,16 @@ impl BwrapEngine {
         }
         let layout = PrepareLayout {
             uv: uv.to_owned(),
-            ro_dirs: prefixes.to_vec(),
+            ro_dirs,
             rw_dirs,
-            uv_cache: self.layout.uv_cache(),
+            // Nothing to cache in: uv is not run, and a stray one finds an empty tmpfs.
+            uv_cache: cache.unwrap_or_else(|| PathBuf::from("/tmp/uv-cache")),
             python_install_dir: self.layout.python_dir(),
-            chdir: dir.to_owned(),
-            command,
-            extra_env,
+            chdir: step.dir.to_owned(),
+            command: step.command,
+            extra_env: step.extra_env,
             tmpfs_size,
+            net: step.net,
         };
         let plan = plan::prepare_plan(&self.host, &layout, None);
         let mut output = Vec::new();
@@ -679,4 +783,89 @@ fn capture(command: &mut Command) -> std::io::Result<std::result::Result<String,
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
     Ok(if out.status.success() { Ok(stdout) } else { Err(stderr) })
+}
+
+/// Which uv cache a prepare step gets (see `BwrapEngine::install_dependencies`).
+enum Cache {
+    /// The shared one: only for steps in which nothing but uv runs.
+    Shared,
+    /// One of its own, removed with the prepare's scratch directory.
+    Private(PathBuf),
+    /// None at all.
+    None,
+}
+
+/// One sandboxed prepare step: what it writes and runs.
+struct Step<'a> {
+    /// Writable, and its working directory.
+    dir: &'a Path,
+    /// More read-only directories.
+    ro: Vec<PathBuf>,
+    cache: Cache,
+    /// The managed-Python directory writable (`uv python install` only).
+    python_dir_rw: bool,
+    net: bool,
+    command: Vec<OsString>,
+    extra_env: Vec<(String, OsString)>,
+}
+
+impl<'a> Step<'a> {
+    /// A step in which only uv runs, writing `dir` and the shared cache.
+    fn trusted(dir: &'a Path, command: Vec<OsString>) -> Step<'a> {
+        Step {
+            dir,
+            ro: Vec::new(),
+            cache: Cache::Shared,
+            python_dir_rw: false,
+            net: true,
+            command,
+            extra_env: Vec::new(),
+        }
+    }
+}
+
+/// A prepare's scratch directory under the cache root, removed (never following links the
+/// sandbox planted in it) when the prepare ends, however it ends.
+struct Scratch {
+    root: PathBuf,
+}
+
+impl Scratch {
+    fn create(parent: &Path) -> Result<Scratch> {
+        fsutil::create_dir_all(parent)?;
+        let root = parent.join(fsutil::unique_suffix());
+        fsutil::create_dir_all(&root)?;
+        Ok(Scratch { root })
+    }
+
+    /// A subdirectory, created on first use.
+    fn dir(&self, name: &str) -> Result<PathBuf> {
+        let dir = self.root.join(name);
+        fsutil::create_dir_all(&dir)?;
+        // Readable by the sandbox user, who may be another uid than ours (a root caller's).
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .map_err(Error::io(format!("preparing {}", dir.display())))?;
+        Ok(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// A file a sandbox could write: opened without following a link, at most 4 MiB.
+fn read_untrusted(path: &Path) -> Result<String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let what = || format!("reading {}", path.display());
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(Error::io(what()))?;
+    let mut text = String::new();
+    file.take(4 << 20).read_to_string(&mut text).map_err(Error::io(what()))?;
+    Ok(text)
 }

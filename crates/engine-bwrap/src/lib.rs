@@ -57,6 +57,7 @@ mod fds;
 mod fsutil;
 mod host;
 mod key;
+mod lockfile;
 mod net;
 mod paths;
 mod pin;

@@ -345,6 +345,8 @@ pub(crate) struct PrepareLayout {
     pub(crate) extra_env: Vec<(String, OsString)>,
     /// Size cap of each tmpfs.
     pub(crate) tmpfs_size: u64,
+    /// Network (every step but the bytecode compile).
+    pub(crate) net: bool,
 }
 
 /// Prepare: network on, no workspace, no home; uv writes only to its cache and the env.
@@ -367,8 +369,9 @@ pub(crate) fn prepare_plan(
         ("UV_NO_CONFIG", OsStr::new("1")),
         // The interpreter was chosen on the host; never download another one here.
         ("UV_PYTHON_DOWNLOADS", OsStr::new("never")),
-        // Copies, not hardlinks: a later prepare (which runs package build scripts with the
-        // cache writable) must not be able to alter files of existing environments.
+        // Copies, not hardlinks: nothing written into the shared cache later may alter files
+        // of existing environments (package code never runs with it writable:
+        // `BwrapEngine::install_dependencies`).
         ("UV_LINK_MODE", OsStr::new("copy")),
         // Trust the system CA store, so TLS-intercepting corporate proxies work. Newer uv
         // reads UV_SYSTEM_CERTS, older uv UV_NATIVE_TLS; the deprecation note is never shown
@@ -388,7 +391,7 @@ pub(crate) fn prepare_plan(
         set_env(&mut env, name, value.clone());
     }
     Plan {
-        net: true,
+        net: layout.net,
         new_session: true,
         uid,
         gid,

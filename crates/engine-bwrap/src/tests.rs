@@ -216,6 +216,7 @@ fn prepare_has_network_no_workspace_and_only_cache_writable() {
         .to_vec(),
         extra_env: Vec::new(),
         tmpfs_size: 64 << 20,
+        net: true,
     };
     let plan = prepare_plan(&host(), &layout, None);
     assert!(plan.net);

@@ -163,12 +163,22 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Pure: the volume name of the environment for these inputs (dependencies order-insensitive).
+/// Pure: the volume name of the environment for these inputs (dependencies order-insensitive)
+/// and this user's `mark` key. Keyed by the user's secret, so another user of the same daemon
+/// can neither predict the name nor squat it with an environment of their own making; reuse
+/// also checks each volume's mark ([`volume_is_ours`]).
 pub(crate) fn env_volume_name(
+    mark: &reaper::MarkKey,
     image_id: &str,
     requires_python: Option<&str>,
     deps: &[String],
 ) -> String {
+    let content = env_content_key(image_id, requires_python, deps);
+    format!("python-sandbox-env-{}", &mark.mark("env", &content)[..24])
+}
+
+/// Pure: the content key of an environment, the same for every user.
+fn env_content_key(image_id: &str, requires_python: Option<&str>, deps: &[String]) -> String {
     let mut deps: Vec<&str> = deps.iter().map(|d| d.trim()).collect();
     deps.sort_unstable();
     deps.dedup();
@@ -181,7 +191,7 @@ pub(crate) fn env_volume_name(
         hasher.update(dep.as_bytes());
         hasher.update(b"\n");
     }
-    format!("python-sandbox-env-{}", &hex(&hasher.finalize())[..24])
+    hex(&hasher.finalize())
 }
 
 impl OciEngine {
@@ -379,16 +389,20 @@ impl OciEngine {
         if spec.dependencies.is_empty() && spec.requires_python.is_none() {
             return Ok(PreparedEnv { volume: None, fresh: false, lease: Lease::none() });
         }
-        let volume =
-            env_volume_name(&self.image_id, spec.requires_python.as_deref(), &spec.dependencies);
+        let volume = env_volume_name(
+            &self.mark,
+            &self.image_id,
+            spec.requires_python.as_deref(),
+            &spec.dependencies,
+        );
         let marker = format!("{volume}{}", envs::MARKER_SUFFIX);
         let cache = &self.config.cache_dir;
         let lease = Lease::shared(cache, &volume, status)?;
-        if self.block_on(volume_exists(&self.docker, &marker)) {
+        if self.block_on(self.env_ready(&volume, &marker)) {
             return Ok(PreparedEnv { volume: Some(volume), fresh: false, lease });
         }
         let lease = lease.exclusive(cache, &volume, status)?;
-        if self.block_on(volume_exists(&self.docker, &marker)) {
+        if self.block_on(self.env_ready(&volume, &marker)) {
             return Ok(PreparedEnv {
                 volume: Some(volume),
                 fresh: false,
@@ -403,6 +417,12 @@ impl OciEngine {
         ));
         self.block_on(self.build_env(spec, &volume, &marker))?;
         Ok(PreparedEnv { volume: Some(volume), fresh: true, lease: lease.downgrade()? })
+    }
+
+    /// A complete environment of ours: the marker (created last) and the volume, both marked.
+    async fn env_ready(&self, volume: &str, marker: &str) -> bool {
+        volume_is_ours(&self.docker, &self.mark, marker).await
+            && volume_is_ours(&self.docker, &self.mark, volume).await
     }
 
     async fn build_env(&self, spec: &RunSpec, volume: &str, marker: &str) -> Result<()> {
@@ -619,8 +639,17 @@ impl Engine for OciEngine {
     }
 }
 
-async fn volume_exists(docker: &Docker, name: &str) -> bool {
-    docker.inspect_volume(name).await.is_ok()
+/// Whether volume `name` exists and carries this user's mark for it (labels are claims anyone
+/// with the daemon can make; the mark is not).
+async fn volume_is_ours(docker: &Docker, mark: &reaper::MarkKey, name: &str) -> bool {
+    match docker.inspect_volume(name).await {
+        Ok(volume) => {
+            let labels: std::collections::BTreeMap<String, String> =
+                volume.labels.into_iter().collect();
+            mark.verifies(name, &labels)
+        }
+        Err(_) => false,
+    }
 }
 
 /// The image's id; a missing image is [`Error::MissingImage`].

@@ -228,18 +228,35 @@ fn every_body_keeps_the_wall() {
 
 #[test]
 fn env_volume_name_ignores_dependency_order_and_duplicates() {
+    let key = reaper::MarkKey::from_bytes([7; 32]);
     let a = crate::engine::env_volume_name(
+        &key,
         "sha256:1",
         Some(">=3.11"),
         &["b".into(), "a".into(), "a".into()],
     );
-    let b = crate::engine::env_volume_name("sha256:1", Some(">=3.11"), &[" a".into(), "b".into()]);
-    let c = crate::engine::env_volume_name("sha256:2", Some(">=3.11"), &["a".into(), "b".into()]);
-    let d = crate::engine::env_volume_name("sha256:1", None, &["a".into(), "b".into()]);
+    let b = crate::engine::env_volume_name(
+        &key,
+        "sha256:1",
+        Some(">=3.11"),
+        &[" a".into(), "b".into()],
+    );
+    let c =
+        crate::engine::env_volume_name(&key, "sha256:2", Some(">=3.11"), &["a".into(), "b".into()]);
+    let d = crate::engine::env_volume_name(&key, "sha256:1", None, &["a".into(), "b".into()]);
     assert_eq!(a, b);
     assert_ne!(a, c);
     assert_ne!(a, d);
     assert!(a.starts_with("python-sandbox-env-") && a.len() == "python-sandbox-env-".len() + 24);
+    // Another user's key gives another name: nobody can predict or squat ours.
+    let other = reaper::MarkKey::from_bytes([8; 32]);
+    let theirs = crate::engine::env_volume_name(
+        &other,
+        "sha256:1",
+        Some(">=3.11"),
+        &["a".into(), "b".into()],
+    );
+    assert_ne!(a, theirs);
 }
 
 #[test]

@@ -7,6 +7,7 @@
 
 mod escapes;
 mod lifecycle;
+mod poison;
 mod prune;
 mod race;
 mod support;
