@@ -56,7 +56,29 @@ fn path(p: &Path) -> String {
     p.display().to_string()
 }
 
+/// Engines with warm sessions (`session start`).
+const SESSION_ENGINES: &[&str] = &["docker", "podman"];
+
 pub(crate) fn all() -> Vec<Case> {
+    let mut cases = run_cases();
+    // The boundary table once more through `session start`: refused alike, nothing started.
+    let session: Vec<Case> = cases
+        .iter()
+        .filter(|c| {
+            c.name.starts_with("boundary-") && c.meta.is_none() && !c.name.contains("approve")
+        })
+        .map(|c| Case {
+            name: Box::leak(format!("session-start-{}", c.name).into_boxed_str()),
+            session_start: true,
+            only_on: Some(SESSION_ENGINES),
+            ..*c
+        })
+        .collect();
+    cases.extend(session);
+    cases
+}
+
+fn run_cases() -> Vec<Case> {
     vec![
         // Slow on a cold cache (uv resolves and installs), so first in the queue.
         Case {
@@ -218,6 +240,19 @@ pub(crate) fn all() -> Vec<Case> {
             name: "boundary-mount-home-ssh-refused",
             script: MUST_NOT_RUN,
             flags: |fx| strings(&["--mount", &path(&fx.home.join(".ssh"))]),
+            expect: |_| Expect::exit(4).err(".ssh"),
+            ..BASE
+        },
+        Case {
+            // `./link` is a real-looking name for the fake home's `.ssh`: the crossing is
+            // classified with the link resolved (once missed by `session start`).
+            name: "boundary-mount-link-to-home-ssh-refused",
+            script: MUST_NOT_RUN,
+            setup: |fx| {
+                symlink(fx.home.join(".ssh"), fx.ws.join("link"))
+                    .map_err(|e| format!("cannot plant ./link: {e}"))
+            },
+            flags: |_| strings(&["--mount", "./link:ro"]),
             expect: |_| Expect::exit(4).err(".ssh"),
             ..BASE
         },

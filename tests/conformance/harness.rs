@@ -53,6 +53,9 @@ pub(crate) struct Case {
     pub(crate) stderr_to: Option<&'static str>,
     /// The runner closes the CLI's stdout after this many lines, as `| head -N` does.
     pub(crate) stdout_lines: Option<usize>,
+    /// `session start` with the same flags instead of `run` (no script): the boundary table
+    /// runs both ways, since the two commands once resolved specs differently.
+    pub(crate) session_start: bool,
 }
 
 pub(crate) const BASE: Case = Case {
@@ -71,6 +74,7 @@ pub(crate) const BASE: Case = Case {
     stdin_script: false,
     stderr_to: None,
     stdout_lines: None,
+    session_start: false,
 };
 
 pub(crate) fn no_strings(_: &Fixture) -> Vec<String> {
@@ -254,12 +258,18 @@ pub(crate) fn run_case(case: &Case, engine: &str, shared: &Shared, bin: &Path) -
     let flags = (case.flags)(&fx);
     let script_args = (case.args)(&fx);
     // A case that picks the engine itself (e.g. `--engine auto`) gets no `--engine NAME`.
-    let mut args: Vec<String> = vec!["run".into()];
+    let mut args: Vec<String> = if case.session_start {
+        vec!["session".into(), "start".into()]
+    } else {
+        vec!["run".into()]
+    };
     if !flags.iter().any(|f| f == "--engine" || f.starts_with("--engine=")) {
         args.extend(["--engine".into(), engine.into()]);
     }
     args.extend(flags.iter().cloned());
-    args.push(if case.stdin_script { "-" } else { "case.py" }.into());
+    if !case.session_start {
+        args.push(if case.stdin_script { "-" } else { "case.py" }.into());
+    }
     if !script_args.is_empty() {
         args.push("--".into());
         args.extend(script_args);

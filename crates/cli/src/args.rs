@@ -168,8 +168,12 @@ pub(crate) struct ReapArgs {
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// The isolation engine; `auto` takes the first that works of bwrap, docker, podman.
-    #[arg(long, value_enum, default_value_t = EngineChoice::Auto)]
-    pub(crate) engine: EngineChoice,
+    #[arg(
+        long,
+        default_value = "auto",
+        value_parser = clap::builder::PossibleValuesParser::new(crate::registry::choices())
+    )]
+    pub(crate) engine: String,
     /// Network access at run time (dependencies install with network either way).
     #[arg(long, value_enum)]
     pub(crate) net: Option<NetFlag>,
@@ -210,14 +214,6 @@ pub(crate) fn wants_run_json(args: &[std::ffi::OsString]) -> bool {
     let mut words = args.iter().skip(1);
     words.next().is_some_and(|w| w == "run")
         && words.take_while(|w| *w != "--").any(|w| w == "--json" || w == "--json=true")
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum EngineChoice {
-    Auto,
-    Bwrap,
-    Docker,
-    Podman,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -9,9 +9,6 @@ use engine_detect::Detection;
 
 use crate::ui;
 
-/// Exit code when no isolation engine works: never a fallback to running unsandboxed.
-pub(crate) const EXIT_NO_ENGINE: u8 = 3;
-
 pub(crate) fn detect(json: bool) -> Result<ExitCode> {
     let detection = engine_detect::detect();
     if json {
@@ -30,7 +27,11 @@ pub(crate) fn suggest() -> Result<ExitCode> {
 }
 
 fn exit_for(detection: &Detection) -> ExitCode {
-    if detection.selected.is_some() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NO_ENGINE) }
+    if detection.selected.is_some() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(crate::exit::NO_ENGINE)
+    }
 }
 
 fn print_table(detection: &Detection) {

@@ -5,17 +5,20 @@
 
 mod args;
 mod detect;
+mod exit;
 mod files;
 mod meta;
 #[cfg(test)]
 mod plugin_check;
 mod progress;
 mod reap;
+mod registry;
 mod relay;
 mod rewrite;
 mod run;
 mod script;
 mod session;
+mod spec;
 mod ui;
 
 use std::process::ExitCode;
@@ -30,7 +33,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            let code = u8::try_from(e.exit_code()).unwrap_or(ui::EXIT_USER_ERROR);
+            let code = u8::try_from(e.exit_code()).unwrap_or(exit::USER_ERROR);
             if code != 0 && args::wants_run_json(&argv) {
                 let text = e.to_string();
                 let message = text.lines().next().unwrap_or_default().trim_start_matches("error: ");

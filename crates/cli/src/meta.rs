@@ -150,7 +150,7 @@ fn check(files: &[PathBuf], json: bool) -> Result<ExitCode> {
         );
     }
     Ok(if unreadable > 0 {
-        ExitCode::from(ui::EXIT_USER_ERROR)
+        ExitCode::from(crate::exit::USER_ERROR)
     } else if errors > 0 {
         ExitCode::FAILURE
     } else {

@@ -7,24 +7,17 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anstream::{eprintln, println};
-use anyhow::{Context, Result};
-use engine_bwrap::{BwrapConfig, BwrapEngine};
-use engine_detect::EngineName;
-use engine_oci::{Flavor, OciEngine};
+use anyhow::Result;
 use pep723_meta::Metadata;
 use sandbox_core::{
-    Crossing, EnvVar, Layer, LayerMount, MissingMount, Mount, MountMode, Net, Output, Publish,
-    ResolveCtx, RunIo, RunOutcome, RunSpec, Secrets, Stdin,
+    Capability, DynEngine, EnvVar, ErrorClass, Layer, LayerMount, MountMode, Net, Output, Publish,
+    RunIo, RunOutcome, RunSpec, Secrets, Stdin,
 };
 
-use crate::args::{ContainerArgs, EngineChoice, NetFlag, RunArgs};
-use crate::detect::EXIT_NO_ENGINE;
+use crate::args::{ContainerArgs, NetFlag, RunArgs};
+use crate::exit::{NO_ENGINE as EXIT_NO_ENGINE, TIMEOUT as EXIT_TIMEOUT};
 use crate::relay::Relay;
-use crate::{files, meta, progress, script, session, ui};
-
-use crate::ui::EXIT_BOUNDARY;
-/// The run hit its timeout; the whole process tree was killed (as `timeout(1)` does).
-pub(crate) const EXIT_TIMEOUT: u8 = 124;
+use crate::{files, meta, progress, registry, script, spec, ui};
 
 pub(crate) fn run(args: RunArgs) -> Result<ExitCode> {
     let json = args.json;
@@ -43,41 +36,35 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode> {
 pub(crate) fn print_json_error(e: &anyhow::Error, engine: Option<&str>) {
     let mut v = ui::error_json(e);
     v["engine"] = engine.into();
-    v["exit_code"] = ui::exit_code(e).into();
+    v["exit_code"] = crate::exit::for_error(e).into();
     println!("{v}");
 }
 
 /// The run; `engine` is set once one is chosen, for the JSON of a later error.
 fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result<ExitCode> {
-    let workspace = std::env::current_dir()
-        .and_then(|d| d.canonicalize())
-        .context("cannot determine the current directory (the workspace)")?;
-    let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
-
     let script = script::load(&args.script)?;
     let parsed = meta::parse_for_run(&script)?;
     let inline = parsed.metadata.as_ref().map(inline_layer).unwrap_or_default();
     let cli = cli_layer(&args, &script.path)?;
-    let ctx = ResolveCtx { workspace: workspace.clone(), home: home.clone() };
-    let mut spec = sandbox_core::resolve(&Layer::default(), &inline, &cli, &ctx)?;
-    check_missing_mounts(&spec.mounts)?;
-    fill_env_from_host(&mut spec);
-
-    let crossings = crossings(&spec, home.as_deref());
+    let resolved = spec::resolve(&inline, &cli)?;
+    let crossings = resolved.crossings();
+    let spec = resolved.spec;
     if !crossings.is_empty() && !args.approve {
-        return Ok(refuse(&crossings, args.json));
+        return Ok(spec::refuse(&crossings, spec::Subject::Run, args.json));
     }
 
-    let Some(engine) = select_engine(args.engine, &args.container)? else {
+    let options = registry::Options { container: &args.container };
+    let Some(engine) = registry::select(&args.engine, &options)? else {
         return Ok(no_engine(args.json));
     };
     *engine_name = Some(engine.name());
+    refuse_unsupported(engine.name(), engine.capability(), &spec, &args.container)?;
     let before = args.json.then(|| files::snapshot(&spec.workspace));
-    let outcome = match engine.run(&spec, args.json) {
+    let outcome = match run_on(&*engine, &spec, args.json) {
         Ok(outcome) => outcome,
         // The engine turned out unable to sandbox here (a bwrap blocked after its cached probe,
         // a daemon gone): that is "no engine" for tools, and the script never started.
-        Err(e) if cannot_sandbox(&e) => {
+        Err(e) if crate::exit::class(&e) == Some(ErrorClass::Unavailable) => {
             ui::report_error(&e);
             return Ok(no_engine(args.json));
         }
@@ -178,96 +165,6 @@ pub(crate) fn timeout_flag(timeout: Option<&str>) -> Result<Option<Duration>> {
     }
 }
 
-/// Every missing mount path is checked against `sandbox_core::missing_mount` before an engine
-/// starts, so that a missing read-only path stops the run before any read-write one is created.
-pub(crate) fn check_missing_mounts(mounts: &[Mount]) -> Result<()> {
-    for m in mounts {
-        let missing = std::fs::symlink_metadata(&m.path)
-            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
-        if missing && sandbox_core::missing_mount(m.mode) == MissingMount::Refuse {
-            return Err(sandbox_core::Error::MissingMount { path: m.path.clone() }.into());
-        }
-    }
-    Ok(())
-}
-
-/// `--env NAME` and `env = ["NAME"]` copy the host's value; a name the host lacks is dropped with
-/// a warning rather than passed empty.
-pub(crate) fn fill_env_from_host(spec: &mut RunSpec) {
-    spec.env.retain_mut(|var| {
-        if var.value.is_some() {
-            return true;
-        }
-        match std::env::var(&var.name) {
-            Ok(value) => {
-                var.value = Some(value);
-                true
-            }
-            Err(_) => {
-                ui::warn(&format!(
-                    "`{}` is not set (or not utf-8) on the host; not passed to the script",
-                    var.name
-                ));
-                false
-            }
-        }
-    });
-}
-
-/// Crossings of the spec as written and of its mounts with symlinks resolved, so a link named
-/// `./data` that points at `~/.ssh` is caught too.
-fn crossings(spec: &RunSpec, home: Option<&Path>) -> Vec<Crossing> {
-    let mut all = sandbox_core::classify(spec, home);
-    let mut real = spec.clone();
-    for m in &mut real.mounts {
-        if let Ok(p) = m.path.canonicalize() {
-            m.path = p;
-        }
-    }
-    let real_home = home.and_then(|h| h.canonicalize().ok());
-    for c in sandbox_core::classify(&real, real_home.as_deref().or(home)) {
-        if !all.iter().any(|a| a.mount.path == c.mount.path && a.kind == c.kind) {
-            all.push(c);
-        }
-    }
-    all
-}
-
-fn refuse(crossings: &[Crossing], json: bool) -> ExitCode {
-    eprintln!(
-        "{}error{:#}: this run crosses a boundary and needs your approval:",
-        ui::ERROR,
-        ui::ERROR
-    );
-    for c in crossings {
-        eprintln!("  - {c}");
-    }
-    ui::print_hint("if you mean it, run again with `--approve`; nothing was run");
-    if json {
-        let items: Vec<_> = crossings
-            .iter()
-            .map(|c| {
-                serde_json::json!({
-                    "path": c.mount.path.display().to_string(),
-                    "mode": if c.mount.mode == MountMode::ReadOnly { "ro" } else { "rw" },
-                    "kind": c.kind.as_str(),
-                    "reason": c.reason,
-                })
-            })
-            .collect();
-        println!(
-            "{}",
-            serde_json::json!({
-                "engine": null,
-                "exit_code": EXIT_BOUNDARY,
-                "error": "this run crosses a boundary and needs your approval",
-                "crossings": items,
-            })
-        );
-    }
-    ExitCode::from(EXIT_BOUNDARY)
-}
-
 fn no_engine(json: bool) -> ExitCode {
     let detection = engine_detect::detect();
     let os = engine_detect::OsInfo::detect();
@@ -291,37 +188,50 @@ fn no_engine(json: bool) -> ExitCode {
     ExitCode::from(EXIT_NO_ENGINE)
 }
 
-/// The engine that will run the script.
-enum Selected {
-    Bwrap(Box<BwrapEngine>),
-    Oci(Box<OciEngine>),
+/// Refuses, before anything is prepared, what `engine` cannot do (its [`Capability`]), naming
+/// the engine: never a silent no-op of a flag the user gave.
+pub(crate) fn refuse_unsupported(
+    engine: &str,
+    cap: Capability,
+    spec: &RunSpec,
+    container: &ContainerArgs,
+) -> Result<()> {
+    let asked = [
+        (!spec.mounts.is_empty() && !cap.host_mounts, "`--mount` (host paths)"),
+        (!spec.publish.is_empty() && !cap.publish, "`--publish`"),
+        (container.memory.is_some() && !cap.memory_limit, "`--memory`"),
+        (container.cpus.is_some() && !cap.cpu_limit, "`--cpus`"),
+        (container.pids_limit.is_some() && !cap.pids_limit, "`--pids-limit`"),
+    ];
+    let missing: Vec<&str> = asked.iter().filter(|(a, _)| *a).map(|(_, what)| *what).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let supporting: Vec<&str> =
+        registry::ENGINES.iter().map(|e| e.name).filter(|name| *name != engine).collect();
+    Err(ui::hinted(
+        format!(
+            "the {engine} engine cannot enforce {} here, so nothing was run",
+            missing.join(", ")
+        ),
+        format!(
+            "drop the flag, or choose another engine with `--engine` ({}); `python-sandbox detect` shows what each can do",
+            supporting.join(", ")
+        ),
+    ))
 }
 
-impl Selected {
-    fn name(&self) -> &'static str {
-        match self {
-            Selected::Bwrap(_) => "bwrap",
-            Selected::Oci(engine) => engine.config().flavor.as_str(),
-        }
+/// Prepares (with a progress indicator on a terminal), then runs, through the seam.
+fn run_on(engine: &dyn DynEngine, spec: &RunSpec, json: bool) -> Result<RunOutcome> {
+    for warning in engine.check_dyn(spec)? {
+        ui::warn(&warning);
     }
-
-    /// Prepares (with a progress indicator on a terminal), then runs.
-    fn run(&self, spec: &RunSpec, json: bool) -> Result<RunOutcome> {
-        match self {
-            Selected::Bwrap(engine) => two_phase(
-                spec,
-                json,
-                |status| Ok(engine.prepare(spec, status)?),
-                |prepared, io| Ok(engine.run_prepared(spec, prepared, io)?),
-            ),
-            Selected::Oci(engine) => two_phase(
-                spec,
-                json,
-                |status| Ok(engine.prepare(spec, status)?),
-                |prepared, io| Ok(engine.run_prepared(spec, prepared, io)?),
-            ),
-        }
-    }
+    two_phase(
+        spec,
+        json,
+        |status| Ok(engine.prepare_dyn(spec, status)?),
+        |prepared, io| Ok(engine.run_prepared_dyn(spec, prepared, io)?),
+    )
 }
 
 /// The shape every engine shares: prepare behind the progress indicator, then run with output
@@ -368,67 +278,6 @@ pub(crate) fn secrets_of(spec: &RunSpec) -> Secrets {
     )
 }
 
-fn select_engine(choice: EngineChoice, container: &ContainerArgs) -> Result<Option<Selected>> {
-    // A daemon that does not answer is "no engine" (exit 3), like an absent one.
-    let oci = |flavor| -> Result<Option<Selected>> {
-        match session::oci_engine(flavor, container) {
-            Ok(engine) => Ok(Some(Selected::Oci(Box::new(engine)))),
-            Err(e) if is_unreachable(&e) => {
-                let _ = ui::report_error(&e);
-                Ok(None)
-            }
-            Err(e) => Err(e),
-        }
-    };
-    match choice {
-        EngineChoice::Bwrap => Ok(Some(Selected::Bwrap(Box::new(bwrap_engine()?)))),
-        EngineChoice::Docker => oci(Flavor::Docker),
-        EngineChoice::Podman => oci(Flavor::Podman),
-        EngineChoice::Auto => {
-            // The probe creates real namespaces, so a bwrap that is installed but blocked (AppArmor,
-            // a container without user namespaces) is skipped rather than failing mid-run. Its
-            // success is memoized per bwrap binary, which keeps warm runs free of extra spawns.
-            let config = BwrapConfig::from_env()?;
-            if engine_bwrap::probe_cached(&config).available {
-                return Ok(Some(Selected::Bwrap(Box::new(BwrapEngine::new(config)?))));
-            }
-            // Then docker, then podman, as `detect` orders them; only an engine that answers.
-            let detection = engine_detect::detect();
-            for (name, flavor) in
-                [(EngineName::Docker, Flavor::Docker), (EngineName::Podman, Flavor::Podman)]
-            {
-                let usable = |p: &engine_detect::Probe| {
-                    p.available || p.state == engine_detect::ProbeState::InstalledNoSocket
-                };
-                if detection.probe(name).is_some_and(usable) {
-                    return oci(flavor);
-                }
-            }
-            Ok(None)
-        }
-    }
-}
-
-fn cannot_sandbox(e: &anyhow::Error) -> bool {
-    is_unreachable(e)
-        || matches!(
-            e.downcast_ref::<engine_bwrap::Error>(),
-            Some(
-                engine_bwrap::Error::BwrapNotFound
-                    | engine_bwrap::Error::BwrapTooOld { .. }
-                    | engine_bwrap::Error::SandboxSetup { .. }
-            )
-        )
-}
-
-fn is_unreachable(e: &anyhow::Error) -> bool {
-    matches!(e.downcast_ref::<engine_oci::Error>(), Some(engine_oci::Error::Unreachable { .. }))
-}
-
-fn bwrap_engine() -> Result<BwrapEngine> {
-    Ok(BwrapEngine::new(BwrapConfig::from_env()?)?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,7 +288,7 @@ mod tests {
         let text = "# /// script\n# [tool.python-sandbox]\n# tmpfs-size = \"512m\"\n# ///\n";
         let parsed = pep723_meta::parse(text).strict();
         let inline = parsed.metadata.as_ref().map(inline_layer).unwrap_or_default();
-        let ctx = ResolveCtx { workspace: PathBuf::from("/ws"), home: None };
+        let ctx = sandbox_core::ResolveCtx { workspace: PathBuf::from("/ws"), home: None };
         let script = Layer { script: Some(PathBuf::from("s.py")), ..Layer::default() };
         let flag = Layer { tmpfs_size: Some(2 << 30), ..script.clone() };
         for (cli, want) in [(script, 512 << 20), (flag, 2 << 30)] {

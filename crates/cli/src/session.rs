@@ -21,7 +21,7 @@ pub(crate) fn oci_engine(flavor: Flavor, container: &ContainerArgs) -> Result<Oc
         config.image = image.clone();
     }
     config.limits = limits(container)?;
-    let engine = OciEngine::new(config)?;
+    let engine = OciEngine::new(config).map_err(sandbox_core::EngineError::new)?;
     // Only what was still running is news (a script a killed CLI left behind); exited leftovers
     // are routine (a podman run hands its removal to the engine and returns).
     for swept in engine.swept() {
@@ -225,7 +225,6 @@ fn start(args: SessionStartArgs) -> Result<ExitCode> {
     let workspace = std::env::current_dir()
         .and_then(|d| d.canonicalize())
         .context("cannot determine the current directory (the workspace)")?;
-    let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
     let ttl = parse_ttl(&args.ttl).ok_or_else(|| {
         ui::hinted(
             format!("invalid ttl `{}`", args.ttl),
@@ -245,25 +244,12 @@ fn start(args: SessionStartArgs) -> Result<ExitCode> {
         tmpfs_size: args.tmpfs_size.as_deref().map(sandbox_core::parse_size).transpose()?,
         ..Layer::default()
     };
-    let ctx = sandbox_core::ResolveCtx { workspace: workspace.clone(), home: home.clone() };
-    let mut spec = sandbox_core::resolve(&Layer::default(), &Layer::default(), &layer, &ctx)?;
-    crate::run::check_missing_mounts(&spec.mounts)?;
-    for var in &mut spec.env {
-        if var.value.is_none() {
-            var.value = std::env::var(&var.name).ok();
-        }
-    }
-    spec.env.retain(|v| v.value.is_some());
-    let crossings = sandbox_core::classify(&spec, home.as_deref());
+    // The same resolution and boundary check as `run` (crate::spec): they cannot drift.
+    let resolved = crate::spec::resolve(&Layer::default(), &layer)?;
+    let crossings = resolved.crossings();
+    let spec = resolved.spec;
     if !crossings.is_empty() && !args.approve {
-        let list: Vec<String> = crossings.iter().map(|c| format!("  - {c}")).collect();
-        return Err(ui::hinted(
-            format!(
-                "this session crosses a boundary and needs your approval:\n{}",
-                list.join("\n")
-            ),
-            "if you mean it, run again with `--approve`; nothing was started",
-        ));
+        return Ok(crate::spec::refuse(&crossings, crate::spec::Subject::Session, false));
     }
     let flavor = match args.engine {
         Some(choice) => flavor(choice),
@@ -284,7 +270,7 @@ fn start(args: SessionStartArgs) -> Result<ExitCode> {
         ttl,
         tmpfs_size: spec.tmpfs_size,
     };
-    let info = engine.start_session(&config)?;
+    let info = engine.start_session(&config).map_err(sandbox_core::EngineError::new)?;
     for warning in &info.warnings {
         ui::warn(warning);
     }
@@ -397,7 +383,7 @@ fn run_script(
         let workspace = PathBuf::from(session.workspace());
         let ctx = sandbox_core::ResolveCtx { workspace: workspace.clone(), home: home.clone() };
         let mut spec = sandbox_core::resolve(&Layer::default(), &inline, &cli, &ctx)?;
-        crate::run::fill_env_from_host(&mut spec);
+        crate::spec::fill_env_from_host(&mut spec);
         if let Some(policy) = session.policy() {
             let mounts: Vec<(PathBuf, bool)> = spec
                 .mounts
@@ -460,7 +446,7 @@ fn run_script(
             ui::ERROR,
             ui::ERROR
         );
-        return Ok(ExitCode::from(crate::run::EXIT_TIMEOUT));
+        return Ok(ExitCode::from(crate::exit::TIMEOUT));
     }
     Ok(exit(&outcome))
 }

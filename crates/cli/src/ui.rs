@@ -13,22 +13,6 @@ pub(crate) const HINT: Style = AnsiColor::Cyan.on_default().bold();
 pub(crate) const NOTE: Style = AnsiColor::Green.on_default().bold();
 pub(crate) const BOLD: Style = Style::new().bold();
 
-/// Exit code for errors that stop us before the script starts (bad flags, bad metadata, IO).
-pub(crate) const EXIT_USER_ERROR: u8 = 2;
-/// Exit code of a refused boundary crossing: unapproved, or a mount that changed after its check.
-pub(crate) const EXIT_BOUNDARY: u8 = 4;
-
-/// The exit code of an error that stopped a command: [`EXIT_BOUNDARY`] for a mount source
-/// swapped after it was checked (whoever swapped it tried to cross the boundary), else
-/// [`EXIT_USER_ERROR`].
-pub(crate) fn exit_code(err: &anyhow::Error) -> u8 {
-    let changed = err.chain().any(|e| {
-        matches!(e.downcast_ref(), Some(engine_bwrap::Error::MountChanged { .. }))
-            || matches!(e.downcast_ref(), Some(engine_oci::Error::MountChanged { .. }))
-    });
-    if changed { EXIT_BOUNDARY } else { EXIT_USER_ERROR }
-}
-
 /// An error with a suggestion for the user; printed as `error: …` then `hint: …`.
 #[derive(Debug)]
 pub(crate) struct Hinted {
@@ -77,7 +61,7 @@ pub(crate) fn report_error(err: &anyhow::Error) -> ExitCode {
     for hint in hints {
         print_hint(&hint);
     }
-    ExitCode::from(exit_code(err))
+    ExitCode::from(crate::exit::for_error(err))
 }
 
 /// The error as one JSON object for tools (`run --json`): `error` is the message and its causes,

@@ -47,9 +47,11 @@ impl BwrapConfig {
     /// Cache dir from `XDG_CACHE_HOME` or `~/.cache`, home from `HOME`, `PATH` from the
     /// environment, signals handled.
     pub fn from_env() -> Result<BwrapConfig> {
+        // The real path: `..` or a link in HOME must not hide it from the checks.
         let home = std::env::var_os("HOME")
             .map(PathBuf::from)
             .filter(|p| p.is_absolute())
+            .map(|h| h.canonicalize().unwrap_or(h))
             .ok_or(Error::NoHome)?;
         let cache_base = std::env::var_os("XDG_CACHE_HOME")
             .map(PathBuf::from)
@@ -750,20 +752,41 @@ impl BwrapEngine {
 
 impl Engine for BwrapEngine {
     type Error = Error;
+    type Prepared = PreparedEnv;
 
     fn name(&self) -> &'static str {
         "bwrap"
     }
 
-    /// [`BwrapEngine::prepare`] (status lines go to `io.status`), then
-    /// [`BwrapEngine::run_prepared`].
-    fn run(&self, spec: &RunSpec, mut io: RunIo<'_>) -> Result<RunOutcome, Error> {
-        self.check(spec)?;
-        let env = match io.status.as_mut() {
-            Some(status) => self.prepare(spec, &mut |line| status(line))?,
-            None => self.prepare(spec, &mut |_| {})?,
-        };
-        self.run_prepared(spec, &env, io)
+    fn capability(&self) -> sandbox_core::Capability {
+        sandbox_core::Capability {
+            sessions: false,
+            host_mounts: true,
+            publish: true,
+            memory_limit: false,
+            cpu_limit: false,
+            pids_limit: false,
+            pty: true,
+            seccomp_wall: true,
+            preview_urls: false,
+        }
+    }
+
+    fn check(&self, spec: &RunSpec) -> Result<Vec<String>, Error> {
+        BwrapEngine::check(self, spec)
+    }
+
+    fn prepare(&self, spec: &RunSpec, status: &mut dyn FnMut(&str)) -> Result<PreparedEnv, Error> {
+        BwrapEngine::prepare(self, spec, status)
+    }
+
+    fn run_prepared(
+        &self,
+        spec: &RunSpec,
+        prepared: &PreparedEnv,
+        io: RunIo<'_>,
+    ) -> Result<RunOutcome, Error> {
+        BwrapEngine::run_prepared(self, spec, prepared, io)
     }
 }
 

@@ -97,3 +97,18 @@ impl Error {
 }
 
 pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl sandbox_core::Classify for Error {
+    fn class(&self) -> sandbox_core::ErrorClass {
+        use sandbox_core::ErrorClass;
+        match self {
+            // bwrap cannot sandbox here at all: "no engine", and nothing ran.
+            Error::BwrapNotFound
+            | Error::BwrapTooOld { .. }
+            | Error::SandboxSetup { .. }
+            | Error::PastaNotFound => ErrorClass::Unavailable,
+            Error::MountChanged { .. } => ErrorClass::Refused,
+            _ => ErrorClass::Setup,
+        }
+    }
+}

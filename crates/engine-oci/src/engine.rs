@@ -64,7 +64,11 @@ impl OciConfig {
     /// (else `XDG_RUNTIME_DIR`, else a `/tmp` directory used only if it is the caller's own),
     /// runtime dir from `XDG_RUNTIME_DIR` (else under the cache), signals handled, sweep on.
     pub fn from_env(flavor: Flavor) -> OciConfig {
-        let home = std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute());
+        // The real path: `..` or a link in HOME must not hide it from the workspace check.
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .map(|h| h.canonicalize().unwrap_or(h));
         // Without HOME (cron, systemd units) this may name a shared directory: every file the
         // engine writes there goes through `reaper::PrivateDir`, which refuses a foreign one.
         let cache_base = reaper::hostfs::cache_base(
@@ -623,19 +627,43 @@ impl OciEngine {
 
 impl Engine for OciEngine {
     type Error = Error;
+    type Prepared = PreparedEnv;
 
     fn name(&self) -> &'static str {
         self.engine_name()
     }
 
-    /// [`OciEngine::prepare`] (status lines go to `io.status`), then [`OciEngine::run_prepared`].
-    fn run(&self, spec: &RunSpec, mut io: RunIo<'_>) -> Result<RunOutcome, Error> {
-        self.check(spec)?;
-        let env = match io.status.as_mut() {
-            Some(status) => self.prepare(spec, &mut |line| status(line))?,
-            None => self.prepare(spec, &mut |_| {})?,
-        };
-        self.run_prepared(spec, &env, io)
+    fn capability(&self) -> sandbox_core::Capability {
+        // Rootless podman on cgroup v1 (or without delegated controllers) cannot limit.
+        let limits = self.rootless.is_none_or(|r| r.cgroup_limits);
+        sandbox_core::Capability {
+            sessions: true,
+            host_mounts: true,
+            publish: true,
+            memory_limit: limits,
+            cpu_limit: limits,
+            pids_limit: limits,
+            pty: false,
+            seccomp_wall: true,
+            preview_urls: false,
+        }
+    }
+
+    fn check(&self, spec: &RunSpec) -> Result<Vec<String>, Error> {
+        OciEngine::check(self, spec).map(|()| Vec::new())
+    }
+
+    fn prepare(&self, spec: &RunSpec, status: &mut dyn FnMut(&str)) -> Result<PreparedEnv, Error> {
+        OciEngine::prepare(self, spec, status)
+    }
+
+    fn run_prepared(
+        &self,
+        spec: &RunSpec,
+        prepared: &PreparedEnv,
+        io: RunIo<'_>,
+    ) -> Result<RunOutcome, Error> {
+        OciEngine::run_prepared(self, spec, prepared, io)
     }
 }
 

@@ -216,3 +216,14 @@ impl Error {
 }
 
 pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl sandbox_core::Classify for Error {
+    fn class(&self) -> sandbox_core::ErrorClass {
+        use sandbox_core::ErrorClass;
+        match self {
+            Error::Unreachable { .. } => ErrorClass::Unavailable,
+            Error::MountChanged { .. } => ErrorClass::Refused,
+            _ => ErrorClass::Setup,
+        }
+    }
+}

@@ -1,41 +1,181 @@
-//! The one-shot [`Engine`]: run one resolved [`RunSpec`] to completion.
+//! The engine seam, run side: what the CLI (and any library user) needs of an engine to run
+//! one resolved [`RunSpec`]: its name, what it can do ([`Capability`], as data), `check`,
+//! `prepare` and `run_prepared`, and errors classified for exit codes ([`ErrorClass`]).
+//!
+//! [`Engine`] is the typed trait engines implement; [`DynEngine`] is its object-safe view
+//! (`Box<dyn DynEngine>`) for callers that pick an engine at run time, with every error boxed
+//! into one [`EngineError`] that carries its class. Callers never downcast engine error types.
 //!
 //! The trait is synchronous on purpose. bwrap drives `std::process` directly; the docker and
 //! podman engines talk to their APIs through async clients and `block_on` internally, so
 //! neither a runtime nor async leaks into callers that only want "run this script".
 
+use std::any::Any;
 use std::time::Duration;
 
 use crate::{OutputSink, RunSpec};
 
+/// What an engine can do, as plain data (the way OpenDAL services declare theirs): callers ask
+/// this instead of matching on engine names, and refuse an unsupported request generically.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Capability {
+    /// Warm sessions (the `Sandbox` protocol).
+    pub sessions: bool,
+    /// Host paths mounted at their real paths (`--mount`).
+    pub host_mounts: bool,
+    /// Ports published on the host (`--publish`).
+    pub publish: bool,
+    /// `--memory` enforced.
+    pub memory_limit: bool,
+    /// `--cpus` enforced.
+    pub cpu_limit: bool,
+    /// `--pids-limit` enforced.
+    pub pids_limit: bool,
+    /// A script on a terminal keeps it (interactive programs work).
+    pub pty: bool,
+    /// `crate::WALL` applied to everything the script runs.
+    pub seccomp_wall: bool,
+    /// Published ports get a preview URL beyond `127.0.0.1`.
+    pub preview_urls: bool,
+}
+
+/// What kind of failure an engine error is, for the caller's exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The engine cannot sandbox here (not installed, blocked, its daemon gone); nothing ran.
+    /// The CLI exits 3, as when no engine is available at all.
+    Unavailable,
+    /// A boundary crossing was refused (a mount source changed after its check); exit 4.
+    Refused,
+    /// Bad input, or a setup step that failed (an install, a missing image); exit 2.
+    Setup,
+}
+
+/// Implemented by every engine's error type: the class of each of its variants.
+pub trait Classify {
+    /// The class of this error.
+    fn class(&self) -> ErrorClass;
+}
+
+/// An engine error behind [`DynEngine`]: the engine's own error (its message and `source`
+/// chain unchanged) with its class.
+#[derive(Debug)]
+pub struct EngineError {
+    class: ErrorClass,
+    error: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl EngineError {
+    /// Wraps a classified engine error.
+    pub fn new<E: std::error::Error + Classify + Send + Sync + 'static>(error: E) -> EngineError {
+        EngineError { class: error.class(), error: Box::new(error) }
+    }
+
+    /// The class, for the exit code.
+    pub fn class(&self) -> ErrorClass {
+        self.class
+    }
+
+    /// The engine's own error.
+    pub fn inner(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.error
+    }
+}
+
+impl std::fmt::Display for EngineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for EngineError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
 /// An isolation backend that runs one script and returns when its whole process tree is gone.
 ///
 /// Implementations must never fall back to running unsandboxed: if isolation cannot be set
-/// up, `run` returns an error.
+/// up, they return an error.
 pub trait Engine {
     /// The engine's own error type (each engine crate has one `thiserror` enum).
-    type Error: std::error::Error + Send + Sync + 'static;
+    type Error: std::error::Error + Classify + Send + Sync + 'static;
+    /// A prepared environment: what `prepare` made and `run_prepared` uses (it may hold a
+    /// lease that keeps the environment from being pruned until the run is set up).
+    type Prepared: Send + 'static;
 
     /// A stable lower-case name, e.g. `"bwrap"`, `"docker"`, `"podman"`.
     fn name(&self) -> &'static str;
 
-    /// Prepares what the spec needs (dependencies, image) and runs the script in it.
-    /// Returns once the script and everything it started have exited or been killed.
-    fn run(&self, spec: &RunSpec, io: RunIo<'_>) -> Result<RunOutcome, Self::Error>;
+    /// What this engine (as configured, on this host) can do.
+    fn capability(&self) -> Capability;
+
+    /// What `run_prepared` would refuse, before anything is prepared; `Ok` carries warnings.
+    fn check(&self, spec: &RunSpec) -> Result<Vec<String>, Self::Error>;
+
+    /// Makes (or finds) what `spec` needs: dependencies, interpreter, image. Short human
+    /// status lines go to `status`.
+    fn prepare(
+        &self,
+        spec: &RunSpec,
+        status: &mut dyn FnMut(&str),
+    ) -> Result<Self::Prepared, Self::Error>;
+
+    /// Runs the script in `prepared`. Returns once the script and everything it started have
+    /// exited or been killed. A script that fails is not an error; a sandbox that cannot be
+    /// set up is.
+    fn run_prepared(
+        &self,
+        spec: &RunSpec,
+        prepared: &Self::Prepared,
+        io: RunIo<'_>,
+    ) -> Result<RunOutcome, Self::Error>;
+
+    /// `check`, `prepare` (status lines to `io.status`), then `run_prepared`: the one body
+    /// every engine shares.
+    fn run(&self, spec: &RunSpec, mut io: RunIo<'_>) -> Result<RunOutcome, Self::Error> {
+        self.check(spec)?;
+        let prepared = match io.status.as_mut() {
+            Some(status) => self.prepare(spec, &mut |line| status(line))?,
+            None => self.prepare(spec, &mut |_| {})?,
+        };
+        self.run_prepared(spec, &prepared, io)
+    }
 }
 
-/// Object-safe view of any [`Engine`] with a boxed error, for callers that pick the engine at
-/// run time (`Box<dyn DynEngine>`). Every `Engine` implements it.
+/// A prepared environment behind [`DynEngine`].
+pub type DynPrepared = Box<dyn Any + Send>;
+
+/// Object-safe view of any [`Engine`] with one classified error type, for callers that pick
+/// the engine at run time (`Box<dyn DynEngine>`). Every `Engine` implements it.
 pub trait DynEngine {
     /// See [`Engine::name`].
     fn name(&self) -> &'static str;
 
-    /// See [`Engine::run`].
-    fn run_dyn(
+    /// See [`Engine::capability`].
+    fn capability(&self) -> Capability;
+
+    /// See [`Engine::check`].
+    fn check_dyn(&self, spec: &RunSpec) -> Result<Vec<String>, EngineError>;
+
+    /// See [`Engine::prepare`].
+    fn prepare_dyn(
         &self,
         spec: &RunSpec,
+        status: &mut dyn FnMut(&str),
+    ) -> Result<DynPrepared, EngineError>;
+
+    /// See [`Engine::run_prepared`]; `prepared` must come from this engine's `prepare_dyn`.
+    fn run_prepared_dyn(
+        &self,
+        spec: &RunSpec,
+        prepared: &DynPrepared,
         io: RunIo<'_>,
-    ) -> Result<RunOutcome, Box<dyn std::error::Error + Send + Sync>>;
+    ) -> Result<RunOutcome, EngineError>;
+
+    /// See [`Engine::run`].
+    fn run_dyn(&self, spec: &RunSpec, io: RunIo<'_>) -> Result<RunOutcome, EngineError>;
 }
 
 impl<E: Engine> DynEngine for E {
@@ -43,12 +183,37 @@ impl<E: Engine> DynEngine for E {
         Engine::name(self)
     }
 
-    fn run_dyn(
+    fn capability(&self) -> Capability {
+        Engine::capability(self)
+    }
+
+    fn check_dyn(&self, spec: &RunSpec) -> Result<Vec<String>, EngineError> {
+        self.check(spec).map_err(EngineError::new)
+    }
+
+    fn prepare_dyn(
         &self,
         spec: &RunSpec,
+        status: &mut dyn FnMut(&str),
+    ) -> Result<DynPrepared, EngineError> {
+        let prepared = self.prepare(spec, status).map_err(EngineError::new)?;
+        Ok(Box::new(prepared))
+    }
+
+    fn run_prepared_dyn(
+        &self,
+        spec: &RunSpec,
+        prepared: &DynPrepared,
         io: RunIo<'_>,
-    ) -> Result<RunOutcome, Box<dyn std::error::Error + Send + Sync>> {
-        Ok(self.run(spec, io)?)
+    ) -> Result<RunOutcome, EngineError> {
+        let prepared = prepared.downcast_ref::<E::Prepared>().ok_or_else(|| {
+            EngineError::new(crate::Error::ForeignPrepared { engine: Engine::name(self) })
+        })?;
+        self.run_prepared(spec, prepared, io).map_err(EngineError::new)
+    }
+
+    fn run_dyn(&self, spec: &RunSpec, io: RunIo<'_>) -> Result<RunOutcome, EngineError> {
+        self.run(spec, io).map_err(EngineError::new)
     }
 }
 

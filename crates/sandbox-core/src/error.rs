@@ -150,4 +150,17 @@ pub enum Error {
         /// The unknown service id.
         id: String,
     },
+    /// `run_prepared_dyn` got an environment another engine prepared (a caller bug).
+    #[error("{engine} was handed an environment another engine prepared")]
+    ForeignPrepared {
+        /// The engine.
+        engine: &'static str,
+    },
+}
+
+/// Spec errors are the caller's input; a stopped sandbox or a busy port is setup.
+impl crate::Classify for Error {
+    fn class(&self) -> crate::ErrorClass {
+        crate::ErrorClass::Setup
+    }
 }

@@ -24,7 +24,10 @@ mod spec;
 mod tar;
 
 pub use boundary::{Crossing, CrossingKind, HOME_SECRETS, HOST_SOCKETS, classify};
-pub use engine::{DynEngine, Engine, Output, RunIo, RunOutcome, Stdin, exit_code};
+pub use engine::{
+    Capability, Classify, DynEngine, DynPrepared, Engine, EngineError, ErrorClass, Output, RunIo,
+    RunOutcome, Stdin, exit_code,
+};
 pub use error::Error;
 pub use fake::{FakeCall, FakeFs, FakeReply, FakeSandbox};
 pub use io::{Captured, EXIT_CLOSED_PIPE, OutputSink, Stream, same_file_out_err};

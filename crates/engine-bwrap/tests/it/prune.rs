@@ -10,6 +10,24 @@ use crate::support::fixture;
 
 const MONTH: Duration = Duration::from_secs(30 * 86_400);
 
+/// `prune` once no other thread's child still holds a copy of a just-released lock: a bwrap
+/// that another test forks inherits every descriptor until its exec closes them, so for a few
+/// milliseconds a released environment can still look in use. (The CLI forks nothing while it
+/// prunes.) Gives up after 2 s and returns the last answer.
+fn settled(prune: impl Fn() -> Vec<engine_bwrap::PrunedEnv>) -> Vec<engine_bwrap::PrunedEnv> {
+    let mut last = prune();
+    for _ in 0..100 {
+        if last.iter().all(|p| p.error.as_deref().is_none_or(|e| !e.contains("in use")))
+            && !last.is_empty()
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        last = prune();
+    }
+    last
+}
+
 #[test]
 fn aged_env_is_pruned_unless_held_and_rebuilt_on_next_use() {
     let Some(fx) = fixture() else { return };
@@ -30,7 +48,7 @@ fn aged_env_is_pruned_unless_held_and_rebuilt_on_next_use() {
     assert!(prune_envs(cache.path(), MONTH, false).expect("prune").is_empty(), "fresh env chosen");
 
     age();
-    let pruned = prune_envs(cache.path(), MONTH, true).expect("dry run");
+    let pruned = settled(|| prune_envs(cache.path(), MONTH, true).expect("dry run"));
     assert_eq!(pruned.len(), 1, "{pruned:?}");
     assert!(!pruned[0].removed && pruned[0].reason.starts_with("unused for 60 d"), "{pruned:?}");
     assert!(dir.is_dir() && marker.is_file(), "a dry run removed something");
@@ -49,7 +67,7 @@ fn aged_env_is_pruned_unless_held_and_rebuilt_on_next_use() {
     assert!(dir.is_dir() && marker.is_file(), "held env removed");
     drop(held);
 
-    let pruned = prune_envs(cache.path(), MONTH, false).expect("prune");
+    let pruned = settled(|| prune_envs(cache.path(), MONTH, false).expect("prune"));
     assert!(pruned.len() == 1 && pruned[0].removed, "{pruned:?}");
     assert!(!dir.exists() && !marker.exists() && !lock.exists(), "leftovers");
 

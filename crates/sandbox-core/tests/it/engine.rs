@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use sandbox_core::{
-    Captured, DynEngine, Engine, Output, RunIo, RunOutcome, RunSpec, Stdin, Stream, exit_code,
+    Capability, Captured, Classify, DynEngine, Engine, ErrorClass, Output, RunIo, RunOutcome,
+    RunSpec, Stdin, Stream, exit_code,
 };
 
 #[test]
@@ -30,20 +31,42 @@ struct Echo;
 #[error("echo cannot run `{0}`")]
 struct EchoError(String);
 
+impl Classify for EchoError {
+    fn class(&self) -> ErrorClass {
+        ErrorClass::Setup
+    }
+}
+
 impl Engine for Echo {
     type Error = EchoError;
+    type Prepared = usize;
 
     fn name(&self) -> &'static str {
         "echo"
     }
 
-    fn run(&self, spec: &RunSpec, io: RunIo<'_>) -> Result<RunOutcome, EchoError> {
+    fn capability(&self) -> Capability {
+        Capability { pty: true, ..Capability::default() }
+    }
+
+    fn check(&self, spec: &RunSpec) -> Result<Vec<String>, EchoError> {
         if spec.args.is_empty() {
             return Err(EchoError(spec.script.display().to_string()));
         }
-        if let Some(status) = io.status {
-            status("echoing");
-        }
+        Ok(Vec::new())
+    }
+
+    fn prepare(&self, spec: &RunSpec, status: &mut dyn FnMut(&str)) -> Result<usize, EchoError> {
+        status("echoing");
+        Ok(spec.args.len())
+    }
+
+    fn run_prepared(
+        &self,
+        spec: &RunSpec,
+        prepared: &usize,
+        io: RunIo<'_>,
+    ) -> Result<RunOutcome, EchoError> {
         let Output::Sink(sink) = io.output else {
             return Ok(RunOutcome::exited(0, Duration::ZERO));
         };
@@ -51,7 +74,35 @@ impl Engine for Echo {
         if let Stdin::Bytes(bytes) = io.stdin {
             sink.write(Stream::Stderr, &bytes);
         }
-        Ok(RunOutcome::exited(7, Duration::from_millis(5)))
+        Ok(RunOutcome::exited(5 + i32::try_from(*prepared).unwrap_or(0), Duration::from_millis(5)))
+    }
+}
+
+/// Another engine's prepared environment is refused, not misread.
+struct Other;
+
+impl Engine for Other {
+    type Error = EchoError;
+    type Prepared = String;
+
+    fn name(&self) -> &'static str {
+        "other"
+    }
+
+    fn capability(&self) -> Capability {
+        Capability::default()
+    }
+
+    fn check(&self, _: &RunSpec) -> Result<Vec<String>, EchoError> {
+        Ok(Vec::new())
+    }
+
+    fn prepare(&self, _: &RunSpec, _: &mut dyn FnMut(&str)) -> Result<String, EchoError> {
+        Ok(String::new())
+    }
+
+    fn run_prepared(&self, _: &RunSpec, _: &String, _: RunIo<'_>) -> Result<RunOutcome, EchoError> {
+        Ok(RunOutcome::exited(0, Duration::ZERO))
     }
 }
 
@@ -94,4 +145,14 @@ fn dyn_engine_boxes_errors_and_streams() {
 
     let error = engine.run_dyn(&spec(&[]), RunIo::inherit()).expect_err("no args");
     assert_eq!(error.to_string(), "echo cannot run `/ws/s.py`");
+    assert_eq!(error.class(), ErrorClass::Setup);
+    assert!(engine.capability().pty && !engine.capability().sessions);
+
+    let other: Box<dyn DynEngine> = Box::new(Other);
+    let prepared = engine.prepare_dyn(&spec(&["x"]), &mut |_| {}).expect("prepares");
+    let foreign = other.run_prepared_dyn(&spec(&["x"]), &prepared, RunIo::inherit());
+    assert_eq!(
+        foreign.map_err(|e| e.to_string()),
+        Err("other was handed an environment another engine prepared".to_owned())
+    );
 }
