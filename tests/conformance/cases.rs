@@ -653,6 +653,44 @@ fn run_cases() -> Vec<Case> {
         // The one seccomp wall (sandbox_core::WALL), and the kernel knobs and tmpfs caps every
         // engine must hold alike.
         Case {
+            // Files that already exist stay writable to the script, owned by the caller, with
+            // their modes and no ACL added (a root caller's sandbox is nobody: idmapped mounts,
+            // not a permission change; a non-root caller's is the caller).
+            name: "workspace-existing-files-writable-and-unchanged",
+            script: Script::Inline(
+                "open('mine.txt', 'a').write('appended\\n')\n\
+                 open('private/inner.txt', 'a').write('appended\\n')\n\
+                 open('private/new.txt', 'w').write('new\\n')\n\
+                 done()\n",
+            ),
+            setup: |fx| {
+                let private = fx.ws.join("private");
+                fs::write(fx.ws.join("mine.txt"), "original\n")
+                    .and_then(|()| {
+                        fs::set_permissions(
+                            fx.ws.join("mine.txt"),
+                            fs::Permissions::from_mode(0o644),
+                        )
+                    })
+                    .and_then(|()| fs::create_dir(&private))
+                    .and_then(|()| fs::write(private.join("inner.txt"), "original\n"))
+                    .and_then(|()| {
+                        fs::set_permissions(
+                            private.join("inner.txt"),
+                            fs::Permissions::from_mode(0o600),
+                        )
+                    })
+                    .and_then(|()| fs::set_permissions(&private, fs::Permissions::from_mode(0o700)))
+                    .map_err(|e| format!("setup: {e}"))
+            },
+            expect: |_| {
+                Expect::ok()
+                    .changes(&["~ws/mine.txt", "~ws/private/inner.txt", "+ws/private/new.txt"])
+                    .host(existing_files_unchanged)
+            },
+            ..BASE
+        },
+        Case {
             name: "wall-no-setuid-setgid-files",
             script: Script::File("setid.py"),
             expect: |_| Expect::ok().changes(&["+ws/f", "+ws/h"]).host(no_set_id_bits),
@@ -876,6 +914,36 @@ fn greet_published(fx: &Fixture, exited: &AtomicBool, _: u32) -> Result<(), Stri
 }
 
 /// Nothing in the workspace may come back setuid or setgid, whatever the script printed.
+fn existing_files_unchanged(fx: &Fixture, _: &Run) -> Result<(), String> {
+    for (rel, mode) in [
+        (".", None),
+        ("mine.txt", Some(0o644)),
+        ("private", Some(0o700)),
+        ("private/inner.txt", Some(0o600)),
+        ("private/new.txt", None),
+    ] {
+        let path = fx.ws.join(rel);
+        let meta = fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if (meta.uid(), meta.gid()) != (fx.uid, fx.gid) {
+            return Err(format!("{rel} is owned by {}:{}, not the caller", meta.uid(), meta.gid()));
+        }
+        if let Some(mode) = mode
+            && meta.mode() & 0o7777 != mode
+        {
+            return Err(format!("{rel} has mode {:o}, was {mode:o}", meta.mode() & 0o7777));
+        }
+        let mut buf = [0u8; 256];
+        if rustix::fs::lgetxattr(&path, "system.posix_acl_access", &mut buf).is_ok() {
+            return Err(format!("{rel} carries an ACL after the run"));
+        }
+    }
+    let text = fs::read_to_string(fx.ws.join("private/inner.txt")).map_err(|e| e.to_string())?;
+    if text != "original\nappended\n" {
+        return Err(format!("private/inner.txt holds {text:?}"));
+    }
+    Ok(())
+}
+
 fn no_set_id_bits(fx: &Fixture, _: &Run) -> Result<(), String> {
     fn walk(dir: &Path, found: &mut Vec<String>) -> Result<(), String> {
         for entry in fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {

@@ -238,8 +238,11 @@ pub(crate) fn spawn_daemon(program: &str, args: &[String], log: &Path) -> Result
     }
     let out = File::create(log).with_context(|| format!("creating {}", log.display()))?;
     let err = out.try_clone()?;
+    // `/`: the daemon outlives this checkout (a CI clone may be deleted while it runs), and
+    // the runtimes it starts inherit its working directory; a deleted one breaks them.
     let child = Command::new(program)
         .args(args)
+        .current_dir("/")
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)

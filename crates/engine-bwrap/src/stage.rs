@@ -20,7 +20,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
@@ -101,7 +101,7 @@ impl Stage {
                 Error::io(format!("cloning the mount of {}", staged.src.display()))(e.into())
             })?;
             if staged.idmap {
-                idmap(&tree, &root_as_nobody()?).map_err(|e| {
+                reaper::idmap::idmap(&tree, &root_as_nobody()?).map_err(|e| {
                     Error::io(format!("idmapping the mount of {}", staged.src.display()))(e)
                 })?;
             }
@@ -187,83 +187,15 @@ fn cstring(bytes: &[u8]) -> Result<CString> {
     })
 }
 
-/// Whether `dir` can be staged idmapped (its filesystem supports it, the kernel is 5.12+): tried
-/// on a throwaway clone of its mount, so the answer is the one the real staging will get.
+/// Whether `dir` can be staged idmapped (`reaper::idmap::supported`); the first call makes the
+/// idmap user namespace, a spawn, so it runs under [`crate::process::spawn_guard`].
 pub(crate) fn idmap_supported(dir: &std::path::Path) -> bool {
-    let Ok(userns) = root_as_nobody() else { return false };
-    let clone = rustix::mount::open_tree(
-        rustix::fs::CWD,
-        dir,
-        OpenTreeFlags::OPEN_TREE_CLONE
-            | OpenTreeFlags::OPEN_TREE_CLOEXEC
-            | OpenTreeFlags::AT_RECURSIVE
-            | OpenTreeFlags::AT_SYMLINK_NOFOLLOW,
-    );
-    clone.is_ok_and(|tree| idmap(&tree, &userns).is_ok())
+    let _guard = crate::process::spawn_guard();
+    reaper::idmap::supported(dir)
 }
 
-/// A user namespace whose root is host nobody (`0 65534 1`): as a mount's idmap it
-/// shows root's files as nobody's and stores nobody's writes as root's. Made once per process
-/// by a `cat` that unshares its user namespace and waits on its stdin while we write the maps.
+/// `reaper::idmap::root_as_nobody`, made under [`crate::process::spawn_guard`].
 fn root_as_nobody() -> Result<BorrowedFd<'static>> {
-    static USERNS: std::sync::OnceLock<std::result::Result<OwnedFd, String>> =
-        std::sync::OnceLock::new();
-    match USERNS.get_or_init(|| make_root_as_nobody().map_err(|e| e.to_string())) {
-        Ok(fd) => Ok(fd.as_fd()),
-        Err(e) => {
-            Err(Error::io("making the idmap user namespace")(std::io::Error::other(e.clone())))
-        }
-    }
-}
-
-fn make_root_as_nobody() -> std::io::Result<OwnedFd> {
-    let mut command = Command::new("/bin/cat");
-    command
-        .env_clear()
-        .current_dir("/")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null());
-    // SAFETY: runs in the forked child before exec; one raw syscall.
-    unsafe {
-        command.pre_exec(|| {
-            rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWUSER)?;
-            Ok(())
-        });
-    }
-    let guard = crate::process::spawn_guard();
-    let spawned = command.spawn();
-    drop(guard);
-    let mut child = spawned?;
-    let proc = std::path::PathBuf::from(format!("/proc/{}", child.id()));
-    let nobody = crate::host::NOBODY;
-    let made = std::fs::write(proc.join("uid_map"), format!("0 {nobody} 1\n"))
-        .and_then(|()| std::fs::write(proc.join("gid_map"), format!("0 {nobody} 1\n")))
-        .and_then(|()| std::fs::File::open(proc.join("ns/user")).map(OwnedFd::from));
-    drop(child.stdin.take());
-    let _ = child.kill();
-    let _ = child.wait();
-    made
-}
-
-/// Applies `userns` as the idmap of the detached mount tree `tree`.
-fn idmap(tree: &OwnedFd, userns: &BorrowedFd<'_>) -> std::io::Result<()> {
-    let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_IDMAP,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: userns.as_raw_fd() as u64,
-    };
-    // SAFETY: mount_setattr reads `size` bytes of `attr`, which lives across the call; the path
-    // is an empty C string (AT_EMPTY_PATH: the descriptor itself).
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH | libc::AT_RECURSIVE,
-            &attr as *const libc::mount_attr,
-            std::mem::size_of::<libc::mount_attr>(),
-        )
-    };
-    if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+    let _guard = crate::process::spawn_guard();
+    reaper::idmap::root_as_nobody().map_err(Error::io("making the idmap user namespace"))
 }

@@ -228,6 +228,7 @@ impl OciEngine {
         };
         let swept = if config.sweep_on_start {
             let swept = rt.block_on(sweep::sweep(&docker, &connection, &mark, now_secs(), false));
+            rt.block_on(crate::idmap::sweep(&docker, &config.cache_dir));
             rt.block_on(envs::auto_prune(
                 &docker,
                 &connection,
@@ -535,8 +536,17 @@ impl OciEngine {
         let writable: Vec<PathBuf> = std::iter::once(workspace.clone())
             .chain(mounts.iter().filter(|m| m.writable).map(|m| m.path.clone()))
             .collect();
-        let grant = workspace::lend(self.host.uid, &writable, &self.config.cache_dir)?;
         let id = random_id();
+        // A root caller's read-write directories: idmapped copies where possible, else lent
+        // with an ACL (`crate::idmap`).
+        let local = matches!(self.connection.endpoint, engine_detect::ApiEndpoint::Unix(_));
+        let idmapped = (self.host.uid == 0 && local && self.rootless.is_none())
+            .then(|| crate::idmap::Stages::stage(&self.config.cache_dir, &id, &writable))
+            .flatten();
+        let grant = match idmapped {
+            Some(_) => None,
+            None => workspace::lend(self.host.uid, &writable, &self.config.cache_dir)?,
+        };
         let now = now_secs();
         let expires = spec.timeout.map(|t| now + t.as_secs() + EXPIRY_GRACE_SECS);
         let mut labels = reaper::labels_for_run(&id, &self.owner, now, expires)?;
@@ -569,6 +579,9 @@ impl OciEngine {
             },
         };
         let mut container = plan::run_plan(&self.host, &layout);
+        if let Some(stages) = &idmapped {
+            stages.apply(&mut container);
+        }
         let mut warnings: Vec<String> = self.adapt(&mut container).into_iter().collect();
         let pins = host::check_sources(&container.mounts)?;
         let body = plan::create_body(&container, self.config.flavor);
@@ -611,7 +624,11 @@ impl OciEngine {
             }
             finished
         });
-        workspace::reclaim(self.host.uid, &writable);
+        match idmapped {
+            // Detached: the container is gone (or going, on podman, holding its own reference).
+            Some(stages) => drop(stages),
+            None => workspace::reclaim(self.host.uid, &writable),
+        }
         if let Some(Err(e)) = grant.map(reaper::acl::Grant::release) {
             warnings.push(e.to_string());
         }

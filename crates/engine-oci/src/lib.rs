@@ -61,6 +61,7 @@ mod gate;
 mod host;
 #[cfg(test)]
 mod hostile;
+mod idmap;
 mod netwall;
 mod plan;
 mod seccomp;

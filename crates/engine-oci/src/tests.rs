@@ -955,3 +955,28 @@ fn run_command_is_gated() {
     assert!(cmd[2].starts_with("read -r go"), "{}", cmd[2]);
     assert!(plan.stdin, "the go line travels on stdin");
 }
+
+/// A root caller's idmapped copies replace the read-write host binds only; targets stay.
+#[test]
+fn restage_swaps_only_read_write_host_sources() {
+    let mut plan = plan::run_plan(&host(0), &run_layout());
+    let staged = PathBuf::from("/root/.cache/python-sandbox/idmap/abc/0");
+    let pairs = vec![
+        (PathBuf::from("/home/me/project"), staged.clone()),
+        (PathBuf::from("/data/in"), PathBuf::from("/never")),
+    ];
+    crate::idmap::restage(&mut plan, &pairs);
+    let binds: Vec<(String, String, bool)> = plan
+        .mounts
+        .iter()
+        .filter_map(|m| match &m.source {
+            plan::Source::Host(p) => {
+                Some((p.display().to_string(), m.target.display().to_string(), m.writable))
+            }
+            plan::Source::Volume(_) => None,
+        })
+        .collect();
+    assert!(binds.contains(&(staged.display().to_string(), "/home/me/project".into(), true)));
+    // Read-only: untouched even when named.
+    assert!(binds.contains(&("/data/in".into(), "/data/in".into(), false)));
+}

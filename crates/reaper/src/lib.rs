@@ -36,6 +36,7 @@ pub mod acl;
 mod envs;
 mod error;
 pub mod hostfs;
+pub mod idmap;
 pub mod labels;
 mod lock;
 mod mark;

@@ -1,0 +1,155 @@
+//! Idmapped mounts for a root caller's sandboxes: the workspace and read-write mounts appear to
+//! the sandbox user (host nobody, 65534) as its own, and what it writes lands owned by root, so
+//! existing files stay writable and no permission or ACL of the caller changes. bwrap stages
+//! such mounts in its private mount namespace; docker and podman bind a staged copy the CLI
+//! attaches on the host ([`Staged`], detached again when the run ends; a killed CLI's leftovers
+//! go with the next sweep, [`unstage`]).
+//!
+//! Root only; needs Linux 5.12+ and a filesystem that supports idmapped mounts. Where either is
+//! missing the engines lend the directories with an ACL instead (`crate::acl`).
+
+#![allow(unsafe_code)]
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rustix::mount::{MoveMountFlags, OpenTreeFlags, UnmountFlags};
+
+/// Host nobody: the uid and gid a root caller's sandbox runs as.
+pub const NOBODY: u32 = 65534;
+
+/// A user namespace whose root is host nobody (`0 65534 1`): as a mount's idmap it shows root's
+/// files as nobody's and stores nobody's writes as root's. Made once per process by a `cat`
+/// that unshares its user namespace and waits on its stdin while we write the maps. Callers
+/// that guard their spawns (engine-bwrap) make the first call under that guard.
+pub fn root_as_nobody() -> std::io::Result<BorrowedFd<'static>> {
+    static USERNS: std::sync::OnceLock<Result<OwnedFd, String>> = std::sync::OnceLock::new();
+    match USERNS.get_or_init(|| make_root_as_nobody().map_err(|e| e.to_string())) {
+        Ok(fd) => Ok(fd.as_fd()),
+        Err(e) => Err(std::io::Error::other(format!("making the idmap user namespace: {e}"))),
+    }
+}
+
+fn make_root_as_nobody() -> std::io::Result<OwnedFd> {
+    let mut command = Command::new("/bin/cat");
+    command
+        .env_clear()
+        .current_dir("/")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null());
+    // SAFETY: runs in the forked child before exec; one raw syscall.
+    unsafe {
+        command.pre_exec(|| {
+            rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWUSER)?;
+            Ok(())
+        });
+    }
+    let mut child = command.spawn()?;
+    let proc = PathBuf::from(format!("/proc/{}", child.id()));
+    let made = std::fs::write(proc.join("uid_map"), format!("0 {NOBODY} 1\n"))
+        .and_then(|()| std::fs::write(proc.join("gid_map"), format!("0 {NOBODY} 1\n")))
+        .and_then(|()| std::fs::File::open(proc.join("ns/user")).map(OwnedFd::from));
+    drop(child.stdin.take());
+    let _ = child.kill();
+    let _ = child.wait();
+    made
+}
+
+/// Applies `userns` as the idmap of the detached mount tree `tree` (and its submounts).
+pub fn idmap(tree: &OwnedFd, userns: &BorrowedFd<'_>) -> std::io::Result<()> {
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_raw_fd() as u64,
+    };
+    // SAFETY: mount_setattr reads `size` bytes of `attr`, which lives across the call; the path
+    // is an empty C string (AT_EMPTY_PATH: the descriptor itself).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_RECURSIVE,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+}
+
+/// A detached, idmapped copy of the mount tree at `source` (a descriptor opened without
+/// following links: what was checked is what is cloned).
+pub fn clone_idmapped(source: BorrowedFd<'_>) -> std::io::Result<OwnedFd> {
+    let tree = rustix::mount::open_tree(
+        source,
+        "",
+        OpenTreeFlags::OPEN_TREE_CLONE
+            | OpenTreeFlags::OPEN_TREE_CLOEXEC
+            | OpenTreeFlags::AT_EMPTY_PATH
+            | OpenTreeFlags::AT_RECURSIVE,
+    )?;
+    idmap(&tree, &root_as_nobody()?)?;
+    Ok(tree)
+}
+
+/// Whether `dir` can be mounted idmapped (its filesystem supports it, the kernel is 5.12+):
+/// tried on a throwaway clone of its mount, so the answer is the one the real one will get.
+pub fn supported(dir: &Path) -> bool {
+    let Ok(userns) = root_as_nobody() else { return false };
+    let clone = rustix::mount::open_tree(
+        rustix::fs::CWD,
+        dir,
+        OpenTreeFlags::OPEN_TREE_CLONE
+            | OpenTreeFlags::OPEN_TREE_CLOEXEC
+            | OpenTreeFlags::AT_RECURSIVE
+            | OpenTreeFlags::AT_SYMLINK_NOFOLLOW,
+    );
+    clone.is_ok_and(|tree| idmap(&tree, &userns).is_ok())
+}
+
+/// An idmapped copy of a directory attached on the host at [`Staged::path`] (an empty
+/// directory of ours) for an engine that resolves bind sources itself; detached and removed
+/// on drop.
+#[derive(Debug)]
+pub struct Staged {
+    path: PathBuf,
+}
+
+impl Staged {
+    /// Attaches an idmapped clone of `source` at `path`, which is created (it must not exist;
+    /// its parent must be a directory of ours).
+    pub fn attach(source: BorrowedFd<'_>, path: &Path) -> std::io::Result<Staged> {
+        let tree = clone_idmapped(source)?;
+        std::fs::create_dir(path)?;
+        let staged = Staged { path: path.to_owned() };
+        rustix::mount::move_mount(
+            tree.as_fd(),
+            "",
+            rustix::fs::CWD,
+            path,
+            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+        )?;
+        Ok(staged)
+    }
+
+    /// Where the copy is attached.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        unstage(&self.path);
+    }
+}
+
+/// Detaches whatever is mounted at `path` (lazily: a container still using it keeps its own
+/// reference) and removes the directory. Never follows a link at `path`.
+pub fn unstage(path: &Path) {
+    let _ = rustix::mount::unmount(path, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW);
+    let _ = std::fs::remove_dir(path);
+}
