@@ -41,6 +41,7 @@ mod lock;
 mod mark;
 mod owner;
 mod policy;
+mod proc;
 
 pub use envs::{EnvAction, EnvUse, human, stale_envs, unix_from_rfc3339};
 pub use error::Error;
@@ -53,3 +54,4 @@ pub use lock::{LockMode, lock_env, lock_in};
 pub use mark::{MARK, MarkKey};
 pub use owner::{Liveness, OwnerLiveness, ProcLiveness, Stat, Vantage, judge, parse_stat};
 pub use policy::{Action, Policy, Reason, Resource, State, decide};
+pub use proc::ProcPin;
