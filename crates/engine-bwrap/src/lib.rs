@@ -63,6 +63,7 @@ mod paths;
 mod pin;
 mod plan;
 mod process;
+mod session;
 mod stage;
 mod tools;
 mod uv;
@@ -70,6 +71,7 @@ mod uv;
 pub use engine::{BwrapConfig, BwrapEngine, PreparedEnv};
 pub use envs::{PrunedEnv, prune_envs};
 pub use error::Error;
+pub use session::{Session, SessionConfig, SessionInfo};
 pub use uv::{
     PINNED_UV_VERSION, PINNED_WHEELS, PinnedWheel, UvBinary, UvOrigin, fetch_uv, find_or_fetch_uv,
     pinned_wheel,

@@ -56,6 +56,7 @@ pub(crate) fn fixture_with(handle_signals: bool) -> Option<Fixture> {
         uv: None,
         python: None,
         handle_signals,
+        runtime_dir: cache_dir().join("run"),
     };
     let engine = BwrapEngine::new(config).expect("engine");
     Some(Fixture { engine, home, workspace })
