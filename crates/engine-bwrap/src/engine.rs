@@ -543,10 +543,7 @@ impl BwrapEngine {
     /// Explains a failed setup: either bwrap cannot create namespaces here at all, or it can
     /// and something about this run (a mount) made it fail.
     /// The canonical, classified workspace and mounts of `spec`, and its `--env` values.
-    pub(crate) fn resolve_for_session(
-        &self,
-        spec: &RunSpec,
-    ) -> Result<Resolved> {
+    pub(crate) fn resolve_for_session(&self, spec: &RunSpec) -> Result<Resolved> {
         let cache_root = self.layout.root();
         let home = &self.host.home;
         let workspace = paths::resolve_workspace(&spec.workspace, home, cache_root)?;

@@ -5,7 +5,7 @@
 //! [`MANAGED_FILTER`], maps each to a [`Resource`] (id, labels, [`State`], optional activity and exit
 //! times), calls [`decide`] with the current time and an [`OwnerLiveness`] (normally
 //! [`ProcLiveness`]), and removes the [`Action`]s' ids. Nothing here does IO except the two /proc
-//! readers [`ProcLiveness::new`] and [`Owner::current`], [`lock_env`], [`hostfs`],
+//! readers [`ProcLiveness::new`] and [`Owner::current`], [`ProcPin`], [`lock_env`], [`hostfs`],
 //! [`MarkKey::load`] and [`acl`].
 //!
 //! The rules, in order, per resource:

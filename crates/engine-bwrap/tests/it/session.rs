@@ -227,6 +227,7 @@ if os.fork() == 0:
     os.setsid()
     while True:
         c, _ = s.accept()
+        c.recv(65536)
         c.sendall(b'o' + struct.pack('>I', 0xffffffff))
         c.close()
 "#;

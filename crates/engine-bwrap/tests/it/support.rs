@@ -62,7 +62,12 @@ pub(crate) fn fixture_with(handle_signals: bool) -> Option<Fixture> {
     Some(Fixture { engine, home, workspace })
 }
 
+/// `PSBX_TEST_CACHE` overrides it, for running the binary as another user (psbx-rootless),
+/// who cannot write cargo's target dir.
 pub(crate) fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("PSBX_TEST_CACHE") {
+        return PathBuf::from(dir);
+    }
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("engine-bwrap-cache")
 }
 
