@@ -350,12 +350,8 @@ setsid "$@" > /tmp/.services/$port.log 2>&1 < /dev/null &
 echo $! > /tmp/.services/$port.pid"#;
     let mut argv = strings(&["sh", "-c", script, "sh", &port.to_string()]);
     argv.extend(service.argv.iter().cloned());
-    let request = ExecRequest {
-        argv,
-        env: service.env.clone(),
-        cwd: Some("/".to_owned()),
-        ..Default::default()
-    };
+    // The session's default working directory (its workspace): what a service serves from.
+    let request = ExecRequest { argv, env: service.env.clone(), ..Default::default() };
     let mut capped = Capped::new(CAPTURE_LIMIT);
     let outcome = shell.shell_exec(&request, &mut capped).await?;
     if capped.over() {
