@@ -41,6 +41,9 @@ pub struct BwrapConfig {
     /// wants this; library users that manage signals themselves do not. Installing the
     /// handlers replaces the process's default disposition for those signals for good.
     pub handle_signals: bool,
+    /// Where session records live (`$XDG_RUNTIME_DIR/python-sandbox`, else
+    /// `<cache_dir>/bwrap/run`), private to the caller.
+    pub runtime_dir: PathBuf,
 }
 
 impl BwrapConfig {
@@ -57,8 +60,15 @@ impl BwrapConfig {
             .map(PathBuf::from)
             .filter(|p| p.is_absolute())
             .unwrap_or_else(|| home.join(".cache"));
+        let cache_dir = cache_base.join("python-sandbox");
+        let runtime_dir = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .map(|p| p.join("python-sandbox"))
+            .unwrap_or_else(|| cache_dir.join("bwrap").join("run"));
         Ok(BwrapConfig {
-            cache_dir: cache_base.join("python-sandbox"),
+            runtime_dir,
+            cache_dir,
             home,
             path: std::env::var_os("PATH"),
             bwrap: None,
@@ -534,7 +544,63 @@ impl BwrapEngine {
 
     /// Explains a failed setup: either bwrap cannot create namespaces here at all, or it can
     /// and something about this run (a mount) made it fail.
-    fn setup_failure(&self) -> Error {
+    /// The canonical, classified workspace and mounts of `spec`, and its `--env` values.
+    pub(crate) fn resolve_for_session(&self, spec: &RunSpec) -> Result<Resolved> {
+        let cache_root = self.layout.root();
+        let home = &self.host.home;
+        let workspace = paths::resolve_workspace(&spec.workspace, home, cache_root)?;
+        let mounts = spec
+            .mounts
+            .iter()
+            .map(|m| paths::resolve_mount(m, home, cache_root))
+            .collect::<Result<Vec<_>>>()?;
+        let user_env = spec
+            .env
+            .iter()
+            .filter_map(|v| v.value.as_ref().map(|value| (v.name.clone(), value.clone())))
+            .collect();
+        Ok((workspace, mounts, user_env))
+    }
+
+    /// A root caller's sandbox runs as nobody: the directories it may write are mounted
+    /// idmapped where the filesystem allows (root's files appear as the sandbox's, its writes
+    /// land as root's: nothing to lend or give back, and files that already exist stay
+    /// writable too, which an ACL on directories cannot give); else they are lent with one ACL
+    /// entry, given back exactly as it was by the returned grant. Returns the idmapped
+    /// directories for [`plan::Plan::idmapped`].
+    pub(crate) fn lend_writable(
+        &self,
+        workspace: &Path,
+        mounts: &[plan::Bind],
+    ) -> Result<(Vec<PathBuf>, Option<reaper::acl::Grant>)> {
+        let Some((uid, _)) = self.host.run_as() else { return Ok((Vec::new(), None)) };
+        let writable = writable_dirs(workspace, mounts);
+        if writable.iter().all(|d| crate::stage::idmap_supported(d)) {
+            return Ok((writable, None));
+        }
+        let dirs: Vec<&Path> = writable.iter().map(PathBuf::as_path).collect();
+        let state = reaper::acl::state_dir(&self.config.cache_dir);
+        Ok((Vec::new(), Some(reaper::acl::Grant::take(&dirs, uid, &state)?)))
+    }
+
+    /// uv and the base environment (no dependencies) of a session: its interpreter is the
+    /// session's, found or installed exactly as for a run.
+    pub(crate) fn session_tools(
+        &self,
+        spec: &RunSpec,
+        status: &mut dyn FnMut(&str),
+    ) -> Result<(PathBuf, PreparedEnv)> {
+        let base = self.prepare(spec, status)?;
+        let location = self.uv_location()?;
+        let uv = uv::materialize(&location, &self.tools, status)?;
+        Ok((uv.path, base))
+    }
+
+    pub(crate) fn host(&self) -> &HostFacts {
+        &self.host
+    }
+
+    pub(crate) fn setup_failure(&self) -> Error {
         let probe = engine_detect::probe_bwrap_binary(&self.bwrap);
         let reason = if probe.available {
             "bwrap itself works here, so something in this run's mounts was rejected\n\
@@ -546,7 +612,7 @@ impl BwrapEngine {
         Error::SandboxSetup { reason }
     }
 
-    fn tools(&self) -> process::Tools<'_> {
+    pub(crate) fn tools(&self) -> process::Tools<'_> {
         process::Tools { bwrap: &self.bwrap, pasta: self.pasta.as_deref() }
     }
 
@@ -655,20 +721,8 @@ impl BwrapEngine {
         io: RunIo<'_>,
     ) -> Result<RunOutcome> {
         let warnings = self.check(spec)?;
-        let cache_root = self.layout.root();
-        let home = &self.host.home;
-        let workspace = paths::resolve_workspace(&spec.workspace, home, cache_root)?;
+        let (workspace, mounts, user_env) = self.resolve_for_session(spec)?;
         let script = paths::resolve_script(&spec.script)?;
-        let mounts = spec
-            .mounts
-            .iter()
-            .map(|m| paths::resolve_mount(m, home, cache_root))
-            .collect::<Result<Vec<_>>>()?;
-        let user_env = spec
-            .env
-            .iter()
-            .filter_map(|v| v.value.as_ref().map(|value| (v.name.clone(), value.clone())))
-            .collect();
         // Keeping the caller's session (job control, window size) is only safe when the kernel
         // refuses TIOCSTI; otherwise the script could type commands into the caller's shell.
         let interactive = io.stdin == Stdin::Inherit
@@ -687,35 +741,11 @@ impl BwrapEngine {
             tmpfs_size: spec.tmpfs_size,
             publish: spec.publish.clone(),
         };
-        // A root caller's sandbox runs as nobody: lend it the directories it may write for
-        // the run (one ACL entry, given back exactly as it was when the last run ends).
-        let writable: Vec<PathBuf> = std::iter::once(layout.workspace.clone())
-            .chain(
-                layout
-                    .mounts
-                    .iter()
-                    .filter(|m| m.access == plan::Access::ReadWrite && m.src.is_dir())
-                    .map(|m| m.src.clone()),
-            )
-            .collect();
-        // Where the filesystem allows, those directories are mounted idmapped instead (root's
-        // files appear as the sandbox's, its writes land as root's): nothing to lend or give
-        // back, and files that already exist stay writable too, which an ACL on directories
-        // cannot give.
-        let idmapped = self.host.run_as().is_some()
-            && writable.iter().all(|d| crate::stage::idmap_supported(d));
-        let grant = match self.host.run_as() {
-            Some((uid, _)) if !idmapped => {
-                let dirs: Vec<&Path> = writable.iter().map(PathBuf::as_path).collect();
-                let state = reaper::acl::state_dir(&self.config.cache_dir);
-                Some((uid, reaper::acl::Grant::take(&dirs, uid, &state)?))
-            }
-            _ => None,
-        };
+        let writable = writable_dirs(&layout.workspace, &layout.mounts);
+        let (idmapped, grant) = self.lend_writable(&layout.workspace, &layout.mounts)?;
+        let grant = grant.map(|g| (self.host.run_as().map_or(0, |(uid, _)| uid), g));
         let mut plan = plan::run_plan(&self.host, &layout, None);
-        if idmapped {
-            plan.idmapped = writable.clone();
-        }
+        plan.idmapped = idmapped;
         let outputs = match io.output {
             Output::Inherit => Outputs::Inherit,
             Output::Sink(sink) => Outputs::Sink(sink),
@@ -748,6 +778,21 @@ impl BwrapEngine {
             warnings,
         })
     }
+}
+
+/// A spec's canonical workspace, its classified mounts and its `--env` values.
+pub(crate) type Resolved = (PathBuf, Vec<plan::Bind>, Vec<(String, String)>);
+
+/// The workspace and the read-write directory mounts: what a sandbox may write.
+fn writable_dirs(workspace: &Path, mounts: &[plan::Bind]) -> Vec<PathBuf> {
+    std::iter::once(workspace.to_owned())
+        .chain(
+            mounts
+                .iter()
+                .filter(|m| m.access == plan::Access::ReadWrite && m.src.is_dir())
+                .map(|m| m.src.clone()),
+        )
+        .collect()
 }
 
 impl Engine for BwrapEngine {

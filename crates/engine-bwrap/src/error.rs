@@ -81,6 +81,17 @@ pub enum Error {
         "bwrap sandboxes reach the network through pasta, which is not installed\nhint: install the `passt` package (e.g. `sudo apt install passt`), or run with `--net off`"
     )]
     PastaNotFound,
+    #[error(
+        "no running bwrap session `{id}`\nhint: `python-sandbox session list` shows the running ones"
+    )]
+    NoSession { id: String },
+    #[error("the bwrap session could not start: {reason}")]
+    SessionStart { reason: String },
+    #[error("exec through the agent of session `{id}` failed: {message}")]
+    AgentExec { id: String, message: String },
+    /// The session protocol's own errors (see `sandbox_core::shell`).
+    #[error(transparent)]
+    Sandbox(#[from] sandbox_core::Error),
     #[error("{context}: {source}")]
     Io {
         context: String,

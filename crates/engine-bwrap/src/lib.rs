@@ -16,7 +16,8 @@
 //!
 //! The wall: `--unshare-all` always (net on is the sandbox's own namespace connected by pasta,
 //! see `net.rs`), `--unshare-user --disable-userns`, `--cap-drop ALL`, the seccomp wall
-//! (`sandbox_core::WALL`), `--die-with-parent`, `--new-session` unless stdin is a terminal and
+//! (`sandbox_core::WALL`), `--die-with-parent` (runs; a session outlives its starter, see
+//! `session.rs`), `--new-session` unless stdin is a terminal and
 //! the kernel blocks TIOCSTI (`dev.tty.legacy_tiocsti=0`), an unprivileged uid on the host too
 //! (the caller's; for root, bwrap itself is started as 65534, see `stage.rs`), `/usr` and an
 //! allowlisted `/etc` read-only, synthesized passwd/group, a new `/proc` with `/proc/sys` and
@@ -63,6 +64,7 @@ mod paths;
 mod pin;
 mod plan;
 mod process;
+mod session;
 mod stage;
 mod tools;
 mod uv;
@@ -70,6 +72,7 @@ mod uv;
 pub use engine::{BwrapConfig, BwrapEngine, PreparedEnv};
 pub use envs::{PrunedEnv, prune_envs};
 pub use error::Error;
+pub use session::{Session, SessionConfig, SessionInfo};
 pub use uv::{
     PINNED_UV_VERSION, PINNED_WHEELS, PinnedWheel, UvBinary, UvOrigin, fetch_uv, find_or_fetch_uv,
     pinned_wheel,

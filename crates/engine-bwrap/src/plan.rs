@@ -36,6 +36,10 @@ impl Bind {
 pub(crate) struct Plan {
     pub(crate) net: bool,
     pub(crate) new_session: bool,
+    /// `--die-with-parent`: every run and prepare dies with the process that started it. A
+    /// session must outlive `session start`, so its sandbox does not (its agent's idle TTL,
+    /// `stop` and the reaper end it instead).
+    pub(crate) die_with_parent: bool,
     pub(crate) uid: u32,
     pub(crate) gid: u32,
     /// Home inside the sandbox: an empty tmpfs.
@@ -149,7 +153,9 @@ impl Plan {
         a.flag("--unshare-user");
         a.flag("--disable-userns");
         a.flags(&["--cap-drop", "ALL"]);
-        a.flag("--die-with-parent");
+        if self.die_with_parent {
+            a.flag("--die-with-parent");
+        }
         if self.new_session {
             // Without a terminal there is no job control to lose, and a new session stops
             // TIOCSTI from typing into the caller's terminal.
@@ -393,6 +399,7 @@ pub(crate) fn prepare_plan(
     Plan {
         net: layout.net,
         new_session: true,
+        die_with_parent: true,
         uid,
         gid,
         home,
@@ -466,6 +473,7 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout, status_fd: Option<i
     Plan {
         net: layout.net,
         new_session: !layout.interactive,
+        die_with_parent: true,
         uid,
         gid,
         home,
@@ -474,6 +482,98 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout, status_fd: Option<i
         env,
         command,
         status_fd,
+        publish: layout.publish.clone(),
+        seccomp_fd: None,
+        block_fd: None,
+        pinned,
+        bind_fds: Vec::new(),
+        tmpfs_size: layout.tmpfs_size,
+        run_as: host.run_as(),
+        idmapped: Vec::new(),
+    }
+}
+
+/// What a session sandbox mounts and runs.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionLayout {
+    /// The interpreter (canonical) the agent runs on and the session's venv is made from.
+    pub(crate) python: PathBuf,
+    /// Its prefixes, read-only.
+    pub(crate) ro_dirs: Vec<PathBuf>,
+    /// uv (canonical), read-only at its own path: it installs dependencies inside.
+    pub(crate) uv: PathBuf,
+    /// Canonical workspace, read-write at its real path; also the working directory.
+    pub(crate) workspace: PathBuf,
+    /// Canonical extra mounts.
+    pub(crate) mounts: Vec<Bind>,
+    pub(crate) net: bool,
+    /// Explicit `--env` values, validated.
+    pub(crate) user_env: Vec<(String, String)>,
+    /// Size cap of each tmpfs (home holds the session's venv and uv cache).
+    pub(crate) tmpfs_size: u64,
+    /// Published ports (net on).
+    pub(crate) publish: Vec<sandbox_core::Publish>,
+    /// Idle seconds after which the agent ends the session.
+    pub(crate) ttl_secs: u64,
+}
+
+/// Session: the same wall as a run, with the agent (`sandbox_core::agent::AGENT_PY`) as the
+/// main process. The session's venv and uv cache live in its tmpfs home and die with it: uv
+/// runs inside with the session's network and writes only there, so no cache shared between
+/// environments is ever writable to package code.
+pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Plan {
+    let home = sandbox_home();
+    let (uid, gid) = host.sandbox_ids();
+    let mut binds = vec![Bind::same(&layout.uv, Access::ReadOnly)];
+    binds.extend(layout.ro_dirs.iter().map(|d| Bind::same(d, Access::ReadOnly)));
+    binds.push(Bind::same(&layout.workspace, Access::ReadWrite));
+    binds.extend(layout.mounts.iter().cloned());
+    let mut pinned = vec![layout.workspace.clone()];
+    pinned.extend(layout.mounts.iter().map(|m| m.src.clone()));
+
+    let venv_bin = Path::new(sandbox_core::shell::SESSION_VENV).join("bin");
+    let uv_dir = layout.uv.parent().unwrap_or(Path::new("/usr/bin"));
+    let path = format!("{}:/usr/local/bin:/usr/bin:/bin:{}", venv_bin.display(), uv_dir.display());
+    let mut env = base_env(host, path);
+    for (name, value) in [
+        ("UV_CACHE_DIR", "/home/sandbox/.cache/uv"),
+        ("UV_NO_CONFIG", "1"),
+        ("UV_PYTHON_DOWNLOADS", "never"),
+        ("UV_SYSTEM_CERTS", "1"),
+        ("UV_NATIVE_TLS", "1"),
+        ("UV_NO_PROGRESS", "1"),
+    ] {
+        set_env(&mut env, name, value.into());
+    }
+    for name in crate::host::PREPARE_ENV_ALLOWLIST {
+        if let Some(value) = host.env_value(name) {
+            set_env(&mut env, name, value.clone());
+        }
+    }
+    for (name, value) in &layout.user_env {
+        set_env(&mut env, name, value.into());
+    }
+    // `-I -S`: nothing of the workspace or of a site directory steers the agent.
+    let command = vec![
+        layout.python.clone().into_os_string(),
+        "-I".into(),
+        "-S".into(),
+        "-c".into(),
+        sandbox_core::agent::AGENT_PY.into(),
+        layout.ttl_secs.max(1).to_string().into(),
+    ];
+    Plan {
+        net: layout.net,
+        new_session: true,
+        die_with_parent: false,
+        uid,
+        gid,
+        home,
+        binds: order_binds(binds),
+        chdir: layout.workspace.clone(),
+        env,
+        command,
+        status_fd: None,
         publish: layout.publish.clone(),
         seccomp_fd: None,
         block_fd: None,

@@ -83,144 +83,28 @@ pub(crate) fn execute(
     timeout: Option<Duration>,
     signals: Signals,
 ) -> Result<Finished> {
-    let Tools { bwrap, pasta } = tools;
     let start = Instant::now();
-    // Net on: bwrap waits on this pipe until pasta has connected the sandbox's namespace.
-    let block = if plan.net {
-        let pasta = pasta.ok_or(Error::PastaNotFound)?;
-        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-            .map_err(|e| Error::io("creating the network start pipe")(e.into()))?;
-        Some((pasta, read, write))
-    } else {
-        None
-    };
-    let (status_read, status_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| Error::io("creating the status pipe")(e.into()))?;
-    let seccomp = seccomp_pipe()?;
-    let mut plan = plan.clone();
-    plan.status_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&status_write));
-    plan.seccomp_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&seccomp));
-    plan.block_fd = block.as_ref().map(|(_, read, _)| std::os::fd::AsRawFd::as_raw_fd(read));
-    // A root caller's pinned sources are staged from their descriptors instead (`crate::stage`).
-    let pins = match plan.run_as {
-        Some(_) => Vec::new(),
-        None => plan
-            .pinned
-            .iter()
-            .filter(|src| plan.binds.iter().any(|b| b.src == **src))
-            .map(|src| Ok((src.clone(), crate::pin::open(src)?)))
-            .collect::<Result<Vec<_>>>()?,
-    };
-    plan.bind_fds =
-        pins.iter().map(|(src, fd)| (src.clone(), std::os::fd::AsRawFd::as_raw_fd(fd))).collect();
-    let argv: Vec<OsString> = plan.argv(host);
-    let stage = match plan.run_as {
-        Some((uid, gid)) => {
-            let mut staging = plan.staging(host);
-            // The stage's tmpfs covers /tmp in bwrap's mount namespace: a bwrap kept there must
-            // stay reachable at its own path.
-            let binary = std::fs::canonicalize(bwrap).unwrap_or_else(|_| bwrap.to_owned());
-            if binary.starts_with(crate::plan::STAGE) {
-                staging.push(crate::plan::Staged {
-                    src: binary.clone(),
-                    at: binary,
-                    idmap: false,
-                    exact: false,
-                });
-            }
-            Some(crate::stage::Stage::open(&staging, uid, gid)?)
-        }
-        None => None,
-    };
-
-    let mut merged = None;
-    let mut command = Command::new(bwrap);
-    command.args(&argv).env_clear().envs(plan.env.iter().map(|(k, v)| (k, v))).current_dir("/");
-    if let Some(stage) = &stage {
-        stage.apply(&mut command);
-    }
-    command.stdin(match stdin {
+    let stdin_io = match stdin {
         Stdin::Inherit => Stdio::inherit(),
         Stdin::Null => Stdio::null(),
         Stdin::Bytes(_) => Stdio::piped(),
-    });
-    match outputs {
-        Outputs::Inherit => {
-            command.stdout(Stdio::inherit()).stderr(Stdio::inherit());
-        }
-        Outputs::Sink(_) | Outputs::Collect(_) => {
-            command.stdout(Stdio::piped()).stderr(Stdio::piped());
-        }
+    };
+    let mut merged = None;
+    let (stdout_io, stderr_io) = match outputs {
+        Outputs::Inherit => (Stdio::inherit(), Stdio::inherit()),
+        Outputs::Sink(_) | Outputs::Collect(_) => (Stdio::piped(), Stdio::piped()),
         Outputs::Merged(_) => {
             let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
                 .map_err(|e| Error::io("creating the output pipe")(e.into()))?;
             let second = write.try_clone().map_err(Error::io("creating the output pipe"))?;
-            command.stdout(Stdio::from(write)).stderr(Stdio::from(second));
             merged = Some(std::fs::File::from(read));
-        }
-    }
-
-    let mut child = {
-        let _guard = spawn_guard();
-        let mut inherited = vec![status_write.as_fd(), seccomp.as_fd()];
-        inherited.extend(block.as_ref().map(|(_, read, _)| read.as_fd()));
-        inherited.extend(pins.iter().map(|(_, fd)| fd.as_fd()));
-        crate::fds::close_on_exec_all_but(&inherited);
-        for fd in inherited {
-            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())
-                .map_err(|e| Error::io("preparing the status and seccomp pipes")(e.into()))?;
-        }
-        let spawned = command.spawn();
-        // Closes our copies of the merged pipe's write end, so its reader sees EOF.
-        drop(command);
-        drop(status_write);
-        drop(seccomp);
-        drop(stage);
-        drop(pins);
-        if let Some((_, read, _)) = &block {
-            let _ = rustix::io::fcntl_setfd(read, rustix::io::FdFlags::CLOEXEC);
-        }
-        spawned.map_err(Error::io(format!("starting {}", bwrap.display())))?
-    };
-
-    let pidfd = match child_pidfd(&child) {
-        Ok(fd) => Arc::new(fd),
-        Err(e) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(Error::io("opening a pidfd for bwrap")(e));
+            (Stdio::from(write), Stdio::from(second))
         }
     };
-
+    let Launched { mut child, pidfd, status_read, early_status, net: _net, .. } =
+        launch(tools, plan, host, [stdin_io, stdout_io, stderr_io], false)?;
     let mut status_read = Some(status_read);
-    let mut early_status = String::new();
-    let _net = match block {
-        None => None,
-        Some((pasta, read, write)) => {
-            drop(read);
-            let attached = read_child_pid(status_read.as_ref(), &mut early_status)
-                .ok_or_else(|| Error::UserNetwork {
-                    reason: "bwrap did not report the sandbox's process".to_owned(),
-                })
-                .and_then(|pid| {
-                    crate::net::UserNet::attach(pasta, pid, &plan.publish, plan.run_as)
-                });
-            match attached {
-                Ok(net) => {
-                    // Unblocks the command; a bwrap that died meanwhile just reads EOF.
-                    let _ = rustix::io::write(&write, b"1");
-                    Some(net)
-                }
-                // A bwrap that failed its setup never reports a pid: its own error explains.
-                Err(_) if !early_status.contains("child-pid") => None,
-                Err(e) => {
-                    let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), Signal::KILL);
-                    let _ = child.wait();
-                    return Err(e);
-                }
-            }
-        }
-    };
+    let pidfd = Arc::new(pidfd);
 
     if let (Stdin::Bytes(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
         let bytes = bytes.clone();
@@ -344,6 +228,158 @@ pub(crate) fn execute(
         _ => sandbox_core::exit_code(status.code(), status.signal()),
     };
     Ok(Finished { exit_code, timed_out, started, duration: start.elapsed() })
+}
+
+/// A started bwrap: its sandbox is set up (and, with net on, connected and unblocked).
+pub(crate) struct Launched {
+    pub(crate) child: Child,
+    pub(crate) pidfd: OwnedFd,
+    pub(crate) status_read: OwnedFd,
+    /// What bwrap wrote to its status pipe so far.
+    pub(crate) early_status: String,
+    /// pasta, attached (net on).
+    pub(crate) net: Option<crate::net::UserNet>,
+    /// The sandbox's init (bwrap's child) as reported, when it was read (net on, or `detach`).
+    pub(crate) child_pid: Option<i32>,
+}
+
+/// Starts bwrap for `plan` with the given stdin, stdout and stderr: the status and seccomp
+/// pipes, the pinned or staged sources, pasta for net on. `detach` (a session): bwrap gets
+/// its own process group, so a Ctrl-C meant for the starting command does not reach it, and
+/// the sandbox's pid is read even without a network.
+pub(crate) fn launch(
+    tools: Tools<'_>,
+    plan: &Plan,
+    host: &crate::host::HostFacts,
+    stdio: [Stdio; 3],
+    detach: bool,
+) -> Result<Launched> {
+    let Tools { bwrap, pasta } = tools;
+    // Net on: bwrap waits on this pipe until pasta has connected the sandbox's namespace.
+    let block = if plan.net {
+        let pasta = pasta.ok_or(Error::PastaNotFound)?;
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| Error::io("creating the network start pipe")(e.into()))?;
+        Some((pasta, read, write))
+    } else {
+        None
+    };
+    let (status_read, status_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| Error::io("creating the status pipe")(e.into()))?;
+    let seccomp = seccomp_pipe()?;
+    let mut plan = plan.clone();
+    plan.status_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&status_write));
+    plan.seccomp_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&seccomp));
+    plan.block_fd = block.as_ref().map(|(_, read, _)| std::os::fd::AsRawFd::as_raw_fd(read));
+    // A root caller's pinned sources are staged from their descriptors instead (`crate::stage`).
+    let pins = match plan.run_as {
+        Some(_) => Vec::new(),
+        None => plan
+            .pinned
+            .iter()
+            .filter(|src| plan.binds.iter().any(|b| b.src == **src))
+            .map(|src| Ok((src.clone(), crate::pin::open(src)?)))
+            .collect::<Result<Vec<_>>>()?,
+    };
+    plan.bind_fds =
+        pins.iter().map(|(src, fd)| (src.clone(), std::os::fd::AsRawFd::as_raw_fd(fd))).collect();
+    let argv: Vec<OsString> = plan.argv(host);
+    let stage = match plan.run_as {
+        Some((uid, gid)) => {
+            let mut staging = plan.staging(host);
+            // The stage's tmpfs covers /tmp in bwrap's mount namespace: a bwrap kept there must
+            // stay reachable at its own path.
+            let binary = std::fs::canonicalize(bwrap).unwrap_or_else(|_| bwrap.to_owned());
+            if binary.starts_with(crate::plan::STAGE) {
+                staging.push(crate::plan::Staged {
+                    src: binary.clone(),
+                    at: binary,
+                    idmap: false,
+                    exact: false,
+                });
+            }
+            Some(crate::stage::Stage::open(&staging, uid, gid)?)
+        }
+        None => None,
+    };
+
+    let mut command = Command::new(bwrap);
+    command.args(&argv).env_clear().envs(plan.env.iter().map(|(k, v)| (k, v))).current_dir("/");
+    if let Some(stage) = &stage {
+        stage.apply(&mut command);
+    }
+    if detach {
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    }
+    let [stdin, stdout, stderr] = stdio;
+    command.stdin(stdin).stdout(stdout).stderr(stderr);
+
+    let mut child = {
+        let _guard = spawn_guard();
+        let mut inherited = vec![status_write.as_fd(), seccomp.as_fd()];
+        inherited.extend(block.as_ref().map(|(_, read, _)| read.as_fd()));
+        inherited.extend(pins.iter().map(|(_, fd)| fd.as_fd()));
+        crate::fds::close_on_exec_all_but(&inherited);
+        for fd in inherited {
+            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())
+                .map_err(|e| Error::io("preparing the status and seccomp pipes")(e.into()))?;
+        }
+        let spawned = command.spawn();
+        // Closes our copies of the merged pipe's write end, so its reader sees EOF.
+        drop(command);
+        drop(status_write);
+        drop(seccomp);
+        drop(stage);
+        drop(pins);
+        if let Some((_, read, _)) = &block {
+            let _ = rustix::io::fcntl_setfd(read, rustix::io::FdFlags::CLOEXEC);
+        }
+        spawned.map_err(Error::io(format!("starting {}", bwrap.display())))?
+    };
+
+    let pidfd = match child_pidfd(&child) {
+        Ok(fd) => fd,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Error::io("opening a pidfd for bwrap")(e));
+        }
+    };
+
+    let mut early_status = String::new();
+    let mut child_pid = None;
+    let net = match block {
+        None => None,
+        Some((pasta, read, write)) => {
+            drop(read);
+            child_pid = read_child_pid(Some(&status_read), &mut early_status);
+            let attached = child_pid
+                .ok_or_else(|| Error::UserNetwork {
+                    reason: "bwrap did not report the sandbox's process".to_owned(),
+                })
+                .and_then(|pid| {
+                    crate::net::UserNet::attach(pasta, pid, &plan.publish, plan.run_as)
+                });
+            match attached {
+                Ok(net) => {
+                    // Unblocks the command; a bwrap that died meanwhile just reads EOF.
+                    let _ = rustix::io::write(&write, b"1");
+                    Some(net)
+                }
+                // A bwrap that failed its setup never reports a pid: its own error explains.
+                Err(_) if !early_status.contains("child-pid") => None,
+                Err(e) => {
+                    let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), Signal::KILL);
+                    let _ = child.wait();
+                    return Err(e);
+                }
+            }
+        }
+    };
+    if detach && child_pid.is_none() {
+        child_pid = read_child_pid(Some(&status_read), &mut early_status);
+    }
+    Ok(Launched { child, pidfd, status_read, early_status, net, child_pid })
 }
 
 /// A pipe holding the compiled seccomp wall, write end closed, for bwrap's `--seccomp`.

@@ -357,3 +357,24 @@ fn link_local_route_message() {
     let v6 = sandbox_core::unreachable_route(2, libc::AF_INET6 as u8, &[0xfd; 16], 128);
     assert_eq!(v6.len(), 48);
 }
+
+#[test]
+fn session_is_the_run_wall_with_the_agent_and_no_die_with_parent() {
+    let host = host();
+    let layout = crate::plan::SessionLayout {
+        python: PathBuf::from("/usr/bin/python3.11"),
+        ro_dirs: vec![PathBuf::from("/usr")],
+        uv: PathBuf::from("/opt/uv/bin/uv"),
+        workspace: PathBuf::from("/work/proj"),
+        mounts: Vec::new(),
+        net: true,
+        user_env: vec![("GREETING".to_owned(), "hi".to_owned())],
+        tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
+        publish: Vec::new(),
+        ttl_secs: 1800,
+    };
+    let plan = crate::plan::session_plan(&host, &layout);
+    let rendered = render(&plan, &host).replace(sandbox_core::agent::AGENT_PY, "<agent.py>");
+    assert!(!rendered.contains("--die-with-parent"), "a session outlives `session start`");
+    insta::assert_snapshot!("session", rendered);
+}

@@ -164,7 +164,7 @@ pub enum Error {
     },
     /// A session operation failed inside the container.
     #[error(transparent)]
-    Sandbox(#[from] sandbox_core::Error),
+    Sandbox(sandbox_core::Error),
     /// A command inside a session failed in a way that is not the command's own exit code.
     #[error("{what} failed in the sandbox: {message}")]
     Exec {
@@ -206,6 +206,24 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// Session protocol errors keep this crate's variants (and their messages): the shared
+/// session helpers (`sandbox_core::shell`) report them as `sandbox_core::Error`.
+impl From<sandbox_core::Error> for Error {
+    fn from(error: sandbox_core::Error) -> Error {
+        match error {
+            sandbox_core::Error::AgentProtocol { id, problem } => {
+                Error::AgentProtocol { id, problem }
+            }
+            sandbox_core::Error::TooLarge { id, what, limit, hint } => {
+                Error::TooLarge { id, what, limit, hint }
+            }
+            sandbox_core::Error::SessionCommand { what, message } => Error::Exec { what, message },
+            sandbox_core::Error::SessionPrepare { code, output } => Error::Prepare { code, output },
+            other => Error::Sandbox(other),
+        }
+    }
 }
 
 impl Error {

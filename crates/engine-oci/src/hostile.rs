@@ -255,7 +255,7 @@ fn an_agent_that_ignores_the_timeout_is_cut_off_by_the_host() {
     assert!(outcome.timed_out);
     let took = started.elapsed();
     assert!(
-        took >= Duration::from_millis(200) + crate::agent::TIMEOUT_GRACE
+        took >= Duration::from_millis(200) + sandbox_core::agent::TIMEOUT_GRACE
             && took < Duration::from_secs(15),
         "{took:?}"
     );

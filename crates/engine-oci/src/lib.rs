@@ -76,7 +76,8 @@ pub use engine::{DEFAULT_IMAGE, IMAGE_ABI, OciConfig, OciEngine, PreparedEnv};
 pub use envs::{DEFAULT_ENV_MAX_AGE, PrunedEnv};
 pub use error::Error;
 pub use plan::{Limits, Rootless};
-pub use session::{ScriptOptions, Session, SessionConfig, SessionInfo, SessionPolicy};
+pub use sandbox_core::ScriptOptions;
+pub use session::{Session, SessionConfig, SessionInfo, SessionPolicy};
 pub use sweep::Swept;
 
 #[cfg(test)]

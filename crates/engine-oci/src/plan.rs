@@ -454,7 +454,7 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Containe
         WATCHDOG.to_owned(),
         "watchdog".to_owned(),
         layout.ttl_secs.to_string(),
-        crate::agent::AGENT_PY.to_owned(),
+        sandbox_core::agent::AGENT_PY.to_owned(),
     ];
     ContainerPlan {
         role: Role::Session,

@@ -25,10 +25,10 @@ use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::query_parameters::InspectContainerOptions;
 use futures_util::StreamExt;
 use sandbox_core::{
-    Captured, DirEntry, EntryKind, EnvVar, ExecRequest, Mount, Net, OutputSink, Publish, PutSource,
-    RunOutcome, Sandbox, Service, ServiceSpec, Stream,
+    DirEntry, EnvVar, ExecRequest, Mount, Net, OutputSink, Publish, PutSource, RunOutcome, Sandbox,
+    Service, ServiceSpec, Stream,
 };
-use sha2::Digest;
+use sandbox_core::{ScriptOptions, shell};
 use tokio::io::AsyncWriteExt;
 
 use crate::agent::{self, AgentAddr};
@@ -42,8 +42,6 @@ use crate::plan::{self, SessionLayout};
 const WORKSPACE_LABEL: &str = "io.python-sandbox.oci.workspace";
 /// Our label holding the session's [`SessionPolicy`] as JSON.
 const POLICY_LABEL: &str = "io.python-sandbox.oci.policy";
-/// The session's own virtual environment, in its tmpfs home.
-const VENV: &str = "/home/sandbox/.venv";
 /// Wraps every exec: registers it as activity while it runs. Shell builtins only on the way
 /// in and out (truncating the activity file updates its mtime like `touch`); the one external
 /// command, `rm`, runs in the background detached from the exec's streams, so the exec ends
@@ -76,149 +74,6 @@ pub struct SessionConfig {
     /// Size cap of each of the session's tmpfs (`/tmp` and home, which holds its venv), bytes;
     /// normally [`sandbox_core::DEFAULT_TMPFS_SIZE`].
     pub tmpfs_size: u64,
-}
-
-/// Markers of the dependency sets installed into [`VENV`], one empty file per set.
-const DEPS_MARKERS: &str = "/home/sandbox/.venv/.python-sandbox-deps";
-/// The warm path of `run_script`, in one exec. The first stdin line is a per-call nonce (read
-/// from the pipe, so the script cannot learn it from argv or the environment); when the venv or
-/// the dependency marker `$1` is missing, or the copy to `$2` fails, it prints the not-ready
-/// line and exits before anything of the script runs. The rest of stdin is the script when `$2`
-/// names where to copy it.
-const RUN_IF_READY: &str = r#"IFS= read -r nonce
-if [ ! -x /home/sandbox/.venv/bin/python ] || { [ -n "$1" ] && [ ! -e "$1" ]; }; then
-  printf 'python-sandbox-not-ready-%s\n' "$nonce"; exit 0
-fi
-if [ -n "$2" ]; then
-  { mkdir -p -- "${2%/*}" && cat > "$2"; } || { printf 'python-sandbox-not-ready-%s\n' "$nonce"; exit 0; }
-fi
-shift 2
-exec "$@""#;
-
-/// Pure: the marker file of a dependency set (order-insensitive, duplicates ignored); `None`
-/// without dependencies.
-pub(crate) fn deps_marker(dependencies: &[String]) -> Option<String> {
-    let mut deps: Vec<&str> = dependencies.iter().map(|d| d.trim()).collect();
-    deps.sort_unstable();
-    deps.dedup();
-    if deps.is_empty() {
-        return None;
-    }
-    let mut hasher = sha2::Sha256::new();
-    for dep in deps {
-        hasher.update(dep.as_bytes());
-        hasher.update(b"\n");
-    }
-    let digest: String = hasher.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
-    Some(format!("{DEPS_MARKERS}/{digest}"))
-}
-
-/// Passes output through, except the not-ready line of [`RUN_IF_READY`]: stdout is held only
-/// while it is still a prefix of that line.
-pub(crate) struct NotReadyGate<'a> {
-    line: Vec<u8>,
-    held: Vec<u8>,
-    open: bool,
-    inner: &'a mut dyn OutputSink,
-}
-
-impl<'a> NotReadyGate<'a> {
-    pub(crate) fn new(nonce: &str, inner: &'a mut dyn OutputSink) -> Self {
-        let line = format!("python-sandbox-not-ready-{nonce}\n").into_bytes();
-        NotReadyGate { line, held: Vec::new(), open: false, inner }
-    }
-
-    /// True when the exec only reported "not ready"; otherwise flushes what it held.
-    pub(crate) fn finish(self) -> bool {
-        if !self.open && self.held == self.line {
-            return true;
-        }
-        if !self.held.is_empty() {
-            self.inner.write(Stream::Stdout, &self.held);
-        }
-        false
-    }
-}
-
-impl OutputSink for NotReadyGate<'_> {
-    fn write(&mut self, stream: Stream, chunk: &[u8]) {
-        if stream != Stream::Stdout || self.open {
-            return self.inner.write(stream, chunk);
-        }
-        self.held.extend_from_slice(chunk);
-        if !self.line.starts_with(&self.held) {
-            self.open = true;
-            let held = std::mem::take(&mut self.held);
-            self.inner.write(Stream::Stdout, &held);
-        }
-    }
-
-    fn closed(&self) -> bool {
-        self.inner.closed()
-    }
-}
-
-/// What the host reads into memory from one helper command in a session (stderr of an
-/// install, a service's start-up output): output is streamed everywhere else, and a capture
-/// is bounded, because the session's code answers it.
-pub(crate) const CAPTURE_LIMIT: usize = 16 << 20;
-/// The largest file [`Sandbox::read_file`] reads from a session.
-pub(crate) const READ_FILE_LIMIT: usize = 64 << 20;
-
-/// Pure: a byte count as `16 MiB`.
-pub(crate) fn human_bytes(bytes: usize) -> String {
-    match bytes {
-        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
-        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
-        b => format!("{b} bytes"),
-    }
-}
-
-/// A [`Captured`] that takes at most `limit` bytes of both streams together; past that it
-/// drops what comes and reports its reader closed, which stops the command.
-pub(crate) struct Capped {
-    pub(crate) captured: Captured,
-    limit: usize,
-    over: bool,
-}
-
-impl Capped {
-    pub(crate) fn new(limit: usize) -> Capped {
-        Capped { captured: Captured::default(), limit, over: false }
-    }
-
-    /// Whether more than the limit came.
-    pub(crate) fn over(&self) -> bool {
-        self.over
-    }
-}
-
-impl OutputSink for Capped {
-    fn write(&mut self, stream: Stream, chunk: &[u8]) {
-        let taken = self.captured.stdout.len() + self.captured.stderr.len();
-        if self.over || taken + chunk.len() > self.limit {
-            self.over = true;
-            return;
-        }
-        self.captured.write(stream, chunk);
-    }
-
-    fn closed(&self) -> bool {
-        self.over
-    }
-}
-
-/// How [`Session::run_script_with`] runs a script.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ScriptOptions {
-    /// Installed into the session's environment first (they stay for later scripts).
-    pub dependencies: Vec<String>,
-    /// The script's arguments.
-    pub args: Vec<String>,
-    /// Extra environment for the script, on top of the session's.
-    pub env: Vec<(String, String)>,
-    /// Kill the script (and its children) after this long.
-    pub timeout: Option<Duration>,
 }
 
 /// A session as `session list` shows it.
@@ -755,31 +610,24 @@ pub(crate) fn session_info(item: &serde_json::Value, engine: &str) -> Option<Ses
     })
 }
 
-/// Maps the stderr of a failed file helper to the protocol's errors.
-fn file_error(what: &str, path: &str, outcome: &RunOutcome, captured: &Captured) -> Error {
-    let stderr = captured.stderr_lossy();
-    if stderr.contains("No such file") || outcome.exit_code == 2 && stderr.contains("missing") {
-        return sandbox_core::Error::NotFound { path: path.to_owned() }.into();
-    }
-    if stderr.contains("Is a directory") {
-        return sandbox_core::Error::IsADirectory { path: path.to_owned() }.into();
-    }
-    if stderr.contains("Not a directory") || stderr.contains("notdir") {
-        return sandbox_core::Error::NotADirectory { path: path.to_owned() }.into();
-    }
-    Error::Exec { what: format!("{what} `{path}`"), message: stderr.trim().to_owned() }
-}
-
-fn check_abs(path: &str) -> Result<()> {
-    if path.starts_with('/') {
-        Ok(())
-    } else {
-        Err(sandbox_core::Error::RelativeSandboxPath { path: path.to_owned() }.into())
-    }
-}
-
 fn strings(argv: &[&str]) -> Vec<String> {
     argv.iter().map(|s| (*s).to_owned()).collect()
+}
+
+impl sandbox_core::AgentShell for Session {
+    type Error = Error;
+
+    fn shell_id(&self) -> &str {
+        &self.id
+    }
+
+    async fn shell_exec(
+        &self,
+        request: &ExecRequest,
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome> {
+        self.exec_raw(request, output).await
+    }
 }
 
 impl Session {
@@ -932,53 +780,9 @@ impl Session {
         Ok(RunOutcome { exit_code, duration, timed_out, warnings: Vec::new() })
     }
 
-    /// Runs a helper command with its output captured, at most [`CAPTURE_LIMIT`] bytes.
-    async fn capture(&self, argv: &[&str], stdin: Vec<u8>) -> Result<(RunOutcome, Captured)> {
-        let program = argv.first().copied().unwrap_or_default();
-        let what = || format!("the output of a helper command (`{program}`)");
-        self.capture_limited(argv, stdin, CAPTURE_LIMIT, &what).await
-    }
-
-    /// [`Session::capture`] with its own cap; more output than `limit` stops the command and
-    /// is [`Error::TooLarge`] naming `what`.
-    async fn capture_limited(
-        &self,
-        argv: &[&str],
-        stdin: Vec<u8>,
-        limit: usize,
-        what: &(dyn Fn() -> String + Sync),
-    ) -> Result<(RunOutcome, Captured)> {
-        let request = ExecRequest {
-            argv: strings(argv),
-            stdin,
-            cwd: Some("/".to_owned()),
-            ..Default::default()
-        };
-        let mut capped = Capped::new(limit);
-        let outcome = self.exec_raw(&request, &mut capped).await?;
-        self.within(&capped, limit, what)?;
-        Ok((outcome, capped.captured))
-    }
-
-    fn within(&self, capped: &Capped, limit: usize, what: &dyn Fn() -> String) -> Result<()> {
-        if !capped.over() {
-            return Ok(());
-        }
-        Err(Error::TooLarge {
-            id: self.id.clone(),
-            what: what(),
-            limit: human_bytes(limit),
-            hint: "the host reads a session's answers into memory only up to this cap; move large data through the workspace, and if nothing there should be this large, code in the session may be misbehaving".to_owned(),
-        })
-    }
-
     /// Installs `dependencies` into the session's venv (creating it on first use) and runs the
-    /// host script with it. A script inside the session's workspace runs at its real path;
-    /// any other is copied into the session first.
-    ///
-    /// Warm path: one exec that checks the venv and the marker of this dependency set, copies
-    /// the script if needed (over stdin) and execs python; no uv. Only when that exec reports
-    /// the session is not ready does the slow path create the venv, install and retry.
+    /// host script with it ([`sandbox_core::shell::run_script`]). A script inside the
+    /// session's workspace runs at its real path; any other is copied into the session first.
     pub async fn run_script(
         &self,
         script: &Path,
@@ -1002,10 +806,8 @@ impl Session {
         options: &ScriptOptions,
         output: &mut dyn OutputSink,
     ) -> Result<RunOutcome> {
-        let dependencies = options.dependencies.as_slice();
         let real = std::fs::canonicalize(script)
             .map_err(|_| Error::MissingPath { path: script.to_owned() })?;
-        let marker = deps_marker(dependencies);
         let (inside, copy) = if real.starts_with(&self.workspace) {
             (real.display().to_string(), None)
         } else {
@@ -1017,80 +819,14 @@ impl Session {
                 .unwrap_or_else(|| "script.py".to_owned());
             (format!("/tmp/.scripts/{}/{name}", random_id()), Some(bytes))
         };
-        if let Some(outcome) =
-            self.run_if_ready(marker.as_deref(), &inside, copy.as_deref(), options, output).await?
-        {
-            return Ok(outcome);
-        }
-        self.prepare_venv(dependencies, marker.as_deref()).await?;
-        self.run_if_ready(marker.as_deref(), &inside, copy.as_deref(), options, output)
-            .await?
-            .ok_or_else(|| Error::Exec {
-                what: "running the script".to_owned(),
-                message: "the session's environment is not ready right after preparing it"
-                    .to_owned(),
-            })
-    }
-
-    /// One exec: the script runs if the venv (and `marker`) exist; `None` when they do not.
-    async fn run_if_ready(
-        &self,
-        marker: Option<&str>,
-        inside: &str,
-        copy: Option<&[u8]>,
-        options: &ScriptOptions,
-        output: &mut dyn OutputSink,
-    ) -> Result<Option<RunOutcome>> {
         let nonce = random_id();
-        let mut stdin = format!("{nonce}\n").into_bytes();
-        stdin.extend_from_slice(copy.unwrap_or_default());
-        let mut argv = strings(&["sh", "-c", RUN_IF_READY, "sh"]);
-        argv.push(marker.unwrap_or_default().to_owned());
-        argv.push(if copy.is_some() { inside.to_owned() } else { String::new() });
-        argv.push(format!("{VENV}/bin/python"));
-        argv.push(inside.to_owned());
-        argv.extend(options.args.iter().cloned());
-        let request = ExecRequest {
-            argv,
-            stdin,
-            env: options.env.clone(),
-            timeout: options.timeout,
-            cwd: None,
+        let place = sandbox_core::ScriptPlace {
+            inside: &inside,
+            copy: copy.as_deref(),
+            nonce: &nonce,
+            python: "/usr/bin/python3",
         };
-        let mut gate = NotReadyGate::new(&nonce, output);
-        let outcome = self.exec_raw(&request, &mut gate).await?;
-        Ok((!gate.finish()).then_some(outcome))
-    }
-
-    /// The slow path: creates the venv if missing, installs `dependencies` and records their
-    /// marker.
-    async fn prepare_venv(&self, dependencies: &[String], marker: Option<&str>) -> Result<()> {
-        let (outcome, captured) = self
-            .capture(&["sh", "-c", &format!("[ -x {VENV}/bin/python ] || uv venv --quiet --python /usr/bin/python3 {VENV}")], Vec::new())
-            .await?;
-        if outcome.exit_code != 0 {
-            return Err(Error::Exec {
-                what: "creating the session's venv".to_owned(),
-                message: captured.stderr_lossy(),
-            });
-        }
-        let Some(marker) = marker else { return Ok(()) };
-        let script = format!(
-            r#"m=$1; shift; uv pip install --quiet --python {VENV}/bin/python -- "$@" && mkdir -p -- "${{m%/*}}" && : > "$m""#
-        );
-        let mut argv = vec!["sh", "-c", &script, "sh", marker];
-        argv.extend(dependencies.iter().map(String::as_str));
-        let (outcome, captured) = self.capture(&argv, Vec::new()).await?;
-        if outcome.exit_code != 0 {
-            return Err(Error::Prepare {
-                code: i64::from(outcome.exit_code),
-                output: format!(
-                    "{}\nhint: dependencies install inside the session; a session started with `--net off` cannot download them",
-                    captured.stderr_lossy().trim_end()
-                ),
-            });
-        }
-        Ok(())
+        shell::run_script(self, &place, options, output).await
     }
 
     /// The API client; sessions opened with [`Session::local`] have none.
@@ -1124,33 +860,6 @@ impl Session {
     }
 }
 
-/// Pure: parses `find -printf '%y %s %f\0'` output into sorted entries. The session's code
-/// produced it, so every record must be one `find` can print: a name that is a single path
-/// component (not empty, `.` or `..`, no `/`) and a size that is a number; `Err` names the
-/// first record that is not.
-pub(crate) fn parse_listing(bytes: &[u8]) -> std::result::Result<Vec<DirEntry>, String> {
-    let mut entries = Vec::new();
-    for record in bytes.split(|b| *b == 0).filter(|r| !r.is_empty()) {
-        let text = String::from_utf8_lossy(record);
-        let bad = || format!("a listing entry `{}`", text.chars().take(80).collect::<String>());
-        let (kind, rest) = text.split_once(' ').ok_or_else(bad)?;
-        let (size, name) = rest.split_once(' ').ok_or_else(bad)?;
-        if name.is_empty() || name == "." || name == ".." || name.contains('/') {
-            return Err(bad());
-        }
-        let kind = match kind {
-            "d" => EntryKind::Dir,
-            "l" => EntryKind::Symlink,
-            _ => EntryKind::File,
-        };
-        let size: u64 = size.parse().map_err(|_| bad())?;
-        let size = if kind == EntryKind::File { size } else { 0 };
-        entries.push(DirEntry { name: name.to_owned(), kind, size });
-    }
-    entries.sort();
-    Ok(entries)
-}
-
 /// Builds a tar of a host file or directory tree, rooted at its base name.
 fn tar_of(path: &Path) -> Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
@@ -1179,66 +888,23 @@ impl Sandbox for Session {
     }
 
     async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
-        check_abs(path)?;
-        let (outcome, captured) = self
-            .capture_limited(&["cat", "--", path], Vec::new(), READ_FILE_LIMIT, &|| {
-                format!("the file `{path}`")
-            })
-            .await?;
-        if outcome.exit_code != 0 {
-            return Err(file_error("reading", path, &outcome, &captured));
-        }
-        Ok(captured.stdout)
+        shell::read_file(self, path).await
     }
 
     async fn write_file(&self, path: &str, contents: &[u8]) -> Result<()> {
-        check_abs(path)?;
-        let script = r#"d=$(dirname -- "$1"); [ -d "$1" ] && { echo "Is a directory" >&2; exit 1; }; mkdir -p -- "$d" && cat > "$1""#;
-        let (outcome, captured) =
-            self.capture(&["sh", "-c", script, "sh", path], contents.to_vec()).await?;
-        if outcome.exit_code != 0 {
-            return Err(file_error("writing", path, &outcome, &captured));
-        }
-        // An empty stdin is never attached; the file must still exist.
-        if contents.is_empty() {
-            let (outcome, captured) =
-                self.capture(&["sh", "-c", ": > \"$1\"", "sh", path], Vec::new()).await?;
-            if outcome.exit_code != 0 {
-                return Err(file_error("writing", path, &outcome, &captured));
-            }
-        }
-        Ok(())
+        shell::write_file(self, path, contents).await
     }
 
     async fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>> {
-        check_abs(path)?;
-        let script = r#"if [ ! -e "$1" ]; then echo missing >&2; exit 2; fi
-if [ ! -d "$1" ]; then echo notdir >&2; exit 3; fi
-exec find "$1" -mindepth 1 -maxdepth 1 -printf '%y %s %f\0'"#;
-        let (outcome, captured) = self
-            .capture_limited(&["sh", "-c", script, "sh", path], Vec::new(), CAPTURE_LIMIT, &|| {
-                format!("the listing of `{path}`")
-            })
-            .await?;
-        if outcome.exit_code != 0 {
-            return Err(file_error("listing", path, &outcome, &captured));
-        }
-        parse_listing(&captured.stdout)
-            .map_err(|problem| Error::AgentProtocol { id: self.id.clone(), problem })
+        shell::list_dir(self, path).await
     }
 
     async fn put(&self, source: &PutSource, dest: &str) -> Result<()> {
-        check_abs(dest)?;
         let archive = match source {
             PutSource::Tar(bytes) => bytes.clone(),
             PutSource::HostPath(path) => tar_of(path)?,
         };
-        let script = r#"mkdir -p -- "$1" && exec tar -x -f - -C "$1" --no-same-owner"#;
-        let (outcome, captured) = self.capture(&["sh", "-c", script, "sh", dest], archive).await?;
-        if outcome.exit_code != 0 {
-            return Err(file_error("unpacking into", dest, &outcome, &captured));
-        }
-        Ok(())
+        shell::put_tar(self, archive, dest).await
     }
 
     async fn start_service(&self, service: &ServiceSpec) -> Result<Service> {
@@ -1252,60 +918,11 @@ exec find "$1" -mindepth 1 -maxdepth 1 -printf '%y %s %f\0'"#;
             }
             .into());
         };
-        let script = r#"port=$1; shift; mkdir -p /tmp/.services
-if [ -s /tmp/.services/$port.pid ] && kill -0 "$(cat /tmp/.services/$port.pid)" 2>/dev/null; then echo inuse >&2; exit 3; fi
-setsid "$@" > /tmp/.services/$port.log 2>&1 < /dev/null &
-echo $! > /tmp/.services/$port.pid"#;
-        let mut argv = strings(&["sh", "-c", script, "sh", &port.to_string()]);
-        argv.extend(service.argv.iter().cloned());
-        let request = ExecRequest { argv, env: service.env.clone(), ..Default::default() };
-        let mut capped = Capped::new(CAPTURE_LIMIT);
-        let outcome = self.exec_raw(&request, &mut capped).await?;
-        self.within(&capped, CAPTURE_LIMIT, &|| {
-            format!("the start of the service on port {port}")
-        })?;
-        let captured = capped.captured;
-        if outcome.exit_code == 3 {
-            return Err(sandbox_core::Error::PortInUse { port }.into());
-        }
-        if outcome.exit_code != 0 {
-            return Err(Error::Exec {
-                what: "starting a service".to_owned(),
-                message: captured.stderr_lossy(),
-            });
-        }
-        // Ready when something accepts on the port inside (the host side of a published port
-        // accepts even when nothing listens).
-        let probe = format!(
-            "import socket,sys,time\nfor _ in range(150):\n    try:\n        socket.create_connection(('127.0.0.1',{port}),0.2).close(); sys.exit(0)\n    except OSError: time.sleep(0.1)\nsys.exit(1)"
-        );
-        let (ready, _) = self.capture(&["python3", "-c", &probe], Vec::new()).await?;
-        if ready.exit_code != 0 {
-            let (_, log) = self
-                .capture(
-                    &["sh", "-c", &format!("tail -c 2000 /tmp/.services/{port}.log")],
-                    Vec::new(),
-                )
-                .await?;
-            return Err(Error::Exec {
-                what: format!("starting a service on port {port}"),
-                message: format!("nothing listens after 15 s; its output:\n{}", log.stdout_lossy()),
-            });
-        }
-        Ok(Service { id: port.to_string(), port, url })
+        shell::start_service(self, service, url).await
     }
 
     async fn stop_service(&self, service: &Service) -> Result<()> {
-        let script = r#"f=/tmp/.services/$1.pid; [ -s "$f" ] || { echo missing >&2; exit 2; }
-pid=$(cat "$f"); kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
-for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-kill -KILL -- "-$pid" 2>/dev/null; rm -f "$f""#;
-        let (outcome, _) =
-            self.capture(&["sh", "-c", script, "sh", &service.id], Vec::new()).await?;
-        if outcome.exit_code == 2 {
-            return Err(sandbox_core::Error::NoSuchService { id: service.id.clone() }.into());
-        }
-        Ok(())
+        shell::stop_service(self, service).await
     }
 
     async fn stop(&self) -> Result<()> {

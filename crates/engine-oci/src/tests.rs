@@ -166,7 +166,7 @@ fn session_body() {
     let mut body = json(&plan::session_plan(&host(1234), &layout));
     // The agent's program is its own file; the snapshot shows where it goes.
     // Net on: behind the gate (`sh -c GATE sh`), then the watchdog's own command.
-    assert_eq!(body["Cmd"][9], crate::agent::AGENT_PY);
+    assert_eq!(body["Cmd"][9], sandbox_core::agent::AGENT_PY);
     body["Cmd"][9] = "<agent.py>".into();
     insta::assert_json_snapshot!(body);
     let podman = json_for(&plan::session_plan(&host(1234), &layout), Flavor::Podman);
@@ -294,7 +294,7 @@ fn policy_refuses_kernel_trees_sockets_dirs_and_home() {
 #[test]
 fn listing_parses_and_sorts() {
     let raw = b"f 12 b.txt\0d 4096 a dir\0l 7 link\0";
-    let entries = crate::session::parse_listing(raw).expect("a listing find prints");
+    let entries = sandbox_core::shell::parse_listing(raw).expect("a listing find prints");
     let shown: Vec<String> =
         entries.iter().map(|e| format!("{:?} {} {}", e.kind, e.size, e.name)).collect();
     assert_eq!(shown, vec!["Dir 0 a dir", "File 12 b.txt", "Symlink 0 link"]);
@@ -682,7 +682,7 @@ fn the_installed_default_profile_gets_the_wall_too() {
 
 #[test]
 fn deps_markers_ignore_order_and_duplicates() {
-    use crate::session::deps_marker;
+    use sandbox_core::shell::deps_marker;
     let deps = |d: &[&str]| d.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
     assert_eq!(deps_marker(&[]), None, "no dependencies: only the venv is needed");
     let a = deps_marker(&deps(&["six", "rich>=13"])).expect("marker");
@@ -693,7 +693,7 @@ fn deps_markers_ignore_order_and_duplicates() {
 
 #[test]
 fn not_ready_gate_swallows_only_its_own_line() {
-    use crate::session::NotReadyGate;
+    use sandbox_core::shell::NotReadyGate;
     use sandbox_core::{Captured, OutputSink, Stream};
     let run = |chunks: &[(Stream, &str)]| {
         let mut out = Captured::default();

@@ -5,7 +5,7 @@
 //! [`MANAGED_FILTER`], maps each to a [`Resource`] (id, labels, [`State`], optional activity and exit
 //! times), calls [`decide`] with the current time and an [`OwnerLiveness`] (normally
 //! [`ProcLiveness`]), and removes the [`Action`]s' ids. Nothing here does IO except the two /proc
-//! readers [`ProcLiveness::new`] and [`Owner::current`], [`lock_env`], [`hostfs`],
+//! readers [`ProcLiveness::new`] and [`Owner::current`], [`ProcPin`], [`lock_env`], [`hostfs`],
 //! [`MarkKey::load`] and [`acl`].
 //!
 //! The rules, in order, per resource:
@@ -42,6 +42,7 @@ mod lock;
 mod mark;
 mod owner;
 mod policy;
+mod proc;
 
 pub use envs::{EnvAction, EnvUse, human, stale_envs, unix_from_rfc3339};
 pub use error::Error;
@@ -54,3 +55,4 @@ pub use lock::{LockMode, lock_env, lock_in};
 pub use mark::{MARK, MarkKey};
 pub use owner::{Liveness, OwnerLiveness, ProcLiveness, Stat, Vantage, judge, parse_stat};
 pub use policy::{Action, Policy, Reason, Resource, State, decide};
+pub use proc::ProcPin;

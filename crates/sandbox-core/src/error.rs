@@ -156,6 +156,46 @@ pub enum Error {
         /// The engine.
         engine: &'static str,
     },
+    /// A session's agent answered outside the protocol (an oversized frame, an exit code no
+    /// process can have, an unknown frame, a listing name that is not one path component).
+    /// Code run in the session can replace the agent, so its answers are untrusted input.
+    #[error(
+        "the agent of session `{id}` answered outside the protocol: {problem}\nhint: code run in the session may have replaced its agent; stop the session with `python-sandbox session stop {id}`"
+    )]
+    AgentProtocol {
+        /// The session.
+        id: String,
+        /// What was wrong, lower case.
+        problem: String,
+    },
+    /// More came back from a session than the host takes into memory.
+    #[error("{what} from session `{id}` is larger than the {limit} the host reads\nhint: {hint}")]
+    TooLarge {
+        /// The session.
+        id: String,
+        /// What was read, e.g. "the file `/tmp/x`".
+        what: String,
+        /// The cap, human readable (`64 MiB`).
+        limit: String,
+        /// What to do instead.
+        hint: String,
+    },
+    /// A helper command inside a session failed in a way that is not a script's own exit.
+    #[error("{what} failed in the sandbox: {message}")]
+    SessionCommand {
+        /// What we were doing.
+        what: String,
+        /// stderr of the helper command.
+        message: String,
+    },
+    /// Installing a script's dependencies into a session failed.
+    #[error("installing the dependencies failed (exit code {code}):\n{output}")]
+    SessionPrepare {
+        /// Exit code of the install.
+        code: i64,
+        /// Its output, with a `hint:` line.
+        output: String,
+    },
 }
 
 /// Spec errors are the caller's input; a stopped sandbox or a busy port is setup.

@@ -6,6 +6,7 @@
 //! **Architecture invariant:** no IO happens here: no filesystem, no processes, no runtime.
 //! Paths are handled lexically; engines canonicalize.
 
+pub mod agent;
 mod boundary;
 mod engine;
 mod error;
@@ -20,6 +21,7 @@ mod route;
 mod sandbox;
 mod scrub;
 mod seccomp;
+pub mod shell;
 mod spec;
 mod tar;
 
@@ -48,4 +50,5 @@ pub use scrub::{
 pub use seccomp::{
     Arch, ArgCheck, Insn, SeccompAction, SeccompRule, WALL, bpf, compile, disassemble,
 };
+pub use shell::{AgentShell, ScriptOptions, ScriptPlace};
 pub use spec::{DEFAULT_TMPFS_SIZE, EnvVar, Mount, MountMode, Net, Publish, RunSpec};

@@ -10,6 +10,7 @@ mod lifecycle;
 mod poison;
 mod prune;
 mod race;
+mod session;
 mod support;
 mod uv;
 mod wall;

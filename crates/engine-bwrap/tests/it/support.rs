@@ -56,12 +56,18 @@ pub(crate) fn fixture_with(handle_signals: bool) -> Option<Fixture> {
         uv: None,
         python: None,
         handle_signals,
+        runtime_dir: cache_dir().join("run"),
     };
     let engine = BwrapEngine::new(config).expect("engine");
     Some(Fixture { engine, home, workspace })
 }
 
+/// `PSBX_TEST_CACHE` overrides it, for running the binary as another user (psbx-rootless),
+/// who cannot write cargo's target dir.
 pub(crate) fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("PSBX_TEST_CACHE") {
+        return PathBuf::from(dir);
+    }
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("engine-bwrap-cache")
 }
 

@@ -1,0 +1,721 @@
+//! Warm sessions on bwrap: one long-lived sandbox with the same wall as a run (the plan,
+//! staging, pinned mounts, pasta with the link-local block, the seccomp wall and tmpfs caps
+//! of `process::launch`), whose main process is the agent (`sandbox_core::agent::AGENT_PY`),
+//! serving the [`Sandbox`] protocol through it, as docker and podman sessions do.
+//!
+//! **Lifetime.** The sandbox is started without `--die-with-parent` and in its own process
+//! group, so it outlives `session start`: when the starting process exits, bwrap is
+//! re-parented to init (or the nearest subreaper), like any orphan. What ends it:
+//!
+//! * the agent's idle TTL: the agent is the watchdog and exits once nothing ran for the TTL;
+//!   its exit ends bwrap's pid-1, and with it everything in the sandbox's pid namespace, even
+//!   if no CLI ever runs again;
+//! * [`BwrapEngine::stop_session`]: SIGKILL to the sandbox's pid-1 through a pidfd, pinned;
+//! * [`BwrapEngine::reap_sessions`] (the startup sweep): the same for a session whose host
+//!   record says it was not used for longer than its TTL (the agent may have been replaced by
+//!   code that never exits), and the record of a session whose process is gone.
+//!
+//! **Records.** `<runtime dir>/bwrap-sessions/<id>.json`, written through
+//! [`reaper::PrivateDir`] (0700, the caller's own, no link followed): the sandbox's pid-1
+//! pinned by pid and start time ([`reaper::ProcPin`]), the policy it was started with, and
+//! the last use by the host. The agent's socket is reached through `/proc/<pid>/root` of that
+//! pinned process, opened without following links the sandbox may have planted.
+//!
+//! **Scripts.** The same contract as OCI sessions (`sandbox_core::shell`): a venv in the
+//! session's tmpfs home made from the session's interpreter, dependencies installed inside by
+//! uv (bound read-only) with the session's own network and a private cache in that home. The
+//! prepared environments of runs are not used: they would have to be mounted into the session
+//! (all of them, since mounts are fixed at start) and built with the network the session may
+//! not have.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use reaper::ProcPin;
+use sandbox_core::agent::{AGENT_SOCKET, Frame, TIMEOUT_GRACE};
+use sandbox_core::{
+    DirEntry, EnvVar, ExecRequest, Mount, Net, OutputSink, Publish, PutSource, RunOutcome, RunSpec,
+    Sandbox, ScriptOptions, Service, ServiceSpec, Stream, shell,
+};
+
+use crate::engine::BwrapEngine;
+use crate::error::{Error, Result};
+use crate::plan::{self, Access, SessionLayout};
+
+/// What `session start` asks for (the same fields as engine-oci's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionConfig {
+    /// Mounted read-write at its real path; the working directory of execs.
+    pub workspace: PathBuf,
+    /// Extra mounts at their real paths.
+    pub mounts: Vec<Mount>,
+    /// Network of the session.
+    pub net: Net,
+    /// Ports reachable from the host, each on the same port of the given address (127.0.0.1
+    /// by default).
+    pub publish: Vec<Publish>,
+    /// Explicit environment.
+    pub env: Vec<EnvVar>,
+    /// Idle time after which the session ends itself.
+    pub ttl: Duration,
+    /// Size cap of each of the session's tmpfs (`/tmp` and home, which holds its venv).
+    pub tmpfs_size: u64,
+}
+
+/// A session as `session list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// The session id.
+    pub id: String,
+    /// Always `bwrap`.
+    pub engine: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// Idle TTL in seconds.
+    pub ttl: u64,
+    /// `running`.
+    pub state: String,
+    /// The workspace.
+    pub workspace: String,
+    /// (port inside, URL on the host) of published ports.
+    pub ports: Vec<(u16, String)>,
+    /// Host pid of the sandbox's init.
+    pub pid: u32,
+    /// What did not stop the start.
+    pub warnings: Vec<String>,
+}
+
+/// The host-private record of one session.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct Record {
+    id: String,
+    workspace: String,
+    pid: u32,
+    start_time: u64,
+    created: u64,
+    ttl: u64,
+    /// Unix seconds of the last command the host sent.
+    last_used: u64,
+    /// The interpreter inside (the venv is made from it).
+    python: String,
+    net: bool,
+    mounts: Vec<(PathBuf, bool)>,
+    publish: Vec<(u16, String)>,
+    /// Values of the session's own secret-looking environment, masked in what it prints.
+    secrets: Vec<String>,
+    /// Scripts run so far.
+    scripts: u64,
+    /// The ACL hold a root caller's session keeps on its directories, if any.
+    holder: Option<String>,
+}
+
+impl Record {
+    fn pin(&self) -> ProcPin {
+        ProcPin { pid: self.pid, start_time: self.start_time }
+    }
+
+    fn info(&self) -> SessionInfo {
+        SessionInfo {
+            id: self.id.clone(),
+            engine: "bwrap".to_owned(),
+            created: self.created,
+            ttl: self.ttl,
+            state: "running".to_owned(),
+            workspace: self.workspace.clone(),
+            ports: self.publish.clone(),
+            pid: self.pid,
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// Pure: whether `id` can name a record (it becomes a file name).
+fn valid_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// Pure: whether a session last used at `last_used` with `ttl` is expired at `now` (a grace
+/// of one minute: the agent's own watchdog normally ends it first).
+fn expired(last_used: u64, ttl: u64, now: u64) -> bool {
+    now.saturating_sub(last_used) > ttl.saturating_add(60)
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+fn random_hex(bytes: usize) -> Result<String> {
+    let mut buf = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .map_err(Error::io("reading /dev/urandom"))?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The records' directory.
+struct Records(reaper::PrivateDir);
+
+impl Records {
+    fn open(runtime_dir: &Path) -> Result<Records> {
+        Ok(Records(reaper::PrivateDir::open(&runtime_dir.join("bwrap-sessions"))?))
+    }
+
+    fn read(&self, id: &str) -> Option<Record> {
+        if !valid_id(id) {
+            return None;
+        }
+        let bytes = self.0.read(&format!("{id}.json")).ok()??;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    fn write(&self, record: &Record) -> Result<()> {
+        let bytes = serde_json::to_vec(record)
+            .map_err(|e| Error::io("encoding a session record")(std::io::Error::other(e)))?;
+        Ok(self.0.replace(&format!("{}.json", record.id), &bytes)?)
+    }
+
+    fn remove(&self, id: &str) {
+        if valid_id(id) {
+            let _ = self.0.remove(&format!("{id}.json"));
+        }
+    }
+
+    fn ids(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(self.0.path()) else { return Vec::new() };
+        let mut ids: Vec<String> = entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").map(str::to_owned))
+            .filter(|id| valid_id(id))
+            .collect();
+        ids.sort();
+        ids
+    }
+}
+
+/// Ends a session for good: kills its pid namespace (through its pinned init), gives a root
+/// caller's directories back, drops the record.
+fn end(records: &Records, record: &Record, cache_dir: &Path) {
+    record.pin().kill();
+    if let Some(holder) = &record.holder {
+        let _ = reaper::acl::release_holder(&reaper::acl::state_dir(cache_dir), holder);
+    }
+    records.remove(&record.id);
+}
+
+impl BwrapEngine {
+    /// Starts a session sandbox and returns once its agent listens. The sandbox outlives the
+    /// calling process (see the module docs); status lines (a cold interpreter lookup) go to
+    /// `status`.
+    pub fn start_session(
+        &self,
+        config: &SessionConfig,
+        status: &mut dyn FnMut(&str),
+    ) -> Result<SessionInfo> {
+        let runtime_dir = self.config().runtime_dir.clone();
+        let records = Records::open(&runtime_dir)?;
+        let spec = RunSpec {
+            script: config.workspace.clone(),
+            args: Vec::new(),
+            dependencies: Vec::new(),
+            requires_python: None,
+            mounts: config.mounts.clone(),
+            net: config.net,
+            publish: config.publish.clone(),
+            env: config.env.clone(),
+            timeout: None,
+            tmpfs_size: config.tmpfs_size,
+            workspace: config.workspace.clone(),
+        };
+        let mut warnings = self.check(&spec)?;
+        let (workspace, mounts, user_env) = self.resolve_for_session(&spec)?;
+        // The interpreter of the base environment (no dependencies): found, or installed by
+        // uv, exactly as for a run; the session builds its own venv from it.
+        let (uv, base) = self.session_tools(&spec, status)?;
+        let python = base.python.clone();
+        let ttl_secs = config.ttl.as_secs().max(1);
+        let layout = SessionLayout {
+            python: python.clone(),
+            ro_dirs: base.prefixes.clone(),
+            uv,
+            workspace: workspace.clone(),
+            mounts: mounts.clone(),
+            net: config.net == Net::On,
+            user_env: user_env.clone(),
+            tmpfs_size: config.tmpfs_size,
+            publish: config.publish.clone(),
+            ttl_secs,
+        };
+        let mut plan = plan::session_plan(self.host(), &layout);
+        let id = random_hex(6)?;
+        let holder = format!("bwrap-{id}");
+        let (plan_idmapped, grant) = self.lend_writable(&workspace, &mounts)?;
+        plan.idmapped = plan_idmapped;
+        let launched = crate::process::launch(
+            self.tools(),
+            &plan,
+            self.host(),
+            [std::process::Stdio::null(), std::process::Stdio::null(), std::process::Stdio::null()],
+            true,
+        );
+        let launched = match launched {
+            Ok(launched) => launched,
+            Err(e) => {
+                if let Some(grant) = grant {
+                    let _ = grant.release();
+                }
+                return Err(e);
+            }
+        };
+        let crate::process::Launched { mut child, child_pid, .. } = launched;
+        // Reaps bwrap when the session ends while this process still lives (a long-lived
+        // library user); a CLI that exits first leaves that to init.
+        let pin = child_pid.and_then(|pid| u32::try_from(pid).ok()).and_then(ProcPin::of_pid);
+        let listening = pin.is_some_and(|pin| wait_listening(&pin, Duration::from_secs(10)));
+        let Some(pin) = pin.filter(|_| listening) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            if let Some(grant) = grant {
+                let _ = grant.release();
+            }
+            return Err(match child_pid {
+                None => self.setup_failure(),
+                Some(_) => Error::SessionStart {
+                    reason: "its agent did not start listening within 10 s".to_owned(),
+                },
+            });
+        };
+        std::thread::spawn(move || {
+            let _ = child.wait();
+        });
+        let holder = match grant {
+            Some(grant) => {
+                grant.hold(&holder)?;
+                Some(holder)
+            }
+            None => None,
+        };
+        let created = now_secs();
+        let record = Record {
+            id: id.clone(),
+            workspace: workspace.display().to_string(),
+            pid: pin.pid,
+            start_time: pin.start_time,
+            created,
+            ttl: ttl_secs,
+            last_used: created,
+            python: python.display().to_string(),
+            net: config.net == Net::On,
+            mounts: mounts.iter().map(|m| (m.src.clone(), m.access == Access::ReadWrite)).collect(),
+            publish: config
+                .publish
+                .iter()
+                .map(|p| {
+                    let host = p.host.map_or_else(
+                        || "127.0.0.1".to_owned(),
+                        |h| match h {
+                            std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+                            v4 => v4.to_string(),
+                        },
+                    );
+                    (p.port, format!("http://{host}:{}", p.port))
+                })
+                .collect(),
+            secrets: user_env
+                .iter()
+                .filter(|(name, _)| sandbox_core::is_secret_name(name))
+                .map(|(_, v)| v.clone())
+                .collect(),
+            scripts: 0,
+            holder,
+        };
+        if let Err(e) = records.write(&record) {
+            end(&records, &record, &self.config().cache_dir);
+            return Err(e);
+        }
+        let mut info = record.info();
+        info.warnings.append(&mut warnings);
+        Ok(info)
+    }
+
+    /// The running session `id`.
+    pub fn session(&self, id: &str) -> Result<Session> {
+        let records = Records::open(&self.config().runtime_dir)?;
+        let record = records.read(id).ok_or_else(|| Error::NoSession { id: id.to_owned() })?;
+        if !record.pin().alive() {
+            records.remove(id);
+            return Err(Error::NoSession { id: id.to_owned() });
+        }
+        Ok(Session {
+            record,
+            records,
+            cache_dir: self.config().cache_dir.clone(),
+            stopped: AtomicBool::new(false),
+        })
+    }
+
+    /// Every running session of this user (records of ended ones are removed on the way).
+    pub fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
+        let records = Records::open(&self.config().runtime_dir)?;
+        let mut out = Vec::new();
+        for id in records.ids() {
+            match records.read(&id) {
+                Some(record) if record.pin().alive() => out.push(record.info()),
+                _ => records.remove(&id),
+            }
+        }
+        out.sort_by_key(|s| s.created);
+        Ok(out)
+    }
+
+    /// Stops session `id` and everything in it.
+    pub fn stop_session(&self, id: &str) -> Result<()> {
+        let session = self.session(id)?;
+        end(&session.records, &session.record, &self.config().cache_dir);
+        Ok(())
+    }
+
+    /// The startup sweep: removes the records of sessions whose process is gone (expired,
+    /// killed, rebooted) and ends sessions the host has not used for longer than their TTL
+    /// (their agent should have; code in the session may have replaced it). Returns the ids
+    /// removed.
+    pub fn reap_sessions(&self) -> Result<Vec<String>> {
+        let records = Records::open(&self.config().runtime_dir)?;
+        let now = now_secs();
+        let mut reaped = Vec::new();
+        for id in records.ids() {
+            let Some(record) = records.read(&id) else {
+                records.remove(&id);
+                reaped.push(id);
+                continue;
+            };
+            if !record.pin().alive() || expired(record.last_used, record.ttl, now) {
+                end(&records, &record, &self.config().cache_dir);
+                reaped.push(id);
+            }
+        }
+        Ok(reaped)
+    }
+}
+
+/// Waits until the agent of a fresh sandbox listens (python starts in tens of milliseconds;
+/// a cold start of the sandbox takes longer); `false` after `patience` or if it died.
+fn wait_listening(pin: &ProcPin, patience: Duration) -> bool {
+    let deadline = Instant::now() + patience;
+    loop {
+        if pin.socket_in_root(AGENT_SOCKET).is_some() {
+            return true;
+        }
+        if Instant::now() > deadline || !pin.alive() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A running bwrap session.
+#[derive(Debug)]
+pub struct Session {
+    record: Record,
+    records: Records,
+    cache_dir: PathBuf,
+    stopped: AtomicBool,
+}
+
+impl std::fmt::Debug for Records {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Records").field(&self.0.path()).finish()
+    }
+}
+
+impl Session {
+    /// The workspace the session was started in.
+    pub fn workspace(&self) -> &str {
+        &self.record.workspace
+    }
+
+    /// Whether the session has a network.
+    pub fn net(&self) -> bool {
+        self.record.net
+    }
+
+    /// Its extra mounts (real host paths) and whether each is writable.
+    pub fn mounts(&self) -> &[(PathBuf, bool)] {
+        &self.record.mounts
+    }
+
+    /// (port inside, URL on the host) of its published ports.
+    pub fn ports(&self) -> &[(u16, String)] {
+        &self.record.publish
+    }
+
+    /// The values of the session's own secret-looking environment, for masking.
+    pub fn secrets(&self) -> &[String] {
+        &self.record.secrets
+    }
+
+    /// How many scripts `session run` had run in this session when it was opened.
+    pub fn scripts_run(&self) -> u64 {
+        self.record.scripts
+    }
+
+    /// Records that one more script runs in the session (best effort).
+    pub fn note_script(&self) {
+        if let Some(mut record) = self.records.read(&self.record.id) {
+            record.scripts = record.scripts.max(self.record.scripts).saturating_add(1);
+            let _ = self.records.write(&record);
+        }
+    }
+
+    /// The host pid of the sandbox's init (pid 1 of its namespace).
+    pub fn pid(&self) -> u32 {
+        self.record.pid
+    }
+
+    /// Runs the host script in the session's venv after installing `options.dependencies`
+    /// there ([`sandbox_core::shell::run_script`]). A script inside the workspace runs at its
+    /// real path; any other is copied in first.
+    pub async fn run_script_with(
+        &self,
+        script: &Path,
+        options: &ScriptOptions,
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome> {
+        let real = std::fs::canonicalize(script)
+            .map_err(|_| Error::MissingPath { path: script.to_owned() })?;
+        let (inside, copy) = if real.starts_with(&self.record.workspace) {
+            (real.display().to_string(), None)
+        } else {
+            let bytes =
+                std::fs::read(&real).map_err(Error::io(format!("reading {}", real.display())))?;
+            let name = real
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "script.py".to_owned());
+            (format!("/tmp/.scripts/{}/{name}", random_hex(6)?), Some(bytes))
+        };
+        let nonce = random_hex(16)?;
+        let place = sandbox_core::ScriptPlace {
+            inside: &inside,
+            copy: copy.as_deref(),
+            nonce: &nonce,
+            python: &self.record.python,
+        };
+        shell::run_script(self, &place, options, output).await
+    }
+
+    fn ensure_running(&self) -> Result<()> {
+        if self.stopped.load(Ordering::Relaxed) {
+            return Err(sandbox_core::Error::Stopped { id: self.record.id.clone() }.into());
+        }
+        Ok(())
+    }
+
+    /// Marks the session used now in its record (what the reaper's TTL counts from).
+    fn touch(&self) {
+        if let Some(mut record) = self.records.read(&self.record.id) {
+            let now = now_secs();
+            if record.last_used < now {
+                record.last_used = now;
+                let _ = self.records.write(&record);
+            }
+        }
+    }
+
+    /// One request through the agent, streaming its output.
+    fn agent_exec(&self, request: &ExecRequest, output: &mut dyn OutputSink) -> Result<RunOutcome> {
+        self.ensure_running()?;
+        let id = &self.record.id;
+        let stream = self
+            .record
+            .pin()
+            .connect_in_root(AGENT_SOCKET)
+            .ok_or_else(|| Error::NoSession { id: id.clone() })?;
+        self.touch();
+        let cwd = request.cwd.clone().unwrap_or_else(|| self.record.workspace.clone());
+        relay(stream, request, &cwd, output, id)
+    }
+}
+
+/// The blocking side of the protocol loop (engine-oci has the tokio twin); what each frame
+/// means is decided in [`sandbox_core::agent`]. The request's timeout is enforced from here
+/// too ([`TIMEOUT_GRACE`] after it): dropping the connection makes the agent kill the command.
+fn relay(
+    mut stream: std::os::unix::net::UnixStream,
+    request: &ExecRequest,
+    cwd: &str,
+    output: &mut dyn OutputSink,
+    session: &str,
+) -> Result<RunOutcome> {
+    let start = Instant::now();
+    let deadline = request.timeout.map(|t| start + t + TIMEOUT_GRACE);
+    let failed = |message: String| Error::AgentExec { id: session.to_owned(), message };
+    let hostile =
+        |problem: String| sandbox_core::Error::AgentProtocol { id: session.to_owned(), problem };
+    let outcome = |exit_code: i32, timed_out: bool| RunOutcome {
+        exit_code,
+        duration: start.elapsed(),
+        timed_out,
+        warnings: Vec::new(),
+    };
+    let arm = |stream: &std::os::unix::net::UnixStream| -> bool {
+        let Some(deadline) = deadline else { return true };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        stream.set_read_timeout(Some(left)).is_ok() && stream.set_write_timeout(Some(left)).is_ok()
+    };
+    let timed_out = |e: &std::io::Error| {
+        matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+    };
+    if !arm(&stream) {
+        return Ok(outcome(sandbox_core::agent::EXIT_HOST_TIMEOUT, true));
+    }
+    match stream.write_all(&sandbox_core::agent::encode_request(request, cwd)) {
+        Ok(()) => {}
+        Err(e) if timed_out(&e) => {
+            return Ok(outcome(sandbox_core::agent::EXIT_HOST_TIMEOUT, true));
+        }
+        Err(e) => return Err(failed(e.to_string())),
+    }
+    let mut payload = Vec::new();
+    loop {
+        let mut head = [0u8; 5];
+        if !arm(&stream) {
+            return Ok(outcome(sandbox_core::agent::EXIT_HOST_TIMEOUT, true));
+        }
+        match stream.read_exact(&mut head) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(failed(format!("session `{session}` ended during the command")));
+            }
+            Err(e) if timed_out(&e) => {
+                return Ok(outcome(sandbox_core::agent::EXIT_HOST_TIMEOUT, true));
+            }
+            Err(e) => return Err(failed(e.to_string())),
+        }
+        let (kind, len) = sandbox_core::agent::frame_len(head).map_err(hostile)?;
+        payload.resize(len, 0);
+        match stream.read_exact(&mut payload) {
+            Ok(()) => {}
+            Err(e) if timed_out(&e) => {
+                return Ok(outcome(sandbox_core::agent::EXIT_HOST_TIMEOUT, true));
+            }
+            Err(e) => return Err(failed(e.to_string())),
+        }
+        match sandbox_core::agent::decode_frame(kind, &payload).map_err(hostile)? {
+            Frame::Output(which, chunk) => {
+                output.write(which, chunk);
+                if output.closed() {
+                    return Ok(outcome(sandbox_core::EXIT_CLOSED_PIPE, false));
+                }
+            }
+            Frame::Exited { code, timed_out } => return Ok(outcome(code, timed_out)),
+            Frame::NotStarted(message) => {
+                let (line, code) = sandbox_core::agent::not_started(request, &message);
+                output.write(Stream::Stderr, line.as_bytes());
+                return Ok(outcome(code, false));
+            }
+        }
+    }
+}
+
+impl sandbox_core::AgentShell for Session {
+    type Error = Error;
+
+    fn shell_id(&self) -> &str {
+        &self.record.id
+    }
+
+    async fn shell_exec(
+        &self,
+        request: &ExecRequest,
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome> {
+        self.agent_exec(request, output)
+    }
+}
+
+impl Sandbox for Session {
+    type Error = Error;
+
+    fn id(&self) -> &str {
+        &self.record.id
+    }
+
+    async fn exec(&self, request: &ExecRequest, output: &mut dyn OutputSink) -> Result<RunOutcome> {
+        self.agent_exec(request, output)
+    }
+
+    async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+        shell::read_file(self, path).await
+    }
+
+    async fn write_file(&self, path: &str, contents: &[u8]) -> Result<()> {
+        shell::write_file(self, path, contents).await
+    }
+
+    async fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>> {
+        shell::list_dir(self, path).await
+    }
+
+    async fn put(&self, source: &PutSource, dest: &str) -> Result<()> {
+        match source {
+            PutSource::Tar(bytes) => shell::put_tar(self, bytes.clone(), dest).await,
+            PutSource::HostPath(_) => Err(sandbox_core::Error::Unsupported {
+                what: "copying a host path".to_owned(),
+                by: format!("bwrap session `{}`", self.record.id),
+                hint: "pass a tar archive (`PutSource::Tar`), or put the files in the workspace"
+                    .to_owned(),
+            }
+            .into()),
+        }
+    }
+
+    async fn start_service(&self, service: &ServiceSpec) -> Result<Service> {
+        self.ensure_running()?;
+        let port = service.port;
+        let Some((_, url)) = self.record.publish.iter().find(|(p, _)| *p == port) else {
+            return Err(sandbox_core::Error::Unsupported {
+                what: format!("a service on port {port}"),
+                by: format!("session `{}`", self.record.id),
+                hint: format!("start the session with `--publish {port}`"),
+            }
+            .into());
+        };
+        shell::start_service(self, service, url.clone()).await
+    }
+
+    async fn stop_service(&self, service: &Service) -> Result<()> {
+        shell::stop_service(self, service).await
+    }
+
+    async fn stop(&self) -> Result<()> {
+        self.stopped.store(true, Ordering::Relaxed);
+        end(&self.records, &self.record, &self.cache_dir);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_file_names_of_ours_only() {
+        assert!(valid_id("0a1b2c3d4e5f"));
+        for bad in ["", "../x", "a/b", "a.json", &"a".repeat(65)] {
+            assert!(!valid_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn expiry_counts_from_the_last_host_use() {
+        assert!(!expired(1000, 60, 1000 + 60 + 60));
+        assert!(expired(1000, 60, 1000 + 60 + 61));
+        assert!(!expired(1000, u64::MAX, u64::MAX));
+        assert!(!expired(2000, 60, 1000), "a clock that went back is not expiry");
+    }
+}
