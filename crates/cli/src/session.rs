@@ -214,7 +214,8 @@ pub(crate) fn run(cmd: SessionCmd) -> Result<ExitCode> {
         SessionCmd::Exec { id, command, engine } => exec(&id, command, engine),
         SessionCmd::Stop { id, engine } => {
             let (engine, session) = engine_with_session(&id, engine)?;
-            engine.block_on(session.stop())?;
+            // Through the engine: it also detaches what it kept for the session on the host.
+            engine.stop_session(session.id()).map_err(sandbox_core::EngineError::new)?;
             Ok(ExitCode::SUCCESS)
         }
         SessionCmd::List { json, engine } => list(json, engine),

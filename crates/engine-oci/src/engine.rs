@@ -349,6 +349,20 @@ impl OciEngine {
         Ok(reaper::acl::reap(&state, dry_run, &alive)?)
     }
 
+    /// Idmapped copies of `dirs` for container `name` when the caller is root on a local,
+    /// rootful daemon and the filesystems allow it (`crate::idmap`); `None` otherwise.
+    pub(crate) fn idmap_stages(
+        &self,
+        name: &str,
+        dirs: &[PathBuf],
+    ) -> Option<crate::idmap::Stages> {
+        let local = matches!(self.connection.endpoint, engine_detect::ApiEndpoint::Unix(_));
+        if self.host.uid != 0 || !local || self.rootless.is_some() {
+            return None;
+        }
+        crate::idmap::Stages::stage(&self.config.cache_dir, name, dirs)
+    }
+
     /// Prunes environment volumes unused for `max_age` (zero: every one not in use) and not in
     /// use, or with `dry_run` only reports them. One volume list and one container list call.
     pub fn prune_envs(&self, max_age: Duration, dry_run: bool) -> Result<Vec<PrunedEnv>> {
@@ -539,10 +553,7 @@ impl OciEngine {
         let id = random_id();
         // A root caller's read-write directories: idmapped copies where possible, else lent
         // with an ACL (`crate::idmap`).
-        let local = matches!(self.connection.endpoint, engine_detect::ApiEndpoint::Unix(_));
-        let idmapped = (self.host.uid == 0 && local && self.rootless.is_none())
-            .then(|| crate::idmap::Stages::stage(&self.config.cache_dir, &id, &writable))
-            .flatten();
+        let idmapped = self.idmap_stages(&format!("python-sandbox-run-{id}"), &writable);
         let grant = match idmapped {
             Some(_) => None,
             None => workspace::lend(self.host.uid, &writable, &self.config.cache_dir)?,

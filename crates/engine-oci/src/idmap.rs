@@ -5,7 +5,7 @@
 //! namespace, so the CLI (root, talking to a local daemon) attaches an **idmapped copy** of each
 //! such directory (`reaper::idmap::Staged`: cloned from a descriptor opened without following
 //! links, root's files shown as nobody's, nobody's writes stored as root's) in a private
-//! directory of its cache, `<cache>/idmap/<run id>/<n>`, and binds that instead. Existing files
+//! directory of its cache, `<cache>/idmap/<container name>/<n>`, and binds that instead. Existing files
 //! stay writable and no permission or ACL of the caller changes; the copy is detached when the
 //! run ends. Where idmapped mounts are not possible (an old kernel, a filesystem without them,
 //! a remote or rootless daemon, a non-root caller) the directories are lent with an ACL
@@ -35,14 +35,14 @@ fn root(cache_dir: &Path) -> PathBuf {
 }
 
 impl Stages {
-    /// Stages `dirs` for run `id`; `None` when idmapped mounts cannot be used here (the
-    /// caller lends the directories with an ACL then).
-    pub(crate) fn stage(cache_dir: &Path, id: &str, dirs: &[PathBuf]) -> Option<Stages> {
+    /// Stages `dirs` for container `name`; `None` when idmapped mounts cannot be used here
+    /// (the caller lends the directories with an ACL then).
+    pub(crate) fn stage(cache_dir: &Path, name: &str, dirs: &[PathBuf]) -> Option<Stages> {
         if !dirs.iter().all(|d| reaper::idmap::supported(d)) {
             return None;
         }
         reaper::PrivateDir::open(&root(cache_dir)).ok()?;
-        let dir = root(cache_dir).join(id);
+        let dir = root(cache_dir).join(name);
         std::fs::create_dir(&dir).ok()?;
         let mut stages = Stages { dir, staged: Vec::new() };
         for (n, original) in dirs.iter().enumerate() {
@@ -52,6 +52,14 @@ impl Stages {
             stages.staged.push((original.clone(), staged.ok()?));
         }
         Some(stages)
+    }
+
+    /// Leaves the copies attached (a session's, for as long as its container lives; the sweep
+    /// detaches them afterwards).
+    pub(crate) fn keep(mut self) {
+        for (_, staged) in self.staged.drain(..) {
+            staged.keep();
+        }
     }
 
     /// Binds the staged copies in `plan` instead of the originals (read-write host binds).
@@ -64,8 +72,10 @@ impl Stages {
 
 impl Drop for Stages {
     fn drop(&mut self) {
-        self.staged.clear();
-        let _ = std::fs::remove_dir(&self.dir);
+        if !self.staged.is_empty() {
+            self.staged.clear();
+            let _ = std::fs::remove_dir(&self.dir);
+        }
     }
 }
 
@@ -81,6 +91,17 @@ pub(crate) fn restage(plan: &mut ContainerPlan, pairs: &[(PathBuf, PathBuf)]) {
     }
 }
 
+/// Detaches the copies kept for container `name` (a stopped session's).
+pub(crate) fn release(cache_dir: &Path, name: &str) {
+    let dir = root(cache_dir).join(name);
+    if let Ok(copies) = std::fs::read_dir(&dir) {
+        for copy in copies.flatten() {
+            reaper::idmap::unstage(&copy.path());
+        }
+    }
+    let _ = std::fs::remove_dir(&dir);
+}
+
 /// Detaches the copies of runs whose container is gone (a killed CLI's), older than
 /// [`LEFTOVER_AGE`]. Best effort; root only (nobody else can have made any).
 pub(crate) async fn sweep(docker: &Docker, cache_dir: &Path) {
@@ -89,14 +110,16 @@ pub(crate) async fn sweep(docker: &Docker, cache_dir: &Path) {
     }
     let Ok(entries) = std::fs::read_dir(root(cache_dir)) else { return };
     for entry in entries.flatten() {
-        let Ok(id) = entry.file_name().into_string() else { continue };
+        let Ok(name) = entry.file_name().into_string() else { continue };
         let young = entry
             .metadata()
             .and_then(|m| m.modified())
             .ok()
             .and_then(|t| t.elapsed().ok())
             .is_none_or(|age| age < LEFTOVER_AGE);
-        let name = format!("python-sandbox-run-{id}");
+        if !name.starts_with("python-sandbox-") {
+            continue;
+        }
         let gone = matches!(
             docker
                 .inspect_container(
@@ -109,12 +132,6 @@ pub(crate) async fn sweep(docker: &Docker, cache_dir: &Path) {
         if young || !gone || !entry.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
-        let dir = entry.path();
-        if let Ok(copies) = std::fs::read_dir(&dir) {
-            for copy in copies.flatten() {
-                reaper::idmap::unstage(&copy.path());
-            }
-        }
-        let _ = std::fs::remove_dir(&dir);
+        release(cache_dir, &name);
     }
 }

@@ -255,8 +255,14 @@ impl OciEngine {
         let writable: Vec<PathBuf> = std::iter::once(workspace.clone())
             .chain(mounts.iter().filter(|m| m.writable).map(|m| m.path.clone()))
             .collect();
-        let grant = crate::workspace::lend(host.uid, &writable, &self.config().cache_dir)?;
         let id = random_id();
+        // As for a run (`crate::idmap`): idmapped copies where possible, kept for the
+        // session's life (a sweep detaches them once its container is gone); else an ACL.
+        let stages = self.idmap_stages(&container_name(&id), &writable);
+        let grant = match stages {
+            Some(_) => None,
+            None => crate::workspace::lend(host.uid, &writable, &self.config().cache_dir)?,
+        };
         let ttl_secs = config.ttl.as_secs().max(1);
         let owner = reaper::Owner::current(None)?;
         let mut labels = reaper::labels_for_session(&id, &owner, now_secs(), ttl_secs)?;
@@ -286,6 +292,9 @@ impl OciEngine {
             ttl_secs,
         };
         let mut container = plan::session_plan(&host, &layout);
+        if let Some(stages) = &stages {
+            stages.apply(&mut container);
+        }
         let warning = self.adapt(&mut container);
         let pins = host::check_sources(&container.mounts)?;
         let body = plan::create_body(&container, self.config().flavor);
@@ -315,6 +324,9 @@ impl OciEngine {
                     // From here on the session lives on its own (watchdog + auto-remove), and
                     // so does its grant, until `stop` or, once it is gone, a sweep.
                     std::mem::forget(guard);
+                    if let Some(stages) = stages {
+                        stages.keep();
+                    }
                     match grant {
                         Some(grant) => {
                             grant.hold(&crate::workspace::holder(engine, &id)).map_err(Error::from)
@@ -418,7 +430,11 @@ impl OciEngine {
     /// Stops and removes session `id`.
     pub fn stop_session(&self, id: &str) -> Result<()> {
         let session = self.session(id)?;
-        self.block_on(session.stop())
+        let stopped = self.block_on(session.stop());
+        if stopped.is_ok() && rustix::process::geteuid().is_root() {
+            crate::idmap::release(&self.config().cache_dir, &container_name(id));
+        }
+        stopped
     }
 }
 

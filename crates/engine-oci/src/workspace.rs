@@ -4,7 +4,7 @@
 //! owned by the caller with no help. A root caller's container runs as nobody (65534:65534),
 //! never as 0: uid 0 in a container is host root as far as every bind mount is concerned. To
 //! let nobody write, a run binds idmapped copies of the workspace and read-write mounts where
-//! it can (`crate::idmap`); otherwise (and for sessions, for now) they are lent to it with one
+//! it can (`crate::idmap`, runs and sessions); otherwise they are lent to it with one
 //! POSIX ACL entry ([`reaper::acl::Grant`]), and given back exactly as they were
 //! when the last run (or session) using them ends; a killed CLI's leftovers go at the next
 //! sweep or `reap`. After the run, entries the sandbox created (owned by 65534) are handed back

@@ -139,6 +139,11 @@ impl Staged {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Leaves the copy attached (whoever owns it now detaches it: [`unstage`]).
+    pub fn keep(self) {
+        std::mem::forget(self);
+    }
 }
 
 impl Drop for Staged {
