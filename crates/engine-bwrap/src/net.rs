@@ -79,6 +79,7 @@ impl UserNet {
         publish: &[Publish],
         run_as: Option<(u32, u32)>,
     ) -> Result<UserNet> {
+        wait_for_loopback(child);
         let netns_path = PathBuf::from(format!("/proc/{child}/ns/net"));
         let netns = std::fs::File::open(&netns_path)
             .map_err(Error::io(format!("opening {}", netns_path.display())))?;
@@ -136,6 +137,35 @@ impl UserNet {
 
 /// Whether the host has an IPv6 default route (`/proc/net/ipv6_route`: destination `::/0`
 /// via a non-loopback device); without one the sandbox gets IPv4 only.
+/// Waits (at most 2 s, in 1 ms steps) until bwrap's own loopback setup in the sandbox is done:
+/// 127.0.0.1 in the namespace's local table. bwrap reports the child's pid before that child has
+/// set up `lo`, and pasta brings `lo` up too, which makes the kernel add 127.0.0.1 itself; if
+/// pasta wins, bwrap's own `RTM_NEWADDR` fails and the whole start with it (seen under load).
+fn wait_for_loopback(child: i32) {
+    let trie = PathBuf::from(format!("/proc/{child}/net/fib_trie"));
+    for _ in 0..2000 {
+        match std::fs::read_to_string(&trie) {
+            Ok(text) if has_loopback(&text) => return,
+            // Gone (bwrap failed): its own error explains; pasta's attach reports the rest.
+            Err(_) => return,
+            Ok(_) => std::thread::sleep(std::time::Duration::from_millis(1)),
+        }
+    }
+}
+
+/// Pure: whether a `fib_trie` listing holds 127.0.0.1 as a local address.
+pub(crate) fn has_loopback(fib_trie: &str) -> bool {
+    let mut lines = fib_trie.lines().map(str::trim);
+    while let Some(line) = lines.next() {
+        if line.trim_start_matches("|-- ") == "127.0.0.1"
+            && lines.next().is_some_and(|next| next.contains("host LOCAL"))
+        {
+            return true;
+        }
+    }
+    false
+}
+
 fn host_has_ipv6_route() -> bool {
     std::fs::read_to_string("/proc/net/ipv6_route").is_ok_and(|routes| {
         routes.lines().any(|line| {

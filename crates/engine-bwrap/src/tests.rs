@@ -378,3 +378,12 @@ fn session_is_the_run_wall_with_the_agent_and_no_die_with_parent() {
     assert!(!rendered.contains("--die-with-parent"), "a session outlives `session start`");
     insta::assert_snapshot!("session", rendered);
 }
+
+/// bwrap's loopback is up once 127.0.0.1 is a local address of the namespace.
+#[test]
+fn loopback_is_seen_in_the_local_table_only() {
+    let up = "Main:\n  +-- 0.0.0.0/0 3 0 5\nLocal:\n  +-- 127.0.0.0/8 2 0 2\n     +-- 127.0.0.0/31 1 0 0\n        |-- 127.0.0.0\n           /8 host LOCAL\n        |-- 127.0.0.1\n           /32 host LOCAL\n";
+    assert!(crate::net::has_loopback(up));
+    assert!(!crate::net::has_loopback("Main:\nLocal:\n"));
+    assert!(!crate::net::has_loopback("        |-- 127.0.0.1\n           /32 link UNICAST\n"));
+}
