@@ -143,6 +143,15 @@ pub(crate) fn inline_layer(meta: &Metadata) -> Layer {
             .collect();
         layer.timeout = sb.timeout.as_ref().map(|t| Duration::from_secs(t.value));
         layer.tmpfs_size = sb.tmpfs_size.as_ref().map(|t| t.value);
+        // Validated by pep723-meta with the flags' own checks, so these cannot fail.
+        layer.limits = sandbox_core::Limits {
+            memory: sb.memory.as_ref().map(|m| m.value),
+            cpus: sb
+                .cpu_millis
+                .as_ref()
+                .and_then(|c| sandbox_core::Cpus::from_millis(c.value).ok()),
+            pids: sb.pids_limit.as_ref().map(|p| p.value),
+        };
     }
     layer
 }
@@ -162,6 +171,7 @@ fn cli_layer(args: &RunArgs, script: &Path) -> Result<Layer> {
         env: args.env.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,
         timeout,
         tmpfs_size: args.tmpfs_size.as_deref().map(sandbox_core::parse_size).transpose()?,
+        limits: args.limits.layer()?,
         ..Layer::default()
     })
 }
