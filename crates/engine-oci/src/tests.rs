@@ -934,10 +934,13 @@ fn asked_limits_fill_in_the_defaults() {
 
 #[test]
 fn cgroup_limits_need_memory_cpu_and_pids() {
-    assert!(crate::client::cgroup_limits_in("cpuset cpu io memory hugetlb pids rdma\n"));
-    assert!(!crate::client::cgroup_limits_in("cpu memory\n"));
-    assert!(!crate::client::cgroup_limits_in("cpuset io memory pids"), "cpuset is not cpu");
-    assert!(!crate::client::cgroup_limits_in(""));
+    assert!(engine_detect::controllers_for_containers("cpuset cpu io memory hugetlb pids rdma\n"));
+    assert!(!engine_detect::controllers_for_containers("cpu memory\n"));
+    assert!(
+        !engine_detect::controllers_for_containers("cpuset io memory pids"),
+        "cpuset is not cpu"
+    );
+    assert!(!engine_detect::controllers_for_containers(""));
 }
 
 #[test]

@@ -875,7 +875,12 @@ impl Cx<'_> {
             Some(Value::Integer(i)) => sandbox_core::parse_cpus(&i.value().to_string()),
             Some(Value::Float(f)) => sandbox_core::parse_cpus(&f.value().to_string()),
             _ => {
-                return self.limit_type(span, "cpus", "a number of CPUs such as `0.5` or `2`", item);
+                return self.limit_type(
+                    span,
+                    "cpus",
+                    "a number of CPUs such as `0.5` or `2`",
+                    item,
+                );
             }
         };
         self.limit(span, "cpus", checked.map(sandbox_core::Cpus::millis))
