@@ -641,6 +641,7 @@ impl BwrapEngine {
                 return Err(Error::EnvWithoutValue { name: var.name.clone() });
             }
         }
+        limits_for(spec)?;
         Ok(warnings)
     }
 
@@ -653,6 +654,8 @@ impl BwrapEngine {
         io: RunIo<'_>,
     ) -> Result<RunOutcome> {
         let warnings = self.check(spec)?;
+        // Before anything is lent: a limit that cannot be held stops the run here.
+        let limits = limits_for(spec)?;
         let cache_root = self.layout.root();
         let home = &self.host.home;
         let workspace = paths::resolve_workspace(&spec.workspace, home, cache_root)?;
@@ -711,6 +714,7 @@ impl BwrapEngine {
             _ => None,
         };
         let mut plan = plan::run_plan(&self.host, &layout, None);
+        plan.limits = limits;
         if idmapped {
             plan.idmapped = writable.clone();
         }
@@ -775,6 +779,15 @@ struct Interpreter {
 }
 
 /// Runs a host command; `Ok(Err(stderr))` when it ran and failed.
+/// How this host holds the spec's limits under bwrap, or the refusal; reads the cgroupfs only
+/// when a limit was asked for.
+fn limits_for(spec: &RunSpec) -> Result<crate::limits::SandboxLimits> {
+    if spec.limits.is_empty() {
+        return Ok(crate::limits::SandboxLimits::default());
+    }
+    crate::limits::decide(&spec.limits, &engine_detect::bwrap_limits())
+}
+
 fn capture(command: &mut Command) -> std::io::Result<std::result::Result<String, String>> {
     let guard = crate::process::spawn_guard();
     let out = command.stdout(Stdio::piped()).stderr(Stdio::piped()).output();

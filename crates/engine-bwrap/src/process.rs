@@ -85,22 +85,25 @@ pub(crate) fn execute(
 ) -> Result<Finished> {
     let Tools { bwrap, pasta } = tools;
     let start = Instant::now();
-    // Net on: bwrap waits on this pipe until pasta has connected the sandbox's namespace.
-    let block = if plan.net {
-        let pasta = pasta.ok_or(Error::PastaNotFound)?;
+    // Net on, or rlimits to set: bwrap waits on this pipe until pasta has connected the
+    // sandbox's namespace and the sandbox's first process has its limits (`crate::limits`).
+    let pasta = if plan.net { Some(pasta.ok_or(Error::PastaNotFound)?) } else { None };
+    let block = if plan.net || !plan.limits.rlimits.is_empty() {
         let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-            .map_err(|e| Error::io("creating the network start pipe")(e.into()))?;
-        Some((pasta, read, write))
+            .map_err(|e| Error::io("creating the sandbox start pipe")(e.into()))?;
+        Some((read, write))
     } else {
         None
     };
+    // Removed (by its drop) only after the whole tree is gone, when this function returns.
+    let cgroup = plan.limits.cgroup.as_ref().map(crate::limits::Cgroup::create).transpose()?;
     let (status_read, status_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| Error::io("creating the status pipe")(e.into()))?;
     let seccomp = seccomp_pipe()?;
     let mut plan = plan.clone();
     plan.status_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&status_write));
     plan.seccomp_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&seccomp));
-    plan.block_fd = block.as_ref().map(|(_, read, _)| std::os::fd::AsRawFd::as_raw_fd(read));
+    plan.block_fd = block.as_ref().map(|(read, _)| std::os::fd::AsRawFd::as_raw_fd(read));
     // A root caller's pinned sources are staged from their descriptors instead (`crate::stage`).
     let pins = match plan.run_as {
         Some(_) => Vec::new(),
@@ -136,6 +139,10 @@ pub(crate) fn execute(
     let mut merged = None;
     let mut command = Command::new(bwrap);
     command.args(&argv).env_clear().envs(plan.env.iter().map(|(k, v)| (k, v))).current_dir("/");
+    // Before the stage's pre_exec: a root caller's child moves itself while still root.
+    if let Some(cgroup) = &cgroup {
+        cgroup.apply(&mut command);
+    }
     if let Some(stage) = &stage {
         stage.apply(&mut command);
     }
@@ -163,7 +170,7 @@ pub(crate) fn execute(
     let mut child = {
         let _guard = spawn_guard();
         let mut inherited = vec![status_write.as_fd(), seccomp.as_fd()];
-        inherited.extend(block.as_ref().map(|(_, read, _)| read.as_fd()));
+        inherited.extend(block.as_ref().map(|(read, _)| read.as_fd()));
         inherited.extend(pins.iter().map(|(_, fd)| fd.as_fd()));
         crate::fds::close_on_exec_all_but(&inherited);
         for fd in inherited {
@@ -177,7 +184,7 @@ pub(crate) fn execute(
         drop(seccomp);
         drop(stage);
         drop(pins);
-        if let Some((_, read, _)) = &block {
+        if let Some((read, _)) = &block {
             let _ = rustix::io::fcntl_setfd(read, rustix::io::FdFlags::CLOEXEC);
         }
         spawned.map_err(Error::io(format!("starting {}", bwrap.display())))?
@@ -196,20 +203,29 @@ pub(crate) fn execute(
     let mut early_status = String::new();
     let _net = match block {
         None => None,
-        Some((pasta, read, write)) => {
+        Some((read, write)) => {
             drop(read);
-            let attached = read_child_pid(status_read.as_ref(), &mut early_status)
-                .ok_or_else(|| Error::UserNetwork {
+            let pid = read_child_pid(status_read.as_ref(), &mut early_status).ok_or_else(|| {
+                Error::UserNetwork {
                     reason: "bwrap did not report the sandbox's process".to_owned(),
-                })
-                .and_then(|pid| {
-                    crate::net::UserNet::attach(pasta, pid, &plan.publish, plan.run_as)
-                });
+                }
+            });
+            // The limits first: nothing of the script runs before the pipe is written, and a
+            // limit that cannot be set stops the run rather than being dropped.
+            let limited = pid.and_then(|pid| {
+                crate::limits::set_rlimits(pid, &plan.limits.rlimits, plan.run_as).map(|()| pid)
+            });
+            let attached = limited.and_then(|pid| match pasta {
+                Some(pasta) => {
+                    crate::net::UserNet::attach(pasta, pid, &plan.publish, plan.run_as).map(Some)
+                }
+                None => Ok(None),
+            });
             match attached {
                 Ok(net) => {
                     // Unblocks the command; a bwrap that died meanwhile just reads EOF.
                     let _ = rustix::io::write(&write, b"1");
-                    Some(net)
+                    net
                 }
                 // A bwrap that failed its setup never reports a pid: its own error explains.
                 Err(_) if !early_status.contains("child-pid") => None,
