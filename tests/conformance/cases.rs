@@ -708,6 +708,53 @@ fn run_cases() -> Vec<Case> {
             expect: |_| Expect::ok().has("ok 32 MiB to /tmp fails with ENOSPC"),
             ..BASE
         },
+        // Resource limits: every engine holds each asked limit or refuses the run with a hint
+        // (exit 2, nothing run); `detect --json` says which (crate::engines::limit_mechanism).
+        Case {
+            name: "limit-memory-256m-stops-1-gib",
+            script: Script::File("limit_memory.py"),
+            flags: |_| strings(&["--memory", "256m"]),
+            expect: memory_256m,
+            ..BASE
+        },
+        Case {
+            name: "limit-inline-memory-256m-stops-1-gib",
+            script: Script::File("limit_memory.py"),
+            meta: Some("[tool.python-sandbox]\nmemory = \"256m\""),
+            expect: memory_256m,
+            ..BASE
+        },
+        Case {
+            name: "limit-pids-16-stops-a-fork-bomb",
+            script: Script::File("limit_pids.py"),
+            flags: |_| strings(&["--pids-limit", "16"]),
+            expect: |fx| match crate::engines::limit_mechanism(&fx.engine, "pids") {
+                Some(_) => Expect::ok().has("ok fork bomb of 64 under --pids-limit 16 stopped"),
+                None => refused_limit(),
+            },
+            ..BASE
+        },
+        Case {
+            name: "limit-cpus-accepted-or-refused-with-hint",
+            script: Script::File("limit_cpus.py"),
+            flags: |_| strings(&["--cpus", "0.5"]),
+            expect: |fx| match crate::engines::limit_mechanism(&fx.engine, "cpus") {
+                Some(_) => Expect::ok().has("ok ran under --cpus 0.5"),
+                None => refused_limit(),
+            },
+            ..BASE
+        },
+        Case {
+            name: "limit-invalid-memory-refused",
+            script: MUST_NOT_RUN,
+            flags: |_| strings(&["--memory", "1k"]),
+            expect: |_| {
+                Expect::exit(2)
+                    .err("invalid memory size `1k`")
+                    .err("hint: use bytes or a suffix: `512m`, `2g`")
+            },
+            ..BASE
+        },
         Case {
             name: "wall-no-xattrs",
             script: Script::File("xattr.py"),
@@ -715,6 +762,22 @@ fn run_cases() -> Vec<Case> {
             ..BASE
         },
     ]
+}
+
+/// A 1 GiB allocation under a 256 MiB limit, by how the engine holds it (`detect --json`).
+fn memory_256m(fx: &Fixture) -> Expect {
+    match crate::engines::limit_mechanism(&fx.engine, "memory").as_deref() {
+        // RLIMIT_AS: the allocation fails and the script carries on.
+        Some("rlimit") => Expect::ok().has("ok 1 GiB under --memory 256m: MemoryError"),
+        // A cgroup's memory.max: the kernel's OOM killer, SIGKILL.
+        Some(_) => Expect::exit(137).lacks("LEAK"),
+        None => refused_limit(),
+    }
+}
+
+/// A limit the engine cannot hold here: refused before anything runs, with a hint.
+fn refused_limit() -> Expect {
+    Expect::exit(2).err("cannot enforce").err("hint: ")
 }
 
 /// `run --json` that stops early still prints one JSON object, with the diagnostics.

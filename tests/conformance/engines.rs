@@ -7,6 +7,25 @@ pub(crate) struct Engine {
     pub(crate) name: String,
     pub(crate) available: bool,
     pub(crate) reason: String,
+    /// What holds `--memory`, `--cpus`, `--pids-limit` (`detect --json`'s `limits`): a
+    /// mechanism name, or `None` where the engine refuses the flag.
+    pub(crate) limits: [Option<String>; 3],
+}
+
+/// The limit names of [`Engine::limits`], in order.
+pub(crate) const LIMITS: [&str; 3] = ["memory", "cpus", "pids"];
+
+/// The engines `detect` listed, for expectations that depend on how an engine holds limits.
+static DETECTED: std::sync::OnceLock<Vec<Engine>> = std::sync::OnceLock::new();
+
+pub(crate) fn remember(engines: &[Engine]) {
+    let _ = DETECTED.set(engines.to_vec());
+}
+
+/// The mechanism that holds `limit` (one of [`LIMITS`]) on `engine`, as `detect` says.
+pub(crate) fn limit_mechanism(engine: &str, limit: &str) -> Option<String> {
+    let i = LIMITS.iter().position(|l| *l == limit)?;
+    DETECTED.get()?.iter().find(|e| e.name == engine)?.limits[i].clone()
 }
 
 /// Parses `{"selected": NAME|null, "engines": [{"name", "available", "reason"}...]}` strictly: the
@@ -37,7 +56,23 @@ pub(crate) fn parse_detect(json: &str) -> Result<Vec<Engine>, String> {
             Some(Value::Null) | None if available => String::new(),
             _ => return Err(format!("engine {name} is unavailable without a `reason` string")),
         };
-        engines.push(Engine { name: name.to_string(), available, reason });
+        let limits_obj = e
+            .get("limits")
+            .and_then(Value::as_object)
+            .ok_or_else(|| format!("engine {name}: no `limits` object"))?;
+        let mut limits: [Option<String>; 3] = Default::default();
+        for (slot, key) in limits.iter_mut().zip(LIMITS) {
+            *slot = match limits_obj.get(key) {
+                Some(Value::String(m)) => Some(m.clone()),
+                Some(Value::Null) => None,
+                other => {
+                    return Err(format!(
+                        "engine {name}: `limits.{key}` is {other:?}, not a name or null"
+                    ));
+                }
+            };
+        }
+        engines.push(Engine { name: name.to_string(), available, reason, limits });
     }
     if let Some(sel) = selected.as_str() {
         if !engines.iter().any(|e| e.name == sel && e.available) {

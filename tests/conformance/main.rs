@@ -121,8 +121,9 @@ fn run() -> Result<bool, String> {
         return Ok(true);
     }
     let bin = cli::locate()?;
-    let engines =
-        engines::select(&detect(&bin)?, std::env::var("CONFORMANCE_ENGINES").ok().as_deref())?;
+    let detected = detect(&bin)?;
+    engines::remember(&detected);
+    let engines = engines::select(&detected, std::env::var("CONFORMANCE_ENGINES").ok().as_deref())?;
     println!(
         "conformance: {} cases on {} engines with {}, {} at a time",
         cases.len(),

@@ -42,15 +42,21 @@ pub(crate) struct ContainerArgs {
     /// The runtime image (default `python-sandbox-runtime:latest`, built by `cargo xtask image`).
     #[arg(long, value_name = "IMAGE")]
     pub(crate) image: Option<String>,
-    /// Memory limit, e.g. `512m`, `2g` (default 2g).
+}
+
+/// Resource limits shared by `run` and `session start`, on every engine: each is enforced or
+/// the run is refused with a hint (see `python-sandbox detect` for how each engine holds them).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct LimitArgs {
+    /// Memory limit, e.g. `512m`, `2g` (docker and podman default to 2g).
     #[arg(long, value_name = "SIZE")]
     pub(crate) memory: Option<String>,
-    /// CPU limit, e.g. `0.5`, `2` (default 2).
-    #[arg(long, value_name = "CPUS")]
-    pub(crate) cpus: Option<f64>,
-    /// Maximum number of processes (default 512).
-    #[arg(long = "pids-limit", value_name = "N")]
-    pub(crate) pids_limit: Option<i64>,
+    /// CPU limit, e.g. `0.5`, `2` (docker and podman default to 2).
+    #[arg(long, value_name = "CPUS", allow_hyphen_values = true)]
+    pub(crate) cpus: Option<String>,
+    /// Maximum number of processes and threads (docker and podman default to 512).
+    #[arg(long = "pids-limit", value_name = "N", allow_hyphen_values = true)]
+    pub(crate) pids_limit: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -144,6 +150,8 @@ pub(crate) struct SessionStartArgs {
     #[arg(long)]
     pub(crate) approve: bool,
     #[command(flatten)]
+    pub(crate) limits: LimitArgs,
+    #[command(flatten)]
     pub(crate) container: ContainerArgs,
 }
 
@@ -198,6 +206,8 @@ pub(crate) struct RunArgs {
     /// Print a JSON summary on stdout (the script's output goes to stderr).
     #[arg(long)]
     pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) limits: LimitArgs,
     #[command(flatten)]
     pub(crate) container: ContainerArgs,
     /// The PEP 723 script: a file, a pipe such as `<(...)`, or `-` to read it from stdin.
@@ -277,4 +287,16 @@ pub(crate) enum MetaCmd {
         #[arg(value_name = "FILE")]
         file: PathBuf,
     },
+}
+
+impl LimitArgs {
+    /// The flags as the command line's limits layer; checked by `sandbox_core`'s one parser,
+    /// so a flag and an inline key are refused with the same words.
+    pub(crate) fn layer(&self) -> Result<sandbox_core::Limits, sandbox_core::Error> {
+        Ok(sandbox_core::Limits {
+            memory: self.memory.as_deref().map(sandbox_core::parse_memory).transpose()?,
+            cpus: self.cpus.as_deref().map(sandbox_core::parse_cpus).transpose()?,
+            pids: self.pids_limit.as_deref().map(sandbox_core::parse_pids).transpose()?,
+        })
+    }
 }

@@ -47,6 +47,10 @@ fn print_table(detection: &Detection) {
         for rest in lines {
             println!("{:<20}{rest}", "");
         }
+        // What holds `--memory`, `--cpus` and `--pids-limit` here; `none` is refused if asked.
+        if probe.available {
+            println!("{:<20}limits: {}", "", probe.limits.summary());
+        }
     }
     match detection.selected {
         Some(name) => println!("selected: {}{name}{:#}", ui::BOLD, ui::BOLD),

@@ -14,7 +14,7 @@ use sandbox_core::{
     RunIo, RunOutcome, RunSpec, Secrets, Stdin,
 };
 
-use crate::args::{ContainerArgs, NetFlag, RunArgs};
+use crate::args::{NetFlag, RunArgs};
 use crate::exit::{NO_ENGINE as EXIT_NO_ENGINE, TIMEOUT as EXIT_TIMEOUT};
 use crate::relay::Relay;
 use crate::{files, meta, progress, registry, script, spec, ui};
@@ -58,7 +58,7 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
         return Ok(no_engine(args.json));
     };
     *engine_name = Some(engine.name());
-    refuse_unsupported(engine.name(), engine.capability(), &spec, &args.container)?;
+    refuse_unsupported(engine.name(), engine.capability(), &spec)?;
     let before = args.json.then(|| files::snapshot(&spec.workspace));
     let outcome = match run_on(&*engine, &spec, args.json) {
         Ok(outcome) => outcome,
@@ -130,6 +130,15 @@ pub(crate) fn inline_layer(meta: &Metadata) -> Layer {
             .collect();
         layer.timeout = sb.timeout.as_ref().map(|t| Duration::from_secs(t.value));
         layer.tmpfs_size = sb.tmpfs_size.as_ref().map(|t| t.value);
+        // Validated by pep723-meta with the flags' own checks, so these cannot fail.
+        layer.limits = sandbox_core::Limits {
+            memory: sb.memory.as_ref().map(|m| m.value),
+            cpus: sb
+                .cpu_millis
+                .as_ref()
+                .and_then(|c| sandbox_core::Cpus::from_millis(c.value).ok()),
+            pids: sb.pids_limit.as_ref().map(|p| p.value),
+        };
     }
     layer
 }
@@ -149,6 +158,7 @@ fn cli_layer(args: &RunArgs, script: &Path) -> Result<Layer> {
         env: args.env.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,
         timeout,
         tmpfs_size: args.tmpfs_size.as_deref().map(sandbox_core::parse_size).transpose()?,
+        limits: args.limits.layer()?,
         ..Layer::default()
     })
 }
@@ -190,18 +200,13 @@ fn no_engine(json: bool) -> ExitCode {
 
 /// Refuses, before anything is prepared, what `engine` cannot do (its [`Capability`]), naming
 /// the engine: never a silent no-op of a flag the user gave.
-pub(crate) fn refuse_unsupported(
-    engine: &str,
-    cap: Capability,
-    spec: &RunSpec,
-    container: &ContainerArgs,
-) -> Result<()> {
+pub(crate) fn refuse_unsupported(engine: &str, cap: Capability, spec: &RunSpec) -> Result<()> {
     let asked = [
         (!spec.mounts.is_empty() && !cap.host_mounts, "`--mount` (host paths)"),
         (!spec.publish.is_empty() && !cap.publish, "`--publish`"),
-        (container.memory.is_some() && !cap.memory_limit, "`--memory`"),
-        (container.cpus.is_some() && !cap.cpu_limit, "`--cpus`"),
-        (container.pids_limit.is_some() && !cap.pids_limit, "`--pids-limit`"),
+        (spec.limits.memory.is_some() && !cap.memory_limit, "`--memory`"),
+        (spec.limits.cpus.is_some() && !cap.cpu_limit, "`--cpus`"),
+        (spec.limits.pids.is_some() && !cap.pids_limit, "`--pids-limit`"),
     ];
     let missing: Vec<&str> = asked.iter().filter(|(a, _)| *a).map(|(_, what)| *what).collect();
     if missing.is_empty() {

@@ -1,5 +1,5 @@
 //! `python-sandbox session …`: warm docker/podman sandboxes that stay up between runs, and the
-//! engine construction shared with `run` and `reap` (image, limits, flavor).
+//! engine construction shared with `run` and `reap` (image, flavor).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anstream::println;
 use anyhow::{Context, Result};
-use engine_oci::{Flavor, Limits, OciConfig, OciEngine, SessionConfig, SessionInfo};
+use engine_oci::{Flavor, OciConfig, OciEngine, SessionConfig, SessionInfo};
 use sandbox_core::{ExecRequest, Layer, Net, RunOutcome, Sandbox, Secrets};
 
 use crate::args::{ContainerArgs, NetFlag, OciChoice, SessionCmd, SessionStartArgs};
@@ -20,7 +20,6 @@ pub(crate) fn oci_engine(flavor: Flavor, container: &ContainerArgs) -> Result<Oc
     if let Some(image) = &container.image {
         config.image = image.clone();
     }
-    config.limits = limits(container)?;
     let engine = OciEngine::new(config).map_err(sandbox_core::EngineError::new)?;
     // Only what was still running is news (a script a killed CLI left behind); exited leftovers
     // are routine (a podman run hands its removal to the engine and returns).
@@ -30,57 +29,6 @@ pub(crate) fn oci_engine(flavor: Flavor, container: &ContainerArgs) -> Result<Oc
         }
     }
     Ok(engine)
-}
-
-fn limits(container: &ContainerArgs) -> Result<Limits> {
-    let mut limits = Limits::DEFAULT;
-    if let Some(memory) = &container.memory {
-        limits.memory = Some(parse_size(memory).ok_or_else(|| {
-            ui::hinted(
-                format!("invalid memory size `{memory}`"),
-                "use bytes or a suffix: `512m`, `2g`",
-            )
-        })?);
-    }
-    if let Some(cpus) = container.cpus {
-        if !(cpus.is_finite() && cpus > 0.0 && cpus <= 1024.0) {
-            return Err(ui::hinted(
-                format!("invalid cpu count `{cpus}`"),
-                "give a positive number such as `0.5` or `2`",
-            ));
-        }
-        limits.cpus = Some(cpus);
-    }
-    if let Some(pids) = container.pids_limit {
-        if pids < 1 {
-            return Err(ui::hinted(
-                format!("invalid pids limit `{pids}`"),
-                "give a positive number of processes",
-            ));
-        }
-        limits.pids = Some(pids);
-    }
-    Ok(limits)
-}
-
-/// `512m`, `2g`, `1024k`, `1048576`: bytes.
-pub(crate) fn parse_size(text: &str) -> Option<u64> {
-    let text = text.trim().to_ascii_lowercase();
-    let text = text.strip_suffix('b').unwrap_or(&text);
-    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit() && *c != '.') {
-        Some((i, _)) => text.split_at(i),
-        None => (text, ""),
-    };
-    let value: f64 = digits.parse().ok()?;
-    let factor: f64 = match unit {
-        "" => 1.0,
-        "k" => 1024.0,
-        "m" => 1024.0 * 1024.0,
-        "g" => 1024.0 * 1024.0 * 1024.0,
-        _ => return None,
-    };
-    let bytes = value * factor;
-    (bytes.is_finite() && bytes >= 4.0 * 1024.0 * 1024.0).then_some(bytes as u64)
 }
 
 /// `90s`, `30m`, `2h`, `1d`, or plain seconds.
@@ -131,7 +79,7 @@ fn candidate_flavors(choice: Option<OciChoice>) -> Vec<Flavor> {
 }
 
 fn default_container() -> ContainerArgs {
-    ContainerArgs { image: Some(String::new()), memory: None, cpus: None, pids_limit: None }
+    ContainerArgs { image: Some(String::new()) }
 }
 
 /// A sweep at most this often from session commands (`run`, `exec`, `stop`): they are the
@@ -243,6 +191,7 @@ fn start(args: SessionStartArgs) -> Result<ExitCode> {
         publish: args.publish.iter().map(|p| p.parse()).collect::<Result<_, _>>()?,
         env: args.env.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,
         tmpfs_size: args.tmpfs_size.as_deref().map(sandbox_core::parse_size).transpose()?,
+        limits: args.limits.layer()?,
         ..Layer::default()
     };
     // The same resolution and boundary check as `run` (crate::spec): they cannot drift.
@@ -270,6 +219,7 @@ fn start(args: SessionStartArgs) -> Result<ExitCode> {
         env: spec.env,
         ttl,
         tmpfs_size: spec.tmpfs_size,
+        limits: spec.limits,
     };
     let info = engine.start_session(&config).map_err(sandbox_core::EngineError::new)?;
     for warning in &info.warnings {
@@ -503,12 +453,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_and_ttls() {
-        assert_eq!(parse_size("512m"), Some(512 * 1024 * 1024));
-        assert_eq!(parse_size("2G"), Some(2 * 1024 * 1024 * 1024));
-        assert_eq!(parse_size("1.5g"), Some(3 * 512 * 1024 * 1024));
-        assert_eq!(parse_size("1k"), None, "below the 4 MiB floor");
-        assert_eq!(parse_size("lots"), None);
+    fn ttls() {
         assert_eq!(parse_ttl("90s"), Some(Duration::from_secs(90)));
         assert_eq!(parse_ttl("30m"), Some(Duration::from_secs(1800)));
         assert_eq!(parse_ttl("2h"), Some(Duration::from_secs(7200)));

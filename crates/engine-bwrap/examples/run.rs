@@ -32,6 +32,7 @@ fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
         env: Vec::new(),
         timeout: None,
         tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
+        limits: sandbox_core::Limits::NONE,
         workspace: std::env::current_dir()?,
     };
     let engine = BwrapEngine::new(BwrapConfig::from_env()?)?;

@@ -28,6 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         env: Vec::new(),
         timeout: None,
         tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
+        limits: sandbox_core::Limits::NONE,
         workspace: workspace.clone(),
     };
     let config = BwrapConfig::from_env()?;

@@ -709,6 +709,7 @@ impl BwrapEngine {
                 return Err(Error::EnvWithoutValue { name: var.name.clone() });
             }
         }
+        limits_for(spec)?;
         Ok(warnings)
     }
 
@@ -721,6 +722,8 @@ impl BwrapEngine {
         io: RunIo<'_>,
     ) -> Result<RunOutcome> {
         let warnings = self.check(spec)?;
+        // Before anything is lent: a limit that cannot be held stops the run here.
+        let limits = limits_for(spec)?;
         let (workspace, mounts, user_env) = self.resolve_for_session(spec)?;
         let script = paths::resolve_script(&spec.script)?;
         // Keeping the caller's session (job control, window size) is only safe when the kernel
@@ -745,6 +748,7 @@ impl BwrapEngine {
         let (idmapped, grant) = self.lend_writable(&layout.workspace, &layout.mounts)?;
         let grant = grant.map(|g| (self.host.run_as().map_or(0, |(uid, _)| uid), g));
         let mut plan = plan::run_plan(&self.host, &layout, None);
+        plan.limits = limits;
         plan.idmapped = idmapped;
         let outputs = match io.output {
             Output::Inherit => Outputs::Inherit,
@@ -804,13 +808,15 @@ impl Engine for BwrapEngine {
     }
 
     fn capability(&self) -> sandbox_core::Capability {
+        // What `crate::limits::decide` can hold here: a delegated cgroup v2, else rlimits.
+        let limits = engine_detect::bwrap_limits().support;
         sandbox_core::Capability {
             sessions: false,
             host_mounts: true,
             publish: true,
-            memory_limit: false,
-            cpu_limit: false,
-            pids_limit: false,
+            memory_limit: limits.memory.is_some(),
+            cpu_limit: limits.cpus.is_some(),
+            pids_limit: limits.pids.is_some(),
             pty: true,
             seccomp_wall: true,
             preview_urls: false,
@@ -843,6 +849,15 @@ struct Interpreter {
 }
 
 /// Runs a host command; `Ok(Err(stderr))` when it ran and failed.
+/// How this host holds the spec's limits under bwrap, or the refusal; reads the cgroupfs only
+/// when a limit was asked for.
+fn limits_for(spec: &RunSpec) -> Result<crate::limits::SandboxLimits> {
+    if spec.limits.is_empty() {
+        return Ok(crate::limits::SandboxLimits::default());
+    }
+    crate::limits::decide(&spec.limits, &engine_detect::bwrap_limits())
+}
+
 fn capture(command: &mut Command) -> std::io::Result<std::result::Result<String, String>> {
     let guard = crate::process::spawn_guard();
     let out = command.stdout(Stdio::piped()).stderr(Stdio::piped()).output();

@@ -71,6 +71,14 @@ pub enum Error {
     EnvWithoutValue { name: String },
     #[error("`{name}` is not a valid environment variable name")]
     InvalidEnvName { name: String },
+    /// A limit was asked for that nothing holds under bwrap here (`crate::limits::decide`).
+    #[error(
+        "bwrap cannot enforce `{flag}` here: {reason}; nothing was run\nhint: drop `{flag}`, use `--engine docker` or `--engine podman`, or run from a cgroup v2 scope delegated to you (`systemd-run --user --scope -p Delegate=yes python-sandbox run ...`); `python-sandbox detect` says what holds each limit"
+    )]
+    LimitUnsupported { flag: &'static str, reason: String },
+    /// Setting up a limit failed; the script did not start without it.
+    #[error("cannot set up the resource limits of the sandbox: {reason}; nothing was run")]
+    LimitSetup { reason: String },
     #[error(transparent)]
     Workspace(#[from] reaper::Error),
     #[error(

@@ -58,6 +58,7 @@ mod fds;
 mod fsutil;
 mod host;
 mod key;
+mod limits;
 mod lockfile;
 mod net;
 mod paths;

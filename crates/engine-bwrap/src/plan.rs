@@ -79,6 +79,8 @@ pub(crate) struct Plan {
     /// caller: root's files appear owned by the sandbox's user, and what it writes lands owned
     /// by root, so nothing of the caller's permissions has to change.
     pub(crate) idmapped: Vec<PathBuf>,
+    /// The script's resource limits (`crate::limits`); empty for prepare steps.
+    pub(crate) limits: crate::limits::SandboxLimits,
 }
 
 /// Where the staging tmpfs of a root caller's sandbox is mounted, in a mount namespace of the
@@ -414,6 +416,7 @@ pub(crate) fn prepare_plan(
         pinned: Vec::new(),
         bind_fds: Vec::new(),
         tmpfs_size: layout.tmpfs_size,
+        limits: crate::limits::SandboxLimits::default(),
         run_as: host.run_as(),
         idmapped: Vec::new(),
     }
@@ -488,6 +491,7 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout, status_fd: Option<i
         pinned,
         bind_fds: Vec::new(),
         tmpfs_size: layout.tmpfs_size,
+        limits: crate::limits::SandboxLimits::default(),
         run_as: host.run_as(),
         idmapped: Vec::new(),
     }
@@ -582,5 +586,6 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Plan {
         tmpfs_size: layout.tmpfs_size,
         run_as: host.run_as(),
         idmapped: Vec::new(),
+        limits: crate::limits::SandboxLimits::default(),
     }
 }

@@ -241,6 +241,9 @@ pub(crate) struct Launched {
     pub(crate) net: Option<crate::net::UserNet>,
     /// The sandbox's init (bwrap's child) as reported, when it was read (net on, or `detach`).
     pub(crate) child_pid: Option<i32>,
+    /// The run's own cgroup (`crate::limits`), held for its drop (which removes it): after
+    /// the tree is gone.
+    pub(crate) _cgroup: Option<crate::limits::Cgroup>,
 }
 
 /// Starts bwrap for `plan` with the given stdin, stdout and stderr: the status and seccomp
@@ -255,22 +258,24 @@ pub(crate) fn launch(
     detach: bool,
 ) -> Result<Launched> {
     let Tools { bwrap, pasta } = tools;
-    // Net on: bwrap waits on this pipe until pasta has connected the sandbox's namespace.
-    let block = if plan.net {
-        let pasta = pasta.ok_or(Error::PastaNotFound)?;
+    // Net on, or rlimits to set: bwrap waits on this pipe until pasta has connected the
+    // sandbox's namespace and the sandbox's first process has its limits (`crate::limits`).
+    let pasta = if plan.net { Some(pasta.ok_or(Error::PastaNotFound)?) } else { None };
+    let block = if plan.net || !plan.limits.rlimits.is_empty() {
         let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-            .map_err(|e| Error::io("creating the network start pipe")(e.into()))?;
-        Some((pasta, read, write))
+            .map_err(|e| Error::io("creating the sandbox start pipe")(e.into()))?;
+        Some((read, write))
     } else {
         None
     };
+    let cgroup = plan.limits.cgroup.as_ref().map(crate::limits::Cgroup::create).transpose()?;
     let (status_read, status_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| Error::io("creating the status pipe")(e.into()))?;
     let seccomp = seccomp_pipe()?;
     let mut plan = plan.clone();
     plan.status_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&status_write));
     plan.seccomp_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&seccomp));
-    plan.block_fd = block.as_ref().map(|(_, read, _)| std::os::fd::AsRawFd::as_raw_fd(read));
+    plan.block_fd = block.as_ref().map(|(read, _)| std::os::fd::AsRawFd::as_raw_fd(read));
     // A root caller's pinned sources are staged from their descriptors instead (`crate::stage`).
     let pins = match plan.run_as {
         Some(_) => Vec::new(),
@@ -305,6 +310,10 @@ pub(crate) fn launch(
 
     let mut command = Command::new(bwrap);
     command.args(&argv).env_clear().envs(plan.env.iter().map(|(k, v)| (k, v))).current_dir("/");
+    // Before the stage's pre_exec: a root caller's child moves itself while still root.
+    if let Some(cgroup) = &cgroup {
+        cgroup.apply(&mut command);
+    }
     if let Some(stage) = &stage {
         stage.apply(&mut command);
     }
@@ -317,7 +326,7 @@ pub(crate) fn launch(
     let mut child = {
         let _guard = spawn_guard();
         let mut inherited = vec![status_write.as_fd(), seccomp.as_fd()];
-        inherited.extend(block.as_ref().map(|(_, read, _)| read.as_fd()));
+        inherited.extend(block.as_ref().map(|(read, _)| read.as_fd()));
         inherited.extend(pins.iter().map(|(_, fd)| fd.as_fd()));
         crate::fds::close_on_exec_all_but(&inherited);
         for fd in inherited {
@@ -331,7 +340,7 @@ pub(crate) fn launch(
         drop(seccomp);
         drop(stage);
         drop(pins);
-        if let Some((_, read, _)) = &block {
+        if let Some((read, _)) = &block {
             let _ = rustix::io::fcntl_setfd(read, rustix::io::FdFlags::CLOEXEC);
         }
         spawned.map_err(Error::io(format!("starting {}", bwrap.display())))?
@@ -350,21 +359,28 @@ pub(crate) fn launch(
     let mut child_pid = None;
     let net = match block {
         None => None,
-        Some((pasta, read, write)) => {
+        Some((read, write)) => {
             drop(read);
             child_pid = read_child_pid(Some(&status_read), &mut early_status);
-            let attached = child_pid
-                .ok_or_else(|| Error::UserNetwork {
-                    reason: "bwrap did not report the sandbox's process".to_owned(),
-                })
-                .and_then(|pid| {
-                    crate::net::UserNet::attach(pasta, pid, &plan.publish, plan.run_as)
-                });
+            let pid = child_pid.ok_or_else(|| Error::UserNetwork {
+                reason: "bwrap did not report the sandbox's process".to_owned(),
+            });
+            // The limits first: nothing of the script runs before the pipe is written, and a
+            // limit that cannot be set stops the run rather than being dropped.
+            let limited = pid.and_then(|pid| {
+                crate::limits::set_rlimits(pid, &plan.limits.rlimits, plan.run_as).map(|()| pid)
+            });
+            let attached = limited.and_then(|pid| match pasta {
+                Some(pasta) => {
+                    crate::net::UserNet::attach(pasta, pid, &plan.publish, plan.run_as).map(Some)
+                }
+                None => Ok(None),
+            });
             match attached {
                 Ok(net) => {
                     // Unblocks the command; a bwrap that died meanwhile just reads EOF.
                     let _ = rustix::io::write(&write, b"1");
-                    Some(net)
+                    net
                 }
                 // A bwrap that failed its setup never reports a pid: its own error explains.
                 Err(_) if !early_status.contains("child-pid") => None,
@@ -379,7 +395,7 @@ pub(crate) fn launch(
     if detach && child_pid.is_none() {
         child_pid = read_child_pid(Some(&status_read), &mut early_status);
     }
-    Ok(Launched { child, pidfd, status_read, early_status, net, child_pid })
+    Ok(Launched { child, pidfd, status_read, early_status, net, child_pid, _cgroup: cgroup })
 }
 
 /// A pipe holding the compiled seccomp wall, write end closed, for bwrap's `--seccomp`.

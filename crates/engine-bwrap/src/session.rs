@@ -227,6 +227,9 @@ impl BwrapEngine {
             timeout: None,
             tmpfs_size: config.tmpfs_size,
             workspace: config.workspace.clone(),
+            // Not yet held for sessions on bwrap: the CLI refuses limit flags for them
+            // (their capability says so).
+            limits: sandbox_core::Limits::default(),
         };
         let mut warnings = self.check(&spec)?;
         let (workspace, mounts, user_env) = self.resolve_for_session(&spec)?;

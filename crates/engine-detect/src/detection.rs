@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::api::{self, ApiEndpoint};
 use crate::bwrap;
+use crate::limits::{self, LimitSupport};
 use crate::which::which;
 
 /// The engines, in ladder order (first available wins).
@@ -38,7 +39,7 @@ impl std::fmt::Display for EngineName {
 }
 
 /// Why a probe came out the way it did, beyond the human `reason`. Not serialized: the JSON
-/// shape is fixed to `{"name","available","reason"}`.
+/// shape is fixed to `{"name","available","reason","limits"}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProbeState {
     /// Works; for docker/podman, the endpoint that answered `/_ping`.
@@ -60,12 +61,15 @@ pub struct Probe {
     pub reason: String,
     #[serde(skip)]
     pub state: ProbeState,
+    /// What holds `--memory`, `--cpus` and `--pids-limit` on this engine here (all `null`
+    /// when the engine is unusable).
+    pub limits: LimitSupport,
 }
 
 impl Probe {
     pub(crate) fn new(name: EngineName, state: ProbeState, reason: String) -> Probe {
         let available = matches!(state, ProbeState::Available { .. });
-        Probe { name, available, reason, state }
+        Probe { name, available, reason, state, limits: LimitSupport::NONE }
     }
 }
 
@@ -119,7 +123,22 @@ pub fn detect_with(env: &[(OsString, OsString)]) -> Detection {
         which("podman", path.as_deref()).is_some(),
         timeout,
     );
-    Detection::from_probes(vec![bwrap, docker, podman])
+    let mut probes = vec![bwrap, docker, podman];
+    for probe in &mut probes {
+        let usable = probe.available || probe.state == ProbeState::InstalledNoSocket;
+        probe.limits = match probe.name {
+            _ if !usable => LimitSupport::NONE,
+            EngineName::Bwrap => limits::bwrap_limits().support,
+            EngineName::Docker => LimitSupport::RUNTIME,
+            // A non-root caller's podman is rootless (its own service), which holds limits
+            // only on cgroup v2 with delegated controllers.
+            EngineName::Podman if uid == 0 || limits::rootless_cgroup_limits() => {
+                LimitSupport::RUNTIME
+            }
+            EngineName::Podman => LimitSupport::NONE,
+        };
+    }
+    Detection::from_probes(probes)
 }
 
 fn probe_api(

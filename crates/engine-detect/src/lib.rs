@@ -12,6 +12,8 @@
 //!   "no engine" case. It never suggests running unsandboxed.
 //! * [`probe_bwrap_cached`] memoizes a successful bwrap probe for the rest of the boot, so a
 //!   warm `run` does not pay two process spawns for detection.
+//! * [`bwrap_limits`] says what holds each resource limit under bwrap (a delegated cgroup v2,
+//!   else rlimits); [`delegation_in`] is its pure core.
 //! * [`which`] is the PATH lookup shared with the engines, [`create_dir_all_nofollow`] the
 //!   one way they create a missing read-write mount point, and [`open_nofollow`] the one way
 //!   they pin a mount source.
@@ -20,6 +22,7 @@ mod api;
 mod bwrap;
 mod detection;
 mod host;
+mod limits;
 mod mkdir;
 mod os;
 mod suggest;
@@ -32,6 +35,10 @@ pub use bwrap::{
 };
 pub use detection::{Detection, EngineName, Probe, ProbeState, detect, detect_with};
 pub use host::ca_bundle;
+pub use limits::{
+    BwrapLimits, CONTROLLERS, Delegation, LimitSupport, Mechanism, bwrap_limits, bwrap_limits_from,
+    controllers_for_containers, delegation_in, nproc_per_userns, rootless_cgroup_limits,
+};
 pub use mkdir::{CreateDirError, create_dir_all_nofollow, open_nofollow, open_nofollow_in};
 pub use os::{Distro, OsInfo, OsKind, Wsl};
 pub use suggest::suggest;

@@ -148,17 +148,32 @@ fn detection_json_shape() {
         {
           "name": "bwrap",
           "available": false,
-          "reason": "bwrap cannot create a sandbox here: setting up uid map: Permission denied\nhint: AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1); allow bwrap with an AppArmor profile (run `python-sandbox suggest`)"
+          "reason": "bwrap cannot create a sandbox here: setting up uid map: Permission denied\nhint: AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1); allow bwrap with an AppArmor profile (run `python-sandbox suggest`)",
+          "limits": {
+            "memory": null,
+            "cpus": null,
+            "pids": null
+          }
         },
         {
           "name": "docker",
           "available": false,
-          "reason": "docker not found (unix:///var/run/docker.sock: no such socket)"
+          "reason": "docker not found (unix:///var/run/docker.sock: no such socket)",
+          "limits": {
+            "memory": null,
+            "cpus": null,
+            "pids": null
+          }
         },
         {
           "name": "podman",
           "available": false,
-          "reason": "podman not found (unix:///run/podman/podman.sock: no such socket)"
+          "reason": "podman not found (unix:///run/podman/podman.sock: no such socket)",
+          "limits": {
+            "memory": null,
+            "cpus": null,
+            "pids": null
+          }
         }
       ]
     }
@@ -306,4 +321,110 @@ fn wsl_and_container_markers() {
     assert_eq!(container_from(None, false, true).as_deref(), Some("podman"));
     assert_eq!(container_from(None, true, false).as_deref(), Some("docker"));
     assert_eq!(container_from(Some(""), false, false), None);
+}
+
+/// A fake cgroupfs: `files` are (path under the root, contents); every path is writable unless
+/// listed in `read_only`. Returns the detection, rendered.
+fn delegation(self_cgroup: &str, files: &[(&str, &str)], read_only: &[&str]) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (path, text) in files {
+        let path = dir.path().join(path);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, text).expect("write");
+    }
+    let read = |p: &Path| std::fs::read_to_string(p).ok();
+    let root = dir.path().to_owned();
+    let writable = |p: &Path| {
+        let rel = p.strip_prefix(&root).unwrap_or(p);
+        !read_only.iter().any(|r| rel == Path::new(r))
+    };
+    match crate::limits::delegation_in(dir.path(), self_cgroup, &read, &writable) {
+        None => "none".to_owned(),
+        Some(d) => format!(
+            "dir {} controllers {:?} enable {:?}",
+            d.dir.strip_prefix(dir.path()).unwrap_or(&d.dir).display(),
+            d.controllers,
+            d.enable
+        ),
+    }
+}
+
+/// The cgroup v2 detection over a fake cgroupfs: a delegated user slice, the root-owned
+/// session scope a login shell sits in, v1 and hybrid hosts, and a parent with processes.
+#[test]
+fn cgroup_delegation_table() {
+    const USER: &str = "user.slice/user-1000.slice/user@1000.service/app.slice";
+    let own = "0::/user.slice/user-1000.slice/user@1000.service/app.slice/run-1.scope\n";
+    let v2 = ("cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma misc\n");
+    let delegated = [
+        v2,
+        (
+            "user.slice/user-1000.slice/user@1000.service/app.slice/cgroup.controllers",
+            "cpu memory pids\n",
+        ),
+        (
+            "user.slice/user-1000.slice/user@1000.service/app.slice/cgroup.subtree_control",
+            "memory pids\n",
+        ),
+        ("user.slice/user-1000.slice/user@1000.service/app.slice/cgroup.procs", ""),
+    ];
+    let procs = format!("{USER}/cgroup.procs");
+    let subtree = format!("{USER}/cgroup.subtree_control");
+    let busy =
+        [v2, (delegated[1].0, "memory pids\n"), (delegated[2].0, "\n"), (delegated[3].0, "4242\n")];
+    let rows = [
+        ("delegated user slice", delegation(own, &delegated, &[])),
+        ("parent procs not writable", delegation(own, &delegated, &[&procs])),
+        ("subtree_control not writable", delegation(own, &delegated, &[&subtree])),
+        ("parent dir not writable", delegation(own, &delegated, &[USER])),
+        (
+            "cgroup v1: no cgroup.controllers at the root",
+            delegation("12:memory:/user.slice\n0::/user.slice\n", &delegated[1..], &[]),
+        ),
+        ("no 0:: line", delegation("4:pids:/x\n", &delegated, &[])),
+        ("a path with ..", delegation("0::/a/../b\n", &delegated, &[])),
+        ("parent has processes, nothing enabled", delegation(own, &busy, &[])),
+        ("own cgroup is the root", delegation("0::/\n", &[v2, ("cgroup.procs", "1\n")], &[])),
+    ];
+    let out: Vec<String> = rows.iter().map(|(name, got)| format!("{name}: {got}")).collect();
+    insta::assert_snapshot!(out.join("\n"), @r#"
+    delegated user slice: dir user.slice/user-1000.slice/user@1000.service/app.slice controllers ["memory", "pids", "cpu"] enable ["cpu"]
+    parent procs not writable: none
+    subtree_control not writable: none
+    parent dir not writable: none
+    cgroup v1: no cgroup.controllers at the root: none
+    no 0:: line: none
+    a path with ..: none
+    parent has processes, nothing enabled: none
+    own cgroup is the root: dir  controllers ["memory", "pids", "cpu"] enable ["memory", "pids", "cpu"]
+    "#);
+}
+
+/// Which mechanism holds each limit under bwrap: the cgroup where its controller is, rlimits
+/// for memory always and for pids on kernels that count them per user namespace, nothing
+/// for cpus without the cgroup.
+#[test]
+fn bwrap_limit_mechanisms() {
+    use crate::limits::{Delegation, bwrap_limits_from};
+    let cgroup = |controllers: Vec<&'static str>| {
+        Some(Delegation { dir: "/sys/fs/cgroup/x".into(), controllers, enable: Vec::new() })
+    };
+    let rows = [
+        ("v1, 6.18", bwrap_limits_from(None, "6.18.44-fc-v769")),
+        ("v1, 5.10", bwrap_limits_from(None, "5.10.0-28-amd64")),
+        ("v1, garbage release", bwrap_limits_from(None, "")),
+        ("v2 memory pids, 6.1", bwrap_limits_from(cgroup(vec!["memory", "pids"]), "6.1.0")),
+        ("v2 all, 5.4", bwrap_limits_from(cgroup(vec!["memory", "pids", "cpu"]), "5.4.0")),
+    ];
+    let out: Vec<String> =
+        rows.iter().map(|(name, got)| format!("{name}: {}", got.support.summary())).collect();
+    insta::assert_snapshot!(out.join("\n"), @r#"
+    v1, 6.18: memory rlimit, cpus none, pids rlimit
+    v1, 5.10: memory rlimit, cpus none, pids none
+    v1, garbage release: memory rlimit, cpus none, pids none
+    v2 memory pids, 6.1: memory cgroup v2, cpus none, pids cgroup v2
+    v2 all, 5.4: memory cgroup v2, cpus cgroup v2, pids cgroup v2
+    "#);
+    assert!(crate::limits::nproc_per_userns("5.14.0"));
+    assert!(!crate::limits::nproc_per_userns("5.13.19"));
 }

@@ -180,29 +180,7 @@ pub(crate) fn rootless(endpoint: &ApiEndpoint) -> Option<crate::plan::Rootless> 
     if server.uid.is_root() {
         return None;
     }
-    Some(crate::plan::Rootless { cgroup_limits: delegated_controllers() })
-}
-
-/// Whether this process's cgroup (cgroup v2 only) has the memory, cpu and pids controllers,
-/// which is what rootless podman needs to enforce limits. On cgroup v1 it never can.
-fn delegated_controllers() -> bool {
-    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
-    let Ok(fs) = rustix::fs::statfs("/sys/fs/cgroup") else { return false };
-    #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
-    if i64::from(fs.f_type as i64) != CGROUP2_SUPER_MAGIC {
-        return false;
-    }
-    let Ok(own) = std::fs::read_to_string("/proc/self/cgroup") else { return false };
-    let Some(path) = own.lines().find_map(|l| l.strip_prefix("0::")) else { return false };
-    let file =
-        Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/')).join("cgroup.controllers");
-    std::fs::read_to_string(file).is_ok_and(|text| cgroup_limits_in(&text))
-}
-
-/// Pure: whether a `cgroup.controllers` line holds every controller a container's limits need.
-pub(crate) fn cgroup_limits_in(controllers: &str) -> bool {
-    let have: Vec<&str> = controllers.split_whitespace().collect();
-    ["memory", "cpu", "pids"].iter().all(|c| have.contains(c))
+    Some(crate::plan::Rootless { cgroup_limits: engine_detect::rootless_cgroup_limits() })
 }
 
 /// A bollard client for an endpoint. Needs a tokio runtime when used, not when built.

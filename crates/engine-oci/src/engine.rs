@@ -40,8 +40,6 @@ pub struct OciConfig {
     pub flavor: Flavor,
     /// The runtime image; empty for an engine that only lists and removes (no image check).
     pub image: String,
-    /// Limits for runs and sessions.
-    pub limits: Limits,
     /// python-sandbox's cache root; this engine keeps lock files under `oci/`.
     pub cache_dir: PathBuf,
     /// Where a private podman API socket goes (never mounted into a sandbox).
@@ -60,7 +58,7 @@ pub struct OciConfig {
 }
 
 impl OciConfig {
-    /// Image [`DEFAULT_IMAGE`], default limits, cache from `XDG_CACHE_HOME` or `~/.cache`
+    /// Image [`DEFAULT_IMAGE`], cache from `XDG_CACHE_HOME` or `~/.cache`
     /// (else `XDG_RUNTIME_DIR`, else a `/tmp` directory used only if it is the caller's own),
     /// runtime dir from `XDG_RUNTIME_DIR` (else under the cache), signals handled, sweep on.
     pub fn from_env(flavor: Flavor) -> OciConfig {
@@ -85,7 +83,6 @@ impl OciConfig {
         OciConfig {
             flavor,
             image: DEFAULT_IMAGE.to_owned(),
-            limits: Limits::DEFAULT,
             cache_dir,
             runtime_dir,
             home,
@@ -393,7 +390,7 @@ impl OciEngine {
                 return Err(Error::EnvWithoutValue { name: var.name.clone() });
             }
         }
-        Ok(())
+        plan::check_rootless_limits(self.rootless, &spec.limits)
     }
 
     /// Returns the environment for `spec`, building it if needed. Warm path: one volume
@@ -479,7 +476,9 @@ impl OciEngine {
             env_volume: volume.to_owned(),
             dependencies: spec.dependencies.clone(),
             requires_python: spec.requires_python.clone(),
-            limits: self.config.limits,
+            // uv's install is ours, not the script's: the engine's defaults, never the limits
+            // asked for the script (`--pids-limit 16` would starve uv's threads).
+            limits: Limits::DEFAULT,
             tmpfs_size: spec.tmpfs_size,
         };
         let mut container = plan::prepare_plan(&self.host, &layout);
@@ -581,7 +580,7 @@ impl OciEngine {
                 .iter()
                 .filter_map(|v| v.value.as_ref().map(|value| (v.name.clone(), value.clone())))
                 .collect(),
-            limits: self.config.limits,
+            limits: Limits::asked_or_default(&spec.limits),
             tmpfs_size: spec.tmpfs_size,
             merge_output: match io.output {
                 Output::Merged(_) => true,

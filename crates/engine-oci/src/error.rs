@@ -50,6 +50,15 @@ pub enum Error {
         /// What failed.
         reason: String,
     },
+    /// Limits were asked for that this engine cannot enforce here (rootless podman on cgroup
+    /// v1, or on cgroup v2 without the controllers delegated): refused rather than run without.
+    #[error(
+        "rootless podman cannot enforce {asked} here (cgroup v1, or cgroup v2 without the memory, cpu and pids controllers delegated to the user), so nothing was run\nhint: run without those flags, use docker or rootful podman, or rootless podman on cgroup v2 with delegation (`Delegate=cpu memory pids` for `user@.service`)"
+    )]
+    LimitsUnenforceable {
+        /// The flags asked for, e.g. "`--memory` and `--pids-limit`".
+        asked: String,
+    },
     /// Podman has no init binary for `init: true`.
     #[error(
         "podman has no container init binary (catatonit)\nhint: install the `catatonit` package; python-sandbox needs an init process so signals and zombies work"

@@ -55,6 +55,35 @@ impl Limits {
 
     /// No limits: the engine's defaults.
     pub const NONE: Limits = Limits { memory: None, cpus: None, pids: None };
+
+    /// What the user asked for, and [`Limits::DEFAULT`] for what they did not.
+    pub fn asked_or_default(asked: &sandbox_core::Limits) -> Limits {
+        Limits {
+            memory: asked.memory.or(Limits::DEFAULT.memory),
+            cpus: asked.cpus.map(sandbox_core::Cpus::as_f64).or(Limits::DEFAULT.cpus),
+            // `sandbox_core::MAX_PIDS` fits an i64.
+            pids: asked.pids.and_then(|p| i64::try_from(p).ok()).or(Limits::DEFAULT.pids),
+        }
+    }
+}
+
+/// Refuses limits the user asked for that a rootless engine cannot hold (see [`rootless`]):
+/// a run without them would be the silent no-op the flags promise not to be.
+pub(crate) fn check_rootless_limits(
+    engine: Option<Rootless>,
+    asked: &sandbox_core::Limits,
+) -> Result<(), crate::Error> {
+    match engine {
+        Some(Rootless { cgroup_limits: false }) if !asked.is_empty() => {
+            let flags: Vec<String> = asked.asked().iter().map(|f| format!("`{f}`")).collect();
+            let asked = match flags.split_last() {
+                Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+                _ => flags.concat(),
+            };
+            Err(crate::Error::LimitsUnenforceable { asked })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// What kind of container a [`ContainerPlan`] describes.
@@ -167,7 +196,8 @@ pub struct Rootless {
 /// Pure: adapts a plan to a rootless engine. The caller's uid is kept as itself inside
 /// (`keep-id`): without it the sandbox user maps to a subordinate uid that cannot write the
 /// caller's workspace. Limits the engine cannot enforce are removed rather than silently
-/// ignored, and the returned warning says so. (Rootless podman's compat API also ignores the
+/// ignored, and the returned warning says so: only the defaults get here, as limits the user
+/// asked for are refused before ([`check_rootless_limits`]). (Rootless podman's compat API also ignores the
 /// body's ulimits: its containers.conf `default_ulimits`, or its own limits, apply.)
 pub(crate) fn rootless(plan: &mut ContainerPlan, engine: Rootless) -> Option<String> {
     plan.userns = Some("keep-id".to_owned());

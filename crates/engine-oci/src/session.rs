@@ -74,6 +74,8 @@ pub struct SessionConfig {
     /// Size cap of each of the session's tmpfs (`/tmp` and home, which holds its venv), bytes;
     /// normally [`sandbox_core::DEFAULT_TMPFS_SIZE`].
     pub tmpfs_size: u64,
+    /// The limits asked for; the engine's defaults fill in the rest.
+    pub limits: sandbox_core::Limits,
 }
 
 /// A session as `session list` shows it.
@@ -233,6 +235,7 @@ impl OciEngine {
         {
             return Err(Error::PublishWithoutNet { port: first.port });
         }
+        plan::check_rootless_limits(self.rootless(), &config.limits)?;
         let mut user_env = Vec::new();
         for var in &config.env {
             if var.name.is_empty() || var.name.contains(['=', '\0']) {
@@ -287,7 +290,7 @@ impl OciEngine {
                 .map(|p| (p.host, p.port))
                 .collect::<Vec<(Option<IpAddr>, u16)>>(),
             user_env,
-            limits: self.config().limits,
+            limits: plan::Limits::asked_or_default(&config.limits),
             tmpfs_size: config.tmpfs_size,
             ttl_secs,
         };

@@ -897,12 +897,50 @@ fn rootless_keeps_the_caller_and_drops_limits_it_cannot_enforce() {
     assert_eq!((delegated.limits, delegated.userns.as_deref()), (Limits::DEFAULT, Some("keep-id")));
 }
 
+/// Limits the user asked for are refused where rootless podman cannot hold them (it used to
+/// warn and run without them); without any asked for, the run goes on (the defaults are
+/// dropped with the warning above).
+#[test]
+fn rootless_refuses_asked_limits_it_cannot_enforce() {
+    let v1 = Some(plan::Rootless { cgroup_limits: false });
+    let asked = sandbox_core::Limits {
+        memory: Some(256 << 20),
+        pids: Some(16),
+        ..sandbox_core::Limits::NONE
+    };
+    let refused = plan::check_rootless_limits(v1, &asked).expect_err("refused");
+    insta::assert_snapshot!(refused.to_string(), @r"
+    rootless podman cannot enforce `--memory` and `--pids-limit` here (cgroup v1, or cgroup v2 without the memory, cpu and pids controllers delegated to the user), so nothing was run
+    hint: run without those flags, use docker or rootful podman, or rootless podman on cgroup v2 with delegation (`Delegate=cpu memory pids` for `user@.service`)
+    ");
+    assert!(plan::check_rootless_limits(v1, &sandbox_core::Limits::NONE).is_ok());
+    let delegated = Some(plan::Rootless { cgroup_limits: true });
+    assert!(plan::check_rootless_limits(delegated, &asked).is_ok());
+    assert!(plan::check_rootless_limits(None, &asked).is_ok(), "rootful");
+}
+
+/// What was asked wins field by field; the rest keeps the engine's defaults.
+#[test]
+fn asked_limits_fill_in_the_defaults() {
+    let asked = sandbox_core::Limits {
+        cpus: Some(sandbox_core::parse_cpus("0.5").expect("cpus")),
+        pids: Some(16),
+        ..sandbox_core::Limits::NONE
+    };
+    let limits = Limits::asked_or_default(&asked);
+    assert_eq!(limits, Limits { memory: Limits::DEFAULT.memory, cpus: Some(0.5), pids: Some(16) });
+    assert_eq!(Limits::asked_or_default(&sandbox_core::Limits::NONE), Limits::DEFAULT);
+}
+
 #[test]
 fn cgroup_limits_need_memory_cpu_and_pids() {
-    assert!(crate::client::cgroup_limits_in("cpuset cpu io memory hugetlb pids rdma\n"));
-    assert!(!crate::client::cgroup_limits_in("cpu memory\n"));
-    assert!(!crate::client::cgroup_limits_in("cpuset io memory pids"), "cpuset is not cpu");
-    assert!(!crate::client::cgroup_limits_in(""));
+    assert!(engine_detect::controllers_for_containers("cpuset cpu io memory hugetlb pids rdma\n"));
+    assert!(!engine_detect::controllers_for_containers("cpu memory\n"));
+    assert!(
+        !engine_detect::controllers_for_containers("cpuset io memory pids"),
+        "cpuset is not cpu"
+    );
+    assert!(!engine_detect::controllers_for_containers(""));
 }
 
 #[test]

@@ -73,11 +73,17 @@ pub enum SandboxKey {
     Timeout,
     /// `tmpfs-size`: bytes, or a size string such as `"512m"`.
     TmpfsSize,
+    /// `memory`: bytes, or a size string such as `"512m"`.
+    Memory,
+    /// `cpus`: a positive number of CPUs (`0.5`, `2`).
+    Cpus,
+    /// `pids-limit`: the most processes and threads.
+    PidsLimit,
 }
 
 impl SandboxKey {
     /// Every key, in documentation order.
-    pub const ALL: [SandboxKey; 7] = [
+    pub const ALL: [SandboxKey; 10] = [
         SandboxKey::Dependencies,
         SandboxKey::Mounts,
         SandboxKey::Net,
@@ -85,6 +91,9 @@ impl SandboxKey {
         SandboxKey::Env,
         SandboxKey::Timeout,
         SandboxKey::TmpfsSize,
+        SandboxKey::Memory,
+        SandboxKey::Cpus,
+        SandboxKey::PidsLimit,
     ];
 
     /// The key as written in TOML.
@@ -97,6 +106,9 @@ impl SandboxKey {
             SandboxKey::Env => "env",
             SandboxKey::Timeout => "timeout",
             SandboxKey::TmpfsSize => "tmpfs-size",
+            SandboxKey::Memory => "memory",
+            SandboxKey::Cpus => "cpus",
+            SandboxKey::PidsLimit => "pids-limit",
         }
     }
 

@@ -47,6 +47,12 @@ pub struct SandboxConfig {
     pub timeout: Option<Spanned<u64>>,
     /// `tmpfs-size`: the size cap of each tmpfs in the sandbox, in bytes (at least 1 MiB).
     pub tmpfs_size: Option<Spanned<u64>>,
+    /// `memory`: the memory limit in bytes (at least 4 MiB; `sandbox_core::parse_memory`).
+    pub memory: Option<Spanned<u64>>,
+    /// `cpus`: the CPU limit in thousandths of a CPU (`0.5` is 500), so the model stays `Eq`.
+    pub cpu_millis: Option<Spanned<u32>>,
+    /// `pids-limit`: the most processes and threads (positive).
+    pub pids_limit: Option<Spanned<u64>>,
 }
 
 /// A mount: `"PATH"`, `"PATH:ro"` or `"PATH:rw"`. The mode is read only from a final `:ro`/`:rw`

@@ -14,8 +14,18 @@ use crate::scan::{self, Block, opener_kind};
 /// The top-level keys of a `script` block.
 pub(crate) const TOP_KEYS: &[&str] = &["dependencies", "requires-python", "tool"];
 /// The `[tool.python-sandbox]` keys.
-pub(crate) const SANDBOX_KEYS: &[&str] =
-    &["dependencies", "mounts", "net", "publish", "env", "timeout", "tmpfs-size"];
+pub(crate) const SANDBOX_KEYS: &[&str] = &[
+    "dependencies",
+    "mounts",
+    "net",
+    "publish",
+    "env",
+    "timeout",
+    "tmpfs-size",
+    "memory",
+    "cpus",
+    "pids-limit",
+];
 /// The tool table this crate validates.
 pub(crate) const SANDBOX_TABLE: &str = "python-sandbox";
 
@@ -528,6 +538,9 @@ impl Cx<'_> {
                 "env" => cfg.env = self.env(key, item),
                 "timeout" => cfg.timeout = self.timeout(key, item),
                 "tmpfs-size" => cfg.tmpfs_size = self.tmpfs_size(key, item),
+                "memory" => cfg.memory = self.memory(key, item),
+                "cpus" => cfg.cpu_millis = self.cpus(key, item),
+                "pids-limit" => cfg.pids_limit = self.pids_limit(key, item),
                 _ => {
                     let span = self.key_span(key);
                     let mut d = Diagnostic::warning(
@@ -839,6 +852,90 @@ impl Cx<'_> {
                 None
             }
         }
+    }
+
+    /// `memory`: bytes as an integer, or a size string in the `--memory` spelling; the same
+    /// check as the flag (`sandbox_core::parse_memory`), so the same words.
+    fn memory(&mut self, key: &Key, item: &Item) -> Option<Spanned<u64>> {
+        let span = self.item_span(key, item);
+        let checked = match item.as_value() {
+            Some(Value::Integer(i)) => sandbox_core::parse_memory(&i.value().to_string()),
+            Some(Value::String(s)) => sandbox_core::parse_memory(s.value()),
+            _ => {
+                return self.limit_type(span, "memory", "a size string or a number of bytes", item);
+            }
+        };
+        self.limit(span, "memory", checked)
+    }
+
+    /// `cpus`: a positive number (integer or float), as `--cpus` takes it.
+    fn cpus(&mut self, key: &Key, item: &Item) -> Option<Spanned<u32>> {
+        let span = self.item_span(key, item);
+        let checked = match item.as_value() {
+            Some(Value::Integer(i)) => sandbox_core::parse_cpus(&i.value().to_string()),
+            Some(Value::Float(f)) => sandbox_core::parse_cpus(&f.value().to_string()),
+            _ => {
+                return self.limit_type(
+                    span,
+                    "cpus",
+                    "a number of CPUs such as `0.5` or `2`",
+                    item,
+                );
+            }
+        };
+        self.limit(span, "cpus", checked.map(sandbox_core::Cpus::millis))
+    }
+
+    /// `pids-limit`: a positive whole number, as `--pids-limit` takes it.
+    fn pids_limit(&mut self, key: &Key, item: &Item) -> Option<Spanned<u64>> {
+        let span = self.item_span(key, item);
+        let checked = match item.as_value() {
+            Some(Value::Integer(i)) => sandbox_core::parse_pids(&i.value().to_string()),
+            _ => return self.limit_type(span, "pids-limit", "a whole number of processes", item),
+        };
+        self.limit(span, "pids-limit", checked)
+    }
+
+    /// A limit's value, or its error (the flag's message and hint) as a diagnostic.
+    fn limit<T>(
+        &mut self,
+        span: Range<usize>,
+        name: &str,
+        checked: Result<T, sandbox_core::Error>,
+    ) -> Option<Spanned<T>> {
+        match checked {
+            Ok(value) => Some(Spanned { value, span }),
+            Err(e) => {
+                let text = e.to_string();
+                let (message, hint) = text.split_once("\nhint: ").unwrap_or((&text, ""));
+                let mut d = Diagnostic::error(
+                    codes::SANDBOX_INVALID_VALUE,
+                    span,
+                    format!("`{name}`: {message}"),
+                );
+                if !hint.is_empty() {
+                    d = d.with_hint(hint.to_owned());
+                }
+                self.push(d);
+                None
+            }
+        }
+    }
+
+    fn limit_type<T>(
+        &mut self,
+        span: Range<usize>,
+        name: &str,
+        want: &str,
+        item: &Item,
+    ) -> Option<T> {
+        let d = Diagnostic::error(
+            codes::SANDBOX_INVALID_TYPE,
+            span,
+            format!("`{name}` must be {want}, not {}", type_name(item)),
+        );
+        self.push(d);
+        None
     }
 
     /// TOML 1.1 syntax that toml_edit accepts but Python's `tomllib` (TOML 1.0, Python <= 3.14)

@@ -2,8 +2,9 @@
 //! table, the command line) resolve into one [`RunSpec`].
 //!
 //! The law, for every field:
-//! - scalars (`script`, `args`, `requires_python`, `net`, `timeout`): the highest layer that
-//!   sets the field wins; `net` falls back to on;
+//! - scalars (`script`, `args`, `requires_python`, `net`, `timeout`, `tmpfs_size`, and each
+//!   of the three limits on its own): the highest layer that sets the field wins; `net` falls
+//!   back to on;
 //! - lists (`dependencies`, `mounts`, `publish`, `env`): layers concatenate, lowest first, and
 //!   an entry replaces any earlier entry for the same target (mount: normalized absolute path;
 //!   publish: port; env: name; dependency: PEP 503 normalized package name). The replacement
@@ -16,7 +17,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::paths::{absolutize, is_within, normalize};
-use crate::{EnvVar, Error, Mount, MountMode, Net, Publish, RunSpec};
+use crate::{EnvVar, Error, Limits, Mount, MountMode, Net, Publish, RunSpec};
 
 /// One source of configuration. Every field is optional: `None` and empty lists mean "this
 /// layer says nothing".
@@ -43,6 +44,8 @@ pub struct Layer {
     pub timeout: Option<Duration>,
     /// Size cap of each tmpfs, in bytes.
     pub tmpfs_size: Option<u64>,
+    /// Resource limits; each of the three resolves on its own.
+    pub limits: Limits,
 }
 
 /// A mount as a layer spells it, before resolution.
@@ -83,6 +86,7 @@ impl Layer {
             env: spec.env.clone(),
             timeout: spec.timeout,
             tmpfs_size: Some(spec.tmpfs_size),
+            limits: spec.limits,
         }
     }
 }
@@ -95,8 +99,8 @@ impl Layer {
 ///   an entry replaces any earlier entry for the same target (mount: normalized absolute
 ///   path; publish: port; env: name; dependency: PEP 503 normalized package name), keeping
 ///   the position where the target first appeared.
-/// - Errors: no script, `net = off` with published ports, port 0, a zero timeout, an invalid
-///   env name or requirement, `~` without a home, `~user`, a relative workspace or home.
+/// - Errors: no script, `net = off` with published ports, port 0, a zero timeout, a limit out
+///   of range (see [`crate::parse_memory`] and its siblings), an invalid env name or requirement, `~` without a home, `~user`, a relative workspace or home.
 ///
 /// Pure: paths are expanded (`~`), made absolute against `ctx.workspace` and normalized
 /// lexically, never canonicalized.
@@ -136,6 +140,12 @@ pub fn resolve(
             hint: "give at least 1m (one MiB), e.g. `512m` or `2g`",
         });
     }
+    let limits = Limits {
+        memory: last_set(&layers, |layer| layer.limits.memory.as_ref()).copied(),
+        cpus: last_set(&layers, |layer| layer.limits.cpus.as_ref()).copied(),
+        pids: last_set(&layers, |layer| layer.limits.pids.as_ref()).copied(),
+    };
+    crate::limits::check(&limits)?;
 
     let mut dependencies = Merged::default();
     let mut mounts = Merged::default();
@@ -186,6 +196,7 @@ pub fn resolve(
         env: env.into_values(),
         timeout,
         tmpfs_size,
+        limits,
         workspace,
     })
 }

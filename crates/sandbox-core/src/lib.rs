@@ -13,6 +13,7 @@ mod error;
 mod fake;
 mod io;
 mod layer;
+mod limits;
 mod missing;
 mod parse;
 mod paths;
@@ -34,6 +35,9 @@ pub use error::Error;
 pub use fake::{FakeCall, FakeFs, FakeReply, FakeSandbox};
 pub use io::{Captured, EXIT_CLOSED_PIPE, OutputSink, Stream, same_file_out_err};
 pub use layer::{Layer, LayerMount, MIN_TMPFS_SIZE, ResolveCtx, resolve};
+pub use limits::{
+    Cpus, Limits, MAX_CPUS, MAX_PIDS, MIN_MEMORY, parse_cpus, parse_memory, parse_pids,
+};
 pub use missing::{MissingMount, missing_mount};
 pub use parse::{MountSpellingError, mount_mode_hint, parse_size, split_mount};
 pub use policy::{

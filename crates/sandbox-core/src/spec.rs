@@ -4,6 +4,8 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::Limits;
+
 /// Everything an engine needs to run one PEP 723 script. Built by resolving the layers
 /// (command line > inline table > defaults); engines never look at the layers themselves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +32,9 @@ pub struct RunSpec {
     /// Size cap, in bytes, of every tmpfs the sandbox gets (`/tmp`, home): writes past it fail
     /// with `ENOSPC` instead of filling host memory.
     pub tmpfs_size: u64,
+    /// Memory, CPU and process limits the user asked for; an engine enforces each or refuses
+    /// the run.
+    pub limits: Limits,
     /// The workspace (the caller's cwd), mounted read-write at its real path.
     pub workspace: PathBuf,
 }

@@ -86,6 +86,7 @@ impl Fixture {
             env: Vec::new(),
             timeout: Some(Duration::from_secs(120)),
             tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
+            limits: sandbox_core::Limits::NONE,
             workspace: self.workspace.path().to_owned(),
         }
     }

@@ -29,6 +29,7 @@ pub(crate) fn start(
         }],
         ttl,
         tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
+        limits: sandbox_core::Limits::NONE,
     };
     let info = engine.start_session(&config).expect("start");
     assert_eq!(info.ttl, ttl.as_secs());

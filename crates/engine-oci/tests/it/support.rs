@@ -57,6 +57,7 @@ pub(crate) fn spec(ws: &Path) -> RunSpec {
         env: Vec::new(),
         timeout: Some(Duration::from_secs(120)),
         tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
+        limits: sandbox_core::Limits::NONE,
         workspace: ws.to_owned(),
     }
 }

@@ -140,6 +140,7 @@ fn sessions_carry_the_same_wall() {
             env: Vec::new(),
             ttl: Duration::from_secs(300),
             tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
+            limits: sandbox_core::Limits::NONE,
         };
         let info = engine.start_session(&config).expect("start");
         // Both exec paths: the agent, and the API exec a session falls back to.

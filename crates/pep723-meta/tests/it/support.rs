@@ -116,6 +116,16 @@ fn metadata(out: &mut String, index: &LineIndex, m: &Metadata) {
         let _ = writeln!(out, "    timeout: {:?}", s.timeout.as_ref().map(|t| spanned(index, t)));
         let size = s.tmpfs_size.as_ref().map(|t| spanned(index, t));
         let _ = writeln!(out, "    tmpfs-size: {size:?}");
+        // Only when set, so the snapshots of scripts without limits stay as they were.
+        if let Some(m) = &s.memory {
+            let _ = writeln!(out, "    memory: {:?}", spanned(index, m));
+        }
+        if let Some(c) = &s.cpu_millis {
+            let _ = writeln!(out, "    cpu-millis: {:?}", spanned(index, c));
+        }
+        if let Some(p) = &s.pids_limit {
+            let _ = writeln!(out, "    pids-limit: {:?}", spanned(index, p));
+        }
     }
 }
 

@@ -100,6 +100,7 @@ fn spec(workspace: &str, mounts: &str) -> RunSpec {
         env: Vec::new(),
         timeout: None,
         tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
+        limits: sandbox_core::Limits::NONE,
         workspace: PathBuf::from(workspace),
     }
 }

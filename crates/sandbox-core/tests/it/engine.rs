@@ -118,6 +118,7 @@ fn spec(args: &[&str]) -> RunSpec {
         env: Vec::new(),
         timeout: None,
         tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
+        limits: sandbox_core::Limits::NONE,
         workspace: "/ws".into(),
     }
 }

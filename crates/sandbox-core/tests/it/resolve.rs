@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use sandbox_core::{
-    EnvVar, Layer, LayerMount, MountMode, Net, Publish, ResolveCtx, RunSpec, resolve,
+    Cpus, EnvVar, Layer, LayerMount, Limits, MountMode, Net, Publish, ResolveCtx, RunSpec, resolve,
 };
 
 use crate::support::{ctx, layer, render_result};
@@ -109,6 +109,16 @@ const CASES: &[(&str, &str, &str, &str)] = &[
     ),
     ("env: cli bare name replaces inline value", "", "env=TOKEN=abc", "script=s.py & env=TOKEN"),
     ("env: empty name refused", "", "env==oops", "script=s.py"),
+    (
+        "limits: each of the three resolves on its own",
+        "memory=2g & pids=512",
+        "memory=1g & cpus=0.5",
+        "script=s.py & memory=256m",
+    ),
+    ("limits: inline alone", "", "cpus=2 & pids=64", "script=s.py"),
+    ("limits: memory below 4m refused", "", "memory=1m", "script=s.py"),
+    ("limits: zero pids refused", "", "", "script=s.py & pids=0"),
+    ("limits: pids above pid_max refused", "", "pids=4194305", "script=s.py"),
     (
         "everything at once",
         "net=off & timeout=600 & env=LANG=C.UTF-8 & mounts=/opt/ref:ro",
@@ -234,9 +244,21 @@ fn arb_layer() -> impl Strategy<Value = Layer> {
         prop::collection::vec(publish, 0..3),
         prop::collection::vec(env, 0..4),
         prop::option::of((1u64..100).prop_map(Duration::from_secs)),
+        limits(),
     )
         .prop_map(
-            |(script, args, dependencies, requires_python, mounts, net, publish, env, timeout)| {
+            |(
+                script,
+                args,
+                dependencies,
+                requires_python,
+                mounts,
+                net,
+                publish,
+                env,
+                timeout,
+                limits,
+            )| {
                 Layer {
                     script: script.map(PathBuf::from),
                     args,
@@ -248,9 +270,20 @@ fn arb_layer() -> impl Strategy<Value = Layer> {
                     env,
                     timeout,
                     tmpfs_size: None,
+                    limits,
                 }
             },
         )
+}
+
+/// Valid limits, each present or not on its own.
+fn limits() -> impl Strategy<Value = Limits> {
+    (
+        prop::option::of((4u64..64).prop_map(|mib| mib << 20)),
+        prop::option::of((1u32..4000).prop_map(|m| Cpus::from_millis(m).expect("in range"))),
+        prop::option::of(1u64..1024),
+    )
+        .prop_map(|(memory, cpus, pids)| Limits { memory, cpus, pids })
 }
 
 /// Three layers, the top one always naming a script so resolution succeeds.
@@ -323,6 +356,9 @@ proptest! {
             spec.args.clone(),
             top(|l| l.args.is_some()).and_then(|l| l.args.clone()).unwrap_or_default()
         );
+        prop_assert_eq!(spec.limits.memory, top(|l| l.limits.memory.is_some()).and_then(|l| l.limits.memory));
+        prop_assert_eq!(spec.limits.cpus, top(|l| l.limits.cpus.is_some()).and_then(|l| l.limits.cpus));
+        prop_assert_eq!(spec.limits.pids, top(|l| l.limits.pids.is_some()).and_then(|l| l.limits.pids));
         let script = c.script.clone().expect("cli always has a script");
         prop_assert_eq!(spec.script.file_name(), script.file_name());
     }

@@ -37,6 +37,10 @@ pub(crate) fn layer(notation: &str) -> Layer {
             "timeout" => {
                 layer.timeout = Some(Duration::from_secs(value.parse().expect("timeout secs")))
             }
+            // Raw numbers, so values out of range reach `resolve`, which checks every layer.
+            "memory" => layer.limits.memory = Some(sandbox_core::parse_size(value).expect("size")),
+            "cpus" => layer.limits.cpus = Some(sandbox_core::parse_cpus(value).expect("cpus")),
+            "pids" => layer.limits.pids = Some(value.parse().expect("pids")),
             other => panic!("unknown key `{other}`"),
         }
     }
@@ -98,6 +102,18 @@ pub(crate) fn render_spec(spec: &RunSpec) -> String {
         ),
         format!("workspace: {}", spec.workspace.display()),
     ]
+    .into_iter()
+    .chain((!spec.limits.is_empty()).then(|| {
+        let l = &spec.limits;
+        let show = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
+        format!(
+            "limits: memory {} cpus {} pids {}",
+            show(l.memory.map(|m| m.to_string())),
+            show(l.cpus.map(|c| c.to_string())),
+            show(l.pids.map(|p| p.to_string()))
+        )
+    }))
+    .collect::<Vec<_>>()
     .join("\n")
 }
 
