@@ -45,6 +45,70 @@ const BROKEN_BWRAP: &str = "#!/bin/sh\n\
 const CLOSED_READER: &str = "import itertools, signal\nsignal.signal(signal.SIGPIPE, signal.SIG_DFL)\n\
     for i in itertools.count():\n    print(f\"line {i}\", flush=True)\n";
 
+/// What tests/cases/syscalls.py must print as `ok FAMILY CALL EPERM`: one call per denied
+/// syscall of `sandbox_core::WALL`, by family (x86_64 numbers; other arches skip the script).
+const DENIED_CALLS: &[&str] = &[
+    "ptrace attach-init",
+    "ptrace traceme",
+    "ptrace process_vm_readv",
+    "ptrace process_vm_writev",
+    "ptrace pidfd_getfd",
+    "ptrace kcmp",
+    "ptrace process_madvise",
+    "ptrace move_pages",
+    "ptrace migrate_pages",
+    "keyring add_key",
+    "keyring request_key",
+    "keyring keyctl",
+    "kernel bpf",
+    "kernel perf_event_open",
+    "kernel userfaultfd",
+    "kernel fanotify_init",
+    "mount mount",
+    "mount umount2",
+    "mount pivot_root",
+    "mount setns",
+    "mount open_tree",
+    "mount move_mount",
+    "mount fsopen",
+    "mount fsconfig",
+    "mount fsmount",
+    "mount fspick",
+    "mount mount_setattr",
+    "mount unshare-user",
+    "handles name_to_handle_at",
+    "handles open_by_handle_at",
+    "modules init_module",
+    "modules finit_module",
+    "modules delete_module",
+    "modules create_module",
+    "modules query_module",
+    "modules get_kernel_syms",
+    "modules kexec_load",
+    "modules kexec_file_load",
+    "host clock_settime",
+    "host clock_adjtime",
+    "host settimeofday",
+    "host acct",
+    "host swapon",
+    "host swapoff",
+    "host quotactl",
+    "host quotactl_fd",
+    "host reboot",
+    "host syslog",
+    "host ioperm",
+    "host iopl",
+    "host lookup_dcookie",
+    "host nfsservctl",
+    "host sysfs",
+    "host _sysctl",
+    "host uselib",
+    "host ustat",
+    "personality addr-no-randomize",
+    "tty tiocsti",
+    "tty tioclinux",
+];
+
 const NET_OFF: &str = "[tool.python-sandbox]\nnet = \"off\"";
 const NET_ON: &str = "[tool.python-sandbox]\nnet = \"on\"";
 
@@ -95,6 +159,22 @@ fn run_cases() -> Vec<Case> {
             meta: Some("dependencies = [\"six\"]\n\n[tool.python-sandbox]\nnet = \"off\""),
             expect: |_| Expect::ok().has("six: 1.").has("dns: failed"),
             deadline_secs: 600,
+            ..BASE
+        },
+        Case {
+            // OpenBLAS threads and numpy's import under the wall (memory policy calls are
+            // allowed), and uv installing under it on bwrap, where prepare has the same filter.
+            name: "deps-numpy-dot-under-the-wall",
+            script: Script::Inline(
+                "import numpy\na = numpy.arange(40000, dtype=float).reshape(200, 200)\n\
+                 print('trace', int(numpy.trace(numpy.dot(a, a.T)) % 1000003))\ndone()\n",
+            ),
+            meta: Some("dependencies = [\"numpy\"]"),
+            expect: |_| Expect::ok().has("trace 342593"),
+            deadline_secs: 600,
+            // The runtime image has no libstdc++, so numpy cannot import in a container at all,
+            // wall or not; widen to every engine once deploy/image ships it.
+            only_on: Some(&["bwrap"]),
             ..BASE
         },
         Case {
@@ -753,6 +833,41 @@ fn run_cases() -> Vec<Case> {
                     .err("invalid memory size `1k`")
                     .err("hint: use bytes or a suffix: `512m`, `2g`")
             },
+            ..BASE
+        },
+        Case {
+            name: "wall-syscall-families-eperm",
+            script: Script::File("syscalls.py"),
+            expect: |_| {
+                let expect = Expect::ok().changes(&["+ws/f"]);
+                if !cfg!(target_arch = "x86_64") {
+                    return expect;
+                }
+                DENIED_CALLS.iter().fold(expect, |e, call| e.has(format!("ok {call} EPERM")))
+            },
+            ..BASE
+        },
+        Case {
+            // Used to hang every engine: the attach stopped init for good once the script,
+            // its tracer, was gone.
+            name: "ptrace-and-sigstop-init-then-exit-ends-the-run",
+            script: Script::File("ptrace_init.py"),
+            expect: |_| {
+                Expect::ok()
+                    .has("ok ptrace attach init")
+                    .has("ok ptrace seize init")
+                    .has("ok SIGSTOP to init did not stop this script")
+                    .within(30)
+            },
+            deadline_secs: 60,
+            ..BASE
+        },
+        Case {
+            name: "init-memory-not-writable",
+            script: Script::File("init_memory.py"),
+            // docker-init and catatonit are still open to this (runc 1.1.5 does not apply
+            // `MaskedPaths` below /proc/1), so bwrap only for now.
+            only_on: Some(&["bwrap"]),
             ..BASE
         },
         Case {

@@ -21,7 +21,7 @@
 //! the kernel blocks TIOCSTI (`dev.tty.legacy_tiocsti=0`), an unprivileged uid on the host too
 //! (the caller's; for root, bwrap itself is started as 65534, see `stage.rs`), `/usr` and an
 //! allowlisted `/etc` read-only, synthesized passwd/group, a new `/proc` with `/proc/sys` and
-//! friends read-only, minimal `/dev`, size-capped tmpfs `/tmp` and `/home/sandbox` (`HOME`), the
+//! friends read-only and init's memory files masked (`plan::INIT_MEMORY`), minimal `/dev`, size-capped tmpfs `/tmp` and `/home/sandbox` (`HOME`), the
 //! workspace read-write at its real path, extra mounts at their real paths, an empty
 //! environment plus a small allowlist and explicit `--env`.
 //!

@@ -105,6 +105,12 @@ pub(crate) struct Staged {
 /// them only where its caller could write them, which it checks by the directory's mode).
 const PROC_READ_ONLY: &[&str] = &["/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"];
 
+/// The memory of the sandbox's init (bwrap's own pid 1, single-threaded), which reaps the script
+/// and so ends the run. It runs as the script's user, so without this the script could rewrite
+/// its code through these files (the seccomp wall refuses `ptrace` and `process_vm_writev`, not
+/// `open`) and keep the run from ever ending.
+const INIT_MEMORY: &[&str] = &["/proc/1/mem", "/proc/1/task/1/mem"];
+
 impl Plan {
     /// The sources an unprivileged bwrap cannot be trusted to reach by path, each with its
     /// staged path; empty unless [`Plan::run_as`] is set. Binds, then the user database, then
@@ -213,6 +219,9 @@ impl Plan {
         for path in PROC_READ_ONLY {
             // `-try`: /proc/bus and /proc/irq are absent on some kernels.
             a.flags(&["--ro-bind-try", path, path]);
+        }
+        for path in INIT_MEMORY {
+            a.flags(&["--ro-bind", "/dev/null", path]);
         }
         let size = self.tmpfs_size.to_string();
         a.flags(&["--dev", "/dev", "--size", &size, "--tmpfs", "/tmp"]);

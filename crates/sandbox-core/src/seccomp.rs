@@ -13,9 +13,22 @@
 //! capabilities over new namespaces: `clone`/`unshare` with `CLONE_NEWUSER` fail, and `clone3`
 //! (whose flags live in memory seccomp cannot read) reports `ENOSYS` so libc falls back to
 //! `clone`. io_uring runs file operations outside the syscall layer this filter sees. `TIOCSTI`
-//! and `TIOCLINUX` type into a terminal the sandbox shares with its caller. The kernel keyring
-//! is not namespaced. A foreign architecture's syscall table (i386 via `int 0x80`, x32) would
-//! bypass every rule, so it kills the process.
+//! and `TIOCLINUX` type into a terminal the sandbox shares with its caller. A foreign
+//! architecture's syscall table (i386 via `int 0x80`, x32) would bypass every rule, so it kills
+//! the process.
+//!
+//! The rest is what a Python program never needs and Docker's default profile refuses, each
+//! with `EPERM` (what Docker answers, and what code that probes a feature expects): other
+//! processes (`ptrace` stopped the sandbox's init for good and hung the run; reading and
+//! writing their memory, taking their descriptors), the kernel keyring (not namespaced), `bpf`,
+//! `perf_event_open` and `userfaultfd` (kernel attack surface), mounts and `setns`, file handles
+//! (they open files by inode, past the mount tree), modules and kexec, and the machine's own
+//! state (clocks, swap, quotas, reboot, the kernel log, I/O ports, obsolete calls, execution
+//! domains other than Docker's few). Many of these fail without capabilities anyway; the wall
+//! makes the answer the same on every engine and kernel, and does not depend on the base
+//! profile of a container engine (containers-common's allows `ptrace`, `keyctl`, `setns`,
+//! `mount` and `syslog`). Left allowed on purpose: a process's own memory policy
+//! (`get_mempolicy`, `set_mempolicy`, `mbind`), which OpenBLAS and libnuma use.
 
 /// `errno` values used by the wall (the same on every Linux architecture we support).
 const EPERM: u16 = 1;
@@ -89,6 +102,7 @@ const fn mode_at(arg: u8) -> &'static [ArgCheck] {
 }
 
 const DENY: SeccompAction = SeccompAction::Errno(EPERM);
+const ALLOW: SeccompAction = SeccompAction::Allow;
 const NOSYS: SeccompAction = SeccompAction::Errno(ENOSYS);
 
 /// The wall, in the order rules are checked (the first match of a syscall decides).
@@ -130,9 +144,83 @@ pub const WALL: &[SeccompRule] = &[
     rule("io_uring_register", &[], NOSYS),
     rule("ioctl", &[ArgCheck::Equals { arg: 1, value: TIOCSTI }], DENY),
     rule("ioctl", &[ArgCheck::Equals { arg: 1, value: TIOCLINUX }], DENY),
-    rule("keyctl", &[], NOSYS),
-    rule("add_key", &[], NOSYS),
-    rule("request_key", &[], NOSYS),
+    // Other processes: tracing, reading and writing their memory, taking their descriptors,
+    // comparing their kernel objects, moving their pages.
+    rule("ptrace", &[], DENY),
+    rule("process_vm_readv", &[], DENY),
+    rule("process_vm_writev", &[], DENY),
+    rule("pidfd_getfd", &[], DENY),
+    rule("kcmp", &[], DENY),
+    rule("process_madvise", &[], DENY),
+    rule("move_pages", &[], DENY),
+    rule("migrate_pages", &[], DENY),
+    // The kernel keyring is not namespaced.
+    rule("keyctl", &[], DENY),
+    rule("add_key", &[], DENY),
+    rule("request_key", &[], DENY),
+    // Kernel attack surface a script has no use for.
+    rule("bpf", &[], DENY),
+    rule("perf_event_open", &[], DENY),
+    rule("userfaultfd", &[], DENY),
+    rule("fanotify_init", &[], DENY),
+    // Mounts and other namespaces.
+    rule("mount", &[], DENY),
+    rule("umount", &[], DENY),
+    rule("umount2", &[], DENY),
+    rule("pivot_root", &[], DENY),
+    rule("setns", &[], DENY),
+    rule("open_tree", &[], DENY),
+    rule("open_tree_attr", &[], DENY),
+    rule("move_mount", &[], DENY),
+    rule("fsopen", &[], DENY),
+    rule("fsconfig", &[], DENY),
+    rule("fsmount", &[], DENY),
+    rule("fspick", &[], DENY),
+    rule("mount_setattr", &[], DENY),
+    // File handles reach files by inode, past the mount tree.
+    rule("name_to_handle_at", &[], DENY),
+    rule("open_by_handle_at", &[], DENY),
+    // Kernel modules and kexec.
+    rule("init_module", &[], DENY),
+    rule("finit_module", &[], DENY),
+    rule("delete_module", &[], DENY),
+    rule("create_module", &[], DENY),
+    rule("query_module", &[], DENY),
+    rule("get_kernel_syms", &[], DENY),
+    rule("kexec_load", &[], DENY),
+    rule("kexec_file_load", &[], DENY),
+    // The machine's own state: clock, accounting, swap, quotas, reboot, the kernel log, I/O
+    // ports, and obsolete interfaces (Docker's default profile refuses all of them).
+    rule("clock_settime", &[], DENY),
+    rule("clock_adjtime", &[], DENY),
+    rule("settimeofday", &[], DENY),
+    rule("stime", &[], DENY),
+    rule("acct", &[], DENY),
+    rule("swapon", &[], DENY),
+    rule("swapoff", &[], DENY),
+    rule("quotactl", &[], DENY),
+    rule("quotactl_fd", &[], DENY),
+    rule("reboot", &[], DENY),
+    rule("syslog", &[], DENY),
+    rule("ioperm", &[], DENY),
+    rule("iopl", &[], DENY),
+    rule("lookup_dcookie", &[], DENY),
+    rule("nfsservctl", &[], DENY),
+    rule("sysfs", &[], DENY),
+    rule("_sysctl", &[], DENY),
+    rule("uselib", &[], DENY),
+    rule("ustat", &[], DENY),
+    rule("vm86", &[], DENY),
+    rule("vm86old", &[], DENY),
+    // Execution domains: only the ones Docker allows (PER_LINUX, UNAME26, PER_LINUX32 and
+    // their combination, and the 0xffffffff query); others change how the kernel treats the
+    // process (READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE).
+    rule("personality", &[ArgCheck::Equals { arg: 0, value: 0 }], ALLOW),
+    rule("personality", &[ArgCheck::Equals { arg: 0, value: 0x8 }], ALLOW),
+    rule("personality", &[ArgCheck::Equals { arg: 0, value: 0x2_0000 }], ALLOW),
+    rule("personality", &[ArgCheck::Equals { arg: 0, value: 0x2_0008 }], ALLOW),
+    rule("personality", &[ArgCheck::Equals { arg: 0, value: 0xffff_ffff }], ALLOW),
+    rule("personality", &[], DENY),
 ];
 
 /// An architecture the wall can be compiled for.
@@ -174,51 +262,134 @@ impl Arch {
                 ("creat", 85),
                 ("chmod", 90),
                 ("fchmod", 91),
+                ("ptrace", 101),
+                ("syslog", 103),
                 ("mknod", 133),
+                ("uselib", 134),
+                ("personality", 135),
+                ("ustat", 136),
+                ("sysfs", 139),
+                ("pivot_root", 155),
+                ("_sysctl", 156),
+                ("acct", 163),
+                ("settimeofday", 164),
+                ("mount", 165),
+                ("umount2", 166),
+                ("swapon", 167),
+                ("swapoff", 168),
+                ("reboot", 169),
+                ("iopl", 172),
+                ("ioperm", 173),
+                ("create_module", 174),
+                ("init_module", 175),
+                ("delete_module", 176),
+                ("get_kernel_syms", 177),
+                ("query_module", 178),
+                ("quotactl", 179),
+                ("nfsservctl", 180),
                 ("setxattr", 188),
                 ("lsetxattr", 189),
                 ("fsetxattr", 190),
+                ("lookup_dcookie", 212),
+                ("clock_settime", 227),
+                ("kexec_load", 246),
                 ("add_key", 248),
                 ("request_key", 249),
                 ("keyctl", 250),
+                ("migrate_pages", 256),
                 ("openat", 257),
                 ("mknodat", 259),
                 ("fchmodat", 268),
                 ("unshare", 272),
-                ("io_uring_setup", 425),
-                ("io_uring_enter", 426),
-                ("io_uring_register", 427),
-                ("clone3", 435),
-                ("openat2", 437),
-                ("fchmodat2", 452),
-                ("setxattrat", 463),
+                ("move_pages", 279),
+                ("perf_event_open", 298),
+                ("fanotify_init", 300),
+                ("name_to_handle_at", 303),
+                ("open_by_handle_at", 304),
+                ("clock_adjtime", 305),
+                ("setns", 308),
+                ("process_vm_readv", 310),
+                ("process_vm_writev", 311),
+                ("kcmp", 312),
+                ("finit_module", 313),
+                ("kexec_file_load", 320),
+                ("bpf", 321),
+                ("userfaultfd", 323),
             ],
             Arch::Aarch64 => &[
                 ("setxattr", 5),
                 ("lsetxattr", 6),
                 ("fsetxattr", 7),
+                ("lookup_dcookie", 18),
                 ("ioctl", 29),
                 ("mknodat", 33),
+                ("umount2", 39),
+                ("mount", 40),
+                ("pivot_root", 41),
+                ("nfsservctl", 42),
                 ("fchmod", 52),
                 ("fchmodat", 53),
                 ("openat", 56),
+                ("quotactl", 60),
+                ("acct", 89),
+                ("personality", 92),
                 ("unshare", 97),
+                ("kexec_load", 104),
+                ("init_module", 105),
+                ("delete_module", 106),
+                ("clock_settime", 112),
+                ("syslog", 116),
+                ("ptrace", 117),
+                ("reboot", 142),
+                ("settimeofday", 170),
                 ("add_key", 217),
                 ("request_key", 218),
                 ("keyctl", 219),
                 ("clone", 220),
-                ("io_uring_setup", 425),
-                ("io_uring_enter", 426),
-                ("io_uring_register", 427),
-                ("clone3", 435),
-                ("openat2", 437),
-                ("fchmodat2", 452),
-                ("setxattrat", 463),
+                ("swapon", 224),
+                ("swapoff", 225),
+                ("migrate_pages", 238),
+                ("move_pages", 239),
+                ("perf_event_open", 241),
+                ("fanotify_init", 262),
+                ("name_to_handle_at", 264),
+                ("open_by_handle_at", 265),
+                ("clock_adjtime", 266),
+                ("setns", 268),
+                ("process_vm_readv", 270),
+                ("process_vm_writev", 271),
+                ("kcmp", 272),
+                ("finit_module", 273),
+                ("bpf", 280),
+                ("userfaultfd", 282),
+                ("kexec_file_load", 294),
             ],
         };
-        table.iter().find(|(n, _)| *n == name).map(|&(_, nr)| nr)
+        table.iter().chain(UNIFIED).find(|(n, _)| *n == name).map(|&(_, nr)| nr)
     }
 }
+
+/// Syscalls added since Linux 5.1 have one number on every architecture.
+const UNIFIED: &[(&str, u32)] = &[
+    ("io_uring_setup", 425),
+    ("io_uring_enter", 426),
+    ("io_uring_register", 427),
+    ("open_tree", 428),
+    ("move_mount", 429),
+    ("fsopen", 430),
+    ("fsconfig", 431),
+    ("fsmount", 432),
+    ("fspick", 433),
+    ("clone3", 435),
+    ("openat2", 437),
+    ("pidfd_getfd", 438),
+    ("process_madvise", 440),
+    ("mount_setattr", 442),
+    ("quotactl_fd", 443),
+    ("fchmodat2", 452),
+    ("setxattrat", 463),
+    ("open_tree_attr", 467),
+];
 
 /// One classic BPF instruction (`struct sock_filter`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,8 +435,9 @@ fn load(offset: u32) -> Insn {
 /// Compiles `rules` for `arch`. Layout: check the architecture (kill on mismatch), load the
 /// syscall number, refuse x32 on x86-64, then one block per syscall: `jeq nr` over the block,
 /// its rules in order (each a run of argument checks that skip to the next rule on failure,
-/// then the rule's return), and `ret allow` closing the block. A block never falls through to
-/// the next, because argument loads replace the syscall number in the accumulator.
+/// then the rule's return), and `ret allow` closing the block unless its last rule had no
+/// checks. A block never falls through to the next, because argument loads replace the
+/// syscall number in the accumulator.
 pub fn compile(rules: &[SeccompRule], arch: Arch) -> Vec<Insn> {
     let mut program = vec![
         load(ARCH),
@@ -285,6 +457,7 @@ pub fn compile(rules: &[SeccompRule], arch: Arch) -> Vec<Insn> {
         seen.push(first.syscall);
         let Some(nr) = arch.syscall(first.syscall) else { continue };
         let mut block: Vec<Insn> = Vec::new();
+        let mut decided = false;
         for rule in rules.iter().filter(|r| r.syscall == first.syscall) {
             // Each check is two instructions; on failure skip the rest of the rule's checks
             // and its return.
@@ -304,10 +477,14 @@ pub fn compile(rules: &[SeccompRule], arch: Arch) -> Vec<Insn> {
             }
             block.push(ret(rule.action));
             if rule.checks.is_empty() {
+                decided = true;
                 break;
             }
         }
-        block.push(ret(SeccompAction::Allow));
+        // After an unconditional rule nothing is left to allow.
+        if !decided {
+            block.push(ret(SeccompAction::Allow));
+        }
         let skip = u8::try_from(block.len()).unwrap_or(u8::MAX);
         program.push(Insn { code: JEQ_K, jt: 0, jf: skip, k: nr });
         program.extend(block);
