@@ -62,6 +62,12 @@ if ! grep -q "^$SANDBOX_USER:" /etc/passwd; then
 fi
 install -d -m 0755 -o "$SANDBOX_UID" -g "$SANDBOX_UID" "/home/$SANDBOX_USER"
 
+# The containers' init (pid 1, engine-oci's plan: no `--init` of the engine's own), execute-only and
+# root's: a process whose program it cannot read is not dumpable, so the script (another user)
+# cannot open /proc/1/mem and rewrite the init that ends its run. docker-init and catatonit, bound
+# from the host readable, leave that open.
+chmod 0711 /usr/bin/tini
+
 # Nothing in a sandbox may gain privileges: no setuid/setgid programs (su, newgrp, unix_chkpwd), on
 # top of the engines' no-new-privileges.
 find / -xdev -type f -perm /6000 -exec chmod ug-s {} +

@@ -171,10 +171,8 @@ fn run_cases() -> Vec<Case> {
             ),
             meta: Some("dependencies = [\"numpy\"]"),
             expect: |_| Expect::ok().has("trace 342593"),
+            // numpy's wheel expects the system's libstdc++ (the runtime image ships it).
             deadline_secs: 600,
-            // The runtime image has no libstdc++, so numpy cannot import in a container at all,
-            // wall or not; widen to every engine once deploy/image ships it.
-            only_on: Some(&["bwrap"]),
             ..BASE
         },
         Case {
@@ -865,9 +863,7 @@ fn run_cases() -> Vec<Case> {
         Case {
             name: "init-memory-not-writable",
             script: Script::File("init_memory.py"),
-            // docker-init and catatonit are still open to this (runc 1.1.5 does not apply
-            // `MaskedPaths` below /proc/1), so bwrap only for now.
-            only_on: Some(&["bwrap"]),
+            // bwrap hides the files; the containers' init is the image's execute-only tini.
             ..BASE
         },
         Case {

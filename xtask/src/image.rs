@@ -697,7 +697,7 @@ LABEL org.opencontainers.image.description=\"Debian python3 and uv for running P
 ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 ENV LANG=C.UTF-8
 ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
-LABEL io.python-sandbox.image-abi=\"2\"
+LABEL io.python-sandbox.image-abi=\"3\"
 USER 1000:1000
 WORKDIR /home/sandbox
 CMD [\"python3\"]"

@@ -31,10 +31,11 @@
 //!   before `run` returns, and so does every Docker run. The sweep reports only leftovers that
 //!   were still running.
 //! * Every container, run or session, enforces the one seccomp wall (`sandbox_core::WALL`) on
-//!   top of the engine's default profile (`seccomp.rs`). Podman needs `catatonit` for
-//!   `init: true`.
-//! * The image's own `ENV` lines (and podman's `container=podman`) reach the script; nothing of
-//!   the host's environment does beyond the allowlist and explicit `--env`.
+//!   top of the engine's default profile (`seccomp.rs`). Pid 1 is the image's execute-only
+//!   tini (`plan::INIT`), never the engine's own init: the script cannot open its memory.
+//! * The environment is `sandbox_core::run_env` plus `PATH`, `PWD` and `VIRTUAL_ENV` (the image
+//!   sets no `UV_*`; podman's `container=podman` is overridden); nothing of the host's
+//!   environment reaches the script beyond the allowlist and explicit `--env`.
 //! * Environment volumes are a cache: the container sweep never removes them. Each run stamps
 //!   its environment's lock file (`<cache>/oci/locks/<volume>.lock`, mtime = last use) and holds
 //!   it shared until its container references the volume; [`OciEngine::prune_envs`] (`reap`,

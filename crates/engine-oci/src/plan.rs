@@ -31,6 +31,10 @@ pub(crate) const PREPARE_MOUNT: &str = "/home/sandbox";
 /// The image's interpreter: prepare builds environments on it, and the image's own empty venv
 /// at [`ENV_MOUNT`] (what a script without dependencies runs in) points at it.
 pub(crate) const IMAGE_PYTHON: &str = "/usr/bin/python3";
+/// Every container's pid 1: the image's tini, execute-only (deploy/image/setup.sh), so the
+/// script, another user, cannot open `/proc/1/mem` and hang the init that ends its run (the
+/// engines' own `--init` binaries are readable, so that process is dumpable).
+pub(crate) const INIT: [&str; 2] = ["/usr/bin/tini", "--"];
 /// The image label saying which layout of [`crate::IMAGE_ABI`] the image has.
 pub(crate) const IMAGE_ABI_LABEL: &str = "io.python-sandbox.image-abi";
 /// PATH of every container (the image's).
@@ -556,7 +560,7 @@ pub(crate) fn create_body(plan: &ContainerPlan, flavor: Flavor) -> ContainerCrea
         ipc_mode: Some("private".to_owned()),
         privileged: Some(false),
         tmpfs: Some(tmpfs),
-        init: Some(true),
+        init: Some(false),
         memory,
         memory_swap: memory,
         nano_cpus: plan.limits.cpus.map(|c| (c * 1e9).round() as i64),
@@ -582,13 +586,18 @@ pub(crate) fn create_body(plan: &ContainerPlan, flavor: Flavor) -> ContainerCrea
     ContainerCreateBody {
         image: Some(plan.image.clone()),
         user: Some(format!("{}:{}", plan.uid, plan.gid)),
-        cmd: Some(crate::gate::command(
-            &plan.cmd,
-            plan.go,
-            plan.net,
-            plan.merge_output,
-            plan.env.iter().any(|(k, _)| k == "PWD"),
-        )),
+        cmd: Some(
+            INIT.iter()
+                .map(|s| (*s).to_owned())
+                .chain(crate::gate::command(
+                    &plan.cmd,
+                    plan.go,
+                    plan.net,
+                    plan.merge_output,
+                    plan.env.iter().any(|(k, _)| k == "PWD"),
+                ))
+                .collect(),
+        ),
         env: Some(plan.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
         working_dir: Some(plan.working_dir.clone()),
         labels: Some(labels),

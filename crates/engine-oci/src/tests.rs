@@ -131,8 +131,9 @@ fn run_merged_output_dups_stderr_in_the_container() {
     layout.merge_output = true;
     let body = plan::create_body(&plan::run_plan(&host(1000), &layout), Flavor::Docker);
     let cmd = body.cmd.unwrap_or_default();
-    assert!(cmd[2].ends_with("exec \"$@\" 2>&1"), "{}", cmd[2]);
-    assert_eq!(cmd[4], "/opt/python-sandbox/env/bin/python");
+    assert_eq!(cmd[..2], plan::INIT);
+    assert!(cmd[4].ends_with("exec \"$@\" 2>&1"), "{}", cmd[4]);
+    assert_eq!(cmd[6], "/opt/python-sandbox/env/bin/python");
 }
 
 #[test]
@@ -166,8 +167,8 @@ fn session_body() {
     let mut body = json(&plan::session_plan(&host(1234), &layout));
     // The agent's program is its own file; the snapshot shows where it goes.
     // Net on: behind the gate (`sh -c GATE sh`), then the watchdog's own command.
-    assert_eq!(body["Cmd"][9], sandbox_core::agent::AGENT_PY);
-    body["Cmd"][9] = "<agent.py>".into();
+    assert_eq!(body["Cmd"][11], sandbox_core::agent::AGENT_PY);
+    body["Cmd"][11] = "<agent.py>".into();
     insta::assert_json_snapshot!(body);
     let podman = json_for(&plan::session_plan(&host(1234), &layout), Flavor::Podman);
     insta::assert_json_snapshot!(podman["HostConfig"]["Tmpfs"], @r#"
@@ -202,7 +203,12 @@ fn every_body_keeps_the_wall() {
             assert_eq!(hc.readonly_rootfs, Some(true));
             assert_eq!(hc.cap_drop, Some(vec!["ALL".to_owned()]));
             assert_eq!(hc.security_opt, Some(vec!["no-new-privileges".to_owned()]));
-            assert_eq!(hc.init, Some(true));
+            // The image's execute-only tini is pid 1, not the engine's readable init.
+            assert_eq!(hc.init, Some(false));
+            assert_eq!(
+                body.cmd.as_deref().map(|c| &c[..2]),
+                Some(&plan::INIT.map(String::from)[..])
+            );
             assert_eq!(hc.privileged, Some(false));
             assert_eq!(hc.network_mode.as_deref(), Some(if net { "bridge" } else { "none" }));
             let user = body.user.expect("user");
@@ -994,8 +1000,8 @@ fn mount_points_are_found_by_id_and_unescaped() {
 fn run_command_is_gated() {
     let plan = plan::run_plan(&host(1234), &run_layout());
     let cmd = plan::create_body(&plan, Flavor::Docker).cmd.unwrap_or_default();
-    assert_eq!(cmd[..2], ["sh".to_owned(), "-c".to_owned()]);
-    assert!(cmd[2].starts_with("read -r go"), "{}", cmd[2]);
+    assert_eq!(cmd[..4], ["/usr/bin/tini", "--", "sh", "-c"]);
+    assert!(cmd[4].starts_with("read -r go"), "{}", cmd[4]);
     assert!(plan.stdin, "the go line travels on stdin");
 }
 

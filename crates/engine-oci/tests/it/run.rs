@@ -85,7 +85,7 @@ fn net_off_wall() {
         assert_eq!(outcome.exit_code, 0, "{}: {}", name(&engine), out.stderr_lossy());
         let uid = rustix::process::getuid().as_raw();
         let expected_uid = if uid == 0 { 65534 } else { uid };
-        let init = if name(&engine) == "docker" { "docker-init" } else { "catatonit" };
+        let init = "tini";
         for line in [
             format!("uid {expected_uid}"),
             "capeff 0000000000000000".to_owned(),
