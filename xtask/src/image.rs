@@ -804,7 +804,10 @@ CMD [\"python3\"]"
             1,
             "exactly one output placeholder"
         );
-        assert!(args.contains(&"--include=python3,ca-certificates".to_owned()), "{args:?}");
+        assert!(
+            args.contains(&"--include=python3,ca-certificates,tini,libstdc++6".to_owned()),
+            "{args:?}"
+        );
         let setup = args.iter().position(|a| a.contains("setup.sh")).unwrap();
         let sync_out = args.iter().position(|a| a.contains("sync-out")).unwrap();
         assert!(
