@@ -67,7 +67,22 @@ pub(crate) fn pasta_args(
 
 /// pasta attached to one sandbox; it runs in the background and quits when the sandbox's
 /// network namespace is gone.
-pub(crate) struct UserNet;
+///
+/// pasta keeps the namespace alive through the descriptor it was given, so it never notices the
+/// sandbox is gone by itself: it is ended with the run (drop), or, for a session, recorded
+/// ([`UserNet::keep`]) and ended when the session is stopped or reaped. (Left running, every
+/// run leaked a daemon of ~30 MB.)
+pub(crate) struct UserNet {
+    pasta: Option<reaper::ProcPin>,
+}
+
+impl Drop for UserNet {
+    fn drop(&mut self) {
+        if let Some(pasta) = self.pasta.take() {
+            pasta.kill();
+        }
+    }
+}
 
 impl UserNet {
     /// Attaches pasta to the network namespace of `child` (bwrap's sandbox process, blocked
@@ -90,14 +105,29 @@ impl UserNet {
         let (netns_raw, owner_raw) = (netns.as_raw_fd(), owner.as_raw_fd());
         let userns = PathBuf::from(format!("/proc/self/fd/{owner_raw}"));
         let netns_fd = PathBuf::from(format!("/proc/self/fd/{netns_raw}"));
-        let args = pasta_args(&netns_fd, &userns, publish, host_has_ipv6_route());
+        let mut args = pasta_args(&netns_fd, &userns, publish, host_has_ipv6_route());
+        // The daemon's pid comes back through a pipe (nothing to write in a directory, which
+        // pasta running as nobody could not do for a root caller).
+        let (pid_read, pid_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| Error::io("creating the pasta pid pipe")(e.into()))?;
+        // pasta reopens it by path after becoming the sandbox's user (nobody for a root caller).
+        if let Some((uid, gid)) = run_as {
+            rustix::fs::fchown(
+                &pid_write,
+                Some(rustix::process::Uid::from_raw(uid)),
+                Some(rustix::process::Gid::from_raw(gid)),
+            )
+            .map_err(|e| Error::io("handing the pasta pid pipe over")(e.into()))?;
+        }
+        let pid_raw = pid_write.as_raw_fd();
+        args.splice(0..0, [OsString::from("--pid"), format!("/proc/self/fd/{pid_raw}").into()]);
         let mut command = Command::new(pasta);
         // SAFETY: runs in the forked child before exec; only raw syscalls on descriptors open
         // in the child.
         unsafe {
             use std::os::unix::process::CommandExt;
             command.pre_exec(move || {
-                for fd in [netns_raw, owner_raw] {
+                for fd in [netns_raw, owner_raw, pid_raw] {
                     if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
@@ -130,13 +160,42 @@ impl UserNet {
                 .collect();
             return Err(Error::UserNetwork { reason: reason.join("\n") });
         }
+        drop(pid_write);
+        let net = UserNet { pasta: read_pid(&pid_read).and_then(reaper::ProcPin::of_pid) };
         block_link_local(&netns, &owner)?;
-        Ok(UserNet)
+        Ok(net)
+    }
+
+    /// Leaves pasta running (a session's network) and returns it, to be ended with the session.
+    pub(crate) fn keep(mut self) -> Option<reaper::ProcPin> {
+        self.pasta.take()
     }
 }
 
-/// Whether the host has an IPv6 default route (`/proc/net/ipv6_route`: destination `::/0`
-/// via a non-loopback device); without one the sandbox gets IPv4 only.
+/// The pid pasta wrote to its pid file (a pipe), once its start-up exited.
+fn read_pid(pipe: &OwnedFd) -> Option<u32> {
+    let mut buf = [0u8; 32];
+    let mut len = 0;
+    // The daemon writes it right after forking; its parent has exited by now, so this is short.
+    for _ in 0..1000 {
+        let mut fds = [rustix::event::PollFd::new(pipe, rustix::event::PollFlags::IN)];
+        let ready = rustix::event::poll(
+            &mut fds,
+            Some(&rustix::event::Timespec { tv_sec: 0, tv_nsec: 2_000_000 }),
+        );
+        if ready.is_ok_and(|n| n > 0) {
+            match rustix::io::read(pipe, &mut buf[len..]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => len += n,
+            }
+            if buf[..len].contains(&b'\n') || len == buf.len() {
+                break;
+            }
+        }
+    }
+    std::str::from_utf8(&buf[..len]).ok()?.trim().parse().ok()
+}
+
 /// Waits (at most 2 s, in 1 ms steps) until bwrap's own loopback setup in the sandbox is done:
 /// 127.0.0.1 in the namespace's local table. bwrap reports the child's pid before that child has
 /// set up `lo`, and pasta brings `lo` up too, which makes the kernel add 127.0.0.1 itself; if
@@ -166,6 +225,8 @@ pub(crate) fn has_loopback(fib_trie: &str) -> bool {
     false
 }
 
+/// Whether the host has an IPv6 default route (`/proc/net/ipv6_route`: destination `::/0`
+/// via a non-loopback device); without one the sandbox gets IPv4 only.
 fn host_has_ipv6_route() -> bool {
     std::fs::read_to_string("/proc/net/ipv6_route").is_ok_and(|routes| {
         routes.lines().any(|line| {

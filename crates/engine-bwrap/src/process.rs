@@ -385,8 +385,17 @@ pub(crate) fn launch(
                 // A bwrap that failed its setup never reports a pid: its own error explains.
                 Err(_) if !early_status.contains("child-pid") => None,
                 Err(e) => {
+                    // The sandbox's own first process first: it waits on `write`, which closes
+                    // (and so releases it) as this returns; nothing of the script may start.
+                    if let Some(pid) = child_pid.and_then(rustix::process::Pid::from_raw)
+                        && let Ok(sandbox) =
+                            rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+                    {
+                        let _ = rustix::process::pidfd_send_signal(&sandbox, Signal::KILL);
+                    }
                     let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), Signal::KILL);
                     let _ = child.wait();
+                    drop(write);
                     return Err(e);
                 }
             }

@@ -109,6 +109,10 @@ struct Record {
     scripts: u64,
     /// The ACL hold a root caller's session keeps on its directories, if any.
     holder: Option<String>,
+    /// pasta (net on), pinned by pid and start time: it never ends by itself (it holds the
+    /// namespace), so it ends with the session.
+    #[serde(default)]
+    pasta: Option<(u32, u64)>,
 }
 
 impl Record {
@@ -198,6 +202,9 @@ impl Records {
 /// caller's directories back, drops the record.
 fn end(records: &Records, record: &Record, cache_dir: &Path) {
     record.pin().kill();
+    if let Some((pid, start_time)) = record.pasta {
+        ProcPin { pid, start_time }.kill();
+    }
     if let Some(holder) = &record.holder {
         let _ = reaper::acl::release_holder(&reaper::acl::state_dir(cache_dir), holder);
     }
@@ -271,12 +278,17 @@ impl BwrapEngine {
                 return Err(e);
             }
         };
-        let crate::process::Launched { mut child, child_pid, .. } = launched;
+        let crate::process::Launched { mut child, child_pid, net, .. } = launched;
+        // pasta outlives this process with the session; `end` stops it.
+        let pasta = net.and_then(crate::net::UserNet::keep);
         // Reaps bwrap when the session ends while this process still lives (a long-lived
         // library user); a CLI that exits first leaves that to init.
         let pin = child_pid.and_then(|pid| u32::try_from(pid).ok()).and_then(ProcPin::of_pid);
         let listening = pin.is_some_and(|pin| wait_listening(&pin, Duration::from_secs(10)));
         let Some(pin) = pin.filter(|_| listening) else {
+            if let Some(pasta) = &pasta {
+                pasta.kill();
+            }
             let _ = child.kill();
             let _ = child.wait();
             if let Some(grant) = grant {
@@ -332,6 +344,7 @@ impl BwrapEngine {
                 .collect(),
             scripts: 0,
             holder,
+            pasta: pasta.map(|p| (p.pid, p.start_time)),
         };
         if let Err(e) = records.write(&record) {
             end(&records, &record, &self.config().cache_dir);

@@ -484,3 +484,28 @@ fn workspace_keeps_owners_modes_and_acls() {
     }
     assert_eq!((acl(ws), acl(&ws.join("sub"))), before, "an ACL was left behind");
 }
+
+/// A network that cannot be set up stops the run before any of the script starts: nothing
+/// half-done (the sandbox once went on without a network when pasta failed).
+#[test]
+fn a_failed_network_setup_starts_nothing() {
+    let Some(fx) = fixture() else { return };
+    let fake = tempfile::tempdir().expect("fake pasta dir");
+    let pasta = fake.path().join("pasta");
+    std::fs::write(&pasta, "#!/bin/sh\nsleep 0.2\necho 'pasta: refused here' >&2\nexit 1\n")
+        .expect("fake pasta");
+    std::fs::set_permissions(&pasta, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let path = format!("{}:/usr/local/bin:/usr/bin:/bin", fake.path().display());
+    let config =
+        engine_bwrap::BwrapConfig { path: Some(path.into()), ..fx.engine.config().clone() };
+    let engine = engine_bwrap::BwrapEngine::new(config).expect("engine");
+    let mut spec = fx.spec("open('started', 'w').write('yes')\n");
+    spec.net = sandbox_core::Net::On;
+    // Prepared with the working pasta (prepare steps have a network too).
+    let env = fx.prepare(&spec);
+    let io = sandbox_core::RunIo::inherit();
+    let err = engine.run_prepared(&spec, &env, io).expect_err("pasta failed");
+    assert!(err.to_string().contains("pasta: refused here"), "{err}");
+    assert!(!fx.workspace.path().join("started").exists(), "the script ran");
+}
