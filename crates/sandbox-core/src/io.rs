@@ -69,6 +69,12 @@ impl OutputSink for Captured {
     }
 }
 
+/// Without unix descriptors to compare (the WASM build), never.
+#[cfg(not(unix))]
+pub fn same_file_out_err() -> bool {
+    false
+}
+
 /// Whether this process's stdout and stderr are the same file (one terminal, `2>&1`, one pipe):
 /// then the order between the two streams is visible, and engines that cannot pass the
 /// descriptors through keep it by merging the streams at the source.
