@@ -36,33 +36,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use reaper::ProcPin;
 use sandbox_core::agent::{AGENT_SOCKET, Frame, TIMEOUT_GRACE};
 use sandbox_core::{
-    DirEntry, EnvVar, ExecRequest, Mount, Net, OutputSink, Publish, PutSource, RunOutcome, RunSpec,
-    Sandbox, ScriptOptions, Service, ServiceSpec, Stream, shell,
+    DirEntry, ExecRequest, Net, OutputSink, PutSource, RunOutcome, RunSpec, Sandbox, ScriptOptions,
+    Service, ServiceSpec, Stream, shell,
 };
 
 use crate::engine::BwrapEngine;
 use crate::error::{Error, Result};
 use crate::plan::{self, Access, SessionLayout};
 
-/// What `session start` asks for (the same fields as engine-oci's).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionConfig {
-    /// Mounted read-write at its real path; the working directory of execs.
-    pub workspace: PathBuf,
-    /// Extra mounts at their real paths.
-    pub mounts: Vec<Mount>,
-    /// Network of the session.
-    pub net: Net,
-    /// Ports reachable from the host, each on the same port of the given address (127.0.0.1
-    /// by default).
-    pub publish: Vec<Publish>,
-    /// Explicit environment.
-    pub env: Vec<EnvVar>,
-    /// Idle time after which the session ends itself.
-    pub ttl: Duration,
-    /// Size cap of each of the session's tmpfs (`/tmp` and home, which holds its venv).
-    pub tmpfs_size: u64,
-}
+pub use sandbox_core::SessionConfig;
 
 /// A session as `session list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -220,6 +202,13 @@ impl BwrapEngine {
         config: &SessionConfig,
         status: &mut dyn FnMut(&str),
     ) -> Result<SessionInfo> {
+        if !config.limits.is_empty() {
+            return Err(Error::LimitUnsupported {
+                flag: "--memory, --cpus or --pids-limit",
+                reason: "a bwrap session does not hold resource limits yet (a bwrap run does)"
+                    .to_owned(),
+            });
+        }
         let runtime_dir = self.config().runtime_dir.clone();
         let records = Records::open(&runtime_dir)?;
         let spec = RunSpec {

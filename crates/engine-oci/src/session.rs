@@ -25,8 +25,8 @@ use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::query_parameters::InspectContainerOptions;
 use futures_util::StreamExt;
 use sandbox_core::{
-    DirEntry, EnvVar, ExecRequest, Mount, Net, OutputSink, Publish, PutSource, RunOutcome, Sandbox,
-    Service, ServiceSpec, Stream,
+    DirEntry, ExecRequest, Net, OutputSink, PutSource, RunOutcome, Sandbox, Service, ServiceSpec,
+    Stream,
 };
 use sandbox_core::{ScriptOptions, shell};
 use tokio::io::AsyncWriteExt;
@@ -55,28 +55,7 @@ rc=$?
 rm -f /tmp/.active/$$ < /dev/null > /dev/null 2>&1 &
 exit $rc"#;
 
-/// What `session start` asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionConfig {
-    /// Mounted read-write at its real path; the working directory of execs.
-    pub workspace: PathBuf,
-    /// Extra mounts at their real paths.
-    pub mounts: Vec<Mount>,
-    /// Network of the session.
-    pub net: Net,
-    /// Ports reachable from the host (each on a free host port of the given address,
-    /// 127.0.0.1 by default).
-    pub publish: Vec<Publish>,
-    /// Explicit environment.
-    pub env: Vec<EnvVar>,
-    /// Idle time after which the session removes itself.
-    pub ttl: Duration,
-    /// Size cap of each of the session's tmpfs (`/tmp` and home, which holds its venv), bytes;
-    /// normally [`sandbox_core::DEFAULT_TMPFS_SIZE`].
-    pub tmpfs_size: u64,
-    /// The limits asked for; the engine's defaults fill in the rest.
-    pub limits: sandbox_core::Limits,
-}
+pub use sandbox_core::SessionConfig;
 
 /// A session as `session list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]

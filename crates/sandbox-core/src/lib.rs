@@ -46,7 +46,9 @@ pub use policy::{
     check_host_path, run_env,
 };
 pub use route::{LINK_LOCAL, ack_error, link_local_messages, unreachable_route};
-pub use sandbox::{DirEntry, EntryKind, ExecRequest, PutSource, Sandbox, Service, ServiceSpec};
+pub use sandbox::{
+    DirEntry, EntryKind, ExecRequest, PutSource, Sandbox, Service, ServiceSpec, SessionConfig,
+};
 pub use scrub::{
     Ignored, MASK, MIN_SECRET_LEN, SECRET_NAME_MARKERS, ScrubbingSink, Secrets, StreamScrubber,
     is_secret_name,

@@ -145,3 +145,26 @@ pub struct Service {
     /// Where the host reaches it, e.g. `http://127.0.0.1:49153`.
     pub url: String,
 }
+
+/// What `session start` asks of any session engine (one struct, so the engines' session sides
+/// cannot drift apart: the seam's session half builds on it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionConfig {
+    /// Mounted read-write at its real path; the working directory of execs.
+    pub workspace: PathBuf,
+    /// Extra mounts at their real paths.
+    pub mounts: Vec<crate::Mount>,
+    /// Network of the session.
+    pub net: crate::Net,
+    /// Ports reachable from the host, on the given address (127.0.0.1 by default).
+    pub publish: Vec<crate::Publish>,
+    /// Explicit environment.
+    pub env: Vec<crate::EnvVar>,
+    /// Idle time after which the session ends itself.
+    pub ttl: Duration,
+    /// Size cap of each of the session's tmpfs (`/tmp` and home, which holds its venv), bytes;
+    /// normally [`crate::DEFAULT_TMPFS_SIZE`].
+    pub tmpfs_size: u64,
+    /// The limits asked for; an engine holds them or refuses the start.
+    pub limits: crate::Limits,
+}

@@ -39,6 +39,7 @@ fn config(fx: &Fixture, ttl: Duration) -> SessionConfig {
         env: vec![crate::support::env("GREETING", "hello")],
         ttl,
         tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
+        limits: sandbox_core::Limits::NONE,
     }
 }
 
