@@ -59,12 +59,6 @@ pub(crate) struct LimitArgs {
     pub(crate) pids_limit: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum OciChoice {
-    Docker,
-    Podman,
-}
-
 #[derive(Debug, Subcommand)]
 pub(crate) enum SessionCmd {
     /// Start a session; prints its id on the last line.
@@ -88,8 +82,8 @@ pub(crate) enum SessionCmd {
         #[arg(long, value_name = "SECONDS")]
         timeout: Option<String>,
         /// The engine the session runs on (default: whichever has it).
-        #[arg(long, value_enum)]
-        engine: Option<OciChoice>,
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::session_choices()))]
+        engine: Option<String>,
     },
     /// Run a command in a session: `session exec ID -- CMD...`.
     Exec {
@@ -100,8 +94,8 @@ pub(crate) enum SessionCmd {
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
         /// The engine the session runs on (default: whichever has it).
-        #[arg(long, value_enum)]
-        engine: Option<OciChoice>,
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::session_choices()))]
+        engine: Option<String>,
     },
     /// Stop and remove a session.
     Stop {
@@ -109,8 +103,8 @@ pub(crate) enum SessionCmd {
         #[arg(value_name = "ID")]
         id: String,
         /// The engine the session runs on (default: whichever has it).
-        #[arg(long, value_enum)]
-        engine: Option<OciChoice>,
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::session_choices()))]
+        engine: Option<String>,
     },
     /// List sessions.
     List {
@@ -118,16 +112,16 @@ pub(crate) enum SessionCmd {
         #[arg(long)]
         json: bool,
         /// Only this engine (default: every engine that answers).
-        #[arg(long, value_enum)]
-        engine: Option<OciChoice>,
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::session_choices()))]
+        engine: Option<String>,
     },
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct SessionStartArgs {
-    /// docker or podman (default: docker if it answers, else podman).
-    #[arg(long, value_enum)]
-    pub(crate) engine: Option<OciChoice>,
+    /// The engine (default: the first that works of the `run --engine auto` ladder).
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::session_choices()))]
+    pub(crate) engine: Option<String>,
     /// Network access of the session (default on: dependencies install inside it).
     #[arg(long, value_enum)]
     pub(crate) net: Option<NetFlag>,
@@ -164,8 +158,8 @@ pub(crate) struct ReapArgs {
     #[arg(long)]
     pub(crate) json: bool,
     /// Only this engine (default: every engine that answers).
-    #[arg(long, value_enum)]
-    pub(crate) engine: Option<OciChoice>,
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::names()))]
+    pub(crate) engine: Option<String>,
     /// Also remove prepared environments unused for longer than this: `30d`, `12h`, `90m`, or `0`
     /// for every environment not in use.
     #[arg(long, value_name = "AGE", default_value = "30d")]

@@ -23,6 +23,6 @@ pub(crate) fn for_error(err: &anyhow::Error) -> u8 {
     match class(err) {
         Some(ErrorClass::Refused) => BOUNDARY,
         Some(ErrorClass::Unavailable) => NO_ENGINE,
-        Some(ErrorClass::Setup) | None => USER_ERROR,
+        Some(ErrorClass::Setup | ErrorClass::NotFound) | None => USER_ERROR,
     }
 }

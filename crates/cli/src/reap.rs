@@ -1,17 +1,15 @@
-//! `python-sandbox reap`: run the reaper now on docker and podman (one label-filtered list call
-//! per engine, then removal of expired and orphaned containers), and prune the prepared
-//! environments (docker/podman volumes, bwrap directories) nobody used for longer than
-//! `--env-max-age`, and give back the directories that a root caller's killed runs (or expired
-//! sessions) left lent to the sandbox user (`"kind": "acl"`).
+//! `python-sandbox reap`: run the reaper now on every engine (through the registry: expired and
+//! orphaned containers and sessions), prune the prepared environments nobody used for longer
+//! than `--env-max-age`, and give back the directories that a root caller's killed runs (or
+//! expired sessions) left lent to the sandbox user (`"kind": "acl"`).
 
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::args::ReapArgs;
+use crate::registry::{self, Reaped};
 use anstream::println;
 use anyhow::Result;
-use engine_oci::{Flavor, OciConfig, OciEngine};
-
-use crate::args::{OciChoice, ReapArgs};
 
 /// `0` (every environment not in use) or a duration as `session start --ttl` takes it.
 fn parse_max_age(text: &str) -> Option<Duration> {
@@ -48,149 +46,70 @@ pub(crate) fn run(args: ReapArgs) -> Result<ExitCode> {
             "use `30d`, `12h`, `90m`, `45s`, or `0` for every environment not in use",
         )
     })?;
-    let flavors: Vec<Flavor> = match args.engine {
-        Some(OciChoice::Docker) => vec![Flavor::Docker],
-        Some(OciChoice::Podman) => vec![Flavor::Podman],
-        None => {
-            let detection = engine_detect::detect();
-            [
-                (engine_detect::EngineName::Docker, Flavor::Docker),
-                (engine_detect::EngineName::Podman, Flavor::Podman),
-            ]
-            .into_iter()
-            .filter(|(name, _)| {
-                detection.probe(*name).is_some_and(|p| {
-                    p.available || p.state == engine_detect::ProbeState::InstalledNoSocket
-                })
-            })
-            .map(|(_, f)| f)
-            .collect()
-        }
-    };
+    let request = registry::Reap { dry_run: args.dry_run, env_max_age: max_age };
     let mut items = Vec::new();
-    // The grants' state is shared by both engines: each directory is reported once.
-    let mut grants_seen = std::collections::BTreeSet::new();
-    for flavor in flavors {
-        let mut config = OciConfig::from_env(flavor);
-        // The sweep below is the one that reports, and reaping needs no image.
-        config.sweep_on_start = false;
-        config.image = String::new();
-        let engine = match OciEngine::new(config) {
-            Ok(engine) => engine,
-            Err(e) if args.engine.is_none() => {
-                crate::ui::warn(&format!(
-                    "{}: {}",
-                    flavor.as_str(),
-                    e.to_string().lines().next().unwrap_or_default()
-                ));
-                continue;
+    // The grants' state is shared by the container engines: each directory is reported once.
+    let mut lent_seen = std::collections::BTreeSet::new();
+    for (engine, reaped) in registry::reap(args.engine.as_deref(), &request)? {
+        let dry = args.dry_run;
+        let err = |e: &Option<String>| e.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+        let item = match reaped {
+            Reaped::Sandbox { name, sandbox, kind, reason, removed, error } => {
+                if !args.json {
+                    let verb = verb(dry, removed, None);
+                    println!("{verb} {engine} {name} ({reason}){}", err(&error));
+                }
+                serde_json::json!({
+                    "engine": engine,
+                    "container": name,
+                    "sandbox": sandbox,
+                    "kind": kind,
+                    "reason": reason,
+                    "removed": removed,
+                    "error": error,
+                })
             }
-            Err(e) => return Err(e.into()),
+            Reaped::Lent { path, restored, error } => {
+                if !lent_seen.insert(path.clone()) {
+                    continue;
+                }
+                if !args.json {
+                    println!(
+                        "{} the ACL and mode of {path} (lent to the sandbox user by a run or session \
+                         that did not end){}",
+                        acl_verb(dry, restored, error.as_deref()),
+                        err(&error)
+                    );
+                }
+                serde_json::json!({
+                    "engine": engine,
+                    "kind": "acl",
+                    "path": path,
+                    "restored": restored,
+                    "error": error,
+                })
+            }
+            Reaped::Environment { name, reason, removed, error } => {
+                if !args.json {
+                    let verb = verb(dry, removed, error.as_deref());
+                    println!("{verb} {engine} environment {name} ({reason}){}", err(&error));
+                }
+                serde_json::json!({
+                    "engine": engine,
+                    "kind": "environment",
+                    "environment": name,
+                    "reason": reason,
+                    "removed": removed,
+                    "error": error,
+                })
+            }
         };
-        for swept in engine.reap(args.dry_run)? {
-            if !args.json {
-                println!(
-                    "{} {} {} ({}){}",
-                    verb(args.dry_run, swept.removed, None),
-                    flavor.as_str(),
-                    swept.container,
-                    swept.reason,
-                    swept.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
-                );
-            }
-            items.push(serde_json::json!({
-                "engine": flavor.as_str(),
-                "container": swept.container,
-                "sandbox": swept.sandbox,
-                "kind": swept.kind,
-                "reason": swept.reason,
-                "removed": swept.removed,
-                "error": swept.error,
-            }));
-        }
-        for left in engine.reap_grants(args.dry_run)? {
-            if !grants_seen.insert(left.path.clone()) {
-                continue;
-            }
-            let path = left.path.display().to_string();
-            if !args.json {
-                println!(
-                    "{} the ACL and mode of {path} (lent to the sandbox user by a run or session \
-                     that did not end){}",
-                    acl_verb(args.dry_run, left.restored, left.error.as_deref()),
-                    left.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
-                );
-            }
-            items.push(serde_json::json!({
-                "engine": flavor.as_str(),
-                "kind": "acl",
-                "path": path,
-                "restored": left.restored,
-                "error": left.error,
-            }));
-        }
-        for pruned in engine.prune_envs(max_age, args.dry_run)? {
-            if !args.json {
-                println!(
-                    "{} {} environment {} ({}){}",
-                    verb(args.dry_run, pruned.removed, pruned.error.as_deref()),
-                    flavor.as_str(),
-                    pruned.volume,
-                    pruned.reason,
-                    pruned.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
-                );
-            }
-            items.push(serde_json::json!({
-                "engine": flavor.as_str(),
-                "kind": "environment",
-                "environment": pruned.volume,
-                "reason": pruned.reason,
-                "removed": pruned.removed,
-                "error": pruned.error,
-            }));
-        }
-    }
-    // bwrap keeps its environments in our cache: nothing to connect to, so only `--engine`
-    // naming a container engine skips it.
-    if args.engine.is_none() {
-        prune_bwrap(&args, max_age, &mut items);
+        items.push(item);
     }
     if args.json {
         println!("{}", serde_json::Value::Array(items));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn prune_bwrap(args: &ReapArgs, max_age: Duration, items: &mut Vec<serde_json::Value>) {
-    let pruned = engine_bwrap::BwrapConfig::from_env()
-        .and_then(|config| engine_bwrap::prune_envs(&config.cache_dir, max_age, args.dry_run));
-    let pruned = match pruned {
-        Ok(pruned) => pruned,
-        Err(e) => {
-            let first = e.to_string().lines().next().unwrap_or_default().to_owned();
-            crate::ui::warn(&format!("bwrap: {first}"));
-            return;
-        }
-    };
-    for env in pruned {
-        let dir = env.dir.display().to_string();
-        if !args.json {
-            println!(
-                "{} bwrap environment {dir} ({}){}",
-                verb(args.dry_run, env.removed, env.error.as_deref()),
-                env.reason,
-                env.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
-            );
-        }
-        items.push(serde_json::json!({
-            "engine": "bwrap",
-            "kind": "environment",
-            "environment": dir,
-            "reason": env.reason,
-            "removed": env.removed,
-            "error": env.error,
-        }));
-    }
 }
 
 #[cfg(test)]

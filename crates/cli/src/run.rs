@@ -2,16 +2,14 @@
 //! Everything that decides is pure and lives in the library crates; this module gathers host
 //! facts, picks the engine, shows progress and turns the outcome into our exit code.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anstream::{eprintln, println};
 use anyhow::Result;
-use pep723_meta::Metadata;
 use sandbox_core::{
-    Capability, DynEngine, EnvVar, ErrorClass, Layer, LayerMount, MountMode, Net, Output, Publish,
-    RunIo, RunOutcome, RunSpec, Secrets, Stdin,
+    Capability, DynEngine, ErrorClass, Layer, Net, Output, RunIo, RunOutcome, RunSpec, Secrets,
+    Stdin,
 };
 
 use crate::args::{NetFlag, RunArgs};
@@ -44,7 +42,7 @@ pub(crate) fn print_json_error(e: &anyhow::Error, engine: Option<&str>) {
 fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result<ExitCode> {
     let script = script::load(&args.script)?;
     let parsed = meta::parse_for_run(&script)?;
-    let inline = parsed.metadata.as_ref().map(inline_layer).unwrap_or_default();
+    let inline = parsed.metadata.as_ref().map(spec::inline_layer).unwrap_or_default();
     let cli = cli_layer(&args, &script.path)?;
     let resolved = spec::resolve(&inline, &cli)?;
     let crossings = resolved.crossings();
@@ -53,7 +51,10 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
         return Ok(spec::refuse(&crossings, spec::Subject::Run, args.json));
     }
 
-    let options = registry::Options { container: &args.container };
+    let options = registry::Options {
+        image: args.container.image.as_deref(),
+        purpose: registry::Purpose::Start,
+    };
     let Some(engine) = registry::select(&args.engine, &options)? else {
         return Ok(no_engine(args.json));
     };
@@ -98,54 +99,9 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
     Ok(ExitCode::from(code))
 }
 
-/// The script's own layer: its `dependencies` and `requires-python` plus `[tool.python-sandbox]`.
-pub(crate) fn inline_layer(meta: &Metadata) -> Layer {
-    let mut layer = Layer {
-        dependencies: meta.dependencies.iter().map(|d| d.value.clone()).collect(),
-        requires_python: meta.requires_python.as_ref().map(|r| r.value.clone()),
-        ..Layer::default()
-    };
-    if let Some(sb) = &meta.sandbox {
-        layer.dependencies.extend(sb.dependencies.iter().map(|d| d.value.clone()));
-        layer.mounts = sb
-            .mounts
-            .iter()
-            .map(|m| LayerMount {
-                path: PathBuf::from(&m.value.path),
-                mode: m.value.mode.map(|mode| match mode {
-                    pep723_meta::MountMode::Ro => MountMode::ReadOnly,
-                    pep723_meta::MountMode::Rw => MountMode::ReadWrite,
-                }),
-            })
-            .collect();
-        layer.net = sb.net.as_ref().map(|n| match n.value {
-            pep723_meta::Net::On => Net::On,
-            pep723_meta::Net::Off => Net::Off,
-        });
-        layer.publish = sb.publish.iter().map(|p| Publish { port: p.value, host: None }).collect();
-        layer.env = sb
-            .env
-            .iter()
-            .map(|e| EnvVar { name: e.value.name.clone(), value: e.value.value.clone() })
-            .collect();
-        layer.timeout = sb.timeout.as_ref().map(|t| Duration::from_secs(t.value));
-        layer.tmpfs_size = sb.tmpfs_size.as_ref().map(|t| t.value);
-        // Validated by pep723-meta with the flags' own checks, so these cannot fail.
-        layer.limits = sandbox_core::Limits {
-            memory: sb.memory.as_ref().map(|m| m.value),
-            cpus: sb
-                .cpu_millis
-                .as_ref()
-                .and_then(|c| sandbox_core::Cpus::from_millis(c.value).ok()),
-            pids: sb.pids_limit.as_ref().map(|p| p.value),
-        };
-    }
-    layer
-}
-
 /// The command line's layer. Flags that do not parse are errors before anything starts.
 fn cli_layer(args: &RunArgs, script: &Path) -> Result<Layer> {
-    let timeout = timeout_flag(args.timeout.as_deref())?;
+    let timeout = spec::timeout_flag(args.timeout.as_deref())?;
     Ok(Layer {
         script: Some(script.to_owned()),
         args: (!args.args.is_empty()).then(|| args.args.clone()),
@@ -161,18 +117,6 @@ fn cli_layer(args: &RunArgs, script: &Path) -> Result<Layer> {
         limits: args.limits.layer()?,
         ..Layer::default()
     })
-}
-
-/// `--timeout SECONDS`, checked; an error quotes the flag as written.
-pub(crate) fn timeout_flag(timeout: Option<&str>) -> Result<Option<Duration>> {
-    let Some(text) = timeout else { return Ok(None) };
-    match text.trim().parse::<f64>() {
-        Ok(t) if t.is_finite() && t > 0.0 && t < 1e9 => Ok(Some(Duration::from_secs_f64(t))),
-        _ => Err(ui::hinted(
-            format!("invalid timeout `{text}`"),
-            "give a positive number of seconds below 1000000000, e.g. `30` or `2.5`",
-        )),
-    }
 }
 
 fn no_engine(json: bool) -> ExitCode {
@@ -281,24 +225,4 @@ pub(crate) fn secrets_of(spec: &RunSpec) -> Secrets {
     Secrets::of_env(
         spec.env.iter().filter_map(|v| v.value.as_deref().map(|value| (v.name.as_str(), value))),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The inline `tmpfs-size` reaches the spec, and `--tmpfs-size` beats it.
-    #[test]
-    fn inline_tmpfs_size_and_the_flag_that_beats_it() {
-        let text = "# /// script\n# [tool.python-sandbox]\n# tmpfs-size = \"512m\"\n# ///\n";
-        let parsed = pep723_meta::parse(text).strict();
-        let inline = parsed.metadata.as_ref().map(inline_layer).unwrap_or_default();
-        let ctx = sandbox_core::ResolveCtx { workspace: PathBuf::from("/ws"), home: None };
-        let script = Layer { script: Some(PathBuf::from("s.py")), ..Layer::default() };
-        let flag = Layer { tmpfs_size: Some(2 << 30), ..script.clone() };
-        for (cli, want) in [(script, 512 << 20), (flag, 2 << 30)] {
-            let spec = sandbox_core::resolve(&Layer::default(), &inline, &cli, &ctx);
-            assert_eq!(spec.map(|s| s.tmpfs_size), Ok(want));
-        }
-    }
 }

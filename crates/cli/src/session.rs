@@ -1,5 +1,6 @@
-//! `python-sandbox session …`: warm docker/podman sandboxes that stay up between runs, and the
-//! engine construction shared with `run` and `reap` (image, flavor).
+//! `python-sandbox session …`: warm sandboxes that stay up between runs, on every engine with
+//! sessions, through the registry and the `sandbox_core` session seam only (`DynSessionEngine`,
+//! `DynSession`): this module names no engine.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,29 +8,14 @@ use std::time::Duration;
 
 use anstream::println;
 use anyhow::{Context, Result};
-use engine_oci::{Flavor, OciConfig, OciEngine, SessionConfig, SessionInfo};
-use sandbox_core::{ExecRequest, Layer, Net, RunOutcome, Sandbox, Secrets};
+use sandbox_core::{
+    DynSession, EngineError, ExecRequest, Layer, Net, RunOutcome, Secrets, SessionConfig,
+    SessionInfo,
+};
 
-use crate::args::{ContainerArgs, NetFlag, OciChoice, SessionCmd, SessionStartArgs};
+use crate::args::{NetFlag, SessionCmd, SessionStartArgs};
 use crate::relay::Relay;
-use crate::{meta, ui};
-
-/// Connects to docker or podman with the container flags applied (sweeps on connect).
-pub(crate) fn oci_engine(flavor: Flavor, container: &ContainerArgs) -> Result<OciEngine> {
-    let mut config = OciConfig::from_env(flavor);
-    if let Some(image) = &container.image {
-        config.image = image.clone();
-    }
-    let engine = OciEngine::new(config).map_err(sandbox_core::EngineError::new)?;
-    // Only what was still running is news (a script a killed CLI left behind); exited leftovers
-    // are routine (a podman run hands its removal to the engine and returns).
-    for swept in engine.swept() {
-        if swept.removed && !swept.exited {
-            ui::warn(&format!("removed leftover container {} ({})", swept.container, swept.reason));
-        }
-    }
-    Ok(engine)
-}
+use crate::{meta, registry, ui};
 
 /// `90s`, `30m`, `2h`, `1d`, or plain seconds.
 pub(crate) fn parse_ttl(text: &str) -> Option<Duration> {
@@ -49,124 +35,20 @@ pub(crate) fn parse_ttl(text: &str) -> Option<Duration> {
     (secs > 0).then(|| Duration::from_secs(secs))
 }
 
-fn flavor(choice: OciChoice) -> Flavor {
-    match choice {
-        OciChoice::Docker => Flavor::Docker,
-        OciChoice::Podman => Flavor::Podman,
-    }
-}
-
-/// The engines to look at: the chosen one, or every one that answers (podman also when only
-/// installed: a private service can be started for it).
-fn candidate_flavors(choice: Option<OciChoice>) -> Vec<Flavor> {
-    if let Some(choice) = choice {
-        return vec![flavor(choice)];
-    }
-    let detection = engine_detect::detect();
-    let mut out = Vec::new();
-    for (name, flavor) in [
-        (engine_detect::EngineName::Docker, Flavor::Docker),
-        (engine_detect::EngineName::Podman, Flavor::Podman),
-    ] {
-        if detection
-            .probe(name)
-            .is_some_and(|p| p.available || p.state == engine_detect::ProbeState::InstalledNoSocket)
-        {
-            out.push(flavor);
-        }
-    }
-    out
-}
-
-fn default_container() -> ContainerArgs {
-    ContainerArgs { image: Some(String::new()) }
-}
-
-/// A sweep at most this often from session commands (`run`, `exec`, `stop`): they are the
-/// interactive hot path, and a session's own expiry does not depend on the sweep.
-const SESSION_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
-
-/// Pure: whether a sweep last recorded at `last` is older than the interval at `now`.
-fn sweep_due(last: Option<std::time::SystemTime>, now: std::time::SystemTime) -> bool {
-    last.and_then(|t| now.duration_since(t).ok()).is_none_or(|age| age >= SESSION_SWEEP_INTERVAL)
-}
-
-/// Connects for a session command, sweeping only when the last sweep of this engine is older
-/// than [`SESSION_SWEEP_INTERVAL`] (a timestamp file in our cache directory).
-fn session_engine(flavor: Flavor) -> Result<OciEngine> {
-    let mut config = OciConfig::from_env(flavor);
-    config.image = String::new();
-    // The stamp lives in a directory checked to be the caller's and is touched without
-    // following a link; a refused directory just means sweeping every time.
-    let oci = reaper::PrivateDir::open(&config.cache_dir.join("oci")).ok();
-    let stamp = format!("last-sweep-{}", flavor.as_str());
-    let last = oci.as_ref().and_then(|d| d.modified(&stamp).ok().flatten());
-    config.sweep_on_start = sweep_due(last, std::time::SystemTime::now());
-    let sweeping = config.sweep_on_start;
-    let engine = OciEngine::new(config)?;
-    for swept in engine.swept() {
-        if swept.removed && !swept.exited {
-            ui::warn(&format!("removed leftover container {} ({})", swept.container, swept.reason));
-        }
-    }
-    if sweeping {
-        // Best effort: without the stamp the next command just sweeps again.
-        if let Some(oci) = &oci {
-            let _ = oci.touch(&stamp);
-        }
-    }
-    Ok(engine)
-}
-
-/// The engine that has session `id`, connected. Without `--engine`, docker then podman are
-/// simply tried: a full engine detection would probe bubblewrap too, which costs more than
-/// the whole warm run.
-fn engine_with_session(
-    id: &str,
-    choice: Option<OciChoice>,
-) -> Result<(OciEngine, engine_oci::Session)> {
-    let flavors = match choice {
-        Some(choice) => vec![flavor(choice)],
-        None => vec![Flavor::Docker, Flavor::Podman],
-    };
-    let (mut last, mut answered) = (None, false);
-    for flavor in flavors {
-        let engine = match session_engine(flavor) {
-            Ok(engine) => engine,
-            Err(e) => {
-                last = Some(e);
-                continue;
-            }
-        };
-        match engine.session(id) {
-            Ok(session) => return Ok((engine, session)),
-            Err(engine_oci::Error::NoSession { .. }) => answered = true,
-            Err(e) => last = Some(e.into()),
-        }
-    }
-    // An engine that answered "no such session" says more than one this user cannot reach
-    // (a podman-only user has no docker socket).
-    match last {
-        Some(e) if !answered => Err(e),
-        _ => Err(engine_oci::Error::NoSession { id: id.to_owned() }.into()),
-    }
-}
-
 pub(crate) fn run(cmd: SessionCmd) -> Result<ExitCode> {
     match cmd {
         SessionCmd::Start(args) => start(args),
         SessionCmd::Run { id, script, args, env, timeout, engine } => {
-            let flags = ScriptFlags { env, timeout: crate::run::timeout_flag(timeout.as_deref())? };
-            run_script(&id, &script, &args, &flags, engine)
+            let flags =
+                ScriptFlags { env, timeout: crate::spec::timeout_flag(timeout.as_deref())? };
+            run_script(&id, &script, &args, &flags, engine.as_deref())
         }
-        SessionCmd::Exec { id, command, engine } => exec(&id, command, engine),
+        SessionCmd::Exec { id, command, engine } => exec(&id, command, engine.as_deref()),
         SessionCmd::Stop { id, engine } => {
-            let (engine, session) = engine_with_session(&id, engine)?;
-            // Through the engine: it also detaches what it kept for the session on the host.
-            engine.stop_session(session.id()).map_err(sandbox_core::EngineError::new)?;
+            registry::stop_session(&id, engine.as_deref())?;
             Ok(ExitCode::SUCCESS)
         }
-        SessionCmd::List { json, engine } => list(json, engine),
+        SessionCmd::List { json, engine } => list(json, engine.as_deref()),
     }
 }
 
@@ -201,16 +83,16 @@ fn start(args: SessionStartArgs) -> Result<ExitCode> {
     if !crossings.is_empty() && !args.approve {
         return Ok(crate::spec::refuse(&crossings, crate::spec::Subject::Session, false));
     }
-    let flavor = match args.engine {
-        Some(choice) => flavor(choice),
-        None => *candidate_flavors(None).first().ok_or_else(|| {
-            ui::hinted(
-                "neither docker nor podman is available",
-                "sessions need docker or podman; run `python-sandbox detect`",
-            )
-        })?,
+    let options = registry::Options {
+        image: args.container.image.as_deref(),
+        purpose: registry::Purpose::Start,
     };
-    let engine = oci_engine(flavor, &args.container)?;
+    let Some(engine) = registry::select_sessions(args.engine.as_deref(), &options)? else {
+        return Err(ui::hinted(
+            "no engine that can hold a session works here, so nothing was started",
+            "run `python-sandbox detect` (and `python-sandbox suggest`)",
+        ));
+    };
     let config = SessionConfig {
         workspace,
         mounts: spec.mounts,
@@ -221,7 +103,12 @@ fn start(args: SessionStartArgs) -> Result<ExitCode> {
         tmpfs_size: spec.tmpfs_size,
         limits: spec.limits,
     };
-    let info = engine.start_session(&config).map_err(sandbox_core::EngineError::new)?;
+    let info = {
+        let mut progress = crate::progress::Progress::start();
+        let started = engine.start_session_dyn(&config, &mut |line| progress.set(line));
+        progress.finish();
+        started?
+    };
     for warning in &info.warnings {
         ui::warn(warning);
     }
@@ -238,7 +125,7 @@ fn eprintln_note(text: &str) {
 
 /// The secrets to mask in what a session prints: its own secret-looking environment and that
 /// of this one command.
-fn session_secrets(session: &engine_oci::Session, env: &[(String, String)]) -> Secrets {
+fn session_secrets(session: &dyn DynSession, env: &[(String, String)]) -> Secrets {
     let own = session.secrets().iter().map(|value| ("SESSION_SECRET", value.as_str()));
     Secrets::of_env(own.chain(env.iter().map(|(k, v)| (k.as_str(), v.as_str()))))
 }
@@ -264,40 +151,11 @@ fn exit(outcome: &RunOutcome) -> ExitCode {
     ExitCode::from(u8::try_from(outcome.exit_code).unwrap_or(1))
 }
 
-/// A session opened from its record, served by its agent: no engine connection, no API call.
-/// `None` sends the caller down the API path (no record, another engine, the agent gone).
-fn local_session(id: &str, choice: Option<OciChoice>) -> Option<engine_oci::Session> {
-    let runtime_dir = OciConfig::from_env(Flavor::Docker).runtime_dir;
-    engine_oci::Session::local(&runtime_dir, id, choice.map(flavor))
-}
-
-/// Runs `work` on the session: through its agent when it can be reached without the API (a
-/// current-thread runtime is all that needs), else through a connected engine. Only "could not
-/// reach the agent" falls back, so nothing runs twice.
-fn with_session<T>(
-    id: &str,
-    choice: Option<OciChoice>,
-    work: impl AsyncFn(&engine_oci::Session) -> Result<T, engine_oci::Error>,
-) -> Result<T> {
-    if let Some(session) = local_session(id, choice) {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("starting the async runtime")?;
-        match rt.block_on(work(&session)) {
-            Err(engine_oci::Error::NoSession { .. }) => {}
-            other => return Ok(other?),
-        }
-    }
-    let (engine, session) = engine_with_session(id, choice)?;
-    Ok(engine.block_on(work(&session))?)
-}
-
-fn exec(id: &str, command: Vec<String>, choice: Option<OciChoice>) -> Result<ExitCode> {
+fn exec(id: &str, command: Vec<String>, choice: Option<&str>) -> Result<ExitCode> {
     let request = ExecRequest { argv: command, ..Default::default() };
-    let outcome = with_session(id, choice, async |session| {
+    let outcome = registry::with_session(id, choice, |session| {
         let mut sink = Relay::scrubbed(&session_secrets(session, &[]), false);
-        let outcome = session.exec(&request, &mut sink).await;
+        let outcome = session.exec(&request, &mut sink);
         let _ = sink.finish();
         outcome
     })?;
@@ -315,11 +173,11 @@ fn run_script(
     script: &std::path::Path,
     args: &[String],
     flags: &ScriptFlags,
-    choice: Option<OciChoice>,
+    choice: Option<&str>,
 ) -> Result<ExitCode> {
     let script = crate::script::load(script)?;
     let parsed = meta::parse_for_run(&script)?;
-    let inline = parsed.metadata.as_ref().map(crate::run::inline_layer).unwrap_or_default();
+    let inline = parsed.metadata.as_ref().map(crate::spec::inline_layer).unwrap_or_default();
     let cli = Layer {
         script: Some(script.path.clone()),
         env: flags.env.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,
@@ -328,12 +186,13 @@ fn run_script(
     };
     let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
     let timed_out = std::cell::Cell::new(None);
-    let outcome = with_session(id, choice, async |session| {
+    let outcome = registry::with_session(id, choice, |session| {
         // The script's own settings, resolved as a run would (relative paths against the
         // session's workspace), then checked against what the session was started with.
         let workspace = PathBuf::from(session.workspace());
         let ctx = sandbox_core::ResolveCtx { workspace: workspace.clone(), home: home.clone() };
-        let mut spec = sandbox_core::resolve(&Layer::default(), &inline, &cli, &ctx)?;
+        let mut spec = sandbox_core::resolve(&Layer::default(), &inline, &cli, &ctx)
+            .map_err(EngineError::new)?;
         crate::spec::fill_env_from_host(&mut spec);
         if let Some(policy) = session.policy() {
             let mounts: Vec<(PathBuf, bool)> = spec
@@ -351,14 +210,14 @@ fn run_script(
             let ports: Vec<u16> = spec.publish.iter().map(|p| p.port).collect();
             let misfits = policy.misfits(&workspace, &mounts, net, &ports);
             if !misfits.is_empty() {
-                return Err(engine_oci::Error::SessionMisfit {
+                return Err(EngineError::new(sandbox_core::Error::SessionMisfit {
                     id: session.id().to_owned(),
                     misfits,
-                });
+                }));
             }
         }
         timed_out.set(spec.timeout);
-        let options = engine_oci::ScriptOptions {
+        let options = sandbox_core::ScriptOptions {
             dependencies: spec.dependencies.clone(),
             args: args.to_vec(),
             env: spec
@@ -386,7 +245,7 @@ fn run_script(
         // Counted before it runs: whatever it leaves behind, it leaves from its first line.
         session.note_script();
         let mut sink = Relay::scrubbed(&session_secrets(session, &options.env), false);
-        let outcome = session.run_script_with(&script.path, &options, &mut sink).await;
+        let outcome = session.run_script(&script.path, &options, &mut sink);
         let _ = sink.finish();
         outcome
     })?;
@@ -402,15 +261,8 @@ fn run_script(
     Ok(exit(&outcome))
 }
 
-fn list(json: bool, choice: Option<OciChoice>) -> Result<ExitCode> {
-    let mut all: Vec<SessionInfo> = Vec::new();
-    for flavor in candidate_flavors(choice) {
-        match oci_engine(flavor, &default_container()) {
-            Ok(engine) => all.extend(engine.list_sessions()?),
-            Err(e) if choice.is_some() => return Err(e),
-            Err(_) => {}
-        }
-    }
+fn list(json: bool, choice: Option<&str>) -> Result<ExitCode> {
+    let all: Vec<SessionInfo> = registry::list_sessions(choice)?;
     if json {
         let items: Vec<_> = all
             .iter()
@@ -418,7 +270,7 @@ fn list(json: bool, choice: Option<OciChoice>) -> Result<ExitCode> {
                 serde_json::json!({
                     "id": s.id,
                     "engine": s.engine,
-                    "container": s.container,
+                    "sandbox": s.sandbox,
                     "state": s.state,
                     "created": s.created,
                     "ttl_secs": s.ttl,
@@ -475,15 +327,5 @@ mod tests {
         assert!(hint.starts_with("a session is one trust domain"), "{hint}");
         let (warning, _) = shared_secret_warning("s1", 2, &["API_TOKEN"]).expect("a warning");
         assert!(warning.contains("already run 2 scripts"), "{warning}");
-    }
-
-    #[test]
-    fn session_sweeps_are_throttled() {
-        let now = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-        assert!(sweep_due(None, now), "never swept");
-        assert!(!sweep_due(Some(now - Duration::from_secs(5)), now));
-        assert!(sweep_due(Some(now - SESSION_SWEEP_INTERVAL), now));
-        assert!(sweep_due(Some(now - Duration::from_secs(3600)), now));
-        assert!(sweep_due(Some(now + Duration::from_secs(5)), now), "a stamp from the future");
     }
 }

@@ -1,15 +1,21 @@
-//! One resolution of a spec for `run` and `session start`, so they cannot drift apart: the
-//! layers (command line > inline table > defaults) with the workspace and the caller's real
-//! home, the missing-mount rule, `--env NAME` filled from the host with the same warnings,
-//! and the boundary classification of the mounts as written and with links resolved (a
-//! `./data` that points at `~/.ssh` is caught either way), refused with exit 4 unless approved.
+//! One resolution of a spec for `run`, `session start` and `session run`, so they cannot drift
+//! apart: the script's inline layer and the `--timeout` flag read once; the layers (command
+//! line > inline table > defaults) with the workspace and the caller's real home; the
+//! missing-mount rule; `--env NAME` filled from the host with the same warnings; and the
+//! boundary classification of the mounts as written and with links resolved (a `./data` that
+//! points at `~/.ssh` is caught either way), refused with exit 4 unless approved.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anstream::{eprintln, println};
 use anyhow::{Context, Result};
-use sandbox_core::{Crossing, Layer, MissingMount, Mount, MountMode, ResolveCtx, RunSpec};
+use pep723_meta::Metadata;
+use sandbox_core::{
+    Crossing, EnvVar, Layer, LayerMount, MissingMount, Mount, MountMode, Net, Publish, ResolveCtx,
+    RunSpec,
+};
 
 use crate::exit::BOUNDARY as EXIT_BOUNDARY;
 use crate::ui;
@@ -151,4 +157,81 @@ pub(crate) fn refuse(crossings: &[Crossing], subject: Subject, json: bool) -> Ex
         );
     }
     ExitCode::from(EXIT_BOUNDARY)
+}
+
+/// The script's own layer: its `dependencies` and `requires-python` plus `[tool.python-sandbox]`.
+pub(crate) fn inline_layer(meta: &Metadata) -> Layer {
+    let mut layer = Layer {
+        dependencies: meta.dependencies.iter().map(|d| d.value.clone()).collect(),
+        requires_python: meta.requires_python.as_ref().map(|r| r.value.clone()),
+        ..Layer::default()
+    };
+    if let Some(sb) = &meta.sandbox {
+        layer.dependencies.extend(sb.dependencies.iter().map(|d| d.value.clone()));
+        layer.mounts = sb
+            .mounts
+            .iter()
+            .map(|m| LayerMount {
+                path: PathBuf::from(&m.value.path),
+                mode: m.value.mode.map(|mode| match mode {
+                    pep723_meta::MountMode::Ro => MountMode::ReadOnly,
+                    pep723_meta::MountMode::Rw => MountMode::ReadWrite,
+                }),
+            })
+            .collect();
+        layer.net = sb.net.as_ref().map(|n| match n.value {
+            pep723_meta::Net::On => Net::On,
+            pep723_meta::Net::Off => Net::Off,
+        });
+        layer.publish = sb.publish.iter().map(|p| Publish { port: p.value, host: None }).collect();
+        layer.env = sb
+            .env
+            .iter()
+            .map(|e| EnvVar { name: e.value.name.clone(), value: e.value.value.clone() })
+            .collect();
+        layer.timeout = sb.timeout.as_ref().map(|t| Duration::from_secs(t.value));
+        layer.tmpfs_size = sb.tmpfs_size.as_ref().map(|t| t.value);
+        // Validated by pep723-meta with the flags' own checks, so these cannot fail.
+        layer.limits = sandbox_core::Limits {
+            memory: sb.memory.as_ref().map(|m| m.value),
+            cpus: sb
+                .cpu_millis
+                .as_ref()
+                .and_then(|c| sandbox_core::Cpus::from_millis(c.value).ok()),
+            pids: sb.pids_limit.as_ref().map(|p| p.value),
+        };
+    }
+    layer
+}
+
+/// `--timeout SECONDS`, checked; an error quotes the flag as written.
+pub(crate) fn timeout_flag(timeout: Option<&str>) -> Result<Option<Duration>> {
+    let Some(text) = timeout else { return Ok(None) };
+    match text.trim().parse::<f64>() {
+        Ok(t) if t.is_finite() && t > 0.0 && t < 1e9 => Ok(Some(Duration::from_secs_f64(t))),
+        _ => Err(ui::hinted(
+            format!("invalid timeout `{text}`"),
+            "give a positive number of seconds below 1000000000, e.g. `30` or `2.5`",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The inline `tmpfs-size` reaches the spec, and `--tmpfs-size` beats it.
+    #[test]
+    fn inline_tmpfs_size_and_the_flag_that_beats_it() {
+        let text = "# /// script\n# [tool.python-sandbox]\n# tmpfs-size = \"512m\"\n# ///\n";
+        let parsed = pep723_meta::parse(text).strict();
+        let inline = parsed.metadata.as_ref().map(inline_layer).unwrap_or_default();
+        let ctx = sandbox_core::ResolveCtx { workspace: PathBuf::from("/ws"), home: None };
+        let script = Layer { script: Some(PathBuf::from("s.py")), ..Layer::default() };
+        let flag = Layer { tmpfs_size: Some(2 << 30), ..script.clone() };
+        for (cli, want) in [(script, 512 << 20), (flag, 2 << 30)] {
+            let spec = sandbox_core::resolve(&Layer::default(), &inline, &cli, &ctx);
+            assert_eq!(spec.map(|s| s.tmpfs_size), Ok(want));
+        }
+    }
 }

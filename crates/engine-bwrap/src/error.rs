@@ -127,6 +127,7 @@ impl sandbox_core::Classify for Error {
             | Error::SandboxSetup { .. }
             | Error::PastaNotFound => ErrorClass::Unavailable,
             Error::MountChanged { .. } => ErrorClass::Refused,
+            Error::NoSession { .. } => ErrorClass::NotFound,
             _ => ErrorClass::Setup,
         }
     }

@@ -65,6 +65,7 @@ mod paths;
 mod pin;
 mod plan;
 mod process;
+mod seam;
 mod session;
 mod stage;
 mod tools;
@@ -73,7 +74,8 @@ mod uv;
 pub use engine::{BwrapConfig, BwrapEngine, PreparedEnv};
 pub use envs::{PrunedEnv, prune_envs};
 pub use error::Error;
-pub use session::{Session, SessionConfig, SessionInfo};
+pub use seam::{Immediate, local_session};
+pub use session::{Session, SessionConfig, SessionInfo, reap_sessions};
 pub use uv::{
     PINNED_UV_VERSION, PINNED_WHEELS, PinnedWheel, UvBinary, UvOrigin, fetch_uv, find_or_fetch_uv,
     pinned_wheel,

@@ -44,30 +44,7 @@ use crate::engine::BwrapEngine;
 use crate::error::{Error, Result};
 use crate::plan::{self, Access, SessionLayout};
 
-pub use sandbox_core::SessionConfig;
-
-/// A session as `session list` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionInfo {
-    /// The session id.
-    pub id: String,
-    /// Always `bwrap`.
-    pub engine: String,
-    /// Unix seconds.
-    pub created: u64,
-    /// Idle TTL in seconds.
-    pub ttl: u64,
-    /// `running`.
-    pub state: String,
-    /// The workspace.
-    pub workspace: String,
-    /// (port inside, URL on the host) of published ports.
-    pub ports: Vec<(u16, String)>,
-    /// Host pid of the sandbox's init.
-    pub pid: u32,
-    /// What did not stop the start.
-    pub warnings: Vec<String>,
-}
+pub use sandbox_core::{SessionConfig, SessionInfo};
 
 /// The host-private record of one session.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -111,7 +88,7 @@ impl Record {
             state: "running".to_owned(),
             workspace: self.workspace.clone(),
             ports: self.publish.clone(),
-            pid: self.pid,
+            sandbox: format!("pid {}", self.pid),
             warnings: Vec::new(),
         }
     }
@@ -346,18 +323,7 @@ impl BwrapEngine {
 
     /// The running session `id`.
     pub fn session(&self, id: &str) -> Result<Session> {
-        let records = Records::open(&self.config().runtime_dir)?;
-        let record = records.read(id).ok_or_else(|| Error::NoSession { id: id.to_owned() })?;
-        if !record.pin().alive() {
-            records.remove(id);
-            return Err(Error::NoSession { id: id.to_owned() });
-        }
-        Ok(Session {
-            record,
-            records,
-            cache_dir: self.config().cache_dir.clone(),
-            stopped: AtomicBool::new(false),
-        })
+        open(&self.config().runtime_dir, &self.config().cache_dir, id)
     }
 
     /// Every running session of this user (records of ended ones are removed on the way).
@@ -381,27 +347,52 @@ impl BwrapEngine {
         Ok(())
     }
 
-    /// The startup sweep: removes the records of sessions whose process is gone (expired,
-    /// killed, rebooted) and ends sessions the host has not used for longer than their TTL
-    /// (their agent should have; code in the session may have replaced it). Returns the ids
-    /// removed.
-    pub fn reap_sessions(&self) -> Result<Vec<String>> {
-        let records = Records::open(&self.config().runtime_dir)?;
-        let now = now_secs();
-        let mut reaped = Vec::new();
-        for id in records.ids() {
-            let Some(record) = records.read(&id) else {
-                records.remove(&id);
-                reaped.push(id);
-                continue;
-            };
-            if !record.pin().alive() || expired(record.last_used, record.ttl, now) {
-                end(&records, &record, &self.config().cache_dir);
-                reaped.push(id);
-            }
-        }
-        Ok(reaped)
+    /// The startup sweep ([`reap_sessions`]) for this engine's user.
+    pub fn reap_sessions(&self, dry_run: bool) -> Result<Vec<String>> {
+        reap_sessions(self.config(), dry_run)
     }
+}
+
+/// The startup sweep: removes the records of sessions whose process is gone (expired, killed,
+/// rebooted) and ends sessions the host has not used for longer than their TTL (their agent
+/// should have; code in the session may have replaced it). Returns the ids removed (with
+/// `dry_run`, that would be, and nothing is touched). Needs no engine: records only.
+pub fn reap_sessions(config: &crate::BwrapConfig, dry_run: bool) -> Result<Vec<String>> {
+    let records = Records::open(&config.runtime_dir)?;
+    let now = now_secs();
+    let mut reaped = Vec::new();
+    for id in records.ids() {
+        let Some(record) = records.read(&id) else {
+            if !dry_run {
+                records.remove(&id);
+            }
+            reaped.push(id);
+            continue;
+        };
+        if !record.pin().alive() || expired(record.last_used, record.ttl, now) {
+            if !dry_run {
+                end(&records, &record, &config.cache_dir);
+            }
+            reaped.push(id);
+        }
+    }
+    Ok(reaped)
+}
+
+/// The running session `id` from its record: no engine needed (the record pins the sandbox).
+pub(crate) fn open(runtime_dir: &Path, cache_dir: &Path, id: &str) -> Result<Session> {
+    let records = Records::open(runtime_dir)?;
+    let record = records.read(id).ok_or_else(|| Error::NoSession { id: id.to_owned() })?;
+    if !record.pin().alive() {
+        records.remove(id);
+        return Err(Error::NoSession { id: id.to_owned() });
+    }
+    Ok(Session {
+        record,
+        records,
+        cache_dir: cache_dir.to_owned(),
+        stopped: AtomicBool::new(false),
+    })
 }
 
 /// Waits until the agent of a fresh sandbox listens (python starts in tens of milliseconds;

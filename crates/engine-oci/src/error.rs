@@ -160,17 +160,6 @@ pub enum Error {
         /// The id asked for.
         id: String,
     },
-    /// A script asks for sandbox settings its session was not started with.
-    #[error(
-        "session `{id}` cannot run this script as it asks:\n{}\nhint: start a session that fits (`python-sandbox session start` with the script's `--mount`, `--net` and `--publish`), or run it on its own with `python-sandbox run`",
-        misfits.iter().map(|m| format!("  - {m}")).collect::<Vec<_>>().join("\n")
-    )]
-    SessionMisfit {
-        /// The session.
-        id: String,
-        /// One line per setting that does not fit.
-        misfits: Vec<String>,
-    },
     /// A session operation failed inside the container.
     #[error(transparent)]
     Sandbox(sandbox_core::Error),
@@ -250,6 +239,7 @@ impl sandbox_core::Classify for Error {
         match self {
             Error::Unreachable { .. } => ErrorClass::Unavailable,
             Error::MountChanged { .. } => ErrorClass::Refused,
+            Error::NoSession { .. } => ErrorClass::NotFound,
             _ => ErrorClass::Setup,
         }
     }

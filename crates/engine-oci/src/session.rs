@@ -55,31 +55,7 @@ rc=$?
 rm -f /tmp/.active/$$ < /dev/null > /dev/null 2>&1 &
 exit $rc"#;
 
-pub use sandbox_core::SessionConfig;
-
-/// A session as `session list` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionInfo {
-    /// The session id (what `session run/exec/stop` take).
-    pub id: String,
-    /// The container name.
-    pub container: String,
-    /// `docker` or `podman`.
-    pub engine: String,
-    /// Unix seconds.
-    pub created: u64,
-    /// Idle TTL in seconds.
-    pub ttl: u64,
-    /// The engine's state, e.g. `running`.
-    pub state: String,
-    /// The workspace.
-    pub workspace: String,
-    /// (port inside, URL on the host) of published ports.
-    pub ports: Vec<(u16, String)>,
-    /// From `start_session`: what the engine could not give the session (e.g. limits on
-    /// rootless podman); empty in listings.
-    pub warnings: Vec<String>,
-}
+pub use sandbox_core::{SessionConfig, SessionInfo, SessionPolicy};
 
 /// Pure: the container name of a session id (an id may also be given as the full name).
 pub(crate) fn container_name(id: &str) -> String {
@@ -87,68 +63,6 @@ pub(crate) fn container_name(id: &str) -> String {
         id.to_owned()
     } else {
         format!("python-sandbox-session-{id}")
-    }
-}
-
-/// What a session was started with, for checking the scripts run in it: mounts, network and
-/// ports are fixed when the container starts.
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-pub struct SessionPolicy {
-    /// Whether the session has a network.
-    pub net: bool,
-    /// Extra mounts (real host paths) and whether each is writable.
-    pub mounts: Vec<(PathBuf, bool)>,
-    /// Ports published to the host.
-    pub publish: Vec<u16>,
-}
-
-impl SessionPolicy {
-    /// Pure: what of a script's own sandbox settings this session cannot give it, one line each
-    /// (empty: it fits). `mounts` are canonical host paths with their writability; the
-    /// workspace (always mounted read-write) covers everything below it.
-    pub fn misfits(
-        &self,
-        workspace: &Path,
-        mounts: &[(PathBuf, bool)],
-        net: Net,
-        publish: &[u16],
-    ) -> Vec<String> {
-        let mut out = Vec::new();
-        for (path, writable) in mounts {
-            let covered = path.starts_with(workspace)
-                || self
-                    .mounts
-                    .iter()
-                    .any(|(have, rw)| path.starts_with(have) && (*rw || !writable));
-            if !covered {
-                out.push(format!(
-                    "mount `{}{}`: the session has no such mount",
-                    path.display(),
-                    if *writable { "" } else { ":ro" }
-                ));
-            }
-        }
-        // A script asking for no network in a session that has one is only warned about
-        // (`net_warning`): its dependencies install inside the session, which needs the network.
-        if net == Net::On && !self.net {
-            out.push("`net = \"on\"`: the session has no network".to_owned());
-        }
-        for port in publish {
-            if !self.publish.contains(port) {
-                out.push(format!("publish {port}: the session does not publish it"));
-            }
-        }
-        out
-    }
-}
-
-impl SessionPolicy {
-    /// Pure: the warning for a script that asks for `net`, when the session cannot honour it
-    /// (a script's `net = "off"` in a session with a network).
-    pub fn net_warning(&self, net: Net) -> Option<String> {
-        (net == Net::Off && self.net).then(|| {
-            "the script asks for `net = \"off\"` but this session has a network; it runs with it (start the session with `--net off` to enforce it)".to_owned()
-        })
     }
 }
 
@@ -597,7 +511,7 @@ pub(crate) fn session_info(item: &serde_json::Value, engine: &str) -> Option<Ses
     ports.dedup_by_key(|p| p.0);
     Some(SessionInfo {
         id: parsed.id,
-        container,
+        sandbox: container,
         engine: engine.to_owned(),
         created: parsed.created,
         ttl: parsed.ttl.unwrap_or(0),

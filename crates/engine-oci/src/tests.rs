@@ -790,45 +790,6 @@ fn env_lock_survives_the_pruner_unlinking_it() {
 }
 
 #[test]
-fn session_policy_misfits() {
-    use crate::session::SessionPolicy;
-    use sandbox_core::Net;
-    let ws = PathBuf::from("/ws");
-    let policy = SessionPolicy {
-        net: false,
-        mounts: vec![(PathBuf::from("/data"), false), (PathBuf::from("/out"), true)],
-        publish: vec![8000],
-    };
-    let fits = |mounts: &[(&str, bool)], net, publish: &[u16]| {
-        let mounts: Vec<(PathBuf, bool)> =
-            mounts.iter().map(|(p, w)| (PathBuf::from(p), *w)).collect();
-        policy.misfits(&ws, &mounts, net, publish)
-    };
-    assert!(
-        fits(&[("/ws/sub", true), ("/data/in", false), ("/out/x", true)], Net::Off, &[]).is_empty()
-    );
-    assert!(fits(&[], Net::Off, &[8000]).is_empty());
-    let misfits = fits(&[("/data", true), ("/elsewhere", false)], Net::On, &[9000]);
-    assert_eq!(
-        misfits,
-        [
-            "mount `/data`: the session has no such mount",
-            "mount `/elsewhere:ro`: the session has no such mount",
-            "`net = \"on\"`: the session has no network",
-            "publish 9000: the session does not publish it",
-        ]
-    );
-    assert!(
-        fits(&[("/database", false)], Net::Off, &[]).len() == 1,
-        "prefix of a name is not a parent"
-    );
-    assert_eq!(policy.net_warning(Net::Off), None);
-    let open = SessionPolicy { net: true, ..policy.clone() };
-    assert!(open.net_warning(Net::Off).is_some());
-    assert_eq!(open.net_warning(Net::On), None);
-}
-
-#[test]
 fn session_record_paths_are_plain_ids() {
     use crate::session::record_path;
     let dir = std::path::Path::new("/run/ps");

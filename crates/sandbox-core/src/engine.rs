@@ -49,6 +49,9 @@ pub enum ErrorClass {
     Refused,
     /// Bad input, or a setup step that failed (an install, a missing image); exit 2.
     Setup,
+    /// What was asked for does not exist on this engine (no such session); exit 2. Callers
+    /// looking through several engines go on to the next.
+    NotFound,
 }
 
 /// Implemented by every engine's error type: the class of each of its variants.

@@ -132,6 +132,17 @@ pub enum Error {
         /// What to do instead.
         hint: String,
     },
+    /// A script asks for sandbox settings its session was not started with.
+    #[error(
+        "session `{id}` cannot run this script as it asks:\n{}\nhint: start a session that fits (`python-sandbox session start` with the script's `--mount`, `--net` and `--publish`), or run it on its own with `python-sandbox run`",
+        misfits.iter().map(|m| format!("  - {m}")).collect::<Vec<_>>().join("\n")
+    )]
+    SessionMisfit {
+        /// The session.
+        id: String,
+        /// One line per setting that does not fit.
+        misfits: Vec<String>,
+    },
     /// The sandbox was stopped; no further operations are possible.
     #[error("sandbox `{id}` is stopped")]
     Stopped {

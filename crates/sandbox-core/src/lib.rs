@@ -1,6 +1,7 @@
 //! Engine-independent core of python-sandbox: the resolved [`RunSpec`], config precedence
 //! (command line > inline `[tool.python-sandbox]` > defaults), boundary classification, the
-//! secret scrubber, the one-shot [`Engine`] trait and the long-lived [`Sandbox`] protocol
+//! secret scrubber, the engine seam ([`Engine`] for runs, [`SessionEngine`] for warm sessions) and the
+//! long-lived [`Sandbox`] protocol
 //! (with the in-memory [`FakeSandbox`]).
 //!
 //! **Architecture invariant:** no IO happens here: no filesystem, no processes, no runtime.
@@ -22,6 +23,7 @@ mod route;
 mod sandbox;
 mod scrub;
 mod seccomp;
+mod session;
 pub mod shell;
 mod spec;
 mod tar;
@@ -55,6 +57,10 @@ pub use scrub::{
 };
 pub use seccomp::{
     Arch, ArgCheck, Insn, SeccompAction, SeccompRule, WALL, bpf, compile, disassemble,
+};
+pub use session::{
+    Driven, DynSession, DynSessionEngine, Executor, SessionEngine, SessionInfo, SessionPolicy,
+    WarmSession,
 };
 pub use shell::{AgentShell, ScriptOptions, ScriptPlace};
 pub use spec::{DEFAULT_TMPFS_SIZE, EnvVar, Mount, MountMode, Net, Publish, RunSpec};

@@ -4,6 +4,7 @@
 mod meta;
 mod reap;
 mod run;
+mod session;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

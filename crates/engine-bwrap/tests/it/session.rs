@@ -15,19 +15,7 @@ use crate::support::{Fixture, fixture};
 /// A minimal executor: the bwrap session's futures do their IO blocking, so they are ready
 /// on the first poll; the fake's too.
 fn block_on<F: Future>(future: F) -> F::Output {
-    struct Noop;
-    impl std::task::Wake for Noop {
-        fn wake(self: std::sync::Arc<Self>) {}
-    }
-    let waker = std::task::Waker::from(std::sync::Arc::new(Noop));
-    let mut cx = std::task::Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    loop {
-        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    sandbox_core::Executor::block_on(&engine_bwrap::Immediate, future)
 }
 
 fn config(fx: &Fixture, ttl: Duration) -> SessionConfig {
@@ -283,7 +271,10 @@ fn reap_removes_orphaned_and_expired_sessions() {
     std::fs::write(&record, serde_json::to_vec(&json).expect("encode")).expect("rewrite");
     let fresh = start(&fx, Duration::from_secs(600));
 
-    let reaped = fx.engine.reap_sessions().expect("reap");
+    let would = fx.engine.reap_sessions(true).expect("dry run");
+    assert!(would.contains(&stale.id().to_owned()), "{would:?}");
+    assert!(alive(stale.pid()), "a dry run touches nothing");
+    let reaped = fx.engine.reap_sessions(false).expect("reap");
     assert!(reaped.contains(&orphan_id), "{reaped:?}");
     assert!(reaped.contains(&stale.id().to_owned()), "{reaped:?}");
     assert!(!reaped.contains(&fresh.id().to_owned()), "{reaped:?}");
