@@ -288,25 +288,31 @@ pub(crate) fn with_session<T>(
             }
         }
     }
-    let mut last = None;
-    for entry in &entries {
+    through_engines(id, choice, |engine| work(&*engine.open_session_dyn(id)?))
+}
+
+/// `op` on each session engine asked, connected, until one does not answer "no such session".
+fn through_engines<T>(
+    id: &str,
+    choice: Option<&str>,
+    mut op: impl FnMut(&dyn DynSessionEngine) -> Result<T, EngineError>,
+) -> Result<T> {
+    let mut unreachable = None;
+    for entry in session_entries(choice)? {
         let Some(sessions) = &entry.sessions else { continue };
         let engine = match (sessions.open)(&Options::ATTACH) {
             Ok(engine) => engine,
             Err(e) => {
-                last = Some(e);
+                unreachable = Some(e);
                 continue;
             }
         };
-        let result = match engine.open_session_dyn(id) {
-            Ok(session) => work(&*session),
-            Err(e) => Err(e),
-        };
-        if !not_found(&result) {
-            return Ok(result?);
+        match op(&*engine) {
+            Err(e) if e.class() == ErrorClass::NotFound => {}
+            other => return Ok(other?),
         }
     }
-    Err(no_session(id, choice, last))
+    Err(no_session(id, choice, unreachable))
 }
 
 /// The error when no engine has session `id`. An engine that answered "no such session" says
@@ -324,22 +330,7 @@ fn no_session(id: &str, choice: Option<&str>, unreachable: Option<anyhow::Error>
 
 /// Stops session `id` through its engine (which also releases what it kept on the host).
 pub(crate) fn stop_session(id: &str, choice: Option<&str>) -> Result<()> {
-    let mut last = None;
-    for entry in session_entries(choice)? {
-        let Some(sessions) = &entry.sessions else { continue };
-        let engine = match (sessions.open)(&Options::ATTACH) {
-            Ok(engine) => engine,
-            Err(e) => {
-                last = Some(e);
-                continue;
-            }
-        };
-        match engine.stop_session_dyn(id) {
-            Err(e) if e.class() == ErrorClass::NotFound => {}
-            other => return Ok(other?),
-        }
-    }
-    Err(no_session(id, choice, last))
+    through_engines(id, choice, |engine| engine.stop_session_dyn(id))
 }
 
 /// Every session of the engines asked (all usable ones by default: one that does not answer
