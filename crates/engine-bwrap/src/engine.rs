@@ -811,7 +811,7 @@ impl Engine for BwrapEngine {
         // What `crate::limits::decide` can hold here: a delegated cgroup v2, else rlimits.
         let limits = engine_detect::bwrap_limits().support;
         sandbox_core::Capability {
-            sessions: false,
+            sessions: true,
             host_mounts: true,
             publish: true,
             memory_limit: limits.memory.is_some(),
@@ -851,7 +851,7 @@ struct Interpreter {
 /// Runs a host command; `Ok(Err(stderr))` when it ran and failed.
 /// How this host holds the spec's limits under bwrap, or the refusal; reads the cgroupfs only
 /// when a limit was asked for.
-fn limits_for(spec: &RunSpec) -> Result<crate::limits::SandboxLimits> {
+pub(crate) fn limits_for(spec: &RunSpec) -> Result<crate::limits::SandboxLimits> {
     if spec.limits.is_empty() {
         return Ok(crate::limits::SandboxLimits::default());
     }

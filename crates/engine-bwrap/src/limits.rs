@@ -31,7 +31,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use engine_detect::{BwrapLimits, Mechanism};
@@ -262,18 +262,33 @@ impl Cgroup {
     }
 }
 
+impl Cgroup {
+    /// Keeps the cgroup past this handle (a session's, which outlives `session start`): the
+    /// directory to [`remove`] once the session's tree is gone.
+    pub(crate) fn keep(mut self) -> PathBuf {
+        // The handle's drop then has no directory to remove.
+        std::mem::take(&mut self.dir)
+    }
+}
+
+/// Removes a sandbox's cgroup after its tree is gone. The kernel may still be tearing down the
+/// last task, so an `EBUSY` rmdir is retried briefly; a cgroup left behind holds nothing.
+pub(crate) fn remove(dir: &Path) {
+    let Ok(path) = CString::new(dir.as_os_str().as_bytes()) else { return };
+    for _ in 0..50 {
+        match rustix::fs::rmdir(path.as_c_str()) {
+            Err(rustix::io::Errno::BUSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            _ => return,
+        }
+    }
+}
+
 impl Drop for Cgroup {
     fn drop(&mut self) {
-        // The tree is gone when the run returns, but the kernel may still be tearing down the
-        // last task; an `EBUSY` rmdir is retried briefly. A cgroup left behind holds nothing.
-        let Ok(path) = CString::new(self.dir.as_os_str().as_bytes()) else { return };
-        for _ in 0..50 {
-            match rustix::fs::rmdir(path.as_c_str()) {
-                Err(rustix::io::Errno::BUSY) => {
-                    std::thread::sleep(std::time::Duration::from_millis(20))
-                }
-                _ => return,
-            }
+        if !self.dir.as_os_str().is_empty() {
+            remove(&self.dir);
         }
     }
 }

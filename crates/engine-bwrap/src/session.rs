@@ -72,6 +72,9 @@ struct Record {
     /// namespace), so it ends with the session.
     #[serde(default)]
     pasta: Option<(u32, u64)>,
+    /// The session's own cgroup (limits on a delegated cgroup v2), removed when it ends.
+    #[serde(default)]
+    cgroup: Option<PathBuf>,
 }
 
 impl Record {
@@ -164,6 +167,9 @@ fn end(records: &Records, record: &Record, cache_dir: &Path) {
     if let Some((pid, start_time)) = record.pasta {
         ProcPin { pid, start_time }.kill();
     }
+    if let Some(cgroup) = &record.cgroup {
+        crate::limits::remove(cgroup);
+    }
     if let Some(holder) = &record.holder {
         let _ = reaper::acl::release_holder(&reaper::acl::state_dir(cache_dir), holder);
     }
@@ -179,13 +185,6 @@ impl BwrapEngine {
         config: &SessionConfig,
         status: &mut dyn FnMut(&str),
     ) -> Result<SessionInfo> {
-        if !config.limits.is_empty() {
-            return Err(Error::LimitUnsupported {
-                flag: "--memory, --cpus or --pids-limit",
-                reason: "a bwrap session does not hold resource limits yet (a bwrap run does)"
-                    .to_owned(),
-            });
-        }
         let runtime_dir = self.config().runtime_dir.clone();
         let records = Records::open(&runtime_dir)?;
         let spec = RunSpec {
@@ -200,9 +199,7 @@ impl BwrapEngine {
             timeout: None,
             tmpfs_size: config.tmpfs_size,
             workspace: config.workspace.clone(),
-            // Not yet held for sessions on bwrap: the CLI refuses limit flags for them
-            // (their capability says so).
-            limits: sandbox_core::Limits::default(),
+            limits: config.limits,
         };
         let mut warnings = self.check(&spec)?;
         let (workspace, mounts, user_env) = self.resolve_for_session(&spec)?;
@@ -224,6 +221,9 @@ impl BwrapEngine {
             ttl_secs,
         };
         let mut plan = plan::session_plan(self.host(), &layout);
+        // As for a run: rlimits on the sandbox's first process (inherited by all of the
+        // session's processes), or the session's own delegated cgroup, kept until it ends.
+        plan.limits = crate::engine::limits_for(&spec)?;
         let id = random_hex(6)?;
         let holder = format!("bwrap-{id}");
         let (plan_idmapped, grant) = self.lend_writable(&workspace, &mounts)?;
@@ -244,7 +244,8 @@ impl BwrapEngine {
                 return Err(e);
             }
         };
-        let crate::process::Launched { mut child, child_pid, net, .. } = launched;
+        let crate::process::Launched { mut child, child_pid, net, _cgroup: cgroup, .. } = launched;
+        let cgroup = cgroup.map(crate::limits::Cgroup::keep);
         // pasta outlives this process with the session; `end` stops it.
         let pasta = net.and_then(crate::net::UserNet::keep);
         // Reaps bwrap when the session ends while this process still lives (a long-lived
@@ -257,6 +258,9 @@ impl BwrapEngine {
             }
             let _ = child.kill();
             let _ = child.wait();
+            if let Some(cgroup) = &cgroup {
+                crate::limits::remove(cgroup);
+            }
             if let Some(grant) = grant {
                 let _ = grant.release();
             }
@@ -311,6 +315,7 @@ impl BwrapEngine {
             scripts: 0,
             holder,
             pasta: pasta.map(|p| (p.pid, p.start_time)),
+            cgroup,
         };
         if let Err(e) = records.write(&record) {
             end(&records, &record, &self.config().cache_dir);

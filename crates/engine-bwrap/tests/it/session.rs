@@ -282,3 +282,30 @@ fn reap_removes_orphaned_and_expired_sessions() {
     assert!(alive(fresh.pid()));
     fx.engine.stop_session(fresh.id()).expect("stop");
 }
+
+/// A session holds the limits it was started with, as a run does (rlimits on the sandbox's
+/// first process here, inherited by everything in the session; a delegated cgroup v2 where
+/// the host has one): a script allocating 1 GiB under `--memory 256m` fails, the session and
+/// its smaller commands go on, and the process cap holds.
+#[test]
+fn a_session_holds_its_limits() {
+    let Some(fx) = fixture() else { return };
+    let limits = sandbox_core::Limits { memory: Some(256 << 20), cpus: None, pids: Some(64) };
+    let config = SessionConfig { limits, ..config(&fx, Duration::from_secs(600)) };
+    let info = fx.engine.start_session(&config, &mut |_| {}).expect("a session with limits");
+    let session = fx.engine.session(&info.id).expect("open");
+    let grab = "b = bytearray(1 << 30); print('allocated', len(b))";
+    let (code, out, err) = exec(&session, &["python3", "-c", grab], b"");
+    assert_ne!(code, 0, "1 GiB under a 256 MiB limit: {out}");
+    assert!(err.contains("MemoryError"), "{err}");
+    let (code, out, _) = exec(&session, &["python3", "-c", "print(len(bytearray(16 << 20)))"], b"");
+    assert_eq!((code, out.trim()), (0, "16777216"), "small allocations go on");
+    let fork_bomb = "import os\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            import time; time.sleep(5); os._exit(0)\n        n += 1\nexcept OSError as e:\n    print('stopped at', n, e.errno)\n";
+    let (code, out, err) = exec(&session, &["python3", "-c", fork_bomb], b"");
+    assert_eq!(code, 0, "{err}");
+    let stopped: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(stopped.first().copied(), Some("stopped"), "{out}");
+    let forks: u32 = stopped.get(2).and_then(|n| n.parse().ok()).expect("a count");
+    assert!(forks < 64, "at most 64 processes: {out}");
+    fx.engine.stop_session(&info.id).expect("stop");
+}
