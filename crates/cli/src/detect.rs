@@ -1,5 +1,6 @@
 //! `python-sandbox detect` and `python-sandbox suggest`: which engines work here, and what to do
-//! when none does. The probes and the advice are `engine-detect`'s.
+//! when none does. The engines and their order are the registry's; the probes and the advice
+//! are `engine-detect`'s.
 
 use std::process::ExitCode;
 
@@ -10,7 +11,7 @@ use engine_detect::Detection;
 use crate::ui;
 
 pub(crate) fn detect(json: bool) -> Result<ExitCode> {
-    let detection = engine_detect::detect();
+    let detection = crate::registry::detection();
     if json {
         println!("{}", serde_json::to_string_pretty(&detection)?);
     } else {
@@ -20,7 +21,7 @@ pub(crate) fn detect(json: bool) -> Result<ExitCode> {
 }
 
 pub(crate) fn suggest() -> Result<ExitCode> {
-    let detection = engine_detect::detect();
+    let detection = crate::registry::detection();
     let os = engine_detect::OsInfo::detect();
     println!("{}", engine_detect::suggest(&os, &detection));
     Ok(exit_for(&detection))

@@ -56,6 +56,26 @@ impl Probes {
             .probe(name)
             .is_some_and(|p| p.available || p.state == engine_detect::ProbeState::InstalledNoSocket)
     }
+
+    /// `detect`'s probe of `name`, with its reason and limits.
+    fn probe(&self, name: engine_detect::EngineName) -> engine_detect::Probe {
+        match self.detection().probe(name) {
+            Some(probe) => probe.clone(),
+            None => engine_detect::Probe {
+                name,
+                available: false,
+                reason: "not probed".to_owned(),
+                state: engine_detect::ProbeState::Failed,
+                limits: engine_detect::LimitSupport::NONE,
+            },
+        }
+    }
+}
+
+/// What `detect` and `suggest` report: every engine's full probe, in ladder order.
+pub(crate) fn detection() -> engine_detect::Detection {
+    let probes = Probes::default();
+    engine_detect::Detection::from_probes(ENGINES.iter().map(|e| (e.probe)(&probes)).collect())
 }
 
 /// One engine.
@@ -65,6 +85,8 @@ pub(crate) struct Entry {
     /// Whether `auto` (and commands looking through every engine) should try it here: cheap,
     /// may be memoized.
     usable: fn(&Probes) -> bool,
+    /// The full probe `detect` prints (slower than `usable`: it may really try the engine).
+    probe: fn(&Probes) -> engine_detect::Probe,
     /// Connects for runs; an [`ErrorClass::Unavailable`] error means it cannot sandbox here.
     open: fn(&Options<'_>) -> Result<Box<dyn DynEngine>>,
     /// The session side, for engines with warm sessions.
@@ -93,6 +115,7 @@ pub(crate) const ENGINES: &[Entry] = &[
             engine_bwrap::BwrapConfig::from_env()
                 .is_ok_and(|config| engine_bwrap::probe_cached(&config).available)
         },
+        probe: |p| p.probe(engine_detect::EngineName::Bwrap),
         open: |o| Ok(bwrap(o)?),
         sessions: Some(Sessions {
             open: |o| Ok(bwrap(o)?),
@@ -106,6 +129,7 @@ pub(crate) const ENGINES: &[Entry] = &[
     Entry {
         name: "docker",
         usable: |p| p.oci_usable(engine_detect::EngineName::Docker),
+        probe: |p| p.probe(engine_detect::EngineName::Docker),
         open: |o| Ok(oci(engine_oci::Flavor::Docker, o)?),
         sessions: Some(Sessions {
             open: |o| Ok(oci(engine_oci::Flavor::Docker, o)?),
@@ -116,6 +140,7 @@ pub(crate) const ENGINES: &[Entry] = &[
     Entry {
         name: "podman",
         usable: |p| p.oci_usable(engine_detect::EngineName::Podman),
+        probe: |p| p.probe(engine_detect::EngineName::Podman),
         open: |o| Ok(oci(engine_oci::Flavor::Podman, o)?),
         sessions: Some(Sessions {
             open: |o| Ok(oci(engine_oci::Flavor::Podman, o)?),

@@ -120,7 +120,7 @@ fn cli_layer(args: &RunArgs, script: &Path) -> Result<Layer> {
 }
 
 fn no_engine(json: bool) -> ExitCode {
-    let detection = engine_detect::detect();
+    let detection = crate::registry::detection();
     let os = engine_detect::OsInfo::detect();
     eprintln!(
         "{}error{:#}: no isolation engine works here, so nothing was run",
