@@ -11,7 +11,7 @@ use anyhow::Result;
 use pep723_meta::{Diagnostic, Edit, LineIndex, PositionEncoding, SandboxKey, Severity};
 
 use crate::args::MetaCmd;
-use crate::script::Script;
+use crate::script::{Script, read_script};
 use crate::ui;
 
 pub(crate) fn run(cmd: MetaCmd) -> Result<ExitCode> {
@@ -84,30 +84,6 @@ pub(crate) fn parse_for_run(script: &Script) -> Result<pep723_meta::Parsed> {
         ));
     }
     Ok(parsed)
-}
-
-/// Reads a script as bytes, so that invalid UTF-8 becomes a diagnostic instead of an IO error.
-pub(crate) fn read_script(path: &Path) -> Result<Vec<u8>> {
-    // std (not fs_err): our message names the path once, and the OS error code survives.
-    #[allow(clippy::disallowed_methods)]
-    std::fs::read(path).map_err(|e| {
-        let hint = if e.kind() == std::io::ErrorKind::NotFound {
-            "check the path; it is taken relative to the current directory"
-        } else {
-            "check that the file is readable"
-        };
-        ui::hinted(format!("cannot read `{}`: {}", path.display(), io_reason(&e)), hint)
-    })
-}
-
-/// The OS reason alone (fs_err's message repeats the path), lower case, without `(os error N)`.
-pub(crate) fn io_reason(e: &std::io::Error) -> String {
-    let plain = match e.raw_os_error() {
-        Some(code) => std::io::Error::from_raw_os_error(code).to_string(),
-        None => std::io::Error::from(e.kind()).to_string(),
-    };
-    let plain = plain.split(" (os error").next().unwrap_or_default();
-    plain.to_lowercase()
 }
 
 fn check(files: &[PathBuf], json: bool) -> Result<ExitCode> {

@@ -21,7 +21,7 @@ use std::path::Path;
 use anyhow::Result;
 use rustix::fs::{Access, Gid, Uid};
 
-use crate::meta::io_reason;
+use crate::script::io_reason;
 use crate::ui;
 
 /// Replaces the contents of `file` (which held `original`) with `contents`; on error the file

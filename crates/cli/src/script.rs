@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::{meta, ui};
+use crate::ui;
 
 /// A script ready to parse and run.
 pub(crate) struct Script {
@@ -34,7 +34,7 @@ pub(crate) fn load(arg: &Path) -> Result<Script> {
     let kind = std::fs::metadata(arg).map(|m| m.file_type());
     match kind {
         Ok(kind) if kind.is_fifo() || kind.is_socket() => {
-            let bytes = meta::read_script(arg)?;
+            let bytes = read_script(arg)?;
             from_stream(arg.to_owned(), bytes)
         }
         Ok(kind) if !kind.is_file() => Err(ui::hinted(
@@ -45,7 +45,7 @@ pub(crate) fn load(arg: &Path) -> Result<Script> {
         _ => Ok(Script {
             display: arg.to_owned(),
             path: arg.to_owned(),
-            bytes: meta::read_script(arg)?,
+            bytes: read_script(arg)?,
             _temp: None,
         }),
     }
@@ -62,4 +62,28 @@ fn from_stream(display: PathBuf, bytes: Vec<u8>) -> Result<Script> {
     // sandbox user (nobody, for a root caller on docker) must be able to read it.
     fs_err::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
     Ok(Script { display, path, bytes, _temp: Some(dir) })
+}
+
+/// Reads a script as bytes, so that invalid UTF-8 becomes a diagnostic instead of an IO error.
+pub(crate) fn read_script(path: &Path) -> Result<Vec<u8>> {
+    // std (not fs_err): our message names the path once, and the OS error code survives.
+    #[allow(clippy::disallowed_methods)]
+    std::fs::read(path).map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::NotFound {
+            "check the path; it is taken relative to the current directory"
+        } else {
+            "check that the file is readable"
+        };
+        ui::hinted(format!("cannot read `{}`: {}", path.display(), io_reason(&e)), hint)
+    })
+}
+
+/// The OS reason alone (fs_err's message repeats the path), lower case, without `(os error N)`.
+pub(crate) fn io_reason(e: &std::io::Error) -> String {
+    let plain = match e.raw_os_error() {
+        Some(code) => std::io::Error::from_raw_os_error(code).to_string(),
+        None => std::io::Error::from(e.kind()).to_string(),
+    };
+    let plain = plain.split(" (os error").next().unwrap_or_default();
+    plain.to_lowercase()
 }
