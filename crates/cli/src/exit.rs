@@ -13,6 +13,12 @@ pub(crate) const BOUNDARY: u8 = 4;
 /// The run hit its timeout; the whole process tree was killed (as `timeout(1)` does).
 pub(crate) const TIMEOUT: u8 = 124;
 
+/// The script's own exit code as ours (`128 + N` for a signal is already in it); a code that
+/// does not fit a byte (never from a real process) becomes 1.
+pub(crate) fn of_script(outcome: &sandbox_core::RunOutcome) -> u8 {
+    u8::try_from(outcome.exit_code).unwrap_or(1)
+}
+
 /// The class of the engine error in `err`'s chain, if it holds one.
 pub(crate) fn class(err: &anyhow::Error) -> Option<ErrorClass> {
     err.chain().find_map(|e| e.downcast_ref::<EngineError>()).map(EngineError::class)

@@ -83,7 +83,7 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
         );
         EXIT_TIMEOUT
     } else {
-        u8::try_from(outcome.exit_code).unwrap_or(1)
+        crate::exit::of_script(&outcome)
     };
     if args.json {
         let written = before.map(|b| files::written_since(&b, &spec.workspace)).unwrap_or_default();

@@ -148,7 +148,7 @@ fn shared_secret_warning(id: &str, earlier: u64, names: &[&str]) -> Option<(Stri
 }
 
 fn exit(outcome: &RunOutcome) -> ExitCode {
-    ExitCode::from(u8::try_from(outcome.exit_code).unwrap_or(1))
+    ExitCode::from(crate::exit::of_script(outcome))
 }
 
 fn exec(id: &str, command: Vec<String>, choice: Option<&str>) -> Result<ExitCode> {
