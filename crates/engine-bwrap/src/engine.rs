@@ -8,6 +8,7 @@ use std::process::{Command, Stdio};
 
 use sandbox_core::{Engine, Net, Output, RunIo, RunOutcome, RunSpec, Stdin};
 
+use crate::cache::CacheLayout;
 use crate::envs::Lease;
 use crate::error::{Error, Result};
 use crate::fsutil;
@@ -76,42 +77,6 @@ impl BwrapConfig {
             python: None,
             handle_signals: true,
         })
-    }
-}
-
-/// The directories under `<cache_dir>/bwrap/`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct CacheLayout {
-    root: PathBuf,
-}
-
-impl CacheLayout {
-    pub(crate) fn new(cache_dir: &Path) -> CacheLayout {
-        CacheLayout { root: cache_dir.join("bwrap") }
-    }
-    pub(crate) fn root(&self) -> &Path {
-        &self.root
-    }
-    pub(crate) fn uv_dir(&self) -> PathBuf {
-        self.root.join("uv")
-    }
-    pub(crate) fn uv_cache(&self) -> PathBuf {
-        self.root.join("uv-cache")
-    }
-    pub(crate) fn python_dir(&self) -> PathBuf {
-        self.root.join("python")
-    }
-    pub(crate) fn envs_dir(&self) -> PathBuf {
-        self.root.join("envs")
-    }
-    pub(crate) fn locks_dir(&self) -> PathBuf {
-        self.root.join("locks")
-    }
-    pub(crate) fn etc_dir(&self) -> PathBuf {
-        self.root.join("etc")
-    }
-    pub(crate) fn tools_file(&self) -> PathBuf {
-        self.root.join("tools.json")
     }
 }
 

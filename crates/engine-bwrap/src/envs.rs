@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reaper::LockMode;
 
-use crate::engine::CacheLayout;
+use crate::cache::CacheLayout;
 use crate::error::{Error, Result};
 
 /// A hold on an environment's lock, shared by the clones of its [`crate::PreparedEnv`]; the

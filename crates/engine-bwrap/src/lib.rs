@@ -51,6 +51,7 @@
 //!
 //! The argv builder (`plan.rs`) is pure and snapshot-tested; `host.rs` gathers the facts it needs.
 
+mod cache;
 mod engine;
 mod envs;
 mod error;

@@ -142,7 +142,7 @@ pub fn find_or_fetch_uv(
     path_env: Option<&OsStr>,
     status: &mut dyn FnMut(&str),
 ) -> Result<UvBinary> {
-    let layout = crate::engine::CacheLayout::new(cache_dir);
+    let layout = crate::cache::CacheLayout::new(cache_dir);
     let tools = ToolCache::new(layout.tools_file());
     let location = locate_uv(None, path_env, &layout.uv_dir())?;
     materialize(&location, &tools, status)

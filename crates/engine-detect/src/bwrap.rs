@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::detection::{EngineName, Probe, ProbeState};
+use crate::probe::{EngineName, Probe, ProbeState};
 use crate::which::which;
 
 /// `bwrap --version`, parsed.

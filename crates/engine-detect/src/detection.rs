@@ -1,4 +1,5 @@
-//! The result types of detection and the ladder that fills them.
+//! The ladder: every probe in order, and the [`Detection`] it fills (the probes' own result
+//! types are in `probe`, which the rungs share).
 
 use std::ffi::OsString;
 use std::time::Duration;
@@ -8,70 +9,8 @@ use serde::Serialize;
 use crate::api::{self, ApiEndpoint};
 use crate::bwrap;
 use crate::limits::{self, LimitSupport};
+use crate::probe::{EngineName, Probe, ProbeState};
 use crate::which::which;
-
-/// The engines, in ladder order (first available wins).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EngineName {
-    Bwrap,
-    Docker,
-    Podman,
-}
-
-impl EngineName {
-    /// Ladder order.
-    pub const ALL: [EngineName; 3] = [EngineName::Bwrap, EngineName::Docker, EngineName::Podman];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EngineName::Bwrap => "bwrap",
-            EngineName::Docker => "docker",
-            EngineName::Podman => "podman",
-        }
-    }
-}
-
-impl std::fmt::Display for EngineName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Why a probe came out the way it did, beyond the human `reason`. Not serialized: the JSON
-/// shape is fixed to `{"name","available","reason","limits"}`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProbeState {
-    /// Works; for docker/podman, the endpoint that answered `/_ping`.
-    Available { endpoint: Option<ApiEndpoint> },
-    /// The tool is not on PATH and no socket answered.
-    NotInstalled,
-    /// Podman is installed but no API socket answers; a caller may start `podman system service`.
-    InstalledNoSocket,
-    /// Installed but unusable (bwrap cannot create namespaces, daemon not answering, …).
-    Failed,
-}
-
-/// One rung of the ladder.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Probe {
-    pub name: EngineName,
-    pub available: bool,
-    /// One line for humans, lower-case, no trailing period; may be followed by `hint:` lines.
-    pub reason: String,
-    #[serde(skip)]
-    pub state: ProbeState,
-    /// What holds `--memory`, `--cpus` and `--pids-limit` on this engine here (all `null`
-    /// when the engine is unusable).
-    pub limits: LimitSupport,
-}
-
-impl Probe {
-    pub(crate) fn new(name: EngineName, state: ProbeState, reason: String) -> Probe {
-        let available = matches!(state, ProbeState::Available { .. });
-        Probe { name, available, reason, state, limits: LimitSupport::NONE }
-    }
-}
 
 /// All probes in ladder order plus the first available one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

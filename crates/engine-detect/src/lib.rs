@@ -25,6 +25,7 @@ mod host;
 mod limits;
 mod mkdir;
 mod os;
+mod probe;
 mod suggest;
 mod which;
 
@@ -33,7 +34,7 @@ pub use bwrap::{
     BwrapVersion, bwrap_version, classify_bwrap_failure, probe_bwrap, probe_bwrap_binary,
     probe_bwrap_cached,
 };
-pub use detection::{Detection, EngineName, Probe, ProbeState, detect, detect_with};
+pub use detection::{Detection, detect, detect_with};
 pub use host::ca_bundle;
 pub use limits::{
     BwrapLimits, CONTROLLERS, Delegation, LimitSupport, Mechanism, bwrap_limits, bwrap_limits_from,
@@ -41,6 +42,7 @@ pub use limits::{
 };
 pub use mkdir::{CreateDirError, create_dir_all_nofollow, open_nofollow, open_nofollow_in};
 pub use os::{Distro, OsInfo, OsKind, Wsl};
+pub use probe::{EngineName, Probe, ProbeState};
 pub use suggest::suggest;
 pub use which::which;
 

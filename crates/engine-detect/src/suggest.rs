@@ -3,8 +3,9 @@
 
 use std::fmt::Write as _;
 
-use crate::detection::{Detection, EngineName, ProbeState};
+use crate::detection::Detection;
 use crate::os::{Distro, OsInfo, OsKind, Wsl};
+use crate::probe::{EngineName, ProbeState};
 
 /// An AppArmor profile that lets `/usr/bin/bwrap` (and only it) create user namespaces.
 const APPARMOR_PROFILE: &str = "\

@@ -6,8 +6,9 @@ use std::path::Path;
 
 use crate::api::{ApiEndpoint, docker_endpoints, parse_ping_response, podman_endpoints};
 use crate::bwrap::{BwrapVersion, classify_bwrap_failure};
-use crate::detection::{Detection, EngineName, Probe, ProbeState};
+use crate::detection::Detection;
 use crate::os::{OsInfo, Wsl, container_from, wsl_from};
+use crate::probe::{EngineName, Probe, ProbeState};
 use crate::suggest::suggest;
 
 fn os_release(name: &str) -> OsInfo {

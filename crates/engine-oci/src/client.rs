@@ -169,18 +169,14 @@ fn start_podman_service(podman: &Path, socket: &Path) -> Result<()> {
     }
 }
 
-/// Whether the engine behind `endpoint` is rootless, and what it can then enforce. Free: the
-/// server's uid comes from the socket's peer credentials (`SO_PEERCRED`), not from `GET /info`,
-/// which podman answers in half a second. `None` for a root server, and for TCP endpoints,
-/// whose server cannot be seen (they keep the rootful behaviour).
-pub(crate) fn rootless(endpoint: &ApiEndpoint) -> Option<crate::plan::Rootless> {
-    let ApiEndpoint::Unix(path) = endpoint else { return None };
-    let stream = std::os::unix::net::UnixStream::connect(path).ok()?;
-    let server = rustix::net::sockopt::socket_peercred(&stream).ok()?;
-    if server.uid.is_root() {
-        return None;
-    }
-    Some(crate::plan::Rootless { cgroup_limits: engine_detect::rootless_cgroup_limits() })
+/// Whether the server behind `endpoint` runs rootless. Free: the server's uid comes from the
+/// socket's peer credentials (`SO_PEERCRED`), not from `GET /info`, which podman answers in
+/// half a second. False for a root server, and for TCP endpoints, whose server cannot be seen
+/// (they keep the rootful behaviour).
+pub(crate) fn rootless(endpoint: &ApiEndpoint) -> bool {
+    let ApiEndpoint::Unix(path) = endpoint else { return false };
+    let Ok(stream) = std::os::unix::net::UnixStream::connect(path) else { return false };
+    rustix::net::sockopt::socket_peercred(&stream).is_ok_and(|server| !server.uid.is_root())
 }
 
 /// A bollard client for an endpoint. Needs a tokio runtime when used, not when built.

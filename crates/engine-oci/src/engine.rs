@@ -243,7 +243,9 @@ impl OciEngine {
         let seccomp = seccomp_option(config.flavor, &config.cache_dir)?;
         let rootless = match config.flavor {
             Flavor::Docker => None,
-            Flavor::Podman => client::rootless(&connection.endpoint),
+            // What a rootless server can then enforce is the plan's concern.
+            Flavor::Podman => client::rootless(&connection.endpoint)
+                .then(|| plan::Rootless { cgroup_limits: engine_detect::rootless_cgroup_limits() }),
         };
         let engine = OciEngine {
             seccomp,

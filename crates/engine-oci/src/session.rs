@@ -42,18 +42,19 @@ use crate::plan::{self, SessionLayout};
 const WORKSPACE_LABEL: &str = "io.python-sandbox.oci.workspace";
 /// Our label holding the session's [`SessionPolicy`] as JSON.
 const POLICY_LABEL: &str = "io.python-sandbox.oci.policy";
-/// Wraps every exec: registers it as activity while it runs. Shell builtins only on the way
-/// in and out (truncating the activity file updates its mtime like `touch`); the one external
-/// command, `rm`, runs in the background detached from the exec's streams, so the exec ends
-/// with the command (the watchdog also drops files of dead pids).
-const EXEC_WRAPPER: &str = r#"[ -d /tmp/.active ] || mkdir -p /tmp/.active 2>/dev/null
+/// Wraps every exec: registers it as activity while it runs (shell builtins only), then
+/// becomes the command. Its pid is the command's, so the watchdog counts the exec as activity
+/// while that pid lives and drops the file once it is gone. Exec-ing, not waiting, is what
+/// makes it answer as the agent does (the `Sandbox` contract holds both to it): no shell is
+/// left to print `Terminated` or `Killed` into the command's stderr. `$1` is the working
+/// directory: one that is not there is a command that cannot start (127, or 126 for a
+/// non-directory), not the runtime's own failure message on stdout.
+const EXEC_WRAPPER: &str = r#"cd -- "$1" || { [ -e "$1" ] && exit 126; exit 127; }
+shift
+[ -d /tmp/.active ] || mkdir -p /tmp/.active 2>/dev/null
 : > /tmp/.active/$$ 2>/dev/null
 : > /tmp/.last-activity 2>/dev/null
-"$@"
-rc=$?
-: > /tmp/.last-activity 2>/dev/null
-rm -f /tmp/.active/$$ < /dev/null > /dev/null 2>&1 &
-exit $rc"#;
+exec "$@""#;
 
 pub use sandbox_core::{SessionConfig, SessionInfo, SessionPolicy};
 
@@ -605,7 +606,7 @@ impl Session {
         let Some(docker) = &self.docker else {
             return Err(Error::NoSession { id: self.id.clone() });
         };
-        let mut cmd = strings(&["sh", "-c", EXEC_WRAPPER, "exec"]);
+        let mut cmd = strings(&["sh", "-c", EXEC_WRAPPER, "exec", &cwd]);
         if let Some(timeout) = request.timeout {
             // Inside the container: exec has no kill endpoint, and this kills the whole command.
             let secs = format!("{:.3}", timeout.as_secs_f64());
@@ -618,7 +619,6 @@ impl Session {
             attach_stderr: Some(true),
             env: Some(request.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             cmd: Some(cmd),
-            working_dir: Some(cwd),
             ..Default::default()
         };
         let exec = docker.create_exec(&self.container, options).await.map_err(|e| match e {

@@ -112,7 +112,22 @@ impl FakeFs {
         if self.dirs.contains(&path) {
             return Err(Error::IsADirectory { path });
         }
+        if self.below_a_file(&path) {
+            return Err(Error::NotADirectory { path });
+        }
         Err(Error::NotFound { path })
+    }
+
+    /// Whether some ancestor of `path` is a regular file (the kernel's ENOTDIR).
+    fn below_a_file(&self, path: &str) -> bool {
+        let mut current = path;
+        while let Some(cut) = current.rfind('/').filter(|cut| *cut > 0) {
+            current = &current[..cut];
+            if self.files.contains_key(current) {
+                return true;
+            }
+        }
+        false
     }
 
     /// Creates or replaces a regular file, creating its parent directories.
@@ -120,6 +135,10 @@ impl FakeFs {
         let path = sandbox_path(path)?;
         if self.dirs.contains(&path) {
             return Err(Error::IsADirectory { path });
+        }
+        if self.below_a_file(&path) {
+            // Named as the caller spelled it, like every other file error of the protocol.
+            return Err(Error::NotADirectory { path });
         }
         if let Some(parent) = parent(&path) {
             self.mkdir_all(&parent)?;
@@ -192,6 +211,7 @@ struct State {
     handlers: Vec<(Vec<String>, Handler)>,
     calls: Vec<FakeCall>,
     services: Vec<Service>,
+    published: Vec<u16>,
     next_service: u64,
     stopped: bool,
 }
@@ -201,8 +221,8 @@ struct State {
 /// catch-all). A command without a handler exits 127 with a message on stderr, like a shell.
 ///
 /// [`PutSource::Tar`] is unpacked into the filesystem; [`PutSource::HostPath`] is refused
-/// because reading the host is IO, which this crate never does. Services are reported at
-/// `http://127.0.0.1:{port}`.
+/// because reading the host is IO, which this crate never does. Like a session, it serves
+/// only the ports it publishes ([`FakeSandbox::publish`]), at `http://127.0.0.1:{port}`.
 pub struct FakeSandbox {
     id: String,
     state: Mutex<State>,
@@ -231,10 +251,16 @@ impl FakeSandbox {
                 handlers: Vec::new(),
                 calls: Vec::new(),
                 services: Vec::new(),
+                published: Vec::new(),
                 next_service: 1,
                 stopped: false,
             }),
         }
+    }
+
+    /// Publishes `port`, as `session start --publish PORT` does: a service may listen on it.
+    pub fn publish(&self, port: u16) {
+        self.state().published.push(port);
     }
 
     /// Seeds a file without recording a call.
@@ -300,10 +326,21 @@ impl FakeSandbox {
         output: &mut dyn OutputSink,
     ) -> Result<RunOutcome, Error> {
         let mut state = self.begin(FakeCall::Exec(request.clone()))?;
+        // A working directory that is not one: the command cannot start, which the agent of a
+        // session reports as a shell does (127 when it is missing, 126 otherwise), not as an
+        // error of the call.
         if let Some(cwd) = &request.cwd {
             let cwd = sandbox_path(cwd)?;
             if !state.fs.dirs.contains(&cwd) {
-                return Err(Error::NotFound { path: cwd });
+                let program = request.argv.first().map_or("", String::as_str);
+                let (code, why) = if state.fs.files.contains_key(&cwd) {
+                    (126, "Not a directory")
+                } else {
+                    (127, "No such file or directory")
+                };
+                drop(state);
+                output.write(Stream::Stderr, format!("{program}: {cwd}: {why}\n").as_bytes());
+                return Ok(RunOutcome::exited(code, Duration::ZERO));
             }
         }
         let handler = state
@@ -324,6 +361,15 @@ impl FakeSandbox {
         drop(state);
         for (stream, chunk) in &reply.output {
             output.write(*stream, chunk);
+            // As an engine does: a reader that went away stops the command there.
+            if output.closed() {
+                return Ok(RunOutcome {
+                    exit_code: crate::EXIT_CLOSED_PIPE,
+                    duration: reply.duration,
+                    timed_out: false,
+                    warnings: Vec::new(),
+                });
+            }
         }
         Ok(RunOutcome {
             exit_code: reply.exit_code,
@@ -370,6 +416,13 @@ impl FakeSandbox {
         let mut state = self.begin(FakeCall::StartService(service.clone()))?;
         if service.port == 0 {
             return Err(Error::InvalidPort);
+        }
+        if !state.published.contains(&service.port) {
+            return Err(Error::Unsupported {
+                what: format!("a service on port {}", service.port),
+                by: format!("session `{}`", self.id),
+                hint: format!("start the session with `--publish {}`", service.port),
+            });
         }
         if state.services.iter().any(|running| running.port == service.port) {
             return Err(Error::PortInUse { port: service.port });

@@ -9,6 +9,8 @@
 
 pub mod agent;
 mod boundary;
+#[cfg(any(test, feature = "contract"))]
+pub mod contract;
 mod engine;
 mod error;
 mod fake;

@@ -286,7 +286,17 @@ pub async fn write_file<S: AgentShell>(
     contents: &[u8],
 ) -> Result<(), S::Error> {
     check_abs(path)?;
-    let script = r#"d=$(dirname -- "$1"); [ -d "$1" ] && { echo "Is a directory" >&2; exit 1; }; mkdir -p -- "$d" && cat > "$1""#;
+    // The nearest existing ancestor decides "not a directory", as the kernel's ENOTDIR would,
+    // rather than `mkdir`'s wording ("File exists") for a regular file in the way. A refusal
+    // still reads the contents: an exec that ends before its stdin is taken makes an engine
+    // API's attach fail (rootless podman) instead of reporting the refusal.
+    let script = r#"d=$(dirname -- "$1"); p=$d
+while [ ! -e "$p" ] && [ "$p" != / ]; do p=$(dirname -- "$p"); done
+if [ -d "$1" ]; then echo "Is a directory" >&2
+elif [ ! -d "$p" ]; then echo notdir >&2
+elif mkdir -p -- "$d"; then exec cat > "$1"
+fi
+cat > /dev/null; exit 1"#;
     let (outcome, captured) =
         capture(shell, &["sh", "-c", script, "sh", path], contents.to_vec()).await?;
     if outcome.exit_code != 0 {
@@ -384,12 +394,14 @@ echo $! > /tmp/.services/$port.pid"#;
     Ok(Service { id: port.to_string(), port, url })
 }
 
-/// [`crate::Sandbox::stop_service`]: its process group gets SIGTERM, then SIGKILL.
+/// [`crate::Sandbox::stop_service`]: its process group gets SIGTERM, then SIGKILL. (No `--`
+/// before the negative pid: dash's `kill` takes it as a pid and fails, which once left every
+/// child of a service running.)
 pub async fn stop_service<S: AgentShell>(shell: &S, service: &Service) -> Result<(), S::Error> {
     let script = r#"f=/tmp/.services/$1.pid; [ -s "$f" ] || { echo missing >&2; exit 2; }
-pid=$(cat "$f"); kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
-for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-kill -KILL -- "-$pid" 2>/dev/null; rm -f "$f""#;
+pid=$(cat "$f"); kill -TERM "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
+for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "-$pid" 2>/dev/null || break; sleep 0.2; done
+kill -KILL "-$pid" 2>/dev/null; rm -f "$f""#;
     let (outcome, _) = capture(shell, &["sh", "-c", script, "sh", &service.id], Vec::new()).await?;
     if outcome.exit_code == 2 {
         return Err(Error::NoSuchService { id: service.id.clone() }.into());

@@ -1,14 +1,14 @@
 //! Warm bwrap sessions against the real sandbox: start/exec/run/list/stop, state kept between
 //! scripts, the idle TTL with no CLI left, a session outliving the process that started it,
 //! an agent replaced by the session's own code, and the reap of orphaned and expired ones.
-//! The file contract shared with `FakeSandbox` runs against both.
+//! The `Sandbox` contract the fake passes too (`sandbox_core::contract`) runs here.
 
 use std::future::Future;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use engine_bwrap::{Session, SessionConfig};
-use sandbox_core::{Captured, EntryKind, ExecRequest, FakeSandbox, Net, Sandbox, ScriptOptions};
+use sandbox_core::{Captured, ExecRequest, Net, Sandbox, ScriptOptions, contract};
 
 use crate::support::{Fixture, fixture};
 
@@ -63,35 +63,55 @@ fn alive(pid: u32) -> bool {
         && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
 }
 
-/// The contract of files every `Sandbox` keeps, the fake as much as the real ones: what one
-/// write puts, a read gets back, a listing shows, and the errors name the path.
-fn file_contract<S: Sandbox>(sandbox: &S) {
-    let who = sandbox.id().to_owned();
-    block_on(sandbox.write_file("/tmp/contract/a.txt", b"alpha")).expect("write");
-    block_on(sandbox.write_file("/tmp/contract/empty", b"")).expect("write empty");
-    assert_eq!(
-        block_on(sandbox.read_file("/tmp/contract/a.txt")).expect("read"),
-        b"alpha",
-        "{who}"
-    );
-    assert_eq!(block_on(sandbox.read_file("/tmp/contract/empty")).expect("read"), b"", "{who}");
-    let listing = block_on(sandbox.list_dir("/tmp/contract")).expect("list");
-    let names: Vec<_> = listing.iter().map(|e| (e.name.as_str(), e.kind, e.size)).collect();
-    assert_eq!(names, [("a.txt", EntryKind::File, 5), ("empty", EntryKind::File, 0)], "{who}");
-    let missing = block_on(sandbox.read_file("/tmp/contract/nope")).expect_err("missing");
-    let expected = sandbox_core::Error::NotFound { path: "/tmp/contract/nope".to_owned() };
-    assert_eq!(missing.to_string(), expected.to_string(), "{who}");
-    let relative = block_on(sandbox.read_file("tmp/x")).expect_err("relative");
-    let expected = sandbox_core::Error::RelativeSandboxPath { path: "tmp/x".to_owned() };
-    assert_eq!(relative.to_string(), expected.to_string(), "{who}");
-    let dir = block_on(sandbox.write_file("/tmp/contract", b"x")).expect_err("a directory");
-    let expected = sandbox_core::Error::IsADirectory { path: "/tmp/contract".to_owned() };
-    assert_eq!(dir.to_string(), expected.to_string(), "{who}");
+/// A port free on the host now (a bwrap session publishes the same port on the host).
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
 }
 
+/// An HTTP/1.0 GET from the host: the whole response, or why there is none.
+pub(crate) fn http_get(url: &str) -> Result<String, String> {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").ok_or("not an http url")?;
+    let (addr, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+    let mut stream = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    stream
+        .write_all(format!("GET /{path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).map_err(|e| e.to_string())?;
+    Ok(response)
+}
+
+/// The whole `Sandbox` contract (`sandbox_core::contract`), the one the fake passes too, on a
+/// session with a network and a published port.
 #[test]
-fn the_file_contract_holds_for_the_fake() {
-    file_contract(&FakeSandbox::new("fake"));
+fn the_sandbox_contract_holds() {
+    let Some(fx) = fixture() else { return };
+    let port = free_port();
+    let config = SessionConfig {
+        net: Net::On,
+        publish: vec![sandbox_core::Publish { port, host: None }],
+        ..config(&fx, Duration::from_secs(600))
+    };
+    let info =
+        fx.engine.start_session(&config, &mut |line| println!("status: {line}")).expect("start");
+    let session = fx.engine.session(&info.id).expect("open by id");
+    let unpublished = free_port();
+    let expect = contract::Expect {
+        published: port,
+        unpublished: if unpublished == port { port.wrapping_add(1) } else { unpublished },
+        default_cwd: Some(session.workspace().to_owned()),
+        commands: true,
+        fetch: Some(&http_get),
+        host_tree: None,
+        tar_links: true,
+    };
+    let report = block_on(contract::check(&session, &expect));
+    println!("{}", report.summary());
+    report.assert_passed();
+    assert!(fx.engine.session(&info.id).is_err(), "the session is gone after the contract's stop");
 }
 
 #[test]
@@ -99,7 +119,6 @@ fn start_exec_run_list_stop_with_state_between_scripts() {
     let Some(fx) = fixture() else { return };
     let session = start(&fx, Duration::from_secs(600));
     let id = session.id().to_owned();
-    file_contract(&session);
 
     let (code, out, _) = exec(&session, &["sh", "-c", "echo $GREETING; pwd; id -u"], b"");
     assert_eq!(code, 0);

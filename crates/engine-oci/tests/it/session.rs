@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use engine_oci::{OciEngine, Session, SessionConfig};
 use sandbox_core::{
-    Captured, EntryKind, ExecRequest, Net, Publish, PutSource, Sandbox, ServiceSpec,
+    Captured, EntryKind, ExecRequest, Net, Publish, PutSource, Sandbox, ServiceSpec, contract,
 };
 
 use crate::support::{containers, engines, eventually, name, workspace};
@@ -243,14 +243,61 @@ fn agent_is_local_cancellable_and_pinned() {
     }
 }
 
-fn http_get(url: &str) -> String {
-    let addr = url.trim_start_matches("http://");
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    stream.write_all(b"GET /hello.txt HTTP/1.0\r\nHost: x\r\n\r\n").expect("send");
+/// An HTTP/1.0 GET from the host: the whole response, or why there is none.
+fn http_get(url: &str) -> Result<String, String> {
+    let rest = url.strip_prefix("http://").ok_or("not an http url")?;
+    let (addr, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut stream = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    stream
+        .write_all(format!("GET /{path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .map_err(|e| e.to_string())?;
     let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    response
+    stream.read_to_string(&mut response).map_err(|e| e.to_string())?;
+    Ok(response)
+}
+
+/// A port free on the host now.
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+/// The whole `Sandbox` contract (`sandbox_core::contract`), the one the fake passes too, through
+/// the agent and through the API, on a session with a network and a published port.
+#[test]
+fn the_sandbox_contract_holds() {
+    let tree = tempfile::tempdir().expect("tree");
+    let root = tree.path().join("src");
+    for (relative, contents) in contract::HOST_TREE {
+        let path = root.join(relative);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, contents).expect("write");
+    }
+    for engine in engines() {
+        for via_agent in [true, false] {
+            let (_dir, ws) = workspace("print('x')\n");
+            let port = free_port();
+            let session = start(&engine, &ws, Net::On, &[port], Duration::from_secs(600));
+            let session = if via_agent { session } else { session.via_api() };
+            let e = format!("{} via {}", name(&engine), if via_agent { "agent" } else { "api" });
+            assert_eq!(session.uses_agent(), via_agent, "{e}");
+            let unpublished = free_port();
+            let expect = contract::Expect {
+                published: port,
+                unpublished: if unpublished == port { port.wrapping_add(1) } else { unpublished },
+                default_cwd: Some(ws.display().to_string()),
+                commands: true,
+                fetch: Some(&http_get),
+                host_tree: Some(root.clone()),
+                tar_links: true,
+            };
+            let report = engine.block_on(contract::check(&session, &expect));
+            println!("{e}:\n{}", report.summary());
+            report.assert_passed();
+            assert!(engine.session(session.id()).is_err(), "{e}: stopped session still found");
+        }
+    }
 }
 
 #[test]
@@ -269,7 +316,10 @@ fn service_url_reaches_the_host_and_stops() {
             let service = session.start_service(&spec).await.expect("service");
             assert!(service.url.starts_with("http://127.0.0.1:"), "{e}: {}", service.url);
             let url = service.url.clone();
-            let body = tokio::task::spawn_blocking(move || http_get(&url)).await.expect("join");
+            let body = tokio::task::spawn_blocking(move || http_get(&format!("{url}/hello.txt")))
+                .await
+                .expect("join")
+                .expect("get");
             assert!(body.contains("hello from the session"), "{e}: {body}");
             let again = session.start_service(&spec).await.expect_err("port in use");
             assert!(again.to_string().contains("already uses port 8000"), "{e}: {again}");

@@ -203,6 +203,7 @@ fn pax_path_records_are_honoured() {
 #[test]
 fn services_and_stop() {
     let sandbox = FakeSandbox::new("sb");
+    sandbox.publish(8000);
     let spec = ServiceSpec {
         argv: vec!["python".into(), "-m".into(), "http.server".into()],
         port: 8000,
