@@ -14,7 +14,7 @@ use crate::support::{Fixture, fixture};
 
 /// A minimal executor: the bwrap session's futures do their IO blocking, so they are ready
 /// on the first poll; the fake's too.
-fn block_on<F: Future>(future: F) -> F::Output {
+pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
     struct Noop;
     impl std::task::Wake for Noop {
         fn wake(self: std::sync::Arc<Self>) {}
