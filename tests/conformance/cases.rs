@@ -129,7 +129,8 @@ pub(crate) fn all() -> Vec<Case> {
     let session: Vec<Case> = cases
         .iter()
         .filter(|c| {
-            c.name.starts_with("boundary-") && c.meta.is_none() && !c.name.contains("approve")
+            (c.name.starts_with("boundary-") && c.meta.is_none() && !c.name.contains("approve"))
+                || c.name == "publish-busy-host-port-refused"
         })
         .map(|c| Case {
             name: Box::leak(format!("session-start-{}", c.name).into_boxed_str()),
@@ -282,7 +283,38 @@ fn run_cases() -> Vec<Case> {
             script: Script::File("publish.py"),
             flags: |fx| strings(&["--net", "on", "--publish", &fx.publish_port.to_string()]),
             during: Some(greet_published),
-            expect: |_| Expect::ok().has("served"),
+            // `PORT` is the same port on the host, and the CLI says where while the run is up.
+            expect: |fx| {
+                let p = fx.publish_port;
+                Expect::ok()
+                    .has("served")
+                    .err(format!("port {p} is published at http://127.0.0.1:{p}"))
+            },
+            ..BASE
+        },
+        Case {
+            name: "publish-any-host-port-noted",
+            script: Script::Inline(
+                "import socket\ns = socket.socket()\ns.bind(('0.0.0.0', CTX['publish_port']))\ns.listen()\ndone()\n",
+            ),
+            flags: |fx| strings(&["--net", "on", "--publish", &format!("0:{}", fx.publish_port)]),
+            expect: |fx| {
+                Expect::ok()
+                    .err(format!("port {} is published at http://127.0.0.1:", fx.publish_port))
+            },
+            ..BASE
+        },
+        Case {
+            // The fixture's own loopback listener holds the port: refused by name, nothing runs.
+            name: "publish-busy-host-port-refused",
+            script: MUST_NOT_RUN,
+            flags: |fx| strings(&["--net", "on", "--publish", &busy_port(fx).to_string()]),
+            expect: |fx| {
+                let p = busy_port(fx);
+                Expect::exit(2)
+                    .err(format!("host port {p} is already in use"))
+                    .err(format!("`0:{p}` for any free host port"))
+            },
             ..BASE
         },
         Case {
@@ -1059,6 +1091,11 @@ fn signal_when_running(
         .status()
         .map_err(|e| format!("cannot run kill: {e}"))?;
     if status.success() { Ok(()) } else { Err(format!("kill -{signal} {pid} failed ({status})")) }
+}
+
+/// A host port in use for the whole case: the fixture's loopback listener.
+fn busy_port(fx: &Fixture) -> u16 {
+    fx.tcp.local_addr().map_or(0, |a| a.port())
 }
 
 /// Connects from the host to the published port until the script greets, then says `bye`.

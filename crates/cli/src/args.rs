@@ -125,7 +125,8 @@ pub(crate) struct SessionStartArgs {
     /// Network access of the session (default on: dependencies install inside it).
     #[arg(long, value_enum)]
     pub(crate) net: Option<NetFlag>,
-    /// Publish a port of the session on a free host port of 127.0.0.1 (or `ADDR:PORT`; repeatable).
+    /// Publish a port of the session on the same host port of 127.0.0.1: `PORT`, `0:PORT` (any
+    /// free host port), `HOSTPORT:PORT`, each optionally after `ADDR:` (repeatable; needs net on).
     #[arg(long = "publish", value_name = "PORT")]
     pub(crate) publish: Vec<String>,
     /// Mount a host path at its real path: `PATH`, `PATH:ro` or `PATH:rw` (repeatable).
@@ -143,6 +144,9 @@ pub(crate) struct SessionStartArgs {
     /// Allow mounts that cross a boundary (secrets, `$HOME`, read-write outside the workspace).
     #[arg(long)]
     pub(crate) approve: bool,
+    /// Print `{"id", "engine", "sandbox", "urls"}` instead of the bare id (an error as JSON too).
+    #[arg(long)]
+    pub(crate) json: bool,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
     #[command(flatten)]
@@ -182,7 +186,8 @@ pub(crate) struct RunArgs {
     /// Mount a host path at its real path: `PATH`, `PATH:ro` or `PATH:rw` (repeatable).
     #[arg(long = "mount", value_name = "PATH[:ro|:rw]")]
     pub(crate) mounts: Vec<String>,
-    /// Publish a port of the sandbox on the host, `PORT` or `ADDR:PORT` (repeatable; needs net on).
+    /// Publish a port of the sandbox on the same host port of 127.0.0.1: `PORT`, `0:PORT` (any
+    /// free host port), `HOSTPORT:PORT`, each optionally after `ADDR:` (repeatable; needs net on).
     #[arg(long = "publish", value_name = "PORT")]
     pub(crate) publish: Vec<String>,
     /// Pass an environment variable: `NAME` copies the host's value, `NAME=VALUE` sets it (repeatable).

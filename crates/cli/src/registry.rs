@@ -275,6 +275,9 @@ pub(crate) fn select_sessions(
     };
     let Some(entry) = entry else { return Ok(None) };
     match &entry.sessions {
+        // A named engine that cannot start says why (its own error, exit 3), as `run` does
+        // through `no_engine`'s table; `auto` just found none.
+        Some(sessions) if choice.is_some() => (sessions.open)(options).map(Some),
         Some(sessions) => available((sessions.open)(options)),
         None => Err(ui::hinted(
             format!("the {} engine has no sessions", entry.name),

@@ -61,7 +61,8 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
     *engine_name = Some(engine.name());
     refuse_unsupported(engine.name(), engine.capability(), &spec)?;
     let before = args.json.then(|| files::snapshot(&spec.workspace));
-    let outcome = match run_on(&*engine, &spec, args.json) {
+    let mut urls = Vec::new();
+    let outcome = match run_on(&*engine, &spec, args.json, &mut urls) {
         Ok(outcome) => outcome,
         // The engine turned out unable to sandbox here (a bwrap blocked after its cached probe,
         // a daemon gone): that is "no engine" for tools, and the script never started.
@@ -93,6 +94,7 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
             "duration_ms": u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX),
             "timed_out": outcome.timed_out,
             "files_written": written,
+            "urls": ui::urls_json(&urls),
         });
         println!("{summary}");
     }
@@ -170,14 +172,21 @@ pub(crate) fn refuse_unsupported(engine: &str, cap: Capability, spec: &RunSpec) 
     ))
 }
 
-/// Prepares (with a progress indicator on a terminal), then runs, through the seam.
-fn run_on(engine: &dyn DynEngine, spec: &RunSpec, json: bool) -> Result<RunOutcome> {
+/// Prepares (with a progress indicator on a terminal), then runs, through the seam. Where the
+/// published ports are is noted as soon as the sandbox is up, and kept in `urls`.
+fn run_on(
+    engine: &dyn DynEngine,
+    spec: &RunSpec,
+    json: bool,
+    urls: &mut Vec<(u16, String)>,
+) -> Result<RunOutcome> {
     for warning in engine.check_dyn(spec)? {
         ui::warn(&warning);
     }
     two_phase(
         spec,
         json,
+        urls,
         |status| Ok(engine.prepare_dyn(spec, status)?),
         |prepared, io| Ok(engine.run_prepared_dyn(spec, prepared, io)?),
     )
@@ -188,6 +197,7 @@ fn run_on(engine: &dyn DynEngine, spec: &RunSpec, json: bool) -> Result<RunOutco
 fn two_phase<P>(
     spec: &RunSpec,
     json: bool,
+    urls: &mut Vec<(u16, String)>,
     prepare: impl FnOnce(&mut dyn FnMut(&str)) -> Result<P>,
     run: impl FnOnce(&P, RunIo<'_>) -> Result<RunOutcome>,
 ) -> Result<RunOutcome> {
@@ -197,11 +207,15 @@ fn two_phase<P>(
         progress.finish();
         result?
     };
+    let mut published = |ports: &[sandbox_core::PublishedPort]| {
+        urls.extend(ports.iter().map(|p| (p.port, p.url())));
+        ui::note_published(urls);
+    };
     let secrets = secrets_of(spec);
     // Output passes through us only when it must (JSON mode or secrets to mask), so
     // that a script on a terminal keeps its terminal.
     if !json && secrets.is_empty() {
-        return run(&prepared, stdio(Output::Inherit));
+        return run(&prepared, stdio(Output::Inherit, &mut published));
     }
     let mut sink = Relay::scrubbed(&secrets, json);
     // One place for both (our stderr with --json, or one file behind both of ours): one stream
@@ -211,13 +225,13 @@ fn two_phase<P>(
     } else {
         Output::Sink(&mut sink)
     };
-    let outcome = run(&prepared, stdio(output))?;
+    let outcome = run(&prepared, stdio(output, &mut published))?;
     let _ = sink.finish();
     Ok(outcome)
 }
 
-fn stdio(output: Output<'_>) -> RunIo<'_> {
-    RunIo { stdin: Stdin::Inherit, output, status: None }
+fn stdio<'a>(output: Output<'a>, published: &'a mut sandbox_core::PublishedHook<'a>) -> RunIo<'a> {
+    RunIo { stdin: Stdin::Inherit, output, status: None, published: Some(published) }
 }
 
 /// Values passed in through variables whose names say they are secret are masked in the output.

@@ -52,7 +52,20 @@ pub(crate) fn run(cmd: SessionCmd) -> Result<ExitCode> {
     }
 }
 
+/// `session start`; with `--json`, stdout is one JSON object on every exit (as for `run`).
 fn start(args: SessionStartArgs) -> Result<ExitCode> {
+    let json = args.json;
+    match start_session(args, json) {
+        Err(e) if json => {
+            let code = ui::report_error(&e);
+            crate::run::print_json_error(&e, None);
+            Ok(code)
+        }
+        result => result,
+    }
+}
+
+fn start_session(args: SessionStartArgs, json: bool) -> Result<ExitCode> {
     let workspace = std::env::current_dir()
         .and_then(|d| d.canonicalize())
         .context("cannot determine the current directory (the workspace)")?;
@@ -81,7 +94,7 @@ fn start(args: SessionStartArgs) -> Result<ExitCode> {
     let crossings = resolved.crossings();
     let spec = resolved.spec;
     if !crossings.is_empty() && !args.approve {
-        return Ok(crate::spec::refuse(&crossings, crate::spec::Subject::Session, false));
+        return Ok(crate::spec::refuse(&crossings, crate::spec::Subject::Session, json));
     }
     let options = registry::Options {
         image: args.container.image.as_deref(),
@@ -112,15 +125,19 @@ fn start(args: SessionStartArgs) -> Result<ExitCode> {
     for warning in &info.warnings {
         ui::warn(warning);
     }
-    for (port, url) in &info.ports {
-        eprintln_note(&format!("port {port} is published at {url}"));
+    ui::note_published(&info.ports);
+    if json {
+        let summary = serde_json::json!({
+            "id": info.id,
+            "engine": info.engine,
+            "sandbox": info.sandbox,
+            "urls": ui::urls_json(&info.ports),
+        });
+        println!("{summary}");
+    } else {
+        println!("{}", info.id);
     }
-    println!("{}", info.id);
     Ok(ExitCode::SUCCESS)
-}
-
-fn eprintln_note(text: &str) {
-    anstream::eprintln!("{}note{:#}: {text}", ui::NOTE, ui::NOTE);
 }
 
 /// The secrets to mask in what a session prints: its own secret-looking environment and that

@@ -183,7 +183,7 @@ pub(crate) fn inline_layer(meta: &Metadata) -> Layer {
             pep723_meta::Net::On => Net::On,
             pep723_meta::Net::Off => Net::Off,
         });
-        layer.publish = sb.publish.iter().map(|p| Publish { port: p.value, host: None }).collect();
+        layer.publish = sb.publish.iter().map(|p| Publish::same(p.value)).collect();
         layer.env = sb
             .env
             .iter()

@@ -105,3 +105,17 @@ pub(crate) fn print_hint(hint: &str) {
 pub(crate) fn warn(message: &str) {
     eprintln!("{WARNING}warning{WARNING:#}: {message}");
 }
+
+/// One note per published port, for runs and sessions alike:
+/// `note: port 8000 is published at http://127.0.0.1:8000`.
+pub(crate) fn note_published(ports: &[(u16, String)]) {
+    for (port, url) in ports {
+        eprintln!("{NOTE}note{NOTE:#}: port {port} is published at {url}");
+    }
+}
+
+/// `--json`'s `urls`, for runs and sessions alike: `[{"port": 8000, "url": "http://…"}]`
+/// (`port` is the port inside; the URL carries the host's).
+pub(crate) fn urls_json(ports: &[(u16, String)]) -> serde_json::Value {
+    ports.iter().map(|(port, url)| serde_json::json!({ "port": port, "url": url })).collect()
+}

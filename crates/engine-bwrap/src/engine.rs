@@ -489,6 +489,7 @@ impl BwrapEngine {
             Outputs::Collect(&mut output),
             None,
             self.signals(false),
+            None,
         )?;
         let text = String::from_utf8_lossy(&output).trim_end().to_owned();
         if !finished.started {
@@ -661,6 +662,7 @@ impl BwrapEngine {
         {
             return Err(Error::PublishWithoutNet { port: first.port });
         }
+        sandbox_core::check_host_ports_free(&spec.publish, reaper::ports::in_use)?;
         // A cold prepare needs the network too; it fails with the same error when it starts.
         if spec.net == Net::On && self.pasta.is_none() {
             return Err(Error::PastaNotFound);
@@ -707,7 +709,7 @@ impl BwrapEngine {
             user_env,
             interactive,
             tmpfs_size: spec.tmpfs_size,
-            publish: spec.publish.clone(),
+            publish: pick_host_ports(&spec.publish)?,
         };
         let writable = writable_dirs(&layout.workspace, &layout.mounts);
         let (idmapped, grant) = self.lend_writable(&layout.workspace, &layout.mounts)?;
@@ -728,6 +730,7 @@ impl BwrapEngine {
             outputs,
             spec.timeout,
             self.signals(interactive),
+            io.published,
         );
         if let Some((uid, grant)) = grant {
             // What the sandbox created is the caller's, as with a non-root caller's run.
@@ -747,6 +750,16 @@ impl BwrapEngine {
             warnings,
         })
     }
+}
+
+/// The host side of each published port: pasta takes no "any", so `0:PORT` gets a port picked
+/// here (bound and released: racy, see `reaper::ports::Picker`; a port taken in between fails
+/// pasta's bind, which `crate::net` reports as the busy port it is).
+pub(crate) fn pick_host_ports(
+    publish: &[sandbox_core::Publish],
+) -> Result<Vec<sandbox_core::PublishedPort>> {
+    let mut picker = reaper::ports::Picker::default();
+    Ok(sandbox_core::choose_host_ports(publish, |addr| picker.pick(addr))?)
 }
 
 /// A spec's canonical workspace, its classified mounts and its `--env` values.

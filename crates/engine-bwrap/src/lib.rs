@@ -32,7 +32,7 @@
 //! let engine = BwrapEngine::new(config)?;              // cheap: no uv, no namespaces probed
 //! let env = engine.prepare(&spec, &mut |line| ui::status(line))?;   // "preparing python 3.12 …"
 //! let outcome = engine.run_prepared(&spec, &env, RunIo { stdin: Stdin::Inherit,
-//!     output: Output::Inherit /* or Sink(&mut ScrubbingSink) */, status: None })?;
+//!     output: Output::Inherit /* or Sink(&mut ScrubbingSink) */, status: None, published: None })?;
 //! for w in &outcome.warnings { ui::warning(w) }        // things that did not stop the run
 //! exit(outcome.exit_code)                              // 128+N for signals; check outcome.timed_out
 //! ```

@@ -12,9 +12,10 @@
 //! **What it gives.** Outbound TCP, UDP and ICMP to the world, with DNS through the host's
 //! resolver (the host's `/etc/resolv.conf` is visible read-only). `--no-map-gw`: the gateway
 //! address is not mapped to the host's loopback, so host loopback services stay unreachable.
-//! No inbound port is forwarded except published ones (`-t ADDR/PORT`, 127.0.0.1 unless an
-//! address was given). Link-local and metadata addresses (169.254.0.0/16, fe80::/10) get an
-//! unreachable route inside the namespace before the script starts ([`block_link_local`]).
+//! No inbound port is forwarded except published ones (`-t ADDR/HOSTPORT:PORT`, 127.0.0.1
+//! unless an address was given, the same port on the host unless `0:PORT` or `HOSTPORT:PORT`).
+//! Link-local and metadata addresses (169.254.0.0/16, fe80::/10) get an unreachable route
+//! inside the namespace before the script starts ([`block_link_local`]).
 //!
 //! **Order.** bwrap is started with `--block-fd`: it sets the sandbox up, reports the child's
 //! pid on the status pipe, and waits. Then pasta joins the child's network namespace (through
@@ -29,16 +30,18 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use sandbox_core::Publish;
+use sandbox_core::PublishedPort;
 
 use crate::error::{Error, Result};
 
 /// Pure: pasta's arguments for a sandbox whose network namespace is `netns` and whose owning
-/// user namespace is `userns` (both `/proc/...` paths), publishing `publish`.
+/// user namespace is `userns` (both `/proc/...` paths), publishing `publish` (host ports
+/// already chosen: pasta takes no "any" and reports nothing back, see
+/// `sandbox_core::pick_free`).
 pub(crate) fn pasta_args(
     netns: &Path,
     userns: &Path,
-    publish: &[Publish],
+    publish: &[PublishedPort],
     ipv6: bool,
 ) -> Vec<OsString> {
     let mut args: Vec<OsString> =
@@ -51,9 +54,13 @@ pub(crate) fn pasta_args(
         args.extend(["-t", "none"].map(OsString::from));
     }
     for port in publish {
-        let host = port.host.map_or_else(|| "127.0.0.1".to_owned(), |h| h.to_string());
         args.push("-t".into());
-        args.push(format!("{host}/{}", port.port).into());
+        // `ADDR/HOSTPORT:PORT`: the host's port first, the namespace's after `:` if it differs.
+        let mut spec = format!("{}/{}", port.addr, port.host_port);
+        if port.host_port != port.port {
+            spec.push_str(&format!(":{}", port.port));
+        }
+        args.push(spec.into());
     }
     // Nothing from the host's side reaches in over UDP, and nothing in the sandbox reaches the
     // host's own loopback ports (`-T`/`-U` would forward them inward).
@@ -91,7 +98,7 @@ impl UserNet {
     pub(crate) fn attach(
         pasta: &Path,
         child: i32,
-        publish: &[Publish],
+        publish: &[PublishedPort],
         run_as: Option<(u32, u32)>,
     ) -> Result<UserNet> {
         wait_for_loopback(child);
@@ -158,7 +165,12 @@ impl UserNet {
                 .lines()
                 .filter(|l| !l.contains("to syslog") && !l.trim().is_empty())
                 .collect();
-            return Err(Error::UserNetwork { reason: reason.join("\n") });
+            let reason = reason.join("\n");
+            // Another process took a published host port: the one error every engine gives.
+            if let Some(busy) = sandbox_core::busy_host_port(&reason, publish) {
+                return Err(busy.into());
+            }
+            return Err(Error::UserNetwork { reason });
         }
         drop(pid_write);
         let net = UserNet { pasta: read_pid(&pid_read).and_then(reaper::ProcPin::of_pid) };

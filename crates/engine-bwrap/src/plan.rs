@@ -66,7 +66,7 @@ pub(crate) struct Plan {
     /// staged from the same descriptors, see `crate::stage`).
     pub(crate) bind_fds: Vec<(PathBuf, i32)>,
     /// Ports pasta forwards into the sandbox (net on only).
-    pub(crate) publish: Vec<sandbox_core::Publish>,
+    pub(crate) publish: Vec<sandbox_core::PublishedPort>,
     /// Size cap in bytes of every tmpfs (`/tmp`, home).
     pub(crate) tmpfs_size: u64,
     /// Host uid and gid bwrap is started as. `Some` for a root caller: bwrap maps the sandbox's
@@ -453,7 +453,7 @@ pub(crate) struct RunLayout {
     /// Size cap of each tmpfs.
     pub(crate) tmpfs_size: u64,
     /// Published ports (net on).
-    pub(crate) publish: Vec<sandbox_core::Publish>,
+    pub(crate) publish: Vec<sandbox_core::PublishedPort>,
 }
 
 /// Run: the prepared interpreter runs the script directly; no uv, nothing writable but the
@@ -525,7 +525,7 @@ pub(crate) struct SessionLayout {
     /// Size cap of each tmpfs (home holds the session's venv and uv cache).
     pub(crate) tmpfs_size: u64,
     /// Published ports (net on).
-    pub(crate) publish: Vec<sandbox_core::Publish>,
+    pub(crate) publish: Vec<sandbox_core::PublishedPort>,
     /// Idle seconds after which the agent ends the session.
     pub(crate) ttl_secs: u64,
 }

@@ -74,6 +74,9 @@ pub(crate) struct Tools<'a> {
     pub(crate) pasta: Option<&'a Path>,
 }
 
+/// `published` is told where the plan's ports are once pasta has bound them, before the script
+/// runs (`sandbox_core::RunIo::published`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn execute(
     tools: Tools<'_>,
     plan: &Plan,
@@ -82,6 +85,7 @@ pub(crate) fn execute(
     outputs: Outputs<'_>,
     timeout: Option<Duration>,
     signals: Signals,
+    published: Option<&mut sandbox_core::PublishedHook<'_>>,
 ) -> Result<Finished> {
     let start = Instant::now();
     let stdin_io = match stdin {
@@ -103,6 +107,9 @@ pub(crate) fn execute(
     };
     let Launched { mut child, pidfd, status_read, early_status, net: _net, .. } =
         launch(tools, plan, host, [stdin_io, stdout_io, stderr_io], false)?;
+    if let Some(published) = published.filter(|_| !plan.publish.is_empty()) {
+        published(&plan.publish);
+    }
     let mut status_read = Some(status_read);
     let pidfd = Arc::new(pidfd);
 

@@ -217,7 +217,7 @@ impl BwrapEngine {
             net: config.net == Net::On,
             user_env: user_env.clone(),
             tmpfs_size: config.tmpfs_size,
-            publish: config.publish.clone(),
+            publish: crate::engine::pick_host_ports(&config.publish)?,
             ttl_secs,
         };
         let mut plan = plan::session_plan(self.host(), &layout);
@@ -293,20 +293,7 @@ impl BwrapEngine {
             python: python.display().to_string(),
             net: config.net == Net::On,
             mounts: mounts.iter().map(|m| (m.src.clone(), m.access == Access::ReadWrite)).collect(),
-            publish: config
-                .publish
-                .iter()
-                .map(|p| {
-                    let host = p.host.map_or_else(
-                        || "127.0.0.1".to_owned(),
-                        |h| match h {
-                            std::net::IpAddr::V6(v6) => format!("[{v6}]"),
-                            v4 => v4.to_string(),
-                        },
-                    );
-                    (p.port, format!("http://{host}:{}", p.port))
-                })
-                .collect(),
+            publish: plan.publish.iter().map(|p| (p.port, p.url())).collect(),
             secrets: user_env
                 .iter()
                 .filter(|(name, _)| sandbox_core::is_secret_name(name))

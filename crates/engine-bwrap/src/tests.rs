@@ -327,8 +327,8 @@ fn run_workspace_and_home_under_tmp_get_read_only_scaffolding() {
 #[test]
 fn pasta_arguments_forward_only_published_ports() {
     use crate::net::pasta_args;
-    use sandbox_core::Publish;
-    let show = |publish: &[Publish]| {
+    use sandbox_core::PublishedPort;
+    let show = |publish: &[PublishedPort]| {
         pasta_args(Path::new("/proc/self/fd/7"), Path::new("/proc/self/fd/8"), publish, true)
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
@@ -341,7 +341,11 @@ fn pasta_arguments_forward_only_published_ports() {
     insta::assert_snapshot!(format!(
         "none: {}\npublished: {}",
         show(&[]),
-        show(&[Publish { port: 8000, host: None }, Publish { port: 9000, host: Some(v6) }])
+        // The same port; another host port (what `0:PORT` becomes once one is picked).
+        show(&[
+            PublishedPort { port: 8000, addr: sandbox_core::DEFAULT_PUBLISH_ADDR, host_port: 8000 },
+            PublishedPort { port: 9000, addr: v6, host_port: 41234 },
+        ])
     ));
 }
 

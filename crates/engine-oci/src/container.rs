@@ -199,7 +199,8 @@ impl Signals {
 /// Attaches, starts, streams, waits. The caller removes the container (via the guard). The
 /// command waits at its gate (`crate::gate`) while the host walls off link-local addresses
 /// (`net`: `crate::netwall`) and, with `gate` (the pinned sources), checks the started
-/// container's mounts against those pins; only then does the go line let it run.
+/// container's mounts against those pins, and tells `published` where its ports are bound;
+/// only then does the go line let it run.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn attach_and_run(
     docker: &Docker,
@@ -211,6 +212,7 @@ pub(crate) async fn attach_and_run(
     timeout: Option<Duration>,
     signals: &mut Signals,
     gate: Option<&[crate::verify::Pin]>,
+    published: Option<(&[sandbox_core::PublishedPort], &mut sandbox_core::PublishedHook<'_>)>,
 ) -> Result<Finished> {
     let engine = connection.flavor.as_str();
     let attach_stdin = gate.is_some() || !matches!(stdin, Stdin::Null);
@@ -247,6 +249,17 @@ pub(crate) async fn attach_and_run(
         }
         None => b"",
     };
+    // Up, walled and checked: where its ports are is known (the daemon's choice for `0:PORT`)
+    // and told before the script is let go.
+    if let Some((asked, hook)) = published {
+        match crate::ports::inspect_bound(docker, engine, name, asked).await {
+            Ok(bound) => hook(&bound),
+            Err(e) => {
+                kill(docker, name).await;
+                return Err(e);
+            }
+        }
+    }
 
     let feeder = match stdin {
         Stdin::Null if go.is_empty() => None,

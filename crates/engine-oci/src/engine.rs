@@ -3,7 +3,6 @@
 //! container mounts that volume read-only and runs the script).
 
 use std::ffi::OsString;
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -386,6 +385,7 @@ impl OciEngine {
         {
             return Err(Error::PublishWithoutNet { port: first.port });
         }
+        sandbox_core::check_host_ports_free(&spec.publish, reaper::ports::in_use)?;
         for var in &spec.env {
             if var.name.is_empty() || var.name.contains(['=', '\0']) {
                 return Err(Error::InvalidEnvName { name: var.name.clone() });
@@ -506,6 +506,7 @@ impl OciEngine {
             Some(Duration::from_secs(1800)),
             &mut signals,
             None,
+            None,
         )
         .await;
         guard.remove().await;
@@ -574,11 +575,7 @@ impl OciEngine {
             args: spec.args.clone(),
             mounts,
             net: spec.net == Net::On,
-            publish: spec
-                .publish
-                .iter()
-                .map(|p| (p.host, p.port))
-                .collect::<Vec<(Option<IpAddr>, u16)>>(),
+            publish: spec.publish.clone(),
             user_env: spec
                 .env
                 .iter()
@@ -605,9 +602,12 @@ impl OciEngine {
             Output::Inherit => Sink::Inherit,
             Output::Sink(sink) | Output::Merged(sink) => Sink::Caller(sink),
         };
+        let asked = sandbox_core::asked_host_ports(&spec.publish);
+        let published = io.published.filter(|_| !asked.is_empty()).map(|hook| (&asked[..], hook));
         let finished = self.block_on(async {
-            let guard =
-                container::create(&self.docker, engine, &name, body, &self.config.image).await?;
+            let guard = container::create(&self.docker, engine, &name, body, &self.config.image)
+                .await
+                .map_err(|e| crate::ports::explain(e, &spec.publish))?;
             // The container references the volume now: the engine refuses to remove it.
             env.lease.release();
             let mut signals = Signals::new(self.config.handle_signals);
@@ -621,8 +621,10 @@ impl OciEngine {
                 spec.timeout,
                 &mut signals,
                 Some(&pins),
+                published,
             )
-            .await;
+            .await
+            .map_err(|e| crate::ports::explain(e, &spec.publish));
             match &finished {
                 // Podman queues a removal behind its own cleanup process (~200 ms after the
                 // exit code is known): hand it over. Docker removes at once; so do timeouts,

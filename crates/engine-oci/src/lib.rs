@@ -16,7 +16,7 @@
 //! `no-new-privileges`, private IPC, an init process, pids/memory/cpu limits, ulimits no
 //! higher than the host's hard limits, an unprivileged user (the caller, or 65534 for root:
 //! see `workspace.rs`), `network_mode: none` when the network is off, ports published on
-//! 127.0.0.1 unless an address is given, an empty environment plus an allowlist and explicit
+//! 127.0.0.1 unless an address is given (the same host port unless `0:PORT`, `ports.rs`), an empty environment plus an allowlist and explicit
 //! `--env`, no host sockets. Everything carries the reaper's labels; [`OciEngine::new`] sweeps
 //! expired and orphaned containers with one list call.
 //!
@@ -65,6 +65,7 @@ mod hostile;
 mod idmap;
 mod netwall;
 mod plan;
+mod ports;
 mod seam;
 mod seccomp;
 mod session;

@@ -17,6 +17,7 @@ use bollard::models::{
     ContainerCreateBody, HostConfig, Mount, MountBindOptions, MountBindOptionsPropagationEnum,
     MountType, PortBinding, ResourcesUlimits,
 };
+use sandbox_core::Publish;
 
 use crate::client::Flavor;
 use crate::host::{Bind, HostFacts, SANDBOX_CA_BUNDLE};
@@ -112,8 +113,7 @@ pub(crate) struct ContainerPlan {
     /// Host paths and named volumes, parents before children.
     pub(crate) mounts: Vec<PlanMount>,
     pub(crate) net: bool,
-    /// (host address, container port, host port; `None` = same as the container port,
-    /// `Some(0)` = any free port).
+    /// (host address, container port, host port; `0` = any free port, the daemon's choice).
     pub(crate) publish: Vec<(IpAddr, u16, u16)>,
     pub(crate) limits: Limits,
     /// Size cap of every tmpfs the container gets, bytes.
@@ -242,7 +242,7 @@ pub(crate) struct RunLayout {
     pub(crate) args: Vec<String>,
     pub(crate) mounts: Vec<Bind>,
     pub(crate) net: bool,
-    pub(crate) publish: Vec<(Option<IpAddr>, u16)>,
+    pub(crate) publish: Vec<Publish>,
     pub(crate) user_env: Vec<(String, String)>,
     pub(crate) limits: Limits,
     pub(crate) tmpfs_size: u64,
@@ -271,7 +271,7 @@ pub(crate) struct SessionLayout {
     pub(crate) workspace: PathBuf,
     pub(crate) mounts: Vec<Bind>,
     pub(crate) net: bool,
-    pub(crate) publish: Vec<(Option<IpAddr>, u16)>,
+    pub(crate) publish: Vec<Publish>,
     pub(crate) user_env: Vec<(String, String)>,
     pub(crate) limits: Limits,
     pub(crate) tmpfs_size: u64,
@@ -344,13 +344,12 @@ fn ulimit(hard: Option<u64>, want: u64) -> i64 {
     i64::try_from(hard.map_or(want, |h| h.min(want))).unwrap_or(i64::MAX)
 }
 
-fn published(publish: &[(Option<IpAddr>, u16)], any_host_port: bool) -> Vec<(IpAddr, u16, u16)> {
-    publish
-        .iter()
-        .map(|(addr, port)| {
-            let addr = addr.unwrap_or(IpAddr::from([127, 0, 0, 1]));
-            (addr, *port, if any_host_port { 0 } else { *port })
-        })
+/// Runs and sessions alike: the same port on the host unless asked otherwise, `0` (the
+/// daemon's choice) for `0:PORT` (`sandbox_core::publish`).
+fn published(publish: &[Publish]) -> Vec<(IpAddr, u16, u16)> {
+    sandbox_core::asked_host_ports(publish)
+        .into_iter()
+        .map(|p| (p.addr, p.port, p.host_port))
         .collect()
 }
 
@@ -392,7 +391,7 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout) -> ContainerPlan {
         working_dir: layout.workspace.display().to_string(),
         mounts,
         net: layout.net,
-        publish: published(&layout.publish, false),
+        publish: published(&layout.publish),
         limits: layout.limits,
         tmpfs_size: layout.tmpfs_size,
         nofile: ulimit(host.nofile_hard, 65_536),
@@ -501,7 +500,7 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Containe
         working_dir: layout.workspace.display().to_string(),
         mounts,
         net: layout.net,
-        publish: published(&layout.publish, true),
+        publish: published(&layout.publish),
         limits: layout.limits,
         tmpfs_size: layout.tmpfs_size,
         nofile: ulimit(host.nofile_hard, 65_536),

@@ -14,7 +14,6 @@
 //! runs again. Services started with [`Sandbox::start_service`] and traffic to them do not count.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -129,6 +128,7 @@ impl OciEngine {
         {
             return Err(Error::PublishWithoutNet { port: first.port });
         }
+        sandbox_core::check_host_ports_free(&config.publish, reaper::ports::in_use)?;
         plan::check_rootless_limits(self.rootless(), &config.limits)?;
         let mut user_env = Vec::new();
         for var in &config.env {
@@ -178,11 +178,7 @@ impl OciEngine {
             workspace,
             mounts,
             net: config.net == Net::On,
-            publish: config
-                .publish
-                .iter()
-                .map(|p| (p.host, p.port))
-                .collect::<Vec<(Option<IpAddr>, u16)>>(),
+            publish: config.publish.clone(),
             user_env,
             limits: plan::Limits::asked_or_default(&config.limits),
             tmpfs_size: config.tmpfs_size,
@@ -199,7 +195,10 @@ impl OciEngine {
         let engine = self.config().flavor.as_str();
         let image = self.config().image.clone();
         self.block_on(async {
-            let guard = container::create(self.docker(), engine, &name, body, &image).await?;
+            let explain = |e| crate::ports::explain(e, &config.publish);
+            let guard = container::create(self.docker(), engine, &name, body, &image)
+                .await
+                .map_err(explain)?;
             let started = self
                 .docker()
                 .start_container(&name, None::<bollard::query_parameters::StartContainerOptions>)
@@ -233,7 +232,7 @@ impl OciEngine {
                 }
                 Err(e) => {
                     guard.remove().await;
-                    Err(e)
+                    Err(explain(e))
                 }
             }
         })?;

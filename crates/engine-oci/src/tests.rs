@@ -2,7 +2,6 @@
 //! parsers, a stopped container's exit code and the sweep's resource mapping.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::path::PathBuf;
 
 use crate::client::Flavor;
@@ -30,6 +29,10 @@ fn labels() -> BTreeMap<String, String> {
     labels
 }
 
+fn publishes(texts: &[&str]) -> Vec<sandbox_core::Publish> {
+    texts.iter().map(|t| t.parse().expect("publish")).collect()
+}
+
 fn run_layout() -> RunLayout {
     RunLayout {
         image: "python-sandbox-runtime:latest".to_owned(),
@@ -43,7 +46,8 @@ fn run_layout() -> RunLayout {
             Bind { path: PathBuf::from("/home/me/project/out"), writable: true },
         ],
         net: true,
-        publish: vec![(None, 8000), (Some(IpAddr::from([0, 0, 0, 0])), 9000)],
+        // The same port, on every address, any free one, and another host port.
+        publish: publishes(&["8000", "0.0.0.0:9000", "0:9100", "[::1]:8080:9200"]),
         user_env: vec![("TOKEN".to_owned(), "x".to_owned()), ("LANG".to_owned(), "C".to_owned())],
         limits: Limits::DEFAULT,
         tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
@@ -158,7 +162,8 @@ fn session_body() {
         workspace: PathBuf::from("/home/me/project"),
         mounts: Vec::new(),
         net: true,
-        publish: vec![(None, 8000)],
+        // A session's `PORT` is the same host port, as a run's (it used to be any).
+        publish: publishes(&["8000", "0:8001"]),
         user_env: Vec::new(),
         limits: Limits { memory: None, cpus: Some(0.5), pids: Some(64) },
         tmpfs_size: 16 << 20,
@@ -989,4 +994,35 @@ fn restage_swaps_only_read_write_host_sources() {
     assert!(binds.contains(&(staged.display().to_string(), "/home/me/project".into(), true)));
     // Read-only: untouched even when named.
     assert!(binds.contains(&("/data/in".into(), "/data/in".into(), false)));
+}
+
+/// What the daemon bound, read back per asked port: the daemon's choice for `0:PORT`, an
+/// address match (podman leaves 0.0.0.0 empty), and what was asked when nothing is reported.
+#[test]
+fn bound_ports_from_an_inspect() {
+    use bollard::models::PortBinding;
+    let asked =
+        sandbox_core::asked_host_ports(&publishes(&["8000", "0:9000", "0.0.0.0:0:9100", "7000"]));
+    let binding = |ip: &str, port: &str| PortBinding {
+        host_ip: Some(ip.to_owned()),
+        host_port: Some(port.to_owned()),
+    };
+    let ports = std::collections::HashMap::from([
+        ("8000/tcp".to_owned(), Some(vec![binding("127.0.0.1", "8000")])),
+        ("9000/tcp".to_owned(), Some(vec![binding("::1", "1"), binding("127.0.0.1", "32768")])),
+        ("9100/tcp".to_owned(), Some(vec![binding("", "32769")])),
+    ]);
+    let bound: Vec<String> = crate::ports::bound(&asked, &ports)
+        .iter()
+        .map(|p| format!("{} {}", p.port, p.url()))
+        .collect();
+    assert_eq!(
+        bound,
+        [
+            "8000 http://127.0.0.1:8000",
+            "9000 http://127.0.0.1:32768",
+            "9100 http://127.0.0.1:32769",
+            "7000 http://127.0.0.1:7000",
+        ]
+    );
 }

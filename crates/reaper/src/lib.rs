@@ -6,7 +6,7 @@
 //! times), calls [`decide`] with the current time and an [`OwnerLiveness`] (normally
 //! [`ProcLiveness`]), and removes the [`Action`]s' ids. Nothing here does IO except the two /proc
 //! readers [`ProcLiveness::new`] and [`Owner::current`], [`ProcPin`], [`lock_env`], [`hostfs`],
-//! [`MarkKey::load`] and [`acl`].
+//! [`MarkKey::load`], [`acl`] and the host port probes of [`ports`].
 //!
 //! The rules, in order, per resource:
 //! - `expires` passed: [`Reason::Expired`] (any kind);
@@ -42,6 +42,7 @@ mod lock;
 mod mark;
 mod owner;
 mod policy;
+pub mod ports;
 mod proc;
 
 pub use envs::{EnvAction, EnvUse, human, stale_envs, unix_from_rfc3339};

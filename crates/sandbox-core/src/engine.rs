@@ -220,6 +220,9 @@ impl<E: Engine> DynEngine for E {
     }
 }
 
+/// [`RunIo::published`]: told where each published port is bound on the host.
+pub type PublishedHook<'a> = dyn FnMut(&[crate::PublishedPort]) + Send + 'a;
+
 /// Where a run's standard streams go.
 pub struct RunIo<'a> {
     /// What the script reads on stdin.
@@ -229,12 +232,15 @@ pub struct RunIo<'a> {
     /// Receives short human status lines from the engine ("resolving 3 dependencies"), if set.
     /// Engines write nothing about their own progress to the script's streams.
     pub status: Option<&'a mut (dyn FnMut(&str) + Send)>,
+    /// Told once, when the sandbox is up and before the script runs, where each published port
+    /// is bound on the host (`crate::publish`); not called when nothing is published.
+    pub published: Option<&'a mut PublishedHook<'a>>,
 }
 
 impl RunIo<'_> {
     /// Inherit the caller's terminal for all three streams, no status lines.
     pub fn inherit() -> RunIo<'static> {
-        RunIo { stdin: Stdin::Inherit, output: Output::Inherit, status: None }
+        RunIo { stdin: Stdin::Inherit, output: Output::Inherit, status: None, published: None }
     }
 }
 
@@ -244,6 +250,7 @@ impl std::fmt::Debug for RunIo<'_> {
             .field("stdin", &self.stdin)
             .field("output", &self.output)
             .field("status", &self.status.as_ref().map(|_| "FnMut(&str)"))
+            .field("published", &self.published.as_ref().map(|_| "FnMut(&[PublishedPort])"))
             .finish()
     }
 }

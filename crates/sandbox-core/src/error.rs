@@ -81,6 +81,36 @@ pub enum Error {
     /// Port 0 cannot be published.
     #[error("cannot publish port 0\nhint: ports range from 1 to 65535")]
     InvalidPort,
+    /// A host port asked for (`--publish PORT` or `HOSTPORT:PORT`) is taken on the host.
+    #[error(
+        "host port {host_port} is already in use\nhint: publish `{any}` for any free host port, or choose another port"
+    )]
+    HostPortInUse {
+        /// The host port.
+        host_port: u16,
+        /// The same entry with any host port (`0:PORT`), as the user would write it.
+        any: String,
+    },
+    /// Two published ports ask for the same host address and port.
+    #[error(
+        "host port {host_port} is published twice (`{first}` and `{second}`)\nhint: give one of them another host port, e.g. `0:PORT` for any free one"
+    )]
+    HostPortTwice {
+        /// The host port.
+        host_port: u16,
+        /// The first entry, as spelled canonically.
+        first: String,
+        /// The second entry.
+        second: String,
+    },
+    /// No free host port could be found for `0:PORT`.
+    #[error("no free host port on {addr}: {reason}")]
+    NoFreePort {
+        /// The host address.
+        addr: std::net::IpAddr,
+        /// The OS error.
+        reason: String,
+    },
     /// Ports are published but the network is off, so nothing could reach them.
     #[error(
         "cannot publish port {port} with the network off\nhint: turn the network on or drop the published ports"

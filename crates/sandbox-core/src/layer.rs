@@ -99,8 +99,8 @@ impl Layer {
 ///   an entry replaces any earlier entry for the same target (mount: normalized absolute
 ///   path; publish: port; env: name; dependency: PEP 503 normalized package name), keeping
 ///   the position where the target first appeared.
-/// - Errors: no script, `net = off` with published ports, port 0, a zero timeout, a limit out
-///   of range (see [`crate::parse_memory`] and its siblings), an invalid env name or requirement, `~` without a home, `~user`, a relative workspace or home.
+/// - Errors: no script, `net = off` with published ports, port 0, one host port twice, a
+///   zero timeout, a limit out of range (see [`crate::parse_memory`] and its siblings), an invalid env name or requirement, `~` without a home, `~user`, a relative workspace or home.
 ///
 /// Pure: paths are expanded (`~`), made absolute against `ctx.workspace` and normalized
 /// lexically, never canonicalized.
@@ -179,6 +179,7 @@ pub fn resolve(
     }
 
     let publish = publish.into_values();
+    crate::publish::check_distinct(&publish)?;
     if net == Net::Off
         && let Some(first) = publish.first()
     {

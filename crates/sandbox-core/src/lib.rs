@@ -21,6 +21,7 @@ mod missing;
 mod parse;
 mod paths;
 mod policy;
+mod publish;
 mod route;
 mod sandbox;
 mod scrub;
@@ -32,8 +33,8 @@ mod tar;
 
 pub use boundary::{Crossing, CrossingKind, HOME_SECRETS, HOST_SOCKETS, classify};
 pub use engine::{
-    Capability, Classify, DynEngine, DynPrepared, Engine, EngineError, ErrorClass, Output, RunIo,
-    RunOutcome, Stdin, exit_code,
+    Capability, Classify, DynEngine, DynPrepared, Engine, EngineError, ErrorClass, Output,
+    PublishedHook, RunIo, RunOutcome, Stdin, exit_code,
 };
 pub use error::Error;
 pub use fake::{FakeCall, FakeFs, FakeReply, FakeSandbox};
@@ -48,6 +49,10 @@ pub use policy::{
     CA_BUNDLE_CANDIDATES, NEVER_MOUNTED, PREPARE_ENV_ALLOWLIST, PathUse, RUN_ENV_ALLOWLIST,
     SANDBOX_CA_BUNDLE, SANDBOX_CONTAINER, SANDBOX_HOME, SANDBOX_HOSTNAME, SYSTEM_DIRS,
     check_host_path, run_env,
+};
+pub use publish::{
+    DEFAULT_PUBLISH_ADDR, HostPort, PublishedPort, asked as asked_host_ports, busy_host_port,
+    check_free as check_host_ports_free, choose as choose_host_ports, port_in_use,
 };
 pub use route::{LINK_LOCAL, ack_error, link_local_messages, unreachable_route};
 pub use sandbox::{

@@ -73,10 +73,12 @@ pub enum Net {
 /// A port inside the sandbox made reachable from the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Publish {
-    /// Port inside the sandbox (and on the host unless remapped by an engine).
+    /// Port inside the sandbox.
     pub port: u16,
-    /// Host address to bind; engines default to 127.0.0.1.
+    /// Host address to bind; `None` is [`crate::DEFAULT_PUBLISH_ADDR`] (127.0.0.1).
     pub host: Option<IpAddr>,
+    /// The port on the host: the same as inside unless asked otherwise (see `crate::publish`).
+    pub host_port: crate::HostPort,
 }
 
 /// One explicit environment variable for the sandbox.

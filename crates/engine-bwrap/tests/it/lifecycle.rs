@@ -136,6 +136,7 @@ fn inherited_output_with_a_timeout_still_ends_the_tree() {
         stdin: sandbox_core::Stdin::Null,
         output: sandbox_core::Output::Inherit,
         status: None,
+        published: None,
     };
     let outcome = f.engine.run_prepared(&spec, &env, io).expect("run");
     assert!(outcome.timed_out);
@@ -164,6 +165,7 @@ fn a_sandbox_that_cannot_start_is_an_error_not_an_exit_code() {
         stdin: sandbox_core::Stdin::Null,
         output: sandbox_core::Output::Sink(&mut captured),
         status: None,
+        published: None,
     };
     let err = engine.run_prepared(&spec, &env, io).expect_err("setup failure");
     assert!(matches!(err, engine_bwrap::Error::SandboxSetup { .. }), "{err}");

@@ -9,6 +9,7 @@ mod escapes;
 mod lifecycle;
 mod poison;
 mod prune;
+mod publish;
 mod race;
 mod session;
 mod support;

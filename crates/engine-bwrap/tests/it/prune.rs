@@ -79,6 +79,7 @@ fn aged_env_is_pruned_unless_held_and_rebuilt_on_next_use() {
             stdin: sandbox_core::Stdin::Null,
             output: sandbox_core::Output::Sink(&mut captured),
             status: None,
+            published: None,
         };
         engine.run_prepared(&spec, &env, io).expect("run");
         captured.stdout_lossy()

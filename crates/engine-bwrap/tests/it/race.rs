@@ -55,7 +55,12 @@ fn a_mount_swapped_for_a_link_to_a_secret_is_never_followed() {
     let (mut ran, mut refused) = (0, 0);
     for _ in 0..runs() {
         let mut captured = Captured::default();
-        let io = RunIo { stdin: Stdin::Null, output: Output::Sink(&mut captured), status: None };
+        let io = RunIo {
+            stdin: Stdin::Null,
+            output: Output::Sink(&mut captured),
+            status: None,
+            published: None,
+        };
         match fx.engine.run(&spec, io) {
             Ok(_) => {
                 ran += 1;

@@ -14,7 +14,7 @@ use crate::support::{Fixture, fixture};
 
 /// A minimal executor: the bwrap session's futures do their IO blocking, so they are ready
 /// on the first poll; the fake's too.
-fn block_on<F: Future>(future: F) -> F::Output {
+pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
     sandbox_core::Executor::block_on(&engine_bwrap::Immediate, future)
 }
 
@@ -92,7 +92,7 @@ fn the_sandbox_contract_holds() {
     let port = free_port();
     let config = SessionConfig {
         net: Net::On,
-        publish: vec![sandbox_core::Publish { port, host: None }],
+        publish: vec![sandbox_core::Publish::same(port)],
         ..config(&fx, Duration::from_secs(600))
     };
     let info =

@@ -98,7 +98,12 @@ impl Fixture {
     /// Runs and captures; panics on engine errors.
     pub(crate) fn run(&self, spec: &RunSpec) -> (RunOutcome, Captured) {
         let mut captured = Captured::default();
-        let io = RunIo { stdin: Stdin::Null, output: Output::Sink(&mut captured), status: None };
+        let io = RunIo {
+            stdin: Stdin::Null,
+            output: Output::Sink(&mut captured),
+            status: None,
+            published: None,
+        };
         let outcome = self.engine.run(spec, io).expect("run");
         println!(
             "exit {} stdout {:?} stderr {:?}",

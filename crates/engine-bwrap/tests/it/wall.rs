@@ -191,7 +191,7 @@ fn only_published_ports_reach_in() {
     );
     let mut spec = f.spec(&script);
     spec.net = Net::On;
-    spec.publish.push(sandbox_core::Publish { port: published, host: None });
+    spec.publish.push(sandbox_core::Publish::same(published));
     let (reached, refused) = std::thread::scope(|s| {
         let client = s.spawn(|| {
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -299,7 +299,7 @@ fn publish_needs_net() {
         .local_addr()
         .expect("addr")
         .port();
-    spec.publish.push(sandbox_core::Publish { port, host: None });
+    spec.publish.push(sandbox_core::Publish::same(port));
     let err = f.engine.check(&spec).expect_err("net off");
     assert!(err.to_string().contains("network off"));
     spec.net = Net::On;
@@ -316,6 +316,7 @@ fn stdin_bytes_reach_the_script() {
         stdin: sandbox_core::Stdin::Bytes(b"hello".to_vec()),
         output: sandbox_core::Output::Sink(&mut captured),
         status: None,
+        published: None,
     };
     let outcome = sandbox_core::Engine::run(&f.engine, &spec, io).expect("run");
     assert_eq!(outcome.exit_code, 0);

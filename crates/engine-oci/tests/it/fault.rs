@@ -131,7 +131,7 @@ fn publish_needs_net_and_binds_loopback() {
             "import socket\ns = socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('0.0.0.0', 18777))\ns.listen()\nprint('listening', flush=True)\nc, _ = s.accept()\nc.sendall(b'pong')\nc.close()\n",
         );
         let mut spec = spec(&ws);
-        spec.publish = vec![sandbox_core::Publish { port: 18777, host: None }];
+        spec.publish = vec![sandbox_core::Publish::same(18777)];
         let err = engine
             .prepare(&spec, &mut |_| {})
             .and_then(|env| engine.run_prepared(&spec, &env, sandbox_core::RunIo::inherit()));

@@ -8,6 +8,7 @@ mod fault;
 mod forged;
 mod hostile;
 mod prune;
+mod publish;
 mod race;
 mod run;
 mod session;

@@ -161,7 +161,12 @@ fn dependencies_install_once_and_work_with_net_off() {
         assert!(!again.fresh, "{}: second prepare is warm", name(&engine));
         assert_eq!(env.volume, again.volume);
         let mut captured = Captured::default();
-        let io = RunIo { stdin: Stdin::Null, output: Output::Sink(&mut captured), status: None };
+        let io = RunIo {
+            stdin: Stdin::Null,
+            output: Output::Sink(&mut captured),
+            status: None,
+            published: None,
+        };
         let outcome = engine.run_prepared(&spec, &again, io).expect("run");
         assert_eq!(outcome.exit_code, 0, "{}: {}", name(&engine), captured.stderr_lossy());
         assert_eq!(captured.stdout_lossy(), "six True\n");
@@ -228,6 +233,7 @@ fn stdin_bytes_reach_the_script() {
             stdin: Stdin::Bytes(b"piped in".to_vec()),
             output: Output::Sink(&mut captured),
             status: None,
+            published: None,
         };
         let outcome = engine.run_prepared(&spec, &env, io).expect("run");
         assert_eq!(
@@ -378,6 +384,7 @@ fn missing_mount_source_creates_nothing() {
             stdin: Stdin::Null,
             output: Output::Sink(&mut Captured::default()),
             status: None,
+            published: None,
         };
         let err = engine.run_prepared(&spec, &env, io).expect_err("a missing mount is an error");
         assert!(err.to_string().contains("does not exist"), "{}: {err}", name(&engine));

@@ -22,7 +22,7 @@ pub(crate) fn start(
         workspace: ws.to_owned(),
         mounts: Vec::new(),
         net,
-        publish: publish.iter().map(|p| Publish { port: *p, host: None }).collect(),
+        publish: publish.iter().map(|p| Publish::same(*p)).collect(),
         env: vec![sandbox_core::EnvVar {
             name: "GREETING".to_owned(),
             value: Some("hi".to_owned()),
@@ -305,16 +305,20 @@ fn service_url_reaches_the_host_and_stops() {
     for engine in engines() {
         let (_dir, ws) = workspace("print('x')\n");
         std::fs::write(ws.join("hello.txt"), "hello from the session").expect("write");
-        let session = start(&engine, &ws, Net::On, &[8000], Duration::from_secs(600));
+        // `PORT` is now the same port on the host: one free here, not a fixed 8000.
+        let port = crate::publish::free_port();
+        let session = start(&engine, &ws, Net::On, &[port], Duration::from_secs(600));
         let e = name(&engine);
         engine.block_on(async {
             let spec = ServiceSpec {
-                argv: ["python3", "-m", "http.server", "8000", "--bind", "0.0.0.0"].map(String::from).to_vec(),
-                port: 8000,
+                argv: ["python3", "-m", "http.server", &port.to_string(), "--bind", "0.0.0.0"]
+                    .map(String::from)
+                    .to_vec(),
+                port,
                 env: Vec::new(),
             };
             let service = session.start_service(&spec).await.expect("service");
-            assert!(service.url.starts_with("http://127.0.0.1:"), "{e}: {}", service.url);
+            assert_eq!(service.url, format!("http://127.0.0.1:{port}"), "{e}");
             let url = service.url.clone();
             let body = tokio::task::spawn_blocking(move || http_get(&format!("{url}/hello.txt")))
                 .await
@@ -322,13 +326,14 @@ fn service_url_reaches_the_host_and_stops() {
                 .expect("get");
             assert!(body.contains("hello from the session"), "{e}: {body}");
             let again = session.start_service(&spec).await.expect_err("port in use");
-            assert!(again.to_string().contains("already uses port 8000"), "{e}: {again}");
+            assert!(again.to_string().contains(&format!("already uses port {port}")), "{e}: {again}");
             let unpublished = ServiceSpec { port: 9999, ..spec.clone() };
             assert!(session.start_service(&unpublished).await.is_err());
             session.stop_service(&service).await.expect("stop service");
             let mut out = Captured::default();
-            let probe = "import socket\ntry:\n    socket.create_connection(('127.0.0.1', 8000), 1); print('up')\nexcept OSError: print('down')";
-            session.exec(&ExecRequest::new(&["python3", "-c", probe]), &mut out).await.expect("probe");
+            let probe = "import socket\ntry:\n    socket.create_connection(('127.0.0.1', PORT), 1); print('up')\nexcept OSError: print('down')";
+            let probe = probe.replace("PORT", &port.to_string());
+            session.exec(&ExecRequest::new(&["python3", "-c", &probe]), &mut out).await.expect("probe");
             assert_eq!(out.stdout_lossy(), "down\n", "{e}");
             session.stop().await.expect("stop");
         });

@@ -66,7 +66,12 @@ pub(crate) fn spec(ws: &Path) -> RunSpec {
 pub(crate) fn run(engine: &OciEngine, spec: &RunSpec) -> (RunOutcome, Captured) {
     let mut captured = Captured::default();
     let env = engine.prepare(spec, &mut |_| {}).expect("prepare");
-    let io = RunIo { stdin: Stdin::Null, output: Output::Sink(&mut captured), status: None };
+    let io = RunIo {
+        stdin: Stdin::Null,
+        output: Output::Sink(&mut captured),
+        status: None,
+        published: None,
+    };
     let outcome = engine.run_prepared(spec, &env, io).expect("run");
     (outcome, captured)
 }

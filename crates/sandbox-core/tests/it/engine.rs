@@ -136,6 +136,7 @@ fn dyn_engine_boxes_errors_and_streams() {
         stdin: Stdin::Bytes(b"in".to_vec()),
         output: Output::Sink(&mut captured),
         status: Some(&mut status),
+        published: None,
     };
     let outcome = engine.run_dyn(&spec(&["a", "b"]), io).expect("runs");
     assert_eq!(outcome.exit_code, 7);

@@ -99,6 +99,13 @@ const CASES: &[(&str, &str, &str, &str)] = &[
         "script=s.py & publish=0.0.0.0:8000",
     ),
     ("publish: port 0 refused", "", "publish=0", "script=s.py"),
+    (
+        "publish: the command line asks any host port for an inline port",
+        "",
+        "publish=8000|9000",
+        "script=s.py & publish=0:8000|[::1]:9090:9000",
+    ),
+    ("publish: one host port twice refused", "", "publish=8080", "script=s.py & publish=8080:8000"),
     ("publish with the network off is refused", "", "publish=8000", "script=s.py & net=off"),
     ("publish with net off below, on above", "net=off", "publish=8000", "script=s.py & net=on"),
     (
@@ -231,6 +238,7 @@ fn arb_layer() -> impl Strategy<Value = Layer> {
     let publish = (prop::sample::select(PORTS), any::<bool>()).prop_map(|(port, local)| Publish {
         port,
         host: local.then(|| "127.0.0.1".parse().expect("ip")),
+        host_port: sandbox_core::HostPort::Same,
     });
     let env = (prop::sample::select(ENV_NAMES), prop::option::of("[a-z]{0,3}"))
         .prop_map(|(name, value)| EnvVar { name: name.to_owned(), value });

@@ -28,7 +28,7 @@ pub(crate) fn layer(notation: &str) -> Layer {
                 // Port 0 must reach `resolve`, which owns that error.
                 layer.publish = items()
                     .map(|item| match item {
-                        "0" => Publish { port: 0, host: None },
+                        "0" => Publish::same(0),
                         _ => item.parse().expect("publish"),
                     })
                     .collect()
@@ -71,14 +71,7 @@ pub(crate) fn render_spec(spec: &RunSpec) -> String {
             format!("{}:{mode}", mount.path.display())
         })
         .collect();
-    let publish = spec
-        .publish
-        .iter()
-        .map(|entry| match entry.host {
-            Some(host) => format!("{host}:{}", entry.port),
-            None => entry.port.to_string(),
-        })
-        .collect();
+    let publish = spec.publish.iter().map(ToString::to_string).collect();
     let env = spec
         .env
         .iter()
