@@ -159,7 +159,9 @@ pub(crate) fn run(cmd: SessionCmd) -> Result<ExitCode> {
             let flags = ScriptFlags { env, timeout: crate::run::timeout_flag(timeout.as_deref())? };
             run_script(&id, &script, &args, &flags, engine)
         }
-        SessionCmd::Exec { id, command, engine } => exec(&id, command, engine),
+        SessionCmd::Exec { id, command, engine, interactive, tty } => {
+            exec(&id, command, engine, interactive, tty)
+        }
         SessionCmd::Stop { id, engine } => {
             let (engine, session) = engine_with_session(&id, engine)?;
             // Through the engine: it also detaches what it kept for the session on the host.
@@ -293,11 +295,21 @@ fn with_session<T>(
     Ok(engine.block_on(work(&session))?)
 }
 
-fn exec(id: &str, command: Vec<String>, choice: Option<OciChoice>) -> Result<ExitCode> {
-    let request = ExecRequest { argv: command, ..Default::default() };
+fn exec(
+    id: &str,
+    command: Vec<String>,
+    choice: Option<OciChoice>,
+    i: bool,
+    t: bool,
+) -> Result<ExitCode> {
+    let mut request = ExecRequest { argv: command, ..Default::default() };
+    let attached = crate::tty::attach(&mut request, i, t)?;
     let outcome = with_session(id, choice, async |session| {
         let mut sink = Relay::scrubbed(&session_secrets(session, &[]), false);
-        let outcome = session.exec(&request, &mut sink).await;
+        let outcome = match &attached {
+            Some(attached) => crate::tty::exec(session, &request, attached, &mut sink).await,
+            None => session.exec(&request, &mut sink).await,
+        };
         let _ = sink.finish();
         outcome
     })?;

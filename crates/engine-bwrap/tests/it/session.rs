@@ -8,7 +8,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use engine_bwrap::{Session, SessionConfig};
-use sandbox_core::{Captured, EntryKind, ExecRequest, FakeSandbox, Net, Sandbox, ScriptOptions};
+use sandbox_core::{
+    Captured, EntryKind, ExecRequest, FakeSandbox, Interactive, InteractiveExec, Net, Sandbox,
+    ScriptOptions,
+};
 
 use crate::support::{Fixture, fixture};
 
@@ -290,4 +293,20 @@ fn reap_removes_orphaned_and_expired_sessions() {
     assert!(wait_until(Duration::from_secs(5), || !alive(stale.pid())), "expired one killed");
     assert!(alive(fresh.pid()));
     fx.engine.stop_session(fresh.id()).expect("stop");
+}
+
+/// `session exec -i`/`-t` on a bwrap session: the interactive contract shared with the fake
+/// and the OCI sessions.
+#[test]
+fn interactive_exec_streams_stdin_and_gives_a_pty() {
+    let Some(fx) = fixture() else { return };
+    let session = start(&fx, Duration::from_secs(600));
+    let mut exec = |request: &ExecRequest, io: Interactive| {
+        let mut out = Captured::default();
+        let outcome = block_on(session.exec_interactive(request, io, &mut out)).expect("exec");
+        (outcome, out)
+    };
+    crate::interactive::stdin_contract("bwrap", &mut exec);
+    crate::interactive::tty_contract("bwrap", &mut exec);
+    fx.engine.stop_session(session.id()).expect("stop");
 }
