@@ -96,6 +96,12 @@ pub(crate) enum SessionCmd {
         /// The engine the session runs on (default: whichever has it).
         #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::session_choices()))]
         engine: Option<String>,
+        /// Stream this terminal's stdin into the command.
+        #[arg(short = 'i', long)]
+        interactive: bool,
+        /// Run the command on a pty of this terminal's size (with `-i`: keys go to it raw).
+        #[arg(short = 't', long)]
+        tty: bool,
     },
     /// Stop and remove a session.
     Stop {

@@ -19,6 +19,7 @@ mod run;
 mod script;
 mod session;
 mod spec;
+mod tty;
 mod ui;
 
 use std::process::ExitCode;

@@ -43,7 +43,9 @@ pub(crate) fn run(cmd: SessionCmd) -> Result<ExitCode> {
                 ScriptFlags { env, timeout: crate::spec::timeout_flag(timeout.as_deref())? };
             run_script(&id, &script, &args, &flags, engine.as_deref())
         }
-        SessionCmd::Exec { id, command, engine } => exec(&id, command, engine.as_deref()),
+        SessionCmd::Exec { id, command, engine, interactive, tty } => {
+            exec(&id, command, engine.as_deref(), interactive, tty)
+        }
         SessionCmd::Stop { id, engine } => {
             registry::stop_session(&id, engine.as_deref())?;
             Ok(ExitCode::SUCCESS)
@@ -168,11 +170,22 @@ fn exit(outcome: &RunOutcome) -> ExitCode {
     ExitCode::from(crate::exit::of_script(outcome))
 }
 
-fn exec(id: &str, command: Vec<String>, choice: Option<&str>) -> Result<ExitCode> {
-    let request = ExecRequest { argv: command, ..Default::default() };
+fn exec(
+    id: &str,
+    command: Vec<String>,
+    choice: Option<&str>,
+    i: bool,
+    t: bool,
+) -> Result<ExitCode> {
+    let mut request = ExecRequest { argv: command, ..Default::default() };
+    // Before any engine is touched: `-t` without a terminal is refused here.
+    let attached = crate::tty::attach(&mut request, i, t)?;
     let outcome = registry::with_session(id, choice, |session| {
         let mut sink = Relay::scrubbed(&session_secrets(session, &[]), false);
-        let outcome = session.exec(&request, &mut sink);
+        let outcome = match &attached {
+            Some(attached) => crate::tty::exec(session, &request, attached, &mut sink),
+            None => session.exec(&request, &mut sink),
+        };
         let _ = sink.finish();
         outcome
     })?;

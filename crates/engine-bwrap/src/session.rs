@@ -29,15 +29,17 @@
 //! not have.
 
 use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reaper::ProcPin;
 use sandbox_core::agent::{AGENT_SOCKET, Frame, TIMEOUT_GRACE};
 use sandbox_core::{
-    DirEntry, ExecRequest, Net, OutputSink, PutSource, RunOutcome, RunSpec, Sandbox, ScriptOptions,
-    Service, ServiceSpec, Stream, shell,
+    DirEntry, ExecRequest, Interactive, InteractiveExec, Net, OutputSink, PutSource, RunOutcome,
+    RunSpec, Sandbox, ScriptOptions, Service, ServiceSpec, Stream, shell,
 };
 
 use crate::engine::BwrapEngine;
@@ -513,6 +515,12 @@ impl Session {
 
     /// One request through the agent, streaming its output.
     fn agent_exec(&self, request: &ExecRequest, output: &mut dyn OutputSink) -> Result<RunOutcome> {
+        let (stream, cwd) = self.connect(request)?;
+        relay(stream, request, &cwd, output, &self.record.id)
+    }
+
+    /// A connection to the agent (pinned, see the module docs) and the request's cwd.
+    fn connect(&self, request: &ExecRequest) -> Result<(UnixStream, String)> {
         self.ensure_running()?;
         let id = &self.record.id;
         let stream = self
@@ -521,8 +529,7 @@ impl Session {
             .connect_in_root(AGENT_SOCKET)
             .ok_or_else(|| Error::NoSession { id: id.clone() })?;
         self.touch();
-        let cwd = request.cwd.clone().unwrap_or_else(|| self.record.workspace.clone());
-        relay(stream, request, &cwd, output, id)
+        Ok((stream, request.cwd.clone().unwrap_or_else(|| self.record.workspace.clone())))
     }
 }
 
@@ -530,11 +537,64 @@ impl Session {
 /// means is decided in [`sandbox_core::agent`]. The request's timeout is enforced from here
 /// too ([`TIMEOUT_GRACE`] after it): dropping the connection makes the agent kill the command.
 fn relay(
-    mut stream: std::os::unix::net::UnixStream,
+    stream: UnixStream,
     request: &ExecRequest,
     cwd: &str,
     output: &mut dyn OutputSink,
     session: &str,
+) -> Result<RunOutcome> {
+    let bytes = sandbox_core::agent::encode_request(request, cwd);
+    answer(stream, request, &bytes, false, output, session, &mut || {})
+}
+
+/// An interactive exec: the request (version 2), then `io`'s input pumped into the
+/// connection by a thread while this one reads the answer, which must start with the agent's
+/// hello (an older agent has none: [`sandbox_core::Error::AgentTooOld`]).
+fn relay_interactive(
+    stream: UnixStream,
+    request: &ExecRequest,
+    cwd: &str,
+    io: Interactive,
+    output: &mut dyn OutputSink,
+    session: &str,
+) -> Result<RunOutcome> {
+    let failed =
+        |e: std::io::Error| Error::AgentExec { id: session.to_owned(), message: e.to_string() };
+    let writer = stream.try_clone().map_err(failed)?;
+    let done = Arc::new(AtomicBool::new(false));
+    let mut pump = Some({
+        let done = Arc::clone(&done);
+        let input = io.input;
+        let mut writer = writer;
+        move || {
+            sandbox_core::agent::pump_input(&input, &done, |bytes| writer.write_all(&bytes).is_ok())
+        }
+    });
+    let bytes = sandbox_core::agent::encode_interactive_request(request, cwd, io.tty);
+    let shutdown = stream.try_clone().map_err(failed)?;
+    // Not joined: the thread ends within 50 ms of `done`, or at once with the connection.
+    let result = answer(stream, request, &bytes, true, output, session, &mut || {
+        if let Some(pump) = pump.take() {
+            std::thread::spawn(pump);
+        }
+    });
+    done.store(true, Ordering::Relaxed);
+    // Also ends a pump blocked writing to an agent that stopped reading; the agent sees the
+    // hang-up and kills the command if it still runs (a timeout, a closed output).
+    let _ = shutdown.shutdown(std::net::Shutdown::Both);
+    result
+}
+
+/// Sends `request_bytes` and reads the agent's answer; with `interactive`, the first frame
+/// must be the agent's hello and `started` runs once the request is out.
+fn answer(
+    mut stream: UnixStream,
+    request: &ExecRequest,
+    request_bytes: &[u8],
+    interactive: bool,
+    output: &mut dyn OutputSink,
+    session: &str,
+    started: &mut dyn FnMut(),
 ) -> Result<RunOutcome> {
     let start = Instant::now();
     let deadline = request.timeout.map(|t| start + t + TIMEOUT_GRACE);
@@ -561,14 +621,15 @@ fn relay(
     if !arm(&stream) {
         return Ok(outcome(sandbox_core::agent::EXIT_HOST_TIMEOUT, true));
     }
-    match stream.write_all(&sandbox_core::agent::encode_request(request, cwd)) {
-        Ok(()) => {}
+    match stream.write_all(request_bytes) {
+        Ok(()) => started(),
         Err(e) if timed_out(&e) => {
             return Ok(outcome(sandbox_core::agent::EXIT_HOST_TIMEOUT, true));
         }
         Err(e) => return Err(failed(e.to_string())),
     }
     let mut payload = Vec::new();
+    let mut greeted = !interactive;
     loop {
         let mut head = [0u8; 5];
         if !arm(&stream) {
@@ -593,7 +654,16 @@ fn relay(
             }
             Err(e) => return Err(failed(e.to_string())),
         }
-        match sandbox_core::agent::decode_frame(kind, &payload).map_err(hostile)? {
+        let frame = sandbox_core::agent::decode_frame(kind, &payload).map_err(hostile)?;
+        if !greeted {
+            sandbox_core::agent::check_hello(&frame, session)?;
+            greeted = true;
+            continue;
+        }
+        match frame {
+            Frame::Hello { .. } => {
+                return Err(hostile("an unexpected hello frame".to_owned()).into());
+            }
             Frame::Output(which, chunk) => {
                 output.write(which, chunk);
                 if output.closed() {
@@ -623,6 +693,18 @@ impl sandbox_core::AgentShell for Session {
         output: &mut dyn OutputSink,
     ) -> Result<RunOutcome> {
         self.agent_exec(request, output)
+    }
+}
+
+impl InteractiveExec for Session {
+    async fn exec_interactive(
+        &self,
+        request: &ExecRequest,
+        io: Interactive,
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome> {
+        let (stream, cwd) = self.connect(request)?;
+        relay_interactive(stream, request, &cwd, io, output, &self.record.id)
     }
 }
 

@@ -18,11 +18,13 @@
 //! Wire format and every check of an answer (frame sizes, exit codes, frame kinds) live in
 //! [`sandbox_core::agent`], shared with engine-bwrap's sessions; the pin in [`reaper::ProcPin`].
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sandbox_core::agent::{Frame, TIMEOUT_GRACE};
-use sandbox_core::{ExecRequest, OutputSink, RunOutcome, Stream};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use sandbox_core::{ExecRequest, Interactive, OutputSink, RunOutcome, Stream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use crate::error::{Error, Result};
 
@@ -70,19 +72,83 @@ impl AgentAddr {
 /// away ([`OutputSink::closed`]) ends the exec at once: dropping the connection kills the
 /// command, as a closed pipe would have.
 pub(crate) async fn exec(
-    stream: tokio::net::UnixStream,
+    mut stream: tokio::net::UnixStream,
     request: &ExecRequest,
     cwd: &str,
     output: &mut dyn OutputSink,
     session: &str,
 ) -> Result<RunOutcome> {
     let start = Instant::now();
-    let relay = relay(stream, request, cwd, output, session, start);
+    let bytes = sandbox_core::agent::encode_request(request, cwd);
+    let relay = async {
+        stream.write_all(&bytes).await.map_err(failed)?;
+        answer(&mut stream, request, false, output, session, start).await
+    };
+    timed(request, start, relay).await
+}
+
+/// An interactive exec through a connected agent: the request (version 2), then `io`'s
+/// input, forwarded from its blocking channel by a thread to a task that writes it while
+/// this future reads the answer, which must start with the agent's hello (an older agent
+/// has none: [`sandbox_core::Error::AgentTooOld`]).
+pub(crate) async fn exec_interactive(
+    stream: tokio::net::UnixStream,
+    request: &ExecRequest,
+    cwd: &str,
+    io: Interactive,
+    output: &mut dyn OutputSink,
+    session: &str,
+) -> Result<RunOutcome> {
+    let start = Instant::now();
+    let (mut read, mut write) = stream.into_split();
+    let bytes = sandbox_core::agent::encode_interactive_request(request, cwd, io.tty);
+    write.write_all(&bytes).await.map_err(failed)?;
+    // A bounded hand-off: a fast producer (a piped file) waits for the socket instead of
+    // queueing all of its input in memory.
+    let (frames, mut queued) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+    let done = Arc::new(AtomicBool::new(false));
+    let forwarding = Arc::clone(&done);
+    let input = io.input;
+    std::thread::spawn(move || {
+        sandbox_core::agent::pump_input(&input, &forwarding, |bytes| {
+            frames.blocking_send(bytes).is_ok()
+        });
+    });
+    let writer = tokio::spawn(async move {
+        while let Some(bytes) = queued.recv().await {
+            if write.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+        // Handed back, not dropped: dropping a write half shuts the socket's sending side,
+        // which the agent takes for the caller going away (and kills the command).
+        write
+    });
+    let result =
+        timed(request, start, answer(&mut read, request, true, output, session, start)).await;
+    done.store(true, Ordering::Relaxed);
+    writer.abort();
+    // The agent sees the hang-up at once (the aborted writer's half may live on until the
+    // runtime polls it) and kills the command if it still runs.
+    let _ = rustix::net::shutdown(read.as_ref(), rustix::net::Shutdown::Both);
+    result
+}
+
+fn failed(e: std::io::Error) -> Error {
+    Error::Exec { what: "exec through the session agent".to_owned(), message: e.to_string() }
+}
+
+/// `answer` under the request's timeout ([`TIMEOUT_GRACE`] after it): the agent did not end
+/// the command in time; dropping the connection does.
+async fn timed(
+    request: &ExecRequest,
+    start: Instant,
+    answer: impl std::future::Future<Output = Result<RunOutcome>>,
+) -> Result<RunOutcome> {
     match request.timeout {
-        None => relay.await,
-        Some(timeout) => match tokio::time::timeout(timeout + TIMEOUT_GRACE, relay).await {
+        None => answer.await,
+        Some(timeout) => match tokio::time::timeout(timeout + TIMEOUT_GRACE, answer).await {
             Ok(outcome) => outcome,
-            // The agent did not end the command in time; dropping the connection does.
             Err(_) => Ok(RunOutcome {
                 exit_code: sandbox_core::agent::EXIT_HOST_TIMEOUT,
                 duration: start.elapsed(),
@@ -94,56 +160,60 @@ pub(crate) async fn exec(
 }
 
 /// The tokio side of the protocol loop; what each frame means is decided in
-/// [`sandbox_core::agent`] (engine-bwrap has the blocking twin of this loop).
-async fn relay(
-    mut stream: tokio::net::UnixStream,
+/// [`sandbox_core::agent`] (engine-bwrap has the blocking twin of this loop). With
+/// `interactive`, the first frame must be the agent's hello.
+async fn answer(
+    stream: &mut (impl AsyncRead + Unpin),
     request: &ExecRequest,
-    cwd: &str,
+    interactive: bool,
     output: &mut dyn OutputSink,
     session: &str,
     start: Instant,
 ) -> Result<RunOutcome> {
-    let failed = |message: String| Error::Exec {
-        what: "exec through the session agent".to_owned(),
-        message,
-    };
     let hostile = |problem: String| Error::AgentProtocol { id: session.to_owned(), problem };
-    let request_bytes = sandbox_core::agent::encode_request(request, cwd);
-    stream.write_all(&request_bytes).await.map_err(|e| failed(e.to_string()))?;
     let mut payload = Vec::new();
+    let mut greeted = !interactive;
     loop {
         let mut head = [0u8; 5];
         match stream.read_exact(&mut head).await {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                return Err(failed(format!("session `{session}` ended during the command")));
+                return Err(failed(std::io::Error::other(format!(
+                    "session `{session}` ended during the command"
+                ))));
             }
-            Err(e) => return Err(failed(e.to_string())),
+            Err(e) => return Err(failed(e)),
         }
         let (kind, len) = sandbox_core::agent::frame_len(head).map_err(hostile)?;
         payload.resize(len, 0);
-        stream.read_exact(&mut payload).await.map_err(|e| failed(e.to_string()))?;
-        let (exit_code, timed_out) =
-            match sandbox_core::agent::decode_frame(kind, &payload).map_err(hostile)? {
-                Frame::Output(which, chunk) => {
-                    output.write(which, chunk);
-                    if output.closed() {
-                        return Ok(RunOutcome {
-                            exit_code: sandbox_core::EXIT_CLOSED_PIPE,
-                            duration: start.elapsed(),
-                            timed_out: false,
-                            warnings: Vec::new(),
-                        });
-                    }
-                    continue;
+        stream.read_exact(&mut payload).await.map_err(failed)?;
+        let frame = sandbox_core::agent::decode_frame(kind, &payload).map_err(hostile)?;
+        if !greeted {
+            sandbox_core::agent::check_hello(&frame, session)?;
+            greeted = true;
+            continue;
+        }
+        let (exit_code, timed_out) = match frame {
+            Frame::Output(which, chunk) => {
+                output.write(which, chunk);
+                if output.closed() {
+                    return Ok(RunOutcome {
+                        exit_code: sandbox_core::EXIT_CLOSED_PIPE,
+                        duration: start.elapsed(),
+                        timed_out: false,
+                        warnings: Vec::new(),
+                    });
                 }
-                Frame::Exited { code, timed_out } => (code, timed_out),
-                Frame::NotStarted(message) => {
-                    let (line, code) = sandbox_core::agent::not_started(request, &message);
-                    output.write(Stream::Stderr, line.as_bytes());
-                    (code, false)
-                }
-            };
+                continue;
+            }
+            Frame::Exited { code, timed_out } => (code, timed_out),
+            Frame::NotStarted(message) => {
+                let (line, code) = sandbox_core::agent::not_started(request, &message);
+                output.write(Stream::Stderr, line.as_bytes());
+                (code, false)
+            }
+            Frame::Hello { .. } => return Err(hostile("an unexpected hello frame".to_owned())),
+        };
         return Ok(RunOutcome {
             exit_code,
             duration: start.elapsed(),

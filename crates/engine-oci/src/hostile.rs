@@ -260,3 +260,63 @@ fn an_agent_that_ignores_the_timeout_is_cut_off_by_the_host() {
         "{took:?}"
     );
 }
+
+fn interactive(agent: &FakeAgent, events: Vec<sandbox_core::Input>) -> Result<i32, Error> {
+    let (input, io) = sandbox_core::Interactive::channel(None);
+    for event in events {
+        input.send(event).expect("send");
+    }
+    // The caller's side stays open (a terminal nobody types in): the answer alone must end it.
+    let request = ExecRequest::new(&["cat"]);
+    let outcome = rt().block_on(sandbox_core::InteractiveExec::exec_interactive(
+        &agent.session,
+        &request,
+        io,
+        &mut Captured::default(),
+    ));
+    drop(input);
+    outcome.map(|o| o.exit_code)
+}
+
+/// A session started before interactive execs existed: its agent finds no `argv` in the
+/// request, starts nothing and says so. The host names the problem instead of hanging or
+/// running the command without its input.
+#[test]
+fn an_agent_older_than_interactive_execs_is_refused_not_waited_for() {
+    let agent = answer(vec![(b'f', b"'argv'".to_vec())]);
+    let started = Instant::now();
+    let result = interactive(&agent, vec![sandbox_core::Input::Stdin(b"x".to_vec())]);
+    let Err(Error::Sandbox(e @ sandbox_core::Error::AgentTooOld { .. })) = &result else {
+        panic!("expected the too-old refusal, got {result:?}")
+    };
+    assert!(e.to_string().contains("session stop hostile"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
+
+/// A hello is the first frame of an interactive answer and nowhere else.
+#[test]
+fn hello_frames_out_of_place_are_protocol_errors() {
+    let hello = br#"{"v": 2}"#.to_vec();
+    let twice = answer(vec![(b'v', hello.clone()), (b'v', hello.clone())]);
+    let result = interactive(&twice, Vec::new());
+    let Err(e @ Error::AgentProtocol { .. }) = &result else { panic!("{result:?}") };
+    assert!(e.to_string().contains("an unexpected hello frame"), "{e}");
+    let in_v1 = answer(vec![(b'v', hello)]);
+    assert!(protocol_problem(&in_v1).contains("an unexpected hello frame"));
+}
+
+/// An agent that answers without reading the input (replaced by code that ignores it) while
+/// the caller streams 64 MiB: the host's hand-off is bounded, so it neither queues it all
+/// nor waits for the socket to drain before reporting the exit.
+#[test]
+fn input_nobody_reads_does_not_hold_up_the_answer() {
+    let agent = answer(vec![
+        (b'v', br#"{"v": 2}"#.to_vec()),
+        (b'x', br#"{"code": 5, "timed_out": false}"#.to_vec()),
+    ]);
+    let chunk = vec![b'z'; 1 << 20];
+    let events = (0..64).map(|_| sandbox_core::Input::Stdin(chunk.clone())).collect();
+    let started = Instant::now();
+    assert_eq!(interactive(&agent, events).expect("an outcome"), 5);
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}

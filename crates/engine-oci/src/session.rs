@@ -591,6 +591,32 @@ impl Session {
         Ok(())
     }
 
+    /// An interactive exec: through the agent only (see [`sandbox_core::InteractiveExec`]).
+    async fn exec_interactive_raw(
+        &self,
+        request: &ExecRequest,
+        io: sandbox_core::Interactive,
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome> {
+        self.ensure_running()?;
+        let cwd = request.cwd.clone().unwrap_or_else(|| self.workspace.clone());
+        match self.connect_agent() {
+            Some(stream) => {
+                agent::exec_interactive(stream, request, &cwd, io, output, &self.id).await
+            }
+            // The API's exec has stdin and a tty too, but not the agent's kill on hang-up:
+            // an interactive command left behind by a dropped CLI would run on unseen.
+            None if self.docker.is_some() => Err(sandbox_core::Error::Unsupported {
+                what: "an interactive exec (`-i`/`-t`)".to_owned(),
+                by: format!("session `{}`, whose agent this host cannot reach", self.id),
+                hint: "run it on the host that started the session, or start a new session there"
+                    .to_owned(),
+            }
+            .into()),
+            None => Err(Error::NoSession { id: self.id.clone() }),
+        }
+    }
+
     /// Runs one command through the activity wrapper, streaming to `output`.
     async fn exec_raw(
         &self,
@@ -785,6 +811,17 @@ fn tar_of(path: &Path) -> Result<Vec<u8>> {
     };
     result.map_err(Error::io(format!("packing {}", path.display())))?;
     builder.into_inner().map_err(Error::io(format!("packing {}", path.display())))
+}
+
+impl sandbox_core::InteractiveExec for Session {
+    async fn exec_interactive(
+        &self,
+        request: &ExecRequest,
+        io: sandbox_core::Interactive,
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome> {
+        self.exec_interactive_raw(request, io, output).await
+    }
 }
 
 impl Sandbox for Session {

@@ -7,6 +7,10 @@
 # Idle TTL: requests served here and execs registered under /tmp/.active (the exec fallback
 # path) count as activity; once nothing ran for the TTL the process exits and the auto-removed
 # container disappears, even if no CLI ever runs again.
+#
+# Interactive execs (protocol version 2, `session exec -i`/`-t`): stdin arrives as frames while
+# the command runs, optionally on a pty; see relay_interactive and agent.rs.
+import fcntl
 import json
 import os
 import selectors
@@ -15,6 +19,7 @@ import socket
 import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 
@@ -23,6 +28,9 @@ SOCK = "/tmp/.python-sandbox-agent.sock"
 ACTIVE = "/tmp/.active"
 LAST = "/tmp/.last-activity"
 HEADER_LIMIT = 16 << 20
+# The largest input frame taken from the host, and how much stdin the command may leave
+# unread before the host is no longer read (backpressure, not a buffer of everything).
+INPUT_LIMIT = 1 << 20
 
 lock = threading.Lock()
 running = 0
@@ -70,6 +78,34 @@ def feed(proc, data):
             pass
 
 
+class Clock:
+    # The request's timeout, and how long a command that exited may keep its output open.
+
+    def __init__(self, req):
+        timeout = req.get("timeout")
+        self.deadline = time.monotonic() + timeout if timeout else None
+        self.timed_out = False
+        self.exited_at = None
+
+    def tick(self, proc, kill):
+        # False once the relay should stop reading; kills the command at its timeout.
+        now = time.monotonic()
+        if self.deadline is not None and now >= self.deadline:
+            self.timed_out = True
+            kill(proc)
+            self.deadline = None
+        if self.exited_at is None and proc.poll() is not None:
+            self.exited_at = now
+        # Like a shell: once the command exited, background children that keep its
+        # output open get a moment, not forever.
+        return self.exited_at is None or now - self.exited_at <= 0.2
+
+    def wait(self):
+        if self.deadline is None:
+            return 0.1
+        return min(0.1, max(0.0, self.deadline - time.monotonic()))
+
+
 def relay(conn, req, stdin):
     env = dict(os.environ)
     env.update({k: v for k, v in req.get("env", [])})
@@ -92,26 +128,11 @@ def relay(conn, req, stdin):
     sel.register(proc.stdout, selectors.EVENT_READ, b"o")
     sel.register(proc.stderr, selectors.EVENT_READ, b"e")
     sel.register(conn, selectors.EVENT_READ, None)
-    timeout = req.get("timeout")
-    deadline = time.monotonic() + timeout if timeout else None
-    pipes, timed_out, exited_at = 2, False, None
+    clock = Clock(req)
+    pipes = 2
     try:
-        while pipes:
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                timed_out = True
-                kill(proc)
-                deadline = None
-            if exited_at is None and proc.poll() is not None:
-                exited_at = now
-            # Like a shell: once the command exited, background children that keep its
-            # output open get a moment, not forever.
-            if exited_at is not None and now - exited_at > 0.2:
-                break
-            wait = 0.1
-            if deadline is not None:
-                wait = min(wait, max(0.0, deadline - now))
-            for key, _ in sel.select(wait):
+        while pipes and clock.tick(proc, kill):
+            for key, _ in sel.select(clock.wait()):
                 if key.data is None:
                     if not conn.recv(4096):
                         # The client went away (Ctrl-C, killed): so does the command.
@@ -131,7 +152,207 @@ def relay(conn, req, stdin):
     code = proc.wait()
     if code < 0:
         code = 128 - code
-    send(conn, b"x", json.dumps({"code": code, "timed_out": timed_out}).encode())
+    send(conn, b"x", json.dumps({"code": code, "timed_out": clock.timed_out}).encode())
+
+
+def kill_session(proc):
+    # The command's whole session: on a tty a shell's job control moves children into
+    # process groups of their own, which killpg alone would miss.
+    kill(proc)
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                stat = f.read()
+            # After "(comm) ": state, ppid, pgrp, session.
+            if int(stat[stat.rindex(b")") + 2 :].split()[3]) == proc.pid:
+                os.kill(int(name), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            pass
+
+
+def winsize(fd, rows, cols):
+    try:
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    except (OSError, ValueError, struct.error):
+        pass
+
+
+def controlling_tty():
+    # In the child, after setsid (start_new_session) and the dup2 of the pty onto 0/1/2. The
+    # keys that signal (Ctrl-C, Ctrl-\) must work even if whoever started the agent ignored
+    # them (a background job does): an ignored signal stays ignored across exec.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def input_frames(buf):
+    # Complete frames off the front of buf; a partial one stays for the next read.
+    frames = []
+    while len(buf) >= 5:
+        (n,) = struct.unpack(">I", bytes(buf[1:5]))
+        if n > INPUT_LIMIT:
+            raise ValueError("input frame too large")
+        if len(buf) < 5 + n:
+            break
+        frames.append((bytes(buf[0:1]), bytes(buf[5 : 5 + n])))
+        del buf[: 5 + n]
+    return frames
+
+
+def relay_interactive(conn, req):
+    if req.get("v") != 2:
+        send(conn, b"f", b"protocol version %r is not supported" % (req.get("v"),))
+        return
+    send(conn, b"v", json.dumps({"v": 2}).encode())
+    env = dict(os.environ)
+    env.update({k: v for k, v in req.get("env", [])})
+    tty = req.get("tty")
+    master = None
+    try:
+        if tty:
+            master, slave = os.openpty()
+            winsize(slave, int(tty["rows"]), int(tty["cols"]))
+            env.setdefault("TERM", "xterm")
+            try:
+                proc = subprocess.Popen(
+                    req["cmd"],
+                    cwd=req.get("cwd") or "/",
+                    env=env,
+                    stdin=slave,
+                    stdout=slave,
+                    stderr=slave,
+                    start_new_session=True,
+                    preexec_fn=controlling_tty,
+                )
+            finally:
+                os.close(slave)
+            outputs = {master: b"o"}
+            sink = os.dup(master)
+        else:
+            proc = subprocess.Popen(
+                req["cmd"],
+                cwd=req.get("cwd") or "/",
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            outputs = {proc.stdout.fileno(): b"o", proc.stderr.fileno(): b"e"}
+            sink = proc.stdin.fileno()
+    except (OSError, ValueError, TypeError, KeyError, subprocess.SubprocessError) as e:
+        if master is not None:
+            os.close(master)
+        send(conn, b"f", str(e).encode())
+        return
+    os.set_blocking(sink, False)
+    sel = selectors.DefaultSelector()
+    for fd, kind in outputs.items():
+        sel.register(fd, selectors.EVENT_READ, kind)
+    sel.register(conn, selectors.EVENT_READ, None)
+    inbuf, pending = bytearray(), bytearray()
+    eof, sink_open, writing = False, True, False
+    clock = Clock(req)
+    pipes = len(outputs)
+    try:
+        while pipes and clock.tick(proc, kill_session):
+            if sink_open and eof and not pending:
+                if master is None:
+                    proc.stdin.close()
+                    sink_open = False
+                else:
+                    # A pty has no end of input to close: type the end-of-file character.
+                    pending += b"\x04"
+                    eof = False
+            want_write = sink_open and bool(pending)
+            if want_write != writing:
+                if want_write:
+                    sel.register(sink, selectors.EVENT_WRITE, b"in")
+                else:
+                    sel.unregister(sink)
+                writing = want_write
+            # Backpressure: the host is read again once the command took its stdin.
+            want_read = len(pending) < INPUT_LIMIT
+            registered = conn in sel.get_map()
+            if want_read and not registered:
+                sel.register(conn, selectors.EVENT_READ, None)
+            elif registered and not want_read:
+                sel.unregister(conn)
+            for key, _ in sel.select(clock.wait()):
+                if key.data is None:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        # The client went away (Ctrl-C, killed): so does the command.
+                        kill_session(proc)
+                        return
+                    inbuf += chunk
+                    for kind, payload in input_frames(inbuf):
+                        if kind == b"i" and not eof:
+                            pending += payload
+                        elif kind == b"c":
+                            eof = True
+                        elif kind == b"w" and len(payload) == 4 and master is not None:
+                            rows, cols = struct.unpack(">HH", payload)
+                            winsize(master, rows, cols)
+                elif key.data == b"in":
+                    try:
+                        del pending[: os.write(sink, pending)]
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        # The command closed its stdin (or exited): the rest has no reader.
+                        pending.clear()
+                        eof = False
+                        if master is None:
+                            sel.unregister(sink)
+                            writing = False
+                            proc.stdin.close()
+                            sink_open = False
+                else:
+                    try:
+                        chunk = os.read(key.fd, 65536)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        # EIO: every holder of the pty's other end is gone.
+                        chunk = b""
+                    if chunk:
+                        send(conn, key.data, chunk)
+                    else:
+                        sel.unregister(key.fileobj)
+                        pipes -= 1
+    except ValueError:
+        kill_session(proc)
+        return
+    finally:
+        sel.close()
+        if master is None:
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                try:
+                    if pipe is not None:
+                        pipe.close()
+                except OSError:
+                    pass
+        else:
+            # Closing the master hangs the terminal up (SIGHUP to the command): only once
+            # the command is gone, or one that exits as its output ends would die of it.
+            proc.wait()
+            for fd in (sink, master):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+    code = proc.wait()
+    if code < 0:
+        code = 128 - code
+    send(conn, b"x", json.dumps({"code": code, "timed_out": clock.timed_out}).encode())
 
 
 def serve(conn):
@@ -144,6 +365,9 @@ def serve(conn):
         if n > HEADER_LIMIT:
             return
         req = json.loads(read_exact(conn, n))
+        if "v" in req:
+            relay_interactive(conn, req)
+            return
         stdin = read_exact(conn, int(req.get("stdin", 0)))
         relay(conn, req, stdin)
     except (OSError, EOFError, ValueError):

@@ -9,10 +9,22 @@
 //! frames `kind: u8, len: u32 BE, payload`: `o`/`e` output, `f` "could not start" (message),
 //! `x` exit (`{"code": N, "timed_out": bool}`, last). Closing the connection kills the command's
 //! process group, which is how Ctrl-C of the CLI reaches it.
+//!
+//! **Version 2, interactive execs** ([`crate::InteractiveExec`], `session exec -i`/`-t`): the
+//! header has `"v": 2`, the command under `cmd` (not `argv`), `"stdin": 0` and `tty`
+//! (`{rows, cols}` or null). The agent's first frame is `v` (`{"v": 2}`); then the host sends
+//! frames of the same shape while the command runs: `i` stdin bytes (at most
+//! [`MAX_INPUT_CHUNK`] each), `c` end of input (the agent closes the command's stdin; on a
+//! pty it types the end-of-file character), `w` a window size (rows, cols: two `u16` BE).
+//! With a tty the command is a session leader with the pty as controlling terminal and its
+//! output comes back as `o` frames. A version-1 agent (a session started before the upgrade)
+//! finds no `argv`, starts nothing and answers `f`: no hello first is how the host tells,
+//! and refuses with [`crate::Error::AgentTooOld`] instead of running the command without
+//! its input or hanging. Version-1 requests are unchanged, so old sessions keep serving them.
 
 use std::time::Duration;
 
-use crate::{ExecRequest, Stream};
+use crate::{ExecRequest, Input, Stream, TtySize};
 
 /// The agent program, run by the sandbox's `python3` as the session's main process, with the
 /// idle TTL in seconds as its one argument.
@@ -50,6 +62,120 @@ pub fn encode_request(request: &ExecRequest, cwd: &str) -> Vec<u8> {
     bytes
 }
 
+/// The protocol version of interactive requests (see the module docs).
+pub const PROTOCOL_INTERACTIVE: u64 = 2;
+
+/// The largest stdin frame the host sends (the agent refuses frames over [`MAX_FRAME`]).
+pub const MAX_INPUT_CHUNK: usize = 64 << 10;
+
+/// Pure: the request bytes of an interactive exec of `request` in `cwd` (version 2), with
+/// `request.stdin` as its first input frames.
+pub fn encode_interactive_request(
+    request: &ExecRequest,
+    cwd: &str,
+    tty: Option<TtySize>,
+) -> Vec<u8> {
+    let header = serde_json::json!({
+        "v": PROTOCOL_INTERACTIVE,
+        "cmd": request.argv,
+        "env": request.env,
+        "cwd": cwd,
+        "timeout": request.timeout.map(|t| t.as_secs_f64()),
+        "stdin": 0,
+        "tty": tty.map(|size| serde_json::json!({"rows": size.rows, "cols": size.cols})),
+    })
+    .to_string();
+    let mut bytes = Vec::with_capacity(4 + header.len() + request.stdin.len());
+    bytes.extend_from_slice(&u32::try_from(header.len()).unwrap_or(u32::MAX).to_be_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    if !request.stdin.is_empty() {
+        bytes.extend(encode_input(&Input::Stdin(request.stdin.clone())));
+    }
+    bytes
+}
+
+fn push_frame(bytes: &mut Vec<u8>, kind: u8, payload: &[u8]) {
+    bytes.push(kind);
+    bytes.extend_from_slice(&u32::try_from(payload.len()).unwrap_or(u32::MAX).to_be_bytes());
+    bytes.extend_from_slice(payload);
+}
+
+/// Pure: the frames the host sends for one input event (stdin split into frames of at most
+/// [`MAX_INPUT_CHUNK`]; empty stdin is no frame, an empty `i` would mean nothing).
+pub fn encode_input(input: &Input) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    match input {
+        Input::Stdin(data) => {
+            bytes.reserve(data.len() + data.len() / MAX_INPUT_CHUNK * 5 + 5);
+            for chunk in data.chunks(MAX_INPUT_CHUNK) {
+                push_frame(&mut bytes, b'i', chunk);
+            }
+        }
+        Input::Eof => push_frame(&mut bytes, b'c', b""),
+        Input::Resize(size) => {
+            let mut payload = [0u8; 4];
+            payload[..2].copy_from_slice(&size.rows.to_be_bytes());
+            payload[2..].copy_from_slice(&size.cols.to_be_bytes());
+            push_frame(&mut bytes, b'w', &payload);
+        }
+    }
+    bytes
+}
+
+/// The caller's input events as frames, handed to `send` (false: the connection is gone)
+/// until the end of input, or until `done` (the exec ended; checked every 50 ms). A channel
+/// whose senders are gone is the end of input. The engines run this on a thread of their
+/// own: it waits on the channel, the one blocking thing here, and does no IO itself.
+pub fn pump_input(
+    input: &std::sync::mpsc::Receiver<Input>,
+    done: &std::sync::atomic::AtomicBool,
+    mut send: impl FnMut(Vec<u8>) -> bool,
+) {
+    use std::sync::mpsc::RecvTimeoutError;
+    loop {
+        let event = match input.recv_timeout(Duration::from_millis(50)) {
+            Ok(event) => event,
+            Err(RecvTimeoutError::Timeout) if done.load(std::sync::atomic::Ordering::Relaxed) => {
+                return;
+            }
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => Input::Eof,
+        };
+        let last = event == Input::Eof;
+        if !send(encode_input(&event)) || last {
+            return;
+        }
+    }
+}
+
+/// Pure: what one input frame (as [`encode_input`] makes them) means; the agent's reading in
+/// Python, for tests and fake agents.
+pub fn decode_input(kind: u8, payload: &[u8]) -> Result<Input, String> {
+    match (kind, payload) {
+        (b'i', data) if data.len() <= MAX_INPUT_CHUNK => Ok(Input::Stdin(data.to_vec())),
+        (b'i', data) => Err(format!("a stdin frame of {} bytes", data.len())),
+        (b'c', []) => Ok(Input::Eof),
+        (b'w', [r0, r1, c0, c1]) => Ok(Input::Resize(TtySize {
+            rows: u16::from_be_bytes([*r0, *r1]),
+            cols: u16::from_be_bytes([*c0, *c1]),
+        })),
+        (b'c' | b'w', payload) => {
+            Err(format!("a `{}` frame of {} bytes", char::from(kind), payload.len()))
+        }
+        (other, _) => Err(format!("an unknown input frame `{}`", other.escape_ascii())),
+    }
+}
+
+/// Pure: whether the first frame of an answer to an interactive request is the agent's hello.
+/// Anything else comes from an agent that predates the protocol (it started nothing) or does
+/// not speak it: the exec is refused, never run without its input.
+pub fn check_hello(frame: &Frame<'_>, session: &str) -> Result<(), crate::Error> {
+    match frame {
+        Frame::Hello { version } if *version >= PROTOCOL_INTERACTIVE => Ok(()),
+        _ => Err(crate::Error::AgentTooOld { id: session.to_owned() }),
+    }
+}
+
 /// Pure: the kind and payload length of a frame header, refusing a payload over
 /// [`MAX_FRAME`] (the message is the protocol problem, for an error naming the session).
 pub fn frame_len(head: [u8; 5]) -> Result<(u8, usize), String> {
@@ -83,6 +209,11 @@ pub enum Frame<'a> {
     },
     /// The command could not be started; the agent's message.
     NotStarted(String),
+    /// The first frame of an answer to an interactive request: the agent's protocol version.
+    Hello {
+        /// At least [`PROTOCOL_INTERACTIVE`] from an agent that speaks it.
+        version: u64,
+    },
 }
 
 /// Pure: what a frame of `kind` carrying `payload` (at most [`MAX_FRAME`], see [`frame_len`])
@@ -101,6 +232,16 @@ pub fn decode_frame(kind: u8, payload: &[u8]) -> Result<Frame<'_>, String> {
             Ok(Frame::Exited { code, timed_out })
         }
         b'f' => Ok(Frame::NotStarted(String::from_utf8_lossy(payload).into_owned())),
+        b'v' => serde_json::from_slice::<serde_json::Value>(payload)
+            .ok()
+            .and_then(|value| value.get("v")?.as_u64())
+            .map(|version| Frame::Hello { version })
+            .ok_or_else(|| {
+                format!(
+                    "a hello frame `{}`",
+                    String::from_utf8_lossy(payload).chars().take(80).collect::<String>()
+                )
+            }),
         other => Err(format!("an unknown frame `{}`", other.escape_ascii())),
     }
 }
@@ -115,6 +256,8 @@ pub fn not_started(request: &ExecRequest, message: &str) -> (String, i32) {
 
 #[cfg(test)]
 mod tests {
+    use proptest::strategy::Strategy as _;
+
     use super::*;
 
     #[test]
@@ -184,6 +327,138 @@ mod tests {
             ("nope: [Errno 2] No such file or directory\n".to_owned(), 127)
         );
         assert_eq!(not_started(&request, "Permission denied").1, 126);
+    }
+
+    /// Splits the host's input bytes back into frames, as the agent reads them.
+    fn decode_all(mut bytes: &[u8]) -> Vec<Input> {
+        let mut inputs = Vec::new();
+        while !bytes.is_empty() {
+            let head: [u8; 5] = bytes[..5].try_into().expect("a whole frame head");
+            let (kind, len) = frame_len(head).expect("frame length");
+            inputs.push(decode_input(kind, &bytes[5..5 + len]).expect("input frame"));
+            bytes = &bytes[5 + len..];
+        }
+        inputs
+    }
+
+    #[test]
+    fn interactive_requests_are_version_2_with_the_command_where_old_agents_do_not_look() {
+        let request = ExecRequest {
+            stdin: b"first".to_vec(),
+            timeout: Some(Duration::from_secs(2)),
+            ..ExecRequest::new(&["cat"])
+        };
+        let tty = TtySize { rows: 40, cols: 132 };
+        let bytes = encode_interactive_request(&request, "/ws", Some(tty));
+        let len = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+        let header: serde_json::Value = serde_json::from_slice(&bytes[4..4 + len]).expect("json");
+        assert_eq!(header["v"], 2);
+        assert_eq!(header["cmd"], serde_json::json!(["cat"]));
+        // A version-1 agent runs `req["argv"]`: without it, it starts nothing and says so.
+        assert!(header.get("argv").is_none(), "{header}");
+        assert_eq!(header["stdin"], 0);
+        assert_eq!(header["tty"], serde_json::json!({"rows": 40, "cols": 132}));
+        assert_eq!(header["timeout"], 2.0);
+        assert_eq!(decode_all(&bytes[4 + len..]), vec![Input::Stdin(b"first".to_vec())]);
+        let plain = encode_interactive_request(&ExecRequest::new(&["cat"]), "/ws", None);
+        let header: serde_json::Value = serde_json::from_slice(&plain[4..]).expect("json");
+        assert_eq!(header["tty"], serde_json::Value::Null);
+        // Non-interactive requests stay version 1, which every agent serves.
+        let old = encode_request(&request, "/ws");
+        assert!(!String::from_utf8_lossy(&old).contains(r#""v""#));
+    }
+
+    #[test]
+    fn input_frames_are_bounded_and_exact() {
+        let big = vec![7u8; 3 * MAX_INPUT_CHUNK + 1];
+        let bytes = encode_input(&Input::Stdin(big.clone()));
+        let decoded = decode_all(&bytes);
+        assert_eq!(decoded.len(), 4);
+        let joined: Vec<u8> = decoded
+            .into_iter()
+            .flat_map(|i| match i {
+                Input::Stdin(b) => b,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(joined, big);
+        assert!(encode_input(&Input::Stdin(Vec::new())).is_empty());
+        assert_eq!(encode_input(&Input::Eof), b"c\0\0\0\0");
+        let resize = encode_input(&Input::Resize(TtySize { rows: 0x0102, cols: 0xfffe }));
+        assert_eq!(resize, b"w\0\0\0\x04\x01\x02\xff\xfe");
+        // What no host sends: refused, not guessed at.
+        let over = vec![0u8; MAX_INPUT_CHUNK + 1];
+        assert_eq!(
+            decode_input(b'i', &over),
+            Err(format!("a stdin frame of {} bytes", over.len()))
+        );
+        assert_eq!(decode_input(b'c', b"x"), Err("a `c` frame of 1 bytes".to_owned()));
+        assert_eq!(decode_input(b'w', b"\0\0\0"), Err("a `w` frame of 3 bytes".to_owned()));
+        assert_eq!(decode_input(b'w', b"\0\0\0\0\0"), Err("a `w` frame of 5 bytes".to_owned()));
+        assert_eq!(decode_input(b'o', b""), Err("an unknown input frame `o`".to_owned()));
+        // The agent's own bound on a frame from the host is the host's bound on one from it.
+        assert!(AGENT_PY.contains("INPUT_LIMIT = 1 << 20"));
+        assert_eq!(MAX_FRAME, 1 << 20);
+    }
+
+    #[test]
+    fn interactive_answers_start_with_a_hello_or_are_refused() {
+        assert_eq!(decode_frame(b'v', br#"{"v": 2}"#), Ok(Frame::Hello { version: 2 }));
+        for bogus in [&b""[..], b"[]", br#"{"v": -1}"#, br#"{"v": "2"}"#, b"\xff"] {
+            assert!(decode_frame(b'v', bogus).is_err(), "{bogus:?}");
+        }
+        assert_eq!(check_hello(&Frame::Hello { version: 2 }, "s1"), Ok(()));
+        assert_eq!(check_hello(&Frame::Hello { version: 3 }, "s1"), Ok(()));
+        let too_old = crate::Error::AgentTooOld { id: "s1".to_owned() };
+        // What a version-1 agent answers a version-2 request: no hello, a start failure.
+        assert_eq!(
+            check_hello(&Frame::NotStarted("'argv'".to_owned()), "s1"),
+            Err(too_old.clone())
+        );
+        assert_eq!(check_hello(&Frame::Hello { version: 1 }, "s1"), Err(too_old.clone()));
+        assert_eq!(check_hello(&Frame::Output(Stream::Stdout, b"x"), "s1"), Err(too_old.clone()));
+        insta::assert_snapshot!(too_old.to_string(), @r"
+        the agent of session `s1` predates interactive execs (`session exec -i`/`-t`)
+        hint: the session was started by an older python-sandbox; stop it with `python-sandbox session stop s1` and start a new one
+        ");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn input_round_trips(
+            events in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::collection::vec(proptest::num::u8::ANY, 0..200_000)
+                        .prop_map(Input::Stdin),
+                    proptest::strategy::Just(Input::Eof),
+                    (proptest::num::u16::ANY, proptest::num::u16::ANY)
+                        .prop_map(|(rows, cols)| Input::Resize(TtySize { rows, cols })),
+                ],
+                0..6,
+            ),
+        ) {
+            let bytes: Vec<u8> = events.iter().flat_map(encode_input).collect();
+            // Stdin may come back split, never merged with its neighbours or altered.
+            let mut expected = Vec::new();
+            for event in &events {
+                match event {
+                    Input::Stdin(data) => expected.extend(
+                        data.chunks(MAX_INPUT_CHUNK).map(|c| Input::Stdin(c.to_vec()))),
+                    other => expected.push(other.clone()),
+                }
+            }
+            proptest::prop_assert_eq!(decode_all(&bytes), expected);
+        }
+
+        #[test]
+        fn hostile_frame_heads_never_ask_for_more_than_the_cap(head: [u8; 5], payload in
+            proptest::collection::vec(proptest::num::u8::ANY, 0..64)) {
+            if let Ok((kind, len)) = frame_len(head) {
+                proptest::prop_assert!(len <= MAX_FRAME);
+                let _ = decode_frame(kind, &payload);
+                let _ = decode_input(kind, &payload);
+            }
+        }
     }
 
     #[test]

@@ -209,6 +209,15 @@ pub enum Error {
         /// What was wrong, lower case.
         problem: String,
     },
+    /// An interactive exec reached an agent that does not speak the interactive protocol:
+    /// one from a session started by an older python-sandbox. It started nothing.
+    #[error(
+        "the agent of session `{id}` predates interactive execs (`session exec -i`/`-t`)\nhint: the session was started by an older python-sandbox; stop it with `python-sandbox session stop {id}` and start a new one"
+    )]
+    AgentTooOld {
+        /// The session.
+        id: String,
+    },
     /// More came back from a session than the host takes into memory.
     #[error("{what} from session `{id}` is larger than the {limit} the host reads\nhint: {hint}")]
     TooLarge {

@@ -3,6 +3,11 @@
 //!
 //! Its futures never wait (everything is ready on first poll), so tests can drive it with any
 //! executor, or with a ten-line `block_on` over [`std::task::Waker::noop`].
+//!
+//! Interactive execs ([`crate::InteractiveExec`]): stdin is streamed like bytes (the fake
+//! reads the input channel to its end, blocking, then runs the handler with all of it as
+//! `request.stdin`, as the recorded call shows); a tty is refused with
+//! [`Error::Unsupported`]: a fake that ran the command without one would lie to the test.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -12,7 +17,7 @@ use std::time::Duration;
 use crate::paths::normalize;
 use crate::sandbox::{DirEntry, EntryKind, ExecRequest, PutSource, Sandbox, Service, ServiceSpec};
 use crate::tar::{self, TarEntry};
-use crate::{Error, OutputSink, RunOutcome, Stream};
+use crate::{Error, Input, Interactive, InteractiveExec, OutputSink, RunOutcome, Stream};
 
 /// Programs the answer to an exec: output chunks in order, exit code, and whether to report
 /// a timeout.
@@ -501,6 +506,34 @@ impl Sandbox for FakeSandbox {
     async fn stop(&self) -> Result<(), Error> {
         self.stop_now();
         Ok(())
+    }
+}
+
+impl InteractiveExec for FakeSandbox {
+    async fn exec_interactive(
+        &self,
+        request: &ExecRequest,
+        io: Interactive,
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome, Error> {
+        if io.tty.is_some() {
+            return Err(Error::Unsupported {
+                what: "a tty".to_owned(),
+                by: "the fake sandbox".to_owned(),
+                hint: "test a tty against a real session engine; the fake streams stdin only"
+                    .to_owned(),
+            });
+        }
+        let mut request = request.clone();
+        // A closed channel is the end of input too, as for the real engines.
+        while let Ok(input) = io.input.recv() {
+            match input {
+                Input::Stdin(bytes) => request.stdin.extend_from_slice(&bytes),
+                Input::Eof => break,
+                Input::Resize(_) => {}
+            }
+        }
+        self.exec_now(&request, output)
     }
 }
 

@@ -14,6 +14,7 @@ pub mod contract;
 mod engine;
 mod error;
 mod fake;
+mod interactive;
 mod io;
 mod layer;
 mod limits;
@@ -38,6 +39,7 @@ pub use engine::{
 };
 pub use error::Error;
 pub use fake::{FakeCall, FakeFs, FakeReply, FakeSandbox};
+pub use interactive::{Input, Interactive, InteractiveExec, TtySize};
 pub use io::{Captured, EXIT_CLOSED_PIPE, OutputSink, Stream, same_file_out_err};
 pub use layer::{Layer, LayerMount, MIN_TMPFS_SIZE, ResolveCtx, resolve};
 pub use limits::{

@@ -13,8 +13,8 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 
 use crate::{
-    Classify, Engine, EngineError, ExecRequest, Net, OutputSink, RunOutcome, Sandbox,
-    ScriptOptions, SessionConfig,
+    Classify, Engine, EngineError, ExecRequest, Interactive, InteractiveExec, Net, OutputSink,
+    RunOutcome, ScriptOptions, SessionConfig,
 };
 
 /// A session as `session list` shows it, whatever engine holds it.
@@ -100,8 +100,9 @@ impl SessionPolicy {
     }
 }
 
-/// A running session: the [`Sandbox`] protocol and what `session run` needs around it.
-pub trait WarmSession: Sandbox {
+/// A running session: the [`crate::Sandbox`] protocol with interactive execs, and what
+/// `session run` needs around it.
+pub trait WarmSession: InteractiveExec {
     /// The workspace the session was started in (a real host path, mounted at itself).
     fn workspace(&self) -> &str;
 
@@ -166,7 +167,7 @@ pub trait SessionEngine: Engine + Executor {
 
 /// Object-safe view of a [`WarmSession`], driven by its engine's [`Executor`].
 pub trait DynSession {
-    /// See [`Sandbox::id`].
+    /// See [`crate::Sandbox::id`].
     fn id(&self) -> &str;
     /// See [`WarmSession::workspace`].
     fn workspace(&self) -> &str;
@@ -178,10 +179,17 @@ pub trait DynSession {
     fn scripts_run(&self) -> u64;
     /// See [`WarmSession::note_script`].
     fn note_script(&self);
-    /// See [`Sandbox::exec`].
+    /// See [`crate::Sandbox::exec`].
     fn exec(
         &self,
         request: &ExecRequest,
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome, EngineError>;
+    /// See [`InteractiveExec::exec_interactive`].
+    fn exec_interactive(
+        &self,
+        request: &ExecRequest,
+        io: Interactive,
         output: &mut dyn OutputSink,
     ) -> Result<RunOutcome, EngineError>;
     /// See [`WarmSession::run_script`].
@@ -235,6 +243,17 @@ where
         output: &mut dyn OutputSink,
     ) -> Result<RunOutcome, EngineError> {
         self.executor.block_on(self.session.exec(request, output)).map_err(EngineError::new)
+    }
+
+    fn exec_interactive(
+        &self,
+        request: &ExecRequest,
+        io: Interactive,
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome, EngineError> {
+        self.executor
+            .block_on(self.session.exec_interactive(request, io, output))
+            .map_err(EngineError::new)
     }
 
     fn run_script(

@@ -63,7 +63,8 @@ impl Ctx {
         self.command(args).envs(env.iter().copied()).output().expect("run python-sandbox")
     }
 
-    /// [`Ctx::run`] with `stdin` as the CLI's standard input.
+    /// [`Ctx::run`] with `stdin` as the CLI's standard input, written by a thread (a CLI that
+    /// streams it, `session exec -i … cat`, prints while it is still being written).
     pub(crate) fn run_with_stdin(&self, args: &[&str], stdin: &[u8]) -> Output {
         use std::io::Write as _;
         let mut child = self
@@ -74,9 +75,12 @@ impl Ctx {
             .spawn()
             .expect("spawn python-sandbox");
         let mut pipe = child.stdin.take().expect("stdin");
-        pipe.write_all(stdin).expect("write stdin");
-        drop(pipe);
-        child.wait_with_output().expect("wait for python-sandbox")
+        let stdin = stdin.to_vec();
+        // A CLI that exits without reading all of it closes the pipe: not this helper's error.
+        let writer = std::thread::spawn(move || pipe.write_all(&stdin));
+        let out = child.wait_with_output().expect("wait for python-sandbox");
+        let _ = writer.join();
+        out
     }
 }
 

@@ -2,8 +2,17 @@
 //! same CLI code (the registry and the seam) starts, finds, runs in, lists and stops sessions on
 //! bwrap, docker and podman. An engine that is not available prints `SKIPPED: reason`; one
 //! that is and fails, fails.
+//!
+//! `session exec -i`/`-t`: `-t` without a terminal is refused before any engine is touched;
+//! `-i` pipes our stdin through the command, and `-it` run on a pty of this test (Python's
+//! `pty` module driving the binary) gives the command a terminal of our size, forwards
+//! resizes and Ctrl-C, and leaves our terminal as it found it.
 
-use crate::Ctx;
+use std::process::Command;
+
+use insta::assert_snapshot;
+
+use crate::{Ctx, transcript};
 
 /// Whether `engine` works here, as `detect` tells (podman's service is started by CI).
 fn available(ctx: &Ctx, engine: &str) -> Result<(), String> {
@@ -98,4 +107,126 @@ fn a_docker_session_through_the_cli() {
 #[test]
 fn a_podman_session_through_the_cli() {
     lifecycle("podman");
+}
+
+#[test]
+fn tty_without_a_terminal_is_refused_with_a_hint() {
+    let ctx = Ctx::new();
+    let out = ctx.run(&["session", "exec", "-t", "no-such-session", "--", "tty"]);
+    assert_snapshot!(transcript(&out), @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: `-t` needs a terminal
+    hint: drop -t or run from a terminal
+    ");
+}
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_python-sandbox")
+}
+
+/// A session on `engine` in `ctx`'s directory, or `None` (after printing why) when the engine is not here.
+#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
+fn session(engine: &str, ctx: &Ctx) -> Option<String> {
+    let out = ctx.run(&["session", "start", "--engine", engine, "--net", "off", "--ttl", "10m"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() == Some(3) {
+        println!("SKIPPED: {engine}: {}", stderr.lines().next().unwrap_or_default());
+        return None;
+    }
+    assert_eq!(out.status.code(), Some(0), "{engine}: {stderr}");
+    Some(String::from_utf8_lossy(&out.stdout).lines().last().expect("id").to_owned())
+}
+
+/// Drives `python-sandbox session exec -it` on a pty of 33x77: types a line, resizes to
+/// 50x100, then runs a `sleep` that Ctrl-C ends; prints our terminal settings before and after.
+const PTY_DRIVER: &str = r#"
+import fcntl, os, pty, select, struct, sys, termios, time
+bin, sid = sys.argv[1], sys.argv[2]
+inner = "stty size; tty; read x; echo got $x; sleep 1.5; stty size; sleep 30"
+pid, fd = pty.fork()
+if pid == 0:
+    fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 77, 0, 0))
+    print("\n@before", termios.tcgetattr(0), flush=True)
+    code = os.spawnv(os.P_WAIT, bin, [bin, "session", "exec", "-it", sid, "--", "sh", "-c", inner])
+    print("\n@after", termios.tcgetattr(0), flush=True)
+    print("rc", code, flush=True)
+    os._exit(0)
+out, steps, start = b"", 0, time.time()
+while time.time() - start < 60:
+    if steps == 0 and b"/dev/pts/" in out:
+        os.write(fd, b"hi\r"); steps = 1
+    elif steps == 1 and b"got hi" in out:
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 100, 0, 0)); steps = 2
+    elif steps == 2 and b"50 100" in out:
+        time.sleep(0.3); os.write(fd, b"\x03"); steps = 3
+    r, _, _ = select.select([fd], [], [], 0.2)
+    if r:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+sys.stdout.write(out.decode(errors="replace"))
+"#;
+
+#[test]
+fn session_exec_interactive_and_tty_end_to_end() {
+    for engine in ["bwrap", "docker", "podman"] {
+        let ctx = Ctx::new();
+        let Some(id) = session(engine, &ctx) else { continue };
+
+        // -i: bytes through `wc -c` and `cat` (more than a frame and a pipe buffer), the end
+        // of our stdin reaching the command, and its exit code as ours.
+        let big: Vec<u8> = (0..(2 << 20) + 3).map(|i: u32| (i % 253) as u8).collect();
+        let out = ctx.run_with_stdin(&["session", "exec", "-i", &id, "--", "wc", "-c"], &big);
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "2097155", "{engine}: {out:?}");
+        let out = ctx.run_with_stdin(&["session", "exec", "-i", &id, "--", "cat"], &big);
+        assert!(out.stdout == big, "{engine}: cat gave back {} bytes", out.stdout.len());
+        let script = "cat >/dev/null; echo eof; exit 4";
+        let out =
+            ctx.run_with_stdin(&["session", "exec", "-i", &id, "--", "sh", "-c", script], b"x");
+        assert_eq!(
+            (out.status.code(), out.stdout.as_slice()),
+            (Some(4), &b"eof\n"[..]),
+            "{engine}"
+        );
+        // Without -i the command's stdin is empty, as before.
+        let out = ctx.run_with_stdin(&["session", "exec", &id, "--", "wc", "-c"], b"ignored");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0", "{engine}");
+
+        // -it on a terminal of ours.
+        let out = Command::new("/usr/bin/python3.11")
+            .args(["-c", PTY_DRIVER, bin(), &id])
+            .output()
+            .expect("python3.11");
+        let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+        assert!(text.contains("33 77\n/dev/pts/"), "{engine}: the size asked for: {text}");
+        assert!(text.contains("got hi\n"), "{engine}: typed input: {text}");
+        assert!(text.contains("50 100\n"), "{engine}: a resize: {text}");
+        assert!(
+            text.contains("rc 130\n"),
+            "{engine}: Ctrl-C ends `sleep`, our exit is its: {text}"
+        );
+        let setting = |tag: &str| {
+            text.lines().find(|l| l.starts_with(tag)).map(|l| l[tag.len()..].to_owned())
+        };
+        assert_eq!(
+            setting("@before "),
+            setting("@after "),
+            "{engine}: our terminal restored: {text}"
+        );
+        assert!(setting("@before ").is_some(), "{engine}: {text}");
+
+        let out = ctx.run(&["session", "stop", &id]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{engine}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -6,6 +6,8 @@
 #![allow(clippy::print_stdout)]
 
 mod escapes;
+#[path = "../../../sandbox-core/tests/shared/interactive.rs"]
+mod interactive;
 mod lifecycle;
 mod poison;
 mod prune;

@@ -8,7 +8,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use engine_bwrap::{Session, SessionConfig};
-use sandbox_core::{Captured, ExecRequest, Net, Sandbox, ScriptOptions, contract};
+use sandbox_core::{
+    Captured, ExecRequest, Interactive, InteractiveExec, Net, Sandbox, ScriptOptions, contract,
+};
 
 use crate::support::{Fixture, fixture};
 
@@ -327,4 +329,20 @@ fn a_session_holds_its_limits() {
     let forks: u32 = stopped.get(2).and_then(|n| n.parse().ok()).expect("a count");
     assert!(forks < 64, "at most 64 processes: {out}");
     fx.engine.stop_session(&info.id).expect("stop");
+}
+
+/// `session exec -i`/`-t` on a bwrap session: the interactive contract shared with the fake
+/// and the OCI sessions.
+#[test]
+fn interactive_exec_streams_stdin_and_gives_a_pty() {
+    let Some(fx) = fixture() else { return };
+    let session = start(&fx, Duration::from_secs(600));
+    let mut exec = |request: &ExecRequest, io: Interactive| {
+        let mut out = Captured::default();
+        let outcome = block_on(session.exec_interactive(request, io, &mut out)).expect("exec");
+        (outcome, out)
+    };
+    crate::interactive::stdin_contract("bwrap", &mut exec);
+    crate::interactive::tty_contract("bwrap", &mut exec);
+    fx.engine.stop_session(session.id()).expect("stop");
 }

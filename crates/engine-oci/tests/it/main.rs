@@ -7,6 +7,8 @@
 mod fault;
 mod forged;
 mod hostile;
+#[path = "../../../sandbox-core/tests/shared/interactive.rs"]
+mod interactive;
 mod prune;
 mod publish;
 mod race;

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use engine_oci::{OciEngine, Session, SessionConfig};
 use sandbox_core::{
-    Captured, EntryKind, ExecRequest, Net, Publish, PutSource, Sandbox, ServiceSpec, contract,
+    Captured, EntryKind, ExecRequest, Interactive, InteractiveExec, Net, Publish, PutSource,
+    Sandbox, ServiceSpec, contract,
 };
 
 use crate::support::{containers, engines, eventually, name, workspace};
@@ -461,5 +462,42 @@ fn cli_session_lifecycle() {
         let (code, stdout, _) = cli(&["reap", "--dry-run", "--json", "--engine", e]);
         assert_eq!(code, Some(0));
         assert!(serde_json::from_str::<serde_json::Value>(&stdout).expect("json").is_array());
+    }
+}
+
+/// `session exec -i`/`-t` on docker and podman sessions: the interactive contract shared with
+/// the fake and bwrap, through the agent; a session reached only through the API refuses.
+#[test]
+fn interactive_exec_streams_stdin_and_gives_a_pty() {
+    for engine in engines() {
+        let e = name(&engine);
+        let (_dir, ws) = workspace("print('x')\n");
+        let session = start(&engine, &ws, Net::Off, &[], Duration::from_secs(600));
+        let mut exec = |request: &ExecRequest, io: Interactive| {
+            let mut out = Captured::default();
+            let outcome =
+                engine.block_on(session.exec_interactive(request, io, &mut out)).expect("exec");
+            (outcome, out)
+        };
+        crate::interactive::stdin_contract(e, &mut exec);
+        crate::interactive::tty_contract(e, &mut exec);
+
+        let api = engine.session(session.id()).expect("session").via_api();
+        let (_input, io) = Interactive::channel(None);
+        let refused = engine.block_on(api.exec_interactive(
+            &ExecRequest::new(&["touch", "/tmp/ran"]),
+            io,
+            &mut Captured::default(),
+        ));
+        let message = refused.expect_err("refused").to_string();
+        assert!(
+            message.contains("an interactive exec (`-i`/`-t`) is not supported"),
+            "{e}: {message}"
+        );
+        assert!(message.contains("\nhint: "), "{e}: {message}");
+        let mut out = Captured::default();
+        engine.block_on(session.exec(&ExecRequest::new(&["ls", "/tmp"]), &mut out)).expect("ls");
+        assert!(!out.stdout_lossy().contains("ran"), "{e}: a refused exec ran nothing");
+        engine.stop_session(session.id()).expect("stop");
     }
 }

@@ -2,8 +2,9 @@
 //! `Sandbox` (the way library users write it), run against `FakeSandbox`.
 
 use sandbox_core::{
-    Captured, DirEntry, EntryKind, Error, ExecRequest, FakeCall, FakeReply, FakeSandbox, MASK,
-    PutSource, Sandbox, ScrubbingSink, Secrets, ServiceSpec, Stream,
+    Captured, DirEntry, EntryKind, Error, ExecRequest, FakeCall, FakeReply, FakeSandbox, Input,
+    Interactive, InteractiveExec, MASK, PutSource, Sandbox, ScrubbingSink, Secrets, ServiceSpec,
+    Stream, TtySize,
 };
 
 use crate::support::block_on;
@@ -266,4 +267,59 @@ mod properties {
             prop_assert_eq!(block_on(sandbox.read_file(spelled.trim_end_matches('/'))).expect("read"), contents);
         }
     }
+}
+
+/// Interactive execs on the fake: stdin arrives as streamed (after `request.stdin`, in order,
+/// to the end of input or the channel's end); a tty is refused, not faked.
+#[test]
+fn interactive_stdin_is_streamed_and_a_tty_refused() {
+    let sandbox = FakeSandbox::new("fake");
+    sandbox.on_exec(&["wc", "-c"], |request, _| {
+        FakeReply::exit(0).stdout(&format!("{}\n", request.stdin.len()))
+    });
+    let request = ExecRequest { stdin: b"ab".to_vec(), ..ExecRequest::new(&["wc", "-c"]) };
+    let (input, io) = Interactive::channel(None);
+    input.send(Input::Stdin(vec![b'x'; 1 << 20])).expect("send");
+    input.send(Input::Resize(TtySize { rows: 1, cols: 1 })).expect("send");
+    input.send(Input::Eof).expect("send");
+    input.send(Input::Stdin(b"after the end".to_vec())).expect("send");
+    let mut out = Captured::default();
+    let outcome = block_on(sandbox.exec_interactive(&request, io, &mut out)).expect("exec");
+    assert_eq!((outcome.exit_code, out.stdout_lossy()), (0, format!("{}\n", 2 + (1 << 20))));
+
+    // Senders gone without an `Eof`: the end of input all the same.
+    let (input, io) = Interactive::channel(None);
+    input.send(Input::Stdin(b"xyz".to_vec())).expect("send");
+    drop(input);
+    let mut out = Captured::default();
+    block_on(sandbox.exec_interactive(&ExecRequest::new(&["wc", "-c"]), io, &mut out))
+        .expect("exec");
+    assert_eq!(out.stdout_lossy(), "3\n");
+
+    let (_input, io) = Interactive::channel(Some(TtySize { rows: 24, cols: 80 }));
+    let refused = block_on(sandbox.exec_interactive(&request, io, &mut Captured::default()));
+    let Err(error @ Error::Unsupported { .. }) = refused else { panic!("{refused:?}") };
+    assert!(error.to_string().starts_with("a tty is not supported by the fake sandbox"), "{error}");
+    assert_eq!(sandbox.calls().len(), 2, "a refused tty runs nothing");
+}
+
+/// The interactive contract the real session engines are held to, stdin part (the fake has
+/// no tty), with handlers that do what the contract's commands do.
+#[test]
+fn the_interactive_stdin_contract_holds_for_the_fake() {
+    let sandbox = FakeSandbox::new("fake");
+    sandbox.on_exec(&["wc", "-c"], |request, _| {
+        FakeReply::exit(0).stdout(&format!("{}\n", request.stdin.len()))
+    });
+    sandbox
+        .on_exec(&["cat"], |request, _| FakeReply::exit(0).chunk(Stream::Stdout, &request.stdin));
+    sandbox.on_exec(&["sh", "-c"], |request, _| match request.stdin.as_slice() {
+        b"some" => FakeReply::exit(3).stdout("eof\n"),
+        _ => FakeReply::exit(1),
+    });
+    crate::interactive::stdin_contract("fake", &mut |request, io| {
+        let mut out = Captured::default();
+        let outcome = block_on(sandbox.exec_interactive(request, io, &mut out)).expect("exec");
+        (outcome, out)
+    });
 }

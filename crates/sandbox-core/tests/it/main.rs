@@ -4,6 +4,9 @@
 mod boundary;
 mod engine;
 mod fake;
+#[path = "../shared/interactive.rs"]
+#[allow(dead_code, reason = "the fake has no tty: only the stdin half of the contract runs here")]
+mod interactive;
 mod resolve;
 mod scrub;
 mod seccomp;
