@@ -1,18 +1,12 @@
-//! The engine seam's session half for bwrap: [`BwrapEngine`] as a
-//! `sandbox_core::SessionEngine`, [`Session`] as a `sandbox_core::WarmSession`, and the warm
-//! fast path ([`local_session`]) that opens a session from its record without setting up an
-//! engine (no host facts gathered, no tool checks: the record pins the sandbox).
+//! What bwrap's session half needs beyond `session.rs` (which implements
+//! `sandbox_core::SessionEngine` for [`BwrapEngine`] and `WarmSession` for its sessions): an
+//! [`Executor`] for futures that never wait, and the warm fast path ([`local_session`]) that
+//! opens a session from its record without setting up an engine (no host facts gathered, no
+//! tool checks: the record pins the sandbox).
 
-use std::path::Path;
-
-use sandbox_core::{
-    Driven, DynSession, Executor, OutputSink, RunOutcome, ScriptOptions, SessionConfig,
-    SessionEngine, SessionInfo, SessionPolicy, WarmSession,
-};
+use sandbox_core::{Driven, DynSession, Executor};
 
 use crate::engine::{BwrapConfig, BwrapEngine};
-use crate::error::Result;
-use crate::session::Session;
 
 /// Drives the futures of a bwrap session: they do their IO blocking and are ready on the
 /// first poll, so no runtime is needed (a future that is not ready is polled again after a
@@ -41,65 +35,6 @@ impl Executor for Immediate {
 impl Executor for BwrapEngine {
     fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
         Immediate.block_on(future)
-    }
-}
-
-impl SessionEngine for BwrapEngine {
-    type Session = Session;
-
-    fn start_session(
-        &self,
-        config: &SessionConfig,
-        status: &mut dyn FnMut(&str),
-    ) -> Result<SessionInfo> {
-        BwrapEngine::start_session(self, config, status)
-    }
-
-    fn open_session(&self, id: &str) -> Result<Session> {
-        self.session(id)
-    }
-
-    fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
-        BwrapEngine::list_sessions(self)
-    }
-
-    fn stop_session(&self, id: &str) -> Result<()> {
-        BwrapEngine::stop_session(self, id)
-    }
-}
-
-impl WarmSession for Session {
-    fn workspace(&self) -> &str {
-        Session::workspace(self)
-    }
-
-    fn policy(&self) -> Option<SessionPolicy> {
-        Some(SessionPolicy {
-            net: self.net(),
-            mounts: self.mounts().to_vec(),
-            publish: self.ports().iter().map(|(port, _)| *port).collect(),
-        })
-    }
-
-    fn secrets(&self) -> &[String] {
-        Session::secrets(self)
-    }
-
-    fn scripts_run(&self) -> u64 {
-        Session::scripts_run(self)
-    }
-
-    fn note_script(&self) {
-        Session::note_script(self);
-    }
-
-    async fn run_script(
-        &self,
-        script: &Path,
-        options: &ScriptOptions,
-        output: &mut dyn OutputSink,
-    ) -> Result<RunOutcome> {
-        self.run_script_with(script, options, output).await
     }
 }
 

@@ -39,7 +39,7 @@ use reaper::ProcPin;
 use sandbox_core::agent::{AGENT_SOCKET, Frame, TIMEOUT_GRACE};
 use sandbox_core::{
     DirEntry, ExecRequest, Interactive, InteractiveExec, Net, OutputSink, PutSource, RunOutcome,
-    RunSpec, Sandbox, ScriptOptions, Service, ServiceSpec, Stream, shell,
+    RunSpec, Sandbox, ScriptOptions, Service, ServiceSpec, SessionEngine, Stream, shell,
 };
 
 use crate::engine::BwrapEngine;
@@ -178,11 +178,13 @@ fn end(records: &Records, record: &Record, cache_dir: &Path) {
     records.remove(&record.id);
 }
 
-impl BwrapEngine {
+impl SessionEngine for BwrapEngine {
+    type Session = Session;
+
     /// Starts a session sandbox and returns once its agent listens. The sandbox outlives the
     /// calling process (see the module docs); status lines (a cold interpreter lookup) go to
     /// `status`.
-    pub fn start_session(
+    fn start_session(
         &self,
         config: &SessionConfig,
         status: &mut dyn FnMut(&str),
@@ -316,12 +318,12 @@ impl BwrapEngine {
     }
 
     /// The running session `id`.
-    pub fn session(&self, id: &str) -> Result<Session> {
+    fn open_session(&self, id: &str) -> Result<Session> {
         open(&self.config().runtime_dir, &self.config().cache_dir, id)
     }
 
     /// Every running session of this user (records of ended ones are removed on the way).
-    pub fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
+    fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
         let records = Records::open(&self.config().runtime_dir)?;
         let mut out = Vec::new();
         for id in records.ids() {
@@ -335,12 +337,14 @@ impl BwrapEngine {
     }
 
     /// Stops session `id` and everything in it.
-    pub fn stop_session(&self, id: &str) -> Result<()> {
-        let session = self.session(id)?;
+    fn stop_session(&self, id: &str) -> Result<()> {
+        let session = self.open_session(id)?;
         end(&session.records, &session.record, &self.config().cache_dir);
         Ok(())
     }
+}
 
+impl BwrapEngine {
     /// The startup sweep ([`reap_sessions`]) for this engine's user.
     pub fn reap_sessions(&self, dry_run: bool) -> Result<Vec<String>> {
         reap_sessions(self.config(), dry_run)
@@ -420,11 +424,6 @@ impl std::fmt::Debug for Records {
 }
 
 impl Session {
-    /// The workspace the session was started in.
-    pub fn workspace(&self) -> &str {
-        &self.record.workspace
-    }
-
     /// Whether the session has a network.
     pub fn net(&self) -> bool {
         self.record.net
@@ -438,24 +437,6 @@ impl Session {
     /// (port inside, URL on the host) of its published ports.
     pub fn ports(&self) -> &[(u16, String)] {
         &self.record.publish
-    }
-
-    /// The values of the session's own secret-looking environment, for masking.
-    pub fn secrets(&self) -> &[String] {
-        &self.record.secrets
-    }
-
-    /// How many scripts `session run` had run in this session when it was opened.
-    pub fn scripts_run(&self) -> u64 {
-        self.record.scripts
-    }
-
-    /// Records that one more script runs in the session (best effort).
-    pub fn note_script(&self) {
-        if let Some(mut record) = self.records.read(&self.record.id) {
-            record.scripts = record.scripts.max(self.record.scripts).saturating_add(1);
-            let _ = self.records.write(&record);
-        }
     }
 
     /// The host pid of the sandbox's init (pid 1 of its namespace).
@@ -766,6 +747,44 @@ impl Sandbox for Session {
         self.stopped.store(true, Ordering::Relaxed);
         end(&self.records, &self.record, &self.cache_dir);
         Ok(())
+    }
+}
+
+impl sandbox_core::WarmSession for Session {
+    fn workspace(&self) -> &str {
+        &self.record.workspace
+    }
+
+    fn policy(&self) -> Option<sandbox_core::SessionPolicy> {
+        Some(sandbox_core::SessionPolicy {
+            net: self.net(),
+            mounts: self.mounts().to_vec(),
+            publish: self.ports().iter().map(|(port, _)| *port).collect(),
+        })
+    }
+
+    fn secrets(&self) -> &[String] {
+        &self.record.secrets
+    }
+
+    fn scripts_run(&self) -> u64 {
+        self.record.scripts
+    }
+
+    fn note_script(&self) {
+        if let Some(mut record) = self.records.read(&self.record.id) {
+            record.scripts = record.scripts.max(self.record.scripts).saturating_add(1);
+            let _ = self.records.write(&record);
+        }
+    }
+
+    async fn run_script(
+        &self,
+        script: &Path,
+        options: &ScriptOptions,
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome> {
+        self.run_script_with(script, options, output).await
     }
 }
 

@@ -341,7 +341,7 @@ impl OciEngine {
         let alive = |holder: &str| {
             let Some(id) = holder.strip_prefix(&prefix) else { return true };
             // Unknown (the list failed) counts as alive: a grant is never taken from a session.
-            let live = live.get_or_init(|| self.list_sessions().ok());
+            let live = live.get_or_init(|| sandbox_core::SessionEngine::list_sessions(self).ok());
             live.as_ref().is_none_or(|sessions: &Vec<crate::SessionInfo>| {
                 sessions.iter().any(|s| s.id == id)
             })

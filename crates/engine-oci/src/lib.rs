@@ -66,7 +66,6 @@ mod idmap;
 mod netwall;
 mod plan;
 mod ports;
-mod seam;
 mod seccomp;
 mod session;
 mod sweep;
@@ -80,7 +79,7 @@ pub use envs::{DEFAULT_ENV_MAX_AGE, PrunedEnv};
 pub use error::Error;
 pub use plan::{Limits, Rootless};
 pub use sandbox_core::ScriptOptions;
-pub use seam::local_session;
+pub use session::record::local_session;
 pub use session::{Session, SessionConfig, SessionInfo, SessionPolicy};
 pub use sweep::Swept;
 

@@ -346,7 +346,7 @@ fn sweep_maps_states_and_keeps_sessions_active() {
     assert_eq!(resource.last_activity, Some(10_000));
     let dead = |_: &reaper::Owner| reaper::Liveness::Dead;
     assert!(reaper::decide(10_000, &[resource], &dead).is_empty());
-    let info = crate::session::session_info(&item, "podman").expect("session");
+    let info = crate::session::lifecycle::session_info(&item, "podman").expect("session");
     assert_eq!((info.id.as_str(), info.ttl), ("s1", 60));
     assert_eq!(info.ports, vec![(8000, "http://127.0.0.1:49153".to_owned())]);
     // Podman's compat list says `stopped` for a container on its way out.
@@ -796,7 +796,7 @@ fn env_lock_survives_the_pruner_unlinking_it() {
 
 #[test]
 fn session_record_paths_are_plain_ids() {
-    use crate::session::record_path;
+    use crate::session::record::record_path;
     let dir = std::path::Path::new("/run/ps");
     assert_eq!(record_path(dir, "abc123"), Some(PathBuf::from("/run/ps/sessions/abc123.json")));
     assert_eq!(

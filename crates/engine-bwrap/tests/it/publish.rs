@@ -2,6 +2,7 @@
 //! is served on the same host port, `0:PORT` on the port reported once the sandbox is up, and
 //! a busy host port is refused by name with nothing left behind.
 
+use sandbox_core::SessionEngine as _;
 use std::io::Read as _;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -152,7 +153,7 @@ fn session_ports_are_the_real_host_ports() {
     let url_of = |port: u16| info.ports.iter().find(|p| p.0 == port).map(|p| p.1.clone());
     assert_eq!(url_of(same), Some(format!("http://127.0.0.1:{same}")), "{:?}", info.ports);
     assert!(url_of(any).is_some_and(|u| !u.ends_with(":0")), "{:?}", info.ports);
-    let session = f.engine.session(&info.id).expect("session");
+    let session = f.engine.open_session(&info.id).expect("session");
     for (port, url) in &info.ports {
         let service = sandbox_core::ServiceSpec {
             // Its start is checked by connecting from inside: more than one greeting.

@@ -3,6 +3,7 @@
 //! an agent replaced by the session's own code, and the reap of orphaned and expired ones.
 //! The `Sandbox` contract the fake passes too (`sandbox_core::contract`) runs here.
 
+use sandbox_core::{SessionEngine as _, WarmSession as _};
 use std::future::Future;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -39,7 +40,7 @@ fn start(fx: &Fixture, ttl: Duration) -> Session {
         .start_session(&config(fx, ttl), &mut |line| println!("status: {line}"))
         .expect("session start");
     assert_eq!(info.engine, "bwrap");
-    fx.engine.session(&info.id).expect("open by id")
+    fx.engine.open_session(&info.id).expect("open by id")
 }
 
 fn exec(session: &Session, argv: &[&str], stdin: &[u8]) -> (i32, String, String) {
@@ -99,7 +100,7 @@ fn the_sandbox_contract_holds() {
     };
     let info =
         fx.engine.start_session(&config, &mut |line| println!("status: {line}")).expect("start");
-    let session = fx.engine.session(&info.id).expect("open by id");
+    let session = fx.engine.open_session(&info.id).expect("open by id");
     let unpublished = free_port();
     let expect = contract::Expect {
         published: port,
@@ -113,7 +114,10 @@ fn the_sandbox_contract_holds() {
     let report = block_on(contract::check(&session, &expect));
     println!("{}", report.summary());
     report.assert_passed();
-    assert!(fx.engine.session(&info.id).is_err(), "the session is gone after the contract's stop");
+    assert!(
+        fx.engine.open_session(&info.id).is_err(),
+        "the session is gone after the contract's stop"
+    );
 }
 
 #[test]
@@ -176,7 +180,7 @@ fn start_exec_run_list_stop_with_state_between_scripts() {
     fx.engine.stop_session(&id).expect("stop");
     assert!(wait_until(Duration::from_secs(5), || !alive(pid)), "the sandbox is gone after stop");
     assert!(fx.engine.list_sessions().expect("list").iter().all(|s| s.id != id));
-    assert!(fx.engine.session(&id).is_err(), "a stopped session cannot be opened");
+    assert!(fx.engine.open_session(&id).is_err(), "a stopped session cannot be opened");
 }
 
 /// Run by [`a_session_outlives_the_process_that_started_it`] in a child process: starts a
@@ -207,7 +211,7 @@ fn a_session_outlives_the_process_that_started_it_and_its_ttl_needs_no_cli() {
         .find_map(|l| l.split("SESSION-ID ").nth(1))
         .and_then(|rest| rest.split_whitespace().next())
         .unwrap_or_else(|| panic!("no id: {stdout} {}", String::from_utf8_lossy(&out.stderr)));
-    let session = fx.engine.session(id).expect("the session is still there");
+    let session = fx.engine.open_session(id).expect("the session is still there");
     let (code, out, _) = exec(&session, &["echo", "still here"], b"");
     assert_eq!((code, out.as_str()), (0, "still here\n"));
     fx.engine.stop_session(id).expect("stop");
@@ -220,7 +224,7 @@ fn a_session_outlives_the_process_that_started_it_and_its_ttl_needs_no_cli() {
         wait_until(Duration::from_secs(15), || !alive(pid)),
         "the agent ends the session after its idle TTL"
     );
-    assert!(fx.engine.session(session.id()).is_err());
+    assert!(fx.engine.open_session(session.id()).is_err());
 }
 
 #[test]
@@ -314,7 +318,7 @@ fn a_session_holds_its_limits() {
     let limits = sandbox_core::Limits { memory: Some(256 << 20), cpus: None, pids: Some(64) };
     let config = SessionConfig { limits, ..config(&fx, Duration::from_secs(600)) };
     let info = fx.engine.start_session(&config, &mut |_| {}).expect("a session with limits");
-    let session = fx.engine.session(&info.id).expect("open");
+    let session = fx.engine.open_session(&info.id).expect("open");
     let grab = "b = bytearray(1 << 30); print('allocated', len(b))";
     let (code, out, err) = exec(&session, &["python3", "-c", grab], b"");
     assert_ne!(code, 0, "1 GiB under a 256 MiB limit: {out}");

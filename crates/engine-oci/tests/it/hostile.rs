@@ -2,6 +2,7 @@
 //! answers every request with endless 1 MiB frames, and secrets given to a session must not
 //! come back in what it prints.
 
+use sandbox_core::SessionEngine as _;
 use std::time::{Duration, Instant};
 
 use sandbox_core::{Captured, EXIT_CLOSED_PIPE, ExecRequest, Net, OutputSink, Sandbox, Stream};
@@ -47,7 +48,7 @@ fn a_script_that_replaces_the_agent_cannot_exhaust_the_host() {
         let e = name(&engine);
         let (_dir, ws) = workspace("print('x')\n");
         let session = start(&engine, &ws, Net::Off, &[], Duration::from_secs(600));
-        let api = engine.session(session.id()).expect("session").via_api();
+        let api = engine.open_session(session.id()).expect("session").via_api();
         let plant = ExecRequest::new(&[
             "sh",
             "-c",

@@ -2,6 +2,7 @@
 //! `PORT` is served on the same host port, `0:PORT` on the port reported once the container is
 //! up, and a busy host port is refused by name with nothing left behind.
 
+use sandbox_core::SessionEngine as _;
 use std::io::Read as _;
 use std::net::TcpListener;
 use std::time::Duration;
@@ -111,7 +112,7 @@ fn busy_port_is_refused_for_runs_and_sessions() {
             tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
             limits: sandbox_core::Limits::NONE,
         };
-        let err = engine.start_session(&config).expect_err("busy");
+        let err = engine.start_session(&config, &mut |_| {}).expect_err("busy");
         assert_eq!(err.to_string(), want, "{}", name(&engine));
         let workspace = format!("io.python-sandbox.oci.workspace={}", ws.display());
         assert_eq!(containers(&engine, &workspace), Vec::<String>::new(), "{}", name(&engine));
@@ -146,13 +147,13 @@ fn session_ports_are_the_real_host_ports() {
             tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
             limits: sandbox_core::Limits::NONE,
         };
-        let info = engine.start_session(&config).expect("start");
+        let info = engine.start_session(&config, &mut |_| {}).expect("start");
         let e = name(&engine);
         assert_eq!(info.ports.len(), 2, "{e}: {:?}", info.ports);
         let url_of = |port: u16| info.ports.iter().find(|p| p.0 == port).map(|p| p.1.clone());
         assert_eq!(url_of(same), Some(format!("http://127.0.0.1:{same}")), "{e}");
         assert!(url_of(any).is_some_and(|u| !u.ends_with(":0")), "{e}: {:?}", info.ports);
-        let session = engine.session(&info.id).expect("session");
+        let session = engine.open_session(&info.id).expect("session");
         engine.block_on(async {
             for (port, url) in &info.ports {
                 let service = sandbox_core::ServiceSpec {

@@ -1,6 +1,7 @@
 //! Warm sessions on real engines: the `Sandbox` protocol over exec, services with a host URL,
 //! installs that stay, and stop.
 
+use sandbox_core::{SessionEngine as _, WarmSession as _};
 use std::io::{Read, Write};
 use std::time::Duration;
 
@@ -32,10 +33,10 @@ pub(crate) fn start(
         tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
         limits: sandbox_core::Limits::NONE,
     };
-    let info = engine.start_session(&config).expect("start");
+    let info = engine.start_session(&config, &mut |_| {}).expect("start");
     assert_eq!(info.ttl, ttl.as_secs());
     assert!(engine.list_sessions().expect("list").iter().any(|s| s.id == info.id));
-    engine.session(&info.id).expect("session")
+    engine.open_session(&info.id).expect("session")
 }
 
 /// The whole protocol, through the agent and through the API (what a session whose agent
@@ -154,7 +155,7 @@ fn protocol_exec_files_and_stop() {
                         .is_err()
                 );
             });
-            assert!(engine.session(session.id()).is_err(), "{e}: stopped session still found");
+            assert!(engine.open_session(session.id()).is_err(), "{e}: stopped session still found");
         }
     }
 }
@@ -296,7 +297,7 @@ fn the_sandbox_contract_holds() {
             let report = engine.block_on(contract::check(&session, &expect));
             println!("{e}:\n{}", report.summary());
             report.assert_passed();
-            assert!(engine.session(session.id()).is_err(), "{e}: stopped session still found");
+            assert!(engine.open_session(session.id()).is_err(), "{e}: stopped session still found");
         }
     }
 }
@@ -482,7 +483,7 @@ fn interactive_exec_streams_stdin_and_gives_a_pty() {
         crate::interactive::stdin_contract(e, &mut exec);
         crate::interactive::tty_contract(e, &mut exec);
 
-        let api = engine.session(session.id()).expect("session").via_api();
+        let api = engine.open_session(session.id()).expect("session").via_api();
         let (_input, io) = Interactive::channel(None);
         let refused = engine.block_on(api.exec_interactive(
             &ExecRequest::new(&["touch", "/tmp/ran"]),

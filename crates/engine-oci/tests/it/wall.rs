@@ -1,6 +1,7 @@
 //! The seccomp wall (`sandbox_core::WALL`) on real containers: what it refuses, with which
 //! errno, what ordinary file work still does, and that sessions carry the same profile as runs.
 
+use sandbox_core::SessionEngine as _;
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
@@ -142,10 +143,10 @@ fn sessions_carry_the_same_wall() {
             tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
             limits: sandbox_core::Limits::NONE,
         };
-        let info = engine.start_session(&config).expect("start");
+        let info = engine.start_session(&config, &mut |_| {}).expect("start");
         // Both exec paths: the agent, and the API exec a session falls back to.
         for via_agent in [true, false] {
-            let session = engine.session(&info.id).expect("session");
+            let session = engine.open_session(&info.id).expect("session");
             let session = if via_agent { session } else { session.via_api() };
             let how = if session.uses_agent() { "session via agent" } else { "session via api" };
             let mut out = Captured::default();
