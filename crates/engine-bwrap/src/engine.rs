@@ -837,7 +837,7 @@ pub(crate) fn limits_for(spec: &RunSpec) -> Result<crate::limits::SandboxLimits>
 }
 
 fn capture(command: &mut Command) -> std::io::Result<std::result::Result<String, String>> {
-    let guard = crate::process::spawn_guard();
+    let guard = crate::fds::spawn_guard();
     let out = command.stdout(Stdio::piped()).stderr(Stdio::piped()).output();
     drop(guard);
     let out = out?;

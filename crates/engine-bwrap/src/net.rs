@@ -145,7 +145,7 @@ impl UserNet {
                 }
             });
         }
-        let guard = crate::process::spawn_guard();
+        let guard = crate::fds::spawn_guard();
         let output = command
             .args(&args)
             .env_clear()
@@ -308,7 +308,7 @@ fn block_link_local(netns: &std::fs::File, owner: &OwnedFd) -> Result<()> {
             Ok(())
         });
     }
-    let guard = crate::process::spawn_guard();
+    let guard = crate::fds::spawn_guard();
     let status = command.status();
     drop(guard);
     let status =

@@ -11,8 +11,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
@@ -50,17 +50,6 @@ pub(crate) struct Finished {
     /// bwrap reported the child's pid, i.e. setup succeeded and the command started.
     pub(crate) started: bool,
     pub(crate) duration: Duration,
-}
-
-/// Serializes spawns so the inheritable status-pipe end of one run never leaks into another
-/// sandbox started concurrently from this process.
-static SPAWN_LOCK: Mutex<()> = Mutex::new(());
-
-/// Held around every other spawn of this crate (pasta, the route helper, host tools), so none
-/// forks while a bwrap start has its pipes inheritable: a stray copy of the status pipe's write
-/// end in a long-lived process (pasta's daemon) would keep its reader waiting forever.
-pub(crate) fn spawn_guard() -> std::sync::MutexGuard<'static, ()> {
-    SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 const SIGINT_GRACE: Duration = Duration::from_secs(2);
@@ -331,7 +320,7 @@ pub(crate) fn launch(
     command.stdin(stdin).stdout(stdout).stderr(stderr);
 
     let mut child = {
-        let _guard = spawn_guard();
+        let _guard = crate::fds::spawn_guard();
         let mut inherited = vec![status_write.as_fd(), seccomp.as_fd()];
         inherited.extend(block.as_ref().map(|(read, _)| read.as_fd()));
         inherited.extend(pins.iter().map(|(_, fd)| fd.as_fd()));

@@ -188,14 +188,14 @@ fn cstring(bytes: &[u8]) -> Result<CString> {
 }
 
 /// Whether `dir` can be staged idmapped (`reaper::idmap::supported`); the first call makes the
-/// idmap user namespace, a spawn, so it runs under [`crate::process::spawn_guard`].
+/// idmap user namespace, a spawn, so it runs under [`crate::fds::spawn_guard`].
 pub(crate) fn idmap_supported(dir: &std::path::Path) -> bool {
-    let _guard = crate::process::spawn_guard();
+    let _guard = crate::fds::spawn_guard();
     reaper::idmap::supported(dir)
 }
 
-/// `reaper::idmap::root_as_nobody`, made under [`crate::process::spawn_guard`].
+/// `reaper::idmap::root_as_nobody`, made under [`crate::fds::spawn_guard`].
 fn root_as_nobody() -> Result<BorrowedFd<'static>> {
-    let _guard = crate::process::spawn_guard();
+    let _guard = crate::fds::spawn_guard();
     reaper::idmap::root_as_nobody().map_err(Error::io("making the idmap user namespace"))
 }

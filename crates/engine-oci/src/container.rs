@@ -16,7 +16,7 @@ use sandbox_core::{OutputSink, Stdin, Stream};
 use tokio::io::AsyncWriteExt;
 
 use crate::client::{self, Connection, Flavor};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, api};
 
 /// Where a container's output goes.
 pub(crate) enum Sink<'a> {
@@ -111,14 +111,6 @@ impl Drop for RemoveGuard {
         })
         .join();
     }
-}
-
-pub(crate) fn api(
-    engine: &'static str,
-    context: &str,
-) -> impl FnOnce(bollard::errors::Error) -> Error {
-    let context = context.to_owned();
-    move |e| Error::Api { engine, context, message: e.to_string() }
 }
 
 /// How often a create that failed transiently is tried again.

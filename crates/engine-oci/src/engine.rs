@@ -13,8 +13,9 @@ use sandbox_core::{Engine, Net, Output, RunIo, RunOutcome, RunSpec};
 use sha2::{Digest, Sha256};
 
 use crate::client::{self, Connection, Flavor};
-use crate::container::{self, Signals, Sink, api};
+use crate::container::{self, Signals, Sink};
 use crate::envs::{self, Lease, PrunedEnv};
+use crate::error::api;
 use crate::error::{Error, Result};
 use crate::host::{self, HostFacts};
 use crate::plan::{self, Limits, PrepareLayout, RunLayout};
@@ -489,7 +490,7 @@ impl OciEngine {
         // The run that follows says which limits are gone.
         let _ = self.adapt(&mut container);
         // Only the CA bundle, a system file; nothing from the caller.
-        host::check_sources(&container.mounts)?;
+        crate::verify::check_sources(&container.mounts)?;
         let body = plan::create_body(&container, self.config.flavor);
         let name = format!("python-sandbox-prepare-{id}");
         let guard =
@@ -594,7 +595,7 @@ impl OciEngine {
             stages.apply(&mut container);
         }
         let mut warnings: Vec<String> = self.adapt(&mut container).into_iter().collect();
-        let pins = host::check_sources(&container.mounts)?;
+        let pins = crate::verify::check_sources(&container.mounts)?;
         let body = plan::create_body(&container, self.config.flavor);
         let name = format!("python-sandbox-run-{id}");
         let engine = self.engine_name();

@@ -22,7 +22,7 @@ use bollard::query_parameters::{ListVolumesOptions, RemoveVolumeOptions};
 use reaper::{LockMode, MarkKey};
 
 use crate::client::{self, Connection};
-use crate::container::api;
+use crate::error::api;
 use crate::error::{Error, Result};
 
 /// Every environment volume's name starts with this; its completion marker adds [`MARKER_SUFFIX`].

@@ -244,3 +244,12 @@ impl sandbox_core::Classify for Error {
         }
     }
 }
+
+/// Maps a bollard error to [`Error::Api`] with what was being done.
+pub(crate) fn api(
+    engine: &'static str,
+    context: &str,
+) -> impl FnOnce(bollard::errors::Error) -> Error {
+    let context = context.to_owned();
+    move |e| Error::Api { engine, context, message: e.to_string() }
+}

@@ -162,23 +162,3 @@ pub(crate) fn resolve_script(path: &Path) -> Result<PathBuf> {
     }
     Ok(real)
 }
-
-/// Every host source of a plan, right before its create: it must exist, and be UTF-8 (the API
-/// carries paths as JSON strings, a lossy one would name another path). Podman's compat API
-/// creates a missing bind source on the host as an empty root-owned directory (docker refuses
-/// it), so a path that vanished since it was resolved must never reach the engine. Each one is
-/// pinned without following links, for the check of the started container (`crate::verify`).
-pub(crate) fn check_sources(mounts: &[crate::plan::PlanMount]) -> Result<Vec<crate::verify::Pin>> {
-    let mut pins = Vec::new();
-    for mount in mounts {
-        let crate::plan::Source::Host(path) = &mount.source else { continue };
-        if path.to_str().is_none() {
-            return Err(Error::RefusedMount {
-                path: path.clone(),
-                reason: "its path is not valid UTF-8, which the docker API cannot carry".into(),
-            });
-        }
-        pins.push(crate::verify::Pin::open(path, &mount.target)?);
-    }
-    Ok(pins)
-}

@@ -22,7 +22,7 @@ use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use futures_util::StreamExt;
 
-use crate::container::api;
+use crate::error::api;
 use crate::error::{Error, Result};
 
 /// The privileged exec: unreachable routes for 169.254.0.0/16 and fd00:ec2::254/128 in the

@@ -147,7 +147,7 @@ pub(crate) struct PlanMount {
 /// What a [`PlanMount`] mounts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Source {
-    /// A host path; it must exist (see `host::check_sources`: podman would create it).
+    /// A host path; it must exist (see `verify::check_sources`: podman would create it).
     Host(PathBuf),
     /// A named volume of the engine.
     Volume(String),

@@ -9,7 +9,7 @@ use bollard::models::PortBinding;
 use bollard::query_parameters::InspectContainerOptions;
 use sandbox_core::{Publish, PublishedPort};
 
-use crate::container::api;
+use crate::error::api;
 use crate::error::{Error, Result};
 
 /// Pure: the host side of each asked port (`sandbox_core::asked_host_ports`: host port 0 for

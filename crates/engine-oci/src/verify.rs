@@ -2,7 +2,7 @@
 //!
 //! The daemon resolves each host path again when it starts the container, so a path swapped
 //! for a symlink (`renameat2(RENAME_EXCHANGE)`) after our check would mount whatever the link
-//! names. So: each source is pinned right before the create (`host::check_sources`: opened
+//! names. So: each source is pinned right before the create (`verify::check_sources`: opened
 //! without following any link), and once the container has started, every bind is looked up
 //! through the container's own root (`/proc/<pid>/root`, walked without following links) and
 //! its device and inode compared with the pinned descriptor's. A mismatch is refused
@@ -70,7 +70,7 @@ pub(crate) async fn started(
     let inspect = docker
         .inspect_container(name, None::<InspectContainerOptions>)
         .await
-        .map_err(crate::container::api(engine, &format!("inspecting {name}")))?;
+        .map_err(crate::error::api(engine, &format!("inspecting {name}")))?;
     let pid = inspect.state.and_then(|s| s.pid).filter(|p| *p > 0);
     let pid = pid.ok_or_else(|| Error::MountUnverified {
         reason: format!("{engine} reported no process for {name}"),
@@ -175,4 +175,24 @@ pub(crate) fn mount_point(mountinfo: &str, id: u64) -> Option<PathBuf> {
         }
     }
     Some(PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(out)))
+}
+
+/// Every host source of a plan, right before its create: it must exist, and be UTF-8 (the API
+/// carries paths as JSON strings, a lossy one would name another path). Podman's compat API
+/// creates a missing bind source on the host as an empty root-owned directory (docker refuses
+/// it), so a path that vanished since it was resolved must never reach the engine. Each one is
+/// pinned without following links, for the check of the started container (below).
+pub(crate) fn check_sources(mounts: &[crate::plan::PlanMount]) -> Result<Vec<Pin>> {
+    let mut pins = Vec::new();
+    for mount in mounts {
+        let crate::plan::Source::Host(path) = &mount.source else { continue };
+        if path.to_str().is_none() {
+            return Err(Error::RefusedMount {
+                path: path.clone(),
+                reason: "its path is not valid UTF-8, which the docker API cannot carry".into(),
+            });
+        }
+        pins.push(Pin::open(path, &mount.target)?);
+    }
+    Ok(pins)
 }

@@ -13,7 +13,7 @@ use sandbox_core::{ExecRequest, OutputSink, RunOutcome, Stream};
 use tokio::io::AsyncWriteExt;
 
 use crate::agent::{self, AgentAddr};
-use crate::container::api;
+use crate::error::api;
 use crate::error::{Error, Result};
 
 use super::{Session, strings};

@@ -10,8 +10,9 @@ use bollard::query_parameters::InspectContainerOptions;
 use sandbox_core::{Net, Sandbox};
 
 use crate::agent::{self, AgentAddr};
-use crate::container::{self, api};
+use crate::container;
 use crate::engine::{OciEngine, now_secs, random_id};
+use crate::error::api;
 use crate::error::{Error, Result};
 use crate::host;
 use crate::plan::{self, SessionLayout};
@@ -107,7 +108,7 @@ impl SessionEngine for OciEngine {
             stages.apply(&mut container);
         }
         let warning = self.adapt(&mut container);
-        let pins = host::check_sources(&container.mounts)?;
+        let pins = crate::verify::check_sources(&container.mounts)?;
         let body = plan::create_body(&container, self.config().flavor);
         let name = container_name(&id);
         let engine = self.config().flavor.as_str();
