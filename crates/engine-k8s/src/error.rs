@@ -2,6 +2,8 @@
 
 use sandbox_core::{Classify, ErrorClass};
 
+use crate::failure::StartFailure;
+
 /// Everything that can go wrong talking to a cluster or in a pod sandbox.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -9,12 +11,185 @@ pub enum Error {
     /// The session protocol's own errors (see `sandbox_core::shell`).
     #[error(transparent)]
     Sandbox(#[from] sandbox_core::Error),
+
+    /// No answer from the apiserver (connection refused, TLS, DNS, a proxy in the way).
+    #[error(
+        "cannot reach the cluster to {action}: {message}\nhint: check `kubectl cluster-info`; the \
+         kube config comes from `KUBECONFIG`, `~/.kube/config` or the in-cluster service account"
+    )]
+    Unreachable {
+        /// What was being done, e.g. `create pod "x" in namespace "ns"`.
+        action: String,
+        /// The client's error.
+        message: String,
+    },
+
+    /// RBAC refused a verb on a resource (403 `Forbidden` naming the user).
+    #[error(
+        "cannot {action}: {user} lacks `{verb}` on `{resource}` in namespace `{namespace}`\nhint: \
+         apply `deploy/rbac/` (`kubectl apply -n {namespace} -f deploy/rbac/`: a Role with exactly \
+         the verbs python-sandbox uses) and bind it to {user}"
+    )]
+    Forbidden {
+        /// What was being done.
+        action: String,
+        /// The user or service account the cluster saw.
+        user: String,
+        /// The verb it lacks (`create`, `watch`, ...).
+        verb: String,
+        /// The resource, with its group when not core (`pods/exec`, `ingresses.networking.k8s.io`).
+        resource: String,
+        /// The namespace.
+        namespace: String,
+    },
+
+    /// A ResourceQuota in the namespace refused the object.
+    #[error(
+        "cannot {action}: {message}\nhint: lower the sandbox's resources in the config, end other \
+         sandboxes (`python-sandbox reap`), or raise the quota (`kubectl describe resourcequota -n \
+         {namespace}`)"
+    )]
+    QuotaExceeded {
+        /// What was being done.
+        action: String,
+        /// The cluster's message (which quota, requested, used, limited).
+        message: String,
+        /// The namespace.
+        namespace: String,
+    },
+
+    /// An admission controller refused the object (Pod Security, a ValidatingAdmissionPolicy,
+    /// a webhook).
+    #[error(
+        "cannot {action}: admission denied: {message}\nhint: the policy named above refused it; \
+         python-sandbox's pods pass the Pod Security Standard `restricted`, so a stricter policy \
+         needs the config to match it (runtime class, node selector, resources)"
+    )]
+    AdmissionDenied {
+        /// What was being done.
+        action: String,
+        /// The policy's own message.
+        message: String,
+    },
+
+    /// The namespace the engine works in does not exist.
+    #[error(
+        "cannot {action}: namespace `{namespace}` does not exist\nhint: create it (`kubectl create \
+         namespace {namespace}`, or `cargo xtask kind up` for a local cluster) or set another \
+         namespace in the config"
+    )]
+    NamespaceMissing {
+        /// What was being done.
+        action: String,
+        /// The namespace.
+        namespace: String,
+    },
+
+    /// The object is gone (a session's pod deleted or expired).
+    #[error("{kind} `{name}` not found in namespace `{namespace}`")]
+    NotFound {
+        /// `pod`, `service`, ...
+        kind: String,
+        /// Its name.
+        name: String,
+        /// The namespace.
+        namespace: String,
+    },
+
+    /// An object of that name exists already.
+    #[error(
+        "cannot {action}: {kind} `{name}` already exists\nhint: another sandbox has that name; \
+         pick another, or remove the old one (`kubectl delete {kind} -n {namespace} {name}`)"
+    )]
+    NameTaken {
+        /// What was being done.
+        action: String,
+        /// `pod`, `service`, ...
+        kind: String,
+        /// Its name.
+        name: String,
+        /// The namespace.
+        namespace: String,
+    },
+
+    /// The apiserver rejected the object as invalid (422), naming the fields.
+    #[error("cannot {action}: the cluster rejected it as invalid: {fields}")]
+    Invalid {
+        /// What was being done.
+        action: String,
+        /// `field: message` per cause, or the whole message without causes.
+        fields: String,
+    },
+
+    /// Any other refusal or server error, with the cluster's code, reason and message.
+    #[error("cannot {action}: the cluster answered {code} {reason}: {message}")]
+    Api {
+        /// What was being done.
+        action: String,
+        /// HTTP status code.
+        code: u16,
+        /// The Status reason.
+        reason: String,
+        /// The Status message.
+        message: String,
+    },
+
+    /// The pod cannot start, for the reason the cluster gave.
+    #[error("pod `{pod}` cannot start: {failure}")]
+    StartFailed {
+        /// The pod name.
+        pod: String,
+        /// What the cluster reported.
+        failure: StartFailure,
+    },
+
+    /// The pod was not ready in time and nothing said it never will be.
+    #[error(
+        "pod `{pod}` was not ready after {secs} s: {state}\nhint: `kubectl describe pod -n \
+         {namespace} {pod}` shows what the cluster is doing; a slow image pull or node start needs \
+         a longer start timeout"
+    )]
+    StartTimeout {
+        /// The pod name.
+        pod: String,
+        /// The namespace.
+        namespace: String,
+        /// The timeout.
+        secs: u64,
+        /// Where it was: phase, waiting reason, the last warning event.
+        state: String,
+    },
+
+    /// An object to create lacks what the engine needs of it (a name, the owner's uid).
+    #[error("cannot {action}: {message}")]
+    Object {
+        /// What was being done.
+        action: String,
+        /// What is missing.
+        message: String,
+    },
 }
 
 impl Classify for Error {
     fn class(&self) -> ErrorClass {
         match self {
             Error::Sandbox(e) => e.class(),
+            Error::Unreachable { .. } => ErrorClass::Unavailable,
+            Error::Api { code, .. } if *code >= 500 || *code == 429 => ErrorClass::Unavailable,
+            Error::NotFound { .. } => ErrorClass::NotFound,
+            Error::Forbidden { .. }
+            | Error::QuotaExceeded { .. }
+            | Error::AdmissionDenied { .. }
+            | Error::NamespaceMissing { .. }
+            | Error::NameTaken { .. }
+            | Error::Invalid { .. }
+            | Error::Api { .. }
+            | Error::StartFailed { .. }
+            | Error::StartTimeout { .. }
+            | Error::Object { .. } => ErrorClass::Setup,
         }
     }
 }
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -4,8 +4,17 @@
 //!
 //! Pure cores, IO at the edges: every object the engine creates is built by a pure function
 //! (`manifest`), checked against the Pod Security Standard `restricted` by a pure checker; the
-//! API flow and the exec channel are thin adapters over `kube`.
+//! API flow (`api`, failures classified by the pure `failure`, the `sweep`) and the exec channel
+//! are thin adapters over `kube`.
 
+pub mod api;
 mod error;
+pub mod failure;
+pub mod sweep;
 
-pub use error::Error;
+pub use error::{Error, Result};
+pub use failure::{Progress, StartFailure};
+pub use sweep::Swept;
+
+#[cfg(test)]
+mod api_tests;

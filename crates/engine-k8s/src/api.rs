@@ -1,0 +1,315 @@
+//! The API control flow of a pod sandbox over `kube`: create the pod and its NetworkPolicy,
+//! wait for it with a watch (never polling) under a timeout, publish a port as a Service and an
+//! Ingress, delete, list by label. Objects arrive built (`manifest`); this module only sets the
+//! owner reference that makes the dependents go with the pod, and turns every refusal into the
+//! classified error of [`crate::failure`].
+//!
+//! The NetworkPolicy is created right after the pod, before the wait: the pod's uid (which the
+//! owner reference needs) exists only then, and the policy should be in place before anything in
+//! the pod can use the network. A start that fails after the pod exists deletes the pod, and its
+//! dependents go with it.
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use futures_util::{StreamExt, TryStreamExt};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::{Event, Pod, Service};
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Client;
+use kube::api::{
+    Api, DeleteParams, ListParams, PostParams, Preconditions, PropagationPolicy, WatchEvent,
+    WatchParams,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result};
+use crate::failure::{self, Op, Progress, StartFailure, api_error};
+
+/// How long one watch request may stay open before the apiserver ends it and it is re-issued
+/// from the last resourceVersion (below the apiserver's own cap, so the end is ours).
+const WATCH_SECS: u32 = 290;
+
+/// Sets `owner` as the owner of `meta`: the garbage collector deletes the object when the pod
+/// goes. Neither `controller` nor `blockOwnerDeletion` is set: the latter needs `update` on
+/// `pods/finalizers` where the OwnerReferencesPermissionEnforcement plugin runs, and a
+/// background delete does not wait for it anyway.
+pub fn own(meta: &mut ObjectMeta, owner: &Pod) -> Result<()> {
+    let (Some(name), Some(uid)) = (owner.metadata.name.as_ref(), owner.metadata.uid.as_ref())
+    else {
+        return Err(Error::Object {
+            action: "own an object by its pod".to_owned(),
+            message: "the pod has no name or uid (it was not read back from the cluster)"
+                .to_owned(),
+        });
+    };
+    let reference = OwnerReference {
+        api_version: "v1".to_owned(),
+        kind: "Pod".to_owned(),
+        name: name.clone(),
+        uid: uid.clone(),
+        ..OwnerReference::default()
+    };
+    let references = meta.owner_references.get_or_insert_with(Vec::new);
+    references.retain(|r| r.uid != reference.uid);
+    references.push(reference);
+    Ok(())
+}
+
+fn kind_of<K: kube::Resource<DynamicType = ()>>() -> &'static str {
+    match K::kind(&()).as_ref() {
+        "Pod" => "pod",
+        "Service" => "service",
+        "Ingress" => "ingress",
+        "NetworkPolicy" => "networkpolicy",
+        "Event" => "event",
+        _ => "object",
+    }
+}
+
+/// A namespaced object the engine creates (pod, NetworkPolicy, Service, Ingress).
+pub trait Object:
+    kube::Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+{
+}
+
+impl<K> Object for K where
+    K: kube::Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned
+{
+}
+
+fn name_of(meta: &ObjectMeta) -> Option<&str> {
+    meta.name.as_deref()
+}
+
+/// Creates one namespaced object and returns what the cluster kept.
+pub async fn create<K: Object>(client: &Client, namespace: &str, object: &K) -> Result<K> {
+    let op = Op::new("create", kind_of::<K>(), name_of(object.meta()), namespace);
+    if op.name.is_none() {
+        return Err(Error::Object { action: op.to_string(), message: "it has no name".to_owned() });
+    }
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    api.create(&PostParams::default(), object).await.map_err(|e| api_error(&op, e))
+}
+
+/// Creates `object` owned by `owner` (see [`own`]).
+pub async fn create_owned<K: Object>(
+    client: &Client,
+    namespace: &str,
+    owner: &Pod,
+    mut object: K,
+) -> Result<K> {
+    own(object.meta_mut(), owner)?;
+    create(client, namespace, &object).await
+}
+
+/// Starts a sandbox: creates `pod`, then `network_policy` owned by it, then waits until the pod is
+/// Running and Ready, for at most `timeout`. Returns the pod as last seen. On any failure after
+/// the create the pod is deleted (its dependents go with it) and the first error returned.
+pub async fn start(
+    client: &Client,
+    namespace: &str,
+    pod: &Pod,
+    network_policy: NetworkPolicy,
+    timeout: Duration,
+) -> Result<Pod> {
+    let created = create(client, namespace, pod).await?;
+    let started = async {
+        create_owned(client, namespace, &created, network_policy).await?;
+        wait_ready(client, namespace, &created, timeout).await
+    }
+    .await;
+    match started {
+        Ok(ready) => Ok(ready),
+        Err(e) => {
+            // The start error is the news; a failed cleanup leaves the pod to its own deadline
+            // and the sweep.
+            let _ = delete_pod(
+                client,
+                namespace,
+                created.metadata.name.as_deref().unwrap_or_default(),
+                created.metadata.uid.as_deref(),
+            )
+            .await;
+            Err(e)
+        }
+    }
+}
+
+/// Waits, with a watch from the pod's resourceVersion, until `created` is Running and Ready
+/// ([`failure::progress`]), failing fast when its status says it never will be; after `timeout`
+/// fails with where it was and the latest Warning event.
+pub async fn wait_ready(
+    client: &Client,
+    namespace: &str,
+    created: &Pod,
+    timeout: Duration,
+) -> Result<Pod> {
+    let name = created.metadata.name.clone().unwrap_or_default();
+    let mut last = created.clone();
+    match tokio::time::timeout(timeout, watch_until_ready(client, namespace, &name, &mut last))
+        .await
+    {
+        Ok(result) => result,
+        Err(_elapsed) => {
+            // Best effort: the timeout is the error; what the events add only explains it.
+            let events = pod_events(client, namespace, &name).await.unwrap_or_default();
+            Err(Error::StartTimeout {
+                pod: name,
+                namespace: namespace.to_owned(),
+                secs: timeout.as_secs(),
+                state: failure::explain_timeout(Some(&last), &events),
+            })
+        }
+    }
+}
+
+async fn watch_until_ready(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    last: &mut Pod,
+) -> Result<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let op = Op::new("watch", "pod", Some(name), namespace);
+    let mut version = last.metadata.resource_version.clone().unwrap_or_else(|| "0".to_owned());
+    if let Some(done) = settled(name, last)? {
+        return Ok(done);
+    }
+    loop {
+        let params =
+            WatchParams::default().fields(&format!("metadata.name={name}")).timeout(WATCH_SECS);
+        let mut events =
+            pods.watch(&params, &version).await.map_err(|e| api_error(&op, e))?.boxed();
+        while let Some(event) = events.try_next().await.map_err(|e| api_error(&op, e))? {
+            match event {
+                WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
+                    version = pod.metadata.resource_version.clone().unwrap_or(version);
+                    *last = pod;
+                    if let Some(done) = settled(name, last)? {
+                        return Ok(done);
+                    }
+                }
+                WatchEvent::Deleted(_) => {
+                    return Err(Error::StartFailed {
+                        pod: name.to_owned(),
+                        failure: StartFailure::Deleted,
+                    });
+                }
+                WatchEvent::Bookmark(bookmark) => version = bookmark.metadata.resource_version,
+                // 410 Gone: the version is older than the apiserver keeps; read the pod afresh and
+                // watch from its version.
+                WatchEvent::Error(status) if status.code == 410 => {
+                    let get = Op::new("get", "pod", Some(name), namespace);
+                    *last = pods.get(name).await.map_err(|e| api_error(&get, e))?;
+                    version =
+                        last.metadata.resource_version.clone().unwrap_or_else(|| "0".to_owned());
+                    if let Some(done) = settled(name, last)? {
+                        return Ok(done);
+                    }
+                    break;
+                }
+                WatchEvent::Error(status) => return Err(failure::status_error(&op, &status)),
+            }
+        }
+    }
+}
+
+fn settled(name: &str, pod: &Pod) -> Result<Option<Pod>> {
+    match failure::progress(pod) {
+        Progress::Ready => Ok(Some(pod.clone())),
+        Progress::Waiting(_) => Ok(None),
+        Progress::Failed(failure) => Err(Error::StartFailed { pod: name.to_owned(), failure }),
+    }
+}
+
+/// Publishes a port of a running sandbox: `service` and, when the preview goes through an
+/// ingress controller, `ingress`, both owned by `owner`. When the Ingress is refused the Service
+/// is deleted again, so a failed publish leaves nothing behind.
+pub async fn publish(
+    client: &Client,
+    namespace: &str,
+    owner: &Pod,
+    service: Service,
+    ingress: Option<Ingress>,
+) -> Result<(Service, Option<Ingress>)> {
+    let service = create_owned(client, namespace, owner, service).await?;
+    let Some(ingress) = ingress else { return Ok((service, None)) };
+    match create_owned(client, namespace, owner, ingress).await {
+        Ok(ingress) => Ok((service, Some(ingress))),
+        Err(e) => {
+            let name = service.metadata.name.as_deref().unwrap_or_default();
+            // The owner reference removes it with the pod if this fails too.
+            let _ =
+                delete::<Service>(client, namespace, name, service.metadata.uid.as_deref()).await;
+            Err(e)
+        }
+    }
+}
+
+/// Deletes a pod (background propagation: the garbage collector removes the NetworkPolicy,
+/// Services and Ingresses it owns). With `uid`, only that very pod: a new pod that took the
+/// name meanwhile answers 409 and stays. `Ok(false)` when it was already gone.
+pub async fn delete_pod(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+) -> Result<bool> {
+    delete::<Pod>(client, namespace, name, uid).await
+}
+
+/// Deletes one namespaced object; see [`delete_pod`].
+pub async fn delete<K: Object>(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+) -> Result<bool> {
+    let op = Op::new("delete", kind_of::<K>(), Some(name), namespace);
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let params = DeleteParams {
+        // One second lets the kubelet stop the container itself (a zero grace period removes the
+        // object while the container may still run on the node).
+        grace_period_seconds: Some(1),
+        propagation_policy: Some(PropagationPolicy::Background),
+        preconditions: uid
+            .map(|uid| Preconditions { uid: Some(uid.to_owned()), resource_version: None }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        Err(e) => Err(api_error(&op, e)),
+    }
+}
+
+/// The pods matching a label selector (`reaper::MANAGED_FILTER` for the sweep), one list call.
+pub async fn list_pods(client: &Client, namespace: &str, selector: &str) -> Result<Vec<Pod>> {
+    let op = Op::new("list", "pod", None, namespace);
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let list =
+        api.list(&ListParams::default().labels(selector)).await.map_err(|e| api_error(&op, e))?;
+    Ok(list.items)
+}
+
+/// The events about one pod (what its status does not say: a node without the runtime handler,
+/// a failed mount).
+pub async fn pod_events(client: &Client, namespace: &str, pod: &str) -> Result<Vec<Event>> {
+    let op = Op::new("list", "event", None, namespace);
+    let api: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let params =
+        ListParams::default().fields(&format!("involvedObject.kind=Pod,involvedObject.name={pod}"));
+    let list = api.list(&params).await.map_err(|e| api_error(&op, e))?;
+    Ok(list.items)
+}
