@@ -6,6 +6,10 @@
 //! (`manifest`), checked against the Pod Security Standard `restricted` by a pure checker; the
 //! API flow and the exec channel are thin adapters over `kube`.
 
+pub mod channel;
 mod error;
+pub mod exec;
+pub mod relay;
 
 pub use error::Error;
+pub use exec::{AGENT_SOCKET, ExecChannel, PodExec};
