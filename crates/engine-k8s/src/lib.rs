@@ -8,11 +8,15 @@
 //! are thin adapters over `kube`.
 
 pub mod api;
+pub mod channel;
 mod error;
+pub mod exec;
 pub mod failure;
+pub mod relay;
 pub mod sweep;
 
 pub use error::{Error, Result};
+pub use exec::{AGENT_SOCKET, ExecChannel, PodExec};
 pub use failure::{Progress, StartFailure};
 pub use sweep::Swept;
 
