@@ -6,6 +6,11 @@
 //! (`manifest`), checked against the Pod Security Standard `restricted` by a pure checker; the
 //! API flow and the exec channel are thin adapters over `kube`.
 
+pub mod config;
 mod error;
+pub mod manifest;
+pub mod rbac;
+pub mod restricted;
 
+pub use config::{PullPolicy, Resources, SandboxConfig, VolumeSizes};
 pub use error::Error;
