@@ -18,6 +18,9 @@ commands:
   image [--engine docker|podman|podman-rootless]... [--tag TAG] [--force] [--verify]
                      build the sandbox runtime image (deploy/image) without a registry and import it
                      into each engine (default: docker and podman); skipped per engine when unchanged
+  kind up|down|load [--image TAG]
+                     a local kind cluster for engine-k8s (deploy/kind: ingress-nginx on 80/443, the
+                     restricted `python-sandbox` namespace, deploy/rbac, deploy/policy), the image loaded
 ";
 
 pub(crate) enum Cmd {
@@ -28,6 +31,7 @@ pub(crate) enum Cmd {
     Fuzz(crate::fuzz::Fuzz),
     TestEngines(crate::test_engines::TestEngines),
     Image(crate::image::Image),
+    Kind(crate::kind::Kind),
 }
 
 pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
@@ -95,6 +99,7 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
             Cmd::TestEngines(crate::test_engines::TestEngines { engines, filters })
         }
         "image" => parse_image(rest)?,
+        "kind" => parse_kind(rest)?,
         _ => bail!("unknown command `{cmd}`\n\n{USAGE}"),
     })
 }
@@ -125,6 +130,25 @@ fn parse_image(rest: Vec<String>) -> Result<Cmd> {
         image.engines = Engine::ALL.to_vec();
     }
     Ok(Cmd::Image(image))
+}
+
+fn parse_kind(rest: Vec<String>) -> Result<Cmd> {
+    use crate::kind::{Action, Kind};
+    let mut it = rest.into_iter();
+    let Some(action) = it.next().as_deref().and_then(Action::parse) else {
+        bail!("`kind` needs `up`, `down` or `load`\n\n{USAGE}");
+    };
+    let mut kind = Kind::new(action);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--image" => match it.next() {
+                Some(t) if !t.is_empty() && !t.starts_with('-') => kind.image = t,
+                _ => bail!("`--image` needs an image name\n\n{USAGE}"),
+            },
+            _ => bail!("unknown option `{a}` for `kind`\n\n{USAGE}"),
+        }
+    }
+    Ok(Cmd::Kind(kind))
 }
 
 fn no_args(cmd: &str, rest: &[String]) -> Result<()> {

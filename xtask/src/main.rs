@@ -9,6 +9,7 @@ mod ci;
 mod flags;
 mod fuzz;
 mod image;
+mod kind;
 mod rootless;
 mod services;
 mod test_engines;
@@ -33,6 +34,7 @@ fn main() -> anyhow::Result<()> {
         flags::Cmd::Fuzz(c) => c.run(&sh),
         flags::Cmd::TestEngines(c) => c.run(&sh),
         flags::Cmd::Image(c) => c.run(&sh),
+        flags::Cmd::Kind(c) => c.run(&sh),
     }
 }
 

@@ -548,14 +548,7 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Plan {
     let uv_dir = layout.uv.parent().unwrap_or(Path::new("/usr/bin"));
     let path = format!("{}:/usr/local/bin:/usr/bin:/bin:{}", venv_bin.display(), uv_dir.display());
     let mut env = base_env(host, path);
-    for (name, value) in [
-        ("UV_CACHE_DIR", "/home/sandbox/.cache/uv"),
-        ("UV_NO_CONFIG", "1"),
-        ("UV_PYTHON_DOWNLOADS", "never"),
-        ("UV_SYSTEM_CERTS", "1"),
-        ("UV_NATIVE_TLS", "1"),
-        ("UV_NO_PROGRESS", "1"),
-    ] {
+    for (name, value) in sandbox_core::shell::SESSION_UV_ENV {
         set_env(&mut env, name, value.into());
     }
     for name in crate::host::PREPARE_ENV_ALLOWLIST {

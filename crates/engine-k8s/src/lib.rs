@@ -9,12 +9,17 @@
 
 pub mod api;
 pub mod channel;
+pub mod config;
 mod error;
 pub mod exec;
 pub mod failure;
+pub mod manifest;
+pub mod rbac;
 pub mod relay;
+pub mod restricted;
 pub mod sweep;
 
+pub use config::{PullPolicy, Resources, SandboxConfig, VolumeSizes};
 pub use error::{Error, Result};
 pub use exec::{AGENT_SOCKET, ExecChannel, PodExec};
 pub use failure::{Progress, StartFailure};

@@ -467,14 +467,7 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Containe
     let mut mounts: Vec<PlanMount> = ca_mount(host).into_iter().collect();
     mounts.extend(ordered(host_binds));
     let mut env = base_env(host);
-    for (name, value) in [
-        ("UV_CACHE_DIR", "/home/sandbox/.cache/uv"),
-        ("UV_NO_CONFIG", "1"),
-        ("UV_PYTHON_DOWNLOADS", "never"),
-        ("UV_SYSTEM_CERTS", "1"),
-        ("UV_NATIVE_TLS", "1"),
-        ("UV_NO_PROGRESS", "1"),
-    ] {
+    for (name, value) in sandbox_core::shell::SESSION_UV_ENV {
         set_env(&mut env, name, value);
     }
     set_env(&mut env, "PWD", &layout.workspace.display().to_string());

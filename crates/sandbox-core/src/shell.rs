@@ -38,6 +38,16 @@ pub trait AgentShell: Sync {
 
 /// The session's own virtual environment, in its tmpfs home.
 pub const SESSION_VENV: &str = "/home/sandbox/.venv";
+/// uv's settings in every session of every engine: its cache in the session's home, no user or
+/// project configuration, never a downloaded interpreter, the system's certificates, no progress bars.
+pub const SESSION_UV_ENV: [(&str, &str); 6] = [
+    ("UV_CACHE_DIR", "/home/sandbox/.cache/uv"),
+    ("UV_NO_CONFIG", "1"),
+    ("UV_PYTHON_DOWNLOADS", "never"),
+    ("UV_SYSTEM_CERTS", "1"),
+    ("UV_NATIVE_TLS", "1"),
+    ("UV_NO_PROGRESS", "1"),
+];
 /// Markers of the dependency sets installed into [`SESSION_VENV`], one empty file per set.
 const DEPS_MARKERS: &str = "/home/sandbox/.venv/.python-sandbox-deps";
 
