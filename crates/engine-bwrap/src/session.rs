@@ -179,7 +179,12 @@ fn end(records: &Records, record: &Record, cache_dir: &Path) {
 }
 
 impl SessionEngine for BwrapEngine {
+    type Error = crate::Error;
     type Session = Session;
+
+    fn session_engine_name(&self) -> &'static str {
+        "bwrap"
+    }
 
     /// Starts a session sandbox and returns once its agent listens. The sandbox outlives the
     /// calling process (see the module docs); status lines (a cold interpreter lookup) go to

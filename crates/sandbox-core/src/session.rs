@@ -13,8 +13,8 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 
 use crate::{
-    Classify, Engine, EngineError, ExecRequest, Interactive, InteractiveExec, Net, OutputSink,
-    RunOutcome, ScriptOptions, SessionConfig,
+    Classify, EngineError, ExecRequest, Interactive, InteractiveExec, Net, OutputSink, RunOutcome,
+    ScriptOptions, SessionConfig,
 };
 
 /// A session as `session list` shows it, whatever engine holds it.
@@ -141,10 +141,16 @@ impl<T: Executor + ?Sized> Executor for &T {
     }
 }
 
-/// An engine with warm sessions: the session half of the seam.
-pub trait SessionEngine: Engine + Executor {
+/// An engine with warm sessions: the session half of the seam. Separate from [`crate::Engine`]
+/// (the run half): an engine may have either or both (bwrap, docker and podman have both).
+pub trait SessionEngine: Executor {
+    /// The engine's own error type (each engine crate has one `thiserror` enum).
+    type Error: std::error::Error + Classify + Send + Sync + 'static;
     /// The handle [`SessionEngine::open_session`] gives.
     type Session: WarmSession<Error = Self::Error>;
+
+    /// The engine's stable lower-case name, as [`crate::Engine::name`].
+    fn session_engine_name(&self) -> &'static str;
 
     /// Starts a session and returns once it serves commands. Status lines (a cold interpreter
     /// lookup) go to `status`.
@@ -270,7 +276,7 @@ where
 
 /// Object-safe view of a [`SessionEngine`]; every `SessionEngine` implements it.
 pub trait DynSessionEngine {
-    /// See [`Engine::name`].
+    /// See [`SessionEngine::session_engine_name`].
     fn session_engine_name(&self) -> &'static str;
 
     /// See [`SessionEngine::start_session`].
@@ -292,7 +298,7 @@ pub trait DynSessionEngine {
 
 impl<E: SessionEngine> DynSessionEngine for E {
     fn session_engine_name(&self) -> &'static str {
-        Engine::name(self)
+        SessionEngine::session_engine_name(self)
     }
 
     fn start_session_dyn(

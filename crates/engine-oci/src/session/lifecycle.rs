@@ -32,7 +32,12 @@ impl Executor for OciEngine {
 }
 
 impl SessionEngine for OciEngine {
+    type Error = crate::Error;
     type Session = Session;
+
+    fn session_engine_name(&self) -> &'static str {
+        self.config().flavor.as_str()
+    }
 
     /// Starts a session container and returns its id once it runs.
     fn start_session(
