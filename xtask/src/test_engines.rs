@@ -71,10 +71,6 @@ fn run_rootless(sh: &Shell, filters: &[String]) -> Result<()> {
         // bwrap too: its wall fails differently for an unprivileged caller (no staging, the
         // caller's own user namespace and pasta), so it is checked as that user as well.
         "CONFORMANCE_ENGINES=podman,bwrap".to_owned(),
-        // One case at a time: rootless podman 4.3's API service reads the subordinate ids
-        // through libsubid on every create, which is not thread-safe, and concurrent creates
-        // have crashed it (SIGSEGV in `subid_get_uid_ranges`) in the middle of the suite.
-        "CONFORMANCE_JOBS=1".to_owned(),
         "NO_COLOR=1".to_owned(),
         format!("PYTHON_SANDBOX_BIN={}", target.join("debug/python-sandbox").display()),
         format!("CARGO_TARGET_DIR={}", account.home.join("conformance").display()),

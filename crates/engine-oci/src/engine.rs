@@ -279,6 +279,18 @@ impl OciEngine {
         self.rootless.and_then(|engine| plan::rootless(container, engine))
     }
 
+    /// Held around each container create on rootless podman: its API service reads the
+    /// user's subordinate ids through libsubid for every `keep-id` create, which is not
+    /// thread-safe (podman 4.3 has died with SIGSEGV in `subid_get_uid_ranges` under concurrent
+    /// creates, failing every run after it), so this user's creates go one at a time. A lock
+    /// file in the runtime directory, so parallel CLI processes serialize too; `None` elsewhere
+    /// (and where the lock cannot be taken: the create then just is not serialized).
+    pub(crate) fn create_lock(&self) -> Option<std::fs::File> {
+        self.rootless?;
+        let dir = reaper::PrivateDir::open(&self.config.runtime_dir.join("oci")).ok()?;
+        reaper::lock_in(&dir, "podman-create.lock", reaper::LockMode::Exclusive).ok().flatten()
+    }
+
     /// Whether the engine is rootless podman (`keep-id`, see [`plan::Rootless`]).
     pub fn rootless(&self) -> Option<plan::Rootless> {
         self.rootless
@@ -493,8 +505,10 @@ impl OciEngine {
         crate::verify::check_sources(&container.mounts)?;
         let body = plan::create_body(&container, self.config.flavor);
         let name = format!("python-sandbox-prepare-{id}");
+        let serial = self.create_lock();
         let guard =
             container::create(&self.docker, engine, &name, body, &self.config.image).await?;
+        drop(serial);
         let mut output = Vec::new();
         let mut signals = Signals::new(self.config.handle_signals);
         let finished = container::attach_and_run(
@@ -606,9 +620,11 @@ impl OciEngine {
         let asked = sandbox_core::asked_host_ports(&spec.publish);
         let published = io.published.filter(|_| !asked.is_empty()).map(|hook| (&asked[..], hook));
         let finished = self.block_on(async {
+            let serial = self.create_lock();
             let guard = container::create(&self.docker, engine, &name, body, &self.config.image)
                 .await
                 .map_err(|e| crate::ports::explain(e, &spec.publish))?;
+            drop(serial);
             // The container references the volume now: the engine refuses to remove it.
             env.lease.release();
             let mut signals = Signals::new(self.config.handle_signals);

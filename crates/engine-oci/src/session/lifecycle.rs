@@ -120,9 +120,11 @@ impl SessionEngine for OciEngine {
         let image = self.config().image.clone();
         self.block_on(async {
             let explain = |e| crate::ports::explain(e, &config.publish);
+            let serial = self.create_lock();
             let guard = container::create(self.docker(), engine, &name, body, &image)
                 .await
                 .map_err(explain)?;
+            drop(serial);
             let started = self
                 .docker()
                 .start_container(&name, None::<bollard::query_parameters::StartContainerOptions>)
