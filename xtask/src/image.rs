@@ -20,6 +20,20 @@ use xshell::{Shell, cmd};
 use crate::services;
 
 pub(crate) const DEFAULT_TAG: &str = "python-sandbox-runtime:latest";
+
+/// The versioned tag the default image also gets: `python-sandbox-runtime:<version>-abi<N>`
+/// (`N` from the Containerfile's `io.python-sandbox.image-abi` label). Kubernetes pulls a
+/// `:latest` image `Always`, which fails without a registry; engine-k8s's default image is this
+/// tag (its `DEFAULT_IMAGE`, kept equal by a test there).
+pub(crate) fn versioned_tag(containerfile: &str) -> Result<String> {
+    let abi = containerfile
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("LABEL io.python-sandbox.image-abi="))
+        .map(|v| v.trim().trim_matches('"').to_owned())
+        .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+        .context("deploy/image/Containerfile has no `LABEL io.python-sandbox.image-abi=\"N\"`")?;
+    Ok(format!("python-sandbox-runtime:{}-abi{abi}", env!("CARGO_PKG_VERSION")))
+}
 /// The label holding the content key of the inputs an image was built from.
 pub(crate) const KEY_LABEL: &str = "io.python-sandbox.image-key";
 const IMAGE_DIR: &str = "deploy/image";
@@ -143,6 +157,18 @@ impl Image {
     }
 }
 
+/// The default image also gets its [`versioned_tag`] (the same image id).
+fn tag_versioned(sh: &Shell, engine: Engine, tag: &str, containerfile: &str) -> Result<()> {
+    if tag != DEFAULT_TAG {
+        return Ok(());
+    }
+    let versioned = versioned_tag(containerfile)?;
+    let (program, pre) = engine.program();
+    let pre = &pre;
+    cmd!(sh, "{program} {pre...} tag {tag} {versioned}").quiet().ignore_stdout().run()?;
+    Ok(())
+}
+
 /// Makes `tag` on `engine` (already running) the image of the current deploy/image inputs: nothing to
 /// do when its [`KEY_LABEL`] matches (unless `force`), else build the rootfs (or reuse the cached
 /// tarball) and import it. `Some(reason)` when the build cannot run on this machine (no mmdebstrap
@@ -165,6 +191,7 @@ pub(crate) fn ensure_image(
     let current = image_label(sh, engine, tag, KEY_LABEL);
     if !force && current.as_deref() == Some(key.as_str()) {
         println!("{tag} on {engine} is up to date (key {})", &key[..12]);
+        tag_versioned(sh, engine, tag, &inputs.containerfile)?;
         return Ok(None);
     }
     let tarball = work.join(format!("rootfs-{}.tar", &key[..16]));
@@ -191,6 +218,7 @@ pub(crate) fn ensure_image(
     if image_label(sh, engine, tag, KEY_LABEL).as_deref() != Some(key.as_str()) {
         bail!("{engine} imported {tag} but it does not carry {KEY_LABEL}={key}");
     }
+    tag_versioned(sh, engine, tag, &inputs.containerfile)?;
     // The image the tag pointed at is now untagged, 130 MiB each rebuild; one still used by a
     // container stays, and that refusal is not an error.
     if let Some(old) = previous.filter(|old| image_id(sh, engine, tag).as_ref() != Some(old)) {
@@ -702,6 +730,17 @@ USER 1000:1000
 WORKDIR /home/sandbox
 CMD [\"python3\"]"
         );
+    }
+
+    #[test]
+    fn the_default_image_gets_a_versioned_tag() {
+        let containerfile = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/image/Containerfile"),
+        )
+        .expect("the Containerfile");
+        let tag = versioned_tag(&containerfile).expect("a tag");
+        assert_eq!(tag, format!("python-sandbox-runtime:{}-abi3", env!("CARGO_PKG_VERSION")));
+        assert!(versioned_tag("FROM x\n").is_err());
     }
 
     #[test]

@@ -110,17 +110,24 @@ impl Kind {
     }
 
     fn load(&self, sh: &Shell) -> Result<()> {
-        let image = &self.image;
-        if cmd!(sh, "docker image inspect {image}")
-            .quiet()
-            .ignore_stdout()
-            .ignore_stderr()
-            .run()
-            .is_err()
-        {
-            bail!("docker has no image {image}\nhint: cargo xtask image --engine docker");
+        let mut images = vec![self.image.clone()];
+        // The default image's versioned tag is engine-k8s's default (pulled `IfNotPresent`).
+        if self.image == DEFAULT_TAG {
+            let containerfile = sh.read_file("deploy/image/Containerfile")?;
+            images.push(crate::image::versioned_tag(&containerfile)?);
         }
-        cmd!(sh, "kind load docker-image {image} --name {CLUSTER}").run()?;
+        for image in &images {
+            if cmd!(sh, "docker image inspect {image}")
+                .quiet()
+                .ignore_stdout()
+                .ignore_stderr()
+                .run()
+                .is_err()
+            {
+                bail!("docker has no image {image}\nhint: cargo xtask image --engine docker");
+            }
+            cmd!(sh, "kind load docker-image {image} --name {CLUSTER}").run()?;
+        }
         Ok(())
     }
 }

@@ -11,9 +11,12 @@ use crate::Error;
 
 /// The namespace `deploy/` creates (labelled for Pod Security `restricted`).
 pub const DEFAULT_NAMESPACE: &str = "python-sandbox";
-/// The tag `cargo xtask image` builds and `cargo xtask kind load` puts on the nodes. It is
-/// `:latest`, which Kubernetes pulls `Always` unless told otherwise: hence [`PullPolicy`].
-pub const DEFAULT_IMAGE: &str = "python-sandbox-runtime:latest";
+/// The versioned tag `cargo xtask image` gives the runtime image beside `:latest`
+/// (`<version>-abi<N>`, N the image layout of deploy/image/Containerfile), which
+/// `cargo xtask kind load` puts on the nodes: a `:latest` image is pulled `Always`, which fails
+/// without a registry. Pulled `IfNotPresent` either way ([`PullPolicy`]).
+pub const DEFAULT_IMAGE: &str =
+    concat!("python-sandbox-runtime:", env!("CARGO_PKG_VERSION"), "-abi3");
 /// Resolves every `<anything>.127.0.0.1.nip.io` to loopback, where kind maps ingress-nginx's
 /// ports 80 and 443 (deploy/kind/cluster.yaml).
 pub const DEFAULT_PREVIEW_DOMAIN: &str = "127.0.0.1.nip.io";

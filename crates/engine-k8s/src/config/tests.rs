@@ -9,7 +9,13 @@ fn the_defaults_are_valid_and_match_deploy() {
     let config = SandboxConfig::default();
     config.validate().unwrap();
     assert_eq!(config.namespace, "python-sandbox");
-    assert_eq!(config.image, "python-sandbox-runtime:latest");
+    assert_eq!(config.image, format!("python-sandbox-runtime:{}-abi3", env!("CARGO_PKG_VERSION")));
+    // The ABI in the tag is the image's: the Containerfile label `cargo xtask image` reads.
+    let containerfile = include_str!("../../../../deploy/image/Containerfile");
+    assert!(
+        containerfile.contains("LABEL io.python-sandbox.image-abi=\"3\""),
+        "bump DEFAULT_IMAGE with the ABI"
+    );
     assert_eq!(config.pull_policy.as_str(), "IfNotPresent");
     assert_eq!(config.preview_domain, "127.0.0.1.nip.io");
     assert_eq!(config.ingress_namespace, "ingress-nginx");
