@@ -17,6 +17,10 @@ use crate::services;
 
 /// The tier that runs the suite as the rootless user.
 pub(crate) const ROOTLESS: &str = "podman-rootless";
+/// The Kubernetes engine: not behind the CLI yet, so its tier is engine-k8s's end-to-end tests
+/// (the `Sandbox` contract on a pod, the hardening read back), which print `SKIPPED: no
+/// cluster (KUBECONFIG ...)` where `KUBECONFIG` names no cluster that answers.
+pub(crate) const K8S: &str = "k8s";
 
 pub(crate) struct TestEngines {
     /// Empty: every engine `python-sandbox detect --json` lists.
@@ -27,8 +31,11 @@ pub(crate) struct TestEngines {
 
 impl TestEngines {
     pub(crate) fn run(self, sh: &Shell) -> Result<()> {
-        crate::section("build the CLI");
-        cmd!(sh, "cargo build -p cli").run()?;
+        let only_k8s = !self.engines.is_empty() && self.engines.iter().all(|e| e == K8S);
+        if !only_k8s {
+            crate::section("build the CLI");
+            cmd!(sh, "cargo build -p cli").run()?;
+        }
         let oci: Vec<Engine> = if self.engines.is_empty() {
             Engine::ALL.to_vec()
         } else {
@@ -41,9 +48,9 @@ impl TestEngines {
             Image { engines: oci, ..Image::all() }.ready_engines(sh)?
         };
         let rootful: Vec<String> =
-            self.engines.iter().filter(|e| *e != ROOTLESS).cloned().collect();
+            self.engines.iter().filter(|e| *e != ROOTLESS && *e != K8S).cloned().collect();
         let filters = &self.filters;
-        if self.engines.is_empty() || !rootful.is_empty() {
+        if !only_k8s && (self.engines.is_empty() || !rootful.is_empty()) {
             crate::section("conformance suite");
             let _on = sh.push_env("CONFORMANCE", "1");
             let _engines = (!rootful.is_empty())
@@ -54,6 +61,15 @@ impl TestEngines {
         }
         if ready.contains(&Engine::PodmanRootless) {
             run_rootless(sh, filters)?;
+        }
+        if self.engines.is_empty() || self.engines.iter().any(|e| e == K8S) {
+            crate::section("engine-k8s end-to-end tier");
+            cmd!(
+                sh,
+                "cargo test -p engine-k8s --test e2e -- --nocapture --test-threads=1 {filters...}"
+            )
+            .run()
+            .context("engine-k8s's end-to-end tier failed on the cluster KUBECONFIG names")?;
         }
         Ok(())
     }

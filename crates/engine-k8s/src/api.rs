@@ -313,3 +313,37 @@ pub async fn pod_events(client: &Client, namespace: &str, pod: &str) -> Result<V
     let list = api.list(&params).await.map_err(|e| api_error(&op, e))?;
     Ok(list.items)
 }
+
+/// One pod by name; `Ok(None)` when there is none.
+pub async fn get_pod(client: &Client, namespace: &str, name: &str) -> Result<Option<Pod>> {
+    let op = Op::new("get", "pod", Some(name), namespace);
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    match api.get(name).await {
+        Ok(pod) => Ok(Some(pod)),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        Err(e) => Err(api_error(&op, e)),
+    }
+}
+
+/// Sets one annotation of a pod (a JSON merge patch, so nothing else of the pod is touched;
+/// only the pod of `uid`, when given: a merge patch carrying the uid fails on another pod).
+pub async fn annotate_pod(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+    key: &str,
+    value: &str,
+) -> Result<()> {
+    let op = Op::new("patch", "pod", Some(name), namespace);
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let mut metadata = serde_json::json!({ "annotations": { key: value } });
+    if let Some(uid) = uid {
+        metadata["uid"] = serde_json::Value::String(uid.to_owned());
+    }
+    let patch = kube::api::Patch::Merge(serde_json::json!({ "metadata": metadata }));
+    api.patch(name, &kube::api::PatchParams::default(), &patch)
+        .await
+        .map_err(|e| api_error(&op, e))?;
+    Ok(())
+}

@@ -643,11 +643,11 @@ fn rbac_messages_name_user_verb_resource_and_namespace() {
 
 const NOW: u64 = 1_750_000_000;
 
-fn key() -> MarkKey {
+pub(crate) fn key() -> MarkKey {
     MarkKey::from_bytes([7; 32])
 }
 
-fn owner() -> Owner {
+pub(crate) fn owner() -> Owner {
     Owner {
         user: "alice".to_owned(),
         host: "laptop".to_owned(),

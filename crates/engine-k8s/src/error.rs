@@ -240,6 +240,51 @@ pub enum Error {
         /// The variable's name (never its value).
         name: String,
     },
+    /// No kube config: none in `KUBECONFIG`, `~/.kube/config`, nor a pod's service account.
+    #[error(
+        "no cluster to talk to: {message}\nhint: point `KUBECONFIG` at a kube config (`cargo xtask kind up` makes a local cluster), or run in a pod with a service account"
+    )]
+    NoKubeconfig {
+        /// kube's reason.
+        message: String,
+    },
+    /// Something on this host the engine needs (its async runtime, its signing key, the
+    /// owner's identity) could not be had.
+    #[error("cannot {what}: {message}")]
+    Host {
+        /// What was being done.
+        what: String,
+        /// Why not.
+        message: String,
+    },
+    /// An env var named without a value (`--env NAME` with `NAME` unset on the host).
+    #[error(
+        "environment variable `{name}` has no value\nhint: set it on the host or pass `--env {name}=VALUE`"
+    )]
+    EnvWithoutValue {
+        /// The name.
+        name: String,
+    },
+    /// A published service listens in the pod but its preview URL does not answer.
+    #[error(
+        "the preview `{url}` does not answer after {secs} s ({last})\nhint: the URL goes through the cluster's ingress controller (`cargo xtask kind up` installs ingress-nginx); without one serving the preview domain there is no preview, and a local port-forward fallback is not built yet"
+    )]
+    PreviewSilent {
+        /// The URL.
+        url: String,
+        /// How long it was tried.
+        secs: u64,
+        /// The last thing seen.
+        last: String,
+    },
+    /// An error whose text carried a secret of the session, masked (its class kept).
+    #[error("{message}")]
+    Scrubbed {
+        /// The error's text with every secret masked.
+        message: String,
+        /// The class of the original error.
+        class: ErrorClass,
+    },
 }
 
 impl Classify for Error {
@@ -269,6 +314,10 @@ impl Classify for Error {
             | Error::StdinNeedsV5 { .. } => ErrorClass::Setup,
             Error::Config { .. } | Error::InvalidId { .. } => ErrorClass::Setup,
             Error::SecretInPodSpec { .. } => ErrorClass::Refused,
+            Error::NoKubeconfig { .. } => ErrorClass::Unavailable,
+            Error::PreviewSilent { .. } => ErrorClass::Setup,
+            Error::Host { .. } | Error::EnvWithoutValue { .. } => ErrorClass::Setup,
+            Error::Scrubbed { class, .. } => *class,
         }
     }
 }

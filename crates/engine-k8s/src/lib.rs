@@ -10,19 +10,24 @@
 pub mod api;
 pub mod channel;
 pub mod config;
+pub mod engine;
 mod error;
 pub mod exec;
 pub mod failure;
 pub mod manifest;
+pub mod preview;
 pub mod rbac;
 pub mod relay;
 pub mod restricted;
+pub mod session;
 pub mod sweep;
 
 pub use config::{PullPolicy, Resources, SandboxConfig, VolumeSizes};
+pub use engine::K8sEngine;
 pub use error::{Error, Result};
 pub use exec::{AGENT_SOCKET, ExecChannel, PodExec};
 pub use failure::{Progress, StartFailure};
+pub use session::{Attached, PodSandbox};
 pub use sweep::Swept;
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 
 /// `(resource, verb)` pairs, subresources as `pods/exec`. Why each:
 /// - pods: create, get (read back what the apiserver kept), list and watch (wait to ready, the
-///   sweep), delete; dependents go by owner references.
+///   sweep), delete; dependents go by owner references; patch (a session's script count, an
+///   annotation).
 /// - pods/exec: `create`, and `get` too: before about 1.30 the apiserver authorised a WebSocket
 ///   exec (an HTTP GET upgrade) as `get`, newer ones check `create`.
 /// - pods/portforward: the same two, for the local preview fallback.
@@ -16,6 +17,7 @@ pub const REQUIRED_PERMISSIONS: &[(&str, &str)] = &[
     ("pods", "list"),
     ("pods", "watch"),
     ("pods", "delete"),
+    ("pods", "patch"),
     ("pods/exec", "create"),
     ("pods/exec", "get"),
     ("pods/portforward", "create"),

@@ -6,6 +6,7 @@
 #![allow(clippy::print_stdout)]
 
 mod kubelet;
+mod sandbox;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -20,13 +21,13 @@ const V4: &[Protocol] = &[Protocol::V4];
 const V5: &[Protocol] = &[Protocol::V5, Protocol::V4];
 
 /// The real agent, on a socket in a directory of its own (the pod's `/tmp` paths rewritten).
-struct Agent {
+pub(crate) struct Agent {
     dir: std::path::PathBuf,
     child: std::process::Child,
 }
 
 impl Agent {
-    fn start() -> Option<Agent> {
+    pub(crate) fn start() -> Option<Agent> {
         if !std::path::Path::new(PYTHON).exists() {
             println!("SKIPPED: no {PYTHON} to run the session agent");
             return None;
@@ -59,7 +60,7 @@ impl Agent {
         self.dir.join("agent.sock")
     }
 
-    fn exec(&self, kubelet: &Kubelet) -> PodExec {
+    pub(crate) fn exec(&self, kubelet: &Kubelet) -> PodExec {
         PodExec::new(kubelet.client(), "python-sandbox", "psbx-test")
             .agent_socket(&self.socket_path().display().to_string())
     }

@@ -1,0 +1,559 @@
+//! `K8sEngine`: the session half of the engine seam on a cluster (`impl SessionEngine`, name
+//! `k8s`). A session is one hardened pod ([`crate::manifest::pod`]) whose main process is the
+//! agent; its NetworkPolicy, and a Service and Ingress per published port, are owned by it.
+//!
+//! The pure core is [`plan`]: a `SessionConfig` becomes the pod, its signed labels, the
+//! secret env kept out of the spec and the preview URLs, or a refusal with a hint for what a
+//! pod cannot do (host mounts, a pid limit). The engine does the IO around it: one client and
+//! a small tokio runtime of its own (the dyn seam is synchronous), and this user's
+//! [`reaper::MarkKey`] (shared with the OCI engines: one key per user) signing every pod, so
+//! open, list, stop and the sweep touch only pods this user made.
+//!
+//! Mapping of a `SessionConfig`:
+//! - workspace: the pod's workdir (`SandboxConfig::workdir`, an `emptyDir`); the host directory
+//!   is not synced (a warning says so); `tmpfs_size` does not apply: the emptyDirs' sizes are
+//!   `SandboxConfig::volume_sizes`;
+//! - limits: memory and cpus become the container's limits (requests lowered to fit); a pid
+//!   limit is refused (Kubernetes sets those per node);
+//! - publish: each port a Service and an Ingress, its URL `http://<host>.<preview domain>`
+//!   (the id for the first port, `<id>-<port>` for others); a host address or host port does
+//!   not apply (a warning says so); there is no local port-forward fallback yet;
+//! - env: plain values in the pod spec, secret-looking ones only over exec stdin
+//!   ([`crate::session`]).
+
+use std::collections::BTreeMap;
+use std::io::Read as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::Pod;
+use reaper::{Kind, MarkKey, Owner, SandboxLabels};
+use sandbox_core::{
+    Executor, HostPort, Net, SessionConfig, SessionEngine, SessionInfo, SessionPolicy, shell,
+};
+
+use crate::error::{Error, Result};
+use crate::manifest::{self, PodOwner, PodRequest};
+use crate::session::{
+    Attached, POLICY_ANNOTATION, PodSandbox, SCRIPTS_ANNOTATION, SECRET_ENV_FILE,
+    SECRET_NAMES_ANNOTATION,
+};
+use crate::{PodExec, SandboxConfig, Swept, api};
+
+/// The engine's name on the seam.
+pub const ENGINE_NAME: &str = "k8s";
+/// How long a pod may take from create to ready (an image pull on a cold node included).
+pub const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Sessions as pods on a cluster.
+pub struct K8sEngine {
+    config: SandboxConfig,
+    client: kube::Client,
+    rt: Option<tokio::runtime::Runtime>,
+    mark: MarkKey,
+    owner: Owner,
+}
+
+impl std::fmt::Debug for K8sEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("K8sEngine").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl Drop for K8sEngine {
+    fn drop(&mut self) {
+        // An interactive exec's input thread may still block on the caller's stdin.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(
+        |e| Error::Host { what: "start the async runtime".to_owned(), message: e.to_string() },
+    )
+}
+
+/// This user's signing key, where the OCI engines keep theirs (one key per user).
+fn mark_key() -> Result<MarkKey> {
+    let uid = rustix::process::geteuid().as_raw();
+    let base = reaper::hostfs::cache_base(&|n| std::env::var_os(n), &std::env::temp_dir(), uid);
+    let host = |e: reaper::Error| Error::Host {
+        what: "load the signing key".to_owned(),
+        message: e.to_string(),
+    };
+    let dir = reaper::PrivateDir::open(&base.join("python-sandbox").join("keys")).map_err(host)?;
+    MarkKey::load(&dir).map_err(host)
+}
+
+pub(crate) fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// 12 random hex digits from `/dev/urandom` (ids, and the nonce of a script run, which the
+/// script must not guess); the clock and pid only if it cannot be read.
+pub(crate) fn random_id() -> String {
+    let mut bytes = [0u8; 6];
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).is_err() {
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let mixed = nanos ^ (u128::from(std::process::id()) << 64);
+        bytes.copy_from_slice(&mixed.to_le_bytes()[..6]);
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A session as the engine will create it ([`plan`]).
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The sandbox id.
+    pub id: String,
+    /// The engine's config with this session's TTL and limits.
+    pub config: SandboxConfig,
+    /// The pod, labels signed, annotations set.
+    pub pod: Pod,
+    /// The labels every object of the session carries.
+    pub labels: BTreeMap<String, String>,
+    /// Whether the session has a network.
+    pub net: bool,
+    /// Published ports, in order.
+    pub ports: Vec<u16>,
+    /// Secret-looking env, kept out of the spec.
+    pub secret_env: Vec<(String, String)>,
+    /// What the session was started with.
+    pub policy: SessionPolicy,
+    /// What the session does not get as asked, one line each.
+    pub warnings: Vec<String>,
+}
+
+/// Pure: the preview URL of the `index`th published `port` of sandbox `id`.
+pub fn preview_url(config: &SandboxConfig, id: &str, index: usize, port: u16) -> String {
+    let host_id = if index == 0 { id.to_owned() } else { format!("{id}-{port}") };
+    format!("http://{}", manifest::preview_host(config, &host_id))
+}
+
+fn unsupported(what: &str, hint: &str) -> Error {
+    sandbox_core::Error::Unsupported {
+        what: what.to_owned(),
+        by: "the k8s engine".to_owned(),
+        hint: hint.to_owned(),
+    }
+    .into()
+}
+
+/// Pure: the session `session` asks for as pod sandbox `id` of `owner` at `now`, signed with
+/// `mark`; a refusal names what a pod cannot do.
+pub fn plan(
+    base: &SandboxConfig,
+    session: &SessionConfig,
+    id: &str,
+    owner: &Owner,
+    now: u64,
+    mark: &MarkKey,
+) -> Result<Plan> {
+    if let Some(mount) = session.mounts.first() {
+        return Err(unsupported(
+            &format!("the mount `{}`", mount.path.display()),
+            "a pod cannot see host paths; copy files in with `put` (or `write_file`) instead",
+        ));
+    }
+    let mut config = base.clone();
+    config.idle_ttl = session.ttl.max(Duration::from_secs(1));
+    apply_limits(&mut config, &session.limits)?;
+    config.validate()?;
+    let mut spec_env = Vec::new();
+    let mut secret_env = Vec::new();
+    for var in &session.env {
+        let value =
+            var.value.clone().ok_or_else(|| Error::EnvWithoutValue { name: var.name.clone() })?;
+        if sandbox_core::is_secret_name(&var.name) {
+            secret_env.push((var.name.clone(), value));
+        } else {
+            spec_env.push((var.name.clone(), value));
+        }
+    }
+    let mut warnings = vec![format!(
+        "the workspace is the pod's `{}`; `{}` on this host is not copied into it",
+        config.workdir,
+        session.workspace.display()
+    )];
+    let mut ports = Vec::new();
+    for publish in &session.publish {
+        if publish.host.is_some() || publish.host_port != HostPort::Same {
+            warnings.push(format!(
+                "publish {}: a host address or host port does not apply on k8s; the port is served at its preview URL",
+                publish.port
+            ));
+        }
+        if !ports.contains(&publish.port) {
+            ports.push(publish.port);
+        }
+    }
+    let mut labels = SandboxLabels {
+        ttl: Some(config.idle_ttl.as_secs()),
+        expires: Some(now.saturating_add(config.hard_lifetime.as_secs())),
+        ..SandboxLabels::new(id, Kind::Session, owner, now)
+    }
+    .to_labels()
+    .map_err(|e| Error::Host { what: "label the pod".to_owned(), message: e.to_string() })?;
+    mark.sign(&manifest::pod_name(id), &mut labels);
+    let mut pod = manifest::pod(
+        &config,
+        &PodRequest {
+            id: id.to_owned(),
+            labels: labels.clone(),
+            ports: ports.clone(),
+            env: spec_env,
+        },
+    )?;
+    let policy =
+        SessionPolicy { net: session.net == Net::On, mounts: Vec::new(), publish: ports.clone() };
+    let names: Vec<&str> = secret_env.iter().map(|(k, _)| k.as_str()).collect();
+    let mut annotations = BTreeMap::from([
+        (POLICY_ANNOTATION.to_owned(), serde_json::to_string(&policy).unwrap_or_default()),
+        (SCRIPTS_ANNOTATION.to_owned(), "0".to_owned()),
+    ]);
+    if !names.is_empty() {
+        annotations.insert(SECRET_NAMES_ANNOTATION.to_owned(), names.join(","));
+    }
+    pod.metadata.annotations = Some(annotations);
+    Ok(Plan {
+        id: id.to_owned(),
+        net: session.net == Net::On,
+        config,
+        pod,
+        labels,
+        ports,
+        secret_env,
+        policy,
+        warnings,
+    })
+}
+
+/// Memory and cpus as the container's limits, requests lowered to fit; pids refused.
+fn apply_limits(config: &mut SandboxConfig, limits: &sandbox_core::Limits) -> Result<()> {
+    if limits.pids.is_some() {
+        return Err(unsupported(
+            "a process limit (`--pids`)",
+            "Kubernetes limits processes per node (the kubelet's `podPidsLimit`), not per pod; leave out `--pids`",
+        ));
+    }
+    let r = &mut config.resources;
+    if let Some(bytes) = limits.memory {
+        r.memory_limit = bytes.to_string();
+        if crate::config::quantity("resources.memory_request", &r.memory_request)? > bytes as f64 {
+            r.memory_request = r.memory_limit.clone();
+        }
+    }
+    if let Some(cpus) = limits.cpus {
+        r.cpu_limit = format!("{}m", cpus.millis());
+        if crate::config::quantity("resources.cpu_request", &r.cpu_request)? > cpus.as_f64() {
+            r.cpu_request = r.cpu_limit.clone();
+        }
+    }
+    Ok(())
+}
+
+/// Pure: a listed pod as a session, when it is one of this user's (mark, kind).
+pub fn session_info(config: &SandboxConfig, mark: &MarkKey, pod: &Pod) -> Option<SessionInfo> {
+    let name = pod.metadata.name.as_deref()?;
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    if !mark.verifies(name, &labels) {
+        return None;
+    }
+    let parsed = SandboxLabels::from_labels(&labels).ok()??;
+    if parsed.kind != Kind::Session || manifest::pod_name(&parsed.id) != name {
+        return None;
+    }
+    let policy = policy_of(pod);
+    let state = if pod.metadata.deletion_timestamp.is_some() {
+        "terminating".to_owned()
+    } else {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
+        phase.to_ascii_lowercase()
+    };
+    Some(SessionInfo {
+        ports: urls(config, &parsed.id, &policy.publish),
+        id: parsed.id,
+        engine: ENGINE_NAME.to_owned(),
+        sandbox: name.to_owned(),
+        created: parsed.created,
+        ttl: parsed.ttl.unwrap_or(0),
+        state,
+        workspace: workdir_of(pod).unwrap_or_else(|| config.workdir.clone()),
+        warnings: Vec::new(),
+    })
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+fn policy_of(pod: &Pod) -> SessionPolicy {
+    annotation(pod, POLICY_ANNOTATION)
+        .and_then(|p| serde_json::from_str(p).ok())
+        .unwrap_or_default()
+}
+
+fn workdir_of(pod: &Pod) -> Option<String> {
+    pod.spec.as_ref()?.containers.first()?.working_dir.clone()
+}
+
+fn urls(config: &SandboxConfig, id: &str, ports: &[u16]) -> Vec<(u16, String)> {
+    ports.iter().enumerate().map(|(i, p)| (*p, preview_url(config, id, i, *p))).collect()
+}
+
+impl K8sEngine {
+    /// An engine on the cluster of the usual kube config (`KUBECONFIG`, `~/.kube/config`, a
+    /// pod's service account). Sends nothing yet: the first call finds out whether the
+    /// cluster answers ([`K8sEngine::server_version`] asks directly).
+    pub fn new(config: SandboxConfig) -> Result<K8sEngine> {
+        config.validate()?;
+        let rt = runtime()?;
+        let client = rt.block_on(async {
+            let kube_config = kube::Config::infer()
+                .await
+                .map_err(|e| Error::NoKubeconfig { message: e.to_string() })?;
+            kube::Client::try_from(kube_config).map_err(|e| Error::Unreachable {
+                action: "connect to the cluster".to_owned(),
+                message: e.to_string(),
+            })
+        })?;
+        K8sEngine::with_client(config, rt, client, mark_key()?)
+    }
+
+    /// An engine on a given client (made inside `rt`) and key.
+    pub(crate) fn with_client(
+        config: SandboxConfig,
+        rt: tokio::runtime::Runtime,
+        client: kube::Client,
+        mark: MarkKey,
+    ) -> Result<K8sEngine> {
+        let owner = Owner::current(None).map_err(|e| Error::Host {
+            what: "identify the owner".to_owned(),
+            message: e.to_string(),
+        })?;
+        Ok(K8sEngine { config, client, rt: Some(rt), mark, owner })
+    }
+
+    fn rt(&self) -> &tokio::runtime::Runtime {
+        // Only `Drop` takes it.
+        self.rt.as_ref().unwrap_or_else(|| unreachable!("runtime used after drop"))
+    }
+
+    /// The engine's configuration.
+    pub fn config(&self) -> &SandboxConfig {
+        &self.config
+    }
+
+    /// The kube client (use it inside [`Executor::block_on`]).
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// The apiserver's version (`v1.30.2`): whether the cluster answers at all.
+    pub fn server_version(&self) -> Result<String> {
+        self.block_on(self.client.apiserver_version()).map(|v| v.git_version).map_err(|e| {
+            Error::Unreachable {
+                action: "ask the apiserver its version".to_owned(),
+                message: e.to_string(),
+            }
+        })
+    }
+
+    /// Runs the reaper now in the engine's namespace ([`crate::sweep::sweep`]).
+    pub fn reap(&self, dry_run: bool) -> Result<Vec<Swept>> {
+        self.block_on(crate::sweep::sweep(
+            &self.client,
+            &self.config.namespace,
+            &self.mark,
+            now_secs(),
+            dry_run,
+        ))
+    }
+
+    fn not_found(&self, id: &str) -> Error {
+        Error::NotFound {
+            kind: "session".to_owned(),
+            name: id.to_owned(),
+            namespace: self.config.namespace.clone(),
+        }
+    }
+
+    /// This user's session pod `id`, whatever its phase; `NotFound` for anything else.
+    fn own_pod(&self, id: &str) -> Result<Pod> {
+        manifest::check_id(id).map_err(|_| self.not_found(id))?;
+        let name = manifest::pod_name(id);
+        let pod = self.block_on(api::get_pod(&self.client, &self.config.namespace, &name))?;
+        pod.filter(|p| session_info(&self.config, &self.mark, p).is_some())
+            .ok_or_else(|| self.not_found(id))
+    }
+
+    async fn publish_all(&self, plan: &Plan, pod: &Pod) -> Result<()> {
+        let owner = PodOwner {
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+        };
+        let ns = &self.config.namespace;
+        for (index, port) in plan.ports.iter().enumerate() {
+            let host_id = if index == 0 { plan.id.clone() } else { format!("{}-{port}", plan.id) };
+            let service = manifest::service(&plan.config, &plan.id, &plan.labels, &owner, *port);
+            let ingress =
+                manifest::ingress(&plan.config, &plan.id, &plan.labels, &owner, *port, &host_id);
+            api::publish(&self.client, ns, pod, service, Some(ingress)).await?;
+        }
+        Ok(())
+    }
+
+    fn handle(&self, pod: &Pod, secret_env: Vec<(String, String)>) -> PodSandbox {
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        let id = labels.get(reaper::labels::ID).cloned().unwrap_or_default();
+        let policy = policy_of(pod);
+        let attached = Attached {
+            urls: urls(&self.config, &id, &policy.publish),
+            workdir: workdir_of(pod).unwrap_or_else(|| self.config.workdir.clone()),
+            uid: pod.metadata.uid.clone(),
+            scripts: annotation(pod, SCRIPTS_ANNOTATION).and_then(|n| n.parse().ok()).unwrap_or(0),
+            secret_env,
+            policy,
+            id,
+        };
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let exec = PodExec::new(self.client.clone(), &self.config.namespace, &name)
+            .container(manifest::CONTAINER);
+        PodSandbox::attach(exec, attached).with_api(
+            self.client.clone(),
+            &self.config.namespace,
+            self.rt().handle().clone(),
+        )
+    }
+}
+
+impl Executor for K8sEngine {
+    fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.rt().block_on(future)
+    }
+}
+
+impl SessionEngine for K8sEngine {
+    type Error = Error;
+    type Session = PodSandbox;
+
+    fn session_engine_name(&self) -> &'static str {
+        ENGINE_NAME
+    }
+
+    fn start_session(
+        &self,
+        config: &SessionConfig,
+        status: &mut dyn FnMut(&str),
+    ) -> Result<SessionInfo> {
+        let id = random_id();
+        let plan = plan(&self.config, config, &id, &self.owner, now_secs(), &self.mark)?;
+        let ns = &self.config.namespace;
+        let mut policy = manifest::network_policy(
+            &plan.config,
+            &id,
+            &plan.labels,
+            &PodOwner { name: manifest::pod_name(&id), uid: String::new() },
+            plan.net,
+            &plan.ports,
+        );
+        // `api::start` sets the owner from the created pod's uid.
+        policy.metadata.owner_references = None;
+        status(&format!("starting pod `{}` in namespace `{ns}`", manifest::pod_name(&id)));
+        let pod = self.block_on(api::start(&self.client, ns, &plan.pod, policy, START_TIMEOUT))?;
+        let finished = self.block_on(async {
+            self.publish_all(&plan, &pod).await?;
+            if !plan.secret_env.is_empty() {
+                write_secret_env(&self.handle(&pod, Vec::new()), &plan.secret_env).await?;
+            }
+            Ok::<_, Error>(())
+        });
+        if let Err(e) = finished {
+            // The pod takes its Services, Ingresses and policy along.
+            let name = manifest::pod_name(&id);
+            let _ = self.block_on(api::delete_pod(
+                &self.client,
+                ns,
+                &name,
+                pod.metadata.uid.as_deref(),
+            ));
+            return Err(e);
+        }
+        let mut info =
+            session_info(&self.config, &self.mark, &pod).ok_or_else(|| self.not_found(&id))?;
+        info.warnings = plan.warnings;
+        Ok(info)
+    }
+
+    fn open_session(&self, id: &str) -> Result<PodSandbox> {
+        let pod = self.own_pod(id)?;
+        let running = pod.metadata.deletion_timestamp.is_none()
+            && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        if !running {
+            return Err(self.not_found(id));
+        }
+        let names: Vec<String> = annotation(&pod, SECRET_NAMES_ANNOTATION)
+            .map(|n| n.split(',').filter(|n| !n.is_empty()).map(str::to_owned).collect())
+            .unwrap_or_default();
+        let secret_env = if names.is_empty() {
+            Vec::new()
+        } else {
+            self.block_on(read_secret_env(&self.handle(&pod, Vec::new()), &names))?
+        };
+        Ok(self.handle(&pod, secret_env))
+    }
+
+    fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
+        let selector = format!("{},{}=session", reaper::MANAGED_FILTER, reaper::labels::KIND);
+        let pods =
+            self.block_on(api::list_pods(&self.client, &self.config.namespace, &selector))?;
+        let mut out: Vec<SessionInfo> =
+            pods.iter().filter_map(|p| session_info(&self.config, &self.mark, p)).collect();
+        out.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
+        Ok(out)
+    }
+
+    fn stop_session(&self, id: &str) -> Result<()> {
+        let pod = self.own_pod(id)?;
+        let name = manifest::pod_name(id);
+        let deleted = self.block_on(api::delete_pod(
+            &self.client,
+            &self.config.namespace,
+            &name,
+            pod.metadata.uid.as_deref(),
+        ))?;
+        if deleted { Ok(()) } else { Err(self.not_found(id)) }
+    }
+}
+
+/// Writes the secret env into the pod over the exec's stdin, readable by the sandbox user only.
+async fn write_secret_env(sandbox: &PodSandbox, env: &[(String, String)]) -> Result<()> {
+    let json = serde_json::to_vec(env).unwrap_or_default();
+    let script = r#"umask 077 && cat > "$1""#;
+    let (outcome, captured) =
+        shell::capture(sandbox, &["sh", "-c", script, "sh", SECRET_ENV_FILE], json).await?;
+    if outcome.exit_code != 0 {
+        return Err(sandbox_core::Error::SessionCommand {
+            what: "handing the secret env to the pod".to_owned(),
+            message: captured.stderr_lossy(),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// The secret env a start left in the pod, only the `names` its annotation lists.
+async fn read_secret_env(sandbox: &PodSandbox, names: &[String]) -> Result<Vec<(String, String)>> {
+    let (outcome, captured) =
+        shell::capture(sandbox, &["cat", "--", SECRET_ENV_FILE], Vec::new()).await?;
+    let pairs: Vec<(String, String)> = if outcome.exit_code == 0 {
+        serde_json::from_slice(&captured.stdout).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    Ok(pairs.into_iter().filter(|(k, _)| names.contains(k)).collect())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,310 @@
+//! `K8sEngine` against kube's `tower-test` mock: a scripted apiserver (as in `api_tests`) that
+//! echoes what is created, so `start_session`'s exact objects (signed labels, annotations,
+//! owner references) are read off the requests; open, list and stop by label and mark; the
+//! refusals of what a pod cannot do. The pure `plan` is snapshotted whole.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, Response};
+use kube::client::Body;
+use reaper::MarkKey;
+
+use crate::api_tests::{key, owner};
+use sandbox_core::{
+    Classify, EnvVar, ErrorClass, Limits, Mount, MountMode, Net, Publish, SessionConfig,
+    SessionEngine,
+};
+use serde_json::{Value, json};
+
+use super::*;
+
+const NS: &str = "python-sandbox";
+
+fn session(publish: &[u16], env: &[(&str, &str)]) -> SessionConfig {
+    SessionConfig {
+        workspace: "/home/alice/project".into(),
+        mounts: Vec::new(),
+        net: Net::Off,
+        publish: publish.iter().map(|p| Publish::same(*p)).collect(),
+        env: env
+            .iter()
+            .map(|(k, v)| EnvVar { name: (*k).to_owned(), value: Some((*v).to_owned()) })
+            .collect(),
+        ttl: Duration::from_secs(600),
+        tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
+        limits: Limits::NONE,
+    }
+}
+
+/// One scripted answer.
+enum Reply {
+    /// 201 with the request body, given a uid and a resourceVersion (what a create returns).
+    Echo,
+    /// A watch stream with the last created pod, Running and Ready.
+    WatchReady,
+    /// This JSON with this code.
+    Json(u16, Value),
+}
+
+fn ready(mut pod: Value) -> Value {
+    pod["status"] = json!({"phase": "Running", "conditions": [
+        {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+        "containerStatuses": [{"name": "sandbox", "image": "x", "imageID": "", "ready": true,
+            "restartCount": 0, "state": {"running": {"startedAt": "2025-01-01T00:00:02Z"}}}]});
+    pod
+}
+
+/// Requests as seen: `METHOD uri` and the JSON body.
+type Seen = Arc<Mutex<Vec<(String, Value)>>>;
+
+/// An engine whose client talks to the scripted apiserver.
+fn engine(replies: Vec<Reply>) -> (K8sEngine, Seen) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let seen: Seen = Arc::default();
+    let log = Arc::clone(&seen);
+    let client = rt.block_on(async move {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        tokio::spawn(async move {
+            let mut replies = replies.into_iter();
+            let mut last_pod = Value::Null;
+            while let Some((request, send)) = handle.next_request().await {
+                let (parts, body) = request.into_parts();
+                let bytes = body.collect_bytes().await.expect("body");
+                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                log.lock()
+                    .expect("log")
+                    .push((format!("{} {}", parts.method, parts.uri), body.clone()));
+                let (code, answer) = match replies.next() {
+                    Some(Reply::Echo) => {
+                        let mut object = body.clone();
+                        object["metadata"]["uid"] = json!("uid-1");
+                        object["metadata"]["resourceVersion"] = json!("100");
+                        if object["kind"] == "Pod" {
+                            last_pod = object.clone();
+                        }
+                        (201, object)
+                    }
+                    Some(Reply::WatchReady) => {
+                        let event = json!({"type": "MODIFIED", "object": ready(last_pod.clone())});
+                        send.send_response(Response::new(Body::from(
+                            format!("{event}\n").into_bytes(),
+                        )));
+                        continue;
+                    }
+                    Some(Reply::Json(code, value)) => (code, value),
+                    None => (
+                        500,
+                        json!({"kind": "Status", "status": "Failure", "code": 500,
+                        "reason": "InternalError", "message": "unexpected request"}),
+                    ),
+                };
+                let response = Response::builder()
+                    .status(code)
+                    .body(Body::from(serde_json::to_vec(&answer).expect("json")))
+                    .expect("response");
+                send.send_response(response);
+            }
+        });
+        kube::Client::new(service, NS)
+    });
+    let engine =
+        K8sEngine::with_client(SandboxConfig::default(), rt, client, key()).expect("engine");
+    (engine, seen)
+}
+
+fn requests(seen: &Seen) -> Vec<(String, Value)> {
+    seen.lock().expect("log").clone()
+}
+
+/// The method and path of each request, the random id replaced.
+fn lines(seen: &Seen, id: &str) -> String {
+    requests(seen).iter().map(|(l, _)| l.replace(id, "<id>")).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn the_plan_is_the_hardened_pod_with_signed_labels_and_no_secret_in_it() {
+    let config = session(&[8000, 9000], &[("GREETING", "hello"), ("API_TOKEN", "s3cr3t-value")]);
+    let plan = plan(&SandboxConfig::default(), &config, "abc123", &owner(), 1_700_000_000, &key())
+        .expect("plan");
+    let spec = serde_json::to_string(&plan.pod).expect("json");
+    assert!(!spec.contains("s3cr3t-value"), "a secret value is in the pod spec");
+    assert_eq!(plan.secret_env, [("API_TOKEN".to_owned(), "s3cr3t-value".to_owned())]);
+    assert!(key().verifies("psbx-abc123", &plan.labels), "the pod's mark verifies for its name");
+    assert!(crate::restricted::check(&plan.pod).is_empty());
+    assert_eq!(preview_url(&plan.config, "abc123", 1, 9000), "http://abc123-9000.127.0.0.1.nip.io");
+    insta::assert_yaml_snapshot!((&plan.pod.metadata, &plan.warnings));
+}
+
+#[test]
+fn limits_become_the_containers_and_what_a_pod_cannot_do_is_refused() {
+    let mut config = session(&[], &[]);
+    config.limits = Limits {
+        memory: Some(sandbox_core::parse_memory("128m").expect("memory")),
+        cpus: Some(sandbox_core::parse_cpus("0.5").expect("cpus")),
+        pids: None,
+    };
+    let plan =
+        plan(&SandboxConfig::default(), &config, "abc123", &owner(), 0, &key()).expect("plan");
+    assert_eq!(plan.config.resources.memory_limit, "134217728");
+    assert_eq!(
+        plan.config.resources.memory_request, "134217728",
+        "a request above the limit is lowered"
+    );
+    assert_eq!(plan.config.resources.cpu_limit, "500m");
+    assert_eq!(plan.config.resources.cpu_request, "250m");
+
+    let refusals = [
+        SessionConfig {
+            mounts: vec![Mount { path: "/data".into(), mode: MountMode::ReadOnly }],
+            ..session(&[], &[])
+        },
+        SessionConfig { limits: Limits { pids: Some(64), ..Limits::NONE }, ..session(&[], &[]) },
+        SessionConfig {
+            env: vec![EnvVar { name: "UNSET".to_owned(), value: None }],
+            ..session(&[], &[])
+        },
+    ];
+    let messages: Vec<String> = refusals
+        .iter()
+        .map(|c| {
+            let e = super::plan(&SandboxConfig::default(), c, "abc123", &owner(), 0, &key())
+                .expect_err("refused");
+            assert_ne!(e.class(), ErrorClass::Unavailable);
+            e.to_string()
+        })
+        .collect();
+    insta::assert_snapshot!(messages.join("\n---\n"));
+}
+
+#[test]
+fn start_session_creates_the_pod_its_policy_and_a_service_and_ingress_per_port() {
+    let replies = vec![Reply::Echo, Reply::Echo, Reply::WatchReady, Reply::Echo, Reply::Echo];
+    let (engine, seen) = engine(replies);
+    let mut status = Vec::new();
+    let info = engine
+        .start_session(&session(&[8000], &[("GREETING", "hello")]), &mut |l| {
+            status.push(l.to_owned())
+        })
+        .expect("started");
+    assert_eq!((info.engine.as_str(), info.state.as_str()), ("k8s", "running"));
+    assert_eq!(info.workspace, "/workspace");
+    assert_eq!(info.ports, [(8000, format!("http://{}.127.0.0.1.nip.io", info.id))]);
+    assert_eq!(info.sandbox, format!("psbx-{}", info.id));
+    let sent = requests(&seen);
+    let labels: BTreeMap<String, String> =
+        serde_json::from_value(sent[0].1["metadata"]["labels"].clone()).expect("labels");
+    assert!(key().verifies(&info.sandbox, &labels));
+    let parsed = SandboxLabels::from_labels(&labels).expect("labels").expect("ours");
+    assert_eq!(
+        (parsed.kind, parsed.ttl, parsed.owner.pid),
+        (Kind::Session, Some(600), std::process::id())
+    );
+    assert_eq!(
+        parsed.expires,
+        Some(parsed.created + SandboxConfig::default().hard_lifetime.as_secs())
+    );
+    for (line, body) in &sent[1..] {
+        if line.starts_with("POST") {
+            assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], "uid-1", "{line}");
+            assert_eq!(
+                body["metadata"]["ownerReferences"].as_array().map(Vec::len),
+                Some(1),
+                "{line}"
+            );
+            assert_eq!(body["metadata"]["labels"], json!(labels), "{line}");
+        }
+    }
+    assert_eq!(sent[3].1["spec"]["ports"][0]["port"], 8000);
+    assert_eq!(sent[4].1["spec"]["rules"][0]["host"], format!("{}.127.0.0.1.nip.io", info.id));
+    assert_eq!(
+        sent[1].1["spec"]["ingress"][0]["ports"][0]["port"], 8000,
+        "the policy lets the ingress in"
+    );
+    insta::assert_snapshot!(format!(
+        "{}\n---\n{}",
+        lines(&seen, &info.id),
+        status.join("\n").replace(&info.id, "<id>")
+    ));
+}
+
+#[test]
+fn a_start_whose_secret_cannot_be_handed_over_deletes_the_pod_and_never_names_the_value() {
+    // The exec that writes the secret env is refused; the pod goes, the error has no value.
+    let forbidden = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,
+        "reason": "Forbidden", "message": "pods \"x\" is forbidden: User \"alice\" cannot create resource \"pods/exec\""});
+    let replies = vec![
+        Reply::Echo,
+        Reply::Echo,
+        Reply::WatchReady,
+        Reply::Json(403, forbidden),
+        Reply::Json(200, json!({"kind": "Status", "status": "Success"})),
+    ];
+    let (engine, seen) = engine(replies);
+    let error = engine
+        .start_session(&session(&[], &[("API_TOKEN", "s3cr3t-value")]), &mut |_| {})
+        .expect_err("the exec is refused");
+    let all = format!("{error} {:?}", requests(&seen));
+    assert!(!all.contains("s3cr3t-value"), "the secret went somewhere: {all}");
+    let sent = requests(&seen);
+    let last = &sent.last().expect("requests").0;
+    assert!(last.starts_with("DELETE /api/v1/namespaces/python-sandbox/pods/psbx-"), "{last}");
+    assert_eq!(sent.last().expect("delete").1["preconditions"]["uid"], "uid-1");
+    let names = &sent[0].1["metadata"]["annotations"][crate::session::SECRET_NAMES_ANNOTATION];
+    assert_eq!(names, "API_TOKEN", "the names are kept, never the values");
+}
+
+/// A pod as the apiserver lists it: planned for `id`, signed with `mark`, in `phase`.
+fn listed(id: &str, mark: &MarkKey, phase: &str) -> Value {
+    let plan =
+        plan(&SandboxConfig::default(), &session(&[8000], &[]), id, &owner(), 1_700_000_000, mark)
+            .expect("plan");
+    let mut pod = serde_json::to_value(&plan.pod).expect("json");
+    pod["metadata"]["uid"] = json!(format!("uid-{id}"));
+    pod["status"] = json!({"phase": phase});
+    pod
+}
+
+#[test]
+fn open_list_and_stop_touch_only_this_users_running_session_pods() {
+    let forged = listed("forged", &MarkKey::from_bytes([9; 32]), "Running");
+    let list = json!({"kind": "PodList", "apiVersion": "v1", "metadata": {},
+        "items": [listed("b", &key(), "Running"), forged.clone(), listed("a", &key(), "Succeeded")]});
+    let replies = vec![
+        Reply::Json(200, list),
+        Reply::Json(200, listed("a", &key(), "Running")),
+        Reply::Json(200, forged),
+        Reply::Json(200, listed("a", &key(), "Succeeded")),
+        Reply::Json(200, listed("a", &key(), "Running")),
+        Reply::Json(200, json!({"kind": "Status", "status": "Success"})),
+        Reply::Json(
+            404,
+            json!({"kind": "Status", "status": "Failure", "code": 404, "reason": "NotFound",
+            "message": "pods \"psbx-gone\" not found"}),
+        ),
+    ];
+    let (engine, seen) = engine(replies);
+    let sessions = engine.list_sessions().expect("list");
+    let shown: Vec<(&str, &str)> =
+        sessions.iter().map(|s| (s.id.as_str(), s.state.as_str())).collect();
+    assert_eq!(shown, [("a", "succeeded"), ("b", "running")], "the forged pod is not listed");
+    assert_eq!(sessions[1].ports, [(8000, "http://b.127.0.0.1.nip.io".to_owned())]);
+    let opened = engine.open_session("a").expect("open");
+    assert_eq!(sandbox_core::WarmSession::workspace(&opened), "/workspace");
+    assert_eq!(sandbox_core::WarmSession::policy(&opened).map(|p| p.publish), Some(vec![8000]));
+    assert_eq!(opened.urls(), [(8000, "http://a.127.0.0.1.nip.io".to_owned())]);
+    let forged = engine.open_session("forged").expect_err("not ours");
+    assert_eq!(forged.class(), ErrorClass::NotFound);
+    let finished = engine.open_session("a").expect_err("not running");
+    assert_eq!(finished.class(), ErrorClass::NotFound);
+    engine.stop_session("a").expect("stopped");
+    assert_eq!(engine.stop_session("gone").expect_err("gone").class(), ErrorClass::NotFound);
+    assert_eq!(engine.open_session("Not_An_Id").expect_err("bad id").class(), ErrorClass::NotFound);
+    let sent = requests(&seen);
+    assert_eq!(sent[5].1["preconditions"]["uid"], "uid-a", "the delete names the pod it read");
+    insta::assert_snapshot!(lines(&seen, "\u{0}"));
+}

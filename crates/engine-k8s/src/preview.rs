@@ -1,0 +1,101 @@
+//! Waiting for a preview URL to answer through the cluster's ingress: the pod's port listens
+//! before the ingress controller routes to it (its Ingress and the Service's endpoints reach
+//! the controller a moment later), so `start_service` returns only once a plain HTTP GET of
+//! the URL gets an answer that is the service's, not the controller's.
+
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use crate::Error;
+
+/// Pure: host and port of an `http://host[:port][/path]` URL.
+pub fn host_port(url: &str) -> Option<(String, u16)> {
+    let rest = url.strip_prefix("http://")?;
+    let authority = rest.split('/').next()?;
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) => (host, port.parse().ok()?),
+        None => (authority, 80),
+    };
+    (!host.is_empty()).then(|| (host.to_owned(), port))
+}
+
+/// Pure: whether an HTTP answer (its first bytes) comes from the service rather than from an
+/// ingress controller that cannot route to it yet (502, 503, 504, or its own 404 page).
+pub fn answered(response: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(response);
+    let Some(code) = text.strip_prefix("HTTP/1.").and_then(|r| r.get(2..5)) else {
+        return false;
+    };
+    match code {
+        "502" | "503" | "504" => false,
+        "404" => !text.to_ascii_lowercase().contains("nginx"),
+        _ => code.chars().all(|c| c.is_ascii_digit()),
+    }
+}
+
+async fn get_once(host: &str, port: u16) -> std::io::Result<Vec<u8>> {
+    let mut tcp = tokio::net::TcpStream::connect((host, port)).await?;
+    let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    tcp.write_all(request.as_bytes()).await?;
+    let mut buf = vec![0u8; 4096];
+    let mut got = 0;
+    while got < buf.len() {
+        let n = tcp.read(&mut buf[got..]).await?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    buf.truncate(got);
+    Ok(buf)
+}
+
+/// Waits until `url` answers (see [`answered`]), at most `patience`.
+pub async fn wait_answers(url: &str, patience: Duration) -> Result<(), Error> {
+    let Some((host, port)) = host_port(url) else {
+        return Err(Error::Host {
+            what: format!("reach `{url}`"),
+            message: "not an http URL".to_owned(),
+        });
+    };
+    let deadline = Instant::now() + patience;
+    let mut last = String::from("no answer");
+    while Instant::now() < deadline {
+        let attempt = tokio::time::timeout(Duration::from_secs(3), get_once(&host, port)).await;
+        match attempt {
+            Ok(Ok(response)) if answered(&response) => return Ok(()),
+            Ok(Ok(response)) => {
+                last = String::from_utf8_lossy(&response)
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+            }
+            Ok(Err(e)) => last = e.to_string(),
+            Err(_) => last = "no answer within 3 s".to_owned(),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(Error::PreviewSilent { url: url.to_owned(), secs: patience.as_secs(), last })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_and_answers() {
+        assert_eq!(
+            host_port("http://abc.127.0.0.1.nip.io"),
+            Some(("abc.127.0.0.1.nip.io".into(), 80))
+        );
+        assert_eq!(host_port("http://127.0.0.1:8080/x"), Some(("127.0.0.1".into(), 8080)));
+        assert_eq!(host_port("https://x"), None);
+        assert!(answered(b"HTTP/1.1 200 OK\r\n"));
+        assert!(answered(b"HTTP/1.0 404 File not found\r\n\r\nno such page"));
+        assert!(!answered(b"HTTP/1.1 503 Service Temporarily Unavailable\r\n"));
+        assert!(!answered(b"HTTP/1.1 404 Not Found\r\n\r\n<center>nginx</center>"));
+        assert!(!answered(b"garbage"));
+    }
+}

@@ -1,0 +1,343 @@
+//! `PodSandbox`: one session pod as the [`Sandbox`] protocol, what a [`crate::K8sEngine`]
+//! hands out. Every command is one exec of the relay to the pod's agent ([`PodExec`]); files,
+//! services and scripts are `sandbox_core::shell`'s helpers over that exec, as on the OCI
+//! sessions, so the semantics are the same everywhere.
+//!
+//! Secrets: the values of secret-looking env names never enter the pod spec. The handle holds
+//! them and adds them to every exec's env, which travels in the agent's request header over
+//! the exec's stdin (never argv, the exec URL or the spec). A handle opened later reads them
+//! back from a `0600` file in the pod's `/tmp` that the start wrote over stdin, keeping only
+//! the names the pod's annotation (which the pod's code cannot change) lists. Errors whose text
+//! carries a secret are masked ([`Error::Scrubbed`]); output is the caller's to scrub with
+//! [`sandbox_core::ScrubbingSink`] over [`WarmSession::secrets`].
+//!
+//! The workspace is the pod's workdir (an `emptyDir`), not a host directory: nothing of the
+//! host is synced into the pod (a CLI concern), so scripts are copied in over stdin.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use sandbox_core::{
+    AgentShell, DirEntry, ExecRequest, Interactive, InteractiveExec, OutputSink, PutSource,
+    RunOutcome, Sandbox, ScriptOptions, Secrets, Service, ServiceSpec, SessionPolicy, WarmSession,
+    shell,
+};
+
+use crate::error::{Error, Result};
+use crate::{PodExec, api};
+
+/// The pod annotation holding the session's [`SessionPolicy`] as JSON.
+pub const POLICY_ANNOTATION: &str = "io.python-sandbox.k8s/policy";
+/// The pod annotation naming (never valuing) the session's secret env vars, comma-separated.
+pub const SECRET_NAMES_ANNOTATION: &str = "io.python-sandbox.k8s/secret-env";
+/// The pod annotation counting the scripts `session run` ran in the session.
+pub const SCRIPTS_ANNOTATION: &str = "io.python-sandbox.k8s/scripts";
+/// Where the start leaves the secret env for later handles (JSON pairs, mode 0600).
+pub const SECRET_ENV_FILE: &str = "/tmp/.python-sandbox-secret-env.json";
+/// How long `start_service` waits for its preview URL to answer through the ingress.
+const PREVIEW_PATIENCE: Duration = Duration::from_secs(30);
+
+/// What a handle knows of its session besides the exec (from the pod's labels and
+/// annotations, or given directly to [`PodSandbox::attach`]).
+#[derive(Debug, Clone, Default)]
+pub struct Attached {
+    /// The sandbox id.
+    pub id: String,
+    /// The pod's workdir (the session's workspace).
+    pub workdir: String,
+    /// The pod's uid, for deletes and patches of exactly this pod.
+    pub uid: Option<String>,
+    /// (port, preview URL) of each published port.
+    pub urls: Vec<(u16, String)>,
+    /// The secret env, added to every exec.
+    pub secret_env: Vec<(String, String)>,
+    /// What the session was started with.
+    pub policy: SessionPolicy,
+    /// Scripts run so far.
+    pub scripts: u64,
+}
+
+/// A running session pod.
+pub struct PodSandbox {
+    exec: PodExec,
+    /// The API side (stop, the script count); `None` for a handle on an exec only.
+    api: Option<(kube::Client, String, tokio::runtime::Handle)>,
+    session: Attached,
+    secrets: Vec<String>,
+    masks: Secrets,
+    scripts: AtomicU64,
+    stopped: AtomicBool,
+}
+
+impl std::fmt::Debug for PodSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the secret values.
+        f.debug_struct("PodSandbox")
+            .field("pod", &self.exec.pod())
+            .field("id", &self.session.id)
+            .field("workdir", &self.session.workdir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PodSandbox {
+    /// A handle on `exec` alone: commands, files and services work, `stop` only ends the
+    /// handle (nothing to delete without the API). For tests against an exec endpoint.
+    pub fn attach(exec: PodExec, session: Attached) -> PodSandbox {
+        let exec = exec.cwd(&session.workdir);
+        let secrets: Vec<String> = session.secret_env.iter().map(|(_, v)| v.clone()).collect();
+        let masks =
+            Secrets::of_env(session.secret_env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        PodSandbox {
+            exec,
+            api: None,
+            scripts: AtomicU64::new(session.scripts),
+            session,
+            secrets,
+            masks,
+            stopped: AtomicBool::new(false),
+        }
+    }
+
+    /// With the API side: `stop` deletes the pod, `note_script` patches its annotation.
+    pub(crate) fn with_api(
+        mut self,
+        client: kube::Client,
+        namespace: &str,
+        rt: tokio::runtime::Handle,
+    ) -> PodSandbox {
+        self.api = Some((client, namespace.to_owned(), rt));
+        self
+    }
+
+    /// The pod's name.
+    pub fn pod(&self) -> &str {
+        self.exec.pod()
+    }
+
+    /// (port, preview URL) of each published port.
+    pub fn urls(&self) -> &[(u16, String)] {
+        &self.session.urls
+    }
+
+    fn ensure_running(&self) -> Result<()> {
+        if self.stopped.load(Ordering::Relaxed) {
+            return Err(sandbox_core::Error::Stopped { id: self.session.id.clone() }.into());
+        }
+        Ok(())
+    }
+
+    /// `error` with every secret masked, when its text carries one.
+    fn scrub(&self, error: Error) -> Error {
+        if self.masks.is_empty() {
+            return error;
+        }
+        let text = error.to_string();
+        let masked = self.masks.scrub(&text);
+        if masked == text {
+            return error;
+        }
+        Error::Scrubbed { message: masked, class: sandbox_core::Classify::class(&error) }
+    }
+
+    /// The request with the session's secret env first (the request's own values win).
+    fn with_secrets(&self, request: &ExecRequest) -> ExecRequest {
+        let mut request = request.clone();
+        if !self.session.secret_env.is_empty() {
+            let mut env = self.session.secret_env.clone();
+            env.append(&mut request.env);
+            request.env = env;
+        }
+        request
+    }
+
+    async fn guarded<T>(&self, work: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        self.ensure_running()?;
+        work.await.map_err(|e| self.scrub(e))
+    }
+}
+
+impl AgentShell for PodSandbox {
+    type Error = Error;
+
+    fn shell_id(&self) -> &str {
+        &self.session.id
+    }
+
+    async fn shell_exec(
+        &self,
+        request: &ExecRequest,
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome> {
+        self.ensure_running()?;
+        self.exec.exec(&self.with_secrets(request), output).await
+    }
+}
+
+impl Sandbox for PodSandbox {
+    type Error = Error;
+
+    fn id(&self) -> &str {
+        &self.session.id
+    }
+
+    async fn exec(&self, request: &ExecRequest, output: &mut dyn OutputSink) -> Result<RunOutcome> {
+        self.guarded(self.shell_exec(request, output)).await
+    }
+
+    async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+        self.guarded(shell::read_file(self, path)).await
+    }
+
+    async fn write_file(&self, path: &str, contents: &[u8]) -> Result<()> {
+        self.guarded(shell::write_file(self, path, contents)).await
+    }
+
+    async fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>> {
+        self.guarded(shell::list_dir(self, path)).await
+    }
+
+    async fn put(&self, source: &PutSource, dest: &str) -> Result<()> {
+        self.guarded(async {
+            let archive = match source {
+                PutSource::Tar(bytes) => bytes.clone(),
+                PutSource::HostPath(path) => tar_of(path)?,
+            };
+            shell::put_tar(self, archive, dest).await
+        })
+        .await
+    }
+
+    async fn start_service(&self, service: &ServiceSpec) -> Result<Service> {
+        self.guarded(async {
+            let port = service.port;
+            let Some((_, url)) = self.session.urls.iter().find(|(p, _)| *p == port) else {
+                return Err(sandbox_core::Error::Unsupported {
+                    what: format!("a service on port {port}"),
+                    by: format!("session `{}`", self.session.id),
+                    hint: format!(
+                        "start the session with `--publish {port}`: a pod's ports get their Service and Ingress when it starts"
+                    ),
+                }
+                .into());
+            };
+            let started = shell::start_service(self, service, url.clone()).await?;
+            if self.api.is_some() {
+                // Only a cluster's URL goes through an ingress that may lag behind the pod.
+                if let Err(e) = crate::preview::wait_answers(url, PREVIEW_PATIENCE).await {
+                    let _ = shell::stop_service(self, &started).await;
+                    return Err(e);
+                }
+            }
+            Ok(started)
+        })
+        .await
+    }
+
+    async fn stop_service(&self, service: &Service) -> Result<()> {
+        self.guarded(shell::stop_service(self, service)).await
+    }
+
+    async fn stop(&self) -> Result<()> {
+        if self.stopped.swap(true, Ordering::Relaxed) {
+            return Ok(());
+        }
+        let Some((client, namespace, _)) = &self.api else { return Ok(()) };
+        api::delete_pod(client, namespace, self.exec.pod(), self.session.uid.as_deref())
+            .await
+            .map(drop)
+    }
+}
+
+impl InteractiveExec for PodSandbox {
+    async fn exec_interactive(
+        &self,
+        request: &ExecRequest,
+        io: Interactive,
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome> {
+        self.guarded(self.exec.exec_interactive(&self.with_secrets(request), io, output)).await
+    }
+}
+
+impl WarmSession for PodSandbox {
+    fn workspace(&self) -> &str {
+        &self.session.workdir
+    }
+
+    fn policy(&self) -> Option<SessionPolicy> {
+        Some(self.session.policy.clone())
+    }
+
+    fn secrets(&self) -> &[String] {
+        &self.secrets
+    }
+
+    fn scripts_run(&self) -> u64 {
+        self.session.scripts
+    }
+
+    fn note_script(&self) {
+        let count = self.scripts.fetch_add(1, Ordering::Relaxed).saturating_add(1);
+        let Some((client, namespace, rt)) = &self.api else { return };
+        let (pod, uid) = (self.exec.pod(), self.session.uid.as_deref());
+        let count = count.to_string();
+        let patch = api::annotate_pod(client, namespace, pod, uid, SCRIPTS_ANNOTATION, &count);
+        // Best effort, and callable from inside or outside a runtime: a thread of its own
+        // blocks on the engine's runtime.
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let _ = rt.block_on(patch);
+            });
+        });
+    }
+
+    async fn run_script(
+        &self,
+        script: &Path,
+        options: &ScriptOptions,
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome> {
+        self.guarded(async {
+            // The host's workspace is not the pod's: every script is copied in.
+            let bytes = std::fs::read(script).map_err(|e| Error::Host {
+                what: format!("read the script `{}`", script.display()),
+                message: e.to_string(),
+            })?;
+            let name = script
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .filter(|n| !n.is_empty() && n.chars().all(|c| c != '/'))
+                .unwrap_or_else(|| "script.py".to_owned());
+            let inside = format!("/tmp/.scripts/{}/{name}", crate::engine::random_id());
+            let nonce = crate::engine::random_id();
+            let place = sandbox_core::ScriptPlace {
+                inside: &inside,
+                copy: Some(&bytes),
+                nonce: &nonce,
+                python: "/usr/bin/python3",
+            };
+            shell::run_script(self, &place, options, output).await
+        })
+        .await
+    }
+}
+
+/// Builds a tar of a host file or directory tree, rooted at its base name (links kept as links).
+fn tar_of(path: &Path) -> Result<Vec<u8>> {
+    let failed = |e: std::io::Error| Error::Host {
+        what: format!("pack `{}` for the pod", path.display()),
+        message: e.to_string(),
+    };
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.follow_symlinks(false);
+    let name = path.file_name().map(std::path::PathBuf::from).unwrap_or_else(|| ".".into());
+    let meta = std::fs::symlink_metadata(path).map_err(failed)?;
+    if meta.is_dir() {
+        builder.append_dir_all(&name, path).map_err(failed)?;
+    } else {
+        builder.append_path_with_name(path, &name).map_err(failed)?;
+    }
+    builder.into_inner().map_err(failed)
+}
