@@ -87,7 +87,8 @@ impl Child {
 }
 
 const SANDBOX_ROOT: &str = "/tmp";
-const NEWROOT: &str = "/tmp/newroot";
+/// The tree being built, after the first `pivot_root` (the host is at [`OLDROOT`]).
+const NEWROOT: &str = "/newroot";
 const OLDROOT: &str = "/oldroot";
 
 /// One prepared step of the tree, with every path already a C string.
@@ -516,6 +517,8 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
             prep.check(S_SETGROUPS, write_proc(c"/proc/self/setgroups", b"deny"));
             prep.check(S_GID_MAP, write_proc(c"/proc/self/gid_map", prep.gid_map.as_bytes()));
         }
+        // A credential change (the new user namespace's capabilities) cleared it.
+        die_with_parent(prep, parent);
         let set = signal_set(true);
         libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         let me = libc::getpid();
@@ -547,6 +550,11 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
 /// `mount_setattr(path, AT_RECURSIVE, set)`, falling back to a remount of the top mount on
 /// kernels before 5.12.
 fn set_attr(path: &std::ffi::CStr, set: u64) -> libc::c_long {
+    set_attr_at(path, set, libc::AT_RECURSIVE as libc::c_uint)
+}
+
+/// [`set_attr`] with the `mount_setattr` flags given: 0 for the top mount alone.
+fn set_attr_at(path: &std::ffi::CStr, set: u64, recursive: libc::c_uint) -> libc::c_long {
     let attr = libc::mount_attr { attr_set: set, attr_clr: 0, propagation: 0, userns_fd: 0 };
     // SAFETY: the path is NUL-terminated; `attr` lives across the call.
     unsafe {
@@ -554,7 +562,7 @@ fn set_attr(path: &std::ffi::CStr, set: u64) -> libc::c_long {
             libc::SYS_mount_setattr,
             libc::AT_FDCWD,
             path.as_ptr(),
-            libc::AT_RECURSIVE | libc::AT_SYMLINK_NOFOLLOW,
+            recursive | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
             &attr as *const libc::mount_attr,
             std::mem::size_of::<libc::mount_attr>(),
         );
@@ -729,23 +737,34 @@ fn run_step(step: &Step) -> libc::c_long {
                 }
                 0
             }
-            Step::RootReadOnly(path) => set_attr(
+            // The root tmpfs alone: everything mounted on it keeps its own flags.
+            Step::RootReadOnly(path) => set_attr_at(
                 path,
                 libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
+                0,
             ),
         }
     }
 }
 
+/// Empties the capability bounding set.
+fn drop_bounding() -> libc::c_long {
+    for cap in 0..64 {
+        // SAFETY: prctl with integer arguments.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap) } < 0 && errno() != libc::EINVAL {
+            return -1;
+        }
+    }
+    0
+}
+
 /// Drops every capability: bounding set, ambient, then the effective/permitted/inheritable sets.
 fn drop_caps() -> libc::c_long {
+    if drop_bounding() < 0 {
+        return -1;
+    }
     // SAFETY: prctl with integer arguments; capset with local, correctly sized structures.
     unsafe {
-        for cap in 0..64 {
-            if libc::prctl(libc::PR_CAPBSET_DROP, cap) < 0 && errno() != libc::EINVAL {
-                return -1;
-            }
-        }
         libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
         #[repr(C)]
         struct Header {
@@ -871,16 +890,22 @@ fn init_main(prep: &Prepared, _monitor: i32) -> ! {
         prep.check(S_LOOPBACK, loopback_up());
 
         if prep.root_caller {
-            // While still root: the bounding set needs CAP_SETPCAP to shrink.
-            prep.check(S_CAPS, drop_caps());
+            // While still root: the bounding set needs CAP_SETPCAP to shrink; setresuid then
+            // clears the rest.
+            prep.check(S_CAPS, drop_bounding());
             let (uid, gid) = prep.nobody;
             prep.check(S_NOBODY, libc::setgroups(0, std::ptr::null()).into());
             prep.check(S_NOBODY, libc::setresgid(gid, gid, gid).into());
             prep.check(S_NOBODY, libc::setresuid(uid, uid, uid).into());
+            // Changing ids made us undumpable, which gives /proc/self to root: our maps would
+            // be unwritable (the init becomes undumpable again below).
+            libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
             prep.check(S_USERNS, libc::unshare(libc::CLONE_NEWUSER).into());
             prep.check(S_UID_MAP, write_proc(c"/proc/self/uid_map", prep.nobody_map.as_bytes()));
             prep.check(S_SETGROUPS, write_proc(c"/proc/self/setgroups", b"deny"));
             prep.check(S_GID_MAP, write_proc(c"/proc/self/gid_map", prep.nobody_gmap.as_bytes()));
+            // Each credential change above cleared the parent-death signal.
+            prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());
         }
 
         let command = libc::fork();
@@ -936,6 +961,11 @@ fn command_main(prep: &Prepared) -> ! {
         }
         prep.check(S_CAPS, drop_caps());
         prep.check(S_NNP, libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0).into());
+        // After the last credential change, which would clear it.
+        prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());
+        if libc::getppid() != 1 {
+            libc::_exit(137);
+        }
         restrict_writes(&prep.writable);
         prep.check(S_CHDIR, libc::chdir(prep.chdir.as_ptr()).into());
         install_seccomp(prep);
