@@ -401,3 +401,19 @@ fn scaffold_under(
         made.push(dir.to_owned());
     }
 }
+
+/// Pure: the host setting that explains why user namespaces cannot be made, from the sysctls
+/// (`name` below `/proc/sys`, `None` when absent), in the order they are checked. Only asked
+/// once a probe has failed: the AppArmor restriction lets creation succeed and fails later.
+pub fn userns_reason(sysctl: impl Fn(&str) -> Option<String>) -> Option<&'static str> {
+    let is = |name: &str, value: &str| sysctl(name).is_some_and(|v| v.trim() == value);
+    if is("user/max_user_namespaces", "0") {
+        Some("user.max_user_namespaces = 0")
+    } else if is("kernel/unprivileged_userns_clone", "0") {
+        Some("kernel.unprivileged_userns_clone = 0")
+    } else if is("kernel/apparmor_restrict_unprivileged_userns", "1") {
+        Some("kernel.apparmor_restrict_unprivileged_userns = 1")
+    } else {
+        None
+    }
+}

@@ -1049,7 +1049,12 @@ pub fn userns_probe() -> std::result::Result<(), String> {
     if read == 2 {
         let what = ["", "unshare(CLONE_NEWUSER)", "writing uid_map", "mounting a tmpfs"];
         let err = std::io::Error::from_raw_os_error(i32::from(rec[1]));
-        return Err(format!("{} failed: {err}", what.get(usize::from(rec[0])).unwrap_or(&"")));
+        let step = what.get(usize::from(rec[0])).unwrap_or(&"");
+        let sysctl = |name: &str| std::fs::read_to_string(format!("/proc/sys/{name}")).ok();
+        return Err(match crate::plan::userns_reason(sysctl) {
+            Some(reason) => format!("{reason} ({step} failed: {err})"),
+            None => format!("{step} failed: {err}"),
+        });
     }
     if exit_code(status) != 0 {
         return Err(format!("the probe child exited with {}", exit_code(status)));

@@ -201,3 +201,34 @@ proptest! {
         prop_assert!(plan.ids.host_uid != 0);
     }
 }
+
+#[test]
+fn userns_reasons_name_the_setting() {
+    let host = |settings: &'static [(&'static str, &'static str)]| {
+        move |name: &str| settings.iter().find(|(n, _)| *n == name).map(|(_, v)| format!("{v}\n"))
+    };
+    let cases: [&[(&str, &str)]; 4] = [
+        &[("user/max_user_namespaces", "0"), ("kernel/unprivileged_userns_clone", "0")],
+        &[("user/max_user_namespaces", "96364"), ("kernel/unprivileged_userns_clone", "0")],
+        &[("kernel/apparmor_restrict_unprivileged_userns", "1")],
+        &[
+            ("user/max_user_namespaces", "96364"),
+            ("kernel/apparmor_restrict_unprivileged_userns", "0"),
+        ],
+    ];
+    let got: Vec<_> = cases.iter().map(|c| crate::plan::userns_reason(host(c))).collect();
+    insta::assert_debug_snapshot!(got, @r#"
+    [
+        Some(
+            "user.max_user_namespaces = 0",
+        ),
+        Some(
+            "kernel.unprivileged_userns_clone = 0",
+        ),
+        Some(
+            "kernel.apparmor_restrict_unprivileged_userns = 1",
+        ),
+        None,
+    ]
+    "#);
+}
