@@ -1,0 +1,1063 @@
+//! Performs a [`Plan`]: the IO edge of the engine.
+//!
+//! **Design: fork from a dedicated thread, no re-exec.** A multi-threaded process cannot
+//! `unshare(CLONE_NEWUSER)`, and `PR_SET_PDEATHSIG` fires when the *thread* that forked exits.
+//! So [`spawn`] starts one thread that forks and then waits for the child until it is gone:
+//! the parent-death signal is tied to exactly the lifetime of the wait, whatever thread the
+//! caller uses. Re-executing the binary as its own init (codex's pattern) would need a hook in
+//! every binary that links the library (the CLI, each test binary); a fork keeps the crate
+//! self-contained. Everything the children need (C strings, the seccomp program, idmapped
+//! trees) is built before the fork; after it only syscalls and the Landlock calls run, and
+//! glibc keeps `malloc` usable in a forked child.
+//!
+//! **Three processes**, like bubblewrap's:
+//! 1. the *monitor*, forked from the caller: unshares every namespace, writes its id maps,
+//!    forks the init, forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to it and exits with its status
+//!    (its pid is the one the caller sees);
+//! 2. the *init*, pid 1 of the new pid namespace: mounts procfs (only a process inside the pid
+//!    namespace may), builds the tree, `pivot_root`s, brings loopback up, forks the command,
+//!    then drops every capability, becomes undumpable, takes the wall and reaps until the
+//!    command exits, forwarding signals to it (so Ctrl-C is a `KeyboardInterrupt` inside);
+//!    when it exits the kernel kills everything left in the namespace;
+//! 3. the *command*: new session, parent-death signal, capabilities and bounding set dropped,
+//!    `PR_SET_NO_NEW_PRIVS`, Landlock (best effort), the seccomp wall last, then `execve`.
+//!
+//! **Ids.** An unprivileged caller unshares the user namespace together with the others and
+//! maps its uid onto itself (the only map it may write). A root caller's sandbox must never be
+//! host root: the tree is built as real root in namespaces owned by the host's user namespace
+//! (so the sandbox holds no capability over any of them), the workspace and rw mounts are
+//! attached as idmapped trees (root's files appear as nobody's, nobody's writes land as
+//! root's: `reaper::idmap`), then the init drops to host nobody (65534) and only then unshares
+//! a user namespace mapping nobody onto itself.
+//!
+//! **Mount flags.** Every bind gets `MS_NOSUID|MS_NODEV` (device nodes: nosuid, noexec) and
+//! read-only where planned through `mount_setattr(AT_RECURSIVE)`, which only sets attributes,
+//! so the flags the kernel locks in a less privileged namespace are never cleared (and
+//! submounts are covered without bubblewrap's mountinfo walk).
+
+#![allow(unsafe_code)]
+
+use std::ffi::{CString, OsString};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+use crate::error::{Error, Result};
+use crate::plan::{Access, Op, Plan};
+
+/// What runs inside: an absolute program path with its arguments, the complete environment,
+/// and optional stdio (inherited from the caller when `None`).
+#[derive(Debug, Default)]
+pub struct Command {
+    /// `argv[0]` is the program, resolved inside the sandbox.
+    pub argv: Vec<OsString>,
+    /// The whole environment; nothing of the caller's is added.
+    pub env: Vec<(String, OsString)>,
+    /// fd 0.
+    pub stdin: Option<OwnedFd>,
+    /// fd 1.
+    pub stdout: Option<OwnedFd>,
+    /// fd 2.
+    pub stderr: Option<OwnedFd>,
+}
+
+/// A started sandbox.
+#[derive(Debug)]
+pub struct Child {
+    pid: i32,
+    waiter: std::thread::JoinHandle<Result<i32>>,
+}
+
+impl Child {
+    /// The monitor's host pid: signals sent to it reach the command.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Waits for the command; its exit code, or 128 + the signal that ended it.
+    pub fn wait(self) -> Result<i32> {
+        self.waiter.join().unwrap_or_else(|_| {
+            Err(Error::Io {
+                context: "waiting for the native sandbox".into(),
+                source: std::io::Error::other("the waiting thread panicked"),
+            })
+        })
+    }
+}
+
+const SANDBOX_ROOT: &str = "/tmp";
+/// The tree being built, after the first `pivot_root` (the host is at [`OLDROOT`]).
+const NEWROOT: &str = "/newroot";
+const OLDROOT: &str = "/oldroot";
+
+/// One prepared step of the tree, with every path already a C string.
+enum Step {
+    Mkdir(CString, u32),
+    Symlink(CString, CString),
+    Bind { src: CString, dest: CString, dir: bool, attr: u64 },
+    Tree { tree: OwnedFd, dest: CString, dir: bool, attr: u64 },
+    Tmpfs { dest: CString, data: CString },
+    Proc(CString),
+    Devpts { pts: CString, ptmx: CString },
+    ReadOnly(CString),
+    Mask { dest: CString },
+    RootReadOnly(CString),
+}
+
+/// Fixed steps, reported through the error pipe by number (ops are `OPS + index`).
+const STEP_NAMES: &[&str] = &[
+    "unshare",
+    "uid_map",
+    "setgroups",
+    "gid_map",
+    "fork",
+    "mount propagation",
+    "sandbox root tmpfs",
+    "pivot_root into the sandbox root",
+    "detaching the host root",
+    "final pivot_root",
+    "hostname",
+    "loopback up",
+    "dropping to nobody",
+    "user namespace",
+    "capabilities",
+    "no_new_privs",
+    "seccomp",
+    "chdir",
+    "execve",
+    "parent died",
+];
+const S_UNSHARE: u32 = 0;
+const S_UID_MAP: u32 = 1;
+const S_SETGROUPS: u32 = 2;
+const S_GID_MAP: u32 = 3;
+const S_FORK: u32 = 4;
+const S_PROPAGATION: u32 = 5;
+const S_ROOT_TMPFS: u32 = 6;
+const S_PIVOT: u32 = 7;
+const S_DETACH: u32 = 8;
+const S_PIVOT2: u32 = 9;
+const S_HOSTNAME: u32 = 10;
+const S_LOOPBACK: u32 = 11;
+const S_NOBODY: u32 = 12;
+const S_USERNS: u32 = 13;
+const S_CAPS: u32 = 14;
+const S_NNP: u32 = 15;
+const S_SECCOMP: u32 = 16;
+const S_CHDIR: u32 = 17;
+const S_EXEC: u32 = 18;
+const S_PARENT: u32 = 19;
+const OPS: u32 = 100;
+
+/// Everything the three processes need, built before the fork.
+struct Prepared {
+    steps: Vec<Step>,
+    labels: Vec<String>,
+    root_caller: bool,
+    uid_map: CString,
+    gid_map: CString,
+    /// `(uid, gid)` the root caller's init drops to.
+    nobody: (u32, u32),
+    nobody_map: CString,
+    nobody_gmap: CString,
+    writable: Vec<PathBuf>,
+    chdir: CString,
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    seccomp: Vec<libc::sock_filter>,
+    stdio: [Option<OwnedFd>; 3],
+    error_w: OwnedFd,
+}
+
+/// Starts `command` in the sandbox `plan` describes.
+pub fn spawn(plan: &Plan, command: Command) -> Result<Child> {
+    if plan.net {
+        return Err(Error::Unsupported {
+            what: "the native engine cannot give a sandbox network yet".into(),
+            hint: "net on lands in the next slice; run with net off or another engine".into(),
+        });
+    }
+    let (error_r, error_w) = pipe()?;
+    let prepared = Prepared::new(plan, command, error_w)?;
+    let (tx, rx) = mpsc::channel::<Result<i32>>();
+    let waiter = std::thread::Builder::new()
+        .name("native-sandbox".into())
+        .spawn(move || waiter(prepared, error_r, tx))
+        .map_err(Error::io("starting the native sandbox's waiting thread"))?;
+    let pid = rx.recv().unwrap_or_else(|_| {
+        Err(Error::Io {
+            context: "starting the native sandbox".into(),
+            source: std::io::Error::other("the waiting thread ended early"),
+        })
+    });
+    match pid {
+        Ok(pid) => Ok(Child { pid, waiter }),
+        Err(e) => {
+            let _ = waiter.join();
+            Err(e)
+        }
+    }
+}
+
+fn waiter(prepared: Prepared, error_r: OwnedFd, tx: mpsc::Sender<Result<i32>>) -> Result<i32> {
+    let parent = std::process::id() as i32;
+    let labels = prepared.labels.clone();
+    // SAFETY: fork in a process that may have threads: the child only runs the prepared steps
+    // (syscalls on data allocated before the fork) and glibc's fork-safe allocator.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        let e = std::io::Error::last_os_error();
+        let _ = tx.send(Err(Error::io("fork")(std::io::Error::from_raw_os_error(
+            e.raw_os_error().unwrap_or(libc::EIO),
+        ))));
+        return Err(Error::io("fork")(e));
+    }
+    if pid == 0 {
+        monitor(&prepared, parent);
+    }
+    drop(prepared);
+    let _ = tx.send(Ok(pid));
+    let mut status = 0;
+    // SAFETY: plain waitpid on our own child.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+        if errno() != libc::EINTR {
+            return Err(Error::io("waiting for the native sandbox")(
+                std::io::Error::last_os_error(),
+            ));
+        }
+    }
+    let mut record = [0u8; 8];
+    rustix::fs::fcntl_setfl(&error_r, rustix::fs::OFlags::NONBLOCK)
+        .map_err(|e| Error::io("error pipe")(e.into()))?;
+    if let Ok(8) = rustix::io::read(&error_r, &mut record) {
+        let step = u32::from_ne_bytes([record[0], record[1], record[2], record[3]]);
+        let errno = i32::from_ne_bytes([record[4], record[5], record[6], record[7]]);
+        return Err(Error::Setup {
+            step: step_label(step, &labels),
+            source: std::io::Error::from_raw_os_error(errno),
+        });
+    }
+    Ok(exit_code(status))
+}
+
+fn step_label(step: u32, labels: &[String]) -> String {
+    if step >= OPS {
+        labels.get((step - OPS) as usize).cloned().unwrap_or_else(|| format!("step {step}"))
+    } else {
+        STEP_NAMES.get(step as usize).map_or_else(|| format!("step {step}"), |s| (*s).to_owned())
+    }
+}
+
+/// The exit code of a status: the code, or 128 + the signal.
+fn exit_code(status: i32) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        255
+    }
+}
+
+fn cstr(path: &Path) -> Result<CString> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| Error::Refused {
+        path: path.to_owned(),
+        reason: "it contains a NUL byte".into(),
+    })
+}
+
+fn under(root: &str, path: &Path) -> PathBuf {
+    let rel = path.strip_prefix("/").unwrap_or(path);
+    Path::new(root).join(rel)
+}
+
+impl Prepared {
+    fn new(plan: &Plan, command: Command, error_w: OwnedFd) -> Result<Prepared> {
+        let ids = plan.ids;
+        let mut steps = Vec::new();
+        let mut labels = Vec::new();
+        const RW: u64 = libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV;
+        const RO: u64 = RW | libc::MOUNT_ATTR_RDONLY;
+        for op in &plan.ops {
+            let (step, label) = match op {
+                Op::Dir { path, mode } => (
+                    Step::Mkdir(cstr(&under(NEWROOT, path))?, *mode),
+                    format!("mkdir {}", path.display()),
+                ),
+                Op::Symlink { target, path } => (
+                    Step::Symlink(cstr(target)?, cstr(&under(NEWROOT, path))?),
+                    format!("symlink {}", path.display()),
+                ),
+                Op::Bind { src, dest, access, caller } => {
+                    let meta = std::fs::metadata(src)
+                        .map_err(Error::io(format!("reading `{}`", src.display())))?;
+                    let attr = if *access == Access::ReadOnly { RO } else { RW };
+                    let dest_c = cstr(&under(NEWROOT, dest))?;
+                    let step = if ids.root_caller && *caller {
+                        let fd = rustix::fs::open(
+                            src,
+                            rustix::fs::OFlags::PATH
+                                | rustix::fs::OFlags::NOFOLLOW
+                                | rustix::fs::OFlags::CLOEXEC,
+                            rustix::fs::Mode::empty(),
+                        )
+                        .map_err(|e| Error::io(format!("opening `{}`", src.display()))(e.into()))?;
+                        let tree = reaper::idmap::clone_idmapped(std::os::fd::AsFd::as_fd(&fd))
+                            .map_err(Error::io(format!(
+                                "making an idmapped copy of `{}`",
+                                src.display()
+                            )))?;
+                        Step::Tree { tree, dest: dest_c, dir: meta.is_dir(), attr }
+                    } else {
+                        Step::Bind {
+                            src: cstr(&under(OLDROOT, src))?,
+                            dest: dest_c,
+                            dir: meta.is_dir(),
+                            attr,
+                        }
+                    };
+                    (step, format!("mount {}", dest.display()))
+                }
+                Op::Tmpfs { path, mode, size, owner } => (
+                    Step::Tmpfs {
+                        dest: cstr(&under(NEWROOT, path))?,
+                        data: CString::new(match owner {
+                            Some((uid, gid)) => {
+                                format!("size={size},mode={mode:o},uid={uid},gid={gid}")
+                            }
+                            None => format!("size={size},mode={mode:o}"),
+                        })
+                        .map_err(|_| Error::io("tmpfs options")(std::io::Error::other("nul")))?,
+                    },
+                    format!("tmpfs {}", path.display()),
+                ),
+                Op::Proc => {
+                    (Step::Proc(cstr(&under(NEWROOT, Path::new("/proc")))?), "mount /proc".into())
+                }
+                Op::DevNode { name } => {
+                    let dev = Path::new("/dev").join(name);
+                    (
+                        Step::Bind {
+                            src: cstr(&under(OLDROOT, &dev))?,
+                            dest: cstr(&under(NEWROOT, &dev))?,
+                            dir: false,
+                            attr: libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NOEXEC,
+                        },
+                        format!("mount {}", dev.display()),
+                    )
+                }
+                Op::Devpts => (
+                    Step::Devpts {
+                        pts: cstr(&under(NEWROOT, Path::new("/dev/pts")))?,
+                        ptmx: cstr(&under(NEWROOT, Path::new("/dev/ptmx")))?,
+                    },
+                    "mount /dev/pts".into(),
+                ),
+                Op::ReadOnly { path } => (
+                    Step::ReadOnly(cstr(&under(NEWROOT, path))?),
+                    format!("read-only {}", path.display()),
+                ),
+                Op::Mask { path } => (
+                    Step::Mask { dest: cstr(&under(NEWROOT, path))? },
+                    format!("mask {}", path.display()),
+                ),
+                Op::RootReadOnly => {
+                    (Step::RootReadOnly(cstr(Path::new(NEWROOT))?), "read-only /".into())
+                }
+            };
+            steps.push(step);
+            labels.push(label);
+        }
+        let arch = sandbox_core::Arch::native().ok_or_else(|| Error::Unsupported {
+            what: "the seccomp wall has no program for this architecture".into(),
+            hint: "use the bwrap or a container engine here".into(),
+        })?;
+        let seccomp = sandbox_core::compile(sandbox_core::WALL, arch)
+            .into_iter()
+            .map(|i| libc::sock_filter { code: i.code, jt: i.jt, jf: i.jf, k: i.k })
+            .collect();
+        let map = |inside: u32, host: u32| CString::new(format!("{inside} {host} 1\n"));
+        let nul = |_| Error::io("id map")(std::io::Error::other("nul"));
+        let argv = command
+            .argv
+            .iter()
+            .map(|a| CString::new(a.as_bytes()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| {
+                Error::io("argv")(std::io::Error::other("an argument contains a NUL byte"))
+            })?;
+        if argv.is_empty() {
+            return Err(Error::io("argv")(std::io::Error::other("no program")));
+        }
+        let envp = command
+            .env
+            .iter()
+            .map(|(k, v)| {
+                let mut kv = k.as_bytes().to_vec();
+                kv.push(b'=');
+                kv.extend_from_slice(v.as_bytes());
+                CString::new(kv)
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| {
+                Error::io("env")(std::io::Error::other("a variable contains a NUL byte"))
+            })?;
+        Ok(Prepared {
+            steps,
+            labels,
+            root_caller: ids.root_caller,
+            uid_map: map(ids.uid, ids.host_uid).map_err(nul)?,
+            gid_map: map(ids.gid, ids.host_gid).map_err(nul)?,
+            nobody: (ids.host_uid, ids.host_gid),
+            nobody_map: map(ids.uid, ids.host_uid).map_err(nul)?,
+            nobody_gmap: map(ids.gid, ids.host_gid).map_err(nul)?,
+            writable: plan.writable.clone(),
+            chdir: cstr(&plan.chdir)?,
+            argv,
+            envp,
+            seccomp,
+            stdio: [command.stdin, command.stdout, command.stderr],
+            error_w,
+        })
+    }
+
+    fn fail(&self, step: u32, err: i32) -> ! {
+        let mut record = [0u8; 8];
+        record[..4].copy_from_slice(&step.to_ne_bytes());
+        record[4..].copy_from_slice(&err.to_ne_bytes());
+        // SAFETY: write of a local buffer to our pipe; then the process ends.
+        unsafe {
+            libc::write(self.error_w.as_raw_fd(), record.as_ptr().cast(), record.len());
+            libc::_exit(127)
+        }
+    }
+
+    fn check(&self, step: u32, rc: libc::c_long) {
+        if rc < 0 {
+            self.fail(step, errno());
+        }
+    }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd)> {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| Error::io("making a pipe")(e.into()))
+}
+
+const FORWARDED: &[i32] = &[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+fn signal_set(with_chld: bool) -> libc::sigset_t {
+    // SAFETY: sigset operations on a local.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in FORWARDED {
+            libc::sigaddset(&mut set, *sig);
+        }
+        if with_chld {
+            libc::sigaddset(&mut set, libc::SIGCHLD);
+        }
+        set
+    }
+}
+
+/// Writes `data` to `/proc/self/<file>`.
+fn write_proc(file: &std::ffi::CStr, data: &[u8]) -> libc::c_long {
+    // SAFETY: open/write/close of a NUL-terminated path and a local buffer.
+    unsafe {
+        let fd = libc::open(file.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return -1;
+        }
+        let n = libc::write(fd, data.as_ptr().cast(), data.len());
+        libc::close(fd);
+        if n < 0 { -1 } else { 0 }
+    }
+}
+
+/// Arms the parent-death signal and ends this process if the parent is already gone (the
+/// signal is only sent for a death after the `prctl`).
+fn die_with_parent(prep: &Prepared, parent: i32) {
+    // SAFETY: prctl/getppid take no pointers.
+    unsafe {
+        prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());
+        if libc::getppid() != parent {
+            libc::_exit(137);
+        }
+    }
+}
+
+/// The monitor (see the module docs). Never returns.
+fn monitor(prep: &Prepared, parent: i32) -> ! {
+    die_with_parent(prep, parent);
+    // SAFETY: syscalls on prepared data only.
+    unsafe {
+        for (fd, target) in prep.stdio.iter().zip(0..) {
+            if let Some(fd) = fd {
+                libc::dup2(fd.as_raw_fd(), target);
+            }
+        }
+        let mut flags = libc::CLONE_NEWNS
+            | libc::CLONE_NEWPID
+            | libc::CLONE_NEWIPC
+            | libc::CLONE_NEWUTS
+            | libc::CLONE_NEWCGROUP
+            | libc::CLONE_NEWNET;
+        if !prep.root_caller {
+            flags |= libc::CLONE_NEWUSER;
+        }
+        prep.check(S_UNSHARE, libc::unshare(flags).into());
+        if !prep.root_caller {
+            prep.check(S_UID_MAP, write_proc(c"/proc/self/uid_map", prep.uid_map.as_bytes()));
+            prep.check(S_SETGROUPS, write_proc(c"/proc/self/setgroups", b"deny"));
+            prep.check(S_GID_MAP, write_proc(c"/proc/self/gid_map", prep.gid_map.as_bytes()));
+        }
+        // A credential change (the new user namespace's capabilities) cleared it.
+        die_with_parent(prep, parent);
+        let set = signal_set(true);
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        let me = libc::getpid();
+        let init = libc::fork();
+        if init < 0 {
+            prep.fail(S_FORK, errno());
+        }
+        if init == 0 {
+            init_main(prep, me);
+        }
+        loop {
+            let sig = libc::sigwaitinfo(&set, std::ptr::null_mut());
+            if sig == libc::SIGCHLD || sig < 0 {
+                let mut status = 0;
+                let r = libc::waitpid(init, &mut status, libc::WNOHANG);
+                if r == init {
+                    libc::_exit(exit_code(status));
+                }
+                if r < 0 && errno() == libc::ECHILD {
+                    libc::_exit(255);
+                }
+            } else {
+                libc::kill(init, sig);
+            }
+        }
+    }
+}
+
+/// `mount_setattr(path, AT_RECURSIVE, set)`, falling back to a remount of the top mount on
+/// kernels before 5.12.
+fn set_attr(path: &std::ffi::CStr, set: u64) -> libc::c_long {
+    set_attr_at(path, set, libc::AT_RECURSIVE as libc::c_uint)
+}
+
+/// [`set_attr`] with the `mount_setattr` flags given: 0 for the top mount alone.
+fn set_attr_at(path: &std::ffi::CStr, set: u64, recursive: libc::c_uint) -> libc::c_long {
+    let attr = libc::mount_attr { attr_set: set, attr_clr: 0, propagation: 0, userns_fd: 0 };
+    // SAFETY: the path is NUL-terminated; `attr` lives across the call.
+    unsafe {
+        let rc = libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            recursive | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        );
+        if rc == 0 || errno() != libc::ENOSYS {
+            return rc;
+        }
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(path.as_ptr(), &mut st) < 0 {
+            return -1;
+        }
+        // Keep what the mount has: those flags may be locked and cannot be cleared.
+        let mut flags = libc::MS_BIND | libc::MS_REMOUNT;
+        for (st_flag, ms) in [
+            (libc::ST_RDONLY, libc::MS_RDONLY),
+            (libc::ST_NOSUID, libc::MS_NOSUID),
+            (libc::ST_NODEV, libc::MS_NODEV),
+            (libc::ST_NOEXEC, libc::MS_NOEXEC),
+            (libc::ST_NOATIME, libc::MS_NOATIME),
+            (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+            (libc::ST_RELATIME, libc::MS_RELATIME),
+        ] {
+            if st.f_flag & st_flag != 0 {
+                flags |= ms;
+            }
+        }
+        for (a, ms) in [
+            (libc::MOUNT_ATTR_RDONLY, libc::MS_RDONLY),
+            (libc::MOUNT_ATTR_NOSUID, libc::MS_NOSUID),
+            (libc::MOUNT_ATTR_NODEV, libc::MS_NODEV),
+            (libc::MOUNT_ATTR_NOEXEC, libc::MS_NOEXEC),
+        ] {
+            if set & a != 0 {
+                flags |= ms;
+            }
+        }
+        libc::mount(std::ptr::null(), path.as_ptr(), std::ptr::null(), flags, std::ptr::null())
+            .into()
+    }
+}
+
+/// Creates a mount point: a directory or an empty file.
+fn mount_point(path: &std::ffi::CStr, dir: bool) -> libc::c_long {
+    // SAFETY: NUL-terminated path.
+    unsafe {
+        if dir {
+            if libc::mkdir(path.as_ptr(), 0o755) < 0 && errno() != libc::EEXIST {
+                return -1;
+            }
+        } else {
+            let fd =
+                libc::open(path.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o444);
+            if fd < 0 {
+                return if errno() == libc::EEXIST { 0 } else { -1 };
+            }
+            libc::close(fd);
+        }
+        0
+    }
+}
+
+fn run_step(step: &Step) -> libc::c_long {
+    let null = std::ptr::null::<libc::c_char>();
+    // SAFETY: every pointer is a NUL-terminated prepared string or null.
+    unsafe {
+        match step {
+            Step::Mkdir(path, mode) => {
+                if libc::mkdir(path.as_ptr(), *mode) < 0 && errno() != libc::EEXIST {
+                    return -1;
+                }
+                // The umask must not narrow the planned mode.
+                libc::chmod(path.as_ptr(), *mode).into()
+            }
+            Step::Symlink(target, path) => libc::symlink(target.as_ptr(), path.as_ptr()).into(),
+            Step::Bind { src, dest, dir, attr } => {
+                if mount_point(dest, *dir) < 0 {
+                    return -1;
+                }
+                let rc = libc::mount(
+                    src.as_ptr(),
+                    dest.as_ptr(),
+                    null,
+                    libc::MS_BIND | libc::MS_REC,
+                    null.cast(),
+                );
+                if rc < 0 {
+                    return -1;
+                }
+                set_attr(dest, *attr)
+            }
+            Step::Tree { tree, dest, dir, attr } => {
+                if mount_point(dest, *dir) < 0 {
+                    return -1;
+                }
+                let rc = libc::syscall(
+                    libc::SYS_move_mount,
+                    tree.as_raw_fd(),
+                    c"".as_ptr(),
+                    libc::AT_FDCWD,
+                    dest.as_ptr(),
+                    libc::MOVE_MOUNT_F_EMPTY_PATH,
+                );
+                if rc < 0 {
+                    return -1;
+                }
+                set_attr(dest, *attr)
+            }
+            Step::Tmpfs { dest, data } => libc::mount(
+                c"tmpfs".as_ptr(),
+                dest.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                data.as_ptr().cast(),
+            )
+            .into(),
+            Step::Proc(dest) => {
+                if mount_point(dest, true) < 0 {
+                    return -1;
+                }
+                libc::mount(
+                    c"proc".as_ptr(),
+                    dest.as_ptr(),
+                    c"proc".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    null.cast(),
+                )
+                .into()
+            }
+            Step::Devpts { pts, ptmx } => {
+                if mount_point(pts, true) < 0 {
+                    return -1;
+                }
+                let rc = libc::mount(
+                    c"devpts".as_ptr(),
+                    pts.as_ptr(),
+                    c"devpts".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NOEXEC,
+                    c"newinstance,ptmxmode=0666,mode=620".as_ptr().cast(),
+                );
+                // Needs uid 0 mapped (the kernel owns ptmx by it): an unprivileged caller's
+                // namespace maps only its own uid, so there is no /dev/pts there (yet).
+                if rc < 0 {
+                    return 0;
+                }
+                libc::symlink(c"pts/ptmx".as_ptr(), ptmx.as_ptr()).into()
+            }
+            Step::ReadOnly(path) => {
+                let rc = libc::mount(
+                    path.as_ptr(),
+                    path.as_ptr(),
+                    null,
+                    libc::MS_BIND | libc::MS_REC,
+                    null.cast(),
+                );
+                if rc < 0 {
+                    return if errno() == libc::ENOENT { 0 } else { -1 };
+                }
+                set_attr(
+                    path,
+                    libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
+                )
+            }
+            Step::Mask { dest } => {
+                let rc = libc::mount(
+                    c"/oldroot/dev/null".as_ptr(),
+                    dest.as_ptr(),
+                    null,
+                    libc::MS_BIND,
+                    null.cast(),
+                );
+                if rc < 0 && errno() != libc::ENOENT {
+                    return -1;
+                }
+                0
+            }
+            // The root tmpfs alone: everything mounted on it keeps its own flags.
+            Step::RootReadOnly(path) => set_attr_at(
+                path,
+                libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
+                0,
+            ),
+        }
+    }
+}
+
+/// Empties the capability bounding set.
+fn drop_bounding() -> libc::c_long {
+    for cap in 0..64 {
+        // SAFETY: prctl with integer arguments.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap) } < 0 && errno() != libc::EINVAL {
+            return -1;
+        }
+    }
+    0
+}
+
+/// Drops every capability: bounding set, ambient, then the effective/permitted/inheritable sets.
+fn drop_caps() -> libc::c_long {
+    if drop_bounding() < 0 {
+        return -1;
+    }
+    // SAFETY: prctl with integer arguments; capset with local, correctly sized structures.
+    unsafe {
+        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+        #[repr(C)]
+        struct Header {
+            version: u32,
+            pid: i32,
+        }
+        #[repr(C)]
+        struct Data {
+            effective: u32,
+            permitted: u32,
+            inheritable: u32,
+        }
+        let header = Header { version: 0x2008_0522, pid: 0 };
+        let data = [
+            Data { effective: 0, permitted: 0, inheritable: 0 },
+            Data { effective: 0, permitted: 0, inheritable: 0 },
+        ];
+        libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr())
+    }
+}
+
+fn loopback_up() -> libc::c_long {
+    // SAFETY: an ioctl on a local, zeroed ifreq naming "lo".
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return -1;
+        }
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        ifr.ifr_name[0] = b'l' as libc::c_char;
+        ifr.ifr_name[1] = b'o' as libc::c_char;
+        // The kernel gives loopback 127.0.0.1/8 and ::1 when it comes up.
+        ifr.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        let rc = libc::ioctl(fd, libc::SIOCSIFFLAGS, &ifr);
+        libc::close(fd);
+        rc.into()
+    }
+}
+
+fn install_seccomp(prep: &Prepared) {
+    let prog = libc::sock_fprog {
+        len: prep.seccomp.len() as u16,
+        filter: prep.seccomp.as_ptr().cast_mut(),
+    };
+    // SAFETY: the program outlives the call (the kernel copies it).
+    unsafe {
+        prep.check(S_NNP, libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0).into());
+        prep.check(
+            S_SECCOMP,
+            libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog as *const _).into(),
+        );
+    }
+}
+
+/// The sandbox's pid 1 (see the module docs). Never returns.
+fn init_main(prep: &Prepared, _monitor: i32) -> ! {
+    // SAFETY: syscalls on prepared data only.
+    unsafe {
+        // The monitor is outside this pid namespace (getppid() is 0 here): it waits for us and
+        // dies only by SIGKILL, which this signal then passes on.
+        prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());
+        let null = std::ptr::null::<libc::c_char>();
+        prep.check(
+            S_PROPAGATION,
+            libc::mount(null, c"/".as_ptr(), null, libc::MS_REC | libc::MS_PRIVATE, null.cast())
+                .into(),
+        );
+        let root = CString::new(SANDBOX_ROOT).unwrap_or_default();
+        prep.check(
+            S_ROOT_TMPFS,
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                root.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                c"size=1m,mode=0755".as_ptr().cast(),
+            )
+            .into(),
+        );
+        prep.check(S_ROOT_TMPFS, libc::mkdir(c"/tmp/newroot".as_ptr(), 0o755).into());
+        prep.check(S_ROOT_TMPFS, libc::mkdir(c"/tmp/oldroot".as_ptr(), 0o755).into());
+        prep.check(
+            S_ROOT_TMPFS,
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                c"/tmp/newroot".as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                c"size=1m,mode=0755".as_ptr().cast(),
+            )
+            .into(),
+        );
+        prep.check(S_PIVOT, libc::chdir(c"/tmp".as_ptr()).into());
+        prep.check(
+            S_PIVOT,
+            libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c"oldroot".as_ptr()),
+        );
+        prep.check(S_PIVOT, libc::chdir(c"/".as_ptr()).into());
+        libc::umask(0o022);
+        for (i, step) in prep.steps.iter().enumerate() {
+            if run_step(step) < 0 {
+                prep.fail(OPS + i as u32, errno());
+            }
+        }
+        prep.check(
+            S_DETACH,
+            libc::mount(
+                null,
+                c"/oldroot".as_ptr(),
+                null,
+                libc::MS_REC | libc::MS_PRIVATE,
+                null.cast(),
+            )
+            .into(),
+        );
+        prep.check(S_DETACH, libc::umount2(c"/oldroot".as_ptr(), libc::MNT_DETACH).into());
+        prep.check(S_PIVOT2, libc::chdir(c"/newroot".as_ptr()).into());
+        prep.check(S_PIVOT2, libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()));
+        prep.check(S_PIVOT2, libc::umount2(c".".as_ptr(), libc::MNT_DETACH).into());
+        prep.check(S_PIVOT2, libc::chdir(c"/".as_ptr()).into());
+        let name = sandbox_core::SANDBOX_HOSTNAME;
+        prep.check(S_HOSTNAME, libc::sethostname(name.as_ptr().cast(), name.len()).into());
+        prep.check(S_LOOPBACK, loopback_up());
+
+        if prep.root_caller {
+            // While still root: the bounding set needs CAP_SETPCAP to shrink; setresuid then
+            // clears the rest.
+            prep.check(S_CAPS, drop_bounding());
+            let (uid, gid) = prep.nobody;
+            prep.check(S_NOBODY, libc::setgroups(0, std::ptr::null()).into());
+            prep.check(S_NOBODY, libc::setresgid(gid, gid, gid).into());
+            prep.check(S_NOBODY, libc::setresuid(uid, uid, uid).into());
+            // Changing ids made us undumpable, which gives /proc/self to root: our maps would
+            // be unwritable (the init becomes undumpable again below).
+            libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+            prep.check(S_USERNS, libc::unshare(libc::CLONE_NEWUSER).into());
+            prep.check(S_UID_MAP, write_proc(c"/proc/self/uid_map", prep.nobody_map.as_bytes()));
+            prep.check(S_SETGROUPS, write_proc(c"/proc/self/setgroups", b"deny"));
+            prep.check(S_GID_MAP, write_proc(c"/proc/self/gid_map", prep.nobody_gmap.as_bytes()));
+            // Each credential change above cleared the parent-death signal.
+            prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());
+        }
+
+        let command = libc::fork();
+        if command < 0 {
+            prep.fail(S_FORK, errno());
+        }
+        if command == 0 {
+            command_main(prep);
+        }
+        // Nothing of the script may reach its reaper: no capabilities, not dumpable (no
+        // ptrace, no /proc/1/mem even for the same uid), the wall.
+        prep.check(S_CAPS, drop_caps());
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        install_seccomp(prep);
+        let set = signal_set(true);
+        let mut code: Option<i32> = None;
+        loop {
+            let sig = libc::sigwaitinfo(&set, std::ptr::null_mut());
+            if sig == libc::SIGCHLD || sig < 0 {
+                loop {
+                    let mut status = 0;
+                    let r = libc::waitpid(-1, &mut status, libc::WNOHANG);
+                    if r == command {
+                        code = Some(exit_code(status));
+                    }
+                    if r <= 0 {
+                        break;
+                    }
+                }
+                if let Some(code) = code {
+                    libc::_exit(code);
+                }
+            } else {
+                libc::kill(command, sig);
+            }
+        }
+    }
+}
+
+/// The command's process (see the module docs). Never returns.
+fn command_main(prep: &Prepared) -> ! {
+    // SAFETY: syscalls on prepared data; Landlock through its crate.
+    unsafe {
+        let set = signal_set(true);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        // Ignored signals survive execve; the Rust runtime ignores SIGPIPE.
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        // A new session: no controlling terminal to push input into (TIOCSTI).
+        libc::setsid();
+        prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());
+        if libc::getppid() != 1 {
+            libc::_exit(137);
+        }
+        prep.check(S_CAPS, drop_caps());
+        prep.check(S_NNP, libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0).into());
+        // After the last credential change, which would clear it.
+        prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());
+        if libc::getppid() != 1 {
+            libc::_exit(137);
+        }
+        restrict_writes(&prep.writable);
+        prep.check(S_CHDIR, libc::chdir(prep.chdir.as_ptr()).into());
+        install_seccomp(prep);
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+        let mut argv: Vec<*const libc::c_char> = prep.argv.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        let mut envp: Vec<*const libc::c_char> = prep.envp.iter().map(|e| e.as_ptr()).collect();
+        envp.push(std::ptr::null());
+        libc::execve(argv[0], argv.as_ptr(), envp.as_ptr());
+        prep.fail(S_EXEC, errno());
+    }
+}
+
+/// Landlock, best effort: writes only beneath `writable`; (ABI 6) no abstract unix socket
+/// and no signal reaching outside the sandbox. A kernel without Landlock keeps the other walls.
+fn restrict_writes(writable: &[PathBuf]) {
+    use landlock::{
+        ABI, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope, path_beneath_rules,
+    };
+    let abi = ABI::V6;
+    let existing: Vec<&PathBuf> = writable.iter().filter(|p| p.exists()).collect();
+    let built = Ruleset::default()
+        .handle_access(AccessFs::from_write(abi))
+        .and_then(|r| r.scope(Scope::from_all(abi)))
+        .and_then(|r| r.create())
+        .and_then(|r| r.add_rules(path_beneath_rules(existing, AccessFs::from_all(abi))))
+        .and_then(|r| r.restrict_self());
+    let _ = built;
+}
+
+/// The Landlock ABI this kernel offers (`None`: no Landlock); what [`spawn`] applies is
+/// `min(this, 6)`.
+pub fn landlock_abi() -> Option<u32> {
+    // SAFETY: the version query takes no buffer.
+    let v = unsafe {
+        libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<u8>(), 0usize, 1u32)
+    };
+    u32::try_from(v).ok().filter(|v| *v > 0)
+}
+
+/// Whether user namespaces can be created here, found by trying: a forked child unshares its
+/// user namespace and writes its map. `Err` carries the reason.
+pub fn userns_probe() -> std::result::Result<(), String> {
+    let (r, w) = pipe().map_err(|e| e.to_string())?;
+    let uid = rustix::process::getuid().as_raw();
+    let map = CString::new(format!("{uid} {uid} 1\n")).map_err(|e| e.to_string())?;
+    // SAFETY: the child runs only syscalls on prepared data and exits.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        // SAFETY: as above.
+        unsafe {
+            let report = |step: u8| {
+                let rec = [step, errno() as u8];
+                libc::write(w.as_raw_fd(), rec.as_ptr().cast(), 2);
+                libc::_exit(1);
+            };
+            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) < 0 {
+                report(1);
+            }
+            if write_proc(c"/proc/self/uid_map", map.as_bytes()) < 0 {
+                report(2);
+            }
+            let null = std::ptr::null::<libc::c_char>();
+            if libc::mount(c"tmpfs".as_ptr(), c"/tmp".as_ptr(), c"tmpfs".as_ptr(), 0, null.cast())
+                < 0
+            {
+                report(3);
+            }
+            libc::_exit(0);
+        }
+    }
+    drop(w);
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let mut rec = [0u8; 2];
+    let read = rustix::io::read(&r, &mut rec).unwrap_or(0);
+    if read == 2 {
+        let what = ["", "unshare(CLONE_NEWUSER)", "writing uid_map", "mounting a tmpfs"];
+        let err = std::io::Error::from_raw_os_error(i32::from(rec[1]));
+        let step = what.get(usize::from(rec[0])).unwrap_or(&"");
+        let sysctl = |name: &str| std::fs::read_to_string(format!("/proc/sys/{name}")).ok();
+        return Err(match crate::plan::userns_reason(sysctl) {
+            Some(reason) => format!("{reason} ({step} failed: {err})"),
+            None => format!("{step} failed: {err}"),
+        });
+    }
+    if exit_code(status) != 0 {
+        return Err(format!("the probe child exited with {}", exit_code(status)));
+    }
+    Ok(())
+}

@@ -1,0 +1,234 @@
+//! Snapshots of plans and the property that nothing outside the workspace and the declared
+//! read-write mounts is ever writable.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use proptest::prelude::*;
+use sandbox_core::MountMode;
+
+use crate::plan::{Access, Input, Op, RootEntry, plan};
+
+fn input(uid: u32) -> Input {
+    Input {
+        uid,
+        gid: uid,
+        home: Some(PathBuf::from("/home/alice")),
+        own: (PathBuf::from("/home/alice/.cache/python-sandbox"), "its cache".into()),
+        root_entries: vec![
+            RootEntry::Symlink { name: "bin".into(), target: "usr/bin".into() },
+            RootEntry::Symlink { name: "lib".into(), target: "usr/lib".into() },
+            RootEntry::Dir { name: "lib64".into() },
+        ],
+        etc: vec![
+            ("/etc/resolv.conf".into(), "resolv.conf".into()),
+            ("/etc/ssl/certs".into(), "ssl/certs".into()),
+        ],
+        passwd: "/home/alice/.cache/python-sandbox/etc/passwd-1".into(),
+        group: "/home/alice/.cache/python-sandbox/etc/group-1".into(),
+        ca_bundle: Some("/etc/ssl/certs/ca-certificates.crt".into()),
+        ro_dirs: vec![
+            "/home/alice/.cache/python-sandbox/envs/abc".into(),
+            "/usr/lib/python3.11".into(),
+        ],
+        workspace: "/home/alice/proj".into(),
+        mounts: vec![],
+        net: false,
+        tmpfs_size: 1 << 20,
+    }
+}
+
+fn render(input: &Input) -> String {
+    let plan = match plan(input) {
+        Ok(plan) => plan,
+        Err(e) => return format!("error: {e}"),
+    };
+    let mut out =
+        format!("ids: {:?}\nnet: {}\nchdir: {}\n", plan.ids, plan.net, plan.chdir.display());
+    for op in &plan.ops {
+        let line = match op {
+            Op::Dir { path, mode } => format!("dir {} {mode:o}", path.display()),
+            Op::Symlink { target, path } => {
+                format!("symlink {} -> {}", path.display(), target.display())
+            }
+            Op::Bind { src, dest, access, caller } => format!(
+                "bind {} {} {}{}",
+                match access {
+                    Access::ReadOnly => "ro",
+                    Access::ReadWrite => "rw",
+                },
+                src.display(),
+                dest.display(),
+                if *caller { " (caller)" } else { "" }
+            ),
+            Op::Tmpfs { path, mode, size, owner } => {
+                format!("tmpfs {} {mode:o} {size} {owner:?}", path.display())
+            }
+            Op::Proc => "proc /proc".into(),
+            Op::DevNode { name } => format!("dev {name}"),
+            Op::Devpts => "devpts /dev/pts".into(),
+            Op::ReadOnly { path } => format!("read-only {}", path.display()),
+            Op::Mask { path } => format!("mask {}", path.display()),
+            Op::RootReadOnly => "read-only /".into(),
+        };
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = writeln!(out, "writable: {:?}", plan.writable);
+    out
+}
+
+#[test]
+fn plan_net_off_unprivileged() {
+    insta::assert_snapshot!(render(&input(1000)));
+}
+
+#[test]
+fn plan_root_caller_runs_as_nobody() {
+    let mut i = input(0);
+    i.home = Some("/root".into());
+    i.own = ("/root/.cache/python-sandbox".into(), "its cache".into());
+    i.workspace = "/tmp/work/proj".into();
+    insta::assert_snapshot!(render(&i));
+}
+
+#[test]
+fn plan_net_on_with_mounts() {
+    let mut i = input(1000);
+    i.net = true;
+    i.mounts = vec![
+        ("/data/in".into(), MountMode::ReadOnly),
+        ("/data/out".into(), MountMode::ReadWrite),
+        ("/home/alice/proj/sub".into(), MountMode::ReadOnly),
+    ];
+    insta::assert_snapshot!(render(&i));
+}
+
+#[test]
+fn plan_refuses_what_the_policy_refuses() {
+    let mut home = input(1000);
+    home.workspace = "/home/alice".into();
+    let mut proc_mount = input(1000);
+    proc_mount.mounts = vec![("/proc/1".into(), MountMode::ReadOnly)];
+    let mut own = input(1000);
+    own.mounts = vec![("/home/alice/.cache".into(), MountMode::ReadWrite)];
+    let mut relative = input(1000);
+    relative.mounts = vec![("/data/../etc".into(), MountMode::ReadWrite)];
+    insta::assert_snapshot!(
+        [home, proc_mount, own, relative].iter().map(render).collect::<Vec<_>>().join("\n"),
+        @r"
+    error: refusing to mount `/home/alice`: it would expose your whole home directory
+    error: refusing to mount `/proc/1`: /proc holds kernel interfaces
+    error: refusing to mount `/home/alice/.cache`: it overlaps python-sandbox's own directory /home/alice/.cache/python-sandbox (its cache)
+    error: refusing to mount `/data/../etc`: it is not a canonical absolute path
+    "
+    );
+}
+
+/// Where a plan lets the sandbox write: read-write binds and tmpfs mounts.
+fn writable_dests(ops: &[Op]) -> Vec<PathBuf> {
+    ops.iter()
+        .filter_map(|op| match op {
+            Op::Bind { dest, access: Access::ReadWrite, .. } => Some(dest.clone()),
+            Op::Tmpfs { path, .. } => Some(path.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn path_strategy() -> impl Strategy<Value = PathBuf> {
+    let part = prop::sample::select(vec![
+        "home",
+        "alice",
+        "proj",
+        "tmp",
+        "usr",
+        "etc",
+        "data",
+        ".ssh",
+        ".cache",
+        "python-sandbox",
+        "x",
+        "root",
+        "var",
+        "run",
+        "lib",
+        "..",
+        "sandbox",
+    ]);
+    prop::collection::vec(part, 1..5).prop_map(|parts| {
+        let mut p = PathBuf::from("/");
+        for part in parts {
+            p.push(part);
+        }
+        p
+    })
+}
+
+proptest! {
+    #[test]
+    fn nothing_outside_the_workspace_and_rw_mounts_is_writable(
+        uid in prop::sample::select(vec![0u32, 1000]),
+        workspace in path_strategy(),
+        mounts in prop::collection::vec((path_strategy(), any::<bool>()), 0..4),
+        ro_dirs in prop::collection::vec(path_strategy(), 0..3),
+    ) {
+        let mut i = input(uid);
+        i.workspace = workspace.clone();
+        i.ro_dirs = ro_dirs;
+        i.mounts = mounts
+            .iter()
+            .map(|(p, rw)| (p.clone(), if *rw { MountMode::ReadWrite } else { MountMode::ReadOnly }))
+            .collect();
+        let Ok(plan) = plan(&i) else { return Ok(()) };
+        let declared: Vec<&Path> = std::iter::once(workspace.as_path())
+            .chain(i.mounts.iter().filter(|(_, m)| *m == MountMode::ReadWrite).map(|(p, _)| p.as_path()))
+            .collect();
+        let tmpfs = [sandbox_core::SANDBOX_HOME, "/tmp", "/dev", "/dev/shm"];
+        let home = Path::new("/home/alice");
+        for dest in writable_dests(&plan.ops) {
+            let allowed = declared.iter().any(|d| dest == *d) || tmpfs.iter().any(|t| dest == Path::new(t));
+            prop_assert!(allowed, "writable {} not declared", dest.display());
+            prop_assert!(!dest.starts_with(home) || declared.iter().any(|d| dest == *d));
+        }
+        for w in &plan.writable {
+            let allowed = declared.iter().any(|d| w == *d)
+                || tmpfs.iter().any(|t| w == Path::new(t))
+                || w.starts_with("/dev");
+            prop_assert!(allowed, "landlock-writable {} not declared", w.display());
+        }
+        // Caller paths never come in over a read-only system path they would shadow writable.
+        prop_assert!(plan.ops.last() == Some(&Op::RootReadOnly));
+        prop_assert!(plan.ids.host_uid != 0);
+    }
+}
+
+#[test]
+fn userns_reasons_name_the_setting() {
+    let host = |settings: &'static [(&'static str, &'static str)]| {
+        move |name: &str| settings.iter().find(|(n, _)| *n == name).map(|(_, v)| format!("{v}\n"))
+    };
+    let cases: [&[(&str, &str)]; 4] = [
+        &[("user/max_user_namespaces", "0"), ("kernel/unprivileged_userns_clone", "0")],
+        &[("user/max_user_namespaces", "96364"), ("kernel/unprivileged_userns_clone", "0")],
+        &[("kernel/apparmor_restrict_unprivileged_userns", "1")],
+        &[
+            ("user/max_user_namespaces", "96364"),
+            ("kernel/apparmor_restrict_unprivileged_userns", "0"),
+        ],
+    ];
+    let got: Vec<_> = cases.iter().map(|c| crate::plan::userns_reason(host(c))).collect();
+    insta::assert_debug_snapshot!(got, @r#"
+    [
+        Some(
+            "user.max_user_namespaces = 0",
+        ),
+        Some(
+            "kernel.unprivileged_userns_clone = 0",
+        ),
+        Some(
+            "kernel.apparmor_restrict_unprivileged_userns = 1",
+        ),
+        None,
+    ]
+    "#);
+}

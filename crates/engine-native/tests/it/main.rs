@@ -1,0 +1,398 @@
+//! Real sandboxes: each check runs as the caller and, when that is root, again as the
+//! unprivileged `psbx-rootless` user (the test binary re-runs itself with `runuser`). Gated on
+//! user namespaces working here (found by trying), printing `SKIPPED: native: <reason>`.
+
+#![allow(clippy::print_stderr, clippy::unwrap_used)]
+
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use engine_native::{Command, Input, RootEntry};
+
+const PYTHON: &str = "/usr/bin/python3.11";
+const ROOTLESS: &str = "psbx-rootless";
+const INNER: &str = "ENGINE_NATIVE_INNER";
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    home: PathBuf,
+    workspace: PathBuf,
+    input: Input,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let home = root.join("home");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_rsa"), "SECRET-KEY-MARKER").unwrap();
+    let workspace = root.join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    let own = root.join("own");
+    std::fs::create_dir(&own).unwrap();
+    std::fs::write(own.join("passwd"), "root:x:0:0::/root:/bin/sh\n").unwrap();
+    std::fs::write(own.join("group"), "root:x:0:\n").unwrap();
+    let mut root_entries = Vec::new();
+    for name in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
+        let path = Path::new("/").join(name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => root_entries.push(RootEntry::Symlink {
+                name: name.into(),
+                target: std::fs::read_link(&path).unwrap(),
+            }),
+            Ok(m) if m.is_dir() => root_entries.push(RootEntry::Dir { name: name.into() }),
+            _ => {}
+        }
+    }
+    let etc = ["resolv.conf", "hosts", "nsswitch.conf", "ld.so.cache"]
+        .iter()
+        .filter_map(|rel| {
+            Some((std::fs::canonicalize(Path::new("/etc").join(rel)).ok()?, PathBuf::from(rel)))
+        })
+        .collect();
+    let input = Input {
+        uid: rustix::process::getuid().as_raw(),
+        gid: rustix::process::getgid().as_raw(),
+        home: Some(home.clone()),
+        own: (own.clone(), "the test's own files".into()),
+        root_entries,
+        etc,
+        passwd: own.join("passwd"),
+        group: own.join("group"),
+        ca_bundle: None,
+        ro_dirs: vec![],
+        workspace: workspace.clone(),
+        mounts: vec![],
+        net: false,
+        tmpfs_size: 16 << 20,
+    };
+    Fixture { _dir: dir, home, workspace, input }
+}
+
+/// `None` (after printing why) when user namespaces cannot be made here.
+fn gate() -> Option<()> {
+    match engine_native::userns_probe() {
+        Ok(()) => Some(()),
+        Err(reason) => {
+            eprintln!("SKIPPED: native: {reason}");
+            None
+        }
+    }
+}
+
+/// Runs `check` as this user and, for root, again as `psbx-rootless` (the same test, re-run).
+fn as_root_and_rootless(test: &str, check: fn()) {
+    if gate().is_none() {
+        return;
+    }
+    check();
+    if rustix::process::getuid().is_root() && std::env::var_os(INNER).is_none() {
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new("runuser")
+            .args(["-u", ROOTLESS, "--"])
+            .arg(&exe)
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env(INNER, "1")
+            .current_dir("/tmp")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "as {ROOTLESS}:\n{text}");
+        assert!(text.contains("1 passed"), "as {ROOTLESS} the test did not run:\n{text}");
+    }
+}
+
+fn env() -> Vec<(String, OsString)> {
+    vec![
+        ("PATH".into(), "/usr/bin:/bin".into()),
+        ("HOME".into(), sandbox_home().into()),
+        ("LANG".into(), "C.UTF-8".into()),
+    ]
+}
+
+fn sandbox_home() -> &'static str {
+    "/home/sandbox"
+}
+
+/// Runs `argv` in the fixture's sandbox; (exit code, stdout).
+fn run(f: &Fixture, argv: &[&str]) -> (i32, String) {
+    let plan = engine_native::plan(&f.input).unwrap();
+    let (r, w) = rustix::pipe::pipe().unwrap();
+    let command = Command {
+        argv: argv.iter().map(OsString::from).collect(),
+        env: env(),
+        stdin: None,
+        stdout: Some(w),
+        stderr: None,
+    };
+    let child = engine_native::spawn(&plan, command).unwrap();
+    let reader = std::thread::spawn(move || read_all(r));
+    let code = child.wait().unwrap();
+    (code, reader.join().unwrap())
+}
+
+fn read_all(fd: OwnedFd) -> String {
+    use std::io::Read;
+    let mut s = String::new();
+    let _ = std::fs::File::from(fd).read_to_string(&mut s);
+    s
+}
+
+fn python(f: &Fixture, code: &str) -> (i32, String) {
+    run(f, &[PYTHON, "-I", "-c", code])
+}
+
+const FACTS: &str = r#"
+import os, json, ctypes, socket, errno
+libc = ctypes.CDLL(None, use_errno=True)
+def sys(nr, *args):
+    r = libc.syscall(nr, *[ctypes.c_long(a) for a in args])
+    return 0 if r >= 0 else ctypes.get_errno()
+status = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
+def can_write(p):
+    try:
+        open(p, "w").write("x"); return True
+    except OSError:
+        return False
+def connect(addr):
+    s = socket.socket()
+    s.settimeout(2)
+    try:
+        s.connect(addr); return "connected"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+lo = socket.socket(); lo.bind(("127.0.0.1", 0)); lo.listen()
+facts = {
+    "uid": os.getuid(),
+    "home": sorted(os.listdir(os.environ["HOME"])),
+    "host_home_visible": os.path.exists(HOST_HOME),
+    "write_ws": can_write("out.txt"),
+    "write_outside": [p for p in ["/etc/x", "/usr/x", "/x", "/proc/sys/kernel/hostname", HOST_HOME + "/x"] if can_write(p)],
+    "write_tmp": can_write("/tmp/x") and can_write(os.environ["HOME"] + "/x"),
+    "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+    "pid": os.getpid(),
+    "CapEff": status["CapEff"].strip(), "CapBnd": status["CapBnd"].strip(),
+    "NoNewPrivs": status["NoNewPrivs"].strip(), "Seccomp": status["Seccomp"].strip(),
+    "mount": sys(165, 0, 0, 0, 0, 0), "unshare_userns": sys(272, 0x10000000),
+    "ptrace_init": sys(101, 16, 1, 0, 0), "keyctl": sys(250, 0, 0, 0, 0), "bpf": sys(321, 0, 0, 0),
+    "io_uring_setup": sys(425, 1, 0), "clone3": sys(435, 0, 0), "setns": sys(308, 0, 0),
+    "chmod_setuid": sys(90, ctypes.addressof(ctypes.create_string_buffer(b"out.txt")), 0o4755),
+    "net_out": connect(("1.1.1.1", 80)), "loopback": connect(lo.getsockname()),
+    "hostname": socket.gethostname(),
+}
+print(json.dumps(facts))
+"#;
+
+fn facts() {
+    let f = fixture();
+    let code = FACTS.replace("HOST_HOME", &format!("{:?}", f.home.display().to_string()));
+    let (exit, out) = python(&f, &code);
+    assert_eq!(exit, 0, "{out}");
+    let get = |key: &str| -> String {
+        let start = out.find(&format!("\"{key}\": ")).unwrap_or_else(|| panic!("{key} in {out}"));
+        let rest = &out[start + key.len() + 4..];
+        let end = rest.find([',', '}']).unwrap_or(rest.len());
+        let end = if rest.starts_with('[') { rest.find(']').unwrap() + 1 } else { end };
+        rest[..end].to_owned()
+    };
+    let eperm = libc::EPERM.to_string();
+    let enosys = libc::ENOSYS.to_string();
+    assert_eq!(get("home"), "[]");
+    assert_eq!(get("host_home_visible"), "false");
+    assert!(!out.contains("SECRET-KEY-MARKER"));
+    assert_eq!(get("write_ws"), "true");
+    assert_eq!(get("write_outside"), "[]", "{out}");
+    assert_eq!(get("write_tmp"), "true");
+    assert_ne!(get("pid"), "1");
+    assert!(get("pids").starts_with("[1, "), "{out}");
+    assert!(get("pids").split(',').count() <= 3, "only our init and the script: {out}");
+    assert_eq!(get("CapEff"), "\"0000000000000000\"");
+    assert_eq!(get("CapBnd"), "\"0000000000000000\"");
+    assert_eq!(get("NoNewPrivs"), "\"1\"");
+    assert_eq!(get("Seccomp"), "\"2\"");
+    for key in ["mount", "unshare_userns", "ptrace_init", "keyctl", "bpf", "setns", "chmod_setuid"]
+    {
+        assert_eq!(get(key), eperm, "{key}: {out}");
+    }
+    for key in ["io_uring_setup", "clone3"] {
+        assert_eq!(get(key), enosys, "{key}: {out}");
+    }
+    assert_eq!(get("net_out"), "\"ENETUNREACH\"", "{out}");
+    assert_eq!(get("loopback"), "\"connected\"");
+    assert_eq!(get("hostname"), "\"python-sandbox\"");
+    assert!(f.workspace.join("out.txt").exists());
+    if rustix::process::getuid().is_root() {
+        assert_eq!(get("uid"), "65534");
+    }
+}
+
+#[test]
+fn the_wall_holds() {
+    as_root_and_rootless("the_wall_holds", facts);
+}
+
+/// The host uid of every process of a running sandbox (the monitor's descendants).
+fn descendants(pid: i32) -> Vec<i32> {
+    let mut out = vec![];
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let children =
+            std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
+        for c in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+            out.push(c);
+            todo.push(c);
+        }
+    }
+    out
+}
+
+fn host_uid(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn never_host_root() {
+    let f = fixture();
+    let plan = engine_native::plan(&f.input).unwrap();
+    let command = Command {
+        argv: [PYTHON, "-c", "import time; time.sleep(30)"].iter().map(OsString::from).collect(),
+        env: env(),
+        ..Command::default()
+    };
+    let child = engine_native::spawn(&plan, command).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut tree = descendants(child.pid());
+    while tree.len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        tree = descendants(child.pid());
+    }
+    assert!(tree.len() >= 2, "init and the script: {tree:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    for pid in &tree {
+        let uid = host_uid(*pid).unwrap();
+        assert_ne!(uid, 0, "process {pid} of the sandbox is host root");
+    }
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.pid()).unwrap(),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    assert_eq!(child.wait().unwrap(), 128 + libc::SIGTERM);
+}
+
+#[test]
+fn no_process_of_the_sandbox_is_host_root_and_sigterm_reaches_the_script() {
+    as_root_and_rootless(
+        "no_process_of_the_sandbox_is_host_root_and_sigterm_reaches_the_script",
+        never_host_root,
+    );
+}
+
+#[test]
+fn exit_codes_come_through_after_a_denied_ptrace_of_init() {
+    if gate().is_none() {
+        return;
+    }
+    let f = fixture();
+    let code = "import ctypes, sys\nlibc = ctypes.CDLL(None)\nlibc.syscall(101, 16, 1, 0, 0)\nsys.exit(42)";
+    let started = Instant::now();
+    assert_eq!(python(&f, code).0, 42);
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+const KILLED_PARENT: &str = "ENGINE_NATIVE_KILLED_PARENT";
+
+/// Inner half of the kill test: starts a sandbox whose script forks a sleeper, prints the
+/// monitor's pid and waits.
+#[test]
+fn killed_parent_helper() {
+    if std::env::var_os(KILLED_PARENT).is_none() {
+        return;
+    }
+    let f = fixture();
+    let plan = engine_native::plan(&f.input).unwrap();
+    let command = Command {
+        argv: ["/bin/sh", "-c", "sleep 300 & sleep 300"].iter().map(OsString::from).collect(),
+        env: env(),
+        ..Command::default()
+    };
+    let child = engine_native::spawn(&plan, command).unwrap();
+    println!("MONITOR {}", child.pid());
+    let _ = child.wait();
+}
+
+#[test]
+fn the_whole_tree_dies_with_a_killed_parent() {
+    if gate().is_none() {
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let mut helper = std::process::Command::new(exe)
+        .args(["--exact", "killed_parent_helper", "--nocapture"])
+        .env(KILLED_PARENT, "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(helper.stdout.take().unwrap());
+    let monitor: i32 = loop {
+        let mut line = String::new();
+        assert!(std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0);
+        if let Some(pid) = line.trim().strip_prefix("MONITOR ") {
+            break pid.parse().unwrap();
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut tree = descendants(monitor);
+    while tree.len() < 4 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        tree = descendants(monitor);
+    }
+    assert!(tree.len() >= 4, "init, sh and two sleeps: {tree:?}");
+    tree.push(monitor);
+    helper.kill().unwrap();
+    helper.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let alive = |pid: &i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+    };
+    while tree.iter().any(alive) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left: Vec<&i32> = tree.iter().filter(|p| alive(p)).collect();
+    assert!(left.is_empty(), "still running after the parent died: {left:?}");
+}
+
+#[test]
+fn net_on_is_refused_for_now() {
+    let mut f = fixture();
+    f.input.net = true;
+    let plan = engine_native::plan(&f.input).unwrap();
+    let err = engine_native::spawn(
+        &plan,
+        Command { argv: vec!["/bin/true".into()], ..Command::default() },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("net on lands in the next slice"), "{err}");
+}
+
+#[test]
+fn setup_time_of_true() {
+    if gate().is_none() {
+        return;
+    }
+    let f = fixture();
+    let mut times: Vec<Duration> = (0..20)
+        .map(|_| {
+            let started = Instant::now();
+            assert_eq!(run(&f, &["/bin/true"]).0, 0);
+            started.elapsed()
+        })
+        .collect();
+    times.sort();
+    eprintln!("native: `true` in the sandbox, median of 20: {:?}", times[10]);
+}
