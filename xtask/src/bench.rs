@@ -6,10 +6,16 @@ use std::collections::HashMap;
 use anyhow::{Context, Result, bail};
 use xshell::{Shell, cmd};
 
-pub(crate) struct Bench;
+pub(crate) struct Bench {
+    /// Only this engine's benchmark (`k8s`).
+    pub(crate) engine: Option<String>,
+}
 
 impl Bench {
     pub(crate) fn run(self, sh: &Shell) -> Result<()> {
+        if self.engine.as_deref() == Some("k8s") {
+            return k8s(sh);
+        }
         meta(sh)?;
         crate::bench_run::bwrap_vs_uv(sh)?;
         crate::bench_run::oci_vs_raw(sh)?;
@@ -146,4 +152,13 @@ fn fmt_secs(s: f64) -> String {
     } else {
         format!("{:.1} µs", s * 1e6)
     }
+}
+
+/// The pod engine against `kubectl` on the same cluster, side by side in one run (the
+/// `engine-k8s` example `bench`, which prints `SKIPPED: bench k8s: no cluster (...)` without
+/// one and fails when a ratio misses its target).
+fn k8s(sh: &Shell) -> Result<()> {
+    crate::section("bench: engine-k8s vs kubectl");
+    cmd!(sh, "cargo run --release --locked -p engine-k8s --example bench").run()?;
+    Ok(())
 }

@@ -8,7 +8,9 @@ usage: cargo xtask <command> [options]
 commands:
   ci                 everything CI checks: fmt, clippy, tests, wasm, fuzz smoke, engine tiers
   wasm [--check]     build the pep723-meta npm package into target/wasm/pep723-meta
-  bench              benchmarks, printed side by side with their baselines
+  bench [--engine k8s]
+                     benchmarks, printed side by side with their baselines; `--engine k8s`: the
+                     pod engine against kubectl on the cluster KUBECONFIG names
   fuzz [--seconds N] [TARGET]
                      run cargo-fuzz targets on nightly (default 30 s each)
   test-engines [--engine NAME]... [FILTER]...
@@ -55,8 +57,12 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
             Cmd::Wasm(crate::wasm::Wasm { check })
         }
         "bench" => {
-            no_args(&cmd, &rest)?;
-            Cmd::Bench(crate::bench::Bench)
+            let engine = match rest.as_slice() {
+                [] => None,
+                [flag, e] if flag == "--engine" && e == "k8s" => Some(e.clone()),
+                _ => bail!("`bench` takes nothing or `--engine k8s`\n\n{USAGE}"),
+            };
+            Cmd::Bench(crate::bench::Bench { engine })
         }
         "fuzz" => {
             let mut seconds = 30u64;

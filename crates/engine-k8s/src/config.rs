@@ -31,6 +31,31 @@ pub const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(30 * 60);
 /// `activeDeadlineSeconds`: the cluster ends the pod after this whatever it is doing.
 pub const DEFAULT_HARD_LIFETIME: Duration = Duration::from_secs(12 * 60 * 60);
 
+/// How `start_service` gives a preview URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Preview {
+    /// The Ingress URL once it answers, else a local port-forward (no controller serves the
+    /// domain within [`crate::session::AUTO_PATIENCE`]).
+    #[default]
+    Auto,
+    /// The Ingress URL only; a controller that never routes is an error.
+    Ingress,
+    /// Always a local port-forward (`http://127.0.0.1:PORT`), held by the handle.
+    PortForward,
+}
+
+impl Preview {
+    /// `auto`, `ingress` or `port-forward` (what a config file or flag says).
+    pub fn parse(name: &str) -> Option<Preview> {
+        match name {
+            "auto" => Some(Preview::Auto),
+            "ingress" => Some(Preview::Ingress),
+            "port-forward" => Some(Preview::PortForward),
+            _ => None,
+        }
+    }
+}
+
 /// `imagePullPolicy` of the sandbox container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PullPolicy {
@@ -121,6 +146,8 @@ pub struct SandboxConfig {
     pub ingress_class: Option<String>,
     /// Namespace of the ingress controller, the one source a sandbox accepts traffic from.
     pub ingress_namespace: String,
+    /// How preview URLs are served: the Ingress, a local port-forward, or the first that works.
+    pub preview: Preview,
     /// Cluster-internal ranges outside RFC 1918 and 100.64.0.0/10 (pod and service CIDRs of
     /// clusters on other ranges), denied to net-on sandboxes like the private ranges.
     pub cluster_cidrs: Vec<String>,
@@ -154,6 +181,7 @@ impl Default for SandboxConfig {
             preview_domain: DEFAULT_PREVIEW_DOMAIN.to_owned(),
             ingress_class: Some(DEFAULT_INGRESS_CLASS.to_owned()),
             ingress_namespace: DEFAULT_INGRESS_NAMESPACE.to_owned(),
+            preview: Preview::Auto,
             cluster_cidrs: Vec::new(),
             resources: Resources::default(),
             volume_sizes: VolumeSizes::default(),

@@ -416,6 +416,7 @@ impl K8sEngine {
             secret_env,
             policy,
             id,
+            preview: self.config.preview,
         };
         let name = pod.metadata.name.clone().unwrap_or_default();
         let exec = PodExec::new(self.client.clone(), &self.config.namespace, &name)

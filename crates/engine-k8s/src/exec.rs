@@ -122,6 +122,11 @@ impl PodExec {
         &self.pod
     }
 
+    /// The client and namespace the execs go through (a port-forward takes the same way).
+    pub(crate) fn api(&self) -> (&kube::Client, &str) {
+        (&self.client, &self.namespace)
+    }
+
     /// Opens an exec of `argv` (stdout and stderr attached, stdin with `stdin`): the
     /// WebSocket upgrade through `kube::Client::connect`, offering v5 then v4.
     pub async fn connect(&self, argv: &[String], stdin: bool) -> Result<ExecChannel, Error> {
@@ -157,7 +162,30 @@ impl PodExec {
         request: &ExecRequest,
         output: &mut dyn OutputSink,
     ) -> Result<RunOutcome, Error> {
-        self.relayed(request, None, None, output).await
+        self.relayed(request, &request.stdin, None, None, output).await
+    }
+
+    /// [`PodExec::exec`] with `stdin` instead of the request's: framed straight from the
+    /// caller's slice, so a large write never sits in memory twice.
+    pub async fn exec_input(
+        &self,
+        request: &ExecRequest,
+        stdin: &[u8],
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome, Error> {
+        self.relayed(request, stdin, None, None, output).await
+    }
+
+    /// [`PodExec::exec`] with stdin from `frames`: agent input frames
+    /// ([`sandbox_core::agent::encode_input`]) as a producer makes them, which ends them with
+    /// the end-of-input frame. The bounded channel holds the producer back to the socket's pace.
+    pub async fn exec_frames(
+        &self,
+        request: &ExecRequest,
+        frames: tokio::sync::mpsc::Receiver<Vec<u8>>,
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome, Error> {
+        self.relayed(request, &[], None, Some(frames), output).await
     }
 
     /// [`PodExec::exec`] with stdin streamed from `io.input` (after `request.stdin`) and, with
@@ -176,7 +204,7 @@ impl PodExec {
         std::thread::spawn(move || {
             pump_input(&input, &forwarding, |bytes| frames.blocking_send(bytes).is_ok());
         });
-        let result = self.relayed(request, io.tty, Some(queued), output).await;
+        let result = self.relayed(request, &request.stdin, io.tty, Some(queued), output).await;
         done.store(true, Ordering::Relaxed);
         result
     }
@@ -184,6 +212,7 @@ impl PodExec {
     async fn relayed(
         &self,
         request: &ExecRequest,
+        stdin: &[u8],
         tty: Option<TtySize>,
         live: Option<tokio::sync::mpsc::Receiver<Vec<u8>>>,
         output: &mut dyn OutputSink,
@@ -202,7 +231,7 @@ impl PodExec {
         let ExecChannel { connection, .. } = self.connect(&self.relay_argv(), true).await?;
         let (mut sink, mut stream) = connection.into_stream().split();
         let writer = async {
-            let _ = send_input(&mut sink, &header, &request.stdin, live).await;
+            let _ = send_input(&mut sink, &header, stdin, live).await;
             // Never closed here: on v4 that would end the whole exec.
             std::future::pending::<()>().await;
         };
@@ -429,5 +458,14 @@ impl sandbox_core::AgentShell for PodExec {
         output: &mut dyn OutputSink,
     ) -> Result<RunOutcome, Error> {
         self.exec(request, output).await
+    }
+
+    async fn shell_exec_input(
+        &self,
+        request: &ExecRequest,
+        stdin: &[u8],
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome, Error> {
+        self.exec_input(request, stdin, output).await
     }
 }

@@ -22,7 +22,7 @@ pub mod restricted;
 pub mod session;
 pub mod sweep;
 
-pub use config::{PullPolicy, Resources, SandboxConfig, VolumeSizes};
+pub use config::{Preview, PullPolicy, Resources, SandboxConfig, VolumeSizes};
 pub use engine::K8sEngine;
 pub use error::{Error, Result};
 pub use exec::{AGENT_SOCKET, ExecChannel, PodExec};

@@ -2,9 +2,15 @@
 //! before the ingress controller routes to it (its Ingress and the Service's endpoints reach
 //! the controller a moment later), so `start_service` returns only once a plain HTTP GET of
 //! the URL gets an answer that is the service's, not the controller's.
+//!
+//! Where no ingress controller serves the domain, [`Forward`] is the preview instead: a local
+//! listener on `127.0.0.1:0` whose every connection is one port-forward of the pod's port
+//! (kube's `Api::portforward`, the `pods/portforward` subresource, a WebSocket of its own per
+//! connection as `kubectl port-forward` does), held by the handle until `stop_service` or drop.
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Pod;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::Error;
@@ -78,6 +84,84 @@ pub async fn wait_answers(url: &str, patience: Duration) -> Result<(), Error> {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     Err(Error::PreviewSilent { url: url.to_owned(), secs: patience.as_secs(), last })
+}
+
+/// A local port-forward to one port of a pod; dropping it closes the listener and every
+/// connection through it.
+#[derive(Debug)]
+pub struct Forward {
+    url: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Forward {
+    /// Listens on `127.0.0.1:0` and forwards each connection to `port` of `pod`, the accept
+    /// loop a task on `runtime` (the engine's, which outlives the call that starts it).
+    pub async fn start(
+        client: kube::Client,
+        namespace: &str,
+        pod: &str,
+        port: u16,
+        runtime: &tokio::runtime::Handle,
+    ) -> Result<Forward, Error> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.map_err(|e| {
+            Error::Host { what: "listen for a port-forward".to_owned(), message: e.to_string() }
+        })?;
+        let url = match listener.local_addr() {
+            Ok(addr) => format!("http://{addr}"),
+            Err(e) => {
+                return Err(Error::Host {
+                    what: "listen for a port-forward".to_owned(),
+                    message: e.to_string(),
+                });
+            }
+        };
+        let pods: kube::Api<Pod> = kube::Api::namespaced(client, namespace);
+        let pod = pod.to_owned();
+        let task = runtime.spawn(async move {
+            // Dropped with the task: every connection ends with the listener.
+            let mut connections = tokio::task::JoinSet::new();
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => {
+                        let Ok((tcp, _)) = accepted else { continue };
+                        connections.spawn(pipe(pods.clone(), pod.clone(), port, tcp));
+                    }
+                    Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                }
+            }
+        });
+        Ok(Forward { url, task })
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Drop for Forward {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Ends kube's forwarding task with the connection, also when the connection's task is aborted.
+struct AbortOnDrop(kube::api::Portforwarder);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// One local connection through one port-forward; a refusal just closes the connection (the
+/// caller sees what a dead port gives).
+async fn pipe(pods: kube::Api<Pod>, pod: String, port: u16, mut tcp: tokio::net::TcpStream) {
+    let Ok(forwarder) = pods.portforward(&pod, &[port]).await else { return };
+    let mut forwarder = AbortOnDrop(forwarder);
+    let Some(mut upstream) = forwarder.0.take_stream(port) else { return };
+    let _ = tokio::io::copy_bidirectional(&mut tcp, &mut upstream).await;
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@
 //! host is synced into the pod (a CLI concern), so scripts are copied in over stdin.
 
 use std::path::Path;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -24,7 +25,12 @@ use sandbox_core::{
     shell,
 };
 
+use sandbox_core::Input;
+use sandbox_core::agent::{MAX_INPUT_CHUNK, encode_input};
+
+use crate::config::Preview;
 use crate::error::{Error, Result};
+use crate::preview::{Forward, wait_answers};
 use crate::{PodExec, api};
 
 /// The pod annotation holding the session's [`SessionPolicy`] as JSON.
@@ -37,6 +43,11 @@ pub const SCRIPTS_ANNOTATION: &str = "io.python-sandbox.k8s/scripts";
 pub const SECRET_ENV_FILE: &str = "/tmp/.python-sandbox-secret-env.json";
 /// How long `start_service` waits for its preview URL to answer through the ingress.
 const PREVIEW_PATIENCE: Duration = Duration::from_secs(30);
+/// With [`Preview::Auto`], how long the Ingress URL may stay silent before the preview is a
+/// local port-forward instead (a controller that serves the domain routes within seconds).
+pub const AUTO_PATIENCE: Duration = Duration::from_secs(15);
+/// How long a fresh port-forward may take to answer (the service already listens inside).
+const FORWARD_PATIENCE: Duration = Duration::from_secs(10);
 
 /// What a handle knows of its session besides the exec (from the pod's labels and
 /// annotations, or given directly to [`PodSandbox::attach`]).
@@ -56,6 +67,8 @@ pub struct Attached {
     pub policy: SessionPolicy,
     /// Scripts run so far.
     pub scripts: u64,
+    /// How services get their preview URL.
+    pub preview: Preview,
 }
 
 /// A running session pod.
@@ -68,6 +81,8 @@ pub struct PodSandbox {
     masks: Secrets,
     scripts: AtomicU64,
     stopped: AtomicBool,
+    /// The port-forwards of running services by service id; dropped (closed) with the handle.
+    forwards: Mutex<Vec<(String, Forward)>>,
 }
 
 impl std::fmt::Debug for PodSandbox {
@@ -97,6 +112,7 @@ impl PodSandbox {
             secrets,
             masks,
             stopped: AtomicBool::new(false),
+            forwards: Mutex::new(Vec::new()),
         }
     }
 
@@ -173,6 +189,16 @@ impl AgentShell for PodSandbox {
         self.ensure_running()?;
         self.exec.exec(&self.with_secrets(request), output).await
     }
+
+    async fn shell_exec_input(
+        &self,
+        request: &ExecRequest,
+        stdin: &[u8],
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome> {
+        self.ensure_running()?;
+        self.exec.exec_input(&self.with_secrets(request), stdin, output).await
+    }
 }
 
 impl Sandbox for PodSandbox {
@@ -200,11 +226,16 @@ impl Sandbox for PodSandbox {
 
     async fn put(&self, source: &PutSource, dest: &str) -> Result<()> {
         self.guarded(async {
-            let archive = match source {
-                PutSource::Tar(bytes) => bytes.clone(),
-                PutSource::HostPath(path) => tar_of(path)?,
-            };
-            shell::put_tar(self, archive, dest).await
+            match source {
+                PutSource::Tar(bytes) => {
+                    shell::check_abs(dest)?;
+                    let request = unpack_request(dest);
+                    let mut capped = shell::Capped::new(shell::CAPTURE_LIMIT);
+                    let outcome = self.shell_exec_input(&request, bytes, &mut capped).await?;
+                    self.unpacked(dest, &outcome, &capped)
+                }
+                PutSource::HostPath(path) => self.put_host_path(path, dest).await,
+            }
         })
         .await
     }
@@ -223,19 +254,37 @@ impl Sandbox for PodSandbox {
                 .into());
             };
             let started = shell::start_service(self, service, url.clone()).await?;
-            if self.api.is_some() {
+            let preview = self.session.preview;
+            let ingress = match preview {
+                Preview::PortForward => None,
                 // Only a cluster's URL goes through an ingress that may lag behind the pod.
-                if let Err(e) = crate::preview::wait_answers(url, PREVIEW_PATIENCE).await {
+                Preview::Ingress if self.api.is_none() => return Ok(started),
+                Preview::Ingress => Some(wait_answers(url, PREVIEW_PATIENCE).await),
+                Preview::Auto => Some(wait_answers(url, AUTO_PATIENCE).await),
+            };
+            let fallback = match ingress {
+                Some(Ok(())) => return Ok(started),
+                Some(Err(e)) if preview == Preview::Ingress => Err(e),
+                _ => self.forward(port).await,
+            };
+            match fallback {
+                Ok(forward) => {
+                    let started = Service { url: forward.url().to_owned(), ..started };
+                    self.forwards_lock().push((started.id.clone(), forward));
+                    Ok(started)
+                }
+                Err(e) => {
                     let _ = shell::stop_service(self, &started).await;
-                    return Err(e);
+                    Err(e)
                 }
             }
-            Ok(started)
         })
         .await
     }
 
     async fn stop_service(&self, service: &Service) -> Result<()> {
+        // The forward goes first: nothing reaches a service that is being stopped.
+        self.forwards_lock().retain(|(id, _)| *id != service.id);
         self.guarded(shell::stop_service(self, service)).await
     }
 
@@ -243,6 +292,7 @@ impl Sandbox for PodSandbox {
         if self.stopped.swap(true, Ordering::Relaxed) {
             return Ok(());
         }
+        self.forwards_lock().clear();
         let Some((client, namespace, _)) = &self.api else { return Ok(()) };
         api::delete_pod(client, namespace, self.exec.pod(), self.session.uid.as_deref())
             .await
@@ -324,13 +374,120 @@ impl WarmSession for PodSandbox {
     }
 }
 
-/// Builds a tar of a host file or directory tree, rooted at its base name (links kept as links).
-fn tar_of(path: &Path) -> Result<Vec<u8>> {
+/// The exec that unpacks a tar on stdin below `dest`.
+fn unpack_request(dest: &str) -> ExecRequest {
+    ExecRequest {
+        argv: ["sh", "-c", shell::UNPACK, "sh", dest].map(str::to_owned).to_vec(),
+        cwd: Some("/".to_owned()),
+        ..Default::default()
+    }
+}
+
+impl PodSandbox {
+    fn forwards_lock(&self) -> std::sync::MutexGuard<'_, Vec<(String, Forward)>> {
+        // A panic while holding it leaves a list that is still a list.
+        self.forwards.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A local port-forward to `port`, on the engine's runtime (the caller's for a handle on
+    /// an exec only), once it answers.
+    async fn forward(&self, port: u16) -> Result<Forward> {
+        let runtime = match &self.api {
+            Some((_, _, rt)) => rt.clone(),
+            None => tokio::runtime::Handle::current(),
+        };
+        let (client, namespace) = self.exec.api();
+        let forward =
+            Forward::start(client.clone(), namespace, self.exec.pod(), port, &runtime).await?;
+        wait_answers(forward.url(), FORWARD_PATIENCE).await?;
+        Ok(forward)
+    }
+
+    fn unpacked(&self, dest: &str, outcome: &RunOutcome, capped: &shell::Capped) -> Result<()> {
+        if capped.over() {
+            let what = format!("the output of unpacking into `{dest}`");
+            return Err(shell::too_large(&self.session.id, what, shell::CAPTURE_LIMIT).into());
+        }
+        if outcome.exit_code != 0 {
+            return Err(shell::file_error("unpacking into", dest, outcome, &capped.captured).into());
+        }
+        Ok(())
+    }
+
+    /// `put` of a host file or tree: a tar made on the fly on a blocking thread, written in
+    /// agent input frames into a bounded channel the exec drains, so no whole archive is ever
+    /// in memory. A packing error ends the exec before its end-of-input frame, so a partial
+    /// archive is never unpacked as if it were whole.
+    async fn put_host_path(&self, path: &Path, dest: &str) -> Result<()> {
+        shell::check_abs(dest)?;
+        let (frames, queued) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
+        let source = path.to_owned();
+        let mut packer = tokio::task::spawn_blocking(move || pack_into(&source, frames));
+        let request = self.with_secrets(&unpack_request(dest));
+        let mut capped = shell::Capped::new(shell::CAPTURE_LIMIT);
+        let outcome = {
+            let exec = self.exec.exec_frames(&request, queued, &mut capped);
+            tokio::pin!(exec);
+            tokio::select! {
+            packed = &mut packer => {
+                packed.map_err(|e| Error::Host {
+                    what: format!("pack `{}` for the pod", path.display()),
+                    message: e.to_string(),
+                })??;
+                exec.await?
+            }
+            // Unpacking ended first (say `dest` cannot be made): the packer's next send fails.
+            outcome = &mut exec => outcome?,
+            }
+        };
+        self.unpacked(dest, &outcome, &capped)
+    }
+}
+
+/// Agent `i` frames of at most [`MAX_INPUT_CHUNK`] bytes, sent as they fill.
+struct FrameWriter {
+    frames: tokio::sync::mpsc::Sender<Vec<u8>>,
+    pending: Vec<u8>,
+}
+
+impl FrameWriter {
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let chunk = std::mem::replace(&mut self.pending, Vec::with_capacity(MAX_INPUT_CHUNK));
+        let frame = encode_input(&Input::Stdin(chunk));
+        self.frames
+            .blocking_send(frame)
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the exec ended"))
+    }
+}
+
+impl std::io::Write for FrameWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let room = MAX_INPUT_CHUNK - self.pending.len();
+        let n = bytes.len().min(room);
+        self.pending.extend_from_slice(&bytes[..n]);
+        if self.pending.len() == MAX_INPUT_CHUNK {
+            self.send()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send()
+    }
+}
+
+/// Tars a host file or directory tree, rooted at its base name (links kept as links), into
+/// `frames`, then the end of input.
+fn pack_into(path: &Path, frames: tokio::sync::mpsc::Sender<Vec<u8>>) -> Result<()> {
     let failed = |e: std::io::Error| Error::Host {
         what: format!("pack `{}` for the pod", path.display()),
         message: e.to_string(),
     };
-    let mut builder = tar::Builder::new(Vec::new());
+    let writer = FrameWriter { frames, pending: Vec::with_capacity(MAX_INPUT_CHUNK) };
+    let mut builder = tar::Builder::new(writer);
     builder.follow_symlinks(false);
     let name = path.file_name().map(std::path::PathBuf::from).unwrap_or_else(|| ".".into());
     let meta = std::fs::symlink_metadata(path).map_err(failed)?;
@@ -339,5 +496,10 @@ fn tar_of(path: &Path) -> Result<Vec<u8>> {
     } else {
         builder.append_path_with_name(path, &name).map_err(failed)?;
     }
-    builder.into_inner().map_err(failed)
+    let mut writer = builder.into_inner().map_err(failed)?;
+    std::io::Write::flush(&mut writer).map_err(failed)?;
+    writer
+        .frames
+        .blocking_send(encode_input(&Input::Eof))
+        .map_err(|_| failed(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the exec ended")))
 }

@@ -34,6 +34,21 @@ pub trait AgentShell: Sync {
         request: &ExecRequest,
         output: &mut dyn OutputSink,
     ) -> impl Future<Output = Result<RunOutcome, Self::Error>> + Send;
+
+    /// [`AgentShell::shell_exec`] with its stdin apart from the request (whose own is empty):
+    /// an engine that frames stdin anyway sends the caller's bytes without a second whole
+    /// copy. The default copies them into the request.
+    fn shell_exec_input(
+        &self,
+        request: &ExecRequest,
+        stdin: &[u8],
+        output: &mut dyn OutputSink,
+    ) -> impl Future<Output = Result<RunOutcome, Self::Error>> + Send {
+        async move {
+            let request = ExecRequest { stdin: stdin.to_vec(), ..request.clone() };
+            self.shell_exec(&request, output).await
+        }
+    }
 }
 
 /// The session's own virtual environment, in its tmpfs home.
@@ -307,10 +322,23 @@ elif [ ! -d "$p" ]; then echo notdir >&2
 elif mkdir -p -- "$d"; then exec cat > "$1"
 fi
 cat > /dev/null; exit 1"#;
-    let (outcome, captured) =
-        capture(shell, &["sh", "-c", script, "sh", path], contents.to_vec()).await?;
+    let request = ExecRequest {
+        argv: strings(&["sh", "-c", script, "sh", path]),
+        cwd: Some("/".to_owned()),
+        ..Default::default()
+    };
+    let mut capped = Capped::new(CAPTURE_LIMIT);
+    let outcome = shell.shell_exec_input(&request, contents, &mut capped).await?;
+    if capped.over() {
+        return Err(too_large(
+            shell.shell_id(),
+            format!("the output of writing `{path}`"),
+            CAPTURE_LIMIT,
+        )
+        .into());
+    }
     if outcome.exit_code != 0 {
-        return Err(file_error("writing", path, &outcome, &captured).into());
+        return Err(file_error("writing", path, &outcome, &capped.captured).into());
     }
     // An empty stdin is never attached; the file must still exist.
     if contents.is_empty() {
@@ -340,6 +368,10 @@ exec find "$1" -mindepth 1 -maxdepth 1 -printf '%y %s %f\0'"#;
         .map_err(|problem| Error::AgentProtocol { id: shell.shell_id().to_owned(), problem }.into())
 }
 
+/// The script of [`put_tar`] (`$1` the destination, the archive on stdin), for engines that
+/// stream the archive themselves.
+pub const UNPACK: &str = r#"mkdir -p -- "$1" && exec tar -x -f - -C "$1" --no-same-owner"#;
+
 /// [`crate::Sandbox::put`] of a tar archive, unpacked below `dest` (created if missing).
 pub async fn put_tar<S: AgentShell>(
     shell: &S,
@@ -347,8 +379,7 @@ pub async fn put_tar<S: AgentShell>(
     dest: &str,
 ) -> Result<(), S::Error> {
     check_abs(dest)?;
-    let script = r#"mkdir -p -- "$1" && exec tar -x -f - -C "$1" --no-same-owner"#;
-    let (outcome, captured) = capture(shell, &["sh", "-c", script, "sh", dest], archive).await?;
+    let (outcome, captured) = capture(shell, &["sh", "-c", UNPACK, "sh", dest], archive).await?;
     if outcome.exit_code != 0 {
         return Err(file_error("unpacking into", dest, &outcome, &captured).into());
     }

@@ -121,3 +121,170 @@ fn the_hardening_is_what_the_cluster_kept() {
     assert_eq!(security.run_as_user, Some(engine_k8s::manifest::SANDBOX_UID));
     stopped.expect("stop");
 }
+
+/// Set in the child that [`a_killed_owner_leaves_nothing_after_the_idle_ttl`] SIGKILLs.
+const OWNER_CHILD: &str = "PSBX_K8S_E2E_OWNER_CHILD";
+const SHORT_TTL: Duration = Duration::from_secs(20);
+
+/// The child's half: start a session with the short TTL, print its id, wait to be killed.
+#[test]
+fn owner_child() {
+    if std::env::var_os(OWNER_CHILD).is_none() {
+        return;
+    }
+    let config = SandboxConfig { idle_ttl: SHORT_TTL, ..SandboxConfig::default() };
+    let engine = K8sEngine::new(config).expect("engine");
+    let session = SessionConfig { ttl: SHORT_TTL, ..self::config(&[]) };
+    let info = engine.start_session(&session, &mut |_| {}).expect("start");
+    println!("SESSION {} {}", info.id, info.sandbox);
+    std::io::stdout().flush().expect("flush");
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+#[test]
+fn a_killed_owner_leaves_nothing_after_the_idle_ttl() {
+    let Some(engine) = cluster() else { return };
+    let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args(["--exact", "owner_child", "--nocapture", "--test-threads=1"])
+        .env(OWNER_CHILD, "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the owner");
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    let pod = loop {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut out, &mut line).expect("read the owner");
+        assert!(n > 0, "the owner ended without starting a session");
+        if let Some(rest) = line.trim().strip_prefix("SESSION ") {
+            break rest.split(' ').nth(1).expect("pod name").to_owned();
+        }
+    };
+    // SIGKILL: nothing of the owner runs any cleanup.
+    child.kill().expect("kill -9 the owner");
+    let _ = child.wait();
+    let ns = engine.config().namespace.clone();
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(engine.client().clone(), &ns);
+    let deadline = std::time::Instant::now() + SHORT_TTL + Duration::from_secs(90);
+    loop {
+        let got =
+            sandbox_core::Executor::block_on(&engine, pods.get_opt(&pod)).expect("read the pod");
+        let phase = got.as_ref().and_then(|p| p.status.as_ref()?.phase.clone());
+        if !matches!(phase.as_deref(), Some("Running" | "Pending")) {
+            println!("after the TTL the pod is {}", phase.as_deref().unwrap_or("gone"));
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pod `{pod}` still runs long after its idle TTL"
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    // The sweep any later CLI runs deletes the finished pod; its dependents go by owner refs.
+    engine.reap(false).expect("reap");
+    let policies: kube::Api<k8s_openapi::api::networking::v1::NetworkPolicy> =
+        kube::Api::namespaced(engine.client().clone(), &ns);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (left_pod, left_policy) = sandbox_core::Executor::block_on(&engine, async {
+            (pods.get_opt(&pod).await, policies.get_opt(&pod).await)
+        });
+        let (left_pod, left_policy) = (left_pod.expect("pod"), left_policy.expect("policy"));
+        if left_pod.is_none() && left_policy.is_none() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left behind: pod {:?}, policy {:?}",
+            left_pod.is_some(),
+            left_policy.is_some()
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// `open` or `closed: <why>` for a TCP connect from inside the pod.
+fn connect_from(
+    engine: &K8sEngine,
+    session: &engine_k8s::PodSandbox,
+    host: &str,
+    port: u16,
+) -> bool {
+    let code = format!(
+        "import socket\ntry:\n    socket.create_connection(('{host}', {port}), 4).close(); print('open')\nexcept OSError as e:\n    print('closed:', e)"
+    );
+    let mut out = sandbox_core::Captured::default();
+    let request = sandbox_core::ExecRequest::new(&["python3", "-c", &code]);
+    sandbox_core::Executor::block_on(
+        engine,
+        sandbox_core::Sandbox::exec(session, &request, &mut out),
+    )
+    .expect("probe");
+    println!("connect {host}:{port}: {}", out.stdout_lossy().trim());
+    out.stdout_lossy().starts_with("open")
+}
+
+#[test]
+fn network_policies_are_reachability_not_objects() {
+    let Some(engine) = cluster() else { return };
+    let off = engine
+        .start_session(&SessionConfig { net: Net::Off, ..config(&[]) }, &mut |_| {})
+        .expect("start off");
+    let off_session = engine.open_session(&off.id).expect("open off");
+    let mut resolv = sandbox_core::Captured::default();
+    let cat = sandbox_core::ExecRequest::new(&["cat", "/etc/resolv.conf"]);
+    sandbox_core::Executor::block_on(
+        &engine,
+        sandbox_core::Sandbox::exec(&off_session, &cat, &mut resolv),
+    )
+    .expect("resolv.conf");
+    let dns = resolv
+        .stdout_lossy()
+        .lines()
+        .find_map(|l| l.strip_prefix("nameserver ").map(|s| s.trim().to_owned()))
+        .expect("a cluster DNS server");
+    let public_off = connect_from(&engine, &off_session, "1.1.1.1", 443);
+    let dns_off = connect_from(&engine, &off_session, &dns, 53);
+    let _ = engine.stop_session(&off.id);
+    if public_off {
+        println!(
+            "SKIPPED: network policy not enforced by this CNI (a deny-all pod reached 1.1.1.1:443)"
+        );
+        return;
+    }
+    assert!(!dns_off, "net off reached the cluster DNS {dns}:53");
+    let api_ip = sandbox_core::Executor::block_on(&engine, async {
+        let services: kube::Api<k8s_openapi::api::core::v1::Service> =
+            kube::Api::namespaced(engine.client().clone(), "default");
+        services.get("kubernetes").await
+    })
+    .expect("the kubernetes Service")
+    .spec
+    .and_then(|s| s.cluster_ip)
+    .expect("its ClusterIP");
+    let on = engine.start_session(&config(&[]), &mut |_| {}).expect("start on");
+    let on_session = engine.open_session(&on.id).expect("open on");
+    let reached: Vec<(&str, bool)> = [
+        ("1.1.1.1", 443),
+        ("169.254.169.254", 80),
+        ("10.0.0.1", 443),
+        ("192.168.0.1", 443),
+        (api_ip.as_str(), 443),
+    ]
+    .iter()
+    .map(|(host, port)| (*host, connect_from(&engine, &on_session, host, *port)))
+    .collect();
+    let _ = engine.stop_session(&on.id);
+    assert_eq!(
+        reached,
+        [
+            ("1.1.1.1", true),
+            ("169.254.169.254", false),
+            ("10.0.0.1", false),
+            ("192.168.0.1", false),
+            (api_ip.as_str(), false)
+        ],
+        "net on: public only"
+    );
+}

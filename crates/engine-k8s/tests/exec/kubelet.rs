@@ -4,6 +4,9 @@
 //! `[255, 0]` closing stdin, v4 ending stdin only with the socket), driving a real local
 //! process for the `command` parameters of the request. Every request URI is recorded so
 //! tests can check what went over the wire. Resize messages are read and ignored, as without a tty.
+//! A `.../portforward?ports=N` upgrade is served as the kubelet's port-forward is: channel 0
+//! data and 1 errors of the (one) port, each opened with the port as two little-endian bytes,
+//! the data piped to a real TCP connection to `127.0.0.1:N` and the socket closed when it ends.
 
 use std::sync::{Arc, Mutex};
 
@@ -90,6 +93,9 @@ async fn serve(
     let Ok(socket) = tokio_tungstenite::accept_hdr_async(tcp, callback).await else { return };
     seen.lock().expect("lock").push(uri.clone());
     let Some(protocol) = picked else { return };
+    if uri.split('?').next().is_some_and(|path| path.ends_with("/portforward")) {
+        return forward(socket, &uri).await;
+    }
     let query = uri.split_once('?').map(|(_, q)| q).unwrap_or_default();
     let mut argv = Vec::new();
     let mut want_stdin = false;
@@ -192,4 +198,59 @@ async fn serve(
     let _ = out_tx.send([&[channel::STATUS][..], status.as_bytes()].concat()).await;
     drop(out_tx);
     let _ = writer.await;
+}
+
+/// One port-forward connection: the port's two channels opened, then bytes both ways between
+/// channel 0 and a TCP connection to the local port, an error on channel 1 if none answers.
+async fn forward(socket: tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>, uri: &str) {
+    let query = uri.split_once('?').map(|(_, q)| q).unwrap_or_default();
+    let port: u16 = query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("ports="))
+        .map(decode_query)
+        .and_then(|ports| ports.split(',').next().and_then(|p| p.parse().ok()))
+        .expect("one port asked for");
+    let (mut sink, mut stream) = socket.split();
+    let [lo, hi] = port.to_le_bytes();
+    for opened in [0u8, 1] {
+        sink.send(Message::binary(vec![opened, lo, hi])).await.expect("open channel");
+    }
+    let tcp = match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+        Ok(tcp) => tcp,
+        Err(e) => {
+            let message = format!("an error occurred forwarding {port} -> {port}: {e}");
+            let _ = sink.send(Message::binary([&[1u8][..], message.as_bytes()].concat())).await;
+            let _ = sink.close().await;
+            return;
+        }
+    };
+    let (mut from_port, mut to_port) = tcp.into_split();
+    let upstream = tokio::spawn(async move {
+        while let Some(Ok(message)) = stream.next().await {
+            match message {
+                Message::Binary(bytes)
+                    if bytes.first() == Some(&0)
+                        && bytes.len() > 1
+                        && to_port.write_all(&bytes[1..]).await.is_err() =>
+                {
+                    return;
+                }
+                Message::Close(_) => return,
+                _ => {}
+            }
+        }
+    });
+    let mut buf = vec![0u8; 32 << 10];
+    loop {
+        match from_port.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if sink.send(Message::binary([&[0u8][..], &buf[..n]].concat())).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = sink.close().await;
+    upstream.abort();
 }

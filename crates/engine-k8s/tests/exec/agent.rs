@@ -1,0 +1,67 @@
+//! The real session agent (`sandbox_core::agent::AGENT_PY`) on a socket in a directory of its
+//! own, the pod's `/tmp` paths rewritten: what the stand-in kubelet's relay execs reach.
+
+#![allow(clippy::print_stdout)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use engine_k8s::PodExec;
+
+use crate::kubelet::Kubelet;
+
+pub(crate) const PYTHON: &str = "/usr/bin/python3.11";
+
+/// The real agent, on a socket in a directory of its own (the pod's `/tmp` paths rewritten).
+pub(crate) struct Agent {
+    pub(crate) dir: std::path::PathBuf,
+    child: std::process::Child,
+}
+
+impl Agent {
+    pub(crate) fn start() -> Option<Agent> {
+        if !std::path::Path::new(PYTHON).exists() {
+            println!("SKIPPED: no {PYTHON} to run the session agent");
+            return None;
+        }
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "psbx-k8s-exec-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("agent dir");
+        let d = dir.display();
+        let source = sandbox_core::agent::AGENT_PY
+            .replace("\"/tmp/.python-sandbox-agent.sock\"", &format!("\"{d}/agent.sock\""))
+            .replace("\"/tmp/.active\"", &format!("\"{d}/active\""))
+            .replace("\"/tmp/.last-activity\"", &format!("\"{d}/last\""));
+        assert!(source.contains("agent.sock"), "the agent's socket path moved");
+        let child =
+            std::process::Command::new(PYTHON).args(["-c", &source, "600"]).spawn().expect("agent");
+        let agent = Agent { dir, child };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !agent.socket_path().exists() {
+            assert!(Instant::now() < deadline, "the agent never listened");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(agent)
+    }
+
+    fn socket_path(&self) -> std::path::PathBuf {
+        self.dir.join("agent.sock")
+    }
+
+    pub(crate) fn exec(&self, kubelet: &Kubelet) -> PodExec {
+        PodExec::new(kubelet.client(), "python-sandbox", "psbx-test")
+            .agent_socket(&self.socket_path().display().to_string())
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
