@@ -53,6 +53,7 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
 
     let options = registry::Options {
         image: args.container.image.as_deref(),
+        namespace: None,
         purpose: registry::Purpose::Start,
     };
     let Some(engine) = registry::select(&args.engine, &options)? else {
@@ -159,7 +160,7 @@ pub(crate) fn refuse_unsupported(engine: &str, cap: Capability, spec: &RunSpec) 
         return Ok(());
     }
     let supporting: Vec<&str> =
-        registry::ENGINES.iter().map(|e| e.name).filter(|name| *name != engine).collect();
+        registry::run_names().into_iter().filter(|name| *name != engine).collect();
     Err(ui::hinted(
         format!(
             "the {engine} engine cannot enforce {} here, so nothing was run",
