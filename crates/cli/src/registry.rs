@@ -110,6 +110,14 @@ pub(crate) fn detection() -> engine_detect::Detection {
     engine_detect::Detection::from_probes(ENGINES.iter().map(|e| (e.probe)(&probes)).collect())
 }
 
+/// The ladder's probes only: the advice of a run that found no engine, which must not ask a
+/// cluster anything (`auto` would never have used it).
+pub(crate) fn ladder_detection() -> engine_detect::Detection {
+    let probes = Probes::default();
+    let ladder = ENGINES.iter().filter(|e| e.in_auto);
+    engine_detect::Detection::from_probes(ladder.map(|e| (e.probe)(&probes)).collect())
+}
+
 /// Connects an engine for runs.
 type RunOpener = fn(&Options<'_>) -> Result<Box<dyn DynEngine>>;
 
@@ -356,7 +364,7 @@ fn k8s_probe(probes: &Probes) -> engine_detect::Probe {
         return Probe::new(
             EngineName::K8s,
             ProbeState::NotConfigured,
-            format!("not configured: no `[engine.k8s]` in {file} and `KUBECONFIG` is unset"),
+            format!("no `[engine.k8s]` in {file} and `KUBECONFIG` is unset"),
         );
     }
     let answered = k8s(&Options::maintain(None)).and_then(|engine| {

@@ -123,7 +123,7 @@ fn cli_layer(args: &RunArgs, script: &Path) -> Result<Layer> {
 }
 
 fn no_engine(json: bool) -> ExitCode {
-    let detection = crate::registry::detection();
+    let detection = crate::registry::ladder_detection();
     let os = engine_detect::OsInfo::detect();
     eprintln!(
         "{}error{:#}: no isolation engine works here, so nothing was run",

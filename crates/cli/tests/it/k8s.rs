@@ -202,6 +202,21 @@ fn no_command_talks_to_a_cluster_nobody_configured_or_named() {
         let _ = laptop.run(&ctx, args);
         assert_eq!(server.connections(), 0, "`{}` talked to the cluster", args.join(" "));
     }
+    // Nor does a run that finds no engine (its advice probes the ladder only).
+    let none = format!("unix://{}", ctx.path().join("none.sock").display());
+    let empty = ctx.path().join("emptybin");
+    std::fs::create_dir_all(&empty).expect("emptybin");
+    let mut bare = laptop.env.clone();
+    bare.extend([
+        ("PATH".to_owned(), empty.display().to_string()),
+        ("DOCKER_HOST".to_owned(), none.clone()),
+        ("CONTAINER_HOST".to_owned(), none),
+    ]);
+    ctx.write("hello.py", "print('hi')\n");
+    let env: Vec<(&str, &str)> = bare.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let out = ctx.run_with_env(&["run", "hello.py"], &env);
+    assert_eq!(out.status.code(), Some(3), "{}", transcript(&out));
+    assert_eq!(server.connections(), 0, "a run without an engine talked to the cluster");
     // Named, it is asked (the stand-in answers: an empty list).
     let out = laptop.run(&ctx, &["session", "list", "--engine", "k8s", "--json"]);
     assert_eq!(transcript(&out), "exit: 0\n--- stdout\n[]\n--- stderr\n");
@@ -242,7 +257,7 @@ fn detect_says_not_configured_without_a_network_call() {
     let k8s = json["engines"].as_array().and_then(|e| e.iter().find(|p| p["name"] == "k8s"));
     let reason =
         laptop.redact(k8s.expect("k8s listed")["reason"].as_str().unwrap_or("").to_owned());
-    assert_snapshot!(reason, @"not configured: no `[engine.k8s]` in [HOME]/.config/python-sandbox/config.toml and `KUBECONFIG` is unset");
+    assert_snapshot!(reason, @"no `[engine.k8s]` in [HOME]/.config/python-sandbox/config.toml and `KUBECONFIG` is unset");
 }
 
 /// The cluster tier: with the caller's own kube config and user config, when `detect` finds a
