@@ -28,7 +28,7 @@ pub(crate) enum Command {
     /// Check and edit a script's inline `# /// script` metadata.
     #[command(subcommand)]
     Meta(MetaCmd),
-    /// Warm sandboxes that stay up between runs (docker and podman).
+    /// Warm sandboxes that stay up between runs (bwrap, docker, podman, k8s).
     #[command(subcommand)]
     Session(SessionCmd),
     /// Remove expired and orphaned python-sandbox containers, and environments nobody used for a
@@ -36,10 +36,11 @@ pub(crate) enum Command {
     Reap(ReapArgs),
 }
 
-/// Container flags shared by `run` and `session start` (docker and podman only).
+/// Container flags shared by `run` and `session start` (docker, podman and k8s).
 #[derive(Debug, Clone, Args)]
 pub(crate) struct ContainerArgs {
-    /// The runtime image (default `python-sandbox-runtime:latest`, built by `cargo xtask image`).
+    /// The runtime image (default `python-sandbox-runtime:latest`, built by `cargo xtask image`;
+    /// on k8s its versioned tag, or the user config's `image`).
     #[arg(long, value_name = "IMAGE")]
     pub(crate) image: Option<String>,
 }
@@ -84,6 +85,10 @@ pub(crate) enum SessionCmd {
         /// The engine the session runs on (default: whichever has it).
         #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::session_choices()))]
         engine: Option<String>,
+        /// The namespace of the session on a cluster (k8s; default: the user config's, else
+        /// `python-sandbox`).
+        #[arg(long, value_name = "NS")]
+        namespace: Option<String>,
     },
     /// Run a command in a session: `session exec ID -- CMD...`.
     Exec {
@@ -96,6 +101,10 @@ pub(crate) enum SessionCmd {
         /// The engine the session runs on (default: whichever has it).
         #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::session_choices()))]
         engine: Option<String>,
+        /// The namespace of the session on a cluster (k8s; default: the user config's, else
+        /// `python-sandbox`).
+        #[arg(long, value_name = "NS")]
+        namespace: Option<String>,
         /// Stream this terminal's stdin into the command.
         #[arg(short = 'i', long)]
         interactive: bool,
@@ -111,23 +120,37 @@ pub(crate) enum SessionCmd {
         /// The engine the session runs on (default: whichever has it).
         #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::session_choices()))]
         engine: Option<String>,
+        /// The namespace of the session on a cluster (k8s; default: the user config's, else
+        /// `python-sandbox`).
+        #[arg(long, value_name = "NS")]
+        namespace: Option<String>,
     },
     /// List sessions.
     List {
         /// Print a JSON array.
         #[arg(long)]
         json: bool,
-        /// Only this engine (default: every engine that answers).
+        /// Only this engine (default: every engine that answers, a cluster only when the user
+        /// config has `[engine.k8s]`).
         #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::session_choices()))]
         engine: Option<String>,
+        /// The namespace of the session on a cluster (k8s; default: the user config's, else
+        /// `python-sandbox`).
+        #[arg(long, value_name = "NS")]
+        namespace: Option<String>,
     },
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct SessionStartArgs {
-    /// The engine (default: the first that works of the `run --engine auto` ladder).
+    /// The engine (default: the first that works of the `run --engine auto` ladder, which
+    /// never picks a cluster: `--engine k8s` does).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::session_choices()))]
     pub(crate) engine: Option<String>,
+    /// The namespace on a cluster (k8s; beats the user config's `namespace`; default
+    /// `python-sandbox`).
+    #[arg(long, value_name = "NS")]
+    pub(crate) namespace: Option<String>,
     /// Network access of the session (default on: dependencies install inside it).
     #[arg(long, value_enum)]
     pub(crate) net: Option<NetFlag>,
@@ -167,9 +190,13 @@ pub(crate) struct ReapArgs {
     /// Print a JSON array of what was (or would be) removed.
     #[arg(long)]
     pub(crate) json: bool,
-    /// Only this engine (default: every engine that answers).
+    /// Only this engine (default: every engine that answers, a cluster only when the user
+    /// config has `[engine.k8s]`).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::names()))]
     pub(crate) engine: Option<String>,
+    /// The namespace on a cluster (k8s; default: the user config's, else `python-sandbox`).
+    #[arg(long, value_name = "NS")]
+    pub(crate) namespace: Option<String>,
     /// Also remove prepared environments unused for longer than this: `30d`, `12h`, `90m`, or `0`
     /// for every environment not in use.
     #[arg(long, value_name = "AGE", default_value = "30d")]

@@ -37,20 +37,23 @@ fn exit_for(detection: &Detection) -> ExitCode {
 
 fn print_table(detection: &Detection) {
     for probe in &detection.engines {
-        let (style, mark) =
-            if probe.available { (ui::NOTE, "available") } else { (ui::WARNING, "unavailable") };
+        let (style, mark) = match probe.state {
+            _ if probe.available => (ui::NOTE, "available"),
+            engine_detect::ProbeState::NotConfigured => (ui::BOLD, "not configured"),
+            _ => (ui::WARNING, "unavailable"),
+        };
         let mut lines = probe.reason.lines();
         println!(
-            "{:<7}{style}{mark:<12}{style:#} {}",
+            "{:<7}{style}{mark:<14}{style:#} {}",
             probe.name.as_str(),
             lines.next().unwrap_or_default()
         );
         for rest in lines {
-            println!("{:<20}{rest}", "");
+            println!("{:<22}{rest}", "");
         }
         // What holds `--memory`, `--cpus` and `--pids-limit` here; `none` is refused if asked.
         if probe.available {
-            println!("{:<20}limits: {}", "", probe.limits.summary());
+            println!("{:<22}limits: {}", "", probe.limits.summary());
         }
     }
     match detection.selected {

@@ -46,7 +46,11 @@ pub(crate) fn run(args: ReapArgs) -> Result<ExitCode> {
             "use `30d`, `12h`, `90m`, `45s`, or `0` for every environment not in use",
         )
     })?;
-    let request = registry::Reap { dry_run: args.dry_run, env_max_age: max_age };
+    let request = registry::Reap {
+        dry_run: args.dry_run,
+        env_max_age: max_age,
+        namespace: args.namespace.clone(),
+    };
     let mut items = Vec::new();
     // The grants' state is shared by the container engines: each directory is reported once.
     let mut lent_seen = std::collections::BTreeSet::new();

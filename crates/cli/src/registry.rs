@@ -3,6 +3,11 @@
 //! `session *` and `reap` dispatch only through this list and the `sandbox_core` seam
 //! (`DynEngine`, `DynSessionEngine`, `DynSession`); this is the only CLI module that names a
 //! concrete engine. Adding an engine is: a crate, its probe, one entry here.
+//!
+//! An engine off the ladder (`in_auto: false`: a cluster) is never `auto`'s choice, and the
+//! commands that look through every engine (`session list`, `reap`, a session id without
+//! `--engine`) consult it only when its cheap `usable` says so (a cluster configured in the
+//! user config): no command makes a network call to a cluster nobody named.
 
 use std::cell::OnceCell;
 use std::time::Duration;
@@ -25,27 +30,54 @@ pub(crate) enum Purpose {
 }
 
 /// What opening an engine may use from the command line.
+#[derive(Clone, Copy)]
 pub(crate) struct Options<'a> {
-    /// `--image` (container engines).
+    /// `--image` (container engines, clusters).
     pub(crate) image: Option<&'a str>,
+    /// `--namespace` (clusters).
+    pub(crate) namespace: Option<&'a str>,
     pub(crate) purpose: Purpose,
 }
 
-impl Options<'_> {
+impl<'a> Options<'a> {
     /// For commands on existing sessions.
-    pub(crate) const ATTACH: Options<'static> = Options { image: None, purpose: Purpose::Attach };
+    pub(crate) fn attach(namespace: Option<&'a str>) -> Options<'a> {
+        Options { image: None, namespace, purpose: Purpose::Attach }
+    }
+
     /// For `reap`.
-    pub(crate) const MAINTAIN: Options<'static> =
-        Options { image: None, purpose: Purpose::Maintain };
+    pub(crate) fn maintain(namespace: Option<&'a str>) -> Options<'a> {
+        Options { image: None, namespace, purpose: Purpose::Maintain }
+    }
 }
 
 /// Facts the probes share, computed at most once per command.
 #[derive(Default)]
 pub(crate) struct Probes {
     detection: OnceCell<engine_detect::Detection>,
+    cluster: OnceCell<bool>,
 }
 
 impl Probes {
+    /// Probes that take the user config's word on whether a cluster is configured.
+    #[cfg(test)]
+    fn with_cluster(configured: bool) -> Probes {
+        Probes { cluster: OnceCell::from(configured), ..Probes::default() }
+    }
+
+    /// Whether the user config has an `[engine.k8s]` table (reads a file, no network). A
+    /// config that does not parse counts as none here, with a warning: the commands that
+    /// need the cluster report the error itself.
+    fn cluster_configured(&self) -> bool {
+        *self.cluster.get_or_init(|| match crate::config::user() {
+            Ok(user) => user.k8s.is_some(),
+            Err(e) => {
+                ui::warn(&format!("the cluster is left out: {e}"));
+                false
+            }
+        })
+    }
+
     fn detection(&self) -> &engine_detect::Detection {
         self.detection.get_or_init(engine_detect::detect)
     }
@@ -78,17 +110,32 @@ pub(crate) fn detection() -> engine_detect::Detection {
     engine_detect::Detection::from_probes(ENGINES.iter().map(|e| (e.probe)(&probes)).collect())
 }
 
+/// The ladder's probes only: the advice of a run that found no engine, which must not ask a
+/// cluster anything (`auto` would never have used it).
+pub(crate) fn ladder_detection() -> engine_detect::Detection {
+    let probes = Probes::default();
+    let ladder = ENGINES.iter().filter(|e| e.in_auto);
+    engine_detect::Detection::from_probes(ladder.map(|e| (e.probe)(&probes)).collect())
+}
+
+/// Connects an engine for runs.
+type RunOpener = fn(&Options<'_>) -> Result<Box<dyn DynEngine>>;
+
 /// One engine.
 pub(crate) struct Entry {
     /// `--engine NAME`.
     pub(crate) name: &'static str,
+    /// Whether `auto` may pick it. Off the ladder, commands looking through every engine
+    /// consult it only when `usable`.
+    in_auto: bool,
     /// Whether `auto` (and commands looking through every engine) should try it here: cheap,
-    /// may be memoized.
+    /// may be memoized, and never a network call to a cluster.
     usable: fn(&Probes) -> bool,
     /// The full probe `detect` prints (slower than `usable`: it may really try the engine).
     probe: fn(&Probes) -> engine_detect::Probe,
     /// Connects for runs; an [`ErrorClass::Unavailable`] error means it cannot sandbox here.
-    open: fn(&Options<'_>) -> Result<Box<dyn DynEngine>>,
+    /// `None`: the engine does not run scripts (yet), only sessions.
+    open: Option<RunOpener>,
     /// The session side, for engines with warm sessions.
     sessions: Option<Sessions>,
     /// What `reap` removes on this engine.
@@ -108,6 +155,7 @@ struct Sessions {
 pub(crate) const ENGINES: &[Entry] = &[
     Entry {
         name: "bwrap",
+        in_auto: true,
         // The probe creates real namespaces, so a bwrap that is installed but blocked
         // (AppArmor, a container without user namespaces) is skipped rather than failing
         // mid-run. Its success is memoized per bwrap binary: warm runs spawn nothing extra.
@@ -116,7 +164,7 @@ pub(crate) const ENGINES: &[Entry] = &[
                 .is_ok_and(|config| engine_bwrap::probe_cached(&config).available)
         },
         probe: |p| p.probe(engine_detect::EngineName::Bwrap),
-        open: |o| Ok(bwrap(o)?),
+        open: Some(|o| Ok(bwrap(o)?)),
         sessions: Some(Sessions {
             open: |o| Ok(bwrap(o)?),
             local: |id| {
@@ -128,9 +176,10 @@ pub(crate) const ENGINES: &[Entry] = &[
     },
     Entry {
         name: "docker",
+        in_auto: true,
         usable: |p| p.oci_usable(engine_detect::EngineName::Docker),
         probe: |p| p.probe(engine_detect::EngineName::Docker),
-        open: |o| Ok(oci(engine_oci::Flavor::Docker, o)?),
+        open: Some(|o| Ok(oci(engine_oci::Flavor::Docker, o)?)),
         sessions: Some(Sessions {
             open: |o| Ok(oci(engine_oci::Flavor::Docker, o)?),
             local: |id| oci_local(engine_oci::Flavor::Docker, id),
@@ -139,14 +188,30 @@ pub(crate) const ENGINES: &[Entry] = &[
     },
     Entry {
         name: "podman",
+        in_auto: true,
         usable: |p| p.oci_usable(engine_detect::EngineName::Podman),
         probe: |p| p.probe(engine_detect::EngineName::Podman),
-        open: |o| Ok(oci(engine_oci::Flavor::Podman, o)?),
+        open: Some(|o| Ok(oci(engine_oci::Flavor::Podman, o)?)),
         sessions: Some(Sessions {
             open: |o| Ok(oci(engine_oci::Flavor::Podman, o)?),
             local: |id| oci_local(engine_oci::Flavor::Podman, id),
         }),
         reap: |r| reap_oci(engine_oci::Flavor::Podman, r),
+    },
+    Entry {
+        name: "k8s",
+        in_auto: false,
+        usable: Probes::cluster_configured,
+        probe: k8s_probe,
+        // `run` on a cluster needs the workspace synced in and out: the next step.
+        open: None,
+        sessions: Some(Sessions {
+            open: |o| Ok(k8s(o)?),
+            // A session's record is its pod: there is nothing on this host to open it from,
+            // so every command on it goes through the API (one get).
+            local: |_| None,
+        }),
+        reap: reap_k8s,
     },
 ];
 
@@ -215,9 +280,138 @@ fn oci_local(flavor: engine_oci::Flavor, id: &str) -> Option<Box<dyn DynSession>
     engine_oci::local_session(&runtime_dir, id, flavor)
 }
 
-/// `--engine` values of `run`: `auto` and every engine's name.
+/// Pure: the cluster settings, flags beating the user config's `[engine.k8s]` (at `path`)
+/// beating the defaults, checked; and the kube context to use. A bad value names where it came
+/// from: the flag, or the file's line and column.
+fn k8s_config(
+    file: &crate::config::K8sSettings,
+    path: Option<&std::path::Path>,
+    options: &Options<'_>,
+) -> Result<(engine_k8s::SandboxConfig, Option<String>)> {
+    let mut config = engine_k8s::SandboxConfig::default();
+    let value = |key: &str| file.get(key).map(|s| s.value.clone());
+    if let Some(v) = value("namespace") {
+        config.namespace = v;
+    }
+    if let Some(v) = value("image") {
+        config.image = v;
+    }
+    if let Some(v) = value("preview-domain") {
+        config.preview_domain = v;
+    }
+    if let Some(v) = value("ingress-class") {
+        config.ingress_class = Some(v);
+    }
+    if let Some(v) = value("runtime-class") {
+        config.runtime_class = Some(v);
+    }
+    let flags = [("namespace", options.namespace), ("image", options.image)];
+    for (field, flag) in flags {
+        if let Some(v) = flag {
+            match field {
+                "namespace" => config.namespace = v.to_owned(),
+                _ => config.image = v.to_owned(),
+            }
+        }
+    }
+    match config.validate() {
+        Ok(()) => Ok((config, value("context"))),
+        Err(engine_k8s::Error::Config { field, message, hint }) => {
+            let key = field.replace('_', "-");
+            let from_flag = flags.iter().any(|(f, v)| *f == field && v.is_some());
+            let at = match (file.get(&key), path) {
+                _ if from_flag => format!("--{key}"),
+                (Some(setting), Some(path)) => {
+                    format!("{}:{}:{}: `{key}`", path.display(), setting.line, setting.col)
+                }
+                _ => format!("`{key}`"),
+            };
+            Err(ui::hinted(format!("{at}: {message}"), hint))
+        }
+        Err(e) => Err(EngineError::new(e).into()),
+    }
+}
+
+/// The cluster of the user config and flags (the kube config's context it names, else the
+/// current one). Started for a session, it sweeps this user's expired pods first (one list
+/// call: the cluster was asked for, so the call is no surprise).
+fn k8s(options: &Options<'_>) -> Result<Box<engine_k8s::K8sEngine>> {
+    let user = crate::config::user()?;
+    let file = user.k8s.clone().unwrap_or_default();
+    let (config, context) = k8s_config(&file, user.path.as_deref(), options)?;
+    let engine = engine_k8s::K8sEngine::with_context(config, context.as_deref())
+        .map_err(EngineError::new)?;
+    if options.purpose == Purpose::Start {
+        for swept in engine.reap(false).map_err(EngineError::new)? {
+            if swept.removed && !swept.exited {
+                ui::warn(&format!("removed leftover pod {} ({})", swept.pod, swept.reason));
+            }
+        }
+    }
+    Ok(Box::new(engine))
+}
+
+/// `detect`'s k8s line: `not configured` without a word to the network unless the user config
+/// has `[engine.k8s]` or `KUBECONFIG` is set; else what the cluster answers.
+fn k8s_probe(probes: &Probes) -> engine_detect::Probe {
+    use engine_detect::{EngineName, LimitSupport, Mechanism, Probe, ProbeState};
+    let kubeconfig = std::env::var_os("KUBECONFIG").is_some_and(|v| !v.is_empty());
+    if !probes.cluster_configured() && !kubeconfig {
+        let file = crate::config::user()
+            .ok()
+            .and_then(|u| u.path.as_ref())
+            .map_or_else(|| "the config file".to_owned(), |p| p.display().to_string());
+        return Probe::new(
+            EngineName::K8s,
+            ProbeState::NotConfigured,
+            format!("no `[engine.k8s]` in {file} and `KUBECONFIG` is unset"),
+        );
+    }
+    let answered = k8s(&Options::maintain(None)).and_then(|engine| {
+        let timeout = Duration::from_secs(10);
+        let asked =
+            engine_k8s::probe::readiness(engine.client(), &engine.config().namespace, timeout);
+        Ok(sandbox_core::Executor::block_on(&*engine, asked).map_err(EngineError::new)?)
+    });
+    let (state, reason) = match answered.map(|r| r.verdict()) {
+        Ok(Ok(reason)) => (ProbeState::Available { endpoint: None }, reason),
+        Ok(Err(reason)) => (ProbeState::Failed, reason),
+        Err(e) => (ProbeState::Failed, format!("{e:#}")),
+    };
+    let mut probe = Probe::new(EngineName::K8s, state, reason);
+    if probe.available {
+        // The pod's limits, which the node's container runtime enforces; no per-pod pid limit.
+        let runtime = Some(Mechanism::ContainerRuntime);
+        probe.limits = LimitSupport { memory: runtime, cpus: runtime, pids: None };
+    }
+    probe
+}
+
+fn reap_k8s(request: &Reap) -> Result<Vec<Reaped>> {
+    let engine = k8s(&Options::maintain(request.namespace.as_deref()))?;
+    let swept = engine.reap(request.dry_run).map_err(EngineError::new)?;
+    Ok(swept
+        .into_iter()
+        .map(|swept| Reaped::Sandbox {
+            name: swept.pod,
+            sandbox: swept.sandbox,
+            kind: swept.kind,
+            reason: swept.reason,
+            removed: swept.removed,
+            error: swept.error,
+        })
+        .collect())
+}
+
+/// `--engine` values of `run`: `auto` and every engine's name (one without runs refuses with
+/// a hint, rather than clap not knowing it).
 pub(crate) fn choices() -> Vec<&'static str> {
     std::iter::once("auto").chain(ENGINES.iter().map(|e| e.name)).collect()
+}
+
+/// The engines that run scripts.
+pub(crate) fn run_names() -> Vec<&'static str> {
+    ENGINES.iter().filter(|e| e.open.is_some()).map(|e| e.name).collect()
 }
 
 /// `--engine` values of the session commands: the engines with sessions.
@@ -252,12 +446,31 @@ fn available<T>(opened: Result<T>) -> Result<Option<T>> {
 pub(crate) fn select(choice: &str, options: &Options<'_>) -> Result<Option<Box<dyn DynEngine>>> {
     if choice == "auto" {
         let probes = Probes::default();
-        return match ENGINES.iter().find(|e| (e.usable)(&probes)) {
-            Some(entry) => available((entry.open)(options)),
+        let ladder = ENGINES.iter().filter(|e| e.in_auto).filter_map(|e| Some((e, e.open?)));
+        return match ladder.into_iter().find(|(e, _)| (e.usable)(&probes)) {
+            Some((_, open)) => available(open(options)),
             None => Ok(None),
         };
     }
-    available((entry(choice)?.open)(options))
+    let entry = entry(choice)?;
+    match entry.open {
+        Some(open) => available(open(options)),
+        None => Err(no_runs(entry)),
+    }
+}
+
+/// The refusal of `run --engine NAME` for an engine that has no runs.
+fn no_runs(entry: &Entry) -> anyhow::Error {
+    let name = entry.name;
+    let hint = if entry.sessions.is_some() {
+        format!(
+            "start a session there and run the script in it: `python-sandbox session start --engine {name}`, then `python-sandbox session run ID SCRIPT`; or run on {}",
+            run_names().join(", ")
+        )
+    } else {
+        format!("choose one of {}", run_names().join(", "))
+    };
+    ui::hinted(format!("the {name} engine cannot `run` a script yet, so nothing was run"), hint)
 }
 
 /// The session engine for `session start --engine choice` (`None`: the first usable one with
@@ -270,7 +483,7 @@ pub(crate) fn select_sessions(
         Some(name) => Some(entry(name)?),
         None => {
             let probes = Probes::default();
-            ENGINES.iter().find(|e| e.sessions.is_some() && (e.usable)(&probes))
+            ENGINES.iter().find(|e| e.in_auto && e.sessions.is_some() && (e.usable)(&probes))
         }
     };
     let Some(entry) = entry else { return Ok(None) };
@@ -286,13 +499,26 @@ pub(crate) fn select_sessions(
     }
 }
 
+/// Whether a command looking through every engine (no `--engine`) consults `entry`: every
+/// engine of the ladder, one off it (a cluster) only when `usable` (configured).
+fn consulted(entry: &Entry, probes: &Probes) -> bool {
+    entry.in_auto || (entry.usable)(probes)
+}
+
 /// The engines a command on existing sessions looks through: the one named, or every one
-/// with sessions (in ladder order).
-fn session_entries(choice: Option<&str>) -> Result<Vec<&'static Entry>> {
+/// with sessions that is [`consulted`] (in ladder order).
+fn session_entries(choice: Option<&str>, probes: &Probes) -> Result<Vec<&'static Entry>> {
     Ok(match choice {
         Some(name) => vec![entry(name)?],
-        None => ENGINES.iter().filter(|e| e.sessions.is_some()).collect(),
+        None => ENGINES.iter().filter(|e| e.sessions.is_some() && consulted(e, probes)).collect(),
     })
+}
+
+/// Which session, on which engine (`--engine`), and where on it (`--namespace`).
+#[derive(Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub(crate) engine: Option<&'a str>,
+    pub(crate) namespace: Option<&'a str>,
 }
 
 /// Runs `work` on session `id`: first opened from its host record when the engine can (no
@@ -301,10 +527,11 @@ fn session_entries(choice: Option<&str>) -> Result<Vec<&'static Entry>> {
 /// `--engine` no engine is probed first: a full detection costs more than a warm run.
 pub(crate) fn with_session<T>(
     id: &str,
-    choice: Option<&str>,
+    target: Target<'_>,
     mut work: impl FnMut(&dyn DynSession) -> Result<T, EngineError>,
 ) -> Result<T> {
-    let entries = session_entries(choice)?;
+    let probes = Probes::default();
+    let entries = session_entries(target.engine, &probes)?;
     let not_found =
         |r: &Result<T, EngineError>| matches!(r, Err(e) if e.class() == ErrorClass::NotFound);
     for entry in &entries {
@@ -316,19 +543,21 @@ pub(crate) fn with_session<T>(
             }
         }
     }
-    through_engines(id, choice, |engine| work(&*engine.open_session_dyn(id)?))
+    through_engines(id, target, &entries, |engine| work(&*engine.open_session_dyn(id)?))
 }
 
-/// `op` on each session engine asked, connected, until one does not answer "no such session".
+/// `op` on each session engine of `entries`, connected, until one does not answer "no such
+/// session".
 fn through_engines<T>(
     id: &str,
-    choice: Option<&str>,
+    target: Target<'_>,
+    entries: &[&'static Entry],
     mut op: impl FnMut(&dyn DynSessionEngine) -> Result<T, EngineError>,
 ) -> Result<T> {
     let mut unreachable = None;
-    for entry in session_entries(choice)? {
+    for entry in entries {
         let Some(sessions) = &entry.sessions else { continue };
-        let engine = match (sessions.open)(&Options::ATTACH) {
+        let engine = match (sessions.open)(&Options::attach(target.namespace)) {
             Ok(engine) => engine,
             Err(e) => {
                 unreachable = Some(e);
@@ -340,7 +569,7 @@ fn through_engines<T>(
             other => return Ok(other?),
         }
     }
-    Err(no_session(id, choice, unreachable))
+    Err(no_session(id, target.engine, unreachable))
 }
 
 /// The error when no engine has session `id`. An engine that answered "no such session" says
@@ -357,27 +586,36 @@ fn no_session(id: &str, choice: Option<&str>, unreachable: Option<anyhow::Error>
 }
 
 /// Stops session `id` through its engine (which also releases what it kept on the host).
-pub(crate) fn stop_session(id: &str, choice: Option<&str>) -> Result<()> {
-    through_engines(id, choice, |engine| engine.stop_session_dyn(id))
+pub(crate) fn stop_session(id: &str, target: Target<'_>) -> Result<()> {
+    let entries = session_entries(target.engine, &Probes::default())?;
+    through_engines(id, target, &entries, |engine| engine.stop_session_dyn(id))
 }
 
-/// Every session of the engines asked (all usable ones by default: one that does not answer
-/// is skipped, unless it was named).
-pub(crate) fn list_sessions(choice: Option<&str>) -> Result<Vec<sandbox_core::SessionInfo>> {
+/// Every session of the engines asked (all usable ones by default: one of the ladder that
+/// does not answer is skipped, a configured cluster that does not answer is warned about,
+/// and one that was named is an error).
+pub(crate) fn list_sessions(target: Target<'_>) -> Result<Vec<sandbox_core::SessionInfo>> {
     let probes = Probes::default();
     let mut all = Vec::new();
-    for entry in session_entries(choice)? {
+    for entry in session_entries(target.engine, &probes)? {
         let Some(sessions) = &entry.sessions else { continue };
-        if choice.is_none() && !(entry.usable)(&probes) {
+        if target.engine.is_none() && !(entry.usable)(&probes) {
             continue;
         }
-        match (sessions.open)(&Options::ATTACH).and_then(|e| Ok(e.list_sessions_dyn()?)) {
+        let listed = (sessions.open)(&Options::attach(target.namespace))
+            .and_then(|e| Ok(e.list_sessions_dyn()?));
+        match listed {
             Ok(mut listed) => all.append(&mut listed),
-            Err(e) if choice.is_some() => return Err(e),
+            Err(e) if target.engine.is_some() => return Err(e),
+            Err(e) if !entry.in_auto => ui::warn(&format!("{}: {}", entry.name, first_line(&e))),
             Err(_) => {}
         }
     }
     Ok(all)
+}
+
+fn first_line(e: &anyhow::Error) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_owned()
 }
 
 /// What `reap` asks of each engine.
@@ -385,6 +623,8 @@ pub(crate) struct Reap {
     pub(crate) dry_run: bool,
     /// Prepared environments unused for longer than this go.
     pub(crate) env_max_age: Duration,
+    /// `--namespace` (clusters).
+    pub(crate) namespace: Option<String>,
 }
 
 /// One thing `reap` removed (or would have), as it reports it.
@@ -407,26 +647,27 @@ pub(crate) enum Reaped {
     Environment { name: String, reason: String, removed: bool, error: Option<String> },
 }
 
+/// The engines `reap` works on without `--engine`: every [`consulted`] one.
+fn reap_entries(choice: Option<&str>, probes: &Probes) -> Result<Vec<&'static Entry>> {
+    Ok(match choice {
+        Some(name) => vec![entry(name)?],
+        None => ENGINES.iter().filter(|e| consulted(e, probes)).collect(),
+    })
+}
+
 /// The engines `reap` works on: the one named, or every one that is usable here; bwrap's
 /// state is only files of ours, so it is always looked at.
 pub(crate) fn reap(choice: Option<&str>, request: &Reap) -> Result<Vec<(&'static str, Reaped)>> {
     let probes = Probes::default();
-    let entries: Vec<&Entry> = match choice {
-        Some(name) => vec![entry(name)?],
-        None => ENGINES.iter().collect(),
-    };
     let mut out = Vec::new();
-    for entry in entries {
+    for entry in reap_entries(choice, &probes)? {
         match (entry.reap)(request) {
             Ok(items) => out.extend(items.into_iter().map(|item| (entry.name, item))),
             Err(e) if choice.is_some() => return Err(e),
             // Not installed, not answering: nothing of ours can be there to reap, unless it
             // answers (then its error is news).
             Err(_) if !(entry.usable)(&probes) => {}
-            Err(e) => {
-                let first = e.to_string().lines().next().unwrap_or_default().to_owned();
-                ui::warn(&format!("{}: {first}", entry.name));
-            }
+            Err(e) => ui::warn(&format!("{}: {}", entry.name, first_line(&e))),
         }
     }
     Ok(out)
@@ -457,7 +698,7 @@ fn reap_bwrap(request: &Reap) -> Result<Vec<Reaped>> {
 }
 
 fn reap_oci(flavor: engine_oci::Flavor, request: &Reap) -> Result<Vec<Reaped>> {
-    let engine = oci(flavor, &Options::MAINTAIN)?;
+    let engine = oci(flavor, &Options::maintain(None))?;
     let mut out = Vec::new();
     for swept in engine.reap(request.dry_run).map_err(EngineError::new)? {
         out.push(Reaped::Sandbox {
@@ -500,6 +741,98 @@ mod tests {
         assert_eq!(choices()[0], "auto");
         assert_eq!(&choices()[1..], &names[..]);
         assert!(session_choices().iter().all(|n| names.contains(n)));
+    }
+
+    /// An error with its hint, as the user sees it.
+    fn shown(err: &anyhow::Error) -> String {
+        let hint = err.downcast_ref::<ui::Hinted>().map(|h| h.hint.clone()).unwrap_or_default();
+        format!("{err}\nhint: {hint}")
+    }
+
+    fn names_of(entries: &[&Entry]) -> Vec<&'static str> {
+        entries.iter().map(|e| e.name).collect()
+    }
+
+    #[test]
+    fn a_cluster_is_consulted_only_when_named_or_configured() {
+        // No config, no `--engine`: the cluster is not among what is opened, so no command
+        // looking through every engine can make a network call to it.
+        let laptop = Probes::with_cluster(false);
+        assert_eq!(
+            names_of(&session_entries(None, &laptop).unwrap()),
+            ["bwrap", "docker", "podman"]
+        );
+        assert_eq!(names_of(&reap_entries(None, &laptop).unwrap()), ["bwrap", "docker", "podman"]);
+        assert_eq!(names_of(&session_entries(Some("k8s"), &laptop).unwrap()), ["k8s"]);
+        assert_eq!(names_of(&reap_entries(Some("k8s"), &laptop).unwrap()), ["k8s"]);
+        let configured = Probes::with_cluster(true);
+        assert_eq!(names_of(&session_entries(None, &configured).unwrap()).last(), Some(&"k8s"));
+        assert_eq!(names_of(&reap_entries(None, &configured).unwrap()).last(), Some(&"k8s"));
+        // `auto` never picks it, configured or not.
+        assert!(ENGINES.iter().filter(|e| e.in_auto).all(|e| e.name != "k8s"));
+        assert!(!run_names().contains(&"k8s"), "no runs on k8s yet");
+        assert!(session_choices().contains(&"k8s"));
+    }
+
+    #[test]
+    fn run_on_an_engine_without_runs_is_refused_with_the_way_to_a_session() {
+        let opts = Options { image: None, namespace: None, purpose: Purpose::Start };
+        let err = select("k8s", &opts).err().expect("refused");
+        insta::assert_snapshot!(shown(&err), @r"
+        the k8s engine cannot `run` a script yet, so nothing was run
+        hint: start a session there and run the script in it: `python-sandbox session start --engine k8s`, then `python-sandbox session run ID SCRIPT`; or run on bwrap, docker, podman
+        ");
+        assert_eq!(crate::exit::for_error(&err), crate::exit::USER_ERROR);
+    }
+
+    fn setting(value: &str, line: usize, col: usize) -> Option<crate::config::Setting> {
+        Some(crate::config::Setting { value: value.to_owned(), line, col })
+    }
+
+    #[test]
+    fn cluster_settings_are_flags_then_the_file_then_the_defaults() {
+        let path = std::path::Path::new("/home/u/.config/python-sandbox/config.toml");
+        let none = Options { image: None, namespace: None, purpose: Purpose::Start };
+        let (config, context) =
+            k8s_config(&crate::config::K8sSettings::default(), Some(path), &none).unwrap();
+        assert_eq!(config, engine_k8s::SandboxConfig::default());
+        assert_eq!(context, None);
+
+        let file = crate::config::K8sSettings {
+            namespace: setting("team-a", 2, 13),
+            image: setting("registry.example/psbx:1", 3, 9),
+            runtime_class: setting("gvisor", 4, 17),
+            ingress_class: setting("traefik", 5, 17),
+            preview_domain: setting("preview.example.com", 6, 18),
+            context: setting("kind-psbx", 7, 11),
+        };
+        let (config, context) = k8s_config(&file, Some(path), &none).unwrap();
+        assert_eq!(
+            (config.namespace.as_str(), config.image.as_str(), config.runtime_class.as_deref()),
+            ("team-a", "registry.example/psbx:1", Some("gvisor"))
+        );
+        assert_eq!(config.ingress_class.as_deref(), Some("traefik"));
+        assert_eq!(config.preview_domain, "preview.example.com");
+        assert_eq!(context.as_deref(), Some("kind-psbx"));
+
+        let flags = Options { image: Some("mine:2"), namespace: Some("team-b"), ..none };
+        let (config, _) = k8s_config(&file, Some(path), &flags).unwrap();
+        assert_eq!((config.namespace.as_str(), config.image.as_str()), ("team-b", "mine:2"));
+
+        // A bad value names where it came from.
+        let bad_file = crate::config::K8sSettings { namespace: setting("Team_A", 2, 13), ..file };
+        let err = k8s_config(&bad_file, Some(path), &none).unwrap_err();
+        insta::assert_snapshot!(shown(&err), @r"
+        /home/u/.config/python-sandbox/config.toml:2:13: `namespace`: `Team_A` is not a DNS label
+        hint: use at most 63 lower-case letters, digits and `-`, starting and ending with a letter or digit
+        ");
+        let bad_flag = Options { namespace: Some("Team_B"), ..none };
+        let err =
+            k8s_config(&crate::config::K8sSettings::default(), Some(path), &bad_flag).unwrap_err();
+        insta::assert_snapshot!(shown(&err), @r"
+        --namespace: `Team_B` is not a DNS label
+        hint: use at most 63 lower-case letters, digits and `-`, starting and ending with a letter or digit
+        ");
     }
 
     #[test]

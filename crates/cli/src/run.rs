@@ -53,6 +53,7 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
 
     let options = registry::Options {
         image: args.container.image.as_deref(),
+        namespace: None,
         purpose: registry::Purpose::Start,
     };
     let Some(engine) = registry::select(&args.engine, &options)? else {
@@ -122,7 +123,7 @@ fn cli_layer(args: &RunArgs, script: &Path) -> Result<Layer> {
 }
 
 fn no_engine(json: bool) -> ExitCode {
-    let detection = crate::registry::detection();
+    let detection = crate::registry::ladder_detection();
     let os = engine_detect::OsInfo::detect();
     eprintln!(
         "{}error{:#}: no isolation engine works here, so nothing was run",
@@ -159,7 +160,7 @@ pub(crate) fn refuse_unsupported(engine: &str, cap: Capability, spec: &RunSpec) 
         return Ok(());
     }
     let supporting: Vec<&str> =
-        registry::ENGINES.iter().map(|e| e.name).filter(|name| *name != engine).collect();
+        registry::run_names().into_iter().filter(|name| *name != engine).collect();
     Err(ui::hinted(
         format!(
             "the {engine} engine cannot enforce {} here, so nothing was run",

@@ -35,22 +35,26 @@ pub(crate) fn parse_ttl(text: &str) -> Option<Duration> {
     (secs > 0).then(|| Duration::from_secs(secs))
 }
 
+fn target<'a>(engine: &'a Option<String>, namespace: &'a Option<String>) -> registry::Target<'a> {
+    registry::Target { engine: engine.as_deref(), namespace: namespace.as_deref() }
+}
+
 pub(crate) fn run(cmd: SessionCmd) -> Result<ExitCode> {
     match cmd {
         SessionCmd::Start(args) => start(args),
-        SessionCmd::Run { id, script, args, env, timeout, engine } => {
+        SessionCmd::Run { id, script, args, env, timeout, engine, namespace } => {
             let flags =
                 ScriptFlags { env, timeout: crate::spec::timeout_flag(timeout.as_deref())? };
-            run_script(&id, &script, &args, &flags, engine.as_deref())
+            run_script(&id, &script, &args, &flags, target(&engine, &namespace))
         }
-        SessionCmd::Exec { id, command, engine, interactive, tty } => {
-            exec(&id, command, engine.as_deref(), interactive, tty)
+        SessionCmd::Exec { id, command, engine, namespace, interactive, tty } => {
+            exec(&id, command, target(&engine, &namespace), interactive, tty)
         }
-        SessionCmd::Stop { id, engine } => {
-            registry::stop_session(&id, engine.as_deref())?;
+        SessionCmd::Stop { id, engine, namespace } => {
+            registry::stop_session(&id, target(&engine, &namespace))?;
             Ok(ExitCode::SUCCESS)
         }
-        SessionCmd::List { json, engine } => list(json, engine.as_deref()),
+        SessionCmd::List { json, engine, namespace } => list(json, target(&engine, &namespace)),
     }
 }
 
@@ -100,6 +104,7 @@ fn start_session(args: SessionStartArgs, json: bool) -> Result<ExitCode> {
     }
     let options = registry::Options {
         image: args.container.image.as_deref(),
+        namespace: args.namespace.as_deref(),
         purpose: registry::Purpose::Start,
     };
     let Some(engine) = registry::select_sessions(args.engine.as_deref(), &options)? else {
@@ -173,7 +178,7 @@ fn exit(outcome: &RunOutcome) -> ExitCode {
 fn exec(
     id: &str,
     command: Vec<String>,
-    choice: Option<&str>,
+    choice: registry::Target<'_>,
     i: bool,
     t: bool,
 ) -> Result<ExitCode> {
@@ -203,7 +208,7 @@ fn run_script(
     script: &std::path::Path,
     args: &[String],
     flags: &ScriptFlags,
-    choice: Option<&str>,
+    choice: registry::Target<'_>,
 ) -> Result<ExitCode> {
     let script = crate::script::load(script)?;
     let parsed = meta::parse_for_run(&script)?;
@@ -291,7 +296,7 @@ fn run_script(
     Ok(exit(&outcome))
 }
 
-fn list(json: bool, choice: Option<&str>) -> Result<ExitCode> {
+fn list(json: bool, choice: registry::Target<'_>) -> Result<ExitCode> {
     let all: Vec<SessionInfo> = registry::list_sessions(choice)?;
     if json {
         let items: Vec<_> = all

@@ -20,9 +20,10 @@ pub struct Detection {
 }
 
 impl Detection {
-    /// Selects the first available probe; `probes` must be in ladder order.
+    /// Selects the first available probe of the ladder ([`EngineName::in_auto`]); `probes`
+    /// must be in ladder order.
     pub fn from_probes(engines: Vec<Probe>) -> Detection {
-        let selected = engines.iter().find(|p| p.available).map(|p| p.name);
+        let selected = engines.iter().find(|p| p.available && p.name.in_auto()).map(|p| p.name);
         Detection { selected, engines }
     }
 
@@ -74,7 +75,7 @@ pub fn detect_with(env: &[(OsString, OsString)]) -> Detection {
             EngineName::Podman if uid == 0 || limits::rootless_cgroup_limits() => {
                 LimitSupport::RUNTIME
             }
-            EngineName::Podman => LimitSupport::NONE,
+            EngineName::Podman | EngineName::K8s => LimitSupport::NONE,
         };
     }
     Detection::from_probes(probes)

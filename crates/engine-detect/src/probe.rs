@@ -5,17 +5,20 @@ use serde::Serialize;
 use crate::api::ApiEndpoint;
 use crate::limits::LimitSupport;
 
-/// The engines, in ladder order (first available wins).
+/// The engines, in ladder order (first available wins), then those off the ladder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EngineName {
     Bwrap,
     Docker,
     Podman,
+    /// A Kubernetes cluster: listed and probed, never selected (where a script runs on a
+    /// cluster is the caller's explicit choice, and probing one is a network call).
+    K8s,
 }
 
 impl EngineName {
-    /// Ladder order.
+    /// Ladder order: the engines `auto` may select.
     pub const ALL: [EngineName; 3] = [EngineName::Bwrap, EngineName::Docker, EngineName::Podman];
 
     pub fn as_str(self) -> &'static str {
@@ -23,7 +26,13 @@ impl EngineName {
             EngineName::Bwrap => "bwrap",
             EngineName::Docker => "docker",
             EngineName::Podman => "podman",
+            EngineName::K8s => "k8s",
         }
+    }
+
+    /// Whether `auto` may select it ([`EngineName::ALL`]).
+    pub fn in_auto(self) -> bool {
+        EngineName::ALL.contains(&self)
     }
 }
 
@@ -43,6 +52,8 @@ pub enum ProbeState {
     NotInstalled,
     /// Podman is installed but no API socket answers; a caller may start `podman system service`.
     InstalledNoSocket,
+    /// Nothing says where it is (a cluster with no config and no `KUBECONFIG`); not probed.
+    NotConfigured,
     /// Installed but unusable (bwrap cannot create namespaces, daemon not answering, …).
     Failed,
 }
@@ -62,7 +73,8 @@ pub struct Probe {
 }
 
 impl Probe {
-    pub(crate) fn new(name: EngineName, state: ProbeState, reason: String) -> Probe {
+    /// A probe's result as its prober found it (engines probed outside this crate: k8s).
+    pub fn new(name: EngineName, state: ProbeState, reason: String) -> Probe {
         let available = matches!(state, ProbeState::Available { .. });
         Probe { name, available, reason, state, limits: LimitSupport::NONE }
     }

@@ -20,8 +20,24 @@ profile bwrap /usr/bin/bwrap flags=(unconfined) {
 EOF
 sudo apparmor_parser -r /etc/apparmor.d/bwrap";
 
-/// Guidance text for this host. Mentions what each probe found, then the shortest fix.
+/// Guidance text for this host. Mentions what each probe found, then the shortest fix; a
+/// cluster that does not work gets its own paragraph (it is never `auto`'s choice).
 pub fn suggest(os: &OsInfo, detection: &Detection) -> String {
+    let local = suggest_local(os, detection);
+    match detection.probe(EngineName::K8s).filter(|p| !p.available) {
+        Some(_) => format!("{local}\n\n{K8S_ADVICE}"),
+        None => local,
+    }
+}
+
+/// How to get a cluster for `--engine k8s`.
+const K8S_ADVICE: &str = "\
+k8s (a cluster; `--engine k8s` only, `auto` never picks it):
+  a local cluster: `cargo xtask kind up` (kind with ingress-nginx and the `python-sandbox` namespace)
+  another cluster: `kubectl apply -n NAMESPACE -f deploy/rbac/` (the engine's Role), bound to your user
+  then point `KUBECONFIG` at it, or set `[engine.k8s]` in ~/.config/python-sandbox/config.toml";
+
+fn suggest_local(os: &OsInfo, detection: &Detection) -> String {
     let mut out = String::new();
     let host = os.pretty_name.as_deref().unwrap_or("this system");
     match detection.selected {

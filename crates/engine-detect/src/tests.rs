@@ -429,3 +429,29 @@ fn bwrap_limit_mechanisms() {
     assert!(crate::limits::nproc_per_userns("5.14.0"));
     assert!(!crate::limits::nproc_per_userns("5.13.19"));
 }
+
+#[test]
+fn a_cluster_is_listed_but_never_selected_and_suggest_explains_how_to_get_one() {
+    let mut engines = nothing_installed().engines;
+    engines.push(probe(EngineName::K8s, ProbeState::Available { endpoint: None }, "answers"));
+    assert_eq!(Detection::from_probes(engines.clone()).selected, None, "auto never picks k8s");
+    engines[2] = probe(EngineName::Podman, ProbeState::Available { endpoint: None }, "ok");
+    assert_eq!(Detection::from_probes(engines).selected, Some(EngineName::Podman));
+
+    let mut works = nothing_installed().engines;
+    works[0] = probe(EngineName::Bwrap, ProbeState::Available { endpoint: None }, "works");
+    works.push(probe(EngineName::K8s, ProbeState::NotConfigured, "not configured"));
+    let text = suggest(&os_release("debian-12"), &Detection::from_probes(works));
+    insta::assert_snapshot!(text, @r"
+    bwrap works on Debian GNU/Linux 12 (bookworm); nothing to fix
+      ok bwrap  works
+      no docker docker not found (unix:///var/run/docker.sock: no such socket)
+      no podman podman not found (unix:///run/podman/podman.sock: no such socket)
+      no k8s    not configured
+
+    k8s (a cluster; `--engine k8s` only, `auto` never picks it):
+      a local cluster: `cargo xtask kind up` (kind with ingress-nginx and the `python-sandbox` namespace)
+      another cluster: `kubectl apply -n NAMESPACE -f deploy/rbac/` (the engine's Role), bound to your user
+      then point `KUBECONFIG` at it, or set `[engine.k8s]` in ~/.config/python-sandbox/config.toml
+    ");
+}

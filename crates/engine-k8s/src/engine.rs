@@ -307,12 +307,27 @@ impl K8sEngine {
     /// pod's service account). Sends nothing yet: the first call finds out whether the
     /// cluster answers ([`K8sEngine::server_version`] asks directly).
     pub fn new(config: SandboxConfig) -> Result<K8sEngine> {
+        K8sEngine::with_context(config, None)
+    }
+
+    /// [`K8sEngine::new`] on context `context` of the kube config (`KUBECONFIG` or
+    /// `~/.kube/config`) instead of its current one; `None` is [`K8sEngine::new`].
+    pub fn with_context(config: SandboxConfig, context: Option<&str>) -> Result<K8sEngine> {
         config.validate()?;
         let rt = runtime()?;
         let client = rt.block_on(async {
-            let kube_config = kube::Config::infer()
-                .await
-                .map_err(|e| Error::NoKubeconfig { message: e.to_string() })?;
+            let no_config =
+                |e: &dyn std::fmt::Display| Error::NoKubeconfig { message: e.to_string() };
+            let kube_config = match context {
+                None => kube::Config::infer().await.map_err(|e| no_config(&e))?,
+                Some(context) => {
+                    let options = kube::config::KubeConfigOptions {
+                        context: Some(context.to_owned()),
+                        ..kube::config::KubeConfigOptions::default()
+                    };
+                    kube::Config::from_kubeconfig(&options).await.map_err(|e| no_config(&e))?
+                }
+            };
             kube::Client::try_from(kube_config).map_err(|e| Error::Unreachable {
                 action: "connect to the cluster".to_owned(),
                 message: e.to_string(),

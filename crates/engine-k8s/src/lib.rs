@@ -16,6 +16,7 @@ pub mod exec;
 pub mod failure;
 pub mod manifest;
 pub mod preview;
+pub mod probe;
 pub mod rbac;
 pub mod relay;
 pub mod restricted;

@@ -1,0 +1,89 @@
+//! The config file's pure parts: what parses, where each error points, and the path.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use super::{K8sSettings, parse, path_from};
+
+/// The error as the CLI prints it, at `config.toml`.
+fn error(text: &str) -> String {
+    let (message, hint) = parse(text).expect_err("an error").located(Path::new("config.toml"));
+    format!("{message}\nhint: {hint}")
+}
+
+fn value(settings: &K8sSettings, key: &str) -> Option<(String, usize, usize)> {
+    settings.get(key).map(|s| (s.value.clone(), s.line, s.col))
+}
+
+#[test]
+fn every_key_of_engine_k8s_parses_with_its_place() {
+    let text = "# my cluster\n[engine.k8s]\nnamespace = \"team-a\"\nimage = \"registry.example/psbx:1\"\npreview-domain = \"preview.example.com\"\ningress-class = \"nginx\"\nruntime-class = \"gvisor\"\ncontext = \"kind-psbx\"\n";
+    let k8s = parse(text).expect("valid").expect("[engine.k8s]");
+    assert_eq!(value(&k8s, "namespace"), Some(("team-a".into(), 3, 13)));
+    assert_eq!(value(&k8s, "preview_domain").map(|v| v.0), Some("preview.example.com".into()));
+    assert_eq!(value(&k8s, "runtime-class").map(|v| v.0), Some("gvisor".into()));
+    assert_eq!(value(&k8s, "context"), Some(("kind-psbx".into(), 8, 11)));
+    assert_eq!(parse("").expect("empty"), None, "no table: no cluster");
+    assert_eq!(parse("[engine.k8s]\n").expect("empty table"), Some(K8sSettings::default()));
+    assert_eq!(
+        parse("engine = { k8s = { namespace = \"x\" } }\n")
+            .expect("inline")
+            .and_then(|k| k.namespace)
+            .map(|s| s.value),
+        Some("x".into())
+    );
+}
+
+#[test]
+fn bad_files_are_errors_at_their_line_and_column_with_a_hint() {
+    insta::assert_snapshot!(error("[engine.k8s]\nnamspace = \"x\"\n"), @r"
+    config.toml:2:1: unknown key `namspace` in `[engine.k8s]`
+    hint: did you mean `namespace`?
+    ");
+    insta::assert_snapshot!(error("[engine.k8s]\npool = 3\n"), @r"
+    config.toml:2:1: unknown key `pool` in `[engine.k8s]`
+    hint: the keys of `[engine.k8s]` are `namespace`, `image`, `preview-domain`, `ingress-class`, `runtime-class`, `context`
+    ");
+    insta::assert_snapshot!(error("[engine.kubernetes]\n"), @r"
+    config.toml:1:9: unknown key `kubernetes` in `[engine]`
+    hint: the keys of `[engine]` are `k8s`
+    ");
+    insta::assert_snapshot!(error("[engines.k8s]\n"), @r"
+    config.toml:1:2: unknown key `engines` in `the config file`
+    hint: did you mean `engine`?
+    ");
+    insta::assert_snapshot!(error("[engine.k8s]\nnamespace = 3\n"), @r#"
+    config.toml:2:13: `namespace` must be a string
+    hint: write it quoted: `namespace = "..."`
+    "#);
+    insta::assert_snapshot!(error("[engine.k8s]\n\nimage = \" \"\n"), @r"
+    config.toml:3:9: `image` is empty
+    hint: remove the line to use the default, or give `image` a value
+    ");
+    insta::assert_snapshot!(error("[engine.k8s]\nnamespace = \"x\n"), @r#"
+    config.toml:2:15: invalid TOML: invalid basic string, expected `"`
+    hint: see https://toml.io
+    "#);
+    insta::assert_snapshot!(error("engine = 3\n"), @r"
+    config.toml:1:10: `engine` must be a table
+    hint: write it as `[engine]`
+    ");
+}
+
+#[test]
+fn the_path_follows_xdg_config_home_then_home() {
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |name: &str| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| OsString::from(v))
+    };
+    let at = |p: Option<PathBuf>| p.map(|p| p.display().to_string());
+    assert_eq!(
+        at(path_from(&env(&[("XDG_CONFIG_HOME", "/x"), ("HOME", "/h")]))),
+        Some("/x/python-sandbox/config.toml".into())
+    );
+    assert_eq!(
+        at(path_from(&env(&[("XDG_CONFIG_HOME", "rel"), ("HOME", "/h")]))),
+        Some("/h/.config/python-sandbox/config.toml".into()),
+        "a relative XDG_CONFIG_HOME is ignored"
+    );
+    assert_eq!(at(path_from(&env(&[]))), None);
+}

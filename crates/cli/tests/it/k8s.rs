@@ -1,0 +1,296 @@
+//! `--engine k8s` without a cluster: what is refused and how, the user config file's errors,
+//! and the rule that no command talks to a cluster nobody named. A stand-in apiserver (a
+//! plain-HTTP listener answering the few calls of `session list`, `reap` and `detect`) counts
+//! the connections, so "no network call" is measured, not assumed. The real cluster tier is
+//! engine-k8s's (`cargo xtask test-engines --engine k8s`).
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use insta::assert_snapshot;
+
+use crate::{Ctx, transcript};
+
+/// A fake home (outside the workspace) with no config and no kube config: what a laptop
+/// without a cluster has.
+struct Laptop {
+    home: tempfile::TempDir,
+    env: Vec<(String, String)>,
+}
+
+fn laptop() -> Laptop {
+    let home = tempfile::tempdir().expect("home");
+    let at = |p: &str| home.path().join(p).display().to_string();
+    let env = vec![
+        ("HOME".into(), home.path().display().to_string()),
+        ("XDG_CONFIG_HOME".into(), at(".config")),
+        ("XDG_CACHE_HOME".into(), at(".cache")),
+        ("KUBECONFIG".into(), String::new()),
+        ("KUBERNETES_SERVICE_HOST".into(), String::new()),
+    ];
+    Laptop { home, env }
+}
+
+impl Laptop {
+    /// Redacts the home directory.
+    fn redact(&self, text: String) -> String {
+        text.replace(&self.home.path().display().to_string(), "[HOME]")
+    }
+
+    fn write_config(&self, text: &str) {
+        let dir = self.home.path().join(".config/python-sandbox");
+        std::fs::create_dir_all(&dir).expect("config dir");
+        std::fs::write(dir.join("config.toml"), text).expect("config");
+    }
+
+    fn run(&self, ctx: &Ctx, args: &[&str]) -> std::process::Output {
+        let env: Vec<(&str, &str)> =
+            self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        ctx.run_with_env(args, &env)
+    }
+}
+
+#[test]
+fn run_on_k8s_is_refused_with_the_way_to_a_session() {
+    let ctx = Ctx::new();
+    ctx.write("hello.py", "print('hi')\n");
+    let laptop = laptop();
+    assert_snapshot!(transcript(&laptop.run(&ctx, &["run", "--engine", "k8s", "hello.py"])), @"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: the k8s engine cannot `run` a script yet, so nothing was run
+    hint: start a session there and run the script in it: `python-sandbox session start --engine k8s`, then `python-sandbox session run ID SCRIPT`; or run on bwrap, docker, podman
+    ");
+}
+
+#[test]
+fn an_inline_table_cannot_choose_the_engine() {
+    let ctx = Ctx::new();
+    ctx.write(
+        "s.py",
+        "# /// script\n# [tool.python-sandbox]\n# engine = \"k8s\"\n# ///\nprint(1)\n",
+    );
+    let out = laptop().run(&ctx, &["run", "s.py"]);
+    assert_eq!(out.status.code(), Some(2), "{}", transcript(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("s.py:3:3: error[") && stderr.contains("`engine`"), "{stderr}");
+}
+
+#[test]
+fn session_start_on_k8s_without_a_cluster_names_kubeconfig_and_exits_3() {
+    let ctx = Ctx::new();
+    let laptop = laptop();
+    let out = laptop.run(&ctx, &["session", "start", "--engine", "k8s"]);
+    let text = laptop.redact(transcript(&out));
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    let first = text.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
+    assert!(first.starts_with("error: no cluster to talk to:"), "{text}");
+    assert_snapshot!(text.lines().filter(|l| l.starts_with("hint:")).collect::<Vec<_>>().join("\n"), @"hint: point `KUBECONFIG` at a kube config (`cargo xtask kind up` makes a local cluster), or run in a pod with a service account");
+}
+
+#[test]
+fn a_bad_config_file_is_an_error_at_its_line_and_column() {
+    let ctx = Ctx::new();
+    let laptop = laptop();
+    laptop.write_config("[engine.k8s]\nnamespace = \"team-a\"\nimage-name = \"x\"\n");
+    let out = laptop.run(&ctx, &["session", "start", "--engine", "k8s"]);
+    assert_snapshot!(laptop.redact(transcript(&out)), @"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: [HOME]/.config/python-sandbox/config.toml:3:1: unknown key `image-name` in `[engine.k8s]`
+    hint: did you mean `image`?
+    ");
+    laptop.write_config("[engine.k8s]\nnamespace = \"Team_A\"\n");
+    let out = laptop.run(&ctx, &["session", "list", "--engine", "k8s"]);
+    assert_snapshot!(laptop.redact(transcript(&out)), @"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: [HOME]/.config/python-sandbox/config.toml:2:13: `namespace`: `Team_A` is not a DNS label
+    hint: use at most 63 lower-case letters, digits and `-`, starting and ending with a letter or digit
+    ");
+}
+
+/// A stand-in apiserver on 127.0.0.1: `/version`, the namespace, access reviews (allowed),
+/// and an empty pod list; counts connections.
+struct Apiserver {
+    port: u16,
+    connections: Arc<AtomicUsize>,
+}
+
+fn answer(stream: TcpStream) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line)?;
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    let path = request_line.split_whitespace().nth(1).unwrap_or("/");
+    let json = if path == "/version" {
+        r#"{"major":"1","minor":"30","gitVersion":"v1.30.2","gitCommit":"","gitTreeState":"","buildDate":"","goVersion":"","compiler":"","platform":""}"#.to_owned()
+    } else if path.starts_with("/api/v1/namespaces/python-sandbox/pods") {
+        r#"{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[]}"#.to_owned()
+    } else if path.starts_with("/api/v1/namespaces/") {
+        r#"{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"python-sandbox"}}"#.to_owned()
+    } else if path.contains("selfsubjectaccessreviews") {
+        r#"{"apiVersion":"authorization.k8s.io/v1","kind":"SelfSubjectAccessReview","spec":{},"status":{"allowed":true}}"#.to_owned()
+    } else {
+        r#"{"kind":"Status","apiVersion":"v1","status":"Failure","code":404,"reason":"NotFound","message":"not here"}"#.to_owned()
+    };
+    let status = if json.contains("\"code\":404") { "404 Not Found" } else { "200 OK" };
+    let mut stream = stream;
+    write!(
+        stream,
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{json}",
+        json.len()
+    )
+}
+
+impl Apiserver {
+    fn start() -> Apiserver {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let counted = connections.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let _ = answer(stream);
+            }
+        });
+        Apiserver { port, connections }
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+
+    /// A kube config for it, written into the fake home; `KUBECONFIG` set to it.
+    fn kubeconfig(&self, laptop: &mut Laptop) {
+        let path = laptop.home.path().join("kubeconfig");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://127.0.0.1:{}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: me\n    namespace: python-sandbox\ncurrent-context: fake\nusers:\n- name: me\n  user:\n    token: not-a-secret\n",
+            self.port
+        );
+        std::fs::write(&path, text).expect("kubeconfig");
+        laptop.env.retain(|(k, _)| k != "KUBECONFIG");
+        laptop.env.push(("KUBECONFIG".into(), path.display().to_string()));
+    }
+}
+
+#[test]
+fn no_command_talks_to_a_cluster_nobody_configured_or_named() {
+    let ctx = Ctx::new();
+    let server = Apiserver::start();
+    let mut laptop = laptop();
+    server.kubeconfig(&mut laptop);
+    // `KUBECONFIG` alone does not make a cluster part of commands over every engine.
+    for args in [&["session", "list"][..], &["reap", "--dry-run"], &["session", "stop", "abc"]] {
+        let _ = laptop.run(&ctx, args);
+        assert_eq!(server.connections(), 0, "`{}` talked to the cluster", args.join(" "));
+    }
+    // Nor does a run that finds no engine (its advice probes the ladder only).
+    let none = format!("unix://{}", ctx.path().join("none.sock").display());
+    let empty = ctx.path().join("emptybin");
+    std::fs::create_dir_all(&empty).expect("emptybin");
+    let mut bare = laptop.env.clone();
+    bare.extend([
+        ("PATH".to_owned(), empty.display().to_string()),
+        ("DOCKER_HOST".to_owned(), none.clone()),
+        ("CONTAINER_HOST".to_owned(), none),
+    ]);
+    ctx.write("hello.py", "print('hi')\n");
+    let env: Vec<(&str, &str)> = bare.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let out = ctx.run_with_env(&["run", "hello.py"], &env);
+    assert_eq!(out.status.code(), Some(3), "{}", transcript(&out));
+    assert_eq!(server.connections(), 0, "a run without an engine talked to the cluster");
+    // Named, it is asked (the stand-in answers: an empty list).
+    let out = laptop.run(&ctx, &["session", "list", "--engine", "k8s", "--json"]);
+    assert_eq!(transcript(&out), "exit: 0\n--- stdout\n[]\n--- stderr\n");
+    assert!(server.connections() > 0, "the named cluster was not asked");
+}
+
+#[test]
+fn a_configured_cluster_joins_list_reap_and_detect() {
+    let ctx = Ctx::new();
+    let server = Apiserver::start();
+    let mut laptop = laptop();
+    server.kubeconfig(&mut laptop);
+    laptop.write_config("[engine.k8s]\ncontext = \"fake\"\n");
+    let out = laptop.run(&ctx, &["session", "list", "--json"]);
+    assert!(out.status.success(), "{}", transcript(&out));
+    let asked = server.connections();
+    assert!(asked > 0, "a configured cluster is part of `session list`");
+    let out = laptop.run(&ctx, &["reap", "--dry-run", "--engine", "k8s", "--json"]);
+    assert_eq!(transcript(&out), "exit: 0\n--- stdout\n[]\n--- stderr\n");
+    let out = laptop.run(&ctx, &["detect", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("detect json");
+    let k8s = json["engines"].as_array().and_then(|e| e.iter().find(|p| p["name"] == "k8s"));
+    let k8s = k8s.expect("detect lists k8s");
+    assert_eq!(k8s["available"], true, "{k8s}");
+    assert_ne!(json["selected"], "k8s", "auto never selects a cluster");
+    assert_eq!(
+        k8s["reason"],
+        "cluster v1.30.2 answers; may create pods and pods/exec in `python-sandbox`"
+    );
+}
+
+#[test]
+fn detect_says_not_configured_without_a_network_call() {
+    let ctx = Ctx::new();
+    let laptop = laptop();
+    let out = laptop.run(&ctx, &["detect", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("detect json");
+    let k8s = json["engines"].as_array().and_then(|e| e.iter().find(|p| p["name"] == "k8s"));
+    let reason =
+        laptop.redact(k8s.expect("k8s listed")["reason"].as_str().unwrap_or("").to_owned());
+    assert_snapshot!(reason, @"no `[engine.k8s]` in [HOME]/.config/python-sandbox/config.toml and `KUBECONFIG` is unset");
+}
+
+/// The cluster tier: with the caller's own kube config and user config, when `detect` finds a
+/// cluster that can hold sandboxes; `SKIPPED: no cluster (...)` otherwise. A cluster that
+/// answers and then fails is a failure.
+#[test]
+fn a_session_starts_lists_execs_and_stops_on_a_real_cluster() {
+    let ctx = Ctx::new();
+    let out = ctx.run(&["detect", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let k8s = json["engines"].as_array().and_then(|e| e.iter().find(|p| p["name"] == "k8s"));
+    let Some(k8s) = k8s.filter(|p| p["available"] == true) else {
+        let reason = k8s.and_then(|p| p["reason"].as_str()).unwrap_or("not listed");
+        eprintln!("SKIPPED: no cluster ({})", reason.lines().next().unwrap_or_default());
+        return;
+    };
+    eprintln!("k8s: {}", k8s["reason"]);
+    let out = ctx.run(&["session", "start", "--engine", "k8s", "--ttl", "5m", "--json"]);
+    assert!(out.status.success(), "{}", transcript(&out));
+    let started: serde_json::Value = serde_json::from_slice(&out.stdout).expect("start json");
+    let id = started["id"].as_str().expect("an id").to_owned();
+    let listed = ctx.run(&["session", "list", "--engine", "k8s", "--json"]);
+    let exec = ctx.run(&["session", "exec", &id, "--engine", "k8s", "--", "echo", "hi"]);
+    let stop = ctx.run(&["session", "stop", &id, "--engine", "k8s"]);
+    assert!(String::from_utf8_lossy(&listed.stdout).contains(&id), "{}", transcript(&listed));
+    assert_eq!(String::from_utf8_lossy(&exec.stdout), "hi\n", "{}", transcript(&exec));
+    assert!(stop.status.success(), "{}", transcript(&stop));
+    let after = ctx.run(&["session", "list", "--engine", "k8s", "--json"]);
+    let gone: serde_json::Value = serde_json::from_slice(&after.stdout).expect("list json");
+    let still = gone
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|s| s["id"] == id.as_str() && s["state"] == "running");
+    assert!(!still, "{}", transcript(&after));
+}
