@@ -36,13 +36,22 @@ pub(crate) struct K8sSettings {
     pub(crate) preview_domain: Option<Setting>,
     pub(crate) ingress_class: Option<Setting>,
     pub(crate) runtime_class: Option<Setting>,
+    /// How preview URLs are served: `auto`, `ingress` or `port-forward`.
+    pub(crate) preview: Option<Setting>,
     /// The kube config context (default: its current one).
     pub(crate) context: Option<Setting>,
 }
 
 /// The keys of `[engine.k8s]`.
-pub(crate) const K8S_KEYS: &[&str] =
-    &["namespace", "image", "preview-domain", "ingress-class", "runtime-class", "context"];
+pub(crate) const K8S_KEYS: &[&str] = &[
+    "namespace",
+    "image",
+    "preview-domain",
+    "ingress-class",
+    "runtime-class",
+    "preview",
+    "context",
+];
 /// The engines the file has a table for.
 const ENGINE_TABLES: &[&str] = &["k8s"];
 
@@ -55,6 +64,7 @@ impl K8sSettings {
             "preview-domain" => self.preview_domain.as_ref(),
             "ingress-class" => self.ingress_class.as_ref(),
             "runtime-class" => self.runtime_class.as_ref(),
+            "preview" => self.preview.as_ref(),
             "context" => self.context.as_ref(),
             _ => None,
         }
@@ -67,6 +77,7 @@ impl K8sSettings {
             "preview-domain" => &mut self.preview_domain,
             "ingress-class" => &mut self.ingress_class,
             "runtime-class" => &mut self.runtime_class,
+            "preview" => &mut self.preview,
             "context" => &mut self.context,
             _ => return None,
         })

@@ -305,6 +305,18 @@ fn k8s_config(
     if let Some(v) = value("runtime-class") {
         config.runtime_class = Some(v);
     }
+    if let Some(setting) = file.get("preview") {
+        config.preview = engine_k8s::config::Preview::parse(&setting.value).ok_or_else(|| {
+            let at = path.map_or_else(
+                || "`preview`".to_owned(),
+                |p| format!("{}:{}:{}: `preview`", p.display(), setting.line, setting.col),
+            );
+            ui::hinted(
+                format!("{at}: unknown preview mode `{}`", setting.value),
+                "use `auto` (the Ingress URL, else a local port-forward), `ingress` or `port-forward`",
+            )
+        })?;
+    }
     let flags = [("namespace", options.namespace), ("image", options.image)];
     for (field, flag) in flags {
         if let Some(v) = flag {
@@ -804,6 +816,7 @@ mod tests {
             runtime_class: setting("gvisor", 4, 17),
             ingress_class: setting("traefik", 5, 17),
             preview_domain: setting("preview.example.com", 6, 18),
+            preview: setting("port-forward", 8, 11),
             context: setting("kind-psbx", 7, 11),
         };
         let (config, context) = k8s_config(&file, Some(path), &none).unwrap();
@@ -814,17 +827,26 @@ mod tests {
         assert_eq!(config.ingress_class.as_deref(), Some("traefik"));
         assert_eq!(config.preview_domain, "preview.example.com");
         assert_eq!(context.as_deref(), Some("kind-psbx"));
+        assert_eq!(config.preview, engine_k8s::Preview::PortForward);
 
         let flags = Options { image: Some("mine:2"), namespace: Some("team-b"), ..none };
         let (config, _) = k8s_config(&file, Some(path), &flags).unwrap();
         assert_eq!((config.namespace.as_str(), config.image.as_str()), ("team-b", "mine:2"));
 
         // A bad value names where it came from.
-        let bad_file = crate::config::K8sSettings { namespace: setting("Team_A", 2, 13), ..file };
+        let bad_file =
+            crate::config::K8sSettings { namespace: setting("Team_A", 2, 13), ..file.clone() };
         let err = k8s_config(&bad_file, Some(path), &none).unwrap_err();
         insta::assert_snapshot!(shown(&err), @r"
         /home/u/.config/python-sandbox/config.toml:2:13: `namespace`: `Team_A` is not a DNS label
         hint: use at most 63 lower-case letters, digits and `-`, starting and ending with a letter or digit
+        ");
+        let bad_preview =
+            crate::config::K8sSettings { preview: setting("sometimes", 8, 11), ..file.clone() };
+        let err = k8s_config(&bad_preview, Some(path), &none).unwrap_err();
+        insta::assert_snapshot!(shown(&err), @r"
+        /home/u/.config/python-sandbox/config.toml:8:11: `preview`: unknown preview mode `sometimes`
+        hint: use `auto` (the Ingress URL, else a local port-forward), `ingress` or `port-forward`
         ");
         let bad_flag = Options { namespace: Some("Team_B"), ..none };
         let err =
