@@ -67,9 +67,22 @@ pub struct Command {
 pub struct Child {
     pid: i32,
     waiter: std::thread::JoinHandle<Result<i32>>,
+    /// Net on: the monitor waits after its `unshare` until this is written (or closed, which
+    /// ends the sandbox before anything of the command ran).
+    go: Option<OwnedFd>,
 }
 
 impl Child {
+    /// Net on: lets the sandbox go on once its network namespace (that of [`Child::pid`]) is
+    /// connected; until then nothing is set up in it. No-op with net off.
+    pub fn release(&mut self) -> Result<()> {
+        if let Some(go) = self.go.take() {
+            rustix::io::write(&go, &[1])
+                .map_err(|e| Error::io("releasing the native sandbox")(e.into()))?;
+        }
+        Ok(())
+    }
+
     /// The monitor's host pid: signals sent to it reach the command.
     pub fn pid(&self) -> i32 {
         self.pid
@@ -127,6 +140,7 @@ const STEP_NAMES: &[&str] = &[
     "chdir",
     "execve",
     "parent died",
+    "waiting for the network",
 ];
 const S_UNSHARE: u32 = 0;
 const S_UID_MAP: u32 = 1;
@@ -148,6 +162,7 @@ const S_SECCOMP: u32 = 16;
 const S_CHDIR: u32 = 17;
 const S_EXEC: u32 = 18;
 const S_PARENT: u32 = 19;
+const S_NET: u32 = 20;
 const OPS: u32 = 100;
 
 /// Everything the three processes need, built before the fork.
@@ -168,18 +183,23 @@ struct Prepared {
     seccomp: Vec<libc::sock_filter>,
     stdio: [Option<OwnedFd>; 3],
     error_w: OwnedFd,
+    /// Net on: (written once the namespaces exist, read until the network is attached).
+    net_sync: Option<(OwnedFd, OwnedFd)>,
 }
 
-/// Starts `command` in the sandbox `plan` describes.
+/// Starts `command` in the sandbox `plan` describes. With net on the sandbox stops right after
+/// creating its namespaces: connect the network namespace of [`Child::pid`] (`crate::net`),
+/// then [`Child::release`] it.
 pub fn spawn(plan: &Plan, command: Command) -> Result<Child> {
-    if plan.net {
-        return Err(Error::Unsupported {
-            what: "the native engine cannot give a sandbox network yet".into(),
-            hint: "net on lands in the next slice; run with net off or another engine".into(),
-        });
-    }
     let (error_r, error_w) = pipe()?;
-    let prepared = Prepared::new(plan, command, error_w)?;
+    let mut prepared = Prepared::new(plan, command, error_w)?;
+    let mut parent_sync = None;
+    if plan.net {
+        let (ready_r, ready_w) = pipe()?;
+        let (go_r, go_w) = pipe()?;
+        prepared.net_sync = Some((ready_w, go_r));
+        parent_sync = Some((ready_r, go_w));
+    }
     let (tx, rx) = mpsc::channel::<Result<i32>>();
     let waiter = std::thread::Builder::new()
         .name("native-sandbox".into())
@@ -191,13 +211,32 @@ pub fn spawn(plan: &Plan, command: Command) -> Result<Child> {
             source: std::io::Error::other("the waiting thread ended early"),
         })
     });
-    match pid {
-        Ok(pid) => Ok(Child { pid, waiter }),
+    let pid = match pid {
+        Ok(pid) => pid,
         Err(e) => {
             let _ = waiter.join();
-            Err(e)
+            return Err(e);
         }
+    };
+    let Some((ready_r, go_w)) = parent_sync else { return Ok(Child { pid, waiter, go: None }) };
+    // The monitor's copy of the write end closes when it fails or exits: EOF, and the waiter
+    // has its reason.
+    let mut byte = [0u8; 1];
+    let ready = loop {
+        match rustix::io::read(&ready_r, &mut byte) {
+            Err(rustix::io::Errno::INTR) => {}
+            other => break other,
+        }
+    };
+    if ready != Ok(1) {
+        drop(go_w);
+        let err = waiter.join().unwrap_or(Ok(255)).err();
+        return Err(err.unwrap_or_else(|| Error::Setup {
+            step: "unshare".into(),
+            source: std::io::Error::other("the sandbox ended before its namespaces existed"),
+        }));
     }
+    Ok(Child { pid, waiter, go: Some(go_w) })
 }
 
 fn waiter(prepared: Prepared, error_r: OwnedFd, tx: mpsc::Sender<Result<i32>>) -> Result<i32> {
@@ -419,6 +458,7 @@ impl Prepared {
             seccomp,
             stdio: [command.stdin, command.stdout, command.stderr],
             error_w,
+            net_sync: None,
         })
     }
 
@@ -519,6 +559,20 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
         }
         // A credential change (the new user namespace's capabilities) cleared it.
         die_with_parent(prep, parent);
+        if let Some((ready, go)) = &prep.net_sync {
+            prep.check(S_NET, libc::write(ready.as_raw_fd(), [1u8].as_ptr().cast(), 1) as _);
+            let mut byte = 0u8;
+            loop {
+                let n = libc::read(go.as_raw_fd(), (&mut byte as *mut u8).cast(), 1);
+                if n == 1 {
+                    break;
+                }
+                if n == 0 || errno() != libc::EINTR {
+                    // Never connected: nothing of the command may run.
+                    prep.fail(S_NET, if n == 0 { libc::ENETUNREACH } else { errno() });
+                }
+            }
+        }
         let set = signal_set(true);
         libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         let me = libc::getpid();
