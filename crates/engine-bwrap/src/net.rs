@@ -86,6 +86,7 @@ pub(crate) fn pasta_args(
 /// sandbox is gone by itself: it is ended with the run (drop), or, for a session, recorded
 /// ([`UserNet::keep`]) and ended when the session is stopped or reaped. (Left running, every
 /// run leaked a daemon of ~30 MB.)
+#[derive(Debug)]
 pub struct UserNet {
     pasta: Option<reaper::ProcPin>,
 }

@@ -83,6 +83,12 @@ impl Child {
         Ok(())
     }
 
+    /// Net on, when the network could not be attached: the sandbox ends before its setup
+    /// (what dropping the [`Child`] does too). No-op with net off or once released.
+    pub fn release_abandoned(&mut self) {
+        self.go = None;
+    }
+
     /// The monitor's host pid: signals sent to it reach the command.
     pub fn pid(&self) -> i32 {
         self.pid
@@ -185,6 +191,10 @@ struct Prepared {
     error_w: OwnedFd,
     /// Net on: (written once the namespaces exist, read until the network is attached).
     net_sync: Option<(OwnedFd, OwnedFd)>,
+    /// The descriptors the monitor keeps (sorted): every other one it inherited by the fork
+    /// (this spawn's parent ends, other concurrent sandboxes' pipes) is closed, so an EOF the
+    /// sandbox waits for is never held off by a copy inside it.
+    keep: Vec<i32>,
 }
 
 /// Starts `command` in the sandbox `plan` describes. With net on the sandbox stops right after
@@ -200,6 +210,7 @@ pub fn spawn(plan: &Plan, command: Command) -> Result<Child> {
         prepared.net_sync = Some((ready_w, go_r));
         parent_sync = Some((ready_r, go_w));
     }
+    prepared.keep = prepared.keep_list();
     let (tx, rx) = mpsc::channel::<Result<i32>>();
     let waiter = std::thread::Builder::new()
         .name("native-sandbox".into())
@@ -459,7 +470,21 @@ impl Prepared {
             stdio: [command.stdin, command.stdout, command.stderr],
             error_w,
             net_sync: None,
+            keep: Vec::new(),
         })
+    }
+
+    fn keep_list(&self) -> Vec<i32> {
+        let mut keep = vec![self.error_w.as_raw_fd()];
+        if let Some((ready, go)) = &self.net_sync {
+            keep.extend([ready.as_raw_fd(), go.as_raw_fd()]);
+        }
+        keep.extend(self.steps.iter().filter_map(|s| match s {
+            Step::Tree { tree, .. } => Some(tree.as_raw_fd()),
+            _ => None,
+        }));
+        keep.sort_unstable();
+        keep
     }
 
     fn fail(&self, step: u32, err: i32) -> ! {
@@ -542,6 +567,15 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
                 libc::dup2(fd.as_raw_fd(), target);
             }
         }
+        let mut from = 3u32;
+        for fd in &prep.keep {
+            let fd = *fd as u32;
+            if fd > from {
+                libc::syscall(libc::SYS_close_range, from, fd - 1, 0u32);
+            }
+            from = from.max(fd + 1);
+        }
+        libc::syscall(libc::SYS_close_range, from, u32::MAX, 0u32);
         let mut flags = libc::CLONE_NEWNS
             | libc::CLONE_NEWPID
             | libc::CLONE_NEWIPC

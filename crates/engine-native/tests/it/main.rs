@@ -467,6 +467,32 @@ fn a_dropped_network_handle_leaves_no_pasta() {
     assert!(!Path::new(&ns).exists());
 }
 
+/// A network that cannot be attached ends the sandbox before anything of the command ran.
+#[test]
+fn a_failed_network_attach_runs_nothing() {
+    let Some(()) = gate() else { return };
+    let mut f = fixture();
+    f.input.net = true;
+    let marker = f.workspace.join("ran");
+    let plan = engine_native::plan(&f.input).unwrap();
+    let script = format!("open({:?}, 'w')", marker.display().to_string());
+    let mut child = engine_native::spawn(
+        &plan,
+        Command {
+            argv: [PYTHON, "-I", "-c", &script].iter().map(OsString::from).collect(),
+            env: env(),
+            ..Command::default()
+        },
+    )
+    .unwrap();
+    let err = engine_native::connect(&mut child, Path::new("/nonexistent/pasta"), &[]).unwrap_err();
+    assert!(err.to_string().contains("cannot give the native sandbox its network"), "{err}");
+    child.release_abandoned();
+    let err = child.wait().unwrap_err();
+    assert!(err.to_string().contains("waiting for the network"), "{err}");
+    assert!(!marker.exists(), "the command ran without its network");
+}
+
 #[test]
 fn setup_time_of_true() {
     if gate().is_none() {
