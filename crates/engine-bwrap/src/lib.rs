@@ -75,6 +75,7 @@ mod uv;
 pub use engine::{BwrapConfig, BwrapEngine, PreparedEnv};
 pub use envs::{PrunedEnv, prune_envs};
 pub use error::Error;
+pub use net::UserNet;
 pub use seam::{Immediate, local_session};
 pub use session::{Session, SessionConfig, SessionInfo, reap_sessions};
 pub use uv::{

@@ -35,12 +35,14 @@ use sandbox_core::PublishedPort;
 use crate::error::{Error, Result};
 
 /// Pure: pasta's arguments for a sandbox whose network namespace is `netns` and whose owning
-/// user namespace is `userns` (both `/proc/...` paths), publishing `publish` (host ports
+/// user namespace is `userns` (both `/proc/...` paths; `None`: the namespace is owned by the
+/// user namespace pasta starts in, a root caller's native sandbox, and pasta stays root
+/// instead of switching to nobody, who could not open it), publishing `publish` (host ports
 /// already chosen: pasta takes no "any" and reports nothing back, see
 /// `sandbox_core::pick_free`).
 pub(crate) fn pasta_args(
     netns: &Path,
-    userns: &Path,
+    userns: Option<&Path>,
     publish: &[PublishedPort],
     ipv6: bool,
 ) -> Vec<OsString> {
@@ -65,8 +67,13 @@ pub(crate) fn pasta_args(
     // Nothing from the host's side reaches in over UDP, and nothing in the sandbox reaches the
     // host's own loopback ports (`-T`/`-U` would forward them inward).
     args.extend(["-u", "none", "-T", "none", "-U", "none"].map(OsString::from));
-    args.push("--userns".into());
-    args.push(userns.into());
+    match userns {
+        Some(userns) => {
+            args.push("--userns".into());
+            args.push(userns.into());
+        }
+        None => args.extend(["--runas", "0:0"].map(OsString::from)),
+    }
     args.push("--netns".into());
     args.push(netns.into());
     args
@@ -79,7 +86,8 @@ pub(crate) fn pasta_args(
 /// sandbox is gone by itself: it is ended with the run (drop), or, for a session, recorded
 /// ([`UserNet::keep`]) and ended when the session is stopped or reaped. (Left running, every
 /// run leaked a daemon of ~30 MB.)
-pub(crate) struct UserNet {
+#[derive(Debug)]
+pub struct UserNet {
     pasta: Option<reaper::ProcPin>,
 }
 
@@ -102,17 +110,33 @@ impl UserNet {
         run_as: Option<(u32, u32)>,
     ) -> Result<UserNet> {
         wait_for_loopback(child);
+        UserNet::attach_blocked(pasta, child, publish, run_as)
+    }
+
+    /// [`UserNet::attach`] for a sandbox that sets nothing up in its network namespace until
+    /// this returns (engine-native's monitor waits on a pipe after its `unshare`), so there is
+    /// no loopback setup to wait for. `child` is a process in that namespace; `run_as` the host
+    /// user pasta runs as (`None`: ours). When the namespace belongs to our own user namespace
+    /// (a root caller's native sandbox) pasta joins it without changing user namespace.
+    pub fn attach_blocked(
+        pasta: &Path,
+        child: i32,
+        publish: &[PublishedPort],
+        run_as: Option<(u32, u32)>,
+    ) -> Result<UserNet> {
         let netns_path = PathBuf::from(format!("/proc/{child}/ns/net"));
         let netns = std::fs::File::open(&netns_path)
             .map_err(Error::io(format!("opening {}", netns_path.display())))?;
         let owner = owning_userns(&netns)?;
+        let owner = (!is_own_userns(&owner)).then_some(owner);
         // pasta gets both namespaces as inherited descriptors, and runs as the host user the
         // sandbox runs as (nobody for a root caller: a root pasta would switch to nobody itself
         // before opening them, and nobody owns the namespace then).
-        let (netns_raw, owner_raw) = (netns.as_raw_fd(), owner.as_raw_fd());
-        let userns = PathBuf::from(format!("/proc/self/fd/{owner_raw}"));
+        let netns_raw = netns.as_raw_fd();
+        let owner_raw = owner.as_ref().map_or(netns_raw, AsRawFd::as_raw_fd);
+        let userns = owner.as_ref().map(|_| PathBuf::from(format!("/proc/self/fd/{owner_raw}")));
         let netns_fd = PathBuf::from(format!("/proc/self/fd/{netns_raw}"));
-        let mut args = pasta_args(&netns_fd, &userns, publish, host_has_ipv6_route());
+        let mut args = pasta_args(&netns_fd, userns.as_deref(), publish, host_has_ipv6_route());
         // The daemon's pid comes back through a pipe (nothing to write in a directory, which
         // pasta running as nobody could not do for a root caller).
         let (pid_read, pid_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
@@ -174,12 +198,12 @@ impl UserNet {
         }
         drop(pid_write);
         let net = UserNet { pasta: read_pid(&pid_read).and_then(reaper::ProcPin::of_pid) };
-        block_link_local(&netns, &owner)?;
+        block_link_local(&netns, owner.as_ref())?;
         Ok(net)
     }
 
     /// Leaves pasta running (a session's network) and returns it, to be ended with the session.
-    pub(crate) fn keep(mut self) -> Option<reaper::ProcPin> {
+    pub fn keep(mut self) -> Option<reaper::ProcPin> {
         self.pasta.take()
     }
 }
@@ -251,6 +275,20 @@ fn host_has_ipv6_route() -> bool {
     })
 }
 
+/// Whether `userns` is the user namespace this process is in (same inode as
+/// `/proc/self/ns/user`).
+fn is_own_userns(userns: &OwnedFd) -> bool {
+    let ours = std::fs::metadata("/proc/self/ns/user");
+    let theirs = rustix::fs::fstat(userns);
+    match (ours, theirs) {
+        (Ok(ours), Ok(theirs)) => {
+            use std::os::unix::fs::MetadataExt;
+            ours.ino() == theirs.st_ino && ours.dev() == theirs.st_dev
+        }
+        _ => false,
+    }
+}
+
 /// The user namespace that owns `netns` (`NS_GET_USERNS`).
 fn owning_userns(netns: &std::fs::File) -> Result<OwnedFd> {
     const NS_GET_USERNS: libc::c_ulong = 0xb701;
@@ -266,12 +304,12 @@ fn owning_userns(netns: &std::fs::File) -> Result<OwnedFd> {
 }
 
 /// Adds the [`sandbox_core::LINK_LOCAL`] unreachable routes inside `netns`, from a short-lived child that
-/// joins the namespace's owning user namespace (which gives it `CAP_NET_ADMIN` there) and the
-/// network namespace. The child is a forked copy of us that only makes syscalls and exits; it
+/// joins the namespace's owning user namespace (which gives it `CAP_NET_ADMIN` there; `None`:
+/// ours, where we hold it already) and the network namespace. The child is a forked copy of us that only makes syscalls and exits; it
 /// runs `true` so the standard library does the fork and wait.
-fn block_link_local(netns: &std::fs::File, owner: &OwnedFd) -> Result<()> {
+fn block_link_local(netns: &std::fs::File, owner: Option<&OwnedFd>) -> Result<()> {
     let messages = sandbox_core::link_local_messages();
-    let (netns_fd, userns_fd) = (netns.as_raw_fd(), owner.as_raw_fd());
+    let (netns_fd, userns_fd) = (netns.as_raw_fd(), owner.map_or(-1, AsRawFd::as_raw_fd));
     let mut command = Command::new("/bin/true");
     command.env_clear().current_dir("/").stdin(Stdio::null()).stdout(Stdio::null());
     // SAFETY: runs in the forked child before exec; raw syscalls on memory allocated before the
@@ -279,7 +317,7 @@ fn block_link_local(netns: &std::fs::File, owner: &OwnedFd) -> Result<()> {
     unsafe {
         use std::os::unix::process::CommandExt;
         command.pre_exec(move || {
-            if libc::setns(userns_fd, libc::CLONE_NEWUSER) != 0
+            if (userns_fd >= 0 && libc::setns(userns_fd, libc::CLONE_NEWUSER) != 0)
                 || libc::setns(netns_fd, libc::CLONE_NEWNET) != 0
             {
                 return Err(std::io::Error::last_os_error());

@@ -329,15 +329,20 @@ fn pasta_arguments_forward_only_published_ports() {
     use crate::net::pasta_args;
     use sandbox_core::PublishedPort;
     let show = |publish: &[PublishedPort]| {
-        pasta_args(Path::new("/proc/self/fd/7"), Path::new("/proc/self/fd/8"), publish, true)
+        pasta_args(Path::new("/proc/self/fd/7"), Some(Path::new("/proc/self/fd/8")), publish, true)
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect::<Vec<_>>()
             .join(" ")
     };
     let v6: std::net::IpAddr = "::1".parse().expect("addr");
-    let v4_only = pasta_args(Path::new("/n"), Path::new("/u"), &[], false);
+    let v4_only = pasta_args(Path::new("/n"), Some(Path::new("/u")), &[], false);
     assert!(v4_only.iter().any(|a| a == "-4"));
+    // A namespace of our own user namespace (a root caller's native sandbox): pasta joins it
+    // as it is and stays root (as nobody it could not open it).
+    let own = pasta_args(Path::new("/n"), None, &[], false);
+    assert!(!own.iter().any(|a| a == "--userns"));
+    assert!(own.windows(2).any(|w| w[0] == "--runas" && w[1] == "0:0"));
     insta::assert_snapshot!(format!(
         "none: {}\npublished: {}",
         show(&[]),

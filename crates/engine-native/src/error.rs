@@ -29,6 +29,9 @@ pub enum Error {
         /// The errno it failed with.
         source: std::io::Error,
     },
+    /// The outbound network of a sandbox with net on could not be attached (pasta).
+    #[error("cannot give the native sandbox its network: {0}")]
+    Network(String),
     /// Host-side IO around the sandbox.
     #[error("{context}: {source}")]
     Io {

@@ -2,15 +2,18 @@
 //! tmpfs root, the shared seccomp wall and Landlock, with no helper binary on the host.
 //!
 //! [`plan`] is pure (what the tree is); [`sandbox`] performs a plan (fork, namespaces, mounts,
-//! `pivot_root`, privileges dropped, filters applied, `execve`). Not yet an `Engine`: the CLI
+//! `pivot_root`, privileges dropped, filters applied, `execve`); [`net`] connects a sandbox with
+//! net on through pasta (engine-bwrap's code). Not yet an `Engine`: the CLI
 //! does not list it until it runs scripts end to end.
 
 mod error;
+pub mod net;
 pub mod plan;
 pub mod sandbox;
 #[cfg(test)]
 mod tests;
 
 pub use error::{Error, Result};
+pub use net::connect;
 pub use plan::{Access, Ids, Input, Op, Plan, RootEntry, plan};
 pub use sandbox::{Child, Command, landlock_abi, spawn, userns_probe};

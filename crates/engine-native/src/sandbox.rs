@@ -67,9 +67,28 @@ pub struct Command {
 pub struct Child {
     pid: i32,
     waiter: std::thread::JoinHandle<Result<i32>>,
+    /// Net on: the monitor waits after its `unshare` until this is written (or closed, which
+    /// ends the sandbox before anything of the command ran).
+    go: Option<OwnedFd>,
 }
 
 impl Child {
+    /// Net on: lets the sandbox go on once its network namespace (that of [`Child::pid`]) is
+    /// connected; until then nothing is set up in it. No-op with net off.
+    pub fn release(&mut self) -> Result<()> {
+        if let Some(go) = self.go.take() {
+            rustix::io::write(&go, &[1])
+                .map_err(|e| Error::io("releasing the native sandbox")(e.into()))?;
+        }
+        Ok(())
+    }
+
+    /// Net on, when the network could not be attached: the sandbox ends before its setup
+    /// (what dropping the [`Child`] does too). No-op with net off or once released.
+    pub fn release_abandoned(&mut self) {
+        self.go = None;
+    }
+
     /// The monitor's host pid: signals sent to it reach the command.
     pub fn pid(&self) -> i32 {
         self.pid
@@ -127,6 +146,7 @@ const STEP_NAMES: &[&str] = &[
     "chdir",
     "execve",
     "parent died",
+    "waiting for the network",
 ];
 const S_UNSHARE: u32 = 0;
 const S_UID_MAP: u32 = 1;
@@ -148,6 +168,7 @@ const S_SECCOMP: u32 = 16;
 const S_CHDIR: u32 = 17;
 const S_EXEC: u32 = 18;
 const S_PARENT: u32 = 19;
+const S_NET: u32 = 20;
 const OPS: u32 = 100;
 
 /// Everything the three processes need, built before the fork.
@@ -168,18 +189,28 @@ struct Prepared {
     seccomp: Vec<libc::sock_filter>,
     stdio: [Option<OwnedFd>; 3],
     error_w: OwnedFd,
+    /// Net on: (written once the namespaces exist, read until the network is attached).
+    net_sync: Option<(OwnedFd, OwnedFd)>,
+    /// The descriptors the monitor keeps (sorted): every other one it inherited by the fork
+    /// (this spawn's parent ends, other concurrent sandboxes' pipes) is closed, so an EOF the
+    /// sandbox waits for is never held off by a copy inside it.
+    keep: Vec<i32>,
 }
 
-/// Starts `command` in the sandbox `plan` describes.
+/// Starts `command` in the sandbox `plan` describes. With net on the sandbox stops right after
+/// creating its namespaces: connect the network namespace of [`Child::pid`] (`crate::net`),
+/// then [`Child::release`] it.
 pub fn spawn(plan: &Plan, command: Command) -> Result<Child> {
-    if plan.net {
-        return Err(Error::Unsupported {
-            what: "the native engine cannot give a sandbox network yet".into(),
-            hint: "net on lands in the next slice; run with net off or another engine".into(),
-        });
-    }
     let (error_r, error_w) = pipe()?;
-    let prepared = Prepared::new(plan, command, error_w)?;
+    let mut prepared = Prepared::new(plan, command, error_w)?;
+    let mut parent_sync = None;
+    if plan.net {
+        let (ready_r, ready_w) = pipe()?;
+        let (go_r, go_w) = pipe()?;
+        prepared.net_sync = Some((ready_w, go_r));
+        parent_sync = Some((ready_r, go_w));
+    }
+    prepared.keep = prepared.keep_list();
     let (tx, rx) = mpsc::channel::<Result<i32>>();
     let waiter = std::thread::Builder::new()
         .name("native-sandbox".into())
@@ -191,13 +222,32 @@ pub fn spawn(plan: &Plan, command: Command) -> Result<Child> {
             source: std::io::Error::other("the waiting thread ended early"),
         })
     });
-    match pid {
-        Ok(pid) => Ok(Child { pid, waiter }),
+    let pid = match pid {
+        Ok(pid) => pid,
         Err(e) => {
             let _ = waiter.join();
-            Err(e)
+            return Err(e);
         }
+    };
+    let Some((ready_r, go_w)) = parent_sync else { return Ok(Child { pid, waiter, go: None }) };
+    // The monitor's copy of the write end closes when it fails or exits: EOF, and the waiter
+    // has its reason.
+    let mut byte = [0u8; 1];
+    let ready = loop {
+        match rustix::io::read(&ready_r, &mut byte) {
+            Err(rustix::io::Errno::INTR) => {}
+            other => break other,
+        }
+    };
+    if ready != Ok(1) {
+        drop(go_w);
+        let err = waiter.join().unwrap_or(Ok(255)).err();
+        return Err(err.unwrap_or_else(|| Error::Setup {
+            step: "unshare".into(),
+            source: std::io::Error::other("the sandbox ended before its namespaces existed"),
+        }));
     }
+    Ok(Child { pid, waiter, go: Some(go_w) })
 }
 
 fn waiter(prepared: Prepared, error_r: OwnedFd, tx: mpsc::Sender<Result<i32>>) -> Result<i32> {
@@ -419,7 +469,22 @@ impl Prepared {
             seccomp,
             stdio: [command.stdin, command.stdout, command.stderr],
             error_w,
+            net_sync: None,
+            keep: Vec::new(),
         })
+    }
+
+    fn keep_list(&self) -> Vec<i32> {
+        let mut keep = vec![self.error_w.as_raw_fd()];
+        if let Some((ready, go)) = &self.net_sync {
+            keep.extend([ready.as_raw_fd(), go.as_raw_fd()]);
+        }
+        keep.extend(self.steps.iter().filter_map(|s| match s {
+            Step::Tree { tree, .. } => Some(tree.as_raw_fd()),
+            _ => None,
+        }));
+        keep.sort_unstable();
+        keep
     }
 
     fn fail(&self, step: u32, err: i32) -> ! {
@@ -502,6 +567,15 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
                 libc::dup2(fd.as_raw_fd(), target);
             }
         }
+        let mut from = 3u32;
+        for fd in &prep.keep {
+            let fd = *fd as u32;
+            if fd > from {
+                libc::syscall(libc::SYS_close_range, from, fd - 1, 0u32);
+            }
+            from = from.max(fd + 1);
+        }
+        libc::syscall(libc::SYS_close_range, from, u32::MAX, 0u32);
         let mut flags = libc::CLONE_NEWNS
             | libc::CLONE_NEWPID
             | libc::CLONE_NEWIPC
@@ -519,6 +593,20 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
         }
         // A credential change (the new user namespace's capabilities) cleared it.
         die_with_parent(prep, parent);
+        if let Some((ready, go)) = &prep.net_sync {
+            prep.check(S_NET, libc::write(ready.as_raw_fd(), [1u8].as_ptr().cast(), 1) as _);
+            let mut byte = 0u8;
+            loop {
+                let n = libc::read(go.as_raw_fd(), (&mut byte as *mut u8).cast(), 1);
+                if n == 1 {
+                    break;
+                }
+                if n == 0 || errno() != libc::EINTR {
+                    // Never connected: nothing of the command may run.
+                    prep.fail(S_NET, if n == 0 { libc::ENETUNREACH } else { errno() });
+                }
+            }
+        }
         let set = signal_set(true);
         libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         let me = libc::getpid();

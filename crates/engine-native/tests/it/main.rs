@@ -367,17 +367,130 @@ fn the_whole_tree_dies_with_a_killed_parent() {
     assert!(left.is_empty(), "still running after the parent died: {left:?}");
 }
 
+const NET_FACTS: &str = r#"
+import errno, json, socket, ssl, urllib.request
+def connect(addr, family=socket.AF_INET):
+    s = socket.socket(family)
+    s.settimeout(5)
+    try:
+        s.connect(addr); return "connected"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+try:
+    pypi = urllib.request.urlopen("https://pypi.org/simple/six/", timeout=20).status
+except Exception as e:
+    pypi = repr(e)
+print(json.dumps({
+    "pypi": pypi,
+    "metadata": connect(("169.254.169.254", 80)),
+    "host_loopback": connect(("127.0.0.1", HOST_PORT)),
+    "host_abstract": connect(b"\0" + HOST_ABSTRACT, socket.AF_UNIX),
+}))
+"#;
+
+/// Net on: PyPI over TLS with the mounted CA bundle; the metadata address unroutable (113);
+/// neither the host's loopback ports nor its abstract unix sockets reachable.
+fn net_on_reaches_pypi_only() {
+    let Some(pasta) =
+        ["/usr/bin/pasta", "/usr/local/bin/pasta"].iter().find(|p| Path::new(p).exists())
+    else {
+        eprintln!("SKIPPED: native net on: pasta (the passt package) is not installed");
+        return;
+    };
+    let mut f = fixture();
+    f.input.net = true;
+    f.input.ca_bundle = std::fs::canonicalize("/etc/ssl/certs/ca-certificates.crt").ok();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let abstract_name = format!("psbx-native-test-{}", std::process::id());
+    let abstract_sock = {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(&abstract_name).unwrap();
+        std::os::unix::net::UnixListener::bind_addr(&addr).unwrap()
+    };
+    let code = NET_FACTS
+        .replace("HOST_PORT", &port.to_string())
+        .replace("HOST_ABSTRACT", &format!("b{abstract_name:?}"));
+    let plan = engine_native::plan(&f.input).unwrap();
+    let (r, w) = rustix::pipe::pipe().unwrap();
+    let mut env = env();
+    env.push(("SSL_CERT_FILE".into(), sandbox_core::SANDBOX_CA_BUNDLE.into()));
+    let command = Command {
+        argv: [PYTHON, "-I", "-c", &code].iter().map(OsString::from).collect(),
+        env,
+        stdin: None,
+        stdout: Some(w),
+        stderr: None,
+    };
+    let mut child = engine_native::spawn(&plan, command).unwrap();
+    let net = engine_native::connect(&mut child, Path::new(pasta), &[]).unwrap();
+    let reader = std::thread::spawn(move || read_all(r));
+    let exit = child.wait().unwrap();
+    drop(net);
+    let out = reader.join().unwrap();
+    drop((listener, abstract_sock));
+    assert_eq!(exit, 0, "{out}");
+    assert!(out.contains("\"pypi\": 200"), "{out}");
+    assert!(out.contains("\"metadata\": \"EHOSTUNREACH\""), "{out}");
+    assert!(!out.contains("connected"), "{out}");
+}
+
 #[test]
-fn net_on_is_refused_for_now() {
+fn net_on_reaches_pypi_but_not_the_host_or_metadata() {
+    as_root_and_rootless(
+        "net_on_reaches_pypi_but_not_the_host_or_metadata",
+        net_on_reaches_pypi_only,
+    );
+}
+
+/// The sandbox's pasta is ended with the handle (none is left once the run is over).
+#[test]
+fn a_dropped_network_handle_leaves_no_pasta() {
+    let Some(()) = gate() else { return };
+    if !Path::new("/usr/bin/pasta").exists() {
+        eprintln!("SKIPPED: native net on: pasta is not installed");
+        return;
+    }
     let mut f = fixture();
     f.input.net = true;
     let plan = engine_native::plan(&f.input).unwrap();
-    let err = engine_native::spawn(
+    let mut child = engine_native::spawn(
         &plan,
-        Command { argv: vec!["/bin/true".into()], ..Command::default() },
+        Command { argv: vec!["/bin/true".into()], env: env(), ..Command::default() },
     )
-    .unwrap_err();
-    assert!(err.to_string().contains("net on lands in the next slice"), "{err}");
+    .unwrap();
+    let net = engine_native::connect(&mut child, Path::new("/usr/bin/pasta"), &[]).unwrap();
+    let pid = child.pid();
+    assert_eq!(child.wait().unwrap(), 0);
+    drop(net);
+    let ns = format!("/proc/{pid}/ns/net");
+    assert!(!Path::new(&ns).exists());
+}
+
+/// A network that cannot be attached ends the sandbox before anything of the command ran.
+#[test]
+fn a_failed_network_attach_runs_nothing() {
+    let Some(()) = gate() else { return };
+    let mut f = fixture();
+    f.input.net = true;
+    let marker = f.workspace.join("ran");
+    let plan = engine_native::plan(&f.input).unwrap();
+    let script = format!("open({:?}, 'w')", marker.display().to_string());
+    let mut child = engine_native::spawn(
+        &plan,
+        Command {
+            argv: [PYTHON, "-I", "-c", &script].iter().map(OsString::from).collect(),
+            env: env(),
+            ..Command::default()
+        },
+    )
+    .unwrap();
+    let err = engine_native::connect(&mut child, Path::new("/nonexistent/pasta"), &[]).unwrap_err();
+    assert!(err.to_string().contains("cannot give the native sandbox its network"), "{err}");
+    child.release_abandoned();
+    let err = child.wait().unwrap_err();
+    assert!(err.to_string().contains("waiting for the network"), "{err}");
+    assert!(!marker.exists(), "the command ran without its network");
 }
 
 #[test]
