@@ -154,7 +154,7 @@ impl Tools {
 }
 
 /// `$PYTHON_SANDBOX_CACHE` or `~/.cache/python-sandbox`, then `wasm-tools`.
-fn cache_dir(sh: &Shell) -> PathBuf {
+pub(crate) fn cache_dir(sh: &Shell) -> PathBuf {
     let base = sh
         .var("PYTHON_SANDBOX_CACHE")
         .ok()
