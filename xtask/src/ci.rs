@@ -3,7 +3,8 @@
 //! Tiers run least powerful first: formatting and lints, the pure tests, then the engines that
 //! can run here (bubblewrap, docker, podman: installed and started when possible), the
 //! cross-engine conformance suite on each (and on podman as an unprivileged user: the
-//! `podman-rootless` tier), the WASM build with its node tests, and a fuzz smoke
+//! `podman-rootless` tier), the WASM build with its node tests, the Claude Code plugin installed
+//! with the real `claude` CLI (its launcher provisioning the CLI), and a fuzz smoke
 //! run. A tier that cannot run prints `SKIPPED: tier: reason` and CI goes on; a tier that runs
 //! and fails stops CI.
 
@@ -74,6 +75,10 @@ impl Ci {
 
         step("wasm");
         crate::wasm::Wasm { check: true }.run(sh)?;
+
+        step("plugin");
+        // The plugin installed with the real Claude Code CLI; its launcher builds the CLI.
+        crate::plugin::Plugin { provision: true }.run(sh)?;
 
         step("fuzz smoke");
         crate::fuzz::Fuzz { seconds: FUZZ_SECONDS, target: None }.run(sh)?;

@@ -8,6 +8,10 @@ usage: cargo xtask <command> [options]
 commands:
   ci                 everything CI checks: fmt, clippy, tests, wasm, fuzz smoke, engine tiers
   wasm [--check]     build the pep723-meta npm package into target/wasm/pep723-meta
+  plugin [--provision]
+                     the Claude Code plugin with the real `claude` CLI (npm) in a scratch HOME:
+                     validate, marketplace add, install, `detect --json` through its launcher;
+                     `--provision`: the launcher also builds the CLI with cargo (minutes)
   bench [--engine k8s]
                      benchmarks, printed side by side with their baselines; `--engine k8s`: the
                      pod engine against kubectl on the cluster KUBECONFIG names
@@ -29,6 +33,7 @@ pub(crate) enum Cmd {
     Help,
     Ci(crate::ci::Ci),
     Wasm(crate::wasm::Wasm),
+    Plugin(crate::plugin::Plugin),
     Bench(crate::bench::Bench),
     Fuzz(crate::fuzz::Fuzz),
     TestEngines(crate::test_engines::TestEngines),
@@ -56,6 +61,13 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
             }
             Cmd::Wasm(crate::wasm::Wasm { check })
         }
+        "plugin" => match rest.as_slice() {
+            [] => Cmd::Plugin(crate::plugin::Plugin { provision: false }),
+            [flag] if flag == "--provision" => {
+                Cmd::Plugin(crate::plugin::Plugin { provision: true })
+            }
+            _ => bail!("`plugin` takes nothing or `--provision`\n\n{USAGE}"),
+        },
         "bench" => {
             let engine = match rest.as_slice() {
                 [] => None,

@@ -10,6 +10,7 @@ mod flags;
 mod fuzz;
 mod image;
 mod kind;
+mod plugin;
 mod rootless;
 mod services;
 mod test_engines;
@@ -30,6 +31,7 @@ fn main() -> anyhow::Result<()> {
         }
         flags::Cmd::Ci(c) => c.run(&sh),
         flags::Cmd::Wasm(c) => c.run(&sh),
+        flags::Cmd::Plugin(c) => c.run(&sh),
         flags::Cmd::Bench(c) => c.run(&sh),
         flags::Cmd::Fuzz(c) => c.run(&sh),
         flags::Cmd::TestEngines(c) => c.run(&sh),

@@ -22,7 +22,7 @@ const BINARYEN: &str = "132.0.0";
 /// Where the package is written, relative to the repository root.
 const OUT: &str = "target/wasm/pep723-meta";
 /// Where the extension loads its copy of the package from (gitignored).
-const EXTENSION_COPY: &str = "plugin/vscode/wasm/pep723-meta";
+const EXTENSION_COPY: &str = "editors/vscode/wasm/pep723-meta";
 /// The generated module's base name.
 const NAME: &str = "pep723_meta";
 /// The size the issue asks for (gzipped `.wasm`). Met with full PEP 508 validation since the
@@ -107,7 +107,7 @@ impl Wasm {
             .run()?;
         crate::section("wasm: node tests (VS Code extension)");
         {
-            let _dir = sh.push_dir("plugin/vscode");
+            let _dir = sh.push_dir("editors/vscode");
             cmd!(sh, "node --test").run()?;
         }
         let linked = forbidden_crates(&unoptimized);
@@ -154,7 +154,7 @@ impl Tools {
 }
 
 /// `$PYTHON_SANDBOX_CACHE` or `~/.cache/python-sandbox`, then `wasm-tools`.
-fn cache_dir(sh: &Shell) -> PathBuf {
+pub(crate) fn cache_dir(sh: &Shell) -> PathBuf {
     let base = sh
         .var("PYTHON_SANDBOX_CACHE")
         .ok()
