@@ -34,6 +34,9 @@ pub(crate) enum Command {
     /// Remove expired and orphaned python-sandbox containers, and environments nobody used for a
     /// while, now.
     Reap(ReapArgs),
+    /// Serve the Model Context Protocol on stdin/stdout: typed tools for MCP clients (run_script,
+    /// sessions, files, services, detect). Boundary crossings still need the user's approval.
+    Mcp,
 }
 
 /// Container flags shared by `run` and `session start` (docker, podman and k8s).

@@ -8,6 +8,7 @@ mod config;
 mod detect;
 mod exit;
 mod files;
+mod mcp;
 mod meta;
 #[cfg(test)]
 mod plugin_check;
@@ -51,6 +52,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Session(cmd) => session::run(cmd),
         Command::Reap(args) => reap::run(args),
+        Command::Mcp => mcp::serve(),
     };
     match result {
         Ok(code) => code,

@@ -103,11 +103,7 @@ fn check(files: &[PathBuf], json: bool) -> Result<ExitCode> {
         errors += parsed.diagnostics.iter().filter(|d| d.is_error()).count();
         warnings += parsed.diagnostics.iter().filter(|d| d.severity == Severity::Warning).count();
         if json {
-            reports.push(serde_json::json!({
-                "file": file.display().to_string(),
-                "status": parsed.status,
-                "diagnostics": diagnostics_json(&text, &parsed.diagnostics),
-            }));
+            reports.push(check_json(file, &bytes));
         } else {
             eprint!("{}", render(file, &text, &parsed.diagnostics));
         }
@@ -131,6 +127,17 @@ fn check(files: &[PathBuf], json: bool) -> Result<ExitCode> {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    })
+}
+
+/// Pure: one file's entry of `meta check --json` (also the MCP server's `check_script`).
+pub(crate) fn check_json(file: &Path, bytes: &[u8]) -> serde_json::Value {
+    let parsed = pep723_meta::parse_bytes(bytes);
+    let text = String::from_utf8_lossy(bytes);
+    serde_json::json!({
+        "file": file.display().to_string(),
+        "status": parsed.status,
+        "diagnostics": diagnostics_json(&text, &parsed.diagnostics),
     })
 }
 

@@ -18,7 +18,26 @@ pub(crate) struct Relay {
 impl Relay {
     /// Through the scrubber, masking `secrets`.
     pub(crate) fn scrubbed(secrets: &Secrets, json: bool) -> ScrubbingSink<Relay> {
-        ScrubbingSink::new(secrets, Relay { json, closed: false })
+        ScrubbingSink::new(secrets, Relay::plain(json))
+    }
+
+    /// Without a scrubber, for a caller that puts its own in front.
+    pub(crate) fn plain(json: bool) -> Relay {
+        Relay { json, closed: false }
+    }
+}
+
+/// A sink borrowed for one command, behind a scrubber that wants to own its inner sink:
+/// forwards the chunks and whether the reader went away.
+pub(crate) struct Forward<'a, S: ?Sized>(pub(crate) &'a mut S);
+
+impl<S: OutputSink + ?Sized> OutputSink for Forward<'_, S> {
+    fn write(&mut self, stream: Stream, chunk: &[u8]) {
+        self.0.write(stream, chunk);
+    }
+
+    fn closed(&self) -> bool {
+        self.0.closed()
     }
 }
 

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use anstream::{eprintln, println};
 use anyhow::Result;
 use sandbox_core::{
-    Capability, DynEngine, ErrorClass, Layer, Net, Output, RunIo, RunOutcome, RunSpec, Secrets,
-    Stdin,
+    Capability, Crossing, DynEngine, ErrorClass, Layer, Net, Output, OutputSink, RunIo, RunOutcome,
+    RunSpec, ScrubbingSink, Secrets, Stdin,
 };
 
 use crate::args::{NetFlag, RunArgs};
@@ -41,12 +41,7 @@ pub(crate) fn print_json_error(e: &anyhow::Error, engine: Option<&str>) {
 /// The run; `engine` is set once one is chosen, for the JSON of a later error.
 fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result<ExitCode> {
     let script = script::load(&args.script)?;
-    let parsed = meta::parse_for_run(&script)?;
-    let inline = parsed.metadata.as_ref().map(spec::inline_layer).unwrap_or_default();
-    let cli = cli_layer(&args, &script.path)?;
-    let resolved = spec::resolve(&inline, &cli)?;
-    let crossings = resolved.crossings();
-    let spec = resolved.spec;
+    let (spec, crossings) = plan(&script, |path| cli_layer(&args, path))?;
     if !crossings.is_empty() && !args.approve {
         return Ok(spec::refuse(&crossings, spec::Subject::Run, args.json));
     }
@@ -100,6 +95,49 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
         println!("{summary}");
     }
     Ok(ExitCode::from(code))
+}
+
+/// What `run` and the MCP server's `run_script` share before an engine is chosen: the
+/// script's metadata parsed strictly, the layers resolved in the current directory (the
+/// workspace), and the boundary crossings of the result, for the caller to refuse. The
+/// caller's layer (`cli`, given the script's path) is built after the metadata is read, so
+/// the script's diagnostics come before an error in the caller's own settings.
+pub(crate) fn plan(
+    script: &script::Script,
+    cli: impl FnOnce(&Path) -> Result<Layer>,
+) -> Result<(RunSpec, Vec<Crossing>)> {
+    let parsed = meta::parse_for_run(script)?;
+    let inline = parsed.metadata.as_ref().map(spec::inline_layer).unwrap_or_default();
+    let resolved = spec::resolve(&inline, &cli(&script.path)?)?;
+    let crossings = resolved.crossings();
+    Ok((resolved.spec, crossings))
+}
+
+/// A run whose output is kept rather than relayed (the MCP server's `run_script`): the
+/// engine's checks, prepare, then the run with no stdin and both streams scrubbed into
+/// `output`. The engine's warnings are returned with the outcome's own.
+pub(crate) fn run_captured<S: OutputSink>(
+    engine: &dyn DynEngine,
+    spec: &RunSpec,
+    output: S,
+    urls: &mut Vec<(u16, String)>,
+) -> Result<(RunOutcome, S)> {
+    refuse_unsupported(engine.name(), engine.capability(), spec)?;
+    let warnings = engine.check_dyn(spec)?;
+    let prepared = engine.prepare_dyn(spec, &mut |_| {})?;
+    let mut published = |ports: &[sandbox_core::PublishedPort]| {
+        urls.extend(ports.iter().map(|p| (p.port, p.url())));
+    };
+    let mut sink = ScrubbingSink::new(&secrets_of(spec), output);
+    let io = RunIo {
+        stdin: Stdin::Null,
+        output: Output::Sink(&mut sink),
+        status: None,
+        published: Some(&mut published),
+    };
+    let mut outcome = engine.run_prepared_dyn(spec, &prepared, io)?;
+    outcome.warnings.splice(0..0, warnings);
+    Ok((outcome, sink.finish()))
 }
 
 /// The command line's layer. Flags that do not parse are errors before anything starts.

@@ -51,7 +51,9 @@ pub(crate) fn load(arg: &Path) -> Result<Script> {
     }
 }
 
-fn from_stream(display: PathBuf, bytes: Vec<u8>) -> Result<Script> {
+/// A script from bytes (stdin, a pipe, the MCP server's inline code), kept in a private
+/// temporary file for as long as the [`Script`] lives.
+pub(crate) fn from_stream(display: PathBuf, bytes: Vec<u8>) -> Result<Script> {
     let dir = tempfile::Builder::new()
         .prefix("python-sandbox-script-")
         .tempdir()

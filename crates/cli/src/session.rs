@@ -2,19 +2,19 @@
 //! sessions, through the registry and the `sandbox_core` session seam only (`DynSessionEngine`,
 //! `DynSession`): this module names no engine.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anstream::println;
 use anyhow::{Context, Result};
 use sandbox_core::{
-    DynSession, EngineError, ExecRequest, Layer, Net, RunOutcome, Secrets, SessionConfig,
-    SessionInfo,
+    DynSession, EngineError, ExecRequest, Layer, Net, OutputSink, RunOutcome, Secrets,
+    SessionConfig, SessionInfo,
 };
 
 use crate::args::{NetFlag, SessionCmd, SessionStartArgs};
-use crate::relay::Relay;
+use crate::relay::{Forward, Relay};
 use crate::{meta, registry, ui};
 
 /// `90s`, `30m`, `2h`, `1d`, or plain seconds.
@@ -107,28 +107,7 @@ fn start_session(args: SessionStartArgs, json: bool) -> Result<ExitCode> {
         namespace: args.namespace.as_deref(),
         purpose: registry::Purpose::Start,
     };
-    let Some(engine) = registry::select_sessions(args.engine.as_deref(), &options)? else {
-        return Err(ui::hinted(
-            "no engine that can hold a session works here, so nothing was started",
-            "run `python-sandbox detect` (and `python-sandbox suggest`)",
-        ));
-    };
-    let config = SessionConfig {
-        workspace,
-        mounts: spec.mounts,
-        net: spec.net,
-        publish: spec.publish,
-        env: spec.env,
-        ttl,
-        tmpfs_size: spec.tmpfs_size,
-        limits: spec.limits,
-    };
-    let info = {
-        let mut progress = crate::progress::Progress::start();
-        let started = engine.start_session_dyn(&config, &mut |line| progress.set(line));
-        progress.finish();
-        started?
-    };
+    let info = start_resolved(spec, workspace, ttl, args.engine.as_deref(), &options)?;
     for warning in &info.warnings {
         ui::warn(warning);
     }
@@ -147,9 +126,40 @@ fn start_session(args: SessionStartArgs, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Starts a session of a spec already resolved and checked at the boundary (by `session
+/// start` or the MCP server's `session_start`) on `engine` (`None`: the first that can).
+pub(crate) fn start_resolved(
+    spec: sandbox_core::RunSpec,
+    workspace: PathBuf,
+    ttl: Duration,
+    engine: Option<&str>,
+    options: &registry::Options<'_>,
+) -> Result<SessionInfo> {
+    let Some(engine) = registry::select_sessions(engine, options)? else {
+        return Err(ui::hinted(
+            "no engine that can hold a session works here, so nothing was started",
+            "run `python-sandbox detect` (and `python-sandbox suggest`)",
+        ));
+    };
+    let config = SessionConfig {
+        workspace,
+        mounts: spec.mounts,
+        net: spec.net,
+        publish: spec.publish,
+        env: spec.env,
+        ttl,
+        tmpfs_size: spec.tmpfs_size,
+        limits: spec.limits,
+    };
+    let mut progress = crate::progress::Progress::start();
+    let started = engine.start_session_dyn(&config, &mut |line| progress.set(line));
+    progress.finish();
+    Ok(started?)
+}
+
 /// The secrets to mask in what a session prints: its own secret-looking environment and that
 /// of this one command.
-fn session_secrets(session: &dyn DynSession, env: &[(String, String)]) -> Secrets {
+pub(crate) fn session_secrets(session: &dyn DynSession, env: &[(String, String)]) -> Secrets {
     let own = session.secrets().iter().map(|value| ("SESSION_SECRET", value.as_str()));
     Secrets::of_env(own.chain(env.iter().map(|(k, v)| (k.as_str(), v.as_str()))))
 }
@@ -222,11 +232,56 @@ fn run_script(
     let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
     let timed_out = std::cell::Cell::new(None);
     let outcome = registry::with_session(id, choice, |session| {
-        // The script's own settings, resolved as a run would (relative paths against the
-        // session's workspace), then checked against what the session was started with.
+        let planned = ScriptInSession { script: &script.path, inline: &inline, cli: &cli, args };
+        let mut relay = Relay::plain(false);
+        let outcome = planned.run(session, home.clone(), &mut relay, &mut |warning, hint| {
+            ui::warn(&warning);
+            if let Some(hint) = hint {
+                ui::print_hint(&hint);
+            }
+        });
+        if let Ok((_, timeout)) = &outcome {
+            timed_out.set(*timeout);
+        }
+        outcome.map(|(outcome, _)| outcome)
+    })?;
+    if outcome.timed_out {
+        let secs = timed_out.get().map_or(0.0, |t| t.as_secs_f64());
+        anstream::eprintln!(
+            "{}error{:#}: timed out after {secs}s; the script was stopped",
+            ui::ERROR,
+            ui::ERROR
+        );
+        return Ok(ExitCode::from(crate::exit::TIMEOUT));
+    }
+    Ok(exit(&outcome))
+}
+
+/// A script for a session, resolved: what `session run` and the MCP server's `session_run`
+/// share.
+pub(crate) struct ScriptInSession<'a> {
+    pub(crate) script: &'a Path,
+    pub(crate) inline: &'a Layer,
+    pub(crate) cli: &'a Layer,
+    pub(crate) args: &'a [String],
+}
+
+impl ScriptInSession<'_> {
+    /// Resolves the script's own settings as a run would (relative paths against the
+    /// session's workspace), checks them against what the session was started with, warns
+    /// through `warn` (a warning and its hint), and runs it with its output scrubbed into
+    /// `output`. Returns the outcome and the script's timeout.
+    pub(crate) fn run(
+        &self,
+        session: &dyn DynSession,
+        home: Option<PathBuf>,
+        output: &mut dyn OutputSink,
+        warn: &mut dyn FnMut(String, Option<String>),
+    ) -> Result<(RunOutcome, Option<Duration>), EngineError> {
+        let (inline, cli) = (self.inline, self.cli);
         let workspace = PathBuf::from(session.workspace());
-        let ctx = sandbox_core::ResolveCtx { workspace: workspace.clone(), home: home.clone() };
-        let mut spec = sandbox_core::resolve(&Layer::default(), &inline, &cli, &ctx)
+        let ctx = sandbox_core::ResolveCtx { workspace: workspace.clone(), home };
+        let mut spec = sandbox_core::resolve(&Layer::default(), inline, cli, &ctx)
             .map_err(EngineError::new)?;
         crate::spec::fill_env_from_host(&mut spec);
         if let Some(policy) = session.policy() {
@@ -240,7 +295,7 @@ fn run_script(
                 .collect();
             let net = inline.net.unwrap_or(if policy.net { Net::On } else { Net::Off });
             if let Some(warning) = policy.net_warning(net) {
-                ui::warn(&warning);
+                warn(warning, None);
             }
             let ports: Vec<u16> = spec.publish.iter().map(|p| p.port).collect();
             let misfits = policy.misfits(&workspace, &mounts, net, &ports);
@@ -251,10 +306,9 @@ fn run_script(
                 }));
             }
         }
-        timed_out.set(spec.timeout);
         let options = sandbox_core::ScriptOptions {
             dependencies: spec.dependencies.clone(),
-            args: args.to_vec(),
+            args: self.args.to_vec(),
             env: spec
                 .env
                 .iter()
@@ -274,26 +328,16 @@ fn run_script(
         if let Some((warning, hint)) =
             shared_secret_warning(session.id(), session.scripts_run(), &secret_names)
         {
-            ui::warn(&warning);
-            ui::print_hint(&hint);
+            warn(warning, Some(hint));
         }
         // Counted before it runs: whatever it leaves behind, it leaves from its first line.
         session.note_script();
-        let mut sink = Relay::scrubbed(&session_secrets(session, &options.env), false);
-        let outcome = session.run_script(&script.path, &options, &mut sink);
+        let secrets = session_secrets(session, &options.env);
+        let mut sink = sandbox_core::ScrubbingSink::new(&secrets, Forward(output));
+        let outcome = session.run_script(self.script, &options, &mut sink);
         let _ = sink.finish();
-        outcome
-    })?;
-    if outcome.timed_out {
-        let secs = timed_out.get().map_or(0.0, |t| t.as_secs_f64());
-        anstream::eprintln!(
-            "{}error{:#}: timed out after {secs}s; the script was stopped",
-            ui::ERROR,
-            ui::ERROR
-        );
-        return Ok(ExitCode::from(crate::exit::TIMEOUT));
+        Ok((outcome?, spec.timeout))
     }
-    Ok(exit(&outcome))
 }
 
 fn list(json: bool, choice: registry::Target<'_>) -> Result<ExitCode> {

@@ -135,17 +135,7 @@ pub(crate) fn refuse(crossings: &[Crossing], subject: Subject, json: bool) -> Ex
     }
     ui::print_hint(&format!("if you mean it, run again with `--approve`; {nothing}"));
     if json {
-        let items: Vec<_> = crossings
-            .iter()
-            .map(|c| {
-                serde_json::json!({
-                    "path": c.mount.path.display().to_string(),
-                    "mode": if c.mount.mode == MountMode::ReadOnly { "ro" } else { "rw" },
-                    "kind": c.kind.as_str(),
-                    "reason": c.reason,
-                })
-            })
-            .collect();
+        let items = crossings_json(crossings);
         println!(
             "{}",
             serde_json::json!({
@@ -157,6 +147,21 @@ pub(crate) fn refuse(crossings: &[Crossing], subject: Subject, json: bool) -> Ex
         );
     }
     ExitCode::from(EXIT_BOUNDARY)
+}
+
+/// Pure: the crossings as `--json` and the MCP server name them.
+pub(crate) fn crossings_json(crossings: &[Crossing]) -> Vec<serde_json::Value> {
+    crossings
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "path": c.mount.path.display().to_string(),
+                "mode": if c.mount.mode == MountMode::ReadOnly { "ro" } else { "rw" },
+                "kind": c.kind.as_str(),
+                "reason": c.reason,
+            })
+        })
+        .collect()
 }
 
 /// The script's own layer: its `dependencies` and `requires-python` plus `[tool.python-sandbox]`.

@@ -13,8 +13,8 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 
 use crate::{
-    Classify, EngineError, ExecRequest, Interactive, InteractiveExec, Net, OutputSink, RunOutcome,
-    ScriptOptions, SessionConfig,
+    Classify, DirEntry, EngineError, ExecRequest, Interactive, InteractiveExec, Net, OutputSink,
+    RunOutcome, Sandbox, ScriptOptions, Service, ServiceSpec, SessionConfig,
 };
 
 /// A session as `session list` shows it, whatever engine holds it.
@@ -205,6 +205,14 @@ pub trait DynSession {
         options: &ScriptOptions,
         output: &mut dyn OutputSink,
     ) -> Result<RunOutcome, EngineError>;
+    /// See [`Sandbox::read_file`].
+    fn read_file(&self, path: &str) -> Result<Vec<u8>, EngineError>;
+    /// See [`Sandbox::write_file`].
+    fn write_file(&self, path: &str, contents: &[u8]) -> Result<(), EngineError>;
+    /// See [`Sandbox::list_dir`].
+    fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>, EngineError>;
+    /// See [`Sandbox::start_service`].
+    fn start_service(&self, service: &ServiceSpec) -> Result<Service, EngineError>;
 }
 
 /// A session with the executor that drives it: the [`DynSession`] every engine hands out.
@@ -270,6 +278,26 @@ where
     ) -> Result<RunOutcome, EngineError> {
         self.executor
             .block_on(self.session.run_script(script, options, output))
+            .map_err(EngineError::new)
+    }
+
+    fn read_file(&self, path: &str) -> Result<Vec<u8>, EngineError> {
+        self.executor.block_on(Sandbox::read_file(&self.session, path)).map_err(EngineError::new)
+    }
+
+    fn write_file(&self, path: &str, contents: &[u8]) -> Result<(), EngineError> {
+        self.executor
+            .block_on(Sandbox::write_file(&self.session, path, contents))
+            .map_err(EngineError::new)
+    }
+
+    fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>, EngineError> {
+        self.executor.block_on(Sandbox::list_dir(&self.session, path)).map_err(EngineError::new)
+    }
+
+    fn start_service(&self, service: &ServiceSpec) -> Result<Service, EngineError> {
+        self.executor
+            .block_on(Sandbox::start_service(&self.session, service))
             .map_err(EngineError::new)
     }
 }
