@@ -36,10 +36,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reaper::ProcPin;
-use sandbox_core::agent::{AGENT_SOCKET, Frame, TIMEOUT_GRACE};
+use sandbox_core::agent::{AGENT_SOCKET, Answer, TIMEOUT_GRACE};
 use sandbox_core::{
     DirEntry, ExecRequest, Interactive, InteractiveExec, Net, OutputSink, PutSource, RunOutcome,
-    RunSpec, Sandbox, ScriptOptions, Service, ServiceSpec, SessionEngine, Stream, shell,
+    RunSpec, Sandbox, ScriptOptions, Service, ServiceSpec, SessionEngine, shell,
 };
 
 use crate::engine::BwrapEngine;
@@ -646,22 +646,9 @@ fn answer(
             greeted = true;
             continue;
         }
-        match frame {
-            Frame::Hello { .. } => {
-                return Err(hostile("an unexpected hello frame".to_owned()).into());
-            }
-            Frame::Output(which, chunk) => {
-                output.write(which, chunk);
-                if output.closed() {
-                    return Ok(outcome(sandbox_core::EXIT_CLOSED_PIPE, false));
-                }
-            }
-            Frame::Exited { code, timed_out } => return Ok(outcome(code, timed_out)),
-            Frame::NotStarted(message) => {
-                let (line, code) = sandbox_core::agent::not_started(request, &message);
-                output.write(Stream::Stderr, line.as_bytes());
-                return Ok(outcome(code, false));
-            }
+        match sandbox_core::agent::take_frame(frame, request, output).map_err(hostile)? {
+            Answer::More => {}
+            Answer::Ended { exit_code, timed_out } => return Ok(outcome(exit_code, timed_out)),
         }
     }
 }

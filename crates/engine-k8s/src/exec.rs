@@ -33,8 +33,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::AttachParams;
 use kube::core::Resource as _;
 use sandbox_core::agent::{
-    EXIT_HOST_TIMEOUT, Frame, MAX_INPUT_CHUNK, TIMEOUT_GRACE, check_hello,
-    encode_interactive_request, not_started, pump_input,
+    Answer, EXIT_HOST_TIMEOUT, MAX_INPUT_CHUNK, TIMEOUT_GRACE, check_hello,
+    encode_interactive_request, pump_input, take_frame,
 };
 use sandbox_core::{
     EXIT_CLOSED_PIPE, ExecRequest, Interactive, OutputSink, RunOutcome, Stream, TtySize,
@@ -418,21 +418,10 @@ where
                 greeted = true;
                 continue;
             }
-            let (exit_code, timed_out) = match frame {
-                Frame::Output(which, chunk) => {
-                    output.write(which, chunk);
-                    if output.closed() {
-                        return Ok(RunOutcome::exited(EXIT_CLOSED_PIPE, start.elapsed()));
-                    }
-                    continue;
-                }
-                Frame::Exited { code, timed_out } => (code, timed_out),
-                Frame::NotStarted(message) => {
-                    let (line, code) = not_started(request, &message);
-                    output.write(Stream::Stderr, line.as_bytes());
-                    (code, false)
-                }
-                Frame::Hello { .. } => return Err(hostile("an unexpected hello frame".to_owned())),
+            let Answer::Ended { exit_code, timed_out } =
+                take_frame(frame, request, output).map_err(hostile)?
+            else {
+                continue;
             };
             return Ok(RunOutcome {
                 exit_code,

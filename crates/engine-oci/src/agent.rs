@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use sandbox_core::agent::{Frame, TIMEOUT_GRACE};
-use sandbox_core::{ExecRequest, Interactive, OutputSink, RunOutcome, Stream};
+use sandbox_core::agent::{Answer, TIMEOUT_GRACE};
+use sandbox_core::{ExecRequest, Interactive, OutputSink, RunOutcome};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use crate::error::{Error, Result};
@@ -193,26 +193,10 @@ async fn answer(
             greeted = true;
             continue;
         }
-        let (exit_code, timed_out) = match frame {
-            Frame::Output(which, chunk) => {
-                output.write(which, chunk);
-                if output.closed() {
-                    return Ok(RunOutcome {
-                        exit_code: sandbox_core::EXIT_CLOSED_PIPE,
-                        duration: start.elapsed(),
-                        timed_out: false,
-                        warnings: Vec::new(),
-                    });
-                }
-                continue;
-            }
-            Frame::Exited { code, timed_out } => (code, timed_out),
-            Frame::NotStarted(message) => {
-                let (line, code) = sandbox_core::agent::not_started(request, &message);
-                output.write(Stream::Stderr, line.as_bytes());
-                (code, false)
-            }
-            Frame::Hello { .. } => return Err(hostile("an unexpected hello frame".to_owned())),
+        let Answer::Ended { exit_code, timed_out } =
+            sandbox_core::agent::take_frame(frame, request, output).map_err(hostile)?
+        else {
+            continue;
         };
         return Ok(RunOutcome {
             exit_code,

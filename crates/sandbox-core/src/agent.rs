@@ -24,7 +24,7 @@
 
 use std::time::Duration;
 
-use crate::{ExecRequest, Input, Stream, TtySize};
+use crate::{ExecRequest, Input, OutputSink, Stream, TtySize};
 
 /// The agent program, run by the sandbox's `python3` as the session's main process, with the
 /// idle TTL in seconds as its one argument.
@@ -252,6 +252,47 @@ pub fn not_started(request: &ExecRequest, message: &str) -> (String, i32) {
     let program = request.argv.first().map(String::as_str).unwrap_or_default();
     let code = if message.contains("No such file") { 127 } else { 126 };
     (format!("{program}: {message}\n"), code)
+}
+
+/// Where an exec stands after one frame of its answer ([`take_frame`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// More frames follow.
+    More,
+    /// The exec is over with this exit code (and whether the agent killed it at its timeout).
+    Ended {
+        /// The exit code to report.
+        exit_code: i32,
+        /// Whether the agent killed the command at the request's timeout.
+        timed_out: bool,
+    },
+}
+
+/// What one frame after the hello (if any) means for the exec, for every engine's relay:
+/// output goes to `output` (a reader that went away ends the exec with
+/// [`crate::EXIT_CLOSED_PIPE`]), a command that could not start says so on stderr as a shell
+/// would, and a second hello is hostile (`Err`, the problem).
+pub fn take_frame(
+    frame: Frame<'_>,
+    request: &ExecRequest,
+    output: &mut dyn OutputSink,
+) -> Result<Answer, String> {
+    match frame {
+        Frame::Output(which, chunk) => {
+            output.write(which, chunk);
+            if output.closed() {
+                return Ok(Answer::Ended { exit_code: crate::EXIT_CLOSED_PIPE, timed_out: false });
+            }
+            Ok(Answer::More)
+        }
+        Frame::Exited { code, timed_out } => Ok(Answer::Ended { exit_code: code, timed_out }),
+        Frame::NotStarted(message) => {
+            let (line, code) = not_started(request, &message);
+            output.write(Stream::Stderr, line.as_bytes());
+            Ok(Answer::Ended { exit_code: code, timed_out: false })
+        }
+        Frame::Hello { .. } => Err("an unexpected hello frame".to_owned()),
+    }
 }
 
 #[cfg(test)]
