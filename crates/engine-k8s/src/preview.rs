@@ -40,14 +40,37 @@ pub fn answered(response: &[u8]) -> bool {
     }
 }
 
-async fn get_once(host: &str, port: u16) -> std::io::Result<Vec<u8>> {
-    let mut tcp = tokio::net::TcpStream::connect((host, port)).await?;
+/// Why one GET of the URL did not answer.
+enum Attempt {
+    /// Nothing can ever answer at this address: the name does not resolve or nothing
+    /// listens, so no ingress controller serves the domain.
+    Absent(String),
+    /// Something listens (a controller not routing yet, a slow service).
+    Pending(String),
+}
+
+async fn get_once(host: &str, port: u16) -> Result<Vec<u8>, Attempt> {
+    let addrs: Vec<_> = match tokio::net::lookup_host((host, port)).await {
+        Ok(addrs) => addrs.collect(),
+        Err(e) => return Err(Attempt::Absent(format!("`{host}` does not resolve: {e}"))),
+    };
+    let Some(addr) = addrs.first() else {
+        return Err(Attempt::Absent(format!("`{host}` does not resolve")));
+    };
+    let mut tcp = match tokio::net::TcpStream::connect(addr).await {
+        Ok(tcp) => tcp,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            return Err(Attempt::Absent(format!("nothing listens at {addr}")));
+        }
+        Err(e) => return Err(Attempt::Pending(e.to_string())),
+    };
+    let pending = |e: std::io::Error| Attempt::Pending(e.to_string());
     let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    tcp.write_all(request.as_bytes()).await?;
+    tcp.write_all(request.as_bytes()).await.map_err(pending)?;
     let mut buf = vec![0u8; 4096];
     let mut got = 0;
     while got < buf.len() {
-        let n = tcp.read(&mut buf[got..]).await?;
+        let n = tcp.read(&mut buf[got..]).await.map_err(pending)?;
         if n == 0 {
             break;
         }
@@ -59,16 +82,34 @@ async fn get_once(host: &str, port: u16) -> std::io::Result<Vec<u8>> {
 
 /// Waits until `url` answers (see [`answered`]), at most `patience`.
 pub async fn wait_answers(url: &str, patience: Duration) -> Result<(), Error> {
+    wait(url, patience, false).await
+}
+
+/// [`wait_answers`], except that it gives up at once when no ingress controller can serve
+/// the URL at all (the name does not resolve, or nothing listens there, twice in a row): the
+/// `auto` preview then falls back to a port-forward without waiting out its patience, while
+/// a controller that answers but does not route yet is still waited for.
+pub async fn wait_routed(url: &str, patience: Duration) -> Result<(), Error> {
+    wait(url, patience, true).await
+}
+
+async fn wait(url: &str, patience: Duration, give_up_when_absent: bool) -> Result<(), Error> {
     let Some((host, port)) = host_port(url) else {
         return Err(Error::Host {
             what: format!("reach `{url}`"),
             message: "not an http URL".to_owned(),
         });
     };
-    let deadline = Instant::now() + patience;
+    let started = Instant::now();
+    let deadline = started + patience;
     let mut last = String::from("no answer");
+    let mut absent_in_a_row = 0;
     while Instant::now() < deadline {
         let attempt = tokio::time::timeout(Duration::from_secs(3), get_once(&host, port)).await;
+        absent_in_a_row = match &attempt {
+            Ok(Err(Attempt::Absent(_))) => absent_in_a_row + 1,
+            _ => 0,
+        };
         match attempt {
             Ok(Ok(response)) if answered(&response) => return Ok(()),
             Ok(Ok(response)) => {
@@ -78,8 +119,12 @@ pub async fn wait_answers(url: &str, patience: Duration) -> Result<(), Error> {
                     .unwrap_or_default()
                     .to_owned();
             }
-            Ok(Err(e)) => last = e.to_string(),
+            Ok(Err(Attempt::Absent(why) | Attempt::Pending(why))) => last = why,
             Err(_) => last = "no answer within 3 s".to_owned(),
+        }
+        if give_up_when_absent && absent_in_a_row >= 2 {
+            let secs = started.elapsed().as_secs();
+            return Err(Error::PreviewSilent { url: url.to_owned(), secs, last });
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -181,5 +226,44 @@ mod tests {
         assert!(!answered(b"HTTP/1.1 503 Service Temporarily Unavailable\r\n"));
         assert!(!answered(b"HTTP/1.1 404 Not Found\r\n\r\n<center>nginx</center>"));
         assert!(!answered(b"garbage"));
+    }
+
+    /// A port nobody listens on: the `auto` preview gives up after two refused attempts
+    /// instead of waiting out an hour of patience, and says why.
+    #[tokio::test]
+    async fn routed_gives_up_when_nothing_listens() {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            listener.local_addr().expect("addr").port()
+        };
+        let url = format!("http://127.0.0.1:{port}");
+        let waited = wait_routed(&url, Duration::from_secs(3600));
+        let error = tokio::time::timeout(Duration::from_secs(120), waited)
+            .await
+            .expect("gave up without waiting out its patience")
+            .expect_err("nothing listens");
+        let Error::PreviewSilent { last, .. } = error else { panic!("{error:?}") };
+        assert!(last.contains("nothing listens"), "{last}");
+    }
+
+    /// Something that listens but never answers like the service is waited for until the
+    /// patience runs out, even by `wait_routed` (a controller that does not route yet).
+    #[tokio::test]
+    async fn routed_waits_for_a_controller_that_listens() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            while let Ok((mut tcp, _)) = listener.accept().await {
+                let mut buf = [0u8; 512];
+                let _ = tcp.read(&mut buf).await;
+                let _ =
+                    tcp.write_all(b"HTTP/1.1 503 Service Temporarily Unavailable\r\n\r\n").await;
+            }
+        });
+        let url = format!("http://127.0.0.1:{port}");
+        let error = wait_routed(&url, Duration::from_secs(1)).await.expect_err("never routed");
+        let Error::PreviewSilent { last, secs, .. } = error else { panic!("{error:?}") };
+        assert_eq!(secs, 1);
+        assert!(last.contains("503"), "{last}");
     }
 }

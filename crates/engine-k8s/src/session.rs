@@ -30,7 +30,7 @@ use sandbox_core::agent::{MAX_INPUT_CHUNK, encode_input};
 
 use crate::config::Preview;
 use crate::error::{Error, Result};
-use crate::preview::{Forward, wait_answers};
+use crate::preview::{Forward, wait_answers, wait_routed};
 use crate::{PodExec, api};
 
 /// The pod annotation holding the session's [`SessionPolicy`] as JSON.
@@ -260,7 +260,7 @@ impl Sandbox for PodSandbox {
                 // Only a cluster's URL goes through an ingress that may lag behind the pod.
                 Preview::Ingress if self.api.is_none() => return Ok(started),
                 Preview::Ingress => Some(wait_answers(url, PREVIEW_PATIENCE).await),
-                Preview::Auto => Some(wait_answers(url, AUTO_PATIENCE).await),
+                Preview::Auto => Some(wait_routed(url, AUTO_PATIENCE).await),
             };
             let fallback = match ingress {
                 Some(Ok(())) => return Ok(started),
