@@ -22,6 +22,7 @@ pub mod relay;
 pub mod restricted;
 pub mod session;
 pub mod sweep;
+pub mod workspace;
 
 pub use config::{Preview, PullPolicy, Resources, SandboxConfig, VolumeSizes};
 pub use engine::K8sEngine;
@@ -33,3 +34,5 @@ pub use sweep::Swept;
 
 #[cfg(test)]
 mod api_tests;
+#[cfg(test)]
+mod workspace_tests;

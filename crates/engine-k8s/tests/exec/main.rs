@@ -8,6 +8,7 @@
 mod agent;
 mod kubelet;
 mod sandbox;
+mod sync;
 
 use std::time::{Duration, Instant};
 
