@@ -11,6 +11,7 @@ pub mod api;
 pub mod channel;
 pub mod config;
 pub mod engine;
+pub mod environment;
 mod error;
 pub mod exec;
 pub mod failure;
