@@ -403,7 +403,7 @@ impl K8sEngine {
             .ok_or_else(|| self.not_found(id))
     }
 
-    async fn publish_all(&self, plan: &Plan, pod: &Pod) -> Result<()> {
+    pub(crate) async fn publish_all(&self, plan: &Plan, pod: &Pod) -> Result<()> {
         let owner = PodOwner {
             name: pod.metadata.name.clone().unwrap_or_default(),
             uid: pod.metadata.uid.clone().unwrap_or_default(),
@@ -419,7 +419,7 @@ impl K8sEngine {
         Ok(())
     }
 
-    fn handle(&self, pod: &Pod, secret_env: Vec<(String, String)>) -> PodSandbox {
+    pub(crate) fn handle(&self, pod: &Pod, secret_env: Vec<(String, String)>) -> PodSandbox {
         let labels = pod.metadata.labels.clone().unwrap_or_default();
         let id = labels.get(reaper::labels::ID).cloned().unwrap_or_default();
         let policy = policy_of(pod);
@@ -571,5 +571,6 @@ async fn read_secret_env(sandbox: &PodSandbox, names: &[String]) -> Result<Vec<(
     Ok(pairs.into_iter().filter(|(k, _)| names.contains(k)).collect())
 }
 
+mod run;
 #[cfg(test)]
 mod tests;

@@ -54,7 +54,11 @@ pub fn claim_name(key: &str) -> String {
 }
 
 /// The claim for `key`, with the reaper's `labels` (signed for its name by the caller).
-pub fn claim(config: &SandboxConfig, key: &str, labels: &BTreeMap<String, String>) -> PersistentVolumeClaim {
+pub fn claim(
+    config: &SandboxConfig,
+    key: &str,
+    labels: &BTreeMap<String, String>,
+) -> PersistentVolumeClaim {
     PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(claim_name(key)),
@@ -135,10 +139,16 @@ mod tests {
     #[test]
     fn the_key_is_the_content_not_the_spelling_order() {
         let a = key("img:1", Some(">=3.11"), &["b".to_owned(), "a".to_owned()]);
-        assert_eq!(a, key("img:1", Some(">=3.11"), &["a".to_owned(), " b ".to_owned(), "a".to_owned()]));
+        assert_eq!(
+            a,
+            key("img:1", Some(">=3.11"), &["a".to_owned(), " b ".to_owned(), "a".to_owned()])
+        );
         assert_ne!(a, key("img:2", Some(">=3.11"), &["a".to_owned(), "b".to_owned()]));
         assert_ne!(a, key("img:1", None, &["a".to_owned(), "b".to_owned()]));
-        assert_ne!(key("img", None, &["ab".to_owned()]), key("img", None, &["a".to_owned(), "b".to_owned()]));
+        assert_ne!(
+            key("img", None, &["ab".to_owned()]),
+            key("img", None, &["a".to_owned(), "b".to_owned()])
+        );
         assert_eq!(a.len(), 24);
         assert!(claim_name(&a).len() <= 63);
     }
@@ -161,7 +171,8 @@ mod tests {
         let volume = spec.volumes.as_ref().expect("volumes").last().expect("env");
         let source = volume.persistent_volume_claim.as_ref().expect("claim");
         assert_eq!((source.claim_name.as_str(), source.read_only), ("psbx-env-1", Some(true)));
-        let mounted = spec.containers[0].volume_mounts.as_ref().expect("mounts").last().expect("env");
+        let mounted =
+            spec.containers[0].volume_mounts.as_ref().expect("mounts").last().expect("env");
         assert_eq!((mounted.mount_path.as_str(), mounted.read_only), (ENV_DIR, Some(true)));
         assert!(crate::restricted::check(&pod).is_empty(), "{:?}", crate::restricted::check(&pod));
         insta::assert_json_snapshot!(claim(&config, "k", &BTreeMap::new()), @r#"

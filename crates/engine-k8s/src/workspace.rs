@@ -149,6 +149,11 @@ where
 {
     let Plan { entries, planner, warnings } = plan(root, limit)?;
     let total = planner.bytes();
+    status(&format!(
+        "syncing the workspace in: {} files, {}",
+        planner.files(),
+        approx_bytes(total)
+    ));
     let mut sent = 0u64;
     let mut batch = tar::Builder::new(Vec::new());
     let mut batched = false;

@@ -1,0 +1,360 @@
+//! `run --engine k8s`: the run side of the seam (`impl sandbox_core::Engine for K8sEngine`).
+//!
+//! Prepare: the environment claim of the script's key ([`crate::environment`]); a warm one
+//! (annotated ready) is one GET and nothing else. A cold one is made, filled by a prepare pod
+//! with network (the same hardened pod, the claim mounted read-write, no workspace), marked
+//! ready, and the prepare pod deleted.
+//!
+//! Run: one pod with the script's own network, published ports and limits, the claim mounted
+//! read-only; the workspace synced in ([`crate::workspace`]), the script copied in and run
+//! with the environment's python in the workdir; then, however it ended (exit, timeout,
+//! Ctrl-C), what it changed synced back out, and the pod deleted. The pod is started with
+//! [`api::start`]: one watch per run, from the create's resourceVersion.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use sandbox_core::{
+    Capability, Engine, ExecRequest, Executor as _, Net, Output, OutputSink, RunIo, RunOutcome,
+    RunSpec, Sandbox, SessionConfig, Stream,
+};
+
+use super::{K8sEngine, START_TIMEOUT, now_secs, plan, random_id};
+use crate::environment;
+use crate::error::{Error, Result};
+use crate::failure::{Op, api_error};
+use crate::manifest::{self, PodOwner};
+use crate::{api, workspace};
+
+/// A ready environment claim.
+#[derive(Debug, Clone)]
+pub struct PreparedEnv {
+    claim: String,
+}
+
+/// The session a run's pod is planned as: the script's settings, the TTL its timeout (the
+/// agent's watchdog also ends a pod whose CLI was killed).
+fn session_of(spec: &RunSpec, net: Net) -> SessionConfig {
+    let ttl = spec.timeout.map_or(Duration::from_secs(30 * 60), |t| t + Duration::from_secs(120));
+    SessionConfig {
+        workspace: spec.workspace.clone(),
+        mounts: spec.mounts.clone(),
+        net,
+        publish: spec.publish.clone(),
+        env: spec.env.clone(),
+        ttl,
+        tmpfs_size: spec.tmpfs_size,
+        limits: spec.limits,
+    }
+}
+
+/// Writes a run's output to this process's own streams (`Output::Inherit`).
+struct Inherit;
+
+impl OutputSink for Inherit {
+    fn write(&mut self, stream: Stream, chunk: &[u8]) {
+        use std::io::Write as _;
+        let _ = match stream {
+            Stream::Stdout => std::io::stdout().lock().write_all(chunk),
+            Stream::Stderr => std::io::stderr().lock().write_all(chunk),
+        };
+    }
+}
+
+/// Both streams as stdout, in arrival order (`Output::Merged`).
+struct Merged<'a>(&'a mut dyn OutputSink);
+
+impl OutputSink for Merged<'_> {
+    fn write(&mut self, _: Stream, chunk: &[u8]) {
+        self.0.write(Stream::Stdout, chunk);
+    }
+
+    fn closed(&self) -> bool {
+        self.0.closed()
+    }
+}
+
+impl K8sEngine {
+    async fn get_claim(&self, name: &str) -> Result<Option<PersistentVolumeClaim>> {
+        let ns = &self.config.namespace;
+        let op = Op::new("get", "persistentvolumeclaim", Some(name), ns);
+        let claims: kube::Api<PersistentVolumeClaim> =
+            kube::Api::namespaced(self.client.clone(), ns);
+        claims.get_opt(name).await.map_err(|e| api_error(&op, e))
+    }
+
+    async fn mark_ready(&self, name: &str) -> Result<()> {
+        let ns = &self.config.namespace;
+        let op = Op::new("patch", "persistentvolumeclaim", Some(name), ns);
+        let claims: kube::Api<PersistentVolumeClaim> =
+            kube::Api::namespaced(self.client.clone(), ns);
+        let patch = serde_json::json!({
+            "metadata": { "annotations": { environment::READY_ANNOTATION: "true" } }
+        });
+        claims
+            .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch))
+            .await
+            .map_err(|e| api_error(&op, e))?;
+        Ok(())
+    }
+
+    /// Starts a pod planned for `session` with the environment claim mounted.
+    async fn start_pod(
+        &self,
+        session: &SessionConfig,
+        claim: &str,
+        read_only: bool,
+    ) -> Result<(super::Plan, k8s_openapi::api::core::v1::Pod)> {
+        let id = random_id();
+        let mut plan = plan(&self.config, session, &id, &self.owner, now_secs(), &self.mark)?;
+        environment::mount(&mut plan.pod, claim, read_only);
+        let mut policy = manifest::network_policy(
+            &plan.config,
+            &id,
+            &plan.labels,
+            &PodOwner { name: manifest::pod_name(&id), uid: String::new() },
+            plan.net,
+            &plan.ports,
+        );
+        policy.metadata.owner_references = None;
+        let ns = &self.config.namespace;
+        let pod = api::start(&self.client, ns, &plan.pod, policy, START_TIMEOUT).await?;
+        Ok((plan, pod))
+    }
+
+    async fn delete(&self, pod: &k8s_openapi::api::core::v1::Pod) {
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        // A failed delete leaves the pod to its TTL and the sweep.
+        let _ = api::delete_pod(
+            &self.client,
+            &self.config.namespace,
+            name,
+            pod.metadata.uid.as_deref(),
+        )
+        .await;
+    }
+
+    async fn prepare_env(
+        &self,
+        spec: &RunSpec,
+        status: &mut dyn FnMut(&str),
+    ) -> Result<PreparedEnv> {
+        let key = environment::key(
+            &self.config.image,
+            spec.requires_python.as_deref(),
+            &spec.dependencies,
+        );
+        let claim = environment::claim_name(&key);
+        match self.get_claim(&claim).await? {
+            Some(found) if environment::is_ready(&found) => return Ok(PreparedEnv { claim }),
+            Some(_) => {}
+            None => {
+                let labels = self.env_labels(&claim)?;
+                match api::create(
+                    &self.client,
+                    &self.config.namespace,
+                    &environment::claim(&self.config, &key, &labels),
+                )
+                .await
+                {
+                    Ok(_) | Err(Error::NameTaken { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        status(&format!("preparing the environment `{claim}`"));
+        let mut session = session_of(spec, Net::On);
+        session.publish.clear();
+        session.env.clear();
+        session.mounts.clear();
+        session.limits = sandbox_core::Limits::default();
+        let (_, pod) = self.start_pod(&session, &claim, false).await?;
+        let sandbox = self.handle(&pod, Vec::new());
+        let request = ExecRequest {
+            argv: environment::prepare_argv(&spec.dependencies),
+            cwd: Some("/".to_owned()),
+            ..Default::default()
+        };
+        let mut capped = sandbox_core::shell::Capped::new(sandbox_core::shell::CAPTURE_LIMIT);
+        let prepared = sandbox.exec(&request, &mut capped).await;
+        self.delete(&pod).await;
+        let outcome = prepared?;
+        if outcome.exit_code != 0 {
+            return Err(sandbox_core::Error::SessionCommand {
+                what: "installing the script's dependencies".to_owned(),
+                message: capped.captured.stderr_lossy(),
+            }
+            .into());
+        }
+        self.mark_ready(&claim).await?;
+        Ok(PreparedEnv { claim })
+    }
+
+    fn env_labels(&self, claim: &str) -> Result<std::collections::BTreeMap<String, String>> {
+        let mut labels =
+            reaper::SandboxLabels::new(claim, reaper::Kind::Prepare, &self.owner, now_secs())
+                .to_labels()
+                .map_err(|e| Error::Host {
+                    what: "label the environment".to_owned(),
+                    message: e.to_string(),
+                })?;
+        self.mark.sign(claim, &mut labels);
+        Ok(labels)
+    }
+
+    async fn run_in_pod(
+        &self,
+        spec: &RunSpec,
+        prepared: &PreparedEnv,
+        output: &mut dyn OutputSink,
+        status: &mut (dyn FnMut(&str) + Send),
+        warnings: &mut Vec<String>,
+    ) -> Result<RunOutcome> {
+        let session = session_of(spec, spec.net);
+        let (plan, pod) = self.start_pod(&session, &prepared.claim, true).await?;
+        let outcome = async {
+            self.publish_all(&plan, &pod).await?;
+            for (i, port) in plan.ports.iter().enumerate() {
+                let url = super::preview_url(&plan.config, &plan.id, i, *port);
+                warnings.push(format!("port {port} is published at {url}"));
+            }
+            let sandbox = self.handle(&pod, plan.secret_env.clone());
+            let workdir = plan.config.workdir.clone();
+            let limit = self.config.sync_limit;
+            let synced =
+                workspace::sync_in(&sandbox, &spec.workspace, &workdir, limit, status).await?;
+            warnings.extend(synced.warnings.iter().cloned());
+            // An empty status line ends the caller's indicator before the script's output.
+            status("");
+            let outcome = self.script(&sandbox, spec, &workdir, output).await;
+            // Whatever the script did or however it ended, its changes come back.
+            let back = workspace::sync_out(
+                &sandbox,
+                &spec.workspace,
+                &workdir,
+                &synced.baseline,
+                limit,
+                status,
+            )
+            .await;
+            status("");
+            match back {
+                Ok(back) => warnings.extend(back.warnings),
+                Err(e) if outcome.is_ok() => return Err(e),
+                Err(e) => warnings.push(format!("the workspace was not synced back: {e}")),
+            }
+            outcome
+        }
+        .await;
+        self.delete(&pod).await;
+        outcome
+    }
+
+    /// The script in the pod, stopped on Ctrl-C (its changes still come back).
+    async fn script(
+        &self,
+        sandbox: &crate::PodSandbox,
+        spec: &RunSpec,
+        workdir: &str,
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome> {
+        let bytes = std::fs::read(&spec.script).map_err(|e| Error::Host {
+            what: format!("read the script `{}`", spec.script.display()),
+            message: e.to_string(),
+        })?;
+        let name = spec
+            .script
+            .file_name()
+            .map_or_else(|| "script.py".to_owned(), |n| n.to_string_lossy().into_owned());
+        let inside = format!("/tmp/.scripts/{}/{name}", random_id());
+        sandbox.write_file(&inside, &bytes).await?;
+        let mut argv = vec![environment::python(), inside];
+        argv.extend(spec.args.iter().cloned());
+        let request = ExecRequest {
+            argv,
+            env: spec.env.iter().filter_map(|v| Some((v.name.clone(), v.value.clone()?))).collect(),
+            cwd: Some(workdir.to_owned()),
+            stdin: Vec::new(),
+            timeout: spec.timeout,
+        };
+        let started = Instant::now();
+        tokio::select! {
+            outcome = sandbox.exec(&request, output) => outcome,
+            _ = tokio::signal::ctrl_c() => Ok(RunOutcome::exited(130, started.elapsed())),
+        }
+    }
+}
+
+impl Engine for K8sEngine {
+    type Error = Error;
+    type Prepared = PreparedEnv;
+
+    fn name(&self) -> &'static str {
+        super::ENGINE_NAME
+    }
+
+    fn capability(&self) -> Capability {
+        Capability {
+            sessions: true,
+            host_mounts: false,
+            publish: true,
+            memory_limit: true,
+            cpu_limit: true,
+            pids_limit: false,
+            pty: false,
+            seccomp_wall: false,
+            preview_urls: true,
+        }
+    }
+
+    fn check(&self, spec: &RunSpec) -> Result<Vec<String>> {
+        // The pod's refusals (mounts, a pid limit, values a pod cannot carry) before anything
+        // is made; the session's "not synced" warning does not apply to a run.
+        let planned = plan(
+            &self.config,
+            &session_of(spec, spec.net),
+            "check",
+            &self.owner,
+            now_secs(),
+            &self.mark,
+        )?;
+        Ok(planned
+            .warnings
+            .into_iter()
+            .filter(|w| !w.starts_with("the workspace is the pod's"))
+            .collect())
+    }
+
+    fn prepare(&self, spec: &RunSpec, status: &mut dyn FnMut(&str)) -> Result<PreparedEnv> {
+        self.block_on(self.prepare_env(spec, status))
+    }
+
+    fn run_prepared(
+        &self,
+        spec: &RunSpec,
+        prepared: &PreparedEnv,
+        io: RunIo<'_>,
+    ) -> Result<RunOutcome> {
+        let RunIo { output, mut status, .. } = io;
+        let mut inherit = Inherit;
+        let mut merged;
+        let sink: &mut dyn OutputSink = match output {
+            Output::Inherit => &mut inherit,
+            Output::Sink(sink) => sink,
+            Output::Merged(sink) => {
+                merged = Merged(sink);
+                &mut merged
+            }
+        };
+        let mut warnings = Vec::new();
+        let mut report = |line: &str| {
+            if let Some(status) = status.as_mut() {
+                status(line);
+            }
+        };
+        let mut outcome =
+            self.block_on(self.run_in_pod(spec, prepared, sink, &mut report, &mut warnings))?;
+        outcome.warnings.extend(warnings);
+        Ok(outcome)
+    }
+}
