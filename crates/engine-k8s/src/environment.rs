@@ -11,8 +11,17 @@
 //! cluster or a user's namespace is given; a claim needs only the default StorageClass. The
 //! cost: a `ReadWriteOnce` claim is mounted by pods of one node at a time, so on a multi-node
 //! cluster runs of one environment share its node (the scheduler sees to that).
+//!
+//! The create of the claim is the lock ([`state`]): the run whose create succeeds prepares,
+//! stamping [`PREPARING_ANNOTATION`]; one that gets 409 waits (a watch on the claim) for the
+//! ready annotation. A prepare not finished within [`PREPARE_TIMEOUT`] (its CLI killed) is
+//! stale: the next run takes it over with a resourceVersion precondition, so only one does. A
+//! failed prepare deletes its claim. [`LAST_USED_ANNOTATION`] is refreshed at most every
+//! [`LAST_USED_REFRESH`] (a warm run within that is one GET); the sweep deletes claims unused
+//! for [`UNUSED_AFTER`] and stale prepares ([`sweep_reason`]).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
     PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod,
@@ -34,6 +43,78 @@ pub const CLAIM_PREFIX: &str = "psbx-env-";
 pub const READY_ANNOTATION: &str = "io.python-sandbox.k8s/env-ready";
 /// The storage an environment claim asks for.
 pub const CLAIM_SIZE: &str = "4Gi";
+/// Unix seconds at which the prepare holding the claim began.
+pub const PREPARING_ANNOTATION: &str = "io.python-sandbox.k8s/env-preparing-since";
+/// Unix seconds at which a run last used the claim (refreshed every [`LAST_USED_REFRESH`]).
+pub const LAST_USED_ANNOTATION: &str = "io.python-sandbox.k8s/env-last-used";
+/// A prepare older than this never finished: it is taken over, or swept.
+pub const PREPARE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+/// How stale the last-used stamp may get before a run refreshes it (one PATCH).
+pub const LAST_USED_REFRESH: Duration = Duration::from_secs(60 * 60);
+/// A ready claim no run used for this long is swept.
+pub const UNUSED_AFTER: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+/// What a read claim means to a run at some moment ([`state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimState {
+    /// Prepared; `refresh` when its last-used stamp is due.
+    Ready {
+        /// Whether to refresh [`LAST_USED_ANNOTATION`].
+        refresh: bool,
+    },
+    /// Another run prepares it, for at most this much longer before it is stale.
+    Preparing {
+        /// Until [`PREPARE_TIMEOUT`] since the prepare began.
+        left: Duration,
+    },
+    /// A prepare that never finished: to be taken over.
+    Stale,
+}
+
+fn stamp(claim: &PersistentVolumeClaim, annotation: &str) -> Option<u64> {
+    let stamped = claim.metadata.annotations.as_ref().and_then(|a| a.get(annotation));
+    stamped.and_then(|v| v.parse().ok()).or_else(|| {
+        let created = claim.metadata.creation_timestamp.as_ref()?;
+        u64::try_from(created.0.as_second()).ok()
+    })
+}
+
+/// Pure: what `claim` means at `now` (unix seconds); a stamp that is missing or unreadable
+/// counts from the claim's creation.
+pub fn state(claim: &PersistentVolumeClaim, now: u64) -> ClaimState {
+    if is_ready(claim) {
+        let used = stamp(claim, LAST_USED_ANNOTATION).unwrap_or(0);
+        return ClaimState::Ready {
+            refresh: now.saturating_sub(used) >= LAST_USED_REFRESH.as_secs(),
+        };
+    }
+    let since = stamp(claim, PREPARING_ANNOTATION).unwrap_or(0);
+    match PREPARE_TIMEOUT.as_secs().checked_sub(now.saturating_sub(since)) {
+        Some(left) if left > 0 => ClaimState::Preparing { left: Duration::from_secs(left) },
+        _ => ClaimState::Stale,
+    }
+}
+
+/// Pure: why the sweep deletes `claim` at `now`, if it does: unused for [`UNUSED_AFTER`], or a
+/// prepare that never finished. (A claim still mounted by a pod is only marked for deletion:
+/// the `kubernetes.io/pvc-protection` finalizer keeps it until the pod is gone.)
+pub fn sweep_reason(claim: &PersistentVolumeClaim, now: u64) -> Option<String> {
+    match state(claim, now) {
+        ClaimState::Ready { .. } => {
+            let used = stamp(claim, LAST_USED_ANNOTATION).unwrap_or(0);
+            let days = UNUSED_AFTER.as_secs() / 86_400;
+            (now.saturating_sub(used) >= UNUSED_AFTER.as_secs())
+                .then(|| format!("unused for {days} days"))
+        }
+        ClaimState::Preparing { .. } => None,
+        ClaimState::Stale => Some("its prepare never finished".to_owned()),
+    }
+}
+
+/// The annotations that make a claim ready, used at `now`.
+pub fn ready_annotations(now: u64) -> serde_json::Value {
+    serde_json::json!({ READY_ANNOTATION: "true", LAST_USED_ANNOTATION: now.to_string() })
+}
 
 /// The environment's key: what makes two environments interchangeable.
 pub fn key(image: &str, requires_python: Option<&str>, dependencies: &[String]) -> String {
@@ -53,17 +134,20 @@ pub fn claim_name(key: &str) -> String {
     format!("{CLAIM_PREFIX}{key}")
 }
 
-/// The claim for `key`, with the reaper's `labels` (signed for its name by the caller).
+/// The claim for `key`, with the reaper's `labels` (signed for its name by the caller), its
+/// prepare beginning at `now`.
 pub fn claim(
     config: &SandboxConfig,
     key: &str,
     labels: &BTreeMap<String, String>,
+    now: u64,
 ) -> PersistentVolumeClaim {
     PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(claim_name(key)),
             namespace: Some(config.namespace.clone()),
             labels: Some(labels.clone()),
+            annotations: Some(BTreeMap::from([(PREPARING_ANNOTATION.to_owned(), now.to_string())])),
             ..ObjectMeta::default()
         },
         spec: Some(PersistentVolumeClaimSpec {
@@ -175,11 +259,14 @@ mod tests {
             spec.containers[0].volume_mounts.as_ref().expect("mounts").last().expect("env");
         assert_eq!((mounted.mount_path.as_str(), mounted.read_only), (ENV_DIR, Some(true)));
         assert!(crate::restricted::check(&pod).is_empty(), "{:?}", crate::restricted::check(&pod));
-        insta::assert_json_snapshot!(claim(&config, "k", &BTreeMap::new()), @r#"
+        insta::assert_json_snapshot!(claim(&config, "k", &BTreeMap::new(), 1_700_000_000), @r#"
         {
           "apiVersion": "v1",
           "kind": "PersistentVolumeClaim",
           "metadata": {
+            "annotations": {
+              "io.python-sandbox.k8s/env-preparing-since": "1700000000"
+            },
             "labels": {},
             "name": "psbx-env-k",
             "namespace": "python-sandbox"
@@ -196,5 +283,35 @@ mod tests {
           }
         }
         "#);
+    }
+
+    fn annotated(pairs: &[(&str, &str)]) -> PersistentVolumeClaim {
+        let mut claim = claim(&SandboxConfig::default(), "k", &BTreeMap::new(), 0);
+        claim.metadata.annotations =
+            Some(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect());
+        claim
+    }
+
+    #[test]
+    fn a_prepare_is_waited_for_until_stale_and_unused_claims_are_swept() {
+        let hour = 3600;
+        let preparing = annotated(&[(PREPARING_ANNOTATION, "1000")]);
+        assert_eq!(
+            state(&preparing, 1060),
+            ClaimState::Preparing { left: Duration::from_secs(540) }
+        );
+        assert_eq!(sweep_reason(&preparing, 1060), None, "a live prepare stays");
+        assert_eq!(state(&preparing, 1000 + 600), ClaimState::Stale);
+        assert_eq!(sweep_reason(&preparing, 1600).as_deref(), Some("its prepare never finished"));
+        assert_eq!(state(&annotated(&[]), 600), ClaimState::Stale, "no stamp, no creation time");
+
+        let ready = annotated(&[(READY_ANNOTATION, "true"), (LAST_USED_ANNOTATION, "10000")]);
+        assert_eq!(state(&ready, 10000 + hour - 1), ClaimState::Ready { refresh: false });
+        assert_eq!(state(&ready, 10000 + hour), ClaimState::Ready { refresh: true });
+        assert_eq!(sweep_reason(&ready, 10000 + 7 * 24 * hour - 1), None);
+        assert_eq!(
+            sweep_reason(&ready, 10000 + 7 * 24 * hour).as_deref(),
+            Some("unused for 7 days")
+        );
     }
 }

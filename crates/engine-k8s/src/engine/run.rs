@@ -83,19 +83,71 @@ impl K8sEngine {
         claims.get_opt(name).await.map_err(|e| api_error(&op, e))
     }
 
-    async fn mark_ready(&self, name: &str) -> Result<()> {
-        let ns = &self.config.namespace;
-        let op = Op::new("patch", "persistentvolumeclaim", Some(name), ns);
-        let claims: kube::Api<PersistentVolumeClaim> =
-            kube::Api::namespaced(self.client.clone(), ns);
-        let patch = serde_json::json!({
-            "metadata": { "annotations": { environment::READY_ANNOTATION: "true" } }
-        });
-        claims
+    fn claims(&self) -> kube::Api<PersistentVolumeClaim> {
+        kube::Api::namespaced(self.client.clone(), &self.config.namespace)
+    }
+
+    /// A merge patch of the claim's annotations; with `version`, only of that very version
+    /// (409 when another run changed it since).
+    async fn annotate_claim(
+        &self,
+        name: &str,
+        annotations: serde_json::Value,
+        version: Option<&str>,
+    ) -> Result<PersistentVolumeClaim> {
+        let op = Op::new("patch", "persistentvolumeclaim", Some(name), &self.config.namespace);
+        let mut patch = serde_json::json!({ "metadata": { "annotations": annotations } });
+        if let Some(version) = version {
+            patch["metadata"]["resourceVersion"] = serde_json::json!(version);
+        }
+        self.claims()
             .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch))
             .await
-            .map_err(|e| api_error(&op, e))?;
-        Ok(())
+            .map_err(|e| api_error(&op, e))
+    }
+
+    /// Waits (one watch at a time, from `claim`'s version) for another run's prepare of
+    /// `claim` for at most `left`: `Some(true)` ready, `Some(false)` gone, `None` not yet.
+    async fn wait_claim(
+        &self,
+        claim: &PersistentVolumeClaim,
+        left: Duration,
+    ) -> Result<Option<bool>> {
+        use futures_util::{StreamExt as _, TryStreamExt as _};
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let op = Op::new("watch", "persistentvolumeclaim", Some(&name), &self.config.namespace);
+        let mut version = claim.metadata.resource_version.clone().unwrap_or_else(|| "0".to_owned());
+        let watched = async {
+            loop {
+                let params = kube::api::WatchParams::default()
+                    .fields(&format!("metadata.name={name}"))
+                    .timeout(u32::try_from(left.as_secs().clamp(1, 290)).unwrap_or(290));
+                let mut events = self
+                    .claims()
+                    .watch(&params, &version)
+                    .await
+                    .map_err(|e| api_error(&op, e))?
+                    .boxed();
+                while let Some(event) = events.try_next().await.map_err(|e| api_error(&op, e))? {
+                    match event {
+                        kube::api::WatchEvent::Added(c) | kube::api::WatchEvent::Modified(c) => {
+                            if environment::is_ready(&c) {
+                                return Ok(true);
+                            }
+                            version = c.metadata.resource_version.unwrap_or(version);
+                        }
+                        kube::api::WatchEvent::Deleted(_) => return Ok(false),
+                        kube::api::WatchEvent::Bookmark(b) => version = b.metadata.resource_version,
+                        // 410 and the like: the caller reads the claim afresh.
+                        kube::api::WatchEvent::Error(_) => return Ok(false),
+                    }
+                }
+            }
+        };
+        match tokio::time::timeout(left, watched).await {
+            Ok(done) => done.map(Some),
+            Err(_) => Ok(None),
+        }
     }
 
     /// Starts a pod planned for `session` with the environment claim mounted.
@@ -134,6 +186,8 @@ impl K8sEngine {
         .await;
     }
 
+    /// The script's environment claim, ready: read (a warm run: one GET), or made and filled
+    /// here, or waited for while another run fills it ([`environment::state`]).
     async fn prepare_env(
         &self,
         spec: &RunSpec,
@@ -145,49 +199,107 @@ impl K8sEngine {
             &spec.dependencies,
         );
         let claim = environment::claim_name(&key);
-        match self.get_claim(&claim).await? {
-            Some(found) if environment::is_ready(&found) => return Ok(PreparedEnv { claim }),
-            Some(_) => {}
-            None => {
+        let ns = &self.config.namespace;
+        let mut waited = Duration::ZERO;
+        // Each turn reads the claim afresh; a turn ends in a prepare of our own, a wait for
+        // another run's, or (a create or a take-over lost) the next read.
+        for _ in 0..8 {
+            let now = now_secs();
+            let Some(found) = self.get_claim(&claim).await? else {
                 let labels = self.env_labels(&claim)?;
-                match api::create(
-                    &self.client,
-                    &self.config.namespace,
-                    &environment::claim(&self.config, &key, &labels),
-                )
-                .await
-                {
-                    Ok(_) | Err(Error::NameTaken { .. }) => {}
+                let made = environment::claim(&self.config, &key, &labels, now);
+                match api::create(&self.client, ns, &made).await {
+                    Ok(made) => return self.fill(spec, made, status).await,
+                    Err(Error::NameTaken { .. }) => continue,
                     Err(e) => return Err(e),
+                }
+            };
+            match environment::state(&found, now) {
+                environment::ClaimState::Ready { refresh } => {
+                    if refresh {
+                        // Best effort: a missed stamp only makes the claim look older to the sweep.
+                        let stamp = serde_json::json!({ environment::LAST_USED_ANNOTATION: now.to_string() });
+                        let _ = self.annotate_claim(&claim, stamp, None).await;
+                    }
+                    return Ok(PreparedEnv { claim });
+                }
+                environment::ClaimState::Preparing { left } => {
+                    status(&format!(
+                        "waiting for another run to prepare the environment `{claim}`"
+                    ));
+                    let started = Instant::now();
+                    let done = self.wait_claim(&found, left).await?;
+                    waited += started.elapsed();
+                    if done == Some(true) {
+                        return Ok(PreparedEnv { claim });
+                    }
+                }
+                environment::ClaimState::Stale => {
+                    let version = found.metadata.resource_version.as_deref();
+                    let stamp =
+                        serde_json::json!({ environment::PREPARING_ANNOTATION: now.to_string() });
+                    match self.annotate_claim(&claim, stamp, version).await {
+                        Ok(taken) => return self.fill(spec, taken, status).await,
+                        // Another run took it over (409) or it went (404): read it again.
+                        Err(Error::Api { code: 409 | 404, .. } | Error::NotFound { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
                 }
             }
         }
-        status(&format!("preparing the environment `{claim}`"));
-        let mut session = session_of(spec, Net::On);
-        session.publish.clear();
-        session.env.clear();
-        session.mounts.clear();
-        session.limits = sandbox_core::Limits::default();
-        let (_, pod) = self.start_pod(&session, &claim, false).await?;
-        let sandbox = self.handle(&pod, Vec::new());
-        let request = ExecRequest {
-            argv: environment::prepare_argv(&spec.dependencies),
-            cwd: Some("/".to_owned()),
-            ..Default::default()
-        };
-        let mut capped = sandbox_core::shell::Capped::new(sandbox_core::shell::CAPTURE_LIMIT);
-        let prepared = sandbox.exec(&request, &mut capped).await;
-        self.delete(&pod).await;
-        let outcome = prepared?;
-        if outcome.exit_code != 0 {
-            return Err(sandbox_core::Error::SessionCommand {
-                what: "installing the script's dependencies".to_owned(),
-                message: capped.captured.stderr_lossy(),
+        Err(Error::PrepareWait { claim, namespace: ns.clone(), secs: waited.as_secs() })
+    }
+
+    /// Fills `claim` (made or taken over by this run) with a prepare pod, then marks it ready;
+    /// on any failure the claim is deleted, so the next run starts clean.
+    async fn fill(
+        &self,
+        spec: &RunSpec,
+        claim: PersistentVolumeClaim,
+        status: &mut dyn FnMut(&str),
+    ) -> Result<PreparedEnv> {
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        status(&format!("preparing the environment `{name}`"));
+        let filled = async {
+            let mut session = session_of(spec, Net::On);
+            session.publish.clear();
+            session.env.clear();
+            session.mounts.clear();
+            session.limits = sandbox_core::Limits::default();
+            let (_, pod) = self.start_pod(&session, &name, false).await?;
+            let sandbox = self.handle(&pod, Vec::new());
+            let request = ExecRequest {
+                argv: environment::prepare_argv(&spec.dependencies),
+                cwd: Some("/".to_owned()),
+                ..Default::default()
+            };
+            let mut capped = sandbox_core::shell::Capped::new(sandbox_core::shell::CAPTURE_LIMIT);
+            let prepared = sandbox.exec(&request, &mut capped).await;
+            self.delete(&pod).await;
+            if prepared?.exit_code != 0 {
+                return Err(Error::PrepareFailed {
+                    claim: name.clone(),
+                    message: capped.captured.stderr_lossy().trim().to_owned(),
+                });
             }
-            .into());
+            // No version precondition: the volume controller updates the claim as it binds.
+            self.annotate_claim(&name, environment::ready_annotations(now_secs()), None).await
         }
-        self.mark_ready(&claim).await?;
-        Ok(PreparedEnv { claim })
+        .await;
+        match filled {
+            Ok(_) => Ok(PreparedEnv { claim: name }),
+            Err(e) => {
+                // The error is the news; a claim left behind is the sweep's (a stale prepare).
+                let _ = api::delete::<PersistentVolumeClaim>(
+                    &self.client,
+                    &self.config.namespace,
+                    &name,
+                    claim.metadata.uid.as_deref(),
+                )
+                .await;
+                Err(e)
+            }
+        }
     }
 
     fn env_labels(&self, claim: &str) -> Result<std::collections::BTreeMap<String, String>> {
@@ -358,3 +470,6 @@ impl Engine for K8sEngine {
         Ok(outcome)
     }
 }
+
+#[cfg(test)]
+mod tests;
