@@ -368,7 +368,8 @@ fn k8s(options: &Options<'_>) -> Result<Box<engine_k8s::K8sEngine>> {
     if options.purpose == Purpose::Start {
         for swept in engine.reap(false).map_err(EngineError::new)? {
             if swept.removed && !swept.exited {
-                ui::warn(&format!("removed leftover pod {} ({})", swept.pod, swept.reason));
+                let what = if swept.kind == "environment" { "environment claim" } else { "pod" };
+                ui::warn(&format!("removed leftover {what} {} ({})", swept.pod, swept.reason));
             }
         }
     }
