@@ -534,9 +534,12 @@ fn a_cold_run_prepares_the_claim_once_and_a_warm_run_only_reads_it() {
     drop(prepared);
 }
 
+/// What a test breaks in the stand-in cluster.
+type Breaks = fn(&mut State);
+
 #[test]
 fn a_prepare_that_fails_or_cannot_start_names_why_and_leaves_no_pod_and_no_claim() {
-    let broken: [(fn(&mut State), &str); 2] = [
+    let broken: [(Breaks, &str); 2] = [
         (
             |s| s.prepare = (1, "error: no solution found when resolving: rich==99".to_owned()),
             "no solution found",
