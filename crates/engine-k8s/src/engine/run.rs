@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use sandbox_core::{
-    Capability, Engine, ExecRequest, Executor as _, Net, Output, OutputSink, RunIo, RunOutcome,
-    RunSpec, Sandbox, SessionConfig, Stream,
+    Capability, Engine, ExecRequest, Executor as _, InteractiveExec as _, Net, Output, OutputSink,
+    RunIo, RunOutcome, RunSpec, Sandbox, SessionConfig, Stdin, Stream,
 };
 
 use super::{K8sEngine, START_TIMEOUT, now_secs, plan, random_id};
@@ -46,6 +46,24 @@ fn session_of(spec: &RunSpec, net: Net) -> SessionConfig {
         tmpfs_size: spec.tmpfs_size,
         limits: spec.limits,
     }
+}
+
+/// This process's stdin to a run's script, chunk by chunk, then its end.
+fn forward_stdin(input: &std::sync::mpsc::Sender<sandbox_core::Input>) {
+    use std::io::Read as _;
+    let mut buf = vec![0u8; 64 << 10];
+    let mut stdin = std::io::stdin().lock();
+    loop {
+        match stdin.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if input.send(sandbox_core::Input::Stdin(buf[..n].to_vec())).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = input.send(sandbox_core::Input::Eof);
 }
 
 /// Writes a run's output to this process's own streams (`Output::Inherit`).
@@ -318,6 +336,7 @@ impl K8sEngine {
         &self,
         spec: &RunSpec,
         prepared: &PreparedEnv,
+        stdin: Stdin,
         output: &mut dyn OutputSink,
         status: &mut (dyn FnMut(&str) + Send),
         warnings: &mut Vec<String>,
@@ -338,7 +357,7 @@ impl K8sEngine {
             warnings.extend(synced.warnings.iter().cloned());
             // An empty status line ends the caller's indicator before the script's output.
             status("");
-            let outcome = self.script(&sandbox, spec, &workdir, output).await;
+            let outcome = self.script(&sandbox, spec, &workdir, stdin, output).await;
             // Whatever the script did or however it ended, its changes come back.
             let back = workspace::sync_out(
                 &sandbox,
@@ -362,12 +381,14 @@ impl K8sEngine {
         outcome
     }
 
-    /// The script in the pod, stopped on Ctrl-C (its changes still come back).
+    /// The script in the pod with the run's stdin, stopped on Ctrl-C (dropping the exec closes
+    /// its stream, and the agent kills what still runs; its changes still come back).
     async fn script(
         &self,
         sandbox: &crate::PodSandbox,
         spec: &RunSpec,
         workdir: &str,
+        stdin: Stdin,
         output: &mut dyn OutputSink,
     ) -> Result<RunOutcome> {
         let bytes = std::fs::read(&spec.script).map_err(|e| Error::Host {
@@ -382,7 +403,7 @@ impl K8sEngine {
         sandbox.write_file(&inside, &bytes).await?;
         let mut argv = vec![environment::python(), inside];
         argv.extend(spec.args.iter().cloned());
-        let request = ExecRequest {
+        let mut request = ExecRequest {
             argv,
             env: spec.env.iter().filter_map(|v| Some((v.name.clone(), v.value.clone()?))).collect(),
             cwd: Some(workdir.to_owned()),
@@ -390,8 +411,24 @@ impl K8sEngine {
             timeout: spec.timeout,
         };
         let started = Instant::now();
+        let ran = async {
+            match stdin {
+                Stdin::Null => sandbox.exec(&request, output).await,
+                Stdin::Bytes(bytes) => {
+                    request.stdin = bytes;
+                    sandbox.exec(&request, output).await
+                }
+                // Streamed as it is read (a pipe, or a terminal without a pty: line by line);
+                // the thread may outlive the run blocked on a terminal, which costs nothing.
+                Stdin::Inherit => {
+                    let (input, io) = sandbox_core::Interactive::channel(None);
+                    std::thread::spawn(move || forward_stdin(&input));
+                    sandbox.exec_interactive(&request, io, output).await
+                }
+            }
+        };
         tokio::select! {
-            outcome = sandbox.exec(&request, output) => outcome,
+            outcome = ran => outcome,
             _ = tokio::signal::ctrl_c() => Ok(RunOutcome::exited(130, started.elapsed())),
         }
     }
@@ -447,7 +484,7 @@ impl Engine for K8sEngine {
         prepared: &PreparedEnv,
         io: RunIo<'_>,
     ) -> Result<RunOutcome> {
-        let RunIo { output, mut status, .. } = io;
+        let RunIo { stdin, output, mut status, .. } = io;
         let mut inherit = Inherit;
         let mut merged;
         let sink: &mut dyn OutputSink = match output {
@@ -464,8 +501,14 @@ impl Engine for K8sEngine {
                 status(line);
             }
         };
-        let mut outcome =
-            self.block_on(self.run_in_pod(spec, prepared, sink, &mut report, &mut warnings))?;
+        let mut outcome = self.block_on(self.run_in_pod(
+            spec,
+            prepared,
+            stdin,
+            sink,
+            &mut report,
+            &mut warnings,
+        ))?;
         outcome.warnings.extend(warnings);
         Ok(outcome)
     }

@@ -497,6 +497,10 @@ fn a_cold_run_prepares_the_claim_once_and_a_warm_run_only_reads_it() {
     let spec = spec(&scratch, script);
     let (code, stdout, _) = run(&engine, &spec, Stdin::Null);
     assert_eq!((code, stdout.as_str()), (0, "from the host\n"));
+    let echo = self::spec(&scratch, "import sys\nprint(sys.stdin.read().upper(), end='')\n");
+    let (code, stdout, _) = run(&engine, &echo, Stdin::Bytes(b"piped in\n".to_vec()));
+    assert_eq!((code, stdout.as_str()), (0, "PIPED IN\n"), "stdin reaches the script");
+    cluster.state.lock().expect("state").log.truncate(18);
     assert_eq!(
         std::fs::read_to_string(scratch.host().join("output.txt")).expect("synced back"),
         "from the pod"
