@@ -23,7 +23,6 @@ use super::{K8sEngine, START_TIMEOUT, now_secs, plan, random_id};
 use crate::environment;
 use crate::error::{Error, Result};
 use crate::failure::{Op, api_error};
-use crate::manifest::{self, PodOwner};
 use crate::{api, workspace};
 
 /// A ready environment claim.
@@ -178,17 +177,9 @@ impl K8sEngine {
         let id = random_id();
         let mut plan = plan(&self.config, session, &id, &self.owner, now_secs(), &self.mark)?;
         environment::mount(&mut plan.pod, claim, read_only);
-        let mut policy = manifest::network_policy(
-            &plan.config,
-            &id,
-            &plan.labels,
-            &PodOwner { name: manifest::pod_name(&id), uid: String::new() },
-            plan.net,
-            &plan.ports,
-        );
-        policy.metadata.owner_references = None;
         let ns = &self.config.namespace;
-        let pod = api::start(&self.client, ns, &plan.pod, policy, START_TIMEOUT).await?;
+        let pod =
+            api::start(&self.client, ns, &plan.pod, plan.network_policy(), START_TIMEOUT).await?;
         Ok((plan, pod))
     }
 
