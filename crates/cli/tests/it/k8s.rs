@@ -165,6 +165,9 @@ fn answer(stream: TcpStream) -> std::io::Result<()> {
         r#"{"major":"1","minor":"30","gitVersion":"v1.30.2","gitCommit":"","gitTreeState":"","buildDate":"","goVersion":"","compiler":"","platform":""}"#.to_owned()
     } else if path.starts_with("/api/v1/namespaces/python-sandbox/pods") {
         r#"{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[]}"#.to_owned()
+    } else if path.starts_with("/api/v1/namespaces/python-sandbox/persistentvolumeclaims?") {
+        r#"{"kind":"PersistentVolumeClaimList","apiVersion":"v1","metadata":{},"items":[]}"#
+            .to_owned()
     } else if path.starts_with("/api/v1/namespaces/") {
         r#"{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"python-sandbox"}}"#.to_owned()
     } else if path.contains("selfsubjectaccessreviews") {
