@@ -40,6 +40,8 @@ pub(crate) struct K8sSettings {
     pub(crate) preview: Option<Setting>,
     /// The kube config context (default: its current one).
     pub(crate) context: Option<Setting>,
+    /// The most bytes `run` syncs each way (`256MiB` by default).
+    pub(crate) sync_limit: Option<Setting>,
 }
 
 /// The keys of `[engine.k8s]`.
@@ -51,6 +53,7 @@ pub(crate) const K8S_KEYS: &[&str] = &[
     "runtime-class",
     "preview",
     "context",
+    "sync-limit",
 ];
 /// The engines the file has a table for.
 const ENGINE_TABLES: &[&str] = &["k8s"];
@@ -66,6 +69,7 @@ impl K8sSettings {
             "runtime-class" => self.runtime_class.as_ref(),
             "preview" => self.preview.as_ref(),
             "context" => self.context.as_ref(),
+            "sync-limit" => self.sync_limit.as_ref(),
             _ => None,
         }
     }
@@ -79,6 +83,7 @@ impl K8sSettings {
             "runtime-class" => &mut self.runtime_class,
             "preview" => &mut self.preview,
             "context" => &mut self.context,
+            "sync-limit" => &mut self.sync_limit,
             _ => return None,
         })
     }

@@ -203,8 +203,8 @@ pub(crate) const ENGINES: &[Entry] = &[
         in_auto: false,
         usable: Probes::cluster_configured,
         probe: k8s_probe,
-        // `run` on a cluster needs the workspace synced in and out: the next step.
-        open: None,
+        // Runs sync the workspace in and out (`engine_k8s::workspace`).
+        open: Some(|o| Ok(k8s(o)?)),
         sessions: Some(Sessions {
             open: |o| Ok(k8s(o)?),
             // A session's record is its pod: there is nothing on this host to open it from,
@@ -317,6 +317,18 @@ fn k8s_config(
             )
         })?;
     }
+    if let Some(setting) = file.get("sync-limit") {
+        config.sync_limit = sandbox_core::parse_size(&setting.value).map_err(|e| {
+            let at = path.map_or_else(
+                || "`sync-limit`".to_owned(),
+                |p| format!("{}:{}:{}: `sync-limit`", p.display(), setting.line, setting.col),
+            );
+            ui::hinted(
+                format!("{at}: {}", first_line_of(&e.to_string())),
+                "use a size such as `256MiB` or `1GiB`",
+            )
+        })?;
+    }
     let flags = [("namespace", options.namespace), ("image", options.image)];
     for (field, flag) in flags {
         if let Some(v) = flag {
@@ -356,7 +368,8 @@ fn k8s(options: &Options<'_>) -> Result<Box<engine_k8s::K8sEngine>> {
     if options.purpose == Purpose::Start {
         for swept in engine.reap(false).map_err(EngineError::new)? {
             if swept.removed && !swept.exited {
-                ui::warn(&format!("removed leftover pod {} ({})", swept.pod, swept.reason));
+                let what = if swept.kind == "environment" { "environment claim" } else { "pod" };
+                ui::warn(&format!("removed leftover {what} {} ({})", swept.pod, swept.reason));
             }
         }
     }
@@ -466,6 +479,9 @@ pub(crate) fn select(choice: &str, options: &Options<'_>) -> Result<Option<Box<d
     }
     let entry = entry(choice)?;
     match entry.open {
+        // A cluster that was named but does not answer says why (exit 3), as `session start`
+        // does: the ladder's advice would be about other engines.
+        Some(open) if !entry.in_auto => open(options).map(Some),
         Some(open) => available(open(options)),
         None => Err(no_runs(entry)),
     }
@@ -626,6 +642,10 @@ pub(crate) fn list_sessions(target: Target<'_>) -> Result<Vec<sandbox_core::Sess
     Ok(all)
 }
 
+fn first_line_of(text: &str) -> String {
+    text.lines().next().unwrap_or_default().to_owned()
+}
+
 fn first_line(e: &anyhow::Error) -> String {
     e.to_string().lines().next().unwrap_or_default().to_owned()
 }
@@ -782,19 +802,8 @@ mod tests {
         assert_eq!(names_of(&reap_entries(None, &configured).unwrap()).last(), Some(&"k8s"));
         // `auto` never picks it, configured or not.
         assert!(ENGINES.iter().filter(|e| e.in_auto).all(|e| e.name != "k8s"));
-        assert!(!run_names().contains(&"k8s"), "no runs on k8s yet");
+        assert!(run_names().contains(&"k8s"), "runs on k8s sync the workspace");
         assert!(session_choices().contains(&"k8s"));
-    }
-
-    #[test]
-    fn run_on_an_engine_without_runs_is_refused_with_the_way_to_a_session() {
-        let opts = Options { image: None, namespace: None, purpose: Purpose::Start };
-        let err = select("k8s", &opts).err().expect("refused");
-        insta::assert_snapshot!(shown(&err), @r"
-        the k8s engine cannot `run` a script yet, so nothing was run
-        hint: start a session there and run the script in it: `python-sandbox session start --engine k8s`, then `python-sandbox session run ID SCRIPT`; or run on bwrap, docker, podman
-        ");
-        assert_eq!(crate::exit::for_error(&err), crate::exit::USER_ERROR);
     }
 
     fn setting(value: &str, line: usize, col: usize) -> Option<crate::config::Setting> {
@@ -818,6 +827,7 @@ mod tests {
             preview_domain: setting("preview.example.com", 6, 18),
             preview: setting("port-forward", 8, 11),
             context: setting("kind-psbx", 7, 11),
+            sync_limit: setting("64MiB", 9, 14),
         };
         let (config, context) = k8s_config(&file, Some(path), &none).unwrap();
         assert_eq!(
@@ -828,6 +838,7 @@ mod tests {
         assert_eq!(config.preview_domain, "preview.example.com");
         assert_eq!(context.as_deref(), Some("kind-psbx"));
         assert_eq!(config.preview, engine_k8s::Preview::PortForward);
+        assert_eq!(config.sync_limit, 64 << 20);
 
         let flags = Options { image: Some("mine:2"), namespace: Some("team-b"), ..none };
         let (config, _) = k8s_config(&file, Some(path), &flags).unwrap();

@@ -253,8 +253,15 @@ fn two_phase<P>(
     let secrets = secrets_of(spec);
     // Output passes through us only when it must (JSON mode or secrets to mask), so
     // that a script on a terminal keeps its terminal.
+    // Status lines of the run phase (a cluster's workspace sync) get the indicator again; an
+    // empty line ends it, before the script's output starts.
+    let mut indicator: Option<progress::Progress> = None;
+    let mut status = |line: &str| match line {
+        "" => drop(indicator.take()),
+        line => indicator.get_or_insert_with(progress::Progress::start).set(line),
+    };
     if !json && secrets.is_empty() {
-        return run(&prepared, stdio(Output::Inherit, &mut published));
+        return run(&prepared, stdio(Output::Inherit, &mut published, &mut status));
     }
     let mut sink = Relay::scrubbed(&secrets, json);
     // One place for both (our stderr with --json, or one file behind both of ours): one stream
@@ -264,13 +271,17 @@ fn two_phase<P>(
     } else {
         Output::Sink(&mut sink)
     };
-    let outcome = run(&prepared, stdio(output, &mut published))?;
+    let outcome = run(&prepared, stdio(output, &mut published, &mut status))?;
     let _ = sink.finish();
     Ok(outcome)
 }
 
-fn stdio<'a>(output: Output<'a>, published: &'a mut sandbox_core::PublishedHook<'a>) -> RunIo<'a> {
-    RunIo { stdin: Stdin::Inherit, output, status: None, published: Some(published) }
+fn stdio<'a>(
+    output: Output<'a>,
+    published: &'a mut sandbox_core::PublishedHook<'a>,
+    status: &'a mut (dyn FnMut(&str) + Send),
+) -> RunIo<'a> {
+    RunIo { stdin: Stdin::Inherit, output, status: Some(status), published: Some(published) }
 }
 
 /// Values passed in through variables whose names say they are secret are masked in the output.

@@ -65,6 +65,7 @@ fn kind_of<K: kube::Resource<DynamicType = ()>>() -> &'static str {
         "Ingress" => "ingress",
         "NetworkPolicy" => "networkpolicy",
         "Event" => "event",
+        "PersistentVolumeClaim" => "persistentvolumeclaim",
         _ => "object",
     }
 }

@@ -169,6 +169,8 @@ pub struct SandboxConfig {
     pub idle_ttl: Duration,
     /// `activeDeadlineSeconds`: the cap whatever the activity.
     pub hard_lifetime: Duration,
+    /// The most bytes of file contents `run` syncs each way (the workspace in, its changes out).
+    pub sync_limit: u64,
 }
 
 impl Default for SandboxConfig {
@@ -192,6 +194,7 @@ impl Default for SandboxConfig {
             extra_labels: BTreeMap::new(),
             idle_ttl: DEFAULT_IDLE_TTL,
             hard_lifetime: DEFAULT_HARD_LIFETIME,
+            sync_limit: sandbox_core::sync::DEFAULT_SYNC_LIMIT,
         }
     }
 }

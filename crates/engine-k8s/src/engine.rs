@@ -125,6 +125,23 @@ pub struct Plan {
     pub warnings: Vec<String>,
 }
 
+impl Plan {
+    /// The pod's NetworkPolicy, without an owner: `api::start` sets it from the created pod.
+    pub fn network_policy(&self) -> k8s_openapi::api::networking::v1::NetworkPolicy {
+        let owner = PodOwner { name: manifest::pod_name(&self.id), uid: String::new() };
+        let mut policy = manifest::network_policy(
+            &self.config,
+            &self.id,
+            &self.labels,
+            &owner,
+            self.net,
+            &self.ports,
+        );
+        policy.metadata.owner_references = None;
+        policy
+    }
+}
+
 /// Pure: the preview URL of the `index`th published `port` of sandbox `id`.
 pub fn preview_url(config: &SandboxConfig, id: &str, index: usize, port: u16) -> String {
     let host_id = if index == 0 { id.to_owned() } else { format!("{id}-{port}") };
@@ -403,7 +420,7 @@ impl K8sEngine {
             .ok_or_else(|| self.not_found(id))
     }
 
-    async fn publish_all(&self, plan: &Plan, pod: &Pod) -> Result<()> {
+    pub(crate) async fn publish_all(&self, plan: &Plan, pod: &Pod) -> Result<()> {
         let owner = PodOwner {
             name: pod.metadata.name.clone().unwrap_or_default(),
             uid: pod.metadata.uid.clone().unwrap_or_default(),
@@ -419,7 +436,7 @@ impl K8sEngine {
         Ok(())
     }
 
-    fn handle(&self, pod: &Pod, secret_env: Vec<(String, String)>) -> PodSandbox {
+    pub(crate) fn handle(&self, pod: &Pod, secret_env: Vec<(String, String)>) -> PodSandbox {
         let labels = pod.metadata.labels.clone().unwrap_or_default();
         let id = labels.get(reaper::labels::ID).cloned().unwrap_or_default();
         let policy = policy_of(pod);
@@ -466,16 +483,7 @@ impl SessionEngine for K8sEngine {
         let id = random_id();
         let plan = plan(&self.config, config, &id, &self.owner, now_secs(), &self.mark)?;
         let ns = &self.config.namespace;
-        let mut policy = manifest::network_policy(
-            &plan.config,
-            &id,
-            &plan.labels,
-            &PodOwner { name: manifest::pod_name(&id), uid: String::new() },
-            plan.net,
-            &plan.ports,
-        );
-        // `api::start` sets the owner from the created pod's uid.
-        policy.metadata.owner_references = None;
+        let policy = plan.network_policy();
         status(&format!("starting pod `{}` in namespace `{ns}`", manifest::pod_name(&id)));
         let pod = self.block_on(api::start(&self.client, ns, &plan.pod, policy, START_TIMEOUT))?;
         let finished = self.block_on(async {
@@ -571,5 +579,6 @@ async fn read_secret_env(sandbox: &PodSandbox, names: &[String]) -> Result<Vec<(
     Ok(pairs.into_iter().filter(|(k, _)| names.contains(k)).collect())
 }
 
+mod run;
 #[cfg(test)]
 mod tests;

@@ -160,6 +160,34 @@ pub enum Error {
         state: String,
     },
 
+    /// The prepare pod could not install the script's dependencies into the environment claim.
+    #[error(
+        "installing the script's dependencies into `{claim}` failed: {message}\nhint: check the \
+         script's `dependencies` (the prepare pod resolves them with network; an index the \
+         cluster cannot reach fails here too)"
+    )]
+    PrepareFailed {
+        /// The environment claim.
+        claim: String,
+        /// The installer's stderr.
+        message: String,
+    },
+
+    /// Another run's prepare of the same environment did not finish in time, more than once.
+    #[error(
+        "the environment `{claim}` was not ready after {secs} s of waiting for another run to \
+         prepare it\nhint: `kubectl get pvc -n {namespace} {claim} -o yaml` shows its \
+         annotations; delete the claim to start over"
+    )]
+    PrepareWait {
+        /// The environment claim.
+        claim: String,
+        /// The namespace.
+        namespace: String,
+        /// How long this run waited.
+        secs: u64,
+    },
+
     /// An object to create lacks what the engine needs of it (a name, the owner's uid).
     #[error("cannot {action}: {message}")]
     Object {
@@ -303,6 +331,8 @@ impl Classify for Error {
             | Error::Api { .. }
             | Error::StartFailed { .. }
             | Error::StartTimeout { .. }
+            | Error::PrepareFailed { .. }
+            | Error::PrepareWait { .. }
             | Error::Object { .. } => ErrorClass::Setup,
             Error::ExecConnect { source: kube::Error::Api(status), .. } if status.code == 404 => {
                 ErrorClass::NotFound

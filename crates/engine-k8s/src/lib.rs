@@ -11,6 +11,7 @@ pub mod api;
 pub mod channel;
 pub mod config;
 pub mod engine;
+pub mod environment;
 mod error;
 pub mod exec;
 pub mod failure;
@@ -22,6 +23,7 @@ pub mod relay;
 pub mod restricted;
 pub mod session;
 pub mod sweep;
+pub mod workspace;
 
 pub use config::{Preview, PullPolicy, Resources, SandboxConfig, VolumeSizes};
 pub use engine::K8sEngine;
@@ -33,3 +35,5 @@ pub use sweep::Swept;
 
 #[cfg(test)]
 mod api_tests;
+#[cfg(test)]
+mod workspace_tests;

@@ -11,6 +11,9 @@
 /// - pods/portforward: the same two, for the local preview fallback.
 /// - services, ingresses, networkpolicies: create, get, list (the sweep), delete.
 /// - events: list and watch, for the reason a pod does not start.
+/// - persistentvolumeclaims: create, get and patch, for `run`'s prepared environments
+///   (`crate::environment`: made once, read by every run, marked ready); watch, for a run
+///   waiting on another's prepare; list and delete, for the sweep of unused ones.
 pub const REQUIRED_PERMISSIONS: &[(&str, &str)] = &[
     ("pods", "create"),
     ("pods", "get"),
@@ -36,6 +39,12 @@ pub const REQUIRED_PERMISSIONS: &[(&str, &str)] = &[
     ("networkpolicies", "delete"),
     ("events", "list"),
     ("events", "watch"),
+    ("persistentvolumeclaims", "create"),
+    ("persistentvolumeclaims", "get"),
+    ("persistentvolumeclaims", "patch"),
+    ("persistentvolumeclaims", "watch"),
+    ("persistentvolumeclaims", "list"),
+    ("persistentvolumeclaims", "delete"),
 ];
 
 /// The API group of a resource in [`REQUIRED_PERMISSIONS`] (`""` is the core group).

@@ -12,17 +12,21 @@
 //! - a running session counts as active now: its idle TTL is enforced inside the pod by the
 //!   watchdog, which sees the execs.
 //!
+//! The prepared environments of runs (PersistentVolumeClaims, `crate::environment`) are swept
+//! in the same pass: those unused for `environment::UNUSED_AFTER` and prepares that never
+//! finished ([`environment::sweep_reason`]), by name and uid, this user's mark verified.
+//!
 //! Labels are claims anyone who may create pods in the namespace can make, so only pods whose
 //! [`reaper::MARK`] verifies under this user's key for their own name are considered, and the
 //! delete carries the listed uid as a precondition: a pod that took the name since the list is
 //! not touched.
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::Client;
 use reaper::{Kind, MarkKey, OwnerLiveness, Resource, SandboxLabels, State};
 
-use crate::api;
 use crate::error::{Error, Result};
+use crate::{api, environment};
 
 /// One pod the sweep chose.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,7 +131,87 @@ pub async fn sweep(
         action: "judge pod owners".to_owned(),
         message: e.to_string(),
     })?;
-    sweep_with(client, namespace, key, now, dry_run, &liveness).await
+    let mut swept = sweep_with(client, namespace, key, now, dry_run, &liveness).await?;
+    match sweep_claims(client, namespace, key, now, dry_run).await {
+        Ok(claims) => swept.extend(claims),
+        // A Role from before environments were swept: the pods are what matter here.
+        Err(Error::Forbidden { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(swept)
+}
+
+/// What a delete of the listed `what` did to `swept`: gone meanwhile (its owner, a
+/// concurrent sweep) counts as removed; 409 is another object that took the name.
+fn record(swept: &mut Swept, deleted: Result<bool>, what: &str) {
+    match deleted {
+        Ok(_) => swept.removed = true,
+        Err(Error::Api { code: 409, .. }) => {
+            swept.error = Some(format!("no longer the {what} that was listed"));
+        }
+        Err(e) => swept.error = Some(e.to_string()),
+    }
+}
+
+/// Pure: which of `claims` to delete at `now`: this user's environment claims (mark verified
+/// for the name) that [`environment::sweep_reason`] gives a reason for.
+pub fn decide_claims(
+    claims: &[PersistentVolumeClaim],
+    key: &MarkKey,
+    now: u64,
+) -> Vec<(String, Swept)> {
+    claims
+        .iter()
+        .filter_map(|claim| {
+            let meta = &claim.metadata;
+            let name = meta.name.as_deref()?;
+            let uid = meta.uid.clone()?;
+            let labels = meta.labels.clone().unwrap_or_default();
+            if meta.deletion_timestamp.is_some()
+                || !name.starts_with(environment::CLAIM_PREFIX)
+                || !key.verifies(name, &labels)
+            {
+                return None;
+            }
+            let reason = environment::sweep_reason(claim, now)?;
+            let swept = Swept {
+                pod: name.to_owned(),
+                sandbox: name.to_owned(),
+                kind: "environment".to_owned(),
+                reason,
+                removed: false,
+                exited: false,
+                error: None,
+            };
+            Some((uid, swept))
+        })
+        .collect()
+}
+
+/// Lists this user's environment claims (one call) and deletes (or, with `dry_run`, only
+/// reports) the unused and the never finished.
+pub async fn sweep_claims(
+    client: &Client,
+    namespace: &str,
+    key: &MarkKey,
+    now: u64,
+    dry_run: bool,
+) -> Result<Vec<Swept>> {
+    let op = crate::failure::Op::new("list", "persistentvolumeclaim", None, namespace);
+    let claims: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(client.clone(), namespace);
+    let params = kube::api::ListParams::default().labels(reaper::MANAGED_FILTER);
+    let listed = claims.list(&params).await.map_err(|e| crate::failure::api_error(&op, e))?;
+    let mut out = Vec::new();
+    for (uid, mut swept) in decide_claims(&listed.items, key, now) {
+        if !dry_run {
+            let deleted =
+                api::delete::<PersistentVolumeClaim>(client, namespace, &swept.pod, Some(&uid))
+                    .await;
+            record(&mut swept, deleted, "claim");
+        }
+        out.push(swept);
+    }
+    Ok(out)
 }
 
 /// [`sweep`] with the owner oracle given (tests).
@@ -143,14 +227,9 @@ pub async fn sweep_with(
     let mut out = Vec::new();
     for (listed, mut swept) in decide(&pods, key, now, owners) {
         if !dry_run {
-            match api::delete_pod(client, namespace, &listed.resource.id, Some(&listed.uid)).await {
-                // Gone meanwhile (its owner, a concurrent sweep): nothing left to do.
-                Ok(_) => swept.removed = true,
-                Err(Error::Api { code: 409, .. }) => {
-                    swept.error = Some("no longer the pod that was listed".to_owned());
-                }
-                Err(e) => swept.error = Some(e.to_string()),
-            }
+            let deleted =
+                api::delete_pod(client, namespace, &listed.resource.id, Some(&listed.uid)).await;
+            record(&mut swept, deleted, "pod");
         }
         out.push(swept);
     }

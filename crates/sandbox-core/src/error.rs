@@ -152,6 +152,32 @@ pub enum Error {
         /// What was wrong, lower case.
         reason: String,
     },
+    /// The workspace to sync holds more than the limit.
+    #[error(
+        "the workspace is larger than the sync limit of {}{}\nhint: leave large paths out with `.gitignore` or `.python-sandbox-ignore`, or raise the limit (`sync-limit` in `[engine.k8s]` of the user config)",
+        crate::sync::approx_bytes(*limit),
+        largest_text(largest)
+    )]
+    WorkspaceTooLarge {
+        /// The limit, bytes.
+        limit: u64,
+        /// The largest files sent so far: (path, bytes).
+        largest: Vec<(String, u64)>,
+    },
+    /// A path the sandbox named in a sync does not stay in the workspace.
+    #[error("refused `{path}` coming back from the sandbox: {reason}; nothing was applied")]
+    UnsafeSyncPath {
+        /// The path, escaped.
+        path: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The sandbox's workspace listing does not parse.
+    #[error("the sandbox's workspace listing is invalid: {reason}")]
+    BadSyncListing {
+        /// What was wrong.
+        reason: String,
+    },
     /// The operation needs something this implementation deliberately does not do.
     #[error("{what} is not supported by {by}\nhint: {hint}")]
     Unsupported {
@@ -253,4 +279,15 @@ impl crate::Classify for Error {
     fn class(&self) -> crate::ErrorClass {
         crate::ErrorClass::Setup
     }
+}
+
+fn largest_text(largest: &[(String, u64)]) -> String {
+    if largest.is_empty() {
+        return String::new();
+    }
+    let named: Vec<String> = largest
+        .iter()
+        .map(|(path, size)| format!("`{path}` {}", crate::sync::approx_bytes(*size)))
+        .collect();
+    format!(" (largest: {})", named.join(", "))
 }

@@ -30,6 +30,7 @@ mod seccomp;
 mod session;
 pub mod shell;
 mod spec;
+pub mod sync;
 mod tar;
 
 pub use boundary::{Crossing, CrossingKind, HOME_SECRETS, HOST_SOCKETS, classify};

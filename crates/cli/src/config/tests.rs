@@ -42,7 +42,7 @@ fn bad_files_are_errors_at_their_line_and_column_with_a_hint() {
     ");
     insta::assert_snapshot!(error("[engine.k8s]\npool = 3\n"), @r"
     config.toml:2:1: unknown key `pool` in `[engine.k8s]`
-    hint: the keys of `[engine.k8s]` are `namespace`, `image`, `preview-domain`, `ingress-class`, `runtime-class`, `preview`, `context`
+    hint: the keys of `[engine.k8s]` are `namespace`, `image`, `preview-domain`, `ingress-class`, `runtime-class`, `preview`, `context`, `sync-limit`
     ");
     insta::assert_snapshot!(error("[engine.kubernetes]\n"), @r"
     config.toml:1:9: unknown key `kubernetes` in `[engine]`

@@ -53,17 +53,39 @@ impl Laptop {
 }
 
 #[test]
-fn run_on_k8s_is_refused_with_the_way_to_a_session() {
+fn run_on_k8s_without_a_cluster_names_kubeconfig_and_exits_3() {
     let ctx = Ctx::new();
     ctx.write("hello.py", "print('hi')\n");
     let laptop = laptop();
-    assert_snapshot!(transcript(&laptop.run(&ctx, &["run", "--engine", "k8s", "hello.py"])), @"
-    exit: 2
-    --- stdout
-    --- stderr
-    error: the k8s engine cannot `run` a script yet, so nothing was run
-    hint: start a session there and run the script in it: `python-sandbox session start --engine k8s`, then `python-sandbox session run ID SCRIPT`; or run on bwrap, docker, podman
-    ");
+    let out = laptop.run(&ctx, &["run", "--engine", "k8s", "hello.py"]);
+    let text = laptop.redact(transcript(&out));
+    // The cluster's own error, not the ladder's advice about other engines.
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    let first = text.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
+    assert!(first.starts_with("error: no cluster to talk to:"), "{text}");
+    assert!(!text.contains("bwrap"), "{text}");
+}
+
+#[test]
+fn run_on_k8s_refuses_host_mounts_before_anything_is_made() {
+    let ctx = Ctx::new();
+    ctx.write("hello.py", "print('hi')\n");
+    std::fs::create_dir_all(ctx.path().join("data")).expect("data");
+    let server = Apiserver::start();
+    let mut laptop = laptop();
+    server.kubeconfig(&mut laptop);
+    let data = ctx.path().join("data").display().to_string();
+    let out =
+        laptop.run(&ctx, &["run", "--engine", "k8s", "--mount", &format!("{data}:ro"), "hello.py"]);
+    let text = laptop.redact(transcript(&out));
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains(
+            "the k8s engine cannot enforce `--mount` (host paths) here, so nothing was run"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("hint:"), "{text}");
 }
 
 #[test]
@@ -143,6 +165,9 @@ fn answer(stream: TcpStream) -> std::io::Result<()> {
         r#"{"major":"1","minor":"30","gitVersion":"v1.30.2","gitCommit":"","gitTreeState":"","buildDate":"","goVersion":"","compiler":"","platform":""}"#.to_owned()
     } else if path.starts_with("/api/v1/namespaces/python-sandbox/pods") {
         r#"{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[]}"#.to_owned()
+    } else if path.starts_with("/api/v1/namespaces/python-sandbox/persistentvolumeclaims?") {
+        r#"{"kind":"PersistentVolumeClaimList","apiVersion":"v1","metadata":{},"items":[]}"#
+            .to_owned()
     } else if path.starts_with("/api/v1/namespaces/") {
         r#"{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"python-sandbox"}}"#.to_owned()
     } else if path.contains("selfsubjectaccessreviews") {

@@ -8,6 +8,7 @@
 mod agent;
 mod kubelet;
 mod sandbox;
+mod sync;
 
 use std::time::{Duration, Instant};
 
@@ -277,4 +278,55 @@ async fn files_go_through_the_shared_session_helpers() {
     let dest = root.join("put").display().to_string();
     sandbox_core::shell::put_tar(&exec, tar.stdout, &dest).await.expect("put");
     assert_eq!(std::fs::read(root.join("put/d/f.txt")).expect("unpacked"), b"in a tar");
+}
+
+/// Keeps what comes on stdout where the test can read it while the exec still runs.
+struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl OutputSink for Shared {
+    fn write(&mut self, stream: Stream, chunk: &[u8]) {
+        if stream == Stream::Stdout {
+            self.0.lock().expect("lock").extend_from_slice(chunk);
+        }
+    }
+}
+
+/// What `run --engine k8s` does on Ctrl-C: the exec's future is dropped mid-run. The stream
+/// closes, and the agent must kill the command and its children: checked by their pids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_dropped_mid_run_kills_the_command_in_the_pod() {
+    let Some(agent) = Agent::start() else { return };
+    for protocol in [V4, V5] {
+        let kubelet = Kubelet::start(protocol).await;
+        let exec = agent.exec(&kubelet);
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut sink = Shared(std::sync::Arc::clone(&seen));
+        let slow = request(&["sh", "-c", "sleep 300 & echo $!; echo $$; wait"]);
+        let pids = async {
+            loop {
+                let text = String::from_utf8_lossy(&seen.lock().expect("lock")).into_owned();
+                let pids: Vec<u32> =
+                    text.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+                if pids.len() == 2 {
+                    return pids;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        // Like `tokio::select!` against Ctrl-C: the exec is dropped as soon as the pids are in.
+        let pids = tokio::select! {
+            ended = exec.exec(&slow, &mut sink) => panic!("the command ended by itself: {ended:?}"),
+            pids = tokio::time::timeout(Duration::from_secs(20), pids) => pids.expect("pids"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while pids.iter().any(|pid| alive(*pid)) {
+            assert!(
+                Instant::now() < deadline,
+                "{protocol:?}: still running after the drop: {pids:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (code, _) = run(&exec, &request(&["true"])).await;
+        assert_eq!(code, 0, "the agent still serves");
+    }
 }

@@ -1,0 +1,509 @@
+//! `run --engine k8s`: the run side of the seam (`impl sandbox_core::Engine for K8sEngine`).
+//!
+//! Prepare: the environment claim of the script's key ([`crate::environment`]); a warm one
+//! (annotated ready) is one GET and nothing else. A cold one is made, filled by a prepare pod
+//! with network (the same hardened pod, the claim mounted read-write, no workspace), marked
+//! ready, and the prepare pod deleted.
+//!
+//! Run: one pod with the script's own network, published ports and limits, the claim mounted
+//! read-only; the workspace synced in ([`crate::workspace`]), the script copied in and run
+//! with the environment's python in the workdir; then, however it ended (exit, timeout,
+//! Ctrl-C), what it changed synced back out, and the pod deleted. The pod is started with
+//! [`api::start`]: one watch per run, from the create's resourceVersion.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use sandbox_core::{
+    Capability, Engine, ExecRequest, Executor as _, InteractiveExec as _, Net, Output, OutputSink,
+    RunIo, RunOutcome, RunSpec, Sandbox, SessionConfig, Stdin, Stream,
+};
+
+use super::{K8sEngine, START_TIMEOUT, now_secs, plan, random_id};
+use crate::environment;
+use crate::error::{Error, Result};
+use crate::failure::{Op, api_error};
+use crate::{api, workspace};
+
+/// A ready environment claim.
+#[derive(Debug, Clone)]
+pub struct PreparedEnv {
+    claim: String,
+}
+
+/// The session a run's pod is planned as: the script's settings, the TTL its timeout (the
+/// agent's watchdog also ends a pod whose CLI was killed).
+fn session_of(spec: &RunSpec, net: Net) -> SessionConfig {
+    let ttl = spec.timeout.map_or(Duration::from_secs(30 * 60), |t| t + Duration::from_secs(120));
+    SessionConfig {
+        workspace: spec.workspace.clone(),
+        mounts: spec.mounts.clone(),
+        net,
+        publish: spec.publish.clone(),
+        env: spec.env.clone(),
+        ttl,
+        tmpfs_size: spec.tmpfs_size,
+        limits: spec.limits,
+    }
+}
+
+/// This process's stdin to a run's script, chunk by chunk, then its end.
+fn forward_stdin(input: &std::sync::mpsc::Sender<sandbox_core::Input>) {
+    use std::io::Read as _;
+    let mut buf = vec![0u8; 64 << 10];
+    let mut stdin = std::io::stdin().lock();
+    loop {
+        match stdin.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if input.send(sandbox_core::Input::Stdin(buf[..n].to_vec())).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = input.send(sandbox_core::Input::Eof);
+}
+
+/// Writes a run's output to this process's own streams (`Output::Inherit`).
+struct Inherit;
+
+impl OutputSink for Inherit {
+    fn write(&mut self, stream: Stream, chunk: &[u8]) {
+        use std::io::Write as _;
+        let _ = match stream {
+            Stream::Stdout => std::io::stdout().lock().write_all(chunk),
+            Stream::Stderr => std::io::stderr().lock().write_all(chunk),
+        };
+    }
+}
+
+/// Both streams as stdout, in arrival order (`Output::Merged`).
+struct Merged<'a>(&'a mut dyn OutputSink);
+
+impl OutputSink for Merged<'_> {
+    fn write(&mut self, _: Stream, chunk: &[u8]) {
+        self.0.write(Stream::Stdout, chunk);
+    }
+
+    fn closed(&self) -> bool {
+        self.0.closed()
+    }
+}
+
+impl K8sEngine {
+    async fn get_claim(&self, name: &str) -> Result<Option<PersistentVolumeClaim>> {
+        let ns = &self.config.namespace;
+        let op = Op::new("get", "persistentvolumeclaim", Some(name), ns);
+        let claims: kube::Api<PersistentVolumeClaim> =
+            kube::Api::namespaced(self.client.clone(), ns);
+        claims.get_opt(name).await.map_err(|e| api_error(&op, e))
+    }
+
+    fn claims(&self) -> kube::Api<PersistentVolumeClaim> {
+        kube::Api::namespaced(self.client.clone(), &self.config.namespace)
+    }
+
+    /// A merge patch of the claim's annotations; with `version`, only of that very version
+    /// (409 when another run changed it since).
+    async fn annotate_claim(
+        &self,
+        name: &str,
+        annotations: serde_json::Value,
+        version: Option<&str>,
+    ) -> Result<PersistentVolumeClaim> {
+        let op = Op::new("patch", "persistentvolumeclaim", Some(name), &self.config.namespace);
+        let mut patch = serde_json::json!({ "metadata": { "annotations": annotations } });
+        if let Some(version) = version {
+            patch["metadata"]["resourceVersion"] = serde_json::json!(version);
+        }
+        self.claims()
+            .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch))
+            .await
+            .map_err(|e| api_error(&op, e))
+    }
+
+    /// Waits (one watch at a time, from `claim`'s version) for another run's prepare of
+    /// `claim` for at most `left`: `Some(true)` ready, `Some(false)` gone, `None` not yet.
+    async fn wait_claim(
+        &self,
+        claim: &PersistentVolumeClaim,
+        left: Duration,
+    ) -> Result<Option<bool>> {
+        use futures_util::{StreamExt as _, TryStreamExt as _};
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let op = Op::new("watch", "persistentvolumeclaim", Some(&name), &self.config.namespace);
+        let mut version = claim.metadata.resource_version.clone().unwrap_or_else(|| "0".to_owned());
+        let watched = async {
+            loop {
+                let params = kube::api::WatchParams::default()
+                    .fields(&format!("metadata.name={name}"))
+                    .timeout(u32::try_from(left.as_secs().clamp(1, 290)).unwrap_or(290));
+                let mut events = self
+                    .claims()
+                    .watch(&params, &version)
+                    .await
+                    .map_err(|e| api_error(&op, e))?
+                    .boxed();
+                while let Some(event) = events.try_next().await.map_err(|e| api_error(&op, e))? {
+                    match event {
+                        kube::api::WatchEvent::Added(c) | kube::api::WatchEvent::Modified(c) => {
+                            if environment::is_ready(&c) {
+                                return Ok(true);
+                            }
+                            version = c.metadata.resource_version.unwrap_or(version);
+                        }
+                        kube::api::WatchEvent::Deleted(_) => return Ok(false),
+                        kube::api::WatchEvent::Bookmark(b) => version = b.metadata.resource_version,
+                        // 410 and the like: the caller reads the claim afresh.
+                        kube::api::WatchEvent::Error(_) => return Ok(false),
+                    }
+                }
+            }
+        };
+        match tokio::time::timeout(left, watched).await {
+            Ok(done) => done.map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Starts a pod planned for `session` with the environment claim mounted.
+    async fn start_pod(
+        &self,
+        session: &SessionConfig,
+        claim: &str,
+        read_only: bool,
+    ) -> Result<(super::Plan, k8s_openapi::api::core::v1::Pod)> {
+        let id = random_id();
+        let mut plan = plan(&self.config, session, &id, &self.owner, now_secs(), &self.mark)?;
+        environment::mount(&mut plan.pod, claim, read_only);
+        let ns = &self.config.namespace;
+        let pod =
+            api::start(&self.client, ns, &plan.pod, plan.network_policy(), START_TIMEOUT).await?;
+        Ok((plan, pod))
+    }
+
+    async fn delete(&self, pod: &k8s_openapi::api::core::v1::Pod) {
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        // A failed delete leaves the pod to its TTL and the sweep.
+        let _ = api::delete_pod(
+            &self.client,
+            &self.config.namespace,
+            name,
+            pod.metadata.uid.as_deref(),
+        )
+        .await;
+    }
+
+    /// The script's environment claim, ready: read (a warm run: one GET), or made and filled
+    /// here, or waited for while another run fills it ([`environment::state`]).
+    async fn prepare_env(
+        &self,
+        spec: &RunSpec,
+        status: &mut dyn FnMut(&str),
+    ) -> Result<PreparedEnv> {
+        let key = environment::key(
+            &self.config.image,
+            spec.requires_python.as_deref(),
+            &spec.dependencies,
+        );
+        let claim = environment::claim_name(&key);
+        let ns = &self.config.namespace;
+        let mut waited = Duration::ZERO;
+        // Each turn reads the claim afresh; a turn ends in a prepare of our own, a wait for
+        // another run's, or (a create or a take-over lost) the next read.
+        for _ in 0..8 {
+            let now = now_secs();
+            let Some(found) = self.get_claim(&claim).await? else {
+                let labels = self.env_labels(&claim)?;
+                let made = environment::claim(&self.config, &key, &labels, now);
+                match api::create(&self.client, ns, &made).await {
+                    Ok(made) => return self.fill(spec, made, status).await,
+                    Err(Error::NameTaken { .. }) => continue,
+                    Err(e) => return Err(e),
+                }
+            };
+            match environment::state(&found, now) {
+                environment::ClaimState::Ready { refresh } => {
+                    if refresh {
+                        // Best effort: a missed stamp only makes the claim look older to the sweep.
+                        let stamp = serde_json::json!({ environment::LAST_USED_ANNOTATION: now.to_string() });
+                        let _ = self.annotate_claim(&claim, stamp, None).await;
+                    }
+                    return Ok(PreparedEnv { claim });
+                }
+                environment::ClaimState::Preparing { left } => {
+                    status(&format!(
+                        "waiting for another run to prepare the environment `{claim}`"
+                    ));
+                    let started = Instant::now();
+                    let done = self.wait_claim(&found, left).await?;
+                    waited += started.elapsed();
+                    if done == Some(true) {
+                        return Ok(PreparedEnv { claim });
+                    }
+                }
+                environment::ClaimState::Stale => {
+                    let version = found.metadata.resource_version.as_deref();
+                    let stamp =
+                        serde_json::json!({ environment::PREPARING_ANNOTATION: now.to_string() });
+                    match self.annotate_claim(&claim, stamp, version).await {
+                        Ok(taken) => return self.fill(spec, taken, status).await,
+                        // Another run took it over (409) or it went (404): read it again.
+                        Err(Error::Api { code: 409 | 404, .. } | Error::NotFound { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+        Err(Error::PrepareWait { claim, namespace: ns.clone(), secs: waited.as_secs() })
+    }
+
+    /// Fills `claim` (made or taken over by this run) with a prepare pod, then marks it ready;
+    /// on any failure the claim is deleted, so the next run starts clean.
+    async fn fill(
+        &self,
+        spec: &RunSpec,
+        claim: PersistentVolumeClaim,
+        status: &mut dyn FnMut(&str),
+    ) -> Result<PreparedEnv> {
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        status(&format!("preparing the environment `{name}`"));
+        let filled = async {
+            let mut session = session_of(spec, Net::On);
+            session.publish.clear();
+            session.env.clear();
+            session.mounts.clear();
+            session.limits = sandbox_core::Limits::default();
+            let (_, pod) = self.start_pod(&session, &name, false).await?;
+            let sandbox = self.handle(&pod, Vec::new());
+            let request = ExecRequest {
+                argv: environment::prepare_argv(&spec.dependencies),
+                cwd: Some("/".to_owned()),
+                ..Default::default()
+            };
+            let mut capped = sandbox_core::shell::Capped::new(sandbox_core::shell::CAPTURE_LIMIT);
+            let prepared = sandbox.exec(&request, &mut capped).await;
+            self.delete(&pod).await;
+            if prepared?.exit_code != 0 {
+                return Err(Error::PrepareFailed {
+                    claim: name.clone(),
+                    message: capped.captured.stderr_lossy().trim().to_owned(),
+                });
+            }
+            // No version precondition: the volume controller updates the claim as it binds.
+            self.annotate_claim(&name, environment::ready_annotations(now_secs()), None).await
+        }
+        .await;
+        match filled {
+            Ok(_) => Ok(PreparedEnv { claim: name }),
+            Err(e) => {
+                // The error is the news; a claim left behind is the sweep's (a stale prepare).
+                let _ = api::delete::<PersistentVolumeClaim>(
+                    &self.client,
+                    &self.config.namespace,
+                    &name,
+                    claim.metadata.uid.as_deref(),
+                )
+                .await;
+                Err(e)
+            }
+        }
+    }
+
+    fn env_labels(&self, claim: &str) -> Result<std::collections::BTreeMap<String, String>> {
+        let mut labels =
+            reaper::SandboxLabels::new(claim, reaper::Kind::Prepare, &self.owner, now_secs())
+                .to_labels()
+                .map_err(|e| Error::Host {
+                    what: "label the environment".to_owned(),
+                    message: e.to_string(),
+                })?;
+        self.mark.sign(claim, &mut labels);
+        Ok(labels)
+    }
+
+    async fn run_in_pod(
+        &self,
+        spec: &RunSpec,
+        prepared: &PreparedEnv,
+        stdin: Stdin,
+        output: &mut dyn OutputSink,
+        status: &mut (dyn FnMut(&str) + Send),
+        warnings: &mut Vec<String>,
+    ) -> Result<RunOutcome> {
+        let session = session_of(spec, spec.net);
+        let (plan, pod) = self.start_pod(&session, &prepared.claim, true).await?;
+        let outcome = async {
+            self.publish_all(&plan, &pod).await?;
+            for (i, port) in plan.ports.iter().enumerate() {
+                let url = super::preview_url(&plan.config, &plan.id, i, *port);
+                warnings.push(format!("port {port} is published at {url}"));
+            }
+            let sandbox = self.handle(&pod, plan.secret_env.clone());
+            let workdir = plan.config.workdir.clone();
+            let limit = self.config.sync_limit;
+            let synced =
+                workspace::sync_in(&sandbox, &spec.workspace, &workdir, limit, status).await?;
+            warnings.extend(synced.warnings.iter().cloned());
+            // An empty status line ends the caller's indicator before the script's output.
+            status("");
+            let outcome = self.script(&sandbox, spec, &workdir, stdin, output).await;
+            // Whatever the script did or however it ended, its changes come back.
+            let back = workspace::sync_out(
+                &sandbox,
+                &spec.workspace,
+                &workdir,
+                &synced.baseline,
+                limit,
+                status,
+            )
+            .await;
+            status("");
+            match back {
+                Ok(back) => warnings.extend(back.warnings),
+                Err(e) if outcome.is_ok() => return Err(e),
+                Err(e) => warnings.push(format!("the workspace was not synced back: {e}")),
+            }
+            outcome
+        }
+        .await;
+        self.delete(&pod).await;
+        outcome
+    }
+
+    /// The script in the pod with the run's stdin, stopped on Ctrl-C (dropping the exec closes
+    /// its stream, and the agent kills what still runs; its changes still come back).
+    async fn script(
+        &self,
+        sandbox: &crate::PodSandbox,
+        spec: &RunSpec,
+        workdir: &str,
+        stdin: Stdin,
+        output: &mut dyn OutputSink,
+    ) -> Result<RunOutcome> {
+        let bytes = std::fs::read(&spec.script).map_err(|e| Error::Host {
+            what: format!("read the script `{}`", spec.script.display()),
+            message: e.to_string(),
+        })?;
+        let name = spec
+            .script
+            .file_name()
+            .map_or_else(|| "script.py".to_owned(), |n| n.to_string_lossy().into_owned());
+        let inside = format!("/tmp/.scripts/{}/{name}", random_id());
+        sandbox.write_file(&inside, &bytes).await?;
+        let mut argv = vec![environment::python(), inside];
+        argv.extend(spec.args.iter().cloned());
+        let mut request = ExecRequest {
+            argv,
+            env: spec.env.iter().filter_map(|v| Some((v.name.clone(), v.value.clone()?))).collect(),
+            cwd: Some(workdir.to_owned()),
+            stdin: Vec::new(),
+            timeout: spec.timeout,
+        };
+        let started = Instant::now();
+        let ran = async {
+            match stdin {
+                Stdin::Null => sandbox.exec(&request, output).await,
+                Stdin::Bytes(bytes) => {
+                    request.stdin = bytes;
+                    sandbox.exec(&request, output).await
+                }
+                // Streamed as it is read (a pipe, or a terminal without a pty: line by line);
+                // the thread may outlive the run blocked on a terminal, which costs nothing.
+                Stdin::Inherit => {
+                    let (input, io) = sandbox_core::Interactive::channel(None);
+                    std::thread::spawn(move || forward_stdin(&input));
+                    sandbox.exec_interactive(&request, io, output).await
+                }
+            }
+        };
+        tokio::select! {
+            outcome = ran => outcome,
+            _ = tokio::signal::ctrl_c() => Ok(RunOutcome::exited(130, started.elapsed())),
+        }
+    }
+}
+
+impl Engine for K8sEngine {
+    type Error = Error;
+    type Prepared = PreparedEnv;
+
+    fn name(&self) -> &'static str {
+        super::ENGINE_NAME
+    }
+
+    fn capability(&self) -> Capability {
+        Capability {
+            sessions: true,
+            host_mounts: false,
+            publish: true,
+            memory_limit: true,
+            cpu_limit: true,
+            pids_limit: false,
+            pty: false,
+            seccomp_wall: false,
+            preview_urls: true,
+        }
+    }
+
+    fn check(&self, spec: &RunSpec) -> Result<Vec<String>> {
+        // The pod's refusals (mounts, a pid limit, values a pod cannot carry) before anything
+        // is made; the session's "not synced" warning does not apply to a run.
+        let planned = plan(
+            &self.config,
+            &session_of(spec, spec.net),
+            "check",
+            &self.owner,
+            now_secs(),
+            &self.mark,
+        )?;
+        Ok(planned
+            .warnings
+            .into_iter()
+            .filter(|w| !w.starts_with("the workspace is the pod's"))
+            .collect())
+    }
+
+    fn prepare(&self, spec: &RunSpec, status: &mut dyn FnMut(&str)) -> Result<PreparedEnv> {
+        self.block_on(self.prepare_env(spec, status))
+    }
+
+    fn run_prepared(
+        &self,
+        spec: &RunSpec,
+        prepared: &PreparedEnv,
+        io: RunIo<'_>,
+    ) -> Result<RunOutcome> {
+        let RunIo { stdin, output, mut status, .. } = io;
+        let mut inherit = Inherit;
+        let mut merged;
+        let sink: &mut dyn OutputSink = match output {
+            Output::Inherit => &mut inherit,
+            Output::Sink(sink) => sink,
+            Output::Merged(sink) => {
+                merged = Merged(sink);
+                &mut merged
+            }
+        };
+        let mut warnings = Vec::new();
+        let mut report = |line: &str| {
+            if let Some(status) = status.as_mut() {
+                status(line);
+            }
+        };
+        let mut outcome = self.block_on(self.run_in_pod(
+            spec,
+            prepared,
+            stdin,
+            sink,
+            &mut report,
+            &mut warnings,
+        ))?;
+        outcome.warnings.extend(warnings);
+        Ok(outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests;

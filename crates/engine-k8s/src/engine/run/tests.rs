@@ -1,0 +1,731 @@
+//! `run --engine k8s` against a stand-in cluster on a local port: a small stateful apiserver
+//! (claims, pods and policies kept as created, watches answered from that state) and, for
+//! WebSocket exec upgrades, a stand-in pod that speaks `v4.channel.k8s.io` and the agent's
+//! frames and runs each command as a local process (the environment's python and the sandbox
+//! python mapped to this machine's interpreter, the prepare command scripted). The engine is
+//! the real one on a real `kube::Client` over HTTP: every request is the one a cluster gets.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{SinkExt as _, StreamExt as _};
+use sandbox_core::{Classify as _, Engine as _, ErrorClass, Net, Output, RunIo, RunSpec, Stdin};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio_tungstenite::tungstenite::Message;
+
+use super::super::K8sEngine;
+use crate::api_tests::key;
+use crate::{SandboxConfig, channel, environment};
+
+const NS: &str = "python-sandbox";
+const PYTHON: &str = "/usr/bin/python3.11";
+
+/// What the stand-in cluster holds and saw.
+#[derive(Default)]
+struct State {
+    /// `METHOD path?query` of every request, in order.
+    log: Vec<String>,
+    claims: BTreeMap<String, Value>,
+    pods: BTreeMap<String, Value>,
+    version: u64,
+    /// Claims are refused (403), as for a Role without them.
+    forbid_claims: bool,
+    /// Pods never start: their image cannot be pulled.
+    pull_fails: bool,
+    /// The prepare command's exit code and stderr, and how long it takes.
+    prepare: (i32, String),
+    prepare_takes: Duration,
+    /// The argv of every command run in a pod.
+    commands: Vec<Vec<String>>,
+}
+
+type Shared = Arc<Mutex<State>>;
+
+struct Cluster {
+    url: String,
+    state: Shared,
+}
+
+impl Cluster {
+    async fn start() -> Cluster {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let state = Shared::default();
+        let shared = Arc::clone(&state);
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                tokio::spawn(serve(tcp, Arc::clone(&shared)));
+            }
+        });
+        Cluster { url, state }
+    }
+
+    fn log(&self) -> Vec<String> {
+        self.state.lock().expect("state").log.clone()
+    }
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "code": code, "reason": reason, "message": message})
+}
+
+fn ready_status() -> Value {
+    json!({"phase": "Running", "conditions": [
+        {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+        "containerStatuses": [{"name": "sandbox", "image": "x", "imageID": "", "ready": true,
+            "restartCount": 0, "state": {"running": {"startedAt": "2025-01-01T00:00:02Z"}}}]})
+}
+
+fn pull_failed_status() -> Value {
+    json!({"phase": "Pending", "containerStatuses": [{"name": "sandbox", "image": "x",
+        "imageID": "", "ready": false, "restartCount": 0, "state": {"waiting": {
+            "reason": "ErrImagePull",
+            "message": "failed to pull image \"x\": not found"}}}]})
+}
+
+/// Reads one request head (and its body), without consuming it when it is an upgrade.
+async fn serve(tcp: tokio::net::TcpStream, state: Shared) {
+    let mut peeked = vec![0u8; 64 << 10];
+    let head = loop {
+        let Ok(n) = tcp.peek(&mut peeked).await else { return };
+        if n == 0 {
+            return;
+        }
+        if let Some(end) = peeked[..n].windows(4).position(|w| w == b"\r\n\r\n") {
+            break String::from_utf8_lossy(&peeked[..end]).into_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    let lower = head.to_ascii_lowercase();
+    let line = head.lines().next().unwrap_or_default().to_owned();
+    let mut parts = line.split(' ');
+    let method = parts.next().unwrap_or_default().to_owned();
+    let target = parts.next().unwrap_or_default().to_owned();
+    state.lock().expect("state").log.push(format!("{method} {target}"));
+    if lower.contains("upgrade: websocket") {
+        return pod_exec(tcp, state).await;
+    }
+    let mut tcp = tcp;
+    let length: usize = lower
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut buf = vec![0u8; head.len() + 4 + length];
+    if tcp.read_exact(&mut buf).await.is_err() {
+        return;
+    }
+    let body: Value = serde_json::from_slice(&buf[head.len() + 4..]).unwrap_or(Value::Null);
+    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+    if query.contains("watch=true") {
+        return watch(tcp, path, query, state).await;
+    }
+    let (code, answer) = rest(&state, &method, path, body);
+    let bytes = serde_json::to_vec(&answer).expect("json");
+    let head = format!(
+        "HTTP/1.1 {code} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        bytes.len()
+    );
+    let _ = tcp.write_all(head.as_bytes()).await;
+    let _ = tcp.write_all(&bytes).await;
+}
+
+fn rest(state: &Shared, method: &str, path: &str, body: Value) -> (u16, Value) {
+    let mut s = state.lock().expect("state");
+    let prefix = format!("/api/v1/namespaces/{NS}/");
+    let net = format!("/apis/networking.k8s.io/v1/namespaces/{NS}/");
+    let rest = path.strip_prefix(&prefix).or_else(|| path.strip_prefix(&net)).unwrap_or(path);
+    let (kind, name) = rest.split_once('/').unwrap_or((rest, ""));
+    s.version += 1;
+    let version = s.version.to_string();
+    let created = |mut object: Value| {
+        object["metadata"]["uid"] = json!(format!("uid-{version}"));
+        object["metadata"]["resourceVersion"] = json!(version);
+        object
+    };
+    match (method, kind, name) {
+        (_, "persistentvolumeclaims", _) if s.forbid_claims => (
+            403,
+            status(
+                403,
+                "Forbidden",
+                "persistentvolumeclaims is forbidden: User \"alice\" cannot create resource \"persistentvolumeclaims\" in API group \"\" in the namespace \"python-sandbox\"",
+            ),
+        ),
+        ("GET", "persistentvolumeclaims", "") => (
+            200,
+            json!({"kind": "PersistentVolumeClaimList",
+            "apiVersion": "v1", "metadata": {}, "items": s.claims.values().collect::<Vec<_>>()}),
+        ),
+        ("GET", "persistentvolumeclaims", name) => match s.claims.get(name) {
+            Some(claim) => (200, claim.clone()),
+            None => (404, status(404, "NotFound", "not found")),
+        },
+        ("POST", "persistentvolumeclaims", "") => {
+            let name = body["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+            if s.claims.contains_key(&name) {
+                return (409, status(409, "AlreadyExists", "already exists"));
+            }
+            let claim = created(body);
+            s.claims.insert(name, claim.clone());
+            (201, claim)
+        }
+        ("PATCH", "persistentvolumeclaims", name) => {
+            let Some(claim) = s.claims.get_mut(name) else {
+                return (404, status(404, "NotFound", "not found"));
+            };
+            let asked = body["metadata"]["resourceVersion"].as_str();
+            if asked.is_some_and(|v| Some(v) != claim["metadata"]["resourceVersion"].as_str()) {
+                return (409, status(409, "Conflict", "the object has been modified"));
+            }
+            for (k, v) in body["metadata"]["annotations"].as_object().into_iter().flatten() {
+                claim["metadata"]["annotations"][k] = v.clone();
+            }
+            claim["metadata"]["resourceVersion"] = json!(version);
+            (200, claim.clone())
+        }
+        ("DELETE", "persistentvolumeclaims", name)
+            if body["preconditions"]["uid"].as_str().is_some_and(|uid| {
+                Some(uid) != s.claims.get(name).and_then(|c| c["metadata"]["uid"].as_str())
+            }) =>
+        {
+            (409, status(409, "Conflict", "precondition failed: uid"))
+        }
+        ("DELETE", "persistentvolumeclaims", name) => match s.claims.remove(name) {
+            Some(claim) => (200, claim),
+            None => (404, status(404, "NotFound", "not found")),
+        },
+        ("GET", "pods", "") => (
+            200,
+            json!({"kind": "PodList", "apiVersion": "v1",
+            "metadata": {}, "items": s.pods.values().collect::<Vec<_>>()}),
+        ),
+        ("POST", "pods", "") => {
+            let name = body["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+            let pod = created(body);
+            s.pods.insert(name, pod.clone());
+            (201, pod)
+        }
+        ("DELETE", "pods", name) => match s.pods.remove(name) {
+            Some(pod) => (200, pod),
+            None => (404, status(404, "NotFound", "not found")),
+        },
+        ("POST", "networkpolicies" | "services" | "ingresses", "") => (201, created(body)),
+        ("GET", "events", "") => (
+            200,
+            json!({"kind": "EventList", "apiVersion": "v1",
+            "metadata": {}, "items": []}),
+        ),
+        _ => (500, status(500, "InternalError", "unexpected request")),
+    }
+}
+
+/// A watch of one pod or claim (by field selector), answered from the state: a pod's start as
+/// it is, a claim's events as it changes until it is ready or gone, or the watch's own end.
+async fn watch(mut tcp: tokio::net::TcpStream, path: &str, query: &str, state: Shared) {
+    let name = query
+        .split('&')
+        .find_map(|p| p.strip_prefix("fieldSelector=metadata.name%3D"))
+        .unwrap_or_default()
+        .to_owned();
+    let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+    let _ = tcp.write_all(head.as_bytes()).await;
+    let send = |event: Value| {
+        let line = format!("{event}\n");
+        format!("{:x}\r\n{line}\r\n", line.len())
+    };
+    if path.ends_with("/pods") {
+        let (pod, fails) = {
+            let s = state.lock().expect("state");
+            (s.pods.get(&name).cloned(), s.pull_fails)
+        };
+        if let Some(mut pod) = pod {
+            pod["status"] = if fails { pull_failed_status() } else { ready_status() };
+            let _ =
+                tcp.write_all(send(json!({"type": "MODIFIED", "object": pod})).as_bytes()).await;
+        }
+    } else {
+        let seen = state.lock().expect("state").claims.get(&name).cloned();
+        let mut last = seen.as_ref().map(|c| c["metadata"]["resourceVersion"].clone());
+        for _ in 0..500 {
+            let now = state.lock().expect("state").claims.get(&name).cloned();
+            match now {
+                None => {
+                    let gone = json!({"type": "DELETED", "object": seen.clone()});
+                    let _ = tcp.write_all(send(gone).as_bytes()).await;
+                    break;
+                }
+                Some(claim) if Some(&claim["metadata"]["resourceVersion"]) != last.as_ref() => {
+                    last = Some(claim["metadata"]["resourceVersion"].clone());
+                    let event = json!({"type": "MODIFIED", "object": claim});
+                    if tcp.write_all(send(event).as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+                Some(_) => {}
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let _ = tcp.write_all(b"0\r\n\r\n").await;
+}
+
+fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = vec![channel::STDOUT, kind];
+    out.extend_from_slice(&u32::try_from(payload.len()).expect("len").to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// One exec: the relay's request header and input frames read, the command run, its output
+/// and exit sent back as agent frames.
+async fn pod_exec(tcp: tokio::net::TcpStream, state: Shared) {
+    #[allow(clippy::result_large_err)]
+    let pick =
+        |_: &tokio_tungstenite::tungstenite::handshake::server::Request,
+         mut response: tokio_tungstenite::tungstenite::handshake::server::Response| {
+            response.headers_mut().insert(
+                "sec-websocket-protocol",
+                channel::Protocol::V4.name().parse().expect("header"),
+            );
+            Ok(response)
+        };
+    let Ok(socket) = tokio_tungstenite::accept_hdr_async(tcp, pick).await else { return };
+    let (mut sink, mut stream) = socket.split();
+    let mut input = Vec::new();
+    let mut stdin = Vec::new();
+    let header = 'read: loop {
+        let Some(Ok(Message::Binary(bytes))) = stream.next().await else { return };
+        if bytes.first() == Some(&channel::STDIN) {
+            input.extend_from_slice(&bytes[1..]);
+        }
+        let Some(len) = input.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])) else {
+            continue;
+        };
+        let len = len as usize;
+        let Some(header) = input.get(4..4 + len) else { continue };
+        let header: Value = serde_json::from_slice(header).expect("header");
+        let mut at = 4 + len;
+        while let Some(head) = input.get(at..at + 5) {
+            let n = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+            let Some(payload) = input.get(at + 5..at + 5 + n) else { break };
+            match head[0] {
+                b'i' => stdin.extend_from_slice(payload),
+                b'c' => break 'read header,
+                _ => {}
+            }
+            at += 5 + n;
+        }
+        stdin.clear();
+    };
+    let argv: Vec<String> = serde_json::from_value(header["cmd"].clone()).expect("argv");
+    let cwd = header["cwd"].as_str().unwrap_or("/").to_owned();
+    let env: Vec<(String, String)> = serde_json::from_value(header["env"].clone()).expect("env");
+    state.lock().expect("state").commands.push(argv.clone());
+    let _ = sink.send(Message::binary(frame(b'v', br#"{"v": 2}"#))).await;
+    let (code, stdout, stderr) = if argv.get(2).map(String::as_str) == Some(environment::PREPARE) {
+        let ((code, stderr), takes) = {
+            let s = state.lock().expect("state");
+            (s.prepare.clone(), s.prepare_takes)
+        };
+        tokio::time::sleep(takes).await;
+        (code, Vec::new(), stderr.into_bytes())
+    } else {
+        let mut argv = argv;
+        if argv[0] == environment::python() || argv[0] == sandbox_core::sync::SANDBOX_PYTHON {
+            argv[0] = PYTHON.to_owned();
+        }
+        run_local(&argv, &cwd, &env, &stdin).await
+    };
+    for (kind, bytes) in [(b'o', stdout), (b'e', stderr)] {
+        for chunk in bytes.chunks(32 << 10) {
+            let _ = sink.send(Message::binary(frame(kind, chunk))).await;
+        }
+    }
+    let exit = format!(r#"{{"code": {code}}}"#);
+    let _ = sink.send(Message::binary(frame(b'x', exit.as_bytes()))).await;
+    // The client closes once it has the exit.
+    while let Some(Ok(_)) = stream.next().await {}
+}
+
+async fn run_local(
+    argv: &[String],
+    cwd: &str,
+    env: &[(String, String)],
+    stdin: &[u8],
+) -> (i32, Vec<u8>, Vec<u8>) {
+    let mut command = tokio::process::Command::new(&argv[0]);
+    command
+        .args(&argv[1..])
+        .current_dir(cwd)
+        .envs(env.iter().cloned())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let Ok(mut child) = command.spawn() else {
+        return (127, Vec::new(), format!("{}: not found", argv[0]).into_bytes());
+    };
+    let mut pipe = child.stdin.take().expect("stdin");
+    let input = stdin.to_vec();
+    let feed = tokio::spawn(async move {
+        let _ = pipe.write_all(&input).await;
+    });
+    let out = child.wait_with_output().await.expect("wait");
+    let _ = feed.await;
+    (out.status.code().unwrap_or(137), out.stdout, out.stderr)
+}
+
+/// A scratch workspace and pod workdir of their own (a pod workdir may not be under `/tmp`).
+struct Scratch {
+    root: std::path::PathBuf,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let root = std::path::PathBuf::from(format!(
+            "/var/tmp/psbx-k8s-run-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&root);
+        for dir in ["host", "pod"] {
+            std::fs::create_dir_all(root.join(dir)).expect("scratch");
+        }
+        Scratch { root }
+    }
+
+    fn host(&self) -> std::path::PathBuf {
+        self.root.join("host")
+    }
+
+    fn pod(&self) -> String {
+        self.root.join("pod").display().to_string()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn engine(cluster: &Cluster, scratch: &Scratch) -> K8sEngine {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let config = kube::Config::new(cluster.url.parse().expect("url"));
+    let client = rt.block_on(async { kube::Client::try_from(config).expect("client") });
+    let sandbox = SandboxConfig { workdir: scratch.pod(), ..SandboxConfig::default() };
+    K8sEngine::with_client(sandbox, rt, client, key()).expect("engine")
+}
+
+fn spec(scratch: &Scratch, source: &str) -> RunSpec {
+    let script = scratch.root.join("hello.py");
+    std::fs::write(&script, source).expect("script");
+    RunSpec {
+        script,
+        args: Vec::new(),
+        dependencies: vec!["rich".to_owned()],
+        requires_python: None,
+        mounts: Vec::new(),
+        net: Net::Off,
+        publish: Vec::new(),
+        env: Vec::new(),
+        timeout: Some(Duration::from_secs(60)),
+        tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
+        limits: sandbox_core::Limits::NONE,
+        workspace: scratch.host(),
+    }
+}
+
+/// Runs `spec` prepared, its output captured; the exit code and stdout.
+fn run(engine: &K8sEngine, spec: &RunSpec, stdin: Stdin) -> (i32, String, Vec<String>) {
+    let prepared = engine.prepare(spec, &mut |_| {}).expect("prepared");
+    let mut out = sandbox_core::Captured::default();
+    let io = RunIo { stdin, output: Output::Sink(&mut out), status: None, published: None };
+    let outcome = engine.run_prepared(spec, &prepared, io).expect("ran");
+    (outcome.exit_code, out.stdout_lossy(), outcome.warnings)
+}
+
+/// The log without ids, versions and query noise: what a reader checks the flow by.
+fn flow(log: &[String]) -> String {
+    log.iter()
+        .map(|l| {
+            let (path, query) = l.split_once('?').unwrap_or((l, ""));
+            let path = path.replace(&format!("/namespaces/{NS}"), "");
+            let mut shown: String = path
+                .split('/')
+                .map(|part| {
+                    if part.starts_with("psbx-env-") {
+                        "psbx-env-<key>"
+                    } else if part.starts_with("psbx-") {
+                        "psbx-<id>"
+                    } else {
+                        part
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("/");
+            if query.contains("watch=true") {
+                shown.push_str(" (watch)");
+            }
+            if path.ends_with("/exec") {
+                shown = "EXEC".to_owned();
+            }
+            shown
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn a_cold_run_prepares_the_claim_once_and_a_warm_run_only_reads_it() {
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let cluster = rt.block_on(Cluster::start());
+    let scratch = Scratch::new();
+    std::fs::write(scratch.host().join("input.txt"), "from the host").expect("input");
+    let engine = engine(&cluster, &scratch);
+    let script = "import pathlib\nprint(pathlib.Path('input.txt').read_text())\n\
+                  pathlib.Path('output.txt').write_text('from the pod')\n";
+    let spec = spec(&scratch, script);
+    let (code, stdout, _) = run(&engine, &spec, Stdin::Null);
+    assert_eq!((code, stdout.as_str()), (0, "from the host\n"));
+    let echo = self::spec(&scratch, "import sys\nprint(sys.stdin.read().upper(), end='')\n");
+    let (code, stdout, _) = run(&engine, &echo, Stdin::Bytes(b"piped in\n".to_vec()));
+    assert_eq!((code, stdout.as_str()), (0, "PIPED IN\n"), "stdin reaches the script");
+    cluster.state.lock().expect("state").log.truncate(18);
+    assert_eq!(
+        std::fs::read_to_string(scratch.host().join("output.txt")).expect("synced back"),
+        "from the pod"
+    );
+    let state = cluster.state.lock().expect("state");
+    assert!(state.pods.is_empty(), "a pod was left: {:?}", state.pods.keys());
+    let claim = state.claims.values().next().expect("the claim");
+    assert!(environment::is_ready(&serde_json::from_value(claim.clone()).expect("claim")));
+    drop(state);
+    insta::assert_snapshot!(flow(&cluster.log()), @r"
+    GET /api/v1/persistentvolumeclaims/psbx-env-<key>
+    POST /api/v1/persistentvolumeclaims
+    POST /api/v1/pods
+    POST /apis/networking.k8s.io/v1/networkpolicies
+    GET /api/v1/pods (watch)
+    EXEC
+    DELETE /api/v1/pods/psbx-<id>
+    PATCH /api/v1/persistentvolumeclaims/psbx-env-<key>
+    POST /api/v1/pods
+    POST /apis/networking.k8s.io/v1/networkpolicies
+    GET /api/v1/pods (watch)
+    EXEC
+    EXEC
+    EXEC
+    EXEC
+    EXEC
+    EXEC
+    DELETE /api/v1/pods/psbx-<id>
+    ");
+
+    cluster.state.lock().expect("state").log.clear();
+    let prepared =
+        engine.prepare(&spec, &mut |_| panic!("a warm run prepares nothing")).expect("warm");
+    assert_eq!(flow(&cluster.log()), "GET /api/v1/persistentvolumeclaims/psbx-env-<key>");
+    drop(prepared);
+}
+
+/// What a test breaks in the stand-in cluster.
+type Breaks = fn(&mut State);
+
+#[test]
+fn a_prepare_that_fails_or_cannot_start_names_why_and_leaves_no_pod_and_no_claim() {
+    let broken: [(Breaks, &str); 2] = [
+        (
+            |s| s.prepare = (1, "error: no solution found when resolving: rich==99".to_owned()),
+            "no solution found",
+        ),
+        (|s| s.pull_fails = true, "ErrImagePull"),
+    ];
+    for (breaks, why) in broken {
+        let rt = tokio::runtime::Runtime::new().expect("rt");
+        let cluster = rt.block_on(Cluster::start());
+        let scratch = Scratch::new();
+        breaks(&mut cluster.state.lock().expect("state"));
+        let engine = engine(&cluster, &scratch);
+        let error = engine.prepare(&spec(&scratch, "print(1)\n"), &mut |_| {}).expect_err("fails");
+        let message = error.to_string();
+        assert!(message.contains(why) && message.contains("hint:"), "{message}");
+        let state = cluster.state.lock().expect("state");
+        assert!(state.pods.is_empty(), "a pod was left: {:?}", state.pods.keys());
+        assert!(
+            state.claims.is_empty(),
+            "a half-prepared claim was left: {:?}",
+            state.claims.keys()
+        );
+    }
+}
+
+#[test]
+fn claims_the_role_does_not_allow_are_named_with_a_hint_and_nothing_is_made() {
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let cluster = rt.block_on(Cluster::start());
+    let scratch = Scratch::new();
+    cluster.state.lock().expect("state").forbid_claims = true;
+    let engine = engine(&cluster, &scratch);
+    let error = engine.prepare(&spec(&scratch, "print(1)\n"), &mut |_| {}).expect_err("fails");
+    assert!(matches!(error, crate::Error::Forbidden { .. }), "{error:?}");
+    assert_eq!(error.class(), ErrorClass::Setup, "{error}");
+    let message = error.to_string();
+    assert!(message.contains("persistentvolumeclaim") && message.contains("hint:"), "{message}");
+    let state = cluster.state.lock().expect("state");
+    assert!(state.pods.is_empty() && state.commands.is_empty(), "{:?}", state.log);
+}
+
+fn prepares(cluster: &Cluster) -> usize {
+    let state = cluster.state.lock().expect("state");
+    state
+        .commands
+        .iter()
+        .filter(|c| c.get(2).map(String::as_str) == Some(environment::PREPARE))
+        .count()
+}
+
+#[test]
+fn concurrent_runs_of_one_environment_prepare_it_once_and_the_others_wait_with_one_watch() {
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let cluster = rt.block_on(Cluster::start());
+    cluster.state.lock().expect("state").prepare_takes = Duration::from_millis(600);
+    let scratch = Scratch::new();
+    let spec = spec(&scratch, "print(1)\n");
+    let waits = std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..3)
+            .map(|_| {
+                let engine = engine(&cluster, &scratch);
+                let spec = spec.clone();
+                scope.spawn(move || {
+                    let mut lines = Vec::new();
+                    engine.prepare(&spec, &mut |l| lines.push(l.to_owned())).expect("prepared");
+                    lines
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().expect("run")).collect::<Vec<_>>()
+    });
+    assert_eq!(prepares(&cluster), 1, "{:?}", cluster.state.lock().expect("state").commands);
+    let waited = waits.iter().filter(|l| l.iter().any(|l| l.starts_with("waiting for"))).count();
+    assert_eq!(waited, 2, "{waits:?}");
+    let log = cluster.log();
+    let claim_watches = log
+        .iter()
+        .filter(|l| l.contains("persistentvolumeclaims?") && l.contains("watch=true"))
+        .count();
+    assert_eq!(claim_watches, 2, "one watch per waiting run: {log:#?}");
+    let state = cluster.state.lock().expect("state");
+    assert!(state.pods.is_empty());
+    assert!(environment::is_ready(
+        &serde_json::from_value(state.claims.values().next().expect("claim").clone())
+            .expect("claim")
+    ));
+}
+
+#[test]
+fn a_prepare_that_never_finished_is_taken_over_and_a_failed_one_is_retried() {
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let cluster = rt.block_on(Cluster::start());
+    let scratch = Scratch::new();
+    let spec = spec(&scratch, "print(1)\n");
+    let name = environment::claim_name(&environment::key(
+        &SandboxConfig::default().image,
+        None,
+        &spec.dependencies,
+    ));
+    // A claim whose prepare began 11 minutes ago (its CLI was killed).
+    let long_ago = super::now_secs() - 11 * 60;
+    let stale = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {
+        "name": name, "namespace": NS, "uid": "uid-old", "resourceVersion": "7",
+        "annotations": {environment::PREPARING_ANNOTATION: long_ago.to_string()}}});
+    cluster.state.lock().expect("state").claims.insert(name.clone(), stale);
+    let engine = engine(&cluster, &scratch);
+    engine.prepare(&spec, &mut |_| {}).expect("taken over");
+    assert_eq!(prepares(&cluster), 1);
+    let state = cluster.state.lock().expect("state");
+    let claim = &state.claims[&name];
+    assert_eq!(claim["metadata"]["uid"], "uid-old", "the same claim, filled");
+    assert!(environment::is_ready(&serde_json::from_value(claim.clone()).expect("claim")));
+    drop(state);
+
+    // A prepare elsewhere that fails deletes its claim: a waiting run then prepares itself.
+    let fresh = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {
+        "name": name, "namespace": NS, "uid": "uid-other", "resourceVersion": "8",
+        "annotations": {environment::PREPARING_ANNOTATION: super::now_secs().to_string()}}});
+    cluster.state.lock().expect("state").claims.insert(name.clone(), fresh);
+    let shared = Arc::clone(&cluster.state);
+    let other = name.clone();
+    let failing = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        shared.lock().expect("state").claims.remove(&other);
+    });
+    engine.prepare(&spec, &mut |_| {}).expect("prepared after the other failed");
+    failing.join().expect("other");
+    assert_eq!(prepares(&cluster), 2);
+    assert_ne!(cluster.state.lock().expect("state").claims[&name]["metadata"]["uid"], "uid-other");
+}
+
+#[test]
+fn reap_deletes_this_users_unused_and_never_finished_claims_and_a_dry_run_only_lists_them() {
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let cluster = rt.block_on(Cluster::start());
+    let scratch = Scratch::new();
+    let engine = engine(&cluster, &scratch);
+    let now = super::now_secs();
+    let day = 86_400;
+    let claim = |name: &str, mark: &reaper::MarkKey, annotations: Value| {
+        let mut labels = engine.env_labels(name).expect("labels");
+        labels.retain(|k, _| k != reaper::MARK);
+        mark.sign(name, &mut labels);
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {
+            "name": name, "namespace": NS, "uid": format!("uid-{name}"), "resourceVersion": "1",
+            "labels": labels, "annotations": annotations}})
+    };
+    let ready = |used: u64| {
+        json!({environment::READY_ANNOTATION: "true",
+        environment::LAST_USED_ANNOTATION: used.to_string()})
+    };
+    let other = reaper::MarkKey::from_bytes([9; 32]);
+    let claims = [
+        claim("psbx-env-old", &key(), ready(now - 8 * day)),
+        claim("psbx-env-recent", &key(), ready(now - day)),
+        claim(
+            "psbx-env-stuck",
+            &key(),
+            json!({environment::PREPARING_ANNOTATION: (now - 3600).to_string()}),
+        ),
+        claim("psbx-env-busy", &key(), json!({environment::PREPARING_ANNOTATION: now.to_string()})),
+        claim("psbx-env-theirs", &other, ready(now - 30 * day)),
+    ];
+    for c in claims {
+        let name = c["metadata"]["name"].as_str().expect("name").to_owned();
+        cluster.state.lock().expect("state").claims.insert(name, c);
+    }
+    let listed = engine.reap(true).expect("dry run");
+    let shown: Vec<(&str, &str, &str, bool)> = listed
+        .iter()
+        .map(|s| (s.pod.as_str(), s.kind.as_str(), s.reason.as_str(), s.removed))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("psbx-env-old", "environment", "unused for 7 days", false),
+            ("psbx-env-stuck", "environment", "its prepare never finished", false),
+        ]
+    );
+    assert_eq!(cluster.state.lock().expect("state").claims.len(), 5, "a dry run deletes nothing");
+    let swept = engine.reap(false).expect("reap");
+    assert!(swept.iter().all(|s| s.removed), "{swept:?}");
+    let left: Vec<String> = cluster.state.lock().expect("state").claims.keys().cloned().collect();
+    assert_eq!(left, ["psbx-env-busy", "psbx-env-recent", "psbx-env-theirs"]);
+}
