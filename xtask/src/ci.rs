@@ -4,7 +4,8 @@
 //! can run here (bubblewrap, docker, podman: installed and started when possible), the
 //! cross-engine conformance suite on each (and on podman as an unprivileged user: the
 //! `podman-rootless` tier), the WASM build with its node tests, the Claude Code plugin installed
-//! with the real `claude` CLI (its launcher provisioning the CLI), and a fuzz smoke
+//! with the real `claude` CLI (its launcher provisioning the CLI), the wheel and release tarball
+//! (`dist`, installed with `uv tool install`), and a fuzz smoke
 //! run. A tier that cannot run prints `SKIPPED: tier: reason` and CI goes on; a tier that runs
 //! and fails stops CI.
 
@@ -79,6 +80,10 @@ impl Ci {
         step("plugin");
         // The plugin installed with the real Claude Code CLI; its launcher builds the CLI.
         crate::plugin::Plugin { provision: true }.run(sh)?;
+
+        step("dist");
+        // After the plugin step: the wheel reuses its release build of the CLI.
+        crate::dist::Dist { check: true }.run(sh)?;
 
         step("fuzz smoke");
         crate::fuzz::Fuzz { seconds: FUZZ_SECONDS, target: None }.run(sh)?;

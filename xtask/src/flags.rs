@@ -12,6 +12,8 @@ commands:
                      the Claude Code plugin with the real `claude` CLI (npm) in a scratch HOME:
                      validate, marketplace add, install, `detect --json` through its launcher;
                      `--provision`: the launcher also builds the CLI with cargo (minutes)
+  dist [--check]     the CLI's wheel (maturin) and release tarball into target/dist; `--check`:
+                     `uv tool install` the wheel into a scratch dir and run examples/hello.py
   bench [--engine k8s]
                      benchmarks, printed side by side with their baselines; `--engine k8s`: the
                      pod engine against kubectl on the cluster KUBECONFIG names
@@ -34,6 +36,7 @@ pub(crate) enum Cmd {
     Ci(crate::ci::Ci),
     Wasm(crate::wasm::Wasm),
     Plugin(crate::plugin::Plugin),
+    Dist(crate::dist::Dist),
     Bench(crate::bench::Bench),
     Fuzz(crate::fuzz::Fuzz),
     TestEngines(crate::test_engines::TestEngines),
@@ -67,6 +70,11 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
                 Cmd::Plugin(crate::plugin::Plugin { provision: true })
             }
             _ => bail!("`plugin` takes nothing or `--provision`\n\n{USAGE}"),
+        },
+        "dist" => match rest.as_slice() {
+            [] => Cmd::Dist(crate::dist::Dist { check: false }),
+            [flag] if flag == "--check" => Cmd::Dist(crate::dist::Dist { check: true }),
+            _ => bail!("`dist` takes nothing or `--check`\n\n{USAGE}"),
         },
         "bench" => {
             let engine = match rest.as_slice() {

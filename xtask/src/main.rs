@@ -6,6 +6,7 @@
 mod bench;
 mod bench_run;
 mod ci;
+mod dist;
 mod flags;
 mod fuzz;
 mod image;
@@ -32,6 +33,7 @@ fn main() -> anyhow::Result<()> {
         flags::Cmd::Ci(c) => c.run(&sh),
         flags::Cmd::Wasm(c) => c.run(&sh),
         flags::Cmd::Plugin(c) => c.run(&sh),
+        flags::Cmd::Dist(c) => c.run(&sh),
         flags::Cmd::Bench(c) => c.run(&sh),
         flags::Cmd::Fuzz(c) => c.run(&sh),
         flags::Cmd::TestEngines(c) => c.run(&sh),
