@@ -8,12 +8,15 @@ usage: cargo xtask <command> [options]
 commands:
   ci                 everything CI checks: fmt, clippy, tests, wasm, fuzz smoke, engine tiers
   wasm [--check]     build the pep723-meta npm package into target/wasm/pep723-meta
+  vsix               the VS Code extension as a .vsix (@vscode/vsce) into target/vsix, tested unpacked
   plugin [--provision]
                      the Claude Code plugin with the real `claude` CLI (npm) in a scratch HOME:
                      validate, marketplace add, install, `detect --json` through its launcher;
                      `--provision`: the launcher also builds the CLI with cargo (minutes)
   dist [--check]     the CLI's wheel (maturin) and release tarball into target/dist; `--check`:
                      `uv tool install` the wheel into a scratch dir and run examples/hello.py
+  package            `cargo package` (with its verify build) and warning-free docs of the library
+                     crates meant for crates.io (nothing is published)
   bench [--engine k8s]
                      benchmarks, printed side by side with their baselines; `--engine k8s`: the
                      pod engine against kubectl on the cluster KUBECONFIG names
@@ -37,6 +40,8 @@ pub(crate) enum Cmd {
     Wasm(crate::wasm::Wasm),
     Plugin(crate::plugin::Plugin),
     Dist(crate::dist::Dist),
+    Package(crate::package::Package),
+    Vsix(crate::vsix::Vsix),
     Bench(crate::bench::Bench),
     Fuzz(crate::fuzz::Fuzz),
     TestEngines(crate::test_engines::TestEngines),
@@ -76,6 +81,14 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
             [flag] if flag == "--check" => Cmd::Dist(crate::dist::Dist { check: true }),
             _ => bail!("`dist` takes nothing or `--check`\n\n{USAGE}"),
         },
+        "vsix" => {
+            no_args(&cmd, &rest)?;
+            Cmd::Vsix(crate::vsix::Vsix)
+        }
+        "package" => {
+            no_args(&cmd, &rest)?;
+            Cmd::Package(crate::package::Package)
+        }
         "bench" => {
             let engine = match rest.as_slice() {
                 [] => None,

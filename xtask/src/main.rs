@@ -11,10 +11,12 @@ mod flags;
 mod fuzz;
 mod image;
 mod kind;
+mod package;
 mod plugin;
 mod rootless;
 mod services;
 mod test_engines;
+mod vsix;
 mod wasm;
 
 use std::path::{Path, PathBuf};
@@ -34,6 +36,8 @@ fn main() -> anyhow::Result<()> {
         flags::Cmd::Wasm(c) => c.run(&sh),
         flags::Cmd::Plugin(c) => c.run(&sh),
         flags::Cmd::Dist(c) => c.run(&sh),
+        flags::Cmd::Package(c) => c.run(&sh),
+        flags::Cmd::Vsix(c) => c.run(&sh),
         flags::Cmd::Bench(c) => c.run(&sh),
         flags::Cmd::Fuzz(c) => c.run(&sh),
         flags::Cmd::TestEngines(c) => c.run(&sh),

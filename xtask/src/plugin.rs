@@ -115,12 +115,8 @@ fn claude_code(sh: &Shell) -> std::result::Result<PathBuf, String> {
             prefix.display()
         );
         let spec = format!("@anthropic-ai/claude-code@{CLAUDE_CODE}");
-        cmd!(
-            sh,
-            "npm install --prefix {prefix} --no-save --no-audit --no-fund --no-package-lock {spec}"
-        )
-        .run()
-        .map_err(|e| format!("`npm install {spec}` failed (registry unreachable?): {e}"))?;
+        crate::wasm::npm_install(sh, &prefix, &spec)
+            .map_err(|e| format!("`npm install {spec}` failed (registry unreachable?): {e}"))?;
     }
     cmd!(sh, "{bin} --version")
         .quiet()
