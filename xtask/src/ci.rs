@@ -3,8 +3,10 @@
 //! Tiers run least powerful first: formatting and lints, the pure tests, then the engines that
 //! can run here (bubblewrap, docker, podman: installed and started when possible), the
 //! cross-engine conformance suite on each (and on podman as an unprivileged user: the
-//! `podman-rootless` tier), the WASM build with its node tests, the Claude Code plugin installed
-//! with the real `claude` CLI (its launcher provisioning the CLI), and a fuzz smoke
+//! `podman-rootless` tier), `cargo package` of the library crates, the WASM build with its node
+//! tests and the packaged VS Code extension (`vsix`), the Claude Code plugin installed
+//! with the real `claude` CLI (its launcher provisioning the CLI), the wheel and release tarball
+//! (`dist`, installed with `uv tool install`), and a fuzz smoke
 //! run. A tier that cannot run prints `SKIPPED: tier: reason` and CI goes on; a tier that runs
 //! and fails stops CI.
 
@@ -59,6 +61,9 @@ impl Ci {
         // The conformance suite runs below, once per engine, with its matrix.
         cmd!(sh, "cargo test --workspace --locked --exclude tests").run()?;
 
+        step("package");
+        crate::package::Package.run(sh)?;
+
         step("conformance");
         if engines.is_empty() {
             crate::skipped("conformance", "no engine is available here");
@@ -75,10 +80,15 @@ impl Ci {
 
         step("wasm");
         crate::wasm::Wasm { check: true }.run(sh)?;
+        crate::vsix::Vsix.run(sh)?;
 
         step("plugin");
         // The plugin installed with the real Claude Code CLI; its launcher builds the CLI.
         crate::plugin::Plugin { provision: true }.run(sh)?;
+
+        step("dist");
+        // After the plugin step: the wheel reuses its release build of the CLI.
+        crate::dist::Dist { check: true }.run(sh)?;
 
         step("fuzz smoke");
         crate::fuzz::Fuzz { seconds: FUZZ_SECONDS, target: None }.run(sh)?;

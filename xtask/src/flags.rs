@@ -8,10 +8,15 @@ usage: cargo xtask <command> [options]
 commands:
   ci                 everything CI checks: fmt, clippy, tests, wasm, fuzz smoke, engine tiers
   wasm [--check]     build the pep723-meta npm package into target/wasm/pep723-meta
+  vsix               the VS Code extension as a .vsix (@vscode/vsce) into target/vsix, tested unpacked
   plugin [--provision]
                      the Claude Code plugin with the real `claude` CLI (npm) in a scratch HOME:
                      validate, marketplace add, install, `detect --json` through its launcher;
                      `--provision`: the launcher also builds the CLI with cargo (minutes)
+  dist [--check]     the CLI's wheel (maturin) and release tarball into target/dist; `--check`:
+                     `uv tool install` the wheel into a scratch dir and run examples/hello.py
+  package            `cargo package` (with its verify build) and warning-free docs of the library
+                     crates meant for crates.io (nothing is published)
   bench [--engine k8s]
                      benchmarks, printed side by side with their baselines; `--engine k8s`: the
                      pod engine against kubectl on the cluster KUBECONFIG names
@@ -34,6 +39,9 @@ pub(crate) enum Cmd {
     Ci(crate::ci::Ci),
     Wasm(crate::wasm::Wasm),
     Plugin(crate::plugin::Plugin),
+    Dist(crate::dist::Dist),
+    Package(crate::package::Package),
+    Vsix(crate::vsix::Vsix),
     Bench(crate::bench::Bench),
     Fuzz(crate::fuzz::Fuzz),
     TestEngines(crate::test_engines::TestEngines),
@@ -68,6 +76,19 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
             }
             _ => bail!("`plugin` takes nothing or `--provision`\n\n{USAGE}"),
         },
+        "dist" => match rest.as_slice() {
+            [] => Cmd::Dist(crate::dist::Dist { check: false }),
+            [flag] if flag == "--check" => Cmd::Dist(crate::dist::Dist { check: true }),
+            _ => bail!("`dist` takes nothing or `--check`\n\n{USAGE}"),
+        },
+        "vsix" => {
+            no_args(&cmd, &rest)?;
+            Cmd::Vsix(crate::vsix::Vsix)
+        }
+        "package" => {
+            no_args(&cmd, &rest)?;
+            Cmd::Package(crate::package::Package)
+        }
         "bench" => {
             let engine = match rest.as_slice() {
                 [] => None,

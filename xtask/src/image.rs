@@ -331,7 +331,7 @@ impl Inputs {
     }
 }
 
-fn debian_arch(machine: &str) -> Result<&'static str> {
+pub(crate) fn debian_arch(machine: &str) -> Result<&'static str> {
     Ok(match machine {
         "x86_64" => "amd64",
         "aarch64" | "arm64" => "arm64",
@@ -614,7 +614,12 @@ fn discard_rootfs_cache(work: &Path) -> Result<()> {
 }
 
 /// The pinned uv wheel for `arch`, downloaded once into `work` and checked against versions.env.
-fn uv_wheel(sh: &Shell, versions: &Versions, arch: &str, work: &Path) -> Result<PathBuf> {
+pub(crate) fn uv_wheel(
+    sh: &Shell,
+    versions: &Versions,
+    arch: &str,
+    work: &Path,
+) -> Result<PathBuf> {
     let (url, sha256) = versions.uv_wheel(arch)?;
     let wheel = work.join(format!("uv-{}-{arch}.whl", versions.get("UV_VERSION")?));
     if wheel.is_file() && sha256_file(sh, &wheel)? == sha256 {

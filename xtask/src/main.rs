@@ -6,14 +6,17 @@
 mod bench;
 mod bench_run;
 mod ci;
+mod dist;
 mod flags;
 mod fuzz;
 mod image;
 mod kind;
+mod package;
 mod plugin;
 mod rootless;
 mod services;
 mod test_engines;
+mod vsix;
 mod wasm;
 
 use std::path::{Path, PathBuf};
@@ -32,6 +35,9 @@ fn main() -> anyhow::Result<()> {
         flags::Cmd::Ci(c) => c.run(&sh),
         flags::Cmd::Wasm(c) => c.run(&sh),
         flags::Cmd::Plugin(c) => c.run(&sh),
+        flags::Cmd::Dist(c) => c.run(&sh),
+        flags::Cmd::Package(c) => c.run(&sh),
+        flags::Cmd::Vsix(c) => c.run(&sh),
         flags::Cmd::Bench(c) => c.run(&sh),
         flags::Cmd::Fuzz(c) => c.run(&sh),
         flags::Cmd::TestEngines(c) => c.run(&sh),

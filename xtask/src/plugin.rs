@@ -18,6 +18,8 @@ pub(crate) struct Plugin {
 
 /// The Claude Code CLI the checks run, pinned so a new release cannot turn CI red by itself.
 const CLAUDE_CODE: &str = "2.1.332";
+/// The release target dir of the provisioning build, shared with `cargo xtask dist`.
+pub(crate) const INSTALL_TARGET: &str = "target/plugin-install";
 
 impl Plugin {
     pub(crate) fn run(self, sh: &Shell) -> Result<()> {
@@ -65,7 +67,7 @@ impl Plugin {
 
         if self.provision {
             crate::section("plugin: the installed launcher provisions the CLI with cargo");
-            let _target = sh.push_env("CARGO_TARGET_DIR", root.join("target/plugin-install"));
+            let _target = sh.push_env("CARGO_TARGET_DIR", root.join(INSTALL_TARGET));
             let data = data.join("provisioned");
             detect(sh, &launcher, &system_path, &data)?;
             if !data.join("bin/python-sandbox").is_file() {
@@ -113,12 +115,8 @@ fn claude_code(sh: &Shell) -> std::result::Result<PathBuf, String> {
             prefix.display()
         );
         let spec = format!("@anthropic-ai/claude-code@{CLAUDE_CODE}");
-        cmd!(
-            sh,
-            "npm install --prefix {prefix} --no-save --no-audit --no-fund --no-package-lock {spec}"
-        )
-        .run()
-        .map_err(|e| format!("`npm install {spec}` failed (registry unreachable?): {e}"))?;
+        crate::wasm::npm_install(sh, &prefix, &spec)
+            .map_err(|e| format!("`npm install {spec}` failed (registry unreachable?): {e}"))?;
     }
     cmd!(sh, "{bin} --version")
         .quiet()

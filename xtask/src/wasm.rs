@@ -228,13 +228,7 @@ fn ensure_wasm_opt(sh: &Shell, cache: &Path) -> std::result::Result<PathBuf, Str
     let bin = prefix.join("node_modules/.bin/wasm-opt");
     if !bin.is_file() {
         println!("wasm: installing binaryen {BINARYEN} (npm) into {}", prefix.display());
-        let spec = format!("binaryen@{BINARYEN}");
-        cmd!(
-            sh,
-            "npm install --prefix {prefix} --no-save --no-audit --no-fund --no-package-lock {spec}"
-        )
-        .run()
-        .map_err(|e| {
+        npm_install(sh, &prefix, &format!("binaryen@{BINARYEN}")).map_err(|e| {
             format!("binaryen (wasm-opt) is not installed and `npm install` failed: {e}")
         })?;
     }
@@ -242,6 +236,16 @@ fn ensure_wasm_opt(sh: &Shell, cache: &Path) -> std::result::Result<PathBuf, Str
         return Err(format!("npm installed binaryen but {} is missing", bin.display()));
     }
     Ok(bin)
+}
+
+/// One npm package (exactly `spec`) into its own prefix in the tools cache, without touching a
+/// lockfile or the work tree.
+pub(crate) fn npm_install(sh: &Shell, prefix: &Path, spec: &str) -> xshell::Result<()> {
+    cmd!(
+        sh,
+        "npm install --prefix {prefix} --no-save --no-audit --no-fund --no-package-lock {spec}"
+    )
+    .run()
 }
 
 /// Runs `wasm-opt -Oz` in place. binaryen's npm build runs on node and takes minutes, so the result

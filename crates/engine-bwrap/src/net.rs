@@ -113,7 +113,7 @@ impl UserNet {
         UserNet::attach_blocked(pasta, child, publish, run_as)
     }
 
-    /// [`UserNet::attach`] for a sandbox that sets nothing up in its network namespace until
+    /// `UserNet::attach` for a sandbox that sets nothing up in its network namespace until
     /// this returns (engine-native's monitor waits on a pipe after its `unshare`), so there is
     /// no loopback setup to wait for. `child` is a process in that namespace; `run_as` the host
     /// user pasta runs as (`None`: ours). When the namespace belongs to our own user namespace

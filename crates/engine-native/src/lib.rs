@@ -1,7 +1,7 @@
 //! The native engine: the python-sandbox wall built in-process from Linux namespaces, a fresh
 //! tmpfs root, the shared seccomp wall and Landlock, with no helper binary on the host.
 //!
-//! [`plan`] is pure (what the tree is); [`sandbox`] performs a plan (fork, namespaces, mounts,
+//! [`plan`](mod@plan) is pure (what the tree is); [`sandbox`] performs a plan (fork, namespaces, mounts,
 //! `pivot_root`, privileges dropped, filters applied, `execve`); [`net`] connects a sandbox with
 //! net on through pasta (engine-bwrap's code). Not yet an `Engine`: the CLI
 //! does not list it until it runs scripts end to end.

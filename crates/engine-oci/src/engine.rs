@@ -27,7 +27,7 @@ pub const DEFAULT_IMAGE: &str = "python-sandbox-runtime:latest";
 /// The image layout this engine expects (label `io.python-sandbox.image-abi`, set by
 /// deploy/image/Containerfile): 2 has the empty venv at `/opt/python-sandbox/env` and no `UV_*`
 /// in its config; 3 adds the execute-only `/usr/bin/tini` every container starts as pid 1
-/// ([`crate::plan::INIT`]). An image without it is refused before anything runs, with how to
+/// (`plan::INIT`). An image without it is refused before anything runs, with how to
 /// rebuild.
 pub const IMAGE_ABI: u32 = 3;
 /// Bumped whenever the layout of a prepared environment volume changes.

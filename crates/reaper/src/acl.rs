@@ -14,7 +14,7 @@
 //! - `<key>.hold.<holder>`: a grant that outlives its process (a session, [`Grant::hold`]).
 //!
 //! Release drops its shared lock, then takes the lock exclusive without waiting: only the last
-//! user gets it, and restores when no hold is left ([`step`]). A run killed with -9 leaves the
+//! user gets it, and restores when no hold is left (`step`). A run killed with -9 leaves the
 //! record; [`reap`] restores it once the lock is free. Every change goes through a directory
 //! descriptor opened component by component with `O_NOFOLLOW` (never by path), because the
 //! sandbox may have swapped a directory for a symlink; a record is only restored onto the

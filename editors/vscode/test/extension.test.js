@@ -1,6 +1,7 @@
 // extension.js (the glue) driven through a minimal stand-in for the `vscode` module, which cannot be
 // downloaded here. The stand-in only records what the glue hands to VS Code; the parser behind it
-// is the real WASM build.
+// is the real WASM build. PEP723_EXTENSION_DIR runs the same tests against another copy of the
+// extension: `cargo xtask vsix` points it at the unpacked .vsix.
 'use strict';
 
 const test = require('node:test');
@@ -8,6 +9,8 @@ const assert = require('node:assert/strict');
 const Module = require('node:module');
 const fs = require('node:fs');
 const path = require('node:path');
+
+const EXTENSION = process.env.PEP723_EXTENSION_DIR || path.join(__dirname, '..');
 
 function fakeVscode() {
   const state = { collections: new Map(), providers: [], commands: new Map(), listeners: {}, applied: [], errors: [], docs: [], editor: null, input: undefined, config: {} };
@@ -94,8 +97,9 @@ function activate(setup = () => {}) {
     return request === 'vscode' ? vscode : original.call(this, request, ...rest);
   };
   try {
-    delete require.cache[require.resolve('../extension.js')];
-    const ext = require('../extension.js');
+    const main = require.resolve(path.join(EXTENSION, 'extension.js'));
+    delete require.cache[main];
+    const ext = require(main);
     const context = { subscriptions: [] };
     ext.activate(context);
     return { state, context };
@@ -105,10 +109,10 @@ function activate(setup = () => {}) {
 }
 
 test('the manifest activates on python and names an existing main', () => {
-  const manifest = JSON.parse(fs.readFileSync(path.join(__dirname, '..', 'package.json'), 'utf8'));
+  const manifest = JSON.parse(fs.readFileSync(path.join(EXTENSION, 'package.json'), 'utf8'));
   assert.ok(manifest.engines.vscode);
   assert.deepEqual(manifest.activationEvents, ['onLanguage:python']);
-  assert.ok(fs.existsSync(path.join(__dirname, '..', manifest.main)));
+  assert.ok(fs.existsSync(path.join(EXTENSION, manifest.main)));
   const { state } = activate();
   const declared = manifest.contributes.commands.map((c) => c.command).sort();
   assert.deepEqual([...state.commands.keys()].sort(), declared, 'every declared command is registered');

@@ -79,7 +79,8 @@ impl Session {
     /// Opens session `id` from the record `session start` left in `runtime_dir`, without any
     /// API call; `None` when there is no record (another engine's `flavor`, a session started
     /// elsewhere) or its agent is gone. Such a session serves execs and scripts through the
-    /// agent only: anything that needs the API (services, stop) wants [`OciEngine::session`].
+    /// agent only: anything that needs the API (services, stop) wants the engine
+    /// (`SessionEngine::open_session` on [`crate::OciEngine`]).
     pub fn local(runtime_dir: &Path, id: &str, flavor: Option<crate::Flavor>) -> Option<Session> {
         let path = record_path(runtime_dir, id)?;
         let record = read_record(&path)?;
