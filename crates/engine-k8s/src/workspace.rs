@@ -9,7 +9,7 @@
 //! receive the next batch's files); the listing right after the sync in is the baseline, so
 //! that difference never comes back.
 //!
-//! Out: a second listing, [`changes`], one archive of what changed spooled to an unnamed
+//! Out: a second listing, [`changes`](sandbox_core::sync::changes), one archive of what changed spooled to an unnamed
 //! temporary file (capped at the limit), checked whole (every member requested, a plain
 //! relative path, of the listed kind, links inside) before anything is applied. Applying
 //! walks from a descriptor of the workspace, component by component without following links,
