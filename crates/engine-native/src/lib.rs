@@ -16,4 +16,6 @@ mod tests;
 pub use error::{Error, Result};
 pub use net::connect;
 pub use plan::{Access, Ids, Input, Op, Plan, RootEntry, plan};
-pub use sandbox::{Child, Command, landlock_abi, spawn, userns_probe};
+pub use sandbox::{
+    Child, Command, LANDLOCK_ABI, landlock_abi, landlock_applied, spawn, userns_probe,
+};

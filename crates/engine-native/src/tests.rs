@@ -31,8 +31,11 @@ fn input(uid: u32) -> Input {
             "/home/alice/.cache/python-sandbox/envs/abc".into(),
             "/usr/lib/python3.11".into(),
         ],
-        workspace: "/home/alice/proj".into(),
+        workspace: Some("/home/alice/proj".into()),
         mounts: vec![],
+        own_writable: vec![],
+        not_idmapped: vec![],
+        chdir: None,
         net: false,
         tmpfs_size: 1 << 20,
     }
@@ -87,7 +90,7 @@ fn plan_root_caller_runs_as_nobody() {
     let mut i = input(0);
     i.home = Some("/root".into());
     i.own = ("/root/.cache/python-sandbox".into(), "its cache".into());
-    i.workspace = "/tmp/work/proj".into();
+    i.workspace = Some("/tmp/work/proj".into());
     insta::assert_snapshot!(render(&i));
 }
 
@@ -106,7 +109,7 @@ fn plan_net_on_with_mounts() {
 #[test]
 fn plan_refuses_what_the_policy_refuses() {
     let mut home = input(1000);
-    home.workspace = "/home/alice".into();
+    home.workspace = Some("/home/alice".into());
     let mut proc_mount = input(1000);
     proc_mount.mounts = vec![("/proc/1".into(), MountMode::ReadOnly)];
     let mut own = input(1000);
@@ -173,7 +176,7 @@ proptest! {
         ro_dirs in prop::collection::vec(path_strategy(), 0..3),
     ) {
         let mut i = input(uid);
-        i.workspace = workspace.clone();
+        i.workspace = Some(workspace.clone());
         i.ro_dirs = ro_dirs;
         i.mounts = mounts
             .iter()

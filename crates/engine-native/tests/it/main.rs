@@ -63,8 +63,11 @@ fn fixture() -> Fixture {
         group: own.join("group"),
         ca_bundle: None,
         ro_dirs: vec![],
-        workspace: workspace.clone(),
+        workspace: Some(workspace.clone()),
         mounts: vec![],
+        own_writable: vec![],
+        not_idmapped: vec![],
+        chdir: None,
         net: false,
         tmpfs_size: 16 << 20,
     };
@@ -127,6 +130,7 @@ fn run(f: &Fixture, argv: &[&str]) -> (i32, String) {
         stdin: None,
         stdout: Some(w),
         stderr: None,
+        ..Command::default()
     };
     let child = engine_native::spawn(&plan, command).unwrap();
     let reader = std::thread::spawn(move || read_all(r));
@@ -421,9 +425,15 @@ fn net_on_reaches_pypi_only() {
         stdin: None,
         stdout: Some(w),
         stderr: None,
+        ..Command::default()
     };
     let mut child = engine_native::spawn(&plan, command).unwrap();
     let net = engine_native::connect(&mut child, Path::new(pasta), &[]).unwrap();
+    // The pasta of a root caller's sandbox is host nobody, as bwrap's is.
+    let pasta_pid = net.pasta_pid().unwrap();
+    let pasta_uid = host_uid(i32::try_from(pasta_pid).unwrap()).unwrap();
+    let me = rustix::process::getuid();
+    assert_eq!(pasta_uid, if me.is_root() { 65534 } else { me.as_raw() });
     let reader = std::thread::spawn(move || read_all(r));
     let exit = child.wait().unwrap();
     drop(net);
@@ -508,4 +518,19 @@ fn setup_time_of_true() {
         .collect();
     times.sort();
     eprintln!("native: `true` in the sandbox, median of 20: {:?}", times[10]);
+}
+
+fn ptys() {
+    let f = fixture();
+    let code = "import os; m, s = os.openpty(); os.write(m, b'hi\\n'); print(os.ttyname(s), os.read(s, 3))";
+    let (exit, out) = python(&f, code);
+    assert_eq!(exit, 0, "{out}");
+    assert!(out.starts_with("/dev/pts/0 b'hi\\n'"), "{out}");
+}
+
+/// A pty inside, for every caller (devpts needs uid 0 mapped where it is mounted: an
+/// unprivileged caller builds the tree as uid 0 of its first user namespace).
+#[test]
+fn a_pty_works_for_root_and_unprivileged_callers() {
+    as_root_and_rootless("a_pty_works_for_root_and_unprivileged_callers", ptys);
 }
