@@ -26,9 +26,18 @@ pub fn connect(
     pasta: &Path,
     publish: &[PublishedPort],
 ) -> Result<engine_bwrap::UserNet> {
-    let run_as = rustix::process::getuid().is_root().then_some((NOBODY, NOBODY));
-    let net = engine_bwrap::UserNet::attach_blocked(pasta, child.netns_pid(), publish, run_as)
-        .map_err(|e| Error::Network(e.to_string()))?;
+    let net = attach(child, pasta, publish).map_err(|e| Error::Network(e.to_string()))?;
     child.release()?;
     Ok(net)
+}
+
+/// [`connect`] without the release, in engine-bwrap's error (a busy published port is the one
+/// error every engine gives, `sandbox_core::publish`).
+pub(crate) fn attach(
+    child: &Child,
+    pasta: &Path,
+    publish: &[PublishedPort],
+) -> std::result::Result<engine_bwrap::UserNet, engine_bwrap::Error> {
+    let run_as = rustix::process::getuid().is_root().then_some((NOBODY, NOBODY));
+    engine_bwrap::UserNet::attach_blocked(pasta, child.netns_pid(), publish, run_as)
 }

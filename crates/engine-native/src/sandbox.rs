@@ -73,6 +73,8 @@ pub struct Command {
 #[derive(Debug)]
 pub struct Child {
     pid: i32,
+    /// A pidfd of the monitor, opened before anything could reap it (so never a recycled pid).
+    pidfd: OwnedFd,
     /// Net on: the host pid of the sandbox's init, a process in the sandbox's network namespace.
     init: Option<i32>,
     waiter: std::thread::JoinHandle<Result<i32>>,
@@ -101,6 +103,12 @@ impl Child {
     /// The monitor's host pid: signals sent to it reach the command.
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// A pidfd of the monitor: readable once it has exited; SIGKILL through it ends the whole
+    /// sandbox (the init dies with the monitor, the pid namespace with the init).
+    pub fn pidfd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.pidfd)
     }
 
     /// Net on: a host pid in the sandbox's network namespace (its init's; the namespace is
@@ -257,7 +265,7 @@ pub fn spawn(plan: &Plan, command: Command) -> Result<Child> {
         parent_sync = Some((ready_r, go_w, pid_r));
     }
     prepared.keep = prepared.keep_list();
-    let (tx, rx) = mpsc::channel::<Result<i32>>();
+    let (tx, rx) = mpsc::channel::<Result<(i32, OwnedFd)>>();
     let waiter = std::thread::Builder::new()
         .name("native-sandbox".into())
         .spawn(move || waiter(prepared, error_r, tx))
@@ -268,15 +276,15 @@ pub fn spawn(plan: &Plan, command: Command) -> Result<Child> {
             source: std::io::Error::other("the waiting thread ended early"),
         })
     });
-    let pid = match pid {
-        Ok(pid) => pid,
+    let (pid, pidfd) = match pid {
+        Ok(started) => started,
         Err(e) => {
             let _ = waiter.join();
             return Err(e);
         }
     };
     let Some((ready_r, go_w, pid_r)) = parent_sync else {
-        return Ok(Child { pid, init: None, waiter, go: None });
+        return Ok(Child { pid, pidfd, init: None, waiter, go: None });
     };
     // The init's copy of the write end closes when it fails or exits (the monitor closes its
     // own): EOF, and the waiter has its reason.
@@ -300,7 +308,7 @@ pub fn spawn(plan: &Plan, command: Command) -> Result<Child> {
             source: std::io::Error::other("the sandbox ended before its namespaces existed"),
         }));
     };
-    Ok(Child { pid, init: Some(init), waiter, go: Some(go_w) })
+    Ok(Child { pid, pidfd, init: Some(init), waiter, go: Some(go_w) })
 }
 
 /// Fills `buf` from `fd`; false on EOF or an error first.
@@ -318,7 +326,11 @@ fn read_exact(fd: &OwnedFd, buf: &mut [u8]) -> bool {
 }
 
 /// Forks the monitor, reports its pid through `tx`, and returns its raw wait status.
-fn waiter(prepared: Prepared, error_r: OwnedFd, tx: mpsc::Sender<Result<i32>>) -> Result<i32> {
+fn waiter(
+    prepared: Prepared,
+    error_r: OwnedFd,
+    tx: mpsc::Sender<Result<(i32, OwnedFd)>>,
+) -> Result<i32> {
     let parent = std::process::id() as i32;
     let labels = prepared.labels.clone();
     // SAFETY: fork in a process that may have threads: the child only runs the prepared steps
@@ -335,7 +347,20 @@ fn waiter(prepared: Prepared, error_r: OwnedFd, tx: mpsc::Sender<Result<i32>>) -
         monitor(&prepared, parent);
     }
     drop(prepared);
-    let _ = tx.send(Ok(pid));
+    // Before the wait below can reap it: the pid is the monitor's until then.
+    let pidfd = rustix::process::Pid::from_raw(pid)
+        .ok_or(rustix::io::Errno::SRCH)
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()));
+    match pidfd {
+        Ok(pidfd) => {
+            let _ = tx.send(Ok((pid, pidfd)));
+        }
+        Err(e) => {
+            // SAFETY: kill of our own unreaped child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let _ = tx.send(Err(Error::io("opening a pidfd for the native sandbox")(e.into())));
+        }
+    }
     let mut status = 0;
     // SAFETY: plain waitpid on our own child.
     while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {

@@ -235,3 +235,90 @@ fn userns_reasons_name_the_setting() {
     ]
     "#);
 }
+
+fn bwrap_plan(
+    binds: &[(&str, engine_bwrap::Access)],
+    pinned: &[&str],
+    chdir: &str,
+) -> engine_bwrap::Plan {
+    engine_bwrap::Plan {
+        net: true,
+        new_session: true,
+        die_with_parent: true,
+        uid: 65534,
+        gid: 65534,
+        home: sandbox_core::SANDBOX_HOME.into(),
+        binds: binds
+            .iter()
+            .map(|(p, access)| engine_bwrap::Bind {
+                src: p.into(),
+                dest: p.into(),
+                access: *access,
+            })
+            .collect(),
+        chdir: chdir.into(),
+        env: vec![("PATH".into(), "/usr/bin".into())],
+        command: vec!["/usr/bin/python3".into()],
+        status_fd: None,
+        seccomp_fd: None,
+        block_fd: None,
+        pinned: pinned.iter().map(PathBuf::from).collect(),
+        bind_fds: Vec::new(),
+        publish: Vec::new(),
+        tmpfs_size: 1 << 20,
+        run_as: Some((65534, 65534)),
+        idmapped: vec!["/root/proj".into()],
+        limits: engine_bwrap::SandboxLimits::default(),
+    }
+}
+
+fn host() -> engine_bwrap::HostFacts {
+    engine_bwrap::HostFacts {
+        uid: 0,
+        gid: 0,
+        home: "/root".into(),
+        root_entries: vec![engine_bwrap::RootEntry::Symlink {
+            name: "bin".into(),
+            target: "usr/bin".into(),
+        }],
+        etc: vec![("/etc/hosts".into(), "hosts".into())],
+        ca_bundle: None,
+        passwd: "/root/.cache/python-sandbox/bwrap/etc/passwd".into(),
+        group: "/root/.cache/python-sandbox/bwrap/etc/group".into(),
+        env: Vec::new(),
+    }
+}
+
+/// The pipeline's abstract plans as this crate's input: a root caller's run (the workspace
+/// idmapped, a read-write mount lent by ACL, the script outside the workspace) and a prepare
+/// step (no caller path; the cache and environment are the engine's own writable dirs).
+#[test]
+fn the_pipelines_plans_as_native_input() {
+    use engine_bwrap::Access::{ReadOnly, ReadWrite};
+    let cache = Path::new("/root/.cache/python-sandbox");
+    let run = bwrap_plan(
+        &[
+            ("/root/.cache/python-sandbox/bwrap/envs/k", ReadOnly),
+            ("/opt/python", ReadOnly),
+            ("/root/proj", ReadWrite),
+            ("/data/out", ReadWrite),
+            ("/srv/script.py", ReadOnly),
+        ],
+        &["/root/proj", "/data/out", "/srv/script.py"],
+        "/root/proj",
+    );
+    let prepare = bwrap_plan(
+        &[
+            ("/root/.cache/python-sandbox/bwrap/uv/uv", ReadOnly),
+            ("/root/.cache/python-sandbox/bwrap/uv-cache", ReadWrite),
+            ("/root/.cache/python-sandbox/bwrap/envs/k", ReadWrite),
+        ],
+        &[],
+        "/root/.cache/python-sandbox/bwrap/envs/k",
+    );
+    let show = |plan: &engine_bwrap::Plan| {
+        let input = crate::input(plan, &host(), cache);
+        format!("{input:#?}\n{}", render(&input))
+    };
+    insta::assert_snapshot!(format!("{}\n---\n{}", show(&run), show(&prepare)));
+}

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use engine_native::{Command, Input, RootEntry};
 
+mod engine;
+
 const PYTHON: &str = "/usr/bin/python3.11";
 const ROOTLESS: &str = "psbx-rootless";
 const INNER: &str = "ENGINE_NATIVE_INNER";
