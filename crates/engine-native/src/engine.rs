@@ -17,7 +17,7 @@ use engine_bwrap::{
 };
 use sandbox_core::{Engine, MountMode, RunIo, RunOutcome, RunSpec};
 
-use crate::plan::{Input, RootEntry};
+use crate::plan::Input;
 
 /// Runs PEP 723 scripts behind the native wall: the bwrap engine's pipeline, this crate's
 /// sandbox. Cheap to create (no namespace is probed: `userns_probe` is `detect`'s).
@@ -80,16 +80,7 @@ pub fn input(plan: &Plan, host: &HostFacts, cache_root: &Path) -> Input {
         gid: host.gid,
         home: Some(host.home.clone()),
         own: (cache_root.to_owned(), "python-sandbox's cache".to_owned()),
-        root_entries: host
-            .root_entries
-            .iter()
-            .map(|e| match e {
-                engine_bwrap::RootEntry::Symlink { name, target } => {
-                    RootEntry::Symlink { name: name.clone(), target: target.clone() }
-                }
-                engine_bwrap::RootEntry::Dir { name } => RootEntry::Dir { name: name.clone() },
-            })
-            .collect(),
+        root_entries: host.root_entries.clone(),
         etc: host.etc.clone(),
         passwd: host.passwd.clone(),
         group: host.group.clone(),

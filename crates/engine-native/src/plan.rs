@@ -42,22 +42,9 @@ pub enum Access {
     ReadWrite,
 }
 
-/// How a top-level entry (`/bin`, `/lib64`, ...) looks on the host.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RootEntry {
-    /// A merged-/usr symlink, reproduced as the same symlink.
-    Symlink {
-        /// The entry's name below `/`.
-        name: String,
-        /// Its target, as the host has it.
-        target: PathBuf,
-    },
-    /// A real directory, bound read-only.
-    Dir {
-        /// The entry's name below `/`.
-        name: String,
-    },
-}
+/// How a top-level entry (`/bin`, `/lib64`, ...) looks on the host: engine-bwrap's, which
+/// gathers the host facts for both engines.
+pub use engine_bwrap::RootEntry;
 
 /// Everything the plan needs; gathered by the caller (the engine), built by hand in tests.
 #[derive(Debug, Clone, PartialEq, Eq)]

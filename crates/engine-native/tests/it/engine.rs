@@ -9,19 +9,14 @@ use engine_native::NativeEngine;
 use sandbox_core::{Captured, Engine, Net, Output, RunIo, RunOutcome, RunSpec, Stdin};
 
 struct EngineFixture {
-    _dir: tempfile::TempDir,
+    _base: super::Fixture,
     workspace: PathBuf,
     engine: NativeEngine,
 }
 
 fn engine_fixture() -> EngineFixture {
-    let dir = tempfile::tempdir().unwrap();
-    let root = std::fs::canonicalize(dir.path()).unwrap();
-    let home = root.join("home");
-    std::fs::create_dir_all(home.join(".ssh")).unwrap();
-    std::fs::write(home.join(".ssh/id_rsa"), "SECRET-KEY-MARKER").unwrap();
-    let workspace = root.join("ws");
-    std::fs::create_dir(&workspace).unwrap();
+    let base = super::fixture();
+    let (home, workspace) = (base.home.clone(), base.workspace.clone());
     // One cache per user for the whole test binary: the environment is warm after the first.
     let cache_dir = std::env::temp_dir()
         .join(format!("engine-native-test-cache-{}", rustix::process::getuid().as_raw()));
@@ -36,7 +31,7 @@ fn engine_fixture() -> EngineFixture {
         handle_signals: false,
     };
     let engine = NativeEngine::new(config).unwrap();
-    EngineFixture { _dir: dir, workspace, engine }
+    EngineFixture { _base: base, workspace, engine }
 }
 
 fn spec(f: &EngineFixture, script: &str) -> RunSpec {
