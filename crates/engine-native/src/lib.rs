@@ -11,6 +11,7 @@ mod engine;
 mod error;
 pub mod net;
 pub mod plan;
+pub mod probe;
 pub mod sandbox;
 #[cfg(test)]
 mod tests;
@@ -19,6 +20,7 @@ pub use engine::{NativeEngine, NativeLauncher, input};
 pub use error::{Error, Result};
 pub use net::connect;
 pub use plan::{Access, Ids, Input, Op, Plan, RootEntry, plan};
+pub use probe::probe;
 pub use sandbox::{
     Child, Command, LANDLOCK_ABI, landlock_abi, landlock_applied, spawn, userns_probe,
 };

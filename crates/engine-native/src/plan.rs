@@ -437,11 +437,11 @@ fn scaffold_under(
 pub fn userns_reason(sysctl: impl Fn(&str) -> Option<String>) -> Option<&'static str> {
     let is = |name: &str, value: &str| sysctl(name).is_some_and(|v| v.trim() == value);
     if is("user/max_user_namespaces", "0") {
-        Some("user.max_user_namespaces = 0")
+        Some(engine_detect::MAX_USER_NAMESPACES_OFF)
     } else if is("kernel/unprivileged_userns_clone", "0") {
-        Some("kernel.unprivileged_userns_clone = 0")
+        Some(engine_detect::USERNS_CLONE_OFF)
     } else if is("kernel/apparmor_restrict_unprivileged_userns", "1") {
-        Some("kernel.apparmor_restrict_unprivileged_userns = 1")
+        Some(engine_detect::APPARMOR_USERNS_RESTRICTED)
     } else {
         None
     }

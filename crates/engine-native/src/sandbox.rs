@@ -1154,8 +1154,13 @@ fn command_main(prep: &Prepared) -> ! {
     unsafe {
         let set = signal_set(true);
         libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        // Ignored signals survive execve; the Rust runtime ignores SIGPIPE.
+        // Ignored signals survive execve: the Rust runtime ignores SIGPIPE, and a caller
+        // started in the background of a shell ignores SIGINT and SIGQUIT, which would make
+        // the forwarded Ctrl-C a no-op instead of the script's `KeyboardInterrupt`.
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        for sig in FORWARDED {
+            libc::signal(*sig, libc::SIG_DFL);
+        }
         // A new session: no controlling terminal to push input into (TIOCSTI).
         libc::setsid();
         prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());

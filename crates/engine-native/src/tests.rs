@@ -322,3 +322,31 @@ fn the_pipelines_plans_as_native_input() {
     };
     insta::assert_snapshot!(format!("{}\n---\n{}", show(&run), show(&prepare)));
 }
+
+/// `detect`'s native line for each answer the kernel can give.
+#[test]
+fn probe_verdicts() {
+    use crate::probe::{Answers, verdict};
+    let blocked = |why: &str| Err(why.to_owned());
+    let cases = [
+        Answers { userns: Ok(()), seccomp: true, landlock: Some(6) },
+        Answers { userns: Ok(()), seccomp: true, landlock: Some(4) },
+        Answers { userns: Ok(()), seccomp: true, landlock: None },
+        Answers { userns: Ok(()), seccomp: false, landlock: Some(6) },
+        Answers {
+            userns: blocked(
+                "user.max_user_namespaces = 0 (unshare(CLONE_NEWUSER) failed: No space left on device (os error 28))",
+            ),
+            seccomp: true,
+            landlock: Some(6),
+        },
+    ];
+    let shown: Vec<String> = cases
+        .iter()
+        .map(|a| {
+            let p = verdict(a);
+            format!("{:?} available={} {}", a.landlock, p.available, p.reason.replace('\n', " | "))
+        })
+        .collect();
+    insta::assert_snapshot!(shown.join("\n"));
+}

@@ -62,7 +62,7 @@ fn run_on_k8s_is_refused_with_the_way_to_a_session() {
     --- stdout
     --- stderr
     error: the k8s engine cannot `run` a script yet, so nothing was run
-    hint: start a session there and run the script in it: `python-sandbox session start --engine k8s`, then `python-sandbox session run ID SCRIPT`; or run on bwrap, docker, podman
+    hint: start a session there and run the script in it: `python-sandbox session start --engine k8s`, then `python-sandbox session run ID SCRIPT`; or run on native, bwrap, docker, podman
     ");
 }
 

@@ -536,3 +536,43 @@ fn ptys() {
 fn a_pty_works_for_root_and_unprivileged_callers() {
     as_root_and_rootless("a_pty_works_for_root_and_unprivileged_callers", ptys);
 }
+
+fn keyboard_interrupt() {
+    let f = fixture();
+    // As in a shell's background job: the caller ignores SIGINT, which survives execve.
+    #[allow(unsafe_code)]
+    // SAFETY: a disposition change of this test process, which never relies on SIGINT.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+    }
+    let plan = engine_native::plan(&f.input).unwrap();
+    let (r, w) = rustix::pipe::pipe().unwrap();
+    let code = "import sys, time\ntry:\n    print('ready', flush=True)\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('interrupted', flush=True)\n    sys.exit(5)\n";
+    let command = Command {
+        argv: [PYTHON, "-I", "-c", code].iter().map(OsString::from).collect(),
+        env: env(),
+        stdout: Some(w),
+        ..Command::default()
+    };
+    let child = engine_native::spawn(&plan, command).unwrap();
+    let mut out = std::fs::File::from(r);
+    let mut ready = [0u8; 6];
+    std::io::Read::read_exact(&mut out, &mut ready).unwrap();
+    assert_eq!(&ready, b"ready\n");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.pid()).unwrap(),
+        rustix::process::Signal::INT,
+    )
+    .unwrap();
+    assert_eq!(child.wait().unwrap(), 5);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert_eq!(rest, "interrupted\n");
+}
+
+/// A SIGINT to the sandbox reaches the script as `KeyboardInterrupt`, even when the caller
+/// itself ignores SIGINT (the script's signals start at their defaults).
+#[test]
+fn a_forwarded_sigint_is_a_keyboard_interrupt() {
+    as_root_and_rootless("a_forwarded_sigint_is_a_keyboard_interrupt", keyboard_interrupt);
+}
