@@ -20,15 +20,21 @@ use sandbox_core::{Engine, MountMode, RunIo, RunOutcome, RunSpec};
 use crate::plan::Input;
 
 /// Runs PEP 723 scripts behind the native wall: the bwrap engine's pipeline, this crate's
-/// sandbox. Cheap to create (no namespace is probed: `userns_probe` is `detect`'s).
+/// sandbox. Cheap to create: one forked child tries a user namespace (about a millisecond),
+/// so an engine that cannot work here says why before anything is prepared.
 #[derive(Debug)]
 pub struct NativeEngine {
     inner: BwrapEngine,
 }
 
 impl NativeEngine {
-    /// Gathers the host facts and prepares the cache layout (shared with the bwrap engine).
+    /// Checks that the wall can be built here ([`crate::probe()`]), gathers the host facts and
+    /// prepares the cache layout (shared with the bwrap engine).
     pub fn new(config: BwrapConfig) -> Result<NativeEngine, Error> {
+        let probe = crate::probe();
+        if !probe.available {
+            return Err(Error::LauncherSetup { engine: "native", reason: probe.reason });
+        }
         Ok(NativeEngine { inner: BwrapEngine::with_launcher(config, Box::new(NativeLauncher))? })
     }
 

@@ -913,10 +913,19 @@ fn run_step(step: &Step) -> libc::c_long {
                     libc::MS_BIND,
                     null.cast(),
                 );
-                if rc < 0 && errno() != libc::ENOENT {
-                    return -1;
+                if rc < 0 {
+                    return if errno() == libc::ENOENT { 0 } else { -1 };
                 }
-                0
+                // As bwrap's `--ro-bind /dev/null`: nodev, so the device does not open at all
+                // (a read-only mount alone does not stop a device node opening for writing).
+                set_attr_at(
+                    dest,
+                    libc::MOUNT_ATTR_RDONLY
+                        | libc::MOUNT_ATTR_NOSUID
+                        | libc::MOUNT_ATTR_NODEV
+                        | libc::MOUNT_ATTR_NOEXEC,
+                    0,
+                )
             }
             // The root tmpfs alone: everything mounted on it keeps its own flags.
             Step::RootReadOnly(path) => set_attr_at(
@@ -1207,7 +1216,9 @@ fn restrict_writes(writable: &[PathBuf]) {
         .handle_access(AccessFs::from_write(abi))
         .and_then(|r| r.scope(Scope::from_all(abi)))
         .and_then(|r| r.create())
-        .and_then(|r| r.add_rules(path_beneath_rules(existing, AccessFs::from_all(abi))))
+        // Only rights the ruleset handles: a rule with any other (reads) fails the whole
+        // ruleset, which best effort would then drop without a word.
+        .and_then(|r| r.add_rules(path_beneath_rules(existing, AccessFs::from_write(abi))))
         .and_then(|r| r.restrict_self());
     let _ = built;
 }

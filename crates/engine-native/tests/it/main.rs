@@ -576,3 +576,24 @@ fn keyboard_interrupt() {
 fn a_forwarded_sigint_is_a_keyboard_interrupt() {
     as_root_and_rootless("a_forwarded_sigint_is_a_keyboard_interrupt", keyboard_interrupt);
 }
+
+fn landlock_holds() {
+    let f = fixture();
+    let code = "import errno\ntry:\n    open('/proc/self/comm', 'w').write('x')\n    print('wrote')\nexcept OSError as e:\n    print(errno.errorcode[e.errno])\ntry:\n    open('/proc/1/mem', 'r+b')\n    print('init memory open')\nexcept OSError as e:\n    print(errno.errorcode[e.errno])\n";
+    let (exit, out) = python(&f, code);
+    assert_eq!(exit, 0, "{out}");
+    let mut lines = out.lines();
+    // Landlock: a file outside the writable list (procfs is not in it) does not open for
+    // writing, though the mount and the file's mode would let it.
+    let expected = if engine_native::landlock_applied().is_some() { "EACCES" } else { "wrote" };
+    assert_eq!(lines.next(), Some(expected), "{out}");
+    // The init's memory is masked read-only (as bwrap's `--ro-bind /dev/null`).
+    assert_ne!(lines.next(), Some("init memory open"), "{out}");
+}
+
+/// Landlock is applied (a ruleset with a right it does not handle used to fail as a whole and
+/// be dropped silently), and the init's memory files do not open for writing.
+#[test]
+fn landlock_and_the_init_memory_mask_hold() {
+    as_root_and_rootless("landlock_and_the_init_memory_mask_hold", landlock_holds);
+}
