@@ -109,6 +109,19 @@ const DENIED_CALLS: &[&str] = &[
     "tty tioclinux",
 ];
 
+/// Runs the CLI in a user namespace of its own whose `user.max_user_namespaces` is 0: no
+/// sandbox can make the user namespace it needs there, as on a host with the sysctl set (the
+/// setting is per user namespace, so this needs no privilege and changes nothing outside).
+const USERNS_OFF: &[&str] = &[
+    // Absolute: a case may empty the CLI's `PATH`, which the lookup would use.
+    "/usr/bin/unshare",
+    "--user",
+    "--map-root-user",
+    "/bin/sh",
+    "-c",
+    "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\" \"$@\"",
+];
+
 const NET_OFF: &str = "[tool.python-sandbox]\nnet = \"off\"";
 const NET_ON: &str = "[tool.python-sandbox]\nnet = \"on\"";
 
@@ -529,7 +542,11 @@ fn run_cases() -> Vec<Case> {
             script: Script::File("spawn.py"),
             args: |_| strings(&["hang"]),
             during: Some(|fx, exited, pid| signal_when_running(fx, exited, pid, "INT")),
-            expect: |_| Expect::exit(130).has("sleeping").within(40),
+            // native passes the Ctrl-C on: the script ends by its own `KeyboardInterrupt`.
+            expect: |fx| {
+                let e = Expect::exit(130).has("sleeping").within(40);
+                if fx.engine == "native" { e.err("KeyboardInterrupt") } else { e }
+            },
             ..BASE
         },
         Case {
@@ -540,7 +557,8 @@ fn run_cases() -> Vec<Case> {
             args: |_| strings(&["hang"]),
             during: Some(|fx, exited, pid| signal_when_running(fx, exited, pid, "KILL")),
             expect: |_| Expect::exit(137).has("sleeping").within(40),
-            only_on: Some(&["bwrap"]),
+            // native: the same parent-death signal, on its monitor.
+            only_on: Some(&["bwrap", "native"]),
             ..BASE
         },
         Case {
@@ -610,6 +628,17 @@ fn run_cases() -> Vec<Case> {
                 let e = Expect::exit(3).err(fx.engine.clone());
                 if fx.engine == "bwrap" { e.or_exit(2) } else { e }
             },
+            // native has no binary to break: its own variant below blocks user namespaces.
+            only_on: Some(&["bwrap", "docker", "podman"]),
+            ..BASE
+        },
+        Case {
+            name: "native-blocked-exit-3-never-unsandboxed",
+            script: MUST_NOT_RUN,
+            wrap: USERNS_OFF,
+            // The probe names the setting, and the CLI says so before preparing anything.
+            expect: |_| Expect::exit(3).err("native").err("user.max_user_namespaces = 0"),
+            only_on: Some(&["native"]),
             ..BASE
         },
         Case {
@@ -625,7 +654,9 @@ fn run_cases() -> Vec<Case> {
                     ("CONTAINER_HOST".into(), none),
                 ]
             },
-            expect: |_| Expect::exit(3).err("bwrap").err("docker").err("podman"),
+            // native is built in: only a host without user namespaces stops it.
+            wrap: USERNS_OFF,
+            expect: |_| Expect::exit(3).err("native").err("bwrap").err("docker").err("podman"),
             // Engine-independent: one column is enough.
             only_on: Some(&["bwrap"]),
             ..BASE
@@ -890,6 +921,16 @@ fn run_cases() -> Vec<Case> {
                     .within(30)
             },
             deadline_secs: 60,
+            ..BASE
+        },
+        Case {
+            // Landlock (native's defence in depth): a file outside the writable list does not
+            // open for writing though its mount and mode would allow it.
+            name: "landlock-refuses-writes-outside-the-writable-list",
+            script: Script::Inline(
+                "must_fail(\"write /proc/self/comm\", lambda: open(\"/proc/self/comm\", \"w\").write(\"x\"))\ndone()\n",
+            ),
+            only_on: Some(&["native"]),
             ..BASE
         },
         Case {

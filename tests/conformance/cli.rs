@@ -53,6 +53,9 @@ pub(crate) fn locate() -> Result<PathBuf, String> {
 pub(crate) struct Invocation<'a> {
     pub(crate) bin: &'a Path,
     pub(crate) args: Vec<String>,
+    /// A command the CLI is run through (its argv, the CLI's appended): it must `exec` the CLI,
+    /// so the pid the runner signals is the CLI's.
+    pub(crate) wrap: &'a [&'a str],
     pub(crate) cwd: &'a Path,
     pub(crate) env: &'a [(String, String)],
     pub(crate) deadline: Duration,
@@ -95,7 +98,15 @@ impl Invocation<'_> {
             ),
             None => Stdio::piped(),
         };
-        let mut child = Command::new(self.bin)
+        let mut command = match self.wrap.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(self.bin);
+                c
+            }
+            None => Command::new(self.bin),
+        };
+        let mut child = command
             .args(&self.args)
             .current_dir(self.cwd)
             .env_clear()

@@ -56,6 +56,8 @@ pub(crate) struct Case {
     /// `session start` with the same flags instead of `run` (no script): the boundary table
     /// runs both ways, since the two commands once resolved specs differently.
     pub(crate) session_start: bool,
+    /// Runs the CLI through this command (see `cli::Invocation::wrap`).
+    pub(crate) wrap: &'static [&'static str],
 }
 
 pub(crate) const BASE: Case = Case {
@@ -75,6 +77,7 @@ pub(crate) const BASE: Case = Case {
     stderr_to: None,
     stdout_lines: None,
     session_start: false,
+    wrap: &[],
 };
 
 pub(crate) fn no_strings(_: &Fixture) -> Vec<String> {
@@ -280,6 +283,7 @@ pub(crate) fn run_case(case: &Case, engine: &str, shared: &Shared, bin: &Path) -
     let inv = Invocation {
         bin,
         args: args.clone(),
+        wrap: case.wrap,
         cwd: &fx.ws,
         env: &env,
         deadline: Duration::from_secs(case.deadline_secs),

@@ -17,7 +17,7 @@ impl Bench {
             return k8s(sh);
         }
         meta(sh)?;
-        crate::bench_run::bwrap_vs_uv(sh)?;
+        crate::bench_run::local_vs_uv(sh)?;
         crate::bench_run::oci_vs_raw(sh)?;
         Ok(())
     }

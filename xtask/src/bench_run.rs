@@ -1,5 +1,6 @@
-//! The run benchmarks of `cargo xtask bench`: warm `python-sandbox run` (bwrap) against bare
-//! `uv run` of the same scripts, side by side in one run, plus the CLI's own peak RSS.
+//! The run benchmarks of `cargo xtask bench`: warm `python-sandbox run` (native, then bwrap)
+//! against bare `uv run` of the same scripts, side by side in one run, the sandbox's setup
+//! alone, and the CLI's own peak RSS.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -14,38 +15,60 @@ const HELLO: &str = "# /// script\n# dependencies = []\n# ///\nprint('hello')\n"
 /// Timed runs per command (after two warm-up runs that also fill the caches).
 const RUNS: usize = 15;
 
-pub(crate) fn bwrap_vs_uv(sh: &Shell) -> Result<()> {
-    crate::section("bench: python-sandbox run (bwrap) vs uv run, warm");
-    let probe = Command::new("bwrap")
-        .args(["--unshare-all", "--ro-bind", "/", "/", "true"])
-        .stderr(Stdio::null())
-        .status();
-    if !probe.is_ok_and(|s| s.success()) {
-        crate::skipped(
-            "bench bwrap",
-            "bwrap cannot create namespaces here (see `python-sandbox detect`)",
-        );
-        return Ok(());
-    }
+pub(crate) fn local_vs_uv(sh: &Shell) -> Result<()> {
     cmd!(sh, "cargo build --release --locked -p cli").run()?;
     let root = crate::project_root();
     let cli = root.join("target/release/python-sandbox");
+    // Side by side in one run: the built-in engine and bubblewrap, each against bare uv run.
+    for engine in ["native", "bwrap"] {
+        crate::section(&format!("bench: python-sandbox run --engine {engine} vs uv run, warm"));
+        // `detect`'s table: `NAME  available|unavailable  reason`.
+        let detect = Command::new(&cli).arg("detect").env("NO_COLOR", "1").output()?;
+        let available = String::from_utf8_lossy(&detect.stdout).lines().any(|l| {
+            let mut words = l.split_whitespace();
+            words.next() == Some(engine) && words.next() == Some("available")
+        });
+        if !available {
+            crate::skipped(
+                &format!("bench {engine}"),
+                "unavailable here (see `python-sandbox detect`)",
+            );
+            continue;
+        }
+        engine_vs_uv(&cli, engine, &root)?;
+    }
+    Ok(())
+}
+
+fn engine_vs_uv(cli: &Path, engine: &str, root: &Path) -> Result<()> {
     let dir = root.join("target/bench-run");
     std::fs::create_dir_all(&dir)?;
     let hello = dir.join("hello.py");
     std::fs::write(&hello, HELLO)?;
     let numpy = dir.join("numpy_stats.py");
     std::fs::copy(root.join("examples/numpy_stats.py"), &numpy)?;
+    let empty = dir.join("empty.py");
+    std::fs::write(&empty, "# /// script\n# dependencies = []\n# ///\n")?;
+    let where_py = dir.join("where.py");
+    std::fs::write(
+        &where_py,
+        "# /// script\n# dependencies = []\n# ///\nimport sys\nprint(sys.executable)\n",
+    )?;
     let sleeper = dir.join("sleep.py");
     std::fs::write(
         &sleeper,
         "# /// script\n# dependencies = []\n# ///\nimport time\nprint('x', flush=True)\ntime.sleep(1.5)\n",
     )?;
+    let ours = |flags: &[&str], script: &Path| {
+        let mut c = Command::new(cli);
+        c.args(["run", "--engine", engine]).args(flags).arg(script).current_dir(&dir);
+        c
+    };
 
     // Warm up ours first: it also installs the pinned uv when none is on PATH.
     for script in [&hello, &numpy] {
         for _ in 0..2 {
-            run_ok(Command::new(&cli).arg("run").arg(script).current_dir(&dir))?;
+            run_ok(&mut ours(&[], script))?;
         }
     }
     let uv = find_uv()?;
@@ -61,32 +84,52 @@ pub(crate) fn bwrap_vs_uv(sh: &Shell) -> Result<()> {
         "script (warm)", "python-sandbox", "uv run", "ratio", "target"
     );
     // Net on (the default) gets its own network namespace connected by pasta; `--net off` shows
-    // what that costs. uv run is unsandboxed either way.
+    // what that costs. uv run is unsandboxed either way. The targets: native 0.6, bwrap 0.8.
+    let hello_target = if engine == "native" { 0.6 } else { 0.8 };
     for (name, script, flags, target) in [
-        ("hello.py", &hello, &[][..], 0.8),
-        ("hello.py --net off", &hello, &["--net", "off"][..], 0.8),
+        ("hello.py", &hello, &[][..], hello_target),
+        ("hello.py --net off", &hello, &["--net", "off"][..], hello_target),
         ("numpy_stats.py", &numpy, &[][..], 1.05),
     ] {
-        let ours = median(RUNS, || {
-            let mut c = Command::new(&cli);
-            c.arg("run").args(flags).arg(script).current_dir(&dir);
-            c
-        })?;
+        let mine = median(RUNS, || ours(flags, script))?;
         let theirs = median(RUNS, || uv_run(&uv, script, &dir))?;
-        let ratio = ours.as_secs_f64() / theirs.as_secs_f64();
+        let ratio = mine.as_secs_f64() / theirs.as_secs_f64();
         let verdict = if ratio <= target { "ok" } else { "MISSED" };
         println!(
             "{name:<22} {:>13.1} ms {:>11.1} ms {ratio:>8.2} {:>5} {verdict}",
-            ms(ours),
+            ms(mine),
             ms(theirs),
             format!("≤{target}")
         );
     }
 
-    println!();
-    warm_session(&cli, "bwrap", &dir, &hello)?;
+    // Setup alone: an empty script under the sandbox minus bare `python -c pass` of the same
+    // environment's interpreter (the path the sandbox shows is the host's: mounted at itself).
+    let out = ours(&["--net", "off"], &where_py).stderr(Stdio::null()).output()?;
+    let python = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let sandboxed = median(RUNS, || ours(&["--net", "off"], &empty))?;
+    let bare = median(RUNS, || {
+        let mut c = Command::new(&python);
+        c.args(["-c", "pass"]).current_dir(&dir);
+        c
+    })?;
+    let setup = sandboxed.saturating_sub(bare);
+    let target = if engine == "native" { 5.0 } else { 15.0 };
+    let verdict = if ms(setup) <= target { "ok" } else { "MISSED" };
+    println!(
+        "{:<22} {:>13.1} ms (empty script {:.1} ms - python -c pass {:.1} ms), target ≤{target} ms {verdict}",
+        "sandbox setup alone",
+        ms(setup),
+        ms(sandboxed),
+        ms(bare)
+    );
 
-    let rss = peak_rss_kib(&cli, &sleeper, &dir)?;
+    if engine == "bwrap" {
+        println!();
+        warm_session(cli, "bwrap", &dir, &hello)?;
+    }
+
+    let rss = peak_rss_kib(cli, engine, &sleeper, &dir)?;
     let verdict = if rss <= 15 * 1024 { "ok" } else { "MISSED" };
     println!(
         "\npeak RSS of the CLI during a run: {:.1} MiB (target ≤ 15 MiB) {verdict}",
@@ -155,9 +198,13 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// Samples the CLI's own `VmHWM` (peak resident set) while a script sleeps inside the sandbox.
-fn peak_rss_kib(cli: &Path, script: &Path, dir: &Path) -> Result<u64> {
-    let mut child =
-        Command::new(cli).arg("run").arg(script).current_dir(dir).stdout(Stdio::null()).spawn()?;
+fn peak_rss_kib(cli: &Path, engine: &str, script: &Path, dir: &Path) -> Result<u64> {
+    let mut child = Command::new(cli)
+        .args(["run", "--engine", engine])
+        .arg(script)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .spawn()?;
     let status_file = PathBuf::from(format!("/proc/{}/status", child.id()));
     let mut peak = 0u64;
     loop {

@@ -39,7 +39,8 @@ impl Ci {
         cmd!(sh, "cargo clippy --workspace --all-targets --locked -- -D warnings").run()?;
 
         step("engines");
-        let mut engines = Vec::new();
+        // Built in: it works here or the suite prints `SKIPPED: native: <the probe's reason>`.
+        let mut engines = vec!["native".to_owned()];
         match ensure_bwrap(sh)? {
             None => engines.push("bwrap".to_owned()),
             Some(reason) => crate::skipped("bwrap tier", &reason),
@@ -71,6 +72,9 @@ impl Ci {
             TestEngines { engines, filters: Vec::new() }.run(sh)?;
         }
 
+        step("readme without bubblewrap");
+        readme_without_bwrap(sh)?;
+
         step("podman-rootless");
         // The same suite, then engine-oci's session tests, as an unprivileged user on rootless
         // podman (about 50 s, 5 more the first time for the user and the image import);
@@ -96,6 +100,25 @@ impl Ci {
         println!("\nci passed in {:.0} s", start.elapsed().as_secs_f64());
         Ok(())
     }
+}
+
+/// The README's first command with nothing on `PATH` (so no bwrap, no uv, no python: what a
+/// fresh machine has), checked to have run on the built-in engine.
+fn readme_without_bwrap(sh: &Shell) -> Result<()> {
+    let empty = services::target_dir(sh).join("empty-path");
+    std::fs::create_dir_all(&empty).context("creating an empty PATH directory")?;
+    let cli = services::target_dir(sh).join("debug/python-sandbox");
+    let out = cmd!(sh, "{cli} run --json examples/hello.py").env("PATH", &empty).read()?;
+    let summary = out
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .with_context(|| format!("`run --json` printed no summary:\n{out}"))?;
+    anyhow::ensure!(
+        summary.contains("\"engine\":\"native\"") && out.contains("hello from python"),
+        "the README's first command did not run on native with bwrap off PATH:\n{out}"
+    );
+    println!("ran on native without bwrap on PATH");
+    Ok(())
 }
 
 /// Installs bubblewrap and passt when missing; `Some(reason)` when the bwrap tier cannot run.

@@ -123,7 +123,7 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
                     "--engine" => match it.next() {
                         Some(e) if !e.starts_with('-') => engines.push(e),
                         _ => bail!(
-                            "`--engine` needs a name (bwrap, docker, podman, podman-rootless)\n\n{USAGE}"
+                            "`--engine` needs a name (native, bwrap, docker, podman, podman-rootless)\n\n{USAGE}"
                         ),
                     },
                     s if s.starts_with("--engine=") => {

@@ -6,7 +6,7 @@
 //! `podman-rootless` is not an engine the CLI knows but a way to run one: the suite's own binary
 //! runs as the rootless user (`rootless::USER`, set up by `rootless::ensure`) on `podman`, with
 //! its fixtures under that user's home, so every case sees what a normal user with podman sees;
-//! bwrap runs in the same pass as that user.
+//! bwrap and native run in the same pass as that user.
 
 use anyhow::{Context, Result};
 use xshell::{Shell, cmd};
@@ -78,15 +78,19 @@ impl TestEngines {
 /// The suite's binary run as [`rootless::USER`] on podman: built here, run there with its
 /// temp dirs under the user's home (a workspace the user owns, as in real use).
 fn run_rootless(sh: &Shell, filters: &[String]) -> Result<()> {
-    crate::section(&format!("conformance suite on {ROOTLESS} and bwrap (as {})", rootless::USER));
+    crate::section(&format!(
+        "conformance suite on {ROOTLESS}, bwrap and native (as {})",
+        rootless::USER
+    ));
     let suite = test_binary(sh, "tests", "conformance")?;
     let account = rootless::Account::lookup().context("the rootless user is gone")?;
     let target = services::target_dir(sh);
     let env = [
         "CONFORMANCE=1".to_owned(),
-        // bwrap too: its wall fails differently for an unprivileged caller (no staging, the
-        // caller's own user namespace and pasta), so it is checked as that user as well.
-        "CONFORMANCE_ENGINES=podman,bwrap".to_owned(),
+        // bwrap and native too: their walls fail differently for an unprivileged caller (no
+        // staging, the caller's own user namespace and pasta), so they are checked as that
+        // user as well.
+        "CONFORMANCE_ENGINES=podman,bwrap,native".to_owned(),
         "NO_COLOR=1".to_owned(),
         format!("PYTHON_SANDBOX_BIN={}", target.join("debug/python-sandbox").display()),
         format!("CARGO_TARGET_DIR={}", account.home.join("conformance").display()),

@@ -55,6 +55,7 @@ impl<'a> Options<'a> {
 #[derive(Default)]
 pub(crate) struct Probes {
     detection: OnceCell<engine_detect::Detection>,
+    native: OnceCell<engine_detect::Probe>,
     cluster: OnceCell<bool>,
 }
 
@@ -76,6 +77,12 @@ impl Probes {
                 false
             }
         })
+    }
+
+    /// The native engine's probe: a forked child that unshares (about a millisecond, so a warm
+    /// `run` pays it rather than trusting a memo of another boot's kernel settings).
+    fn native(&self) -> &engine_detect::Probe {
+        self.native.get_or_init(engine_native::probe)
     }
 
     fn detection(&self) -> &engine_detect::Detection {
@@ -154,6 +161,18 @@ struct Sessions {
 /// The engines, in `auto` order.
 pub(crate) const ENGINES: &[Entry] = &[
     Entry {
+        name: "native",
+        in_auto: true,
+        // Built in: works wherever user namespaces and seccomp filters do, found by trying.
+        usable: |p| p.native().available,
+        probe: |p| p.native().clone(),
+        open: Some(|o| Ok(native(o)?)),
+        // Sessions are still bwrap's (its session side starts bwrap itself).
+        sessions: None,
+        // Its environments are the bwrap engine's (one store), pruned by that entry.
+        reap: |_| Ok(Vec::new()),
+    },
+    Entry {
         name: "bwrap",
         in_auto: true,
         // The probe creates real namespaces, so a bwrap that is installed but blocked
@@ -224,6 +243,12 @@ fn bwrap(options: &Options<'_>) -> Result<Box<engine_bwrap::BwrapEngine>> {
         let _ = engine_bwrap::reap_sessions(&config, false);
     }
     Ok(Box::new(engine_bwrap::BwrapEngine::new(config).map_err(EngineError::new)?))
+}
+
+/// The native engine: bwrap's pipeline and configuration, the sandbox built in-process.
+fn native(_options: &Options<'_>) -> Result<Box<engine_native::NativeEngine>> {
+    let config = engine_bwrap::BwrapConfig::from_env().map_err(EngineError::new)?;
+    Ok(Box::new(engine_native::NativeEngine::new(config).map_err(EngineError::new)?))
 }
 
 /// A sweep at most this often from commands on existing sessions: they are the interactive
@@ -794,7 +819,10 @@ mod tests {
             names_of(&session_entries(None, &laptop).unwrap()),
             ["bwrap", "docker", "podman"]
         );
-        assert_eq!(names_of(&reap_entries(None, &laptop).unwrap()), ["bwrap", "docker", "podman"]);
+        assert_eq!(
+            names_of(&reap_entries(None, &laptop).unwrap()),
+            ["native", "bwrap", "docker", "podman"]
+        );
         assert_eq!(names_of(&session_entries(Some("k8s"), &laptop).unwrap()), ["k8s"]);
         assert_eq!(names_of(&reap_entries(Some("k8s"), &laptop).unwrap()), ["k8s"]);
         let configured = Probes::with_cluster(true);

@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::fsutil;
 use crate::host::HostFacts;
 use crate::key::{Marker, env_key};
+use crate::launcher::{BwrapLauncher, Launcher};
 use crate::lockfile;
 use crate::paths;
 use crate::plan::{self, PrepareLayout, RunLayout};
@@ -101,13 +102,16 @@ pub struct PreparedEnv {
     pub(crate) lease: Lease,
 }
 
-/// Runs PEP 723 scripts in bubblewrap. Cheap to create: the warm path (environment exists)
-/// spawns nothing but bwrap itself.
+/// Runs PEP 723 scripts in bubblewrap, or in the sandboxes of another [`Launcher`]
+/// ([`BwrapEngine::with_launcher`]: the same pipeline, another wall builder). Cheap to
+/// create: the warm path (environment exists) spawns nothing but the sandbox itself.
 #[derive(Debug)]
 pub struct BwrapEngine {
     config: BwrapConfig,
     layout: CacheLayout,
-    bwrap: PathBuf,
+    launcher: Box<dyn Launcher>,
+    /// bwrap, for sessions (which only the bwrap launcher starts, see `session.rs`).
+    bwrap: Option<PathBuf>,
     /// pasta, which gives sandboxes with net on their outbound network (`crate::net`).
     pasta: Option<PathBuf>,
     host: HostFacts,
@@ -124,6 +128,31 @@ impl BwrapEngine {
     /// Finds bwrap (>= 0.8, version cached), gathers host facts, prepares the cache layout.
     /// Does not probe namespaces (use [`crate::probe`]) and does not fetch uv.
     pub fn new(config: BwrapConfig) -> Result<BwrapEngine> {
+        let layout = Self::layout(&config)?;
+        let tools = ToolCache::new(layout.tools_file());
+        let bwrap = match &config.bwrap {
+            Some(path) => path.clone(),
+            None => {
+                engine_detect::which("bwrap", config.path.as_deref()).ok_or(Error::BwrapNotFound)?
+            }
+        };
+        crate::host::check_bwrap(&bwrap, &tools)?;
+        let launcher = Box::new(BwrapLauncher::new(bwrap.clone()));
+        let mut engine = Self::assemble(config, layout, tools, launcher)?;
+        engine.bwrap = Some(bwrap);
+        Ok(engine)
+    }
+
+    /// The same pipeline with another launcher (engine-native's in-process sandbox): gathers
+    /// host facts and prepares the cache layout, which both launchers share (one environment
+    /// store: an environment prepared for one is warm for the other). No sessions.
+    pub fn with_launcher(config: BwrapConfig, launcher: Box<dyn Launcher>) -> Result<BwrapEngine> {
+        let layout = Self::layout(&config)?;
+        let tools = ToolCache::new(layout.tools_file());
+        Self::assemble(config, layout, tools, launcher)
+    }
+
+    fn layout(config: &BwrapConfig) -> Result<CacheLayout> {
         if !config.home.is_absolute() {
             return Err(Error::NoHome);
         }
@@ -139,17 +168,23 @@ impl BwrapEngine {
             std::fs::set_permissions(layout.root(), std::fs::Permissions::from_mode(0o700))
                 .map_err(Error::io(format!("restricting {}", layout.root().display())))?;
         }
-        let tools = ToolCache::new(layout.tools_file());
-        let bwrap = match &config.bwrap {
-            Some(path) => path.clone(),
-            None => {
-                engine_detect::which("bwrap", config.path.as_deref()).ok_or(Error::BwrapNotFound)?
-            }
-        };
-        crate::host::check_bwrap(&bwrap, &tools)?;
+        Ok(layout)
+    }
+
+    fn assemble(
+        config: BwrapConfig,
+        layout: CacheLayout,
+        tools: ToolCache,
+        launcher: Box<dyn Launcher>,
+    ) -> Result<BwrapEngine> {
         let host = HostFacts::gather(&config.home, &layout.etc_dir())?;
         let pasta = engine_detect::which("pasta", config.path.as_deref());
-        Ok(BwrapEngine { config, layout, bwrap, pasta, host, tools })
+        Ok(BwrapEngine { config, layout, launcher, bwrap: None, pasta, host, tools })
+    }
+
+    /// The launcher's name: `bwrap`, or the other launcher's (`native`).
+    pub fn launcher_name(&self) -> &'static str {
+        self.launcher.name()
     }
 
     /// The engine's configuration.
@@ -482,9 +517,8 @@ impl BwrapEngine {
         let plan = plan::prepare_plan(&self.host, &layout, None);
         let mut output = Vec::new();
         let finished = process::execute(
-            self.tools(),
+            self.launch(),
             &plan,
-            &self.host,
             &Stdin::Null,
             Outputs::Collect(&mut output),
             None,
@@ -493,7 +527,7 @@ impl BwrapEngine {
         )?;
         let text = String::from_utf8_lossy(&output).trim_end().to_owned();
         if !finished.started {
-            let reason = match self.setup_failure() {
+            let reason = match self.launcher.setup_failure(finished.setup_error) {
                 Error::SandboxSetup { reason } => reason,
                 other => other.to_string(),
             };
@@ -508,8 +542,6 @@ impl BwrapEngine {
         Ok(())
     }
 
-    /// Explains a failed setup: either bwrap cannot create namespaces here at all, or it can
-    /// and something about this run (a mount) made it fail.
     /// The canonical, classified workspace and mounts of `spec`, and its `--env` values.
     pub(crate) fn resolve_for_session(&self, spec: &RunSpec) -> Result<Resolved> {
         let cache_root = self.layout.root();
@@ -566,20 +598,24 @@ impl BwrapEngine {
         &self.host
     }
 
+    /// Explains a failed setup (see [`Launcher::setup_failure`]).
     pub(crate) fn setup_failure(&self) -> Error {
-        let probe = engine_detect::probe_bwrap_binary(&self.bwrap);
-        let reason = if probe.available {
-            "bwrap itself works here, so something in this run's mounts was rejected\n\
-             hint: check the paths named in the message above"
-                .to_owned()
-        } else {
-            probe.reason
-        };
-        Error::SandboxSetup { reason }
+        self.launcher.setup_failure(None)
     }
 
-    pub(crate) fn tools(&self) -> process::Tools<'_> {
-        process::Tools { bwrap: &self.bwrap, pasta: self.pasta.as_deref() }
+    /// bwrap and pasta, for a session (only the bwrap launcher has sessions).
+    pub(crate) fn tools(&self) -> Result<process::Tools<'_>> {
+        let bwrap = self.bwrap.as_deref().ok_or(Error::BwrapNotFound)?;
+        Ok(process::Tools { bwrap, pasta: self.pasta.as_deref() })
+    }
+
+    fn launch(&self) -> process::Launch<'_> {
+        process::Launch {
+            launcher: &*self.launcher,
+            host: &self.host,
+            cache_root: self.layout.root(),
+            pasta: self.pasta.as_deref(),
+        }
     }
 
     fn signals(&self, interactive: bool) -> Signals {
@@ -723,9 +759,8 @@ impl BwrapEngine {
             Output::Merged(sink) => Outputs::Merged(sink),
         };
         let finished = process::execute(
-            self.tools(),
+            self.launch(),
             &plan,
-            &self.host,
             &io.stdin,
             outputs,
             spec.timeout,
@@ -741,7 +776,7 @@ impl BwrapEngine {
         }
         let finished = finished?;
         if !finished.started && !finished.timed_out {
-            return Err(self.setup_failure());
+            return Err(self.launcher.setup_failure(finished.setup_error));
         }
         Ok(RunOutcome {
             exit_code: finished.exit_code,
@@ -782,7 +817,7 @@ impl Engine for BwrapEngine {
     type Prepared = PreparedEnv;
 
     fn name(&self) -> &'static str {
-        "bwrap"
+        self.launcher.name()
     }
 
     fn capability(&self) -> sandbox_core::Capability {

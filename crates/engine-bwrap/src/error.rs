@@ -19,6 +19,9 @@ pub enum Error {
     /// bwrap exited before starting the command; `reason` comes from a fresh probe.
     #[error("bubblewrap could not set up the sandbox (its own message is above): {reason}")]
     SandboxSetup { reason: String },
+    /// Another [`crate::Launcher`] could not build its sandbox; nothing of the command ran.
+    #[error("the {engine} sandbox could not be set up: {reason}")]
+    LauncherSetup { engine: &'static str, reason: String },
     #[error(
         "cannot find the cache directory: neither XDG_CACHE_HOME nor HOME is set to an absolute path\nhint: set HOME"
     )]
@@ -125,6 +128,7 @@ impl sandbox_core::Classify for Error {
             Error::BwrapNotFound
             | Error::BwrapTooOld { .. }
             | Error::SandboxSetup { .. }
+            | Error::LauncherSetup { .. }
             | Error::PastaNotFound => ErrorClass::Unavailable,
             Error::MountChanged { .. } => ErrorClass::Refused,
             Error::NoSession { .. } => ErrorClass::NotFound,

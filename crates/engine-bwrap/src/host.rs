@@ -43,29 +43,43 @@ pub(crate) const ETC_ALLOWLIST: &[&str] = &[
 
 /// How a top-level entry looks on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum RootEntry {
-    Symlink { name: String, target: PathBuf },
-    Dir { name: String },
+pub enum RootEntry {
+    /// A merged-/usr symlink, reproduced as the same symlink.
+    Symlink {
+        /// The entry's name below `/`.
+        name: String,
+        /// Its target, as the host has it.
+        target: PathBuf,
+    },
+    /// A real directory, bound read-only.
+    Dir {
+        /// The entry's name below `/`.
+        name: String,
+    },
 }
 
 /// Everything about the host that shapes the argv. Built by [`HostFacts::gather`]; tests
 /// build it by hand with fixed paths.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct HostFacts {
-    pub(crate) uid: u32,
-    pub(crate) gid: u32,
+pub struct HostFacts {
+    /// The caller's uid.
+    pub uid: u32,
+    /// The caller's gid.
+    pub gid: u32,
     /// Canonical host home; inside the sandbox it is an empty tmpfs.
-    pub(crate) home: PathBuf,
-    pub(crate) root_entries: Vec<RootEntry>,
+    pub home: PathBuf,
+    /// `/bin`, `/lib`, ... as the host has them.
+    pub root_entries: Vec<RootEntry>,
     /// (canonical host source, path under /etc) for the allowlisted entries that exist.
-    pub(crate) etc: Vec<(PathBuf, PathBuf)>,
+    pub etc: Vec<(PathBuf, PathBuf)>,
     /// Canonical host CA bundle, if one was found.
-    pub(crate) ca_bundle: Option<PathBuf>,
+    pub ca_bundle: Option<PathBuf>,
     /// Synthesized passwd and group files (only the sandbox user, root and nobody).
-    pub(crate) passwd: PathBuf,
-    pub(crate) group: PathBuf,
+    pub passwd: PathBuf,
+    /// See [`HostFacts::passwd`].
+    pub group: PathBuf,
     /// Values of [`RUN_ENV_ALLOWLIST`] and [`PREPARE_ENV_ALLOWLIST`] present on the host.
-    pub(crate) env: Vec<(String, OsString)>,
+    pub env: Vec<(String, OsString)>,
 }
 
 impl HostFacts {

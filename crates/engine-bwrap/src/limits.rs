@@ -42,7 +42,7 @@ use crate::error::{Error, Result};
 
 /// The kernel limits set on the sandbox's first process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Rlim {
+pub enum Rlim {
     /// `RLIMIT_AS`, bytes.
     AddressSpace(u64),
     /// `RLIMIT_NPROC`, processes and threads of the sandbox's user in its namespace.
@@ -51,19 +51,22 @@ pub(crate) enum Rlim {
 
 /// What one run sets up; empty for prepare steps and for runs that asked for nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct SandboxLimits {
-    pub(crate) rlimits: Vec<Rlim>,
-    pub(crate) cgroup: Option<CgroupPlan>,
+pub struct SandboxLimits {
+    /// Set on the sandbox's first process, inherited by all of it.
+    pub rlimits: Vec<Rlim>,
+    /// A cgroup of the run's own (delegated cgroup v2).
+    pub cgroup: Option<CgroupPlan>,
 }
 
 /// A cgroup of the sandbox's own under `parent` (a delegated directory).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct CgroupPlan {
-    pub(crate) parent: PathBuf,
+pub struct CgroupPlan {
+    /// The delegated directory the run's cgroup is made in.
+    pub parent: PathBuf,
     /// Controllers to turn on in `parent`'s `cgroup.subtree_control` first.
-    pub(crate) enable: Vec<&'static str>,
+    pub enable: Vec<&'static str>,
     /// (file, value) written into the new cgroup, in order.
-    pub(crate) files: Vec<(&'static str, String)>,
+    pub files: Vec<(&'static str, String)>,
 }
 
 /// Pure: what enforces each asked limit, or why it cannot be enforced here.
@@ -199,14 +202,14 @@ fn errno() -> i32 {
 }
 
 /// The sandbox's cgroup, removed when dropped (after the run's tree is gone).
-pub(crate) struct Cgroup {
+pub struct Cgroup {
     dir: PathBuf,
     procs: OwnedFd,
 }
 
 impl Cgroup {
     /// Creates the cgroup under the plan's parent and writes its limits.
-    pub(crate) fn create(plan: &CgroupPlan) -> Result<Cgroup> {
+    pub fn create(plan: &CgroupPlan) -> Result<Cgroup, crate::Error> {
         let fail = |what: String| {
             move |e: std::io::Error| Error::LimitSetup { reason: format!("{what}: {e}") }
         };
@@ -247,6 +250,12 @@ impl Cgroup {
 
     /// The bwrap child moves itself into the cgroup before `exec` (and before a root caller's
     /// child drops to nobody: add this first). Writing `0` to `cgroup.procs` moves the writer.
+    /// The cgroup's `cgroup.procs`, open for writing: a process that writes `0` to it moves
+    /// itself in (before its namespaces, so the whole sandbox is in it).
+    pub fn procs(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.procs)
+    }
+
     pub(crate) fn apply(&self, command: &mut Command) {
         let fd = self.procs.as_raw_fd();
         // SAFETY: the closure runs in the forked child before exec and makes one raw write on

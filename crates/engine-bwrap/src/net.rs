@@ -202,6 +202,11 @@ impl UserNet {
         Ok(net)
     }
 
+    /// The host pid of pasta, while it runs.
+    pub fn pasta_pid(&self) -> Option<u32> {
+        self.pasta.as_ref().map(|p| p.pid)
+    }
+
     /// Leaves pasta running (a session's network) and returns it, to be ended with the session.
     pub fn keep(mut self) -> Option<reaper::ProcPin> {
         self.pasta.take()

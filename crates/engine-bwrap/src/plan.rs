@@ -12,17 +12,22 @@ use crate::host::{HostFacts, RootEntry, SANDBOX_CA_BUNDLE};
 
 /// Read-only or read-write bind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Access {
+pub enum Access {
+    /// Read-only.
     ReadOnly,
+    /// Read-write.
     ReadWrite,
 }
 
 /// One bind mount at `dest` inside the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Bind {
-    pub(crate) src: PathBuf,
-    pub(crate) dest: PathBuf,
-    pub(crate) access: Access,
+pub struct Bind {
+    /// The host path.
+    pub src: PathBuf,
+    /// Where it appears in the sandbox.
+    pub dest: PathBuf,
+    /// Read-only or read-write.
+    pub access: Access,
 }
 
 impl Bind {
@@ -31,56 +36,63 @@ impl Bind {
     }
 }
 
-/// A complete sandbox: what bwrap builds and what runs in it.
+/// A complete sandbox: what a [`crate::Launcher`] builds (bwrap from [`Plan::argv`]) and what
+/// runs in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Plan {
-    pub(crate) net: bool,
-    pub(crate) new_session: bool,
+pub struct Plan {
+    /// The network on (else a network namespace with only loopback).
+    pub net: bool,
+    /// The command in a session of its own.
+    pub new_session: bool,
     /// `--die-with-parent`: every run and prepare dies with the process that started it. A
     /// session must outlive `session start`, so its sandbox does not (its agent's idle TTL,
     /// `stop` and the reaper end it instead).
-    pub(crate) die_with_parent: bool,
-    pub(crate) uid: u32,
-    pub(crate) gid: u32,
+    pub die_with_parent: bool,
+    /// uid inside the sandbox.
+    pub uid: u32,
+    /// gid inside the sandbox.
+    pub gid: u32,
     /// Home inside the sandbox: an empty tmpfs.
-    pub(crate) home: PathBuf,
+    pub home: PathBuf,
     /// Applied after the base layout, parents before children.
-    pub(crate) binds: Vec<Bind>,
-    pub(crate) chdir: PathBuf,
+    pub binds: Vec<Bind>,
+    /// The command's working directory.
+    pub chdir: PathBuf,
     /// The complete environment of bwrap and therefore of the sandboxed command.
-    pub(crate) env: Vec<(String, OsString)>,
-    pub(crate) command: Vec<OsString>,
+    pub env: Vec<(String, OsString)>,
+    /// The program (absolute, as the sandbox sees it) and its arguments.
+    pub command: Vec<OsString>,
     /// `--json-status-fd`: lets the caller tell "bwrap failed to set up" from "script exited 1".
-    pub(crate) status_fd: Option<i32>,
+    pub status_fd: Option<i32>,
     /// `--seccomp`: a pipe carrying the compiled wall (`sandbox_core::bpf`).
-    pub(crate) seccomp_fd: Option<i32>,
+    pub seccomp_fd: Option<i32>,
     /// `--block-fd`: the command starts only once this pipe is written (after pasta attached).
-    pub(crate) block_fd: Option<i32>,
+    pub block_fd: Option<i32>,
     /// The bind sources that came from the caller (workspace, mounts, script): canonical and
     /// classified, so each is pinned as a descriptor opened without following any link
     /// (`crate::pin`) and mounted from it. What was checked is what is mounted: a path swapped
     /// for a symlink after the check is refused, never resolved again.
-    pub(crate) pinned: Vec<PathBuf>,
+    pub pinned: Vec<PathBuf>,
     /// (source, descriptor) of each pinned source, filled right before the start: bound with
     /// `--bind-fd`/`--ro-bind-fd` instead of by path (a non-root caller; a root caller's are
     /// staged from the same descriptors, see `crate::stage`).
-    pub(crate) bind_fds: Vec<(PathBuf, i32)>,
+    pub bind_fds: Vec<(PathBuf, i32)>,
     /// Ports pasta forwards into the sandbox (net on only).
-    pub(crate) publish: Vec<sandbox_core::PublishedPort>,
+    pub publish: Vec<sandbox_core::PublishedPort>,
     /// Size cap in bytes of every tmpfs (`/tmp`, home).
-    pub(crate) tmpfs_size: u64,
+    pub tmpfs_size: u64,
     /// Host uid and gid bwrap is started as. `Some` for a root caller: bwrap maps the sandbox's
     /// user onto the uid it runs as, so started as root it would make the sandbox host root
     /// (able to write `/proc/sys`, and to leave setuid-root files in the workspace). Started as
     /// nobody it cannot reach root's files by path, so every bind source is first mounted, from
     /// a descriptor, into a private staging directory ([`Plan::staging`]) that bwrap binds from.
-    pub(crate) run_as: Option<(u32, u32)>,
+    pub run_as: Option<(u32, u32)>,
     /// Host sources (the workspace, read-write mounts) staged as idmapped mounts for a root
     /// caller: root's files appear owned by the sandbox's user, and what it writes lands owned
     /// by root, so nothing of the caller's permissions has to change.
-    pub(crate) idmapped: Vec<PathBuf>,
+    pub idmapped: Vec<PathBuf>,
     /// The script's resource limits (`crate::limits`); empty for prepare steps.
-    pub(crate) limits: crate::limits::SandboxLimits,
+    pub limits: crate::limits::SandboxLimits,
 }
 
 /// Where the staging tmpfs of a root caller's sandbox is mounted, in a mount namespace of the

@@ -8,7 +8,6 @@
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -20,6 +19,7 @@ use rustix::process::{Pid, PidfdFlags, Signal};
 use sandbox_core::{OutputSink, Stdin, Stream};
 
 use crate::error::{Error, Result};
+use crate::launcher::{Launcher, SandboxStdio, Start};
 use crate::plan::Plan;
 
 /// Where the sandbox's stdout/stderr go.
@@ -47,14 +47,15 @@ pub(crate) enum Signals {
 pub(crate) struct Finished {
     pub(crate) exit_code: i32,
     pub(crate) timed_out: bool,
-    /// bwrap reported the child's pid, i.e. setup succeeded and the command started.
+    /// Setup succeeded and the command started (bwrap reported the child's pid).
     pub(crate) started: bool,
+    /// Why setup failed, when the launcher said ([`crate::launcher::Ended::setup_error`]).
+    pub(crate) setup_error: Option<String>,
     pub(crate) duration: Duration,
 }
 
 const SIGINT_GRACE: Duration = Duration::from_secs(2);
 
-/// Runs `plan` under `bwrap` and waits for the whole tree.
 /// The host programs a sandbox start needs.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Tools<'a> {
@@ -63,13 +64,26 @@ pub(crate) struct Tools<'a> {
     pub(crate) pasta: Option<&'a Path>,
 }
 
+/// What `execute` needs besides the plan: the launcher and what it is given.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Launch<'a> {
+    pub(crate) launcher: &'a dyn Launcher,
+    pub(crate) host: &'a crate::host::HostFacts,
+    pub(crate) cache_root: &'a Path,
+    pub(crate) pasta: Option<&'a Path>,
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd)> {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| Error::io("creating the sandbox's stdio pipes")(e.into()))
+}
+
+/// Runs `plan` in a sandbox of `launch.launcher` and waits for the whole tree.
 /// `published` is told where the plan's ports are once pasta has bound them, before the script
 /// runs (`sandbox_core::RunIo::published`).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn execute(
-    tools: Tools<'_>,
+    launch: Launch<'_>,
     plan: &Plan,
-    host: &crate::host::HostFacts,
     stdin: &Stdin,
     outputs: Outputs<'_>,
     timeout: Option<Duration>,
@@ -77,32 +91,56 @@ pub(crate) fn execute(
     published: Option<&mut sandbox_core::PublishedHook<'_>>,
 ) -> Result<Finished> {
     let start = Instant::now();
-    let stdin_io = match stdin {
-        Stdin::Inherit => Stdio::inherit(),
-        Stdin::Null => Stdio::null(),
-        Stdin::Bytes(_) => Stdio::piped(),
-    };
+    let mut stdio = SandboxStdio::default();
+    let mut stdin_pipe = None;
+    match stdin {
+        Stdin::Inherit => {}
+        Stdin::Null => {
+            let null = std::fs::File::open("/dev/null").map_err(Error::io("opening /dev/null"))?;
+            stdio.stdin = Some(null.into());
+        }
+        Stdin::Bytes(_) => {
+            let (read, write) = pipe()?;
+            stdio.stdin = Some(read);
+            stdin_pipe = Some(std::fs::File::from(write));
+        }
+    }
     let mut merged = None;
-    let (stdout_io, stderr_io) = match outputs {
-        Outputs::Inherit => (Stdio::inherit(), Stdio::inherit()),
-        Outputs::Sink(_) | Outputs::Collect(_) => (Stdio::piped(), Stdio::piped()),
+    let mut stdout = None;
+    let mut stderr = None;
+    match outputs {
+        Outputs::Inherit => {}
+        Outputs::Sink(_) | Outputs::Collect(_) => {
+            let (out_r, out_w) = pipe()?;
+            let (err_r, err_w) = pipe()?;
+            stdout = Some(std::fs::File::from(out_r));
+            stderr = Some(std::fs::File::from(err_r));
+            stdio.stdout = Some(out_w);
+            stdio.stderr = Some(err_w);
+        }
         Outputs::Merged(_) => {
-            let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-                .map_err(|e| Error::io("creating the output pipe")(e.into()))?;
+            let (read, write) = pipe()?;
             let second = write.try_clone().map_err(Error::io("creating the output pipe"))?;
             merged = Some(std::fs::File::from(read));
-            (Stdio::from(write), Stdio::from(second))
+            stdio.stdout = Some(write);
+            stdio.stderr = Some(second);
         }
-    };
-    let Launched { mut child, pidfd, status_read, early_status, net: _net, .. } =
-        launch(tools, plan, host, [stdin_io, stdout_io, stderr_io], false)?;
+    }
+    let sandbox = launch.launcher.start(Start {
+        plan,
+        host: launch.host,
+        cache_root: launch.cache_root,
+        pasta: launch.pasta,
+        stdio,
+    })?;
     if let Some(published) = published.filter(|_| !plan.publish.is_empty()) {
         published(&plan.publish);
     }
-    let mut status_read = Some(status_read);
-    let pidfd = Arc::new(pidfd);
+    let pidfd = Arc::new(
+        sandbox.pidfd().try_clone_to_owned().map_err(Error::io("holding the sandbox's pidfd"))?,
+    );
 
-    if let (Stdin::Bytes(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
+    if let (Stdin::Bytes(bytes), Some(mut pipe)) = (stdin, stdin_pipe) {
         let bytes = bytes.clone();
         std::thread::spawn(move || {
             // A script that never reads its stdin closes the pipe; that is not our error.
@@ -113,7 +151,12 @@ pub(crate) fn execute(
     let signal_guard = match signals {
         Signals::Ignore => None,
         Signals::Handle { interactive } => {
-            Some(SignalGuard::install(Arc::clone(&pidfd), interactive)?)
+            let mode = if launch.launcher.forwards_signals() {
+                GuardMode::Forward
+            } else {
+                GuardMode::Kill { interactive }
+            };
+            Some(SignalGuard::install(Arc::clone(&pidfd), mode)?)
         }
     };
 
@@ -127,9 +170,9 @@ pub(crate) fn execute(
     };
 
     // Pump output (if piped) until both pipes close, which happens once the tree is gone.
-    let stdout = child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>);
-    let stdout = stdout.or_else(|| merged.map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let stderr = child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>);
+    let stdout = stdout.or(merged);
+    let stdout = stdout.map(|p| Box::new(p) as Box<dyn Read + Send>);
+    let stderr = stderr.map(|p| Box::new(p) as Box<dyn Read + Send>);
     if stdout.is_some() || stderr.is_some() {
         let (tx, rx) = mpsc::channel::<(Stream, Vec<u8>)>();
         let readers: Vec<_> = [(Stream::Stdout, stdout), (Stream::Stderr, stderr)]
@@ -205,25 +248,27 @@ pub(crate) fn execute(
             }
             Ok(_) => break,
             Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(Error::io("waiting for bwrap")(e.into())),
+            Err(e) => return Err(Error::io("waiting for the sandbox")(e.into())),
         }
     }
-    let status = child.wait().map_err(Error::io("waiting for bwrap"))?;
+    let ended = sandbox.wait()?;
     // The tree was killed because we were signalled: report that signal (130 for Ctrl-C, 143
     // for SIGTERM), as the container engines do, not the SIGKILL used to end it.
     let ended_by = signal_guard.as_ref().and_then(SignalGuard::ended_by);
     drop(signal_guard);
 
-    let rest = status_read.take().map(read_status).unwrap_or_default();
-    let started = early_status.contains("\"child-pid\"") || rest.contains("\"child-pid\"");
     let exit_code = match ended_by {
-        Some(signal) if status.signal() == Some(libc::SIGKILL) => 128 + signal,
-        _ if reader_gone && status.signal() == Some(libc::SIGKILL) => {
-            sandbox_core::EXIT_CLOSED_PIPE
-        }
-        _ => sandbox_core::exit_code(status.code(), status.signal()),
+        Some(signal) if ended.signal == Some(libc::SIGKILL) => 128 + signal,
+        _ if reader_gone && ended.signal == Some(libc::SIGKILL) => sandbox_core::EXIT_CLOSED_PIPE,
+        _ => sandbox_core::exit_code(ended.code, ended.signal),
     };
-    Ok(Finished { exit_code, timed_out, started, duration: start.elapsed() })
+    Ok(Finished {
+        exit_code,
+        timed_out,
+        started: ended.started,
+        setup_error: ended.setup_error,
+        duration: start.elapsed(),
+    })
 }
 
 /// A started bwrap: its sandbox is set up (and, with net on, connected and unblocked).
@@ -447,7 +492,7 @@ fn read_child_pid(status: Option<&OwnedFd>, seen: &mut String) -> Option<i32> {
 
 /// Reads what bwrap wrote to the status pipe without waiting for EOF (a descendant could
 /// in theory hold the write end).
-fn read_status(fd: OwnedFd) -> String {
+pub(crate) fn read_status(fd: OwnedFd) -> String {
     let _ = rustix::io::ioctl_fionbio(&fd, true);
     let mut file = std::fs::File::from(fd);
     let mut buf = Vec::new();
@@ -461,7 +506,18 @@ fn read_status(fd: OwnedFd) -> String {
     String::from_utf8_lossy(&buf).into_owned()
 }
 
-/// Kills the sandbox on SIGINT/SIGTERM/SIGHUP while installed.
+/// What a [`SignalGuard`] does with SIGINT/SIGTERM/SIGHUP.
+#[derive(Debug, Clone, Copy)]
+enum GuardMode {
+    /// Kill the sandbox (SIGINT after [`SIGINT_GRACE`] when the script shares our terminal
+    /// and has received the same Ctrl-C).
+    Kill { interactive: bool },
+    /// Send the signal on to the sandbox (whose init passes it to the command), and kill it
+    /// only if it is still there after [`SIGINT_GRACE`].
+    Forward,
+}
+
+/// Ends the sandbox on SIGINT/SIGTERM/SIGHUP while installed (see [`GuardMode`]).
 struct SignalGuard {
     handle: signal_hook::iterator::Handle,
     /// The signal that made us kill the sandbox, 0 while none has.
@@ -470,7 +526,7 @@ struct SignalGuard {
 }
 
 impl SignalGuard {
-    fn install(pidfd: Arc<OwnedFd>, interactive: bool) -> Result<SignalGuard> {
+    fn install(pidfd: Arc<OwnedFd>, mode: GuardMode) -> Result<SignalGuard> {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
         let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
             .map_err(Error::io("installing signal handlers"))?;
@@ -478,13 +534,27 @@ impl SignalGuard {
         let ended_by = Arc::new(std::sync::atomic::AtomicI32::new(0));
         let ended = Arc::clone(&ended_by);
         let thread = std::thread::spawn(move || {
+            let ends_in_grace = || {
+                let mut fds = [PollFd::new(&*pidfd, PollFlags::IN)];
+                let grace = Timespec { tv_sec: SIGINT_GRACE.as_secs() as i64, tv_nsec: 0 };
+                matches!(rustix::event::poll(&mut fds, Some(&grace)), Ok(n) if n > 0)
+            };
             for signal in signals.forever() {
-                if signal == SIGINT && interactive {
+                match mode {
                     // The script got the same Ctrl-C from the terminal; let it unwind.
-                    let mut fds = [PollFd::new(&*pidfd, PollFlags::IN)];
-                    let grace = Timespec { tv_sec: SIGINT_GRACE.as_secs() as i64, tv_nsec: 0 };
-                    if matches!(rustix::event::poll(&mut fds, Some(&grace)), Ok(n) if n > 0) {
-                        continue;
+                    GuardMode::Kill { interactive: true } if signal == SIGINT => {
+                        if ends_in_grace() {
+                            continue;
+                        }
+                    }
+                    GuardMode::Kill { .. } => {}
+                    GuardMode::Forward => {
+                        if let Some(forwarded) = Signal::from_named_raw(signal) {
+                            let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), forwarded);
+                        }
+                        if ends_in_grace() {
+                            continue;
+                        }
                     }
                 }
                 let _ = ended.compare_exchange(

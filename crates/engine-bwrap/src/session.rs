@@ -238,7 +238,7 @@ impl SessionEngine for BwrapEngine {
         let (plan_idmapped, grant) = self.lend_writable(&workspace, &mounts)?;
         plan.idmapped = plan_idmapped;
         let launched = crate::process::launch(
-            self.tools(),
+            self.tools()?,
             &plan,
             self.host(),
             [std::process::Stdio::null(), std::process::Stdio::null(), std::process::Stdio::null()],

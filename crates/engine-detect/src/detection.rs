@@ -32,7 +32,8 @@ impl Detection {
     }
 }
 
-/// Runs every probe against the current process environment.
+/// Runs every probe of this crate against the current process environment: the ladder but
+/// native, which engine-native probes itself (the CLI's registry puts it first).
 pub fn detect() -> Detection {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     detect_with(&env)
@@ -68,7 +69,7 @@ pub fn detect_with(env: &[(OsString, OsString)]) -> Detection {
         let usable = probe.available || probe.state == ProbeState::InstalledNoSocket;
         probe.limits = match probe.name {
             _ if !usable => LimitSupport::NONE,
-            EngineName::Bwrap => limits::bwrap_limits().support,
+            EngineName::Bwrap | EngineName::Native => limits::bwrap_limits().support,
             EngineName::Docker => LimitSupport::RUNTIME,
             // A non-root caller's podman is rootless (its own service), which holds limits
             // only on cgroup v2 with delegated controllers.

@@ -1,6 +1,7 @@
 //! Detects which isolation engine works on this machine and explains what to do when none does.
 //!
-//! The ladder is bwrap → docker → podman. Every probe is real but cheap: the bwrap probe creates
+//! The ladder is native → bwrap → docker → podman (native's probe is engine-native's: this
+//! crate cannot depend on the engines). Every probe is real but cheap: the bwrap probe creates
 //! user, mount, pid and network namespaces and runs `true` inside them (this is what catches
 //! Ubuntu's AppArmor user-namespace restriction and containers without user namespaces); the
 //! docker and podman probes send `GET /_ping` to their API sockets with short timeouts.
@@ -42,8 +43,11 @@ pub use limits::{
 };
 pub use mkdir::{CreateDirError, create_dir_all_nofollow, open_nofollow, open_nofollow_in};
 pub use os::{Distro, OsInfo, OsKind, Wsl};
-pub use probe::{EngineName, Probe, ProbeState};
-pub use suggest::suggest;
+pub use probe::{
+    APPARMOR_USERNS_RESTRICTED, EngineName, MAX_USER_NAMESPACES_OFF, NO_SECCOMP_FILTERS, Probe,
+    ProbeState, USERNS_CLONE_OFF,
+};
+pub use suggest::{NATIVE_USERNS_PREFIX, suggest};
 pub use which::which;
 
 #[cfg(test)]

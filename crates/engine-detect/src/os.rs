@@ -39,8 +39,6 @@ pub struct OsInfo {
     pub pretty_name: Option<String>,
     pub version_id: Option<String>,
     pub wsl: Option<Wsl>,
-    /// Running inside a container (docker, podman, lxc, …); the value names it when known.
-    pub container: Option<String>,
     /// `kernel.apparmor_restrict_unprivileged_userns = 1` (Ubuntu 23.10+).
     pub apparmor_restricts_userns: bool,
     /// `kernel.unprivileged_userns_clone = 0` (older Debian kernels) or `user.max_user_namespaces = 0`.
@@ -82,7 +80,6 @@ impl OsInfo {
             pretty_name,
             version_id,
             wsl: None,
-            container: None,
             apparmor_restricts_userns: false,
             userns_disabled: false,
         }
@@ -96,13 +93,13 @@ impl OsInfo {
             pretty_name: Some("macOS".to_owned()),
             version_id: None,
             wsl: None,
-            container: None,
             apparmor_restricts_userns: false,
             userns_disabled: false,
         }
     }
 
-    /// Reads `/etc/os-release`, `/proc` and the container markers of this machine.
+    /// Reads `/etc/os-release` and `/proc` of this machine. Whether it is a container is not
+    /// asked: what a container allows is found by the probes, not guessed from its markers.
     pub fn detect() -> OsInfo {
         if cfg!(target_os = "macos") {
             return OsInfo::macos();
@@ -118,11 +115,6 @@ impl OsInfo {
             read("/proc/sys/kernel/osrelease").as_deref(),
             std::env::var_os("WSL_DISTRO_NAME").is_some()
                 || Path::new("/proc/sys/fs/binfmt_misc/WSLInterop").exists(),
-        );
-        info.container = container_from(
-            std::env::var("container").ok().as_deref(),
-            Path::new("/.dockerenv").exists(),
-            Path::new("/run/.containerenv").exists(),
         );
         info.apparmor_restricts_userns =
             sysctl_is("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1");
@@ -143,20 +135,6 @@ pub(crate) fn wsl_from(osrelease: Option<&str>, wsl_markers: bool) -> Option<Wsl
         Some(Wsl::V2)
     } else {
         None
-    }
-}
-
-/// Pure: container marker precedence (`$container`, podman's file, docker's file).
-pub(crate) fn container_from(
-    env: Option<&str>,
-    dockerenv: bool,
-    containerenv: bool,
-) -> Option<String> {
-    match env.filter(|v| !v.is_empty()) {
-        Some(name) => Some(name.to_owned()),
-        None if containerenv => Some("podman".to_owned()),
-        None if dockerenv => Some("docker".to_owned()),
-        None => None,
     }
 }
 

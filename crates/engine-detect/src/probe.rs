@@ -9,6 +9,8 @@ use crate::limits::LimitSupport;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EngineName {
+    /// The sandbox built into the binary (engine-native), probed by its own crate.
+    Native,
     Bwrap,
     Docker,
     Podman,
@@ -19,10 +21,12 @@ pub enum EngineName {
 
 impl EngineName {
     /// Ladder order: the engines `auto` may select.
-    pub const ALL: [EngineName; 3] = [EngineName::Bwrap, EngineName::Docker, EngineName::Podman];
+    pub const ALL: [EngineName; 4] =
+        [EngineName::Native, EngineName::Bwrap, EngineName::Docker, EngineName::Podman];
 
     pub fn as_str(self) -> &'static str {
         match self {
+            EngineName::Native => "native",
             EngineName::Bwrap => "bwrap",
             EngineName::Docker => "docker",
             EngineName::Podman => "podman",
@@ -41,6 +45,16 @@ impl std::fmt::Display for EngineName {
         f.write_str(self.as_str())
     }
 }
+
+/// The host settings that forbid user namespaces, as the native probe names them in its reason
+/// (and `suggest` recognises them there): one wording for both.
+pub const MAX_USER_NAMESPACES_OFF: &str = "user.max_user_namespaces = 0";
+/// See [`MAX_USER_NAMESPACES_OFF`] (older Debian kernels).
+pub const USERNS_CLONE_OFF: &str = "kernel.unprivileged_userns_clone = 0";
+/// See [`MAX_USER_NAMESPACES_OFF`] (Ubuntu 23.10 and later).
+pub const APPARMOR_USERNS_RESTRICTED: &str = "kernel.apparmor_restrict_unprivileged_userns = 1";
+/// The native probe's reason for a kernel without seccomp filters.
+pub const NO_SECCOMP_FILTERS: &str = "this kernel takes no seccomp filters";
 
 /// Why a probe came out the way it did, beyond the human `reason`. Not serialized: the JSON
 /// shape is fixed to `{"name","available","reason","limits"}`.

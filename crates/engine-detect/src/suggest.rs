@@ -76,17 +76,11 @@ fn suggest_local(os: &OsInfo, detection: &Detection) -> String {
         );
         return finish(out);
     }
-    if let Some(runtime) = &os.container {
-        let _ = writeln!(
-            out,
-            "this looks like a {runtime} container; container runtimes usually block the user \
-             namespaces bubblewrap needs; options:\n\
-             \x20 run python-sandbox on the host instead of inside the container\n\
-             \x20 or give the container a docker API: -v /var/run/docker.sock:/var/run/docker.sock \
-             (anyone with that socket controls the host's docker)\n\
-             \x20 or start the container with a seccomp/AppArmor profile that allows unshare(CLONE_NEWUSER)"
-        );
-        return finish(out);
+    // What the native probe found decides the advice: it tried what every local sandbox
+    // needs (user namespaces, seccomp), so its reason names the one thing to fix here.
+    let native = detection.probe(EngineName::Native).filter(|p| !p.available);
+    if let Some(native) = native {
+        out.push_str(&native_fix(&native.reason));
     }
 
     let (install, docker, podman) = match os.distro {
@@ -120,16 +114,22 @@ fn suggest_local(os: &OsInfo, detection: &Detection) -> String {
     if os.wsl == Some(Wsl::V2) {
         out.push_str("WSL 2 supports bubblewrap inside the distribution\n");
     }
-    if !bwrap_installed {
-        let _ = writeln!(out, "install bubblewrap (the preferred engine):\n  {install}");
-    } else if matches!(bwrap_state, Some(ProbeState::Failed)) {
-        out.push_str("bubblewrap is installed but cannot create namespaces\n");
+    // Without a native probe (a library caller's detection) bubblewrap is the local engine to
+    // get; with one, bubblewrap needs exactly what native lacks, so only the fix above helps.
+    let probed_natively = detection.probe(EngineName::Native).is_some();
+    if !probed_natively {
+        if !bwrap_installed {
+            let _ = writeln!(out, "install bubblewrap (the preferred engine):\n  {install}");
+        } else if matches!(bwrap_state, Some(ProbeState::Failed)) {
+            out.push_str("bubblewrap is installed but cannot create namespaces\n");
+        }
     }
 
-    // Before bwrap is installed the probe cannot show the restriction, so go by the release.
+    // Before bwrap is installed its probe cannot show the restriction, so go by the release
+    // (only without a native probe, which shows it by trying).
     let restricting_ubuntu =
         os.distro == Distro::Ubuntu && !bwrap_installed && ubuntu_restricts(os);
-    if os.apparmor_restricts_userns || restricting_ubuntu {
+    if !probed_natively && (os.apparmor_restricts_userns || restricting_ubuntu) {
         let _ = writeln!(
             out,
             "AppArmor restricts unprivileged user namespaces (Ubuntu 23.10 and later); \
@@ -141,7 +141,7 @@ fn suggest_local(os: &OsInfo, detection: &Detection) -> String {
              also works but lifts the restriction for every program)\n",
         );
     }
-    if os.userns_disabled {
+    if !probed_natively && os.userns_disabled {
         out.push_str(
             "unprivileged user namespaces are switched off in this kernel; enable them:\n\
              \x20 sudo sysctl -w kernel.unprivileged_userns_clone=1   (older Debian kernels)\n\
@@ -173,6 +173,65 @@ fn suggest_local(os: &OsInfo, detection: &Detection) -> String {
     }
     finish(out)
 }
+
+/// How the native probe's reason starts when user namespaces cannot be made (the rest says why).
+pub const NATIVE_USERNS_PREFIX: &str = "cannot create user namespaces here: ";
+
+/// The fix for what keeps the native engine from working, from its probe's `reason`.
+fn native_fix(reason: &str) -> String {
+    let first = reason.lines().next().unwrap_or_default();
+    let first = first.trim_start_matches(NATIVE_USERNS_PREFIX);
+    let sysctl = |setting: &str, value: &str| {
+        format!(
+            "user namespaces are switched off here ({first}); enable them:\n\
+             \x20 sudo sysctl -w {setting}={value}\n\
+             \x20 and persist it: echo '{setting} = {value}' | sudo tee /etc/sysctl.d/60-userns.conf\n"
+        )
+    };
+    if reason.contains(crate::MAX_USER_NAMESPACES_OFF) {
+        sysctl("user.max_user_namespaces", "15000")
+    } else if reason.contains(crate::USERNS_CLONE_OFF) {
+        sysctl("kernel.unprivileged_userns_clone", "1")
+    } else if reason.contains(crate::APPARMOR_USERNS_RESTRICTED) {
+        format!(
+            "AppArmor restricts unprivileged user namespaces ({first}); allow them for \
+             python-sandbox only with a profile:\n{}\n\
+             \x20 (the system-wide switch `sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0` \
+             also works but lifts the restriction for every program)\n",
+            indent(NATIVE_APPARMOR_PROFILE)
+        )
+    } else if reason.contains(crate::NO_SECCOMP_FILTERS) {
+        "this kernel has no seccomp filters, which every local sandbox here needs for its wall; \
+         use a container engine (below) or a kernel built with CONFIG_SECCOMP_FILTER\n"
+            .to_owned()
+    } else {
+        format!(
+            "user namespaces are refused here though no sysctl forbids them ({first}): a seccomp \
+             or AppArmor profile (a container's, by default docker's and podman's) or a security \
+             module refuses unshare(CLONE_NEWUSER); options:\n\
+             \x20 run python-sandbox where user namespaces work (the host)\n\
+             \x20 or start the container with profiles that allow them: \
+             --security-opt seccomp=unconfined --security-opt apparmor=unconfined\n\
+             \x20 or give it a docker API: -v /var/run/docker.sock:/var/run/docker.sock \
+             (anyone with that socket controls the host's docker)\n"
+        )
+    }
+}
+
+/// An AppArmor profile that lets the python-sandbox binary (and only it) create user
+/// namespaces; its path is the installed binary's.
+const NATIVE_APPARMOR_PROFILE: &str = "\
+PSBX=\"$(command -v python-sandbox)\"
+sudo tee /etc/apparmor.d/python-sandbox >/dev/null <<EOF
+abi <abi/4.0>,
+include <tunables/global>
+
+profile python-sandbox $PSBX flags=(unconfined) {
+  userns,
+  include if exists <local/python-sandbox>
+}
+EOF
+sudo apparmor_parser -r /etc/apparmor.d/python-sandbox";
 
 /// Ubuntu 23.10 introduced `kernel.apparmor_restrict_unprivileged_userns=1` by default.
 fn ubuntu_restricts(os: &OsInfo) -> bool {

@@ -7,7 +7,7 @@ use std::path::Path;
 use crate::api::{ApiEndpoint, docker_endpoints, parse_ping_response, podman_endpoints};
 use crate::bwrap::{BwrapVersion, classify_bwrap_failure};
 use crate::detection::Detection;
-use crate::os::{OsInfo, Wsl, container_from, wsl_from};
+use crate::os::{OsInfo, Wsl, wsl_from};
 use crate::probe::{EngineName, Probe, ProbeState};
 use crate::suggest::suggest;
 
@@ -119,9 +119,49 @@ fn suggestions() {
     let mut wsl1 = os_release("ubuntu-22.04");
     wsl1.wsl = Some(Wsl::V1);
     cases.push(("wsl1".into(), wsl1, nothing_installed()));
-    let mut container = os_release("debian-12");
-    container.container = Some("docker".into());
-    cases.push(("inside docker".into(), container, bwrap_blocked()));
+    // Each reason the native probe can give leads to its own fix; a container is only what
+    // the probes found there (docker's seccomp profile refuses the unshare, or nothing does).
+    for (name, reason) in [
+        (
+            "max_user_namespaces",
+            "cannot create user namespaces here: user.max_user_namespaces = 0 (unshare(CLONE_NEWUSER) failed: No space left on device (os error 28))",
+        ),
+        (
+            "unprivileged_userns_clone",
+            "cannot create user namespaces here: kernel.unprivileged_userns_clone = 0 (unshare(CLONE_NEWUSER) failed: Operation not permitted (os error 1))",
+        ),
+        (
+            "apparmor",
+            "cannot create user namespaces here: kernel.apparmor_restrict_unprivileged_userns = 1 (mounting a tmpfs failed: Permission denied (os error 13))",
+        ),
+        (
+            "refused",
+            "cannot create user namespaces here: unshare(CLONE_NEWUSER) failed: Operation not permitted (os error 1)",
+        ),
+        (
+            "no seccomp",
+            "this kernel takes no seccomp filters (CONFIG_SECCOMP_FILTER), and the native sandbox never runs without its seccomp wall",
+        ),
+    ] {
+        let mut engines = bwrap_blocked().engines;
+        engines.insert(0, probe(EngineName::Native, ProbeState::Failed, reason));
+        let detection = Detection::from_probes(engines);
+        cases.push((format!("debian-12, native {name}"), os_release("debian-12"), detection));
+    }
+    let mut engines = nothing_installed().engines;
+    engines.insert(
+        0,
+        probe(
+            EngineName::Native,
+            ProbeState::Available { endpoint: None },
+            "built in: user namespaces work, seccomp wall, landlock ABI 6",
+        ),
+    );
+    cases.push((
+        "debian-12 in docker, native works".into(),
+        os_release("debian-12"),
+        Detection::from_probes(engines),
+    ));
     cases.push(("macos".into(), OsInfo::macos(), nothing_installed()));
     let mut works = nothing_installed();
     works.engines[0] = probe(
@@ -313,15 +353,11 @@ fn bwrap_versions_and_failures() {
 }
 
 #[test]
-fn wsl_and_container_markers() {
+fn wsl_markers() {
     assert_eq!(wsl_from(Some("5.15.153.1-microsoft-standard-WSL2"), false), Some(Wsl::V2));
     assert_eq!(wsl_from(Some("4.4.0-19041-Microsoft"), false), Some(Wsl::V1));
     assert_eq!(wsl_from(Some("6.8.0-45-generic"), false), None);
     assert_eq!(wsl_from(None, true), Some(Wsl::V2));
-    assert_eq!(container_from(Some("podman"), true, false).as_deref(), Some("podman"));
-    assert_eq!(container_from(None, false, true).as_deref(), Some("podman"));
-    assert_eq!(container_from(None, true, false).as_deref(), Some("docker"));
-    assert_eq!(container_from(Some(""), false, false), None);
 }
 
 /// A fake cgroupfs: `files` are (path under the root, contents); every path is writable unless

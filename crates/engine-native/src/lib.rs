@@ -3,17 +3,24 @@
 //!
 //! [`plan`](mod@plan) is pure (what the tree is); [`sandbox`] performs a plan (fork, namespaces, mounts,
 //! `pivot_root`, privileges dropped, filters applied, `execve`); [`net`] connects a sandbox with
-//! net on through pasta (engine-bwrap's code). Not yet an `Engine`: the CLI
-//! does not list it until it runs scripts end to end.
+//! net on through pasta (engine-bwrap's code). [`NativeEngine`] is the `sandbox_core::Engine`:
+//! engine-bwrap's pipeline (prepare/run, environment cache, uv, lockfile, limits, publish)
+//! with [`NativeLauncher`] building each of its sandboxes here instead of in bubblewrap.
 
+mod engine;
 mod error;
 pub mod net;
 pub mod plan;
+pub mod probe;
 pub mod sandbox;
 #[cfg(test)]
 mod tests;
 
+pub use engine::{NativeEngine, NativeLauncher, input};
 pub use error::{Error, Result};
 pub use net::connect;
 pub use plan::{Access, Ids, Input, Op, Plan, RootEntry, plan};
-pub use sandbox::{Child, Command, landlock_abi, spawn, userns_probe};
+pub use probe::probe;
+pub use sandbox::{
+    Child, Command, LANDLOCK_ABI, landlock_abi, landlock_applied, spawn, userns_probe,
+};

@@ -6,15 +6,17 @@
 //! (`--no-map-gw`, `-T none`) nor anything inbound but published ports. The sandbox's abstract
 //! unix sockets are its own network namespace's, so the host's are out of reach too.
 //!
-//! A root caller's network namespace belongs to the host's user namespace (its tree is built
-//! as real root, see `sandbox.rs`), so pasta runs as root there (`--runas 0:0`); an
-//! unprivileged caller's belongs to the sandbox's user namespace and pasta runs as the caller.
+//! The network namespace is made together with the sandbox's own user namespace (by its init,
+//! after the tree, see `sandbox.rs`), so it belongs to the sandbox's host user: pasta joins it
+//! as that user, the caller or, for a root caller, host nobody (as bwrap's pasta does), never
+//! as root.
 
 use std::path::Path;
 
 use sandbox_core::PublishedPort;
 
 use crate::error::{Error, Result};
+use crate::plan::NOBODY;
 use crate::sandbox::Child;
 
 /// Connects a sandbox spawned with net on (blocked before its setup) and lets it go on.
@@ -24,8 +26,18 @@ pub fn connect(
     pasta: &Path,
     publish: &[PublishedPort],
 ) -> Result<engine_bwrap::UserNet> {
-    let net = engine_bwrap::UserNet::attach_blocked(pasta, child.pid(), publish, None)
-        .map_err(|e| Error::Network(e.to_string()))?;
+    let net = attach(child, pasta, publish).map_err(|e| Error::Network(e.to_string()))?;
     child.release()?;
     Ok(net)
+}
+
+/// [`connect`] without the release, in engine-bwrap's error (a busy published port is the one
+/// error every engine gives, `sandbox_core::publish`).
+pub(crate) fn attach(
+    child: &Child,
+    pasta: &Path,
+    publish: &[PublishedPort],
+) -> std::result::Result<engine_bwrap::UserNet, engine_bwrap::Error> {
+    let run_as = rustix::process::getuid().is_root().then_some((NOBODY, NOBODY));
+    engine_bwrap::UserNet::attach_blocked(pasta, child.netns_pid(), publish, run_as)
 }

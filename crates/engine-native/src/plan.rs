@@ -42,22 +42,9 @@ pub enum Access {
     ReadWrite,
 }
 
-/// How a top-level entry (`/bin`, `/lib64`, ...) looks on the host.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RootEntry {
-    /// A merged-/usr symlink, reproduced as the same symlink.
-    Symlink {
-        /// The entry's name below `/`.
-        name: String,
-        /// Its target, as the host has it.
-        target: PathBuf,
-    },
-    /// A real directory, bound read-only.
-    Dir {
-        /// The entry's name below `/`.
-        name: String,
-    },
-}
+/// How a top-level entry (`/bin`, `/lib64`, ...) looks on the host: engine-bwrap's, which
+/// gathers the host facts for both engines.
+pub use engine_bwrap::RootEntry;
 
 /// Everything the plan needs; gathered by the caller (the engine), built by hand in tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,10 +69,19 @@ pub struct Input {
     pub ca_bundle: Option<PathBuf>,
     /// Interpreter prefixes and the prepared environment: read-only at their own paths.
     pub ro_dirs: Vec<PathBuf>,
-    /// The canonical workspace: read-write at its own path, the working directory.
-    pub workspace: PathBuf,
+    /// The canonical workspace: read-write at its own path, the working directory. `None` for
+    /// a prepare step, which sees no caller path at all.
+    pub workspace: Option<PathBuf>,
     /// Declared extra mounts (canonical), each at its own path.
     pub mounts: Vec<(PathBuf, MountMode)>,
+    /// The engine's own directories a prepare step writes (the uv cache, the environment being
+    /// built): read-write at their own paths, and refused unless inside [`Input::own`].
+    pub own_writable: Vec<PathBuf>,
+    /// A root caller's caller paths that are mounted as they are rather than idmapped (on a
+    /// filesystem without idmapped mounts the engine lends them to nobody with an ACL).
+    pub not_idmapped: Vec<PathBuf>,
+    /// The working directory; default the workspace, else `/`.
+    pub chdir: Option<PathBuf>,
     /// Whether the sandbox gets a network (else only a loopback of its own).
     pub net: bool,
     /// Size cap in bytes of each tmpfs (`/tmp`, home).
@@ -139,8 +135,8 @@ pub enum Op {
         /// Its name in `/dev`.
         name: String,
     },
-    /// A new devpts instance at `/dev/pts` with `/dev/ptmx` linked to it (best effort: it
-    /// needs uid 0 mapped, which an unprivileged caller's namespace lacks).
+    /// A new devpts instance at `/dev/pts` with `/dev/ptmx` linked to it (it needs uid 0
+    /// mapped where it is mounted: see [`Ids::builder`]).
     Devpts,
     /// Remount an existing path read-only (skipped when it does not exist).
     ReadOnly {
@@ -173,6 +169,16 @@ pub struct Ids {
     pub root_caller: bool,
 }
 
+impl Ids {
+    /// Who builds the tree, in the ids of the namespace it is built in: an unprivileged
+    /// caller is uid 0 of its first user namespace (devpts needs uid 0 mapped; the sandbox's
+    /// own user namespace maps [`Ids::uid`] onto it), a root caller's tree is built by host root
+    /// for host nobody. Owner of what the sandbox must own (its home).
+    pub fn builder(&self) -> (u32, u32) {
+        if self.root_caller { (self.host_uid, self.host_gid) } else { (0, 0) }
+    }
+}
+
 /// A complete sandbox: ids, the tree, what Landlock lets it write, where it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
@@ -199,13 +205,27 @@ pub fn plan(input: &Input) -> Result<Plan> {
         sandbox_core::check_host_path(path, usage, home_host, own)
             .map_err(|reason| Error::Refused { path: path.to_owned(), reason })
     };
-    refuse(&input.workspace, PathUse::Workspace)?;
+    if let Some(workspace) = &input.workspace {
+        refuse(workspace, PathUse::Workspace)?;
+    }
     for (path, _) in &input.mounts {
         refuse(path, PathUse::Mount)?;
     }
-    for path in std::iter::once(&input.workspace)
+    for path in &input.own_writable {
+        if !path.starts_with(&input.own.0) || path == &input.own.0 {
+            return Err(Error::Refused {
+                path: path.clone(),
+                reason: format!("it is not inside {}", input.own.1),
+            });
+        }
+    }
+    for path in input
+        .workspace
+        .iter()
         .chain(input.mounts.iter().map(|(p, _)| p))
         .chain(&input.ro_dirs)
+        .chain(&input.own_writable)
+        .chain(&input.chdir)
     {
         if !path.is_absolute() || path.components().any(|c| c == std::path::Component::ParentDir) {
             return Err(Error::Refused {
@@ -301,12 +321,13 @@ pub fn plan(input: &Input) -> Result<Plan> {
         path: home.clone(),
         mode: 0o700,
         size: input.tmpfs_size,
-        owner: Some((ids.uid, ids.gid)),
+        owner: Some(ids.builder()),
     });
 
     let mut binds: Vec<(PathBuf, Access, bool)> =
         input.ro_dirs.iter().map(|d| (d.clone(), Access::ReadOnly, false)).collect();
-    binds.push((input.workspace.clone(), Access::ReadWrite, true));
+    binds.extend(input.own_writable.iter().map(|d| (d.clone(), Access::ReadWrite, false)));
+    binds.extend(input.workspace.iter().map(|w| (w.clone(), Access::ReadWrite, true)));
     binds.extend(input.mounts.iter().map(|(p, mode)| {
         let access = match mode {
             MountMode::ReadOnly => Access::ReadOnly,
@@ -314,6 +335,9 @@ pub fn plan(input: &Input) -> Result<Plan> {
         };
         (p.clone(), access, true)
     }));
+    for bind in &mut binds {
+        bind.2 &= !input.not_idmapped.contains(&bind.0);
+    }
     let binds = order_binds(binds);
     let writable_roots = [home.as_path(), tmp.as_path()];
     let mut earlier: Vec<PathBuf> = Vec::new();
@@ -335,7 +359,12 @@ pub fn plan(input: &Input) -> Result<Plan> {
     writable.extend(
         binds.iter().filter(|(_, a, _)| *a == Access::ReadWrite).map(|(p, _, _)| p.clone()),
     );
-    Ok(Plan { ids, ops, writable, home, chdir: input.workspace.clone(), net: input.net })
+    let chdir = input
+        .chdir
+        .clone()
+        .or_else(|| input.workspace.clone())
+        .unwrap_or_else(|| PathBuf::from("/"));
+    Ok(Plan { ids, ops, writable, home, chdir, net: input.net })
 }
 
 /// Already visible read-only through the base layout.
@@ -408,11 +437,11 @@ fn scaffold_under(
 pub fn userns_reason(sysctl: impl Fn(&str) -> Option<String>) -> Option<&'static str> {
     let is = |name: &str, value: &str| sysctl(name).is_some_and(|v| v.trim() == value);
     if is("user/max_user_namespaces", "0") {
-        Some("user.max_user_namespaces = 0")
+        Some(engine_detect::MAX_USER_NAMESPACES_OFF)
     } else if is("kernel/unprivileged_userns_clone", "0") {
-        Some("kernel.unprivileged_userns_clone = 0")
+        Some(engine_detect::USERNS_CLONE_OFF)
     } else if is("kernel/apparmor_restrict_unprivileged_userns", "1") {
-        Some("kernel.apparmor_restrict_unprivileged_userns = 1")
+        Some(engine_detect::APPARMOR_USERNS_RESTRICTED)
     } else {
         None
     }

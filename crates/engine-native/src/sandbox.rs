@@ -60,14 +60,25 @@ pub struct Command {
     pub stdout: Option<OwnedFd>,
     /// fd 2.
     pub stderr: Option<OwnedFd>,
+    /// Resource limits (`RLIMIT_*`, value as soft and hard limit), set by the command right
+    /// before its `execve`, in the sandbox's user namespace: `RLIMIT_NPROC` then counts the
+    /// sandbox's processes only (set before, it would be checked against all of the caller's).
+    pub rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
+    /// A cgroup's `cgroup.procs`, opened for writing: the monitor moves itself there before
+    /// anything else, so the whole tree is in it (a delegated cgroup v2 holding the limits).
+    pub cgroup_procs: Option<OwnedFd>,
 }
 
 /// A started sandbox.
 #[derive(Debug)]
 pub struct Child {
     pid: i32,
+    /// A pidfd of the monitor, opened before anything could reap it (so never a recycled pid).
+    pidfd: OwnedFd,
+    /// Net on: the host pid of the sandbox's init, a process in the sandbox's network namespace.
+    init: Option<i32>,
     waiter: std::thread::JoinHandle<Result<i32>>,
-    /// Net on: the monitor waits after its `unshare` until this is written (or closed, which
+    /// Net on: the init waits after its last `unshare` until this is written (or closed, which
     /// ends the sandbox before anything of the command ran).
     go: Option<OwnedFd>,
 }
@@ -94,13 +105,44 @@ impl Child {
         self.pid
     }
 
+    /// A pidfd of the monitor: readable once it has exited; SIGKILL through it ends the whole
+    /// sandbox (the init dies with the monitor, the pid namespace with the init).
+    pub fn pidfd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.pidfd)
+    }
+
+    /// Net on: a host pid in the sandbox's network namespace (its init's; the namespace is
+    /// made together with the sandbox's own user namespace, so it belongs to the sandbox's
+    /// host user, never to root). With net off, the monitor's.
+    pub fn netns_pid(&self) -> i32 {
+        self.init.unwrap_or(self.pid)
+    }
+
     /// Waits for the command; its exit code, or 128 + the signal that ended it.
     pub fn wait(self) -> Result<i32> {
-        self.waiter.join().unwrap_or_else(|_| {
+        self.wait_status().map(|(code, signal)| match (code, signal) {
+            (Some(code), _) => code,
+            (None, Some(signal)) => 128 + signal,
+            (None, None) => 255,
+        })
+    }
+
+    /// Waits for the monitor: `(exit code, None)` when it exited (with the command's exit
+    /// code, or 128 + the signal that ended the command), `(None, Some(signal))` when the
+    /// monitor itself was killed (the caller's SIGKILL ending the sandbox).
+    pub fn wait_status(self) -> Result<(Option<i32>, Option<i32>)> {
+        let status = self.waiter.join().unwrap_or_else(|_| {
             Err(Error::Io {
                 context: "waiting for the native sandbox".into(),
                 source: std::io::Error::other("the waiting thread panicked"),
             })
+        })?;
+        Ok(if libc::WIFEXITED(status) {
+            (Some(libc::WEXITSTATUS(status)), None)
+        } else if libc::WIFSIGNALED(status) {
+            (None, Some(libc::WTERMSIG(status)))
+        } else {
+            (Some(255), None)
         })
     }
 }
@@ -147,6 +189,8 @@ const STEP_NAMES: &[&str] = &[
     "execve",
     "parent died",
     "waiting for the network",
+    "resource limits",
+    "joining the cgroup",
 ];
 const S_UNSHARE: u32 = 0;
 const S_UID_MAP: u32 = 1;
@@ -169,6 +213,8 @@ const S_CHDIR: u32 = 17;
 const S_EXEC: u32 = 18;
 const S_PARENT: u32 = 19;
 const S_NET: u32 = 20;
+const S_RLIMIT: u32 = 21;
+const S_CGROUP: u32 = 22;
 const OPS: u32 = 100;
 
 /// Everything the three processes need, built before the fork.
@@ -176,12 +222,18 @@ struct Prepared {
     steps: Vec<Step>,
     labels: Vec<String>,
     root_caller: bool,
+    /// An unprivileged caller's first user namespace: the caller is uid 0 there (devpts and
+    /// the tree need uid 0 mapped), until the init's own user namespace maps it back.
     uid_map: CString,
     gid_map: CString,
     /// `(uid, gid)` the root caller's init drops to.
     nobody: (u32, u32),
-    nobody_map: CString,
-    nobody_gmap: CString,
+    /// The sandbox's own user namespace, made by the init after the tree: the sandbox's ids
+    /// onto the builder's (0 for an unprivileged caller, host nobody for a root caller).
+    sandbox_map: CString,
+    sandbox_gmap: CString,
+    rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
+    cgroup_procs: Option<OwnedFd>,
     writable: Vec<PathBuf>,
     chdir: CString,
     argv: Vec<CString>,
@@ -189,8 +241,9 @@ struct Prepared {
     seccomp: Vec<libc::sock_filter>,
     stdio: [Option<OwnedFd>; 3],
     error_w: OwnedFd,
-    /// Net on: (written once the namespaces exist, read until the network is attached).
-    net_sync: Option<(OwnedFd, OwnedFd)>,
+    /// Net on: (written by the init once the network namespace exists, read by it until the
+    /// network is attached, written by the monitor with the init's host pid).
+    net_sync: Option<(OwnedFd, OwnedFd, OwnedFd)>,
     /// The descriptors the monitor keeps (sorted): every other one it inherited by the fork
     /// (this spawn's parent ends, other concurrent sandboxes' pipes) is closed, so an EOF the
     /// sandbox waits for is never held off by a copy inside it.
@@ -207,11 +260,12 @@ pub fn spawn(plan: &Plan, command: Command) -> Result<Child> {
     if plan.net {
         let (ready_r, ready_w) = pipe()?;
         let (go_r, go_w) = pipe()?;
-        prepared.net_sync = Some((ready_w, go_r));
-        parent_sync = Some((ready_r, go_w));
+        let (pid_r, pid_w) = pipe()?;
+        prepared.net_sync = Some((ready_w, go_r, pid_w));
+        parent_sync = Some((ready_r, go_w, pid_r));
     }
     prepared.keep = prepared.keep_list();
-    let (tx, rx) = mpsc::channel::<Result<i32>>();
+    let (tx, rx) = mpsc::channel::<Result<(i32, OwnedFd)>>();
     let waiter = std::thread::Builder::new()
         .name("native-sandbox".into())
         .spawn(move || waiter(prepared, error_r, tx))
@@ -222,16 +276,18 @@ pub fn spawn(plan: &Plan, command: Command) -> Result<Child> {
             source: std::io::Error::other("the waiting thread ended early"),
         })
     });
-    let pid = match pid {
-        Ok(pid) => pid,
+    let (pid, pidfd) = match pid {
+        Ok(started) => started,
         Err(e) => {
             let _ = waiter.join();
             return Err(e);
         }
     };
-    let Some((ready_r, go_w)) = parent_sync else { return Ok(Child { pid, waiter, go: None }) };
-    // The monitor's copy of the write end closes when it fails or exits: EOF, and the waiter
-    // has its reason.
+    let Some((ready_r, go_w, pid_r)) = parent_sync else {
+        return Ok(Child { pid, pidfd, init: None, waiter, go: None });
+    };
+    // The init's copy of the write end closes when it fails or exits (the monitor closes its
+    // own): EOF, and the waiter has its reason.
     let mut byte = [0u8; 1];
     let ready = loop {
         match rustix::io::read(&ready_r, &mut byte) {
@@ -239,18 +295,42 @@ pub fn spawn(plan: &Plan, command: Command) -> Result<Child> {
             other => break other,
         }
     };
-    if ready != Ok(1) {
+    let mut init = [0u8; 4];
+    let init = match ready {
+        Ok(1) => read_exact(&pid_r, &mut init).then(|| i32::from_ne_bytes(init)),
+        _ => None,
+    };
+    let Some(init) = init else {
         drop(go_w);
         let err = waiter.join().unwrap_or(Ok(255)).err();
         return Err(err.unwrap_or_else(|| Error::Setup {
             step: "unshare".into(),
             source: std::io::Error::other("the sandbox ended before its namespaces existed"),
         }));
-    }
-    Ok(Child { pid, waiter, go: Some(go_w) })
+    };
+    Ok(Child { pid, pidfd, init: Some(init), waiter, go: Some(go_w) })
 }
 
-fn waiter(prepared: Prepared, error_r: OwnedFd, tx: mpsc::Sender<Result<i32>>) -> Result<i32> {
+/// Fills `buf` from `fd`; false on EOF or an error first.
+fn read_exact(fd: &OwnedFd, buf: &mut [u8]) -> bool {
+    let mut at = 0;
+    while at < buf.len() {
+        match rustix::io::read(fd, &mut buf[at..]) {
+            Ok(0) => return false,
+            Ok(n) => at += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+/// Forks the monitor, reports its pid through `tx`, and returns its raw wait status.
+fn waiter(
+    prepared: Prepared,
+    error_r: OwnedFd,
+    tx: mpsc::Sender<Result<(i32, OwnedFd)>>,
+) -> Result<i32> {
     let parent = std::process::id() as i32;
     let labels = prepared.labels.clone();
     // SAFETY: fork in a process that may have threads: the child only runs the prepared steps
@@ -267,7 +347,20 @@ fn waiter(prepared: Prepared, error_r: OwnedFd, tx: mpsc::Sender<Result<i32>>) -
         monitor(&prepared, parent);
     }
     drop(prepared);
-    let _ = tx.send(Ok(pid));
+    // Before the wait below can reap it: the pid is the monitor's until then.
+    let pidfd = rustix::process::Pid::from_raw(pid)
+        .ok_or(rustix::io::Errno::SRCH)
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()));
+    match pidfd {
+        Ok(pidfd) => {
+            let _ = tx.send(Ok((pid, pidfd)));
+        }
+        Err(e) => {
+            // SAFETY: kill of our own unreaped child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let _ = tx.send(Err(Error::io("opening a pidfd for the native sandbox")(e.into())));
+        }
+    }
     let mut status = 0;
     // SAFETY: plain waitpid on our own child.
     while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
@@ -288,7 +381,7 @@ fn waiter(prepared: Prepared, error_r: OwnedFd, tx: mpsc::Sender<Result<i32>>) -
             source: std::io::Error::from_raw_os_error(errno),
         });
     }
-    Ok(exit_code(status))
+    Ok(status)
 }
 
 fn step_label(step: u32, labels: &[String]) -> String {
@@ -457,11 +550,13 @@ impl Prepared {
             steps,
             labels,
             root_caller: ids.root_caller,
-            uid_map: map(ids.uid, ids.host_uid).map_err(nul)?,
-            gid_map: map(ids.gid, ids.host_gid).map_err(nul)?,
+            uid_map: map(0, ids.host_uid).map_err(nul)?,
+            gid_map: map(0, ids.host_gid).map_err(nul)?,
             nobody: (ids.host_uid, ids.host_gid),
-            nobody_map: map(ids.uid, ids.host_uid).map_err(nul)?,
-            nobody_gmap: map(ids.gid, ids.host_gid).map_err(nul)?,
+            sandbox_map: map(ids.uid, ids.builder().0).map_err(nul)?,
+            sandbox_gmap: map(ids.gid, ids.builder().1).map_err(nul)?,
+            rlimits: command.rlimits,
+            cgroup_procs: command.cgroup_procs,
             writable: plan.writable.clone(),
             chdir: cstr(&plan.chdir)?,
             argv,
@@ -476,9 +571,10 @@ impl Prepared {
 
     fn keep_list(&self) -> Vec<i32> {
         let mut keep = vec![self.error_w.as_raw_fd()];
-        if let Some((ready, go)) = &self.net_sync {
-            keep.extend([ready.as_raw_fd(), go.as_raw_fd()]);
+        if let Some((ready, go, pid)) = &self.net_sync {
+            keep.extend([ready.as_raw_fd(), go.as_raw_fd(), pid.as_raw_fd()]);
         }
+        keep.extend(self.cgroup_procs.as_ref().map(AsRawFd::as_raw_fd));
         keep.extend(self.steps.iter().filter_map(|s| match s {
             Step::Tree { tree, .. } => Some(tree.as_raw_fd()),
             _ => None,
@@ -576,12 +672,16 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
             from = from.max(fd + 1);
         }
         libc::syscall(libc::SYS_close_range, from, u32::MAX, 0u32);
+        if let Some(procs) = &prep.cgroup_procs {
+            // Before the cgroup namespace: its root is then the run's own cgroup.
+            prep.check(S_CGROUP, libc::write(procs.as_raw_fd(), b"0".as_ptr().cast(), 1) as _);
+        }
+        // The network namespace comes later, with the sandbox's own user namespace (`init_main`).
         let mut flags = libc::CLONE_NEWNS
             | libc::CLONE_NEWPID
             | libc::CLONE_NEWIPC
             | libc::CLONE_NEWUTS
-            | libc::CLONE_NEWCGROUP
-            | libc::CLONE_NEWNET;
+            | libc::CLONE_NEWCGROUP;
         if !prep.root_caller {
             flags |= libc::CLONE_NEWUSER;
         }
@@ -593,20 +693,6 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
         }
         // A credential change (the new user namespace's capabilities) cleared it.
         die_with_parent(prep, parent);
-        if let Some((ready, go)) = &prep.net_sync {
-            prep.check(S_NET, libc::write(ready.as_raw_fd(), [1u8].as_ptr().cast(), 1) as _);
-            let mut byte = 0u8;
-            loop {
-                let n = libc::read(go.as_raw_fd(), (&mut byte as *mut u8).cast(), 1);
-                if n == 1 {
-                    break;
-                }
-                if n == 0 || errno() != libc::EINTR {
-                    // Never connected: nothing of the command may run.
-                    prep.fail(S_NET, if n == 0 { libc::ENETUNREACH } else { errno() });
-                }
-            }
-        }
         let set = signal_set(true);
         libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         let me = libc::getpid();
@@ -616,6 +702,13 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
         }
         if init == 0 {
             init_main(prep, me);
+        }
+        if let Some((ready, _, pid)) = &prep.net_sync {
+            // Only the init may hold the ready pipe open: its end is the caller's EOF.
+            libc::close(ready.as_raw_fd());
+            let bytes = init.to_ne_bytes();
+            libc::write(pid.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+            libc::close(pid.as_raw_fd());
         }
         loop {
             let sig = libc::sigwaitinfo(&set, std::ptr::null_mut());
@@ -789,10 +882,10 @@ fn run_step(step: &Step) -> libc::c_long {
                     libc::MS_NOSUID | libc::MS_NOEXEC,
                     c"newinstance,ptmxmode=0666,mode=620".as_ptr().cast(),
                 );
-                // Needs uid 0 mapped (the kernel owns ptmx by it): an unprivileged caller's
-                // namespace maps only its own uid, so there is no /dev/pts there (yet).
+                // Needs uid 0 mapped (the kernel owns ptmx by it): the builder is uid 0 of
+                // its namespace for every caller (`Ids::builder`).
                 if rc < 0 {
-                    return 0;
+                    return -1;
                 }
                 libc::symlink(c"pts/ptmx".as_ptr(), ptmx.as_ptr()).into()
             }
@@ -820,10 +913,19 @@ fn run_step(step: &Step) -> libc::c_long {
                     libc::MS_BIND,
                     null.cast(),
                 );
-                if rc < 0 && errno() != libc::ENOENT {
-                    return -1;
+                if rc < 0 {
+                    return if errno() == libc::ENOENT { 0 } else { -1 };
                 }
-                0
+                // As bwrap's `--ro-bind /dev/null`: nodev, so the device does not open at all
+                // (a read-only mount alone does not stop a device node opening for writing).
+                set_attr_at(
+                    dest,
+                    libc::MOUNT_ATTR_RDONLY
+                        | libc::MOUNT_ATTR_NOSUID
+                        | libc::MOUNT_ATTR_NODEV
+                        | libc::MOUNT_ATTR_NOEXEC,
+                    0,
+                )
             }
             // The root tmpfs alone: everything mounted on it keeps its own flags.
             Step::RootReadOnly(path) => set_attr_at(
@@ -975,7 +1077,9 @@ fn init_main(prep: &Prepared, _monitor: i32) -> ! {
         prep.check(S_PIVOT2, libc::chdir(c"/".as_ptr()).into());
         let name = sandbox_core::SANDBOX_HOSTNAME;
         prep.check(S_HOSTNAME, libc::sethostname(name.as_ptr().cast(), name.len()).into());
-        prep.check(S_LOOPBACK, loopback_up());
+        if let Some((_, _, pid)) = &prep.net_sync {
+            libc::close(pid.as_raw_fd());
+        }
 
         if prep.root_caller {
             // While still root: the bounding set needs CAP_SETPCAP to shrink; setresuid then
@@ -988,12 +1092,32 @@ fn init_main(prep: &Prepared, _monitor: i32) -> ! {
             // Changing ids made us undumpable, which gives /proc/self to root: our maps would
             // be unwritable (the init becomes undumpable again below).
             libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
-            prep.check(S_USERNS, libc::unshare(libc::CLONE_NEWUSER).into());
-            prep.check(S_UID_MAP, write_proc(c"/proc/self/uid_map", prep.nobody_map.as_bytes()));
-            prep.check(S_SETGROUPS, write_proc(c"/proc/self/setgroups", b"deny"));
-            prep.check(S_GID_MAP, write_proc(c"/proc/self/gid_map", prep.nobody_gmap.as_bytes()));
-            // Each credential change above cleared the parent-death signal.
-            prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());
+        }
+        // The sandbox's own user namespace, and its network namespace with it: both belong to
+        // the sandbox's host user (nobody for a root caller), so pasta joins them as that user
+        // and never as root; the namespaces of the tree stay out of the sandbox's reach.
+        prep.check(S_USERNS, libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET).into());
+        prep.check(S_UID_MAP, write_proc(c"/proc/self/uid_map", prep.sandbox_map.as_bytes()));
+        prep.check(S_SETGROUPS, write_proc(c"/proc/self/setgroups", b"deny"));
+        prep.check(S_GID_MAP, write_proc(c"/proc/self/gid_map", prep.sandbox_gmap.as_bytes()));
+        // Each credential change above cleared the parent-death signal.
+        prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());
+        prep.check(S_LOOPBACK, loopback_up());
+        if let Some((ready, go, _)) = &prep.net_sync {
+            prep.check(S_NET, libc::write(ready.as_raw_fd(), [1u8].as_ptr().cast(), 1) as _);
+            libc::close(ready.as_raw_fd());
+            let mut byte = 0u8;
+            loop {
+                let n = libc::read(go.as_raw_fd(), (&mut byte as *mut u8).cast(), 1);
+                if n == 1 {
+                    break;
+                }
+                if n == 0 || errno() != libc::EINTR {
+                    // Never connected: nothing of the command may run.
+                    prep.fail(S_NET, if n == 0 { libc::ENETUNREACH } else { errno() });
+                }
+            }
+            libc::close(go.as_raw_fd());
         }
 
         let command = libc::fork();
@@ -1039,8 +1163,13 @@ fn command_main(prep: &Prepared) -> ! {
     unsafe {
         let set = signal_set(true);
         libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        // Ignored signals survive execve; the Rust runtime ignores SIGPIPE.
+        // Ignored signals survive execve: the Rust runtime ignores SIGPIPE, and a caller
+        // started in the background of a shell ignores SIGINT and SIGQUIT, which would make
+        // the forwarded Ctrl-C a no-op instead of the script's `KeyboardInterrupt`.
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        for sig in FORWARDED {
+            libc::signal(*sig, libc::SIG_DFL);
+        }
         // A new session: no controlling terminal to push input into (TIOCSTI).
         libc::setsid();
         prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());
@@ -1057,6 +1186,13 @@ fn command_main(prep: &Prepared) -> ! {
         restrict_writes(&prep.writable);
         prep.check(S_CHDIR, libc::chdir(prep.chdir.as_ptr()).into());
         install_seccomp(prep);
+        // Last before the exec: this process is a copy of the caller's address space, which
+        // `RLIMIT_AS` must not starve; in the sandbox's user namespace `RLIMIT_NPROC` counts
+        // only the sandbox's processes.
+        for (resource, value) in &prep.rlimits {
+            let limit = libc::rlimit64 { rlim_cur: *value, rlim_max: *value };
+            prep.check(S_RLIMIT, libc::setrlimit64(*resource, &limit).into());
+        }
         libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
         let mut argv: Vec<*const libc::c_char> = prep.argv.iter().map(|a| a.as_ptr()).collect();
         argv.push(std::ptr::null());
@@ -1073,19 +1209,31 @@ fn restrict_writes(writable: &[PathBuf]) {
     use landlock::{
         ABI, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope, path_beneath_rules,
     };
+    // `LANDLOCK_ABI`; the crate downgrades to what the kernel has (best effort).
     let abi = ABI::V6;
     let existing: Vec<&PathBuf> = writable.iter().filter(|p| p.exists()).collect();
     let built = Ruleset::default()
         .handle_access(AccessFs::from_write(abi))
         .and_then(|r| r.scope(Scope::from_all(abi)))
         .and_then(|r| r.create())
-        .and_then(|r| r.add_rules(path_beneath_rules(existing, AccessFs::from_all(abi))))
+        // Only rights the ruleset handles: a rule with any other (reads) fails the whole
+        // ruleset, which best effort would then drop without a word.
+        .and_then(|r| r.add_rules(path_beneath_rules(existing, AccessFs::from_write(abi))))
         .and_then(|r| r.restrict_self());
     let _ = built;
 }
 
+/// The Landlock ABI [`spawn`] asks for (6: writes, abstract unix sockets and signals scoped).
+pub const LANDLOCK_ABI: u32 = 6;
+
+/// The Landlock ABI a sandbox gets here: the kernel's, at most [`LANDLOCK_ABI`] (`None`: this
+/// kernel has no Landlock, and the other walls hold alone). What `detect` reports.
+pub fn landlock_applied() -> Option<u32> {
+    landlock_abi().map(|v| v.min(LANDLOCK_ABI))
+}
+
 /// The Landlock ABI this kernel offers (`None`: no Landlock); what [`spawn`] applies is
-/// `min(this, 6)`.
+/// [`landlock_applied`].
 pub fn landlock_abi() -> Option<u32> {
     // SAFETY: the version query takes no buffer.
     let v = unsafe {

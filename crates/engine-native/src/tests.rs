@@ -31,8 +31,11 @@ fn input(uid: u32) -> Input {
             "/home/alice/.cache/python-sandbox/envs/abc".into(),
             "/usr/lib/python3.11".into(),
         ],
-        workspace: "/home/alice/proj".into(),
+        workspace: Some("/home/alice/proj".into()),
         mounts: vec![],
+        own_writable: vec![],
+        not_idmapped: vec![],
+        chdir: None,
         net: false,
         tmpfs_size: 1 << 20,
     }
@@ -87,7 +90,7 @@ fn plan_root_caller_runs_as_nobody() {
     let mut i = input(0);
     i.home = Some("/root".into());
     i.own = ("/root/.cache/python-sandbox".into(), "its cache".into());
-    i.workspace = "/tmp/work/proj".into();
+    i.workspace = Some("/tmp/work/proj".into());
     insta::assert_snapshot!(render(&i));
 }
 
@@ -106,7 +109,7 @@ fn plan_net_on_with_mounts() {
 #[test]
 fn plan_refuses_what_the_policy_refuses() {
     let mut home = input(1000);
-    home.workspace = "/home/alice".into();
+    home.workspace = Some("/home/alice".into());
     let mut proc_mount = input(1000);
     proc_mount.mounts = vec![("/proc/1".into(), MountMode::ReadOnly)];
     let mut own = input(1000);
@@ -173,7 +176,7 @@ proptest! {
         ro_dirs in prop::collection::vec(path_strategy(), 0..3),
     ) {
         let mut i = input(uid);
-        i.workspace = workspace.clone();
+        i.workspace = Some(workspace.clone());
         i.ro_dirs = ro_dirs;
         i.mounts = mounts
             .iter()
@@ -231,4 +234,119 @@ fn userns_reasons_name_the_setting() {
         None,
     ]
     "#);
+}
+
+fn bwrap_plan(
+    binds: &[(&str, engine_bwrap::Access)],
+    pinned: &[&str],
+    chdir: &str,
+) -> engine_bwrap::Plan {
+    engine_bwrap::Plan {
+        net: true,
+        new_session: true,
+        die_with_parent: true,
+        uid: 65534,
+        gid: 65534,
+        home: sandbox_core::SANDBOX_HOME.into(),
+        binds: binds
+            .iter()
+            .map(|(p, access)| engine_bwrap::Bind {
+                src: p.into(),
+                dest: p.into(),
+                access: *access,
+            })
+            .collect(),
+        chdir: chdir.into(),
+        env: vec![("PATH".into(), "/usr/bin".into())],
+        command: vec!["/usr/bin/python3".into()],
+        status_fd: None,
+        seccomp_fd: None,
+        block_fd: None,
+        pinned: pinned.iter().map(PathBuf::from).collect(),
+        bind_fds: Vec::new(),
+        publish: Vec::new(),
+        tmpfs_size: 1 << 20,
+        run_as: Some((65534, 65534)),
+        idmapped: vec!["/root/proj".into()],
+        limits: engine_bwrap::SandboxLimits::default(),
+    }
+}
+
+fn host() -> engine_bwrap::HostFacts {
+    engine_bwrap::HostFacts {
+        uid: 0,
+        gid: 0,
+        home: "/root".into(),
+        root_entries: vec![engine_bwrap::RootEntry::Symlink {
+            name: "bin".into(),
+            target: "usr/bin".into(),
+        }],
+        etc: vec![("/etc/hosts".into(), "hosts".into())],
+        ca_bundle: None,
+        passwd: "/root/.cache/python-sandbox/bwrap/etc/passwd".into(),
+        group: "/root/.cache/python-sandbox/bwrap/etc/group".into(),
+        env: Vec::new(),
+    }
+}
+
+/// The pipeline's abstract plans as this crate's input: a root caller's run (the workspace
+/// idmapped, a read-write mount lent by ACL, the script outside the workspace) and a prepare
+/// step (no caller path; the cache and environment are the engine's own writable dirs).
+#[test]
+fn the_pipelines_plans_as_native_input() {
+    use engine_bwrap::Access::{ReadOnly, ReadWrite};
+    let cache = Path::new("/root/.cache/python-sandbox");
+    let run = bwrap_plan(
+        &[
+            ("/root/.cache/python-sandbox/bwrap/envs/k", ReadOnly),
+            ("/opt/python", ReadOnly),
+            ("/root/proj", ReadWrite),
+            ("/data/out", ReadWrite),
+            ("/srv/script.py", ReadOnly),
+        ],
+        &["/root/proj", "/data/out", "/srv/script.py"],
+        "/root/proj",
+    );
+    let prepare = bwrap_plan(
+        &[
+            ("/root/.cache/python-sandbox/bwrap/uv/uv", ReadOnly),
+            ("/root/.cache/python-sandbox/bwrap/uv-cache", ReadWrite),
+            ("/root/.cache/python-sandbox/bwrap/envs/k", ReadWrite),
+        ],
+        &[],
+        "/root/.cache/python-sandbox/bwrap/envs/k",
+    );
+    let show = |plan: &engine_bwrap::Plan| {
+        let input = crate::input(plan, &host(), cache);
+        format!("{input:#?}\n{}", render(&input))
+    };
+    insta::assert_snapshot!(format!("{}\n---\n{}", show(&run), show(&prepare)));
+}
+
+/// `detect`'s native line for each answer the kernel can give.
+#[test]
+fn probe_verdicts() {
+    use crate::probe::{Answers, verdict};
+    let blocked = |why: &str| Err(why.to_owned());
+    let cases = [
+        Answers { userns: Ok(()), seccomp: true, landlock: Some(6) },
+        Answers { userns: Ok(()), seccomp: true, landlock: Some(4) },
+        Answers { userns: Ok(()), seccomp: true, landlock: None },
+        Answers { userns: Ok(()), seccomp: false, landlock: Some(6) },
+        Answers {
+            userns: blocked(
+                "user.max_user_namespaces = 0 (unshare(CLONE_NEWUSER) failed: No space left on device (os error 28))",
+            ),
+            seccomp: true,
+            landlock: Some(6),
+        },
+    ];
+    let shown: Vec<String> = cases
+        .iter()
+        .map(|a| {
+            let p = verdict(a);
+            format!("{:?} available={} {}", a.landlock, p.available, p.reason.replace('\n', " | "))
+        })
+        .collect();
+    insta::assert_snapshot!(shown.join("\n"));
 }

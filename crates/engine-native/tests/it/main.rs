@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use engine_native::{Command, Input, RootEntry};
 
+mod engine;
+
 const PYTHON: &str = "/usr/bin/python3.11";
 const ROOTLESS: &str = "psbx-rootless";
 const INNER: &str = "ENGINE_NATIVE_INNER";
@@ -63,8 +65,11 @@ fn fixture() -> Fixture {
         group: own.join("group"),
         ca_bundle: None,
         ro_dirs: vec![],
-        workspace: workspace.clone(),
+        workspace: Some(workspace.clone()),
         mounts: vec![],
+        own_writable: vec![],
+        not_idmapped: vec![],
+        chdir: None,
         net: false,
         tmpfs_size: 16 << 20,
     };
@@ -127,6 +132,7 @@ fn run(f: &Fixture, argv: &[&str]) -> (i32, String) {
         stdin: None,
         stdout: Some(w),
         stderr: None,
+        ..Command::default()
     };
     let child = engine_native::spawn(&plan, command).unwrap();
     let reader = std::thread::spawn(move || read_all(r));
@@ -421,9 +427,15 @@ fn net_on_reaches_pypi_only() {
         stdin: None,
         stdout: Some(w),
         stderr: None,
+        ..Command::default()
     };
     let mut child = engine_native::spawn(&plan, command).unwrap();
     let net = engine_native::connect(&mut child, Path::new(pasta), &[]).unwrap();
+    // The pasta of a root caller's sandbox is host nobody, as bwrap's is.
+    let pasta_pid = net.pasta_pid().unwrap();
+    let pasta_uid = host_uid(i32::try_from(pasta_pid).unwrap()).unwrap();
+    let me = rustix::process::getuid();
+    assert_eq!(pasta_uid, if me.is_root() { 65534 } else { me.as_raw() });
     let reader = std::thread::spawn(move || read_all(r));
     let exit = child.wait().unwrap();
     drop(net);
@@ -508,4 +520,80 @@ fn setup_time_of_true() {
         .collect();
     times.sort();
     eprintln!("native: `true` in the sandbox, median of 20: {:?}", times[10]);
+}
+
+fn ptys() {
+    let f = fixture();
+    let code = "import os; m, s = os.openpty(); os.write(m, b'hi\\n'); print(os.ttyname(s), os.read(s, 3))";
+    let (exit, out) = python(&f, code);
+    assert_eq!(exit, 0, "{out}");
+    assert!(out.starts_with("/dev/pts/0 b'hi\\n'"), "{out}");
+}
+
+/// A pty inside, for every caller (devpts needs uid 0 mapped where it is mounted: an
+/// unprivileged caller builds the tree as uid 0 of its first user namespace).
+#[test]
+fn a_pty_works_for_root_and_unprivileged_callers() {
+    as_root_and_rootless("a_pty_works_for_root_and_unprivileged_callers", ptys);
+}
+
+fn keyboard_interrupt() {
+    let f = fixture();
+    // As in a shell's background job: the caller ignores SIGINT, which survives execve.
+    #[allow(unsafe_code)]
+    // SAFETY: a disposition change of this test process, which never relies on SIGINT.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+    }
+    let plan = engine_native::plan(&f.input).unwrap();
+    let (r, w) = rustix::pipe::pipe().unwrap();
+    let code = "import sys, time\ntry:\n    print('ready', flush=True)\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('interrupted', flush=True)\n    sys.exit(5)\n";
+    let command = Command {
+        argv: [PYTHON, "-I", "-c", code].iter().map(OsString::from).collect(),
+        env: env(),
+        stdout: Some(w),
+        ..Command::default()
+    };
+    let child = engine_native::spawn(&plan, command).unwrap();
+    let mut out = std::fs::File::from(r);
+    let mut ready = [0u8; 6];
+    std::io::Read::read_exact(&mut out, &mut ready).unwrap();
+    assert_eq!(&ready, b"ready\n");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.pid()).unwrap(),
+        rustix::process::Signal::INT,
+    )
+    .unwrap();
+    assert_eq!(child.wait().unwrap(), 5);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert_eq!(rest, "interrupted\n");
+}
+
+/// A SIGINT to the sandbox reaches the script as `KeyboardInterrupt`, even when the caller
+/// itself ignores SIGINT (the script's signals start at their defaults).
+#[test]
+fn a_forwarded_sigint_is_a_keyboard_interrupt() {
+    as_root_and_rootless("a_forwarded_sigint_is_a_keyboard_interrupt", keyboard_interrupt);
+}
+
+fn landlock_holds() {
+    let f = fixture();
+    let code = "import errno\ntry:\n    open('/proc/self/comm', 'w').write('x')\n    print('wrote')\nexcept OSError as e:\n    print(errno.errorcode[e.errno])\ntry:\n    open('/proc/1/mem', 'r+b')\n    print('init memory open')\nexcept OSError as e:\n    print(errno.errorcode[e.errno])\n";
+    let (exit, out) = python(&f, code);
+    assert_eq!(exit, 0, "{out}");
+    let mut lines = out.lines();
+    // Landlock: a file outside the writable list (procfs is not in it) does not open for
+    // writing, though the mount and the file's mode would let it.
+    let expected = if engine_native::landlock_applied().is_some() { "EACCES" } else { "wrote" };
+    assert_eq!(lines.next(), Some(expected), "{out}");
+    // The init's memory is masked read-only (as bwrap's `--ro-bind /dev/null`).
+    assert_ne!(lines.next(), Some("init memory open"), "{out}");
+}
+
+/// Landlock is applied (a ruleset with a right it does not handle used to fail as a whole and
+/// be dropped silently), and the init's memory files do not open for writing.
+#[test]
+fn landlock_and_the_init_memory_mask_hold() {
+    as_root_and_rootless("landlock_and_the_init_memory_mask_hold", landlock_holds);
 }

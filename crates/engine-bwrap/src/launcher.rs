@@ -1,0 +1,158 @@
+//! The seam between the engine's pipeline and what builds a sandbox.
+//!
+//! Everything about a run but the sandbox itself is the pipeline's (`engine.rs`: the checks,
+//! the environment cache and its lock, uv and the checked lockfile, the root caller's lent
+//! directories, the limits decided; `process.rs`: stdio, the timeout, signals, the exit
+//! code). It describes each sandbox as one abstract [`Plan`] (binds, environment, command,
+//! ids, home, network, tmpfs size, limits, published ports) and hands it to a [`Launcher`],
+//! which builds it: [`BwrapLauncher`] renders it to a bubblewrap argv, engine-native builds it
+//! in-process. So both engines prepare, cache and run by one code path and differ only here.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use crate::error::{Error, Result};
+use crate::host::HostFacts;
+use crate::plan::Plan;
+use crate::process::{Launched, Tools};
+
+/// The sandbox's stdio; `None` inherits the caller's descriptor.
+#[derive(Debug, Default)]
+pub struct SandboxStdio {
+    /// fd 0.
+    pub stdin: Option<OwnedFd>,
+    /// fd 1.
+    pub stdout: Option<OwnedFd>,
+    /// fd 2.
+    pub stderr: Option<OwnedFd>,
+}
+
+/// One sandbox to start.
+#[derive(Debug)]
+pub struct Start<'a> {
+    /// What to build and run.
+    pub plan: &'a Plan,
+    /// The host facts the plan was made from.
+    pub host: &'a HostFacts,
+    /// The engine's own directory (the cache root): no caller path may overlap it.
+    pub cache_root: &'a Path,
+    /// pasta, for a plan with the network on.
+    pub pasta: Option<&'a Path>,
+    /// The sandbox's stdio.
+    pub stdio: SandboxStdio,
+}
+
+/// How a sandbox ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ended {
+    /// The exit code of the process [`Sandboxed::pidfd`] refers to, when it exited.
+    pub code: Option<i32>,
+    /// The signal that ended it, when it was killed.
+    pub signal: Option<i32>,
+    /// Setup succeeded and the command started.
+    pub started: bool,
+    /// Why setup failed, when the launcher knows (else [`Launcher::setup_failure`] finds out).
+    pub setup_error: Option<String>,
+}
+
+/// A started sandbox.
+pub trait Sandboxed: Send {
+    /// A pidfd of the process whose end means the whole sandbox is gone; SIGKILL to it ends
+    /// the sandbox (the rest dies with it, through the pid namespace).
+    fn pidfd(&self) -> BorrowedFd<'_>;
+    /// Waits for that process (already ended, or about to) and says how it ended.
+    fn wait(self: Box<Self>) -> Result<Ended>;
+}
+
+/// What starts sandboxes for the pipeline.
+pub trait Launcher: Send + Sync + std::fmt::Debug {
+    /// The engine's name (`bwrap`, `native`).
+    fn name(&self) -> &'static str;
+    /// Starts `start.plan`: set up (limits held, network attached), its command running.
+    fn start(&self, start: Start<'_>) -> Result<Box<dyn Sandboxed>>;
+    /// The error for a sandbox that did not start, from what [`Ended::setup_error`] said.
+    fn setup_failure(&self, detail: Option<String>) -> Error;
+    /// Whether SIGINT, SIGTERM and SIGHUP to the caller are passed on to the sandbox's command
+    /// (which then ends as it would: a Ctrl-C is a `KeyboardInterrupt`), the sandbox killed
+    /// only when it has not ended after a grace period; else the signal kills the sandbox.
+    fn forwards_signals(&self) -> bool;
+}
+
+/// Renders the plan to a bubblewrap argv and starts bwrap (`crate::process::launch`).
+#[derive(Debug, Clone)]
+pub struct BwrapLauncher {
+    bwrap: PathBuf,
+}
+
+impl BwrapLauncher {
+    /// Launches with the bwrap at `bwrap` (checked by the caller: >= 0.8).
+    pub fn new(bwrap: PathBuf) -> BwrapLauncher {
+        BwrapLauncher { bwrap }
+    }
+
+    /// The bwrap binary.
+    pub fn bwrap(&self) -> &Path {
+        &self.bwrap
+    }
+}
+
+struct BwrapSandbox {
+    launched: Launched,
+}
+
+impl Sandboxed for BwrapSandbox {
+    fn pidfd(&self) -> BorrowedFd<'_> {
+        self.launched.pidfd.as_fd()
+    }
+
+    fn wait(self: Box<Self>) -> Result<Ended> {
+        use std::os::unix::process::ExitStatusExt;
+        let Launched { mut child, status_read, early_status, net, _cgroup, .. } = self.launched;
+        let status = child.wait().map_err(Error::io("waiting for bwrap"))?;
+        let rest = crate::process::read_status(status_read);
+        // The tree is gone: pasta and the run's cgroup go after it.
+        drop(net);
+        drop(_cgroup);
+        let started = early_status.contains("\"child-pid\"") || rest.contains("\"child-pid\"");
+        Ok(Ended { code: status.code(), signal: status.signal(), started, setup_error: None })
+    }
+}
+
+impl Launcher for BwrapLauncher {
+    fn name(&self) -> &'static str {
+        "bwrap"
+    }
+
+    fn start(&self, start: Start<'_>) -> Result<Box<dyn Sandboxed>> {
+        let stdio = |fd: Option<OwnedFd>| fd.map_or_else(Stdio::inherit, Stdio::from);
+        let SandboxStdio { stdin, stdout, stderr } = start.stdio;
+        let tools = Tools { bwrap: &self.bwrap, pasta: start.pasta };
+        let launched = crate::process::launch(
+            tools,
+            start.plan,
+            start.host,
+            [stdio(stdin), stdio(stdout), stdio(stderr)],
+            false,
+        )?;
+        Ok(Box::new(BwrapSandbox { launched }))
+    }
+
+    /// Either bwrap cannot create namespaces here at all, or it can and something about this
+    /// run (a mount) made it fail.
+    fn setup_failure(&self, _detail: Option<String>) -> Error {
+        let probe = engine_detect::probe_bwrap_binary(&self.bwrap);
+        let reason = if probe.available {
+            "bwrap itself works here, so something in this run's mounts was rejected\n\
+             hint: check the paths named in the message above"
+                .to_owned()
+        } else {
+            probe.reason
+        };
+        Error::SandboxSetup { reason }
+    }
+
+    fn forwards_signals(&self) -> bool {
+        false
+    }
+}

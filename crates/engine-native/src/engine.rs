@@ -1,0 +1,243 @@
+//! [`NativeEngine`]: engine-bwrap's pipeline (prepare and run, the environment cache and its
+//! locks, the pinned uv, the checked lockfile, limits, publish, status and errors) with this
+//! crate's in-process sandbox as its [`Launcher`] instead of bubblewrap.
+//!
+//! The pipeline describes every sandbox as one abstract [`engine_bwrap::Plan`]; [`input`]
+//! turns it into this crate's [`Input`] (pure, snapshot-tested), [`crate::plan()`] into the
+//! mount tree, and [`NativeLauncher`] performs it: limits (the run's cgroup joined by the
+//! monitor, rlimits set by the command before its `execve`), the network through pasta.
+
+use std::ffi::OsString;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use engine_bwrap::{
+    Access, BwrapConfig, BwrapEngine, Ended, Error, HostFacts, Launcher, Plan, PreparedEnv, Rlim,
+    Sandboxed, Start,
+};
+use sandbox_core::{Engine, MountMode, RunIo, RunOutcome, RunSpec};
+
+use crate::plan::Input;
+
+/// Runs PEP 723 scripts behind the native wall: the bwrap engine's pipeline, this crate's
+/// sandbox. Cheap to create: one forked child tries a user namespace (about a millisecond),
+/// so an engine that cannot work here says why before anything is prepared.
+#[derive(Debug)]
+pub struct NativeEngine {
+    inner: BwrapEngine,
+}
+
+impl NativeEngine {
+    /// Checks that the wall can be built here ([`crate::probe()`]), gathers the host facts and
+    /// prepares the cache layout (shared with the bwrap engine).
+    pub fn new(config: BwrapConfig) -> Result<NativeEngine, Error> {
+        let probe = crate::probe();
+        if !probe.available {
+            return Err(Error::LauncherSetup { engine: "native", reason: probe.reason });
+        }
+        Ok(NativeEngine { inner: BwrapEngine::with_launcher(config, Box::new(NativeLauncher))? })
+    }
+
+    /// The engine's configuration.
+    pub fn config(&self) -> &BwrapConfig {
+        self.inner.config()
+    }
+}
+
+impl Engine for NativeEngine {
+    type Error = Error;
+    type Prepared = PreparedEnv;
+
+    fn name(&self) -> &'static str {
+        "native"
+    }
+
+    fn capability(&self) -> sandbox_core::Capability {
+        // Sessions are bwrap's alone so far (its session side launches bwrap itself).
+        sandbox_core::Capability { sessions: false, ..self.inner.capability() }
+    }
+
+    fn check(&self, spec: &RunSpec) -> Result<Vec<String>, Error> {
+        self.inner.check(spec)
+    }
+
+    fn prepare(&self, spec: &RunSpec, status: &mut dyn FnMut(&str)) -> Result<PreparedEnv, Error> {
+        self.inner.prepare(spec, status)
+    }
+
+    fn run_prepared(
+        &self,
+        spec: &RunSpec,
+        prepared: &PreparedEnv,
+        io: RunIo<'_>,
+    ) -> Result<RunOutcome, Error> {
+        self.inner.run_prepared(spec, prepared, io)
+    }
+}
+
+/// Pure: the pipeline's abstract plan as this crate's [`Input`]. The caller's paths (the
+/// plan's pinned sources) become the workspace (the read-write one the command starts in) and
+/// declared mounts, checked again by [`crate::plan()`]'s policy; the rest of the read-only binds
+/// are the interpreter and environment, the rest of the read-write ones the engine's own
+/// directories a prepare step writes (which must lie in `cache_root`).
+pub fn input(plan: &Plan, host: &HostFacts, cache_root: &Path) -> Input {
+    let mut input = Input {
+        uid: host.uid,
+        gid: host.gid,
+        home: Some(host.home.clone()),
+        own: (cache_root.to_owned(), "python-sandbox's cache".to_owned()),
+        root_entries: host.root_entries.clone(),
+        etc: host.etc.clone(),
+        passwd: host.passwd.clone(),
+        group: host.group.clone(),
+        ca_bundle: host.ca_bundle.clone(),
+        ro_dirs: Vec::new(),
+        workspace: None,
+        mounts: Vec::new(),
+        own_writable: Vec::new(),
+        not_idmapped: Vec::new(),
+        chdir: Some(plan.chdir.clone()),
+        net: plan.net,
+        tmpfs_size: plan.tmpfs_size,
+    };
+    for bind in &plan.binds {
+        let caller = plan.pinned.contains(&bind.src);
+        match (caller, bind.access) {
+            (true, Access::ReadWrite) if bind.src == plan.chdir && input.workspace.is_none() => {
+                input.workspace = Some(bind.src.clone());
+            }
+            (true, access) => input.mounts.push((
+                bind.src.clone(),
+                match access {
+                    Access::ReadOnly => MountMode::ReadOnly,
+                    Access::ReadWrite => MountMode::ReadWrite,
+                },
+            )),
+            (false, Access::ReadOnly) => input.ro_dirs.push(bind.src.clone()),
+            (false, Access::ReadWrite) => input.own_writable.push(bind.src.clone()),
+        }
+        // The pipeline lent these to nobody with an ACL instead (no idmapped mounts there).
+        if caller && !plan.idmapped.contains(&bind.src) {
+            input.not_idmapped.push(bind.src.clone());
+        }
+    }
+    input
+}
+
+/// The in-process launcher (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub struct NativeLauncher;
+
+struct NativeSandbox {
+    child: crate::Child,
+    /// pasta (net on), ended with the handle once the tree is gone.
+    net: Option<engine_bwrap::UserNet>,
+    /// The run's cgroup, removed when dropped.
+    cgroup: Option<engine_bwrap::Cgroup>,
+}
+
+impl Sandboxed for NativeSandbox {
+    fn pidfd(&self) -> BorrowedFd<'_> {
+        self.child.pidfd()
+    }
+
+    fn wait(self: Box<Self>) -> Result<Ended, Error> {
+        let NativeSandbox { child, net, cgroup } = *self;
+        let ended = match child.wait_status() {
+            Ok((code, signal)) => Ended { code, signal, started: true, setup_error: None },
+            Err(e @ crate::Error::Setup { .. }) => Ended {
+                code: Some(127),
+                signal: None,
+                started: false,
+                setup_error: Some(e.to_string()),
+            },
+            Err(e) => return Err(to_bwrap(e)),
+        };
+        drop(net);
+        drop(cgroup);
+        Ok(ended)
+    }
+}
+
+fn to_bwrap(e: crate::Error) -> Error {
+    match e {
+        crate::Error::Network(reason) => Error::UserNetwork { reason },
+        other => Error::LauncherSetup { engine: "native", reason: other.to_string() },
+    }
+}
+
+fn owned(fd: BorrowedFd<'_>, what: &str) -> Result<OwnedFd, Error> {
+    fd.try_clone_to_owned()
+        .map_err(|e| Error::LauncherSetup { engine: "native", reason: format!("{what}: {e}") })
+}
+
+impl Launcher for NativeLauncher {
+    fn name(&self) -> &'static str {
+        "native"
+    }
+
+    fn start(&self, start: Start<'_>) -> Result<Box<dyn Sandboxed>, Error> {
+        let Start { plan, host, cache_root, pasta, stdio } = start;
+        let pasta = match plan.net {
+            true => Some(pasta.ok_or(Error::PastaNotFound)?),
+            false => None,
+        };
+        let tree = crate::plan(&input(plan, host, cache_root)).map_err(to_bwrap)?;
+        let cgroup = plan.limits.cgroup.as_ref().map(engine_bwrap::Cgroup::create).transpose()?;
+        let cgroup_procs =
+            cgroup.as_ref().map(|c| owned(c.procs(), "holding the run's cgroup")).transpose()?;
+        let mut env = plan.env.clone();
+        if !env.iter().any(|(k, _)| k == "PWD") {
+            env.push(("PWD".to_owned(), plan.chdir.clone().into_os_string()));
+        }
+        let command = crate::Command {
+            argv: plan.command.iter().map(OsString::from).collect(),
+            env,
+            stdin: stdio.stdin,
+            stdout: stdio.stdout,
+            stderr: stdio.stderr,
+            rlimits: plan
+                .limits
+                .rlimits
+                .iter()
+                .map(|r| match *r {
+                    Rlim::AddressSpace(v) => (libc::RLIMIT_AS, v),
+                    Rlim::Processes(v) => (libc::RLIMIT_NPROC, v),
+                })
+                .collect(),
+            cgroup_procs,
+        };
+        let mut child = crate::spawn(&tree, command).map_err(to_bwrap)?;
+        let net = match pasta {
+            Some(pasta) => match crate::net::attach(&child, pasta, &plan.publish) {
+                Ok(net) => {
+                    child.release().map_err(to_bwrap)?;
+                    Some(net)
+                }
+                Err(e) => {
+                    // Nothing of the command runs: the sandbox ends before its setup.
+                    child.release_abandoned();
+                    let _ = child.wait();
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
+        Ok(Box::new(NativeSandbox { child, net, cgroup }))
+    }
+
+    fn setup_failure(&self, detail: Option<String>) -> Error {
+        let reason = match (detail, crate::userns_probe()) {
+            (Some(detail), _) => detail,
+            (None, Err(reason)) => reason,
+            (None, Ok(())) => "user namespaces work here, so something in this run's mounts was \
+                               rejected\nhint: check the paths named in the message above"
+                .to_owned(),
+        };
+        Error::LauncherSetup { engine: "native", reason }
+    }
+
+    fn forwards_signals(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,127 @@
+//! [`engine_native::NativeEngine`] end to end: engine-bwrap's pipeline (prepare, the
+//! environment cache, the run) with the native sandbox as its launcher.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use engine_bwrap::BwrapConfig;
+use engine_native::NativeEngine;
+use sandbox_core::{Captured, Engine, Net, Output, RunIo, RunOutcome, RunSpec, Stdin};
+
+struct EngineFixture {
+    _base: super::Fixture,
+    workspace: PathBuf,
+    engine: NativeEngine,
+}
+
+fn engine_fixture() -> EngineFixture {
+    let base = super::fixture();
+    let (home, workspace) = (base.home.clone(), base.workspace.clone());
+    // One cache per user for the whole test binary: the environment is warm after the first.
+    let cache_dir = std::env::temp_dir()
+        .join(format!("engine-native-test-cache-{}", rustix::process::getuid().as_raw()));
+    let config = BwrapConfig {
+        runtime_dir: cache_dir.join("run"),
+        cache_dir,
+        home,
+        path: Some("/usr/local/bin:/usr/bin:/bin".into()),
+        bwrap: None,
+        uv: None,
+        python: Some(super::PYTHON.into()),
+        handle_signals: false,
+    };
+    let engine = NativeEngine::new(config).unwrap();
+    EngineFixture { _base: base, workspace, engine }
+}
+
+fn spec(f: &EngineFixture, script: &str) -> RunSpec {
+    let path = f.workspace.join("script.py");
+    std::fs::write(&path, script).unwrap();
+    RunSpec {
+        script: path,
+        args: vec!["one".into()],
+        dependencies: Vec::new(),
+        requires_python: None,
+        mounts: Vec::new(),
+        net: Net::Off,
+        publish: Vec::new(),
+        env: Vec::new(),
+        timeout: Some(Duration::from_secs(60)),
+        tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
+        limits: sandbox_core::Limits::NONE,
+        workspace: f.workspace.clone(),
+    }
+}
+
+fn run(f: &EngineFixture, spec: &RunSpec) -> (RunOutcome, Captured) {
+    let mut captured = Captured::default();
+    let io = RunIo {
+        stdin: Stdin::Bytes(b"from stdin".to_vec()),
+        output: Output::Sink(&mut captured),
+        status: None,
+        published: None,
+    };
+    let outcome = f.engine.run(spec, io).unwrap();
+    (outcome, captured)
+}
+
+fn runs_a_script() {
+    let f = engine_fixture();
+    assert_eq!(f.engine.name(), "native");
+    let script = "import os, sys\nprint(sys.argv[1], sys.stdin.read(), os.getcwd() == os.environ['PWD'])\nprint(sorted(os.listdir(os.environ['HOME'])), file=sys.stderr)\nopen('out.txt', 'w').write('x')\nsys.exit(7)\n";
+    let (outcome, captured) = run(&f, &spec(&f, script));
+    assert_eq!(outcome.exit_code, 7, "{}", captured.stderr_lossy());
+    assert_eq!(captured.stdout_lossy(), "one from stdin True\n");
+    assert_eq!(captured.stderr_lossy(), "[]\n");
+    assert!(f.workspace.join("out.txt").exists());
+    // The same environment, warm.
+    let (again, _) = run(&f, &spec(&f, "print('hi')\n"));
+    assert_eq!(again.exit_code, 0);
+}
+
+#[test]
+fn the_native_engine_runs_a_script_through_the_shared_pipeline() {
+    super::as_root_and_rootless(
+        "engine::the_native_engine_runs_a_script_through_the_shared_pipeline",
+        runs_a_script,
+    );
+}
+
+fn holds_limits() {
+    let f = engine_fixture();
+    let mut s = spec(
+        &f,
+        "import resource\nprint(resource.getrlimit(resource.RLIMIT_AS)[0] if resource.getrlimit(resource.RLIMIT_AS)[0] > 0 else 'cgroup')\nx = bytearray(400 << 20)\nprint('allocated')\n",
+    );
+    s.limits.memory = Some(200 << 20);
+    let (outcome, captured) = run(&f, &s);
+    assert!(!captured.stdout_lossy().contains("allocated"), "{}", captured.stdout_lossy());
+    assert_ne!(outcome.exit_code, 0);
+}
+
+#[test]
+fn a_memory_limit_holds_on_the_native_engine() {
+    super::as_root_and_rootless("engine::a_memory_limit_holds_on_the_native_engine", holds_limits);
+}
+
+fn prepares_and_runs_with_net() {
+    if !Path::new("/usr/bin/pasta").exists() {
+        eprintln!("SKIPPED: native net on: pasta is not installed");
+        return;
+    }
+    let f = engine_fixture();
+    let mut s = spec(&f, "import six\nprint(six.__name__)\n");
+    s.dependencies = vec!["six".to_owned()];
+    s.net = Net::On;
+    let (outcome, captured) = run(&f, &s);
+    assert_eq!(outcome.exit_code, 0, "{}", captured.stderr_lossy());
+    assert_eq!(captured.stdout_lossy(), "six\n");
+}
+
+#[test]
+fn the_native_engine_prepares_dependencies_in_its_own_sandboxes() {
+    super::as_root_and_rootless(
+        "engine::the_native_engine_prepares_dependencies_in_its_own_sandboxes",
+        prepares_and_runs_with_net,
+    );
+}
