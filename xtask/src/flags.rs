@@ -12,9 +12,10 @@ commands:
                      the Claude Code plugin with the real `claude` CLI (npm) in a scratch HOME:
                      validate, marketplace add, install, `detect --json` through its launcher;
                      `--provision`: the launcher also builds the CLI with cargo (minutes)
-  bench [--engine k8s]
+  bench [--engine k8s|docker|podman]
                      benchmarks, printed side by side with their baselines; `--engine k8s`: the
-                     pod engine against kubectl on the cluster KUBECONFIG names
+                     pod engine against kubectl on the cluster KUBECONFIG names; `docker`/`podman`:
+                     only that engine's rows (runs, warm session, time to interactive with a pool)
   fuzz [--seconds N] [TARGET]
                      run cargo-fuzz targets on nightly (default 30 s each)
   test-engines [--engine NAME]... [FILTER]...
@@ -71,8 +72,12 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
         "bench" => {
             let engine = match rest.as_slice() {
                 [] => None,
-                [flag, e] if flag == "--engine" && e == "k8s" => Some(e.clone()),
-                _ => bail!("`bench` takes nothing or `--engine k8s`\n\n{USAGE}"),
+                [flag, e]
+                    if flag == "--engine" && ["k8s", "docker", "podman"].contains(&e.as_str()) =>
+                {
+                    Some(e.clone())
+                }
+                _ => bail!("`bench` takes nothing or `--engine k8s|docker|podman`\n\n{USAGE}"),
             };
             Cmd::Bench(crate::bench::Bench { engine })
         }

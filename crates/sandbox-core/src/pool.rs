@@ -30,6 +30,9 @@ pub struct PoolMember {
     pub key: String,
     /// Unix seconds.
     pub created: u64,
+    /// The engine's version of the member when listed, for a conditional claim (a Kubernetes
+    /// resourceVersion); empty where the claim needs none.
+    pub revision: String,
 }
 
 /// Pure: the key of the pool members that may serve `config` on an engine whose

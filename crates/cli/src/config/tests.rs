@@ -41,12 +41,21 @@ fn bad_files_are_errors_at_their_line_and_column_with_a_hint() {
     config.toml:2:1: unknown key `namspace` in `[engine.k8s]`
     hint: did you mean `namespace`?
     ");
-    insta::assert_snapshot!(error("[engine.k8s]\npool = \"3\"\n"), @"");
-    insta::assert_snapshot!(error("[engine.docker]\npool = 99\n"), @"");
-    insta::assert_snapshot!(error("[engine.podman]\npol = 2\n"), @"");
+    insta::assert_snapshot!(error("[engine.k8s]\npool = \"3\"\n"), @r"
+    config.toml:2:8: `pool` must be a whole number from 0 to 16
+    hint: write e.g. `pool = 2`: how many ready sandboxes `session start` may claim
+    ");
+    insta::assert_snapshot!(error("[engine.docker]\npool = 99\n"), @r"
+    config.toml:2:8: `pool` must be a whole number from 0 to 16
+    hint: write e.g. `pool = 2`: how many ready sandboxes `session start` may claim
+    ");
+    insta::assert_snapshot!(error("[engine.podman]\npol = 2\n"), @r"
+    config.toml:2:1: unknown key `pol` in `[engine.podman]`
+    hint: did you mean `pool`?
+    ");
     insta::assert_snapshot!(error("[engine.kubernetes]\n"), @r"
     config.toml:1:9: unknown key `kubernetes` in `[engine]`
-    hint: the keys of `[engine]` are `k8s`
+    hint: the keys of `[engine]` are `k8s`, `docker`, `podman`
     ");
     insta::assert_snapshot!(error("[engines.k8s]\n"), @r"
     config.toml:1:2: unknown key `engines` in `the config file`

@@ -108,7 +108,12 @@ pub(super) fn members(engine: &OciEngine) -> Result<Vec<PoolMember>> {
             && pooled(runtime_dir, &labels)
             && dir.stat(&file).ok().flatten().is_some();
         if claimable {
-            out.push(PoolMember { id: parsed.id, key: key.clone(), created: parsed.created });
+            out.push(PoolMember {
+                id: parsed.id,
+                key: key.clone(),
+                created: parsed.created,
+                revision: String::new(),
+            });
         }
     }
     prune(&dir, &out);

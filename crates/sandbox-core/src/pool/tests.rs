@@ -22,7 +22,7 @@ fn config() -> SessionConfig {
 }
 
 fn member(id: &str, key: &str, created: u64) -> PoolMember {
-    PoolMember { id: id.to_owned(), key: key.to_owned(), created }
+    PoolMember { id: id.to_owned(), key: key.to_owned(), created, revision: String::new() }
 }
 
 #[test]
