@@ -13,12 +13,16 @@ pub(crate) struct Bench {
 
 impl Bench {
     pub(crate) fn run(self, sh: &Shell) -> Result<()> {
-        if self.engine.as_deref() == Some("k8s") {
-            return k8s(sh);
+        match self.engine.as_deref() {
+            Some("k8s") => return k8s(sh),
+            Some(oci @ ("docker" | "podman")) => {
+                return crate::bench_run::oci_vs_raw(sh, Some(oci));
+            }
+            _ => {}
         }
         meta(sh)?;
         crate::bench_run::local_vs_uv(sh)?;
-        crate::bench_run::oci_vs_raw(sh)?;
+        crate::bench_run::oci_vs_raw(sh, None)?;
         Ok(())
     }
 }

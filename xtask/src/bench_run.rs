@@ -230,7 +230,7 @@ fn peak_rss_kib(cli: &Path, engine: &str, script: &Path, dir: &Path) -> Result<u
 /// The container benchmarks: ephemeral `python-sandbox run --engine docker|podman` against the raw
 /// CLI's `run --rm` of the same image with the same mounts and hardening, and `session run` of
 /// hello in a warm session.
-pub(crate) fn oci_vs_raw(sh: &Shell) -> Result<()> {
+pub(crate) fn oci_vs_raw(sh: &Shell, only: Option<&str>) -> Result<()> {
     let root = crate::project_root();
     let cli = root.join("target/release/python-sandbox");
     let dir = root.join("target/bench-run");
@@ -239,6 +239,9 @@ pub(crate) fn oci_vs_raw(sh: &Shell) -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     std::fs::write(&hello, HELLO)?;
     for engine in crate::image::Engine::ALL {
+        if only.is_some_and(|only| only != engine.to_string()) {
+            continue;
+        }
         crate::section(&format!(
             "bench: python-sandbox run --engine {engine} vs raw {engine} run --rm"
         ));
@@ -299,7 +302,85 @@ pub(crate) fn oci_vs_raw(sh: &Shell) -> Result<()> {
         }
 
         warm_session(&cli, &name, &dir, &hello)?;
+        time_to_interactive(&cli, &name, &dir)?;
     }
+    Ok(())
+}
+
+/// Time to interactive, `session start` until the first `session exec` answers, without and
+/// with a warm pool (`[engine.NAME] pool = 2` in a user config of its own), side by side
+/// (target with a pool: at most 100 ms median and at most 0.25x without). Between pooled
+/// samples the bench waits for the detached refill, so each sample is a claim.
+fn time_to_interactive(cli: &Path, engine: &str, dir: &Path) -> Result<()> {
+    let plain = dir.join("config-plain");
+    let pooled = dir.join("config-pool");
+    std::fs::create_dir_all(plain.join("python-sandbox"))?;
+    std::fs::create_dir_all(pooled.join("python-sandbox"))?;
+    let _ = std::fs::remove_file(plain.join("python-sandbox/config.toml"));
+    std::fs::write(
+        pooled.join("python-sandbox/config.toml"),
+        format!("[engine.{engine}]\npool = 2\n"),
+    )?;
+    let cli_with = |config: &Path| {
+        let mut c = Command::new(cli);
+        c.env("XDG_CONFIG_HOME", config).current_dir(dir);
+        c
+    };
+    let members = |config: &Path| -> usize {
+        cli_with(config)
+            .args(["pool", "list", "--engine", engine])
+            .output()
+            .map_or(0, |o| String::from_utf8_lossy(&o.stdout).lines().count())
+    };
+    let sample = |config: &Path| -> Result<Duration> {
+        let start = Instant::now();
+        let out = cli_with(config)
+            .args(["session", "start", "--engine", engine, "--ttl", "5m"])
+            .output()?;
+        if !out.status.success() {
+            bail!("session start failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let id = stdout.lines().last().unwrap_or_default().trim().to_owned();
+        let exec = run_ok(cli_with(config).args(["session", "exec", &id, "--", "true"]));
+        let took = start.elapsed();
+        let _ = cli_with(config).args(["session", "stop", &id]).output();
+        exec.map(|()| took)
+    };
+    let wait_full = |config: &Path| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while members(config) < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let mut cold = Vec::new();
+    for _ in 0..RUNS {
+        cold.push(sample(&plain)?);
+    }
+    // The first pooled start misses and leaves the refill that fills the pool.
+    sample(&pooled)?;
+    let mut warm = Vec::new();
+    for _ in 0..RUNS {
+        wait_full(&pooled);
+        warm.push(sample(&pooled)?);
+    }
+    let _ = cli_with(&pooled).args(["pool", "drain", "--engine", engine]).output();
+    cold.sort();
+    warm.sort();
+    let (cold, warm) = (cold[cold.len() / 2], warm[warm.len() / 2]);
+    let ratio = warm.as_secs_f64() / cold.as_secs_f64();
+    let verdict = if warm <= Duration::from_millis(100) && ratio <= 0.25 { "ok" } else { "MISSED" };
+    println!(
+        "{:<22} {:>16} {:>14} {:>8} {:>8}",
+        "time to interactive", "with pool", "without", "ratio", "target"
+    );
+    println!(
+        "{:<22} {:>13.1} ms {:>11.1} ms {ratio:>8.2} {:>5} {verdict}",
+        format!("{engine} session"),
+        ms(warm),
+        ms(cold),
+        "≤100ms ≤0.25x"
+    );
     Ok(())
 }
 

@@ -17,9 +17,10 @@ commands:
                      `uv tool install` the wheel into a scratch dir and run examples/hello.py
   package            `cargo package` (with its verify build) and warning-free docs of the library
                      crates meant for crates.io (nothing is published)
-  bench [--engine k8s]
+  bench [--engine k8s|docker|podman]
                      benchmarks, printed side by side with their baselines; `--engine k8s`: the
-                     pod engine against kubectl on the cluster KUBECONFIG names
+                     pod engine against kubectl on the cluster KUBECONFIG names; `docker`/`podman`:
+                     only that engine's rows (runs, warm session, time to interactive with a pool)
   fuzz [--seconds N] [TARGET]
                      run cargo-fuzz targets on nightly (default 30 s each)
   test-engines [--engine NAME]... [FILTER]...
@@ -92,8 +93,12 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
         "bench" => {
             let engine = match rest.as_slice() {
                 [] => None,
-                [flag, e] if flag == "--engine" && e == "k8s" => Some(e.clone()),
-                _ => bail!("`bench` takes nothing or `--engine k8s`\n\n{USAGE}"),
+                [flag, e]
+                    if flag == "--engine" && ["k8s", "docker", "podman"].contains(&e.as_str()) =>
+                {
+                    Some(e.clone())
+                }
+                _ => bail!("`bench` takes nothing or `--engine k8s|docker|podman`\n\n{USAGE}"),
             };
             Cmd::Bench(crate::bench::Bench { engine })
         }

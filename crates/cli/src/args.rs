@@ -37,6 +37,48 @@ pub(crate) enum Command {
     /// Serve the Model Context Protocol on stdin/stdout: typed tools for MCP clients (run_script,
     /// sessions, files, services, detect). Boundary crossings still need the user's approval.
     Mcp,
+    /// The warm pool of ready sandboxes `session start` claims from (`pool = N` in the user
+    /// config's `[engine.docker]`, `[engine.podman]` or `[engine.k8s]`).
+    #[command(subcommand)]
+    Pool(PoolCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum PoolCmd {
+    /// List the unclaimed members of each engine's pool.
+    List {
+        /// Print one JSON array.
+        #[arg(long)]
+        json: bool,
+        /// Only this engine.
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::session_choices()))]
+        engine: Option<String>,
+        /// The namespace on a cluster (k8s).
+        #[arg(long, value_name = "NS")]
+        namespace: Option<String>,
+    },
+    /// Remove every unclaimed member of an engine's pool.
+    Drain {
+        /// The engine.
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::session_choices()))]
+        engine: String,
+        /// The namespace on a cluster (k8s).
+        #[arg(long, value_name = "NS")]
+        namespace: Option<String>,
+    },
+    /// Internal: the detached refill `session start` leaves behind (the session's config as
+    /// JSON on stdin).
+    #[command(hide = true)]
+    Fill {
+        #[arg(long)]
+        engine: String,
+        #[arg(long)]
+        size: usize,
+        #[arg(long)]
+        image: Option<String>,
+        #[arg(long)]
+        namespace: Option<String>,
+    },
 }
 
 /// Container flags shared by `run` and `session start` (docker, podman and k8s).

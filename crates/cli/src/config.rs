@@ -1,6 +1,7 @@
 //! The user config file, `$XDG_CONFIG_HOME/python-sandbox/config.toml` (default
-//! `~/.config/python-sandbox/config.toml`): settings beyond flags, today the cluster's
-//! (`[engine.k8s]`). Flags beat the file, the file beats the defaults. Parsing is pure
+//! `~/.config/python-sandbox/config.toml`): settings beyond flags, the cluster's
+//! (`[engine.k8s]`) and each engine's warm pool size (`pool = N` in `[engine.docker]`,
+//! `[engine.podman]`, `[engine.k8s]`). Flags beat the file, the file beats the defaults. Parsing is pure
 //! ([`parse`]) and strict: an unknown key is an error with a did-you-mean, a bad value one with
 //! its `file:line:col`, as the inline table's diagnostics are. Which engines a key reaches is
 //! the registry's business: this module names none.
@@ -56,7 +57,11 @@ pub(crate) const K8S_KEYS: &[&str] = &[
     "sync-limit",
 ];
 /// The engines the file has a table for.
-const ENGINE_TABLES: &[&str] = &["k8s"];
+const ENGINE_TABLES: &[&str] = &["k8s", "docker", "podman"];
+/// The keys of `[engine.docker]` and `[engine.podman]`.
+const OCI_KEYS: &[&str] = &["pool"];
+/// The largest warm pool (`pool = N`) an engine may keep: each member is a running sandbox.
+pub(crate) const MAX_POOL: usize = 16;
 
 impl K8sSettings {
     /// The setting of `key` (one of [`K8S_KEYS`], or its field spelling with `_`).
@@ -96,6 +101,24 @@ pub(crate) struct UserConfig {
     pub(crate) path: Option<PathBuf>,
     /// `[engine.k8s]`, when present.
     pub(crate) k8s: Option<K8sSettings>,
+    /// `pool = N` of each `[engine.NAME]` that sets it.
+    pub(crate) pools: Vec<(String, usize)>,
+}
+
+impl UserConfig {
+    /// The warm pool size of engine `name` (0: no pool).
+    pub(crate) fn pool(&self, name: &str) -> usize {
+        self.pools.iter().find(|(engine, _)| engine == name).map_or(0, |(_, n)| *n)
+    }
+}
+
+/// What the file says, parsed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct FileSettings {
+    /// `[engine.k8s]`, when present (without its `pool`).
+    pub(crate) k8s: Option<K8sSettings>,
+    /// `pool = N` of each engine table that sets it.
+    pub(crate) pools: Vec<(String, usize)>,
 }
 
 /// An error at a place in the file.
@@ -172,12 +195,12 @@ fn table<'a>(
 }
 
 /// Pure: the settings in `text`; an error names the place and says how to fix it.
-pub(crate) fn parse(text: &str) -> Result<Option<K8sSettings>, ConfigError> {
+pub(crate) fn parse(text: &str) -> Result<FileSettings, ConfigError> {
     let doc = Document::parse(text).map_err(|e| {
         let message = e.message().lines().next().unwrap_or("invalid toml").to_owned();
         error_at(text, e.span(), format!("invalid TOML: {message}"), "see https://toml.io".into())
     })?;
-    let mut k8s = None;
+    let mut out = FileSettings::default();
     for (key, item) in doc.as_table().iter() {
         let key_span = doc.as_table().key(key).and_then(|k| k.span());
         if key != "engine" {
@@ -190,19 +213,46 @@ pub(crate) fn parse(text: &str) -> Result<Option<K8sSettings>, ConfigError> {
             if !ENGINE_TABLES.contains(&name) {
                 return Err(unknown(text, name_key.span(), name, "[engine]", ENGINE_TABLES));
             }
-            let settings = table(text, item, &name_key, "engine.k8s")?;
-            k8s = Some(k8s_settings(text, settings)?);
+            let settings = table(text, item, &name_key, &format!("engine.{name}"))?;
+            if let Some(pool) = settings.get("pool") {
+                out.pools.push((name.to_owned(), pool_size(text, pool)?));
+            }
+            if name == "k8s" {
+                out.k8s = Some(k8s_settings(text, settings)?);
+            } else if let Some((key, _)) = settings.iter().find(|(k, _)| !OCI_KEYS.contains(k)) {
+                let span = settings.key(key).and_then(|k| k.span());
+                return Err(unknown(text, span, key, &format!("[engine.{name}]"), OCI_KEYS));
+            }
         }
     }
-    Ok(k8s)
+    Ok(out)
+}
+
+/// Pure: `pool = N`, a whole number from 0 to [`MAX_POOL`].
+fn pool_size(text: &str, item: &Item) -> Result<usize, ConfigError> {
+    item.as_integer().and_then(|n| usize::try_from(n).ok()).filter(|n| *n <= MAX_POOL).ok_or_else(
+        || {
+            error_at(
+                text,
+                item.span(),
+                format!("`pool` must be a whole number from 0 to {MAX_POOL}"),
+                "write e.g. `pool = 2`: how many ready sandboxes `session start` may claim".into(),
+            )
+        },
+    )
 }
 
 fn k8s_settings(text: &str, table: &dyn TableLike) -> Result<K8sSettings, ConfigError> {
     let mut out = K8sSettings::default();
     for (key, item) in table.iter() {
         let key_span = table.key(key).and_then(|k| k.span());
+        if key == "pool" {
+            continue;
+        }
         let Some(slot) = out.slot(key) else {
-            return Err(unknown(text, key_span, key, "[engine.k8s]", K8S_KEYS));
+            let mut known = K8S_KEYS.to_vec();
+            known.push("pool");
+            return Err(unknown(text, key_span, key, "[engine.k8s]", &known));
         };
         let span = item.span().or(key_span);
         let value = item.as_str().ok_or_else(|| {
@@ -243,7 +293,7 @@ pub(crate) fn load_from(path: Option<PathBuf>) -> Result<UserConfig, (String, St
     let text = match fs_err::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(UserConfig { path: Some(path), k8s: None });
+            return Ok(UserConfig { path: Some(path), ..UserConfig::default() });
         }
         Err(e) => {
             return Err((
@@ -252,8 +302,8 @@ pub(crate) fn load_from(path: Option<PathBuf>) -> Result<UserConfig, (String, St
             ));
         }
     };
-    let k8s = parse(&text).map_err(|e| e.located(&path))?;
-    Ok(UserConfig { path: Some(path), k8s })
+    let parsed = parse(&text).map_err(|e| e.located(&path))?;
+    Ok(UserConfig { path: Some(path), k8s: parsed.k8s, pools: parsed.pools })
 }
 
 /// This user's config, read once per command.

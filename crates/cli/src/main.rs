@@ -12,6 +12,7 @@ mod mcp;
 mod meta;
 #[cfg(test)]
 mod plugin_check;
+mod pool;
 mod progress;
 mod reap;
 mod registry;
@@ -53,6 +54,7 @@ fn main() -> ExitCode {
         Command::Session(cmd) => session::run(cmd),
         Command::Reap(args) => reap::run(args),
         Command::Mcp => mcp::serve(),
+        Command::Pool(cmd) => pool::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -151,6 +151,9 @@ pub(crate) fn start_resolved(
         tmpfs_size: spec.tmpfs_size,
         limits: spec.limits,
     };
+    if let Some(claimed) = crate::pool::claim(&*engine, &config, options) {
+        return Ok(claimed);
+    }
     let mut progress = crate::progress::Progress::start();
     let started = engine.start_session_dyn(&config, &mut |line| progress.set(line));
     progress.finish();

@@ -348,3 +348,26 @@ pub async fn annotate_pod(
         .map_err(|e| api_error(&op, e))?;
     Ok(())
 }
+
+/// Relabels pod `name` with `labels` only if it is still at `revision` (a JSON merge patch
+/// carrying `metadata.resourceVersion`, which the apiserver checks before it applies the
+/// patch): the warm pool's atomic claim. `Ok(None)` when another writer changed the pod first
+/// (409 Conflict) or it is gone (404): the caller tries its next candidate.
+pub async fn relabel_at(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    revision: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Result<Option<Pod>> {
+    let op = Op::new("patch", "pod", Some(name), namespace);
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let patch = kube::api::Patch::Merge(serde_json::json!({
+        "metadata": { "resourceVersion": revision, "labels": labels }
+    }));
+    match api.patch(name, &kube::api::PatchParams::default(), &patch).await {
+        Ok(pod) => Ok(Some(pod)),
+        Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => Ok(None),
+        Err(e) => Err(api_error(&op, e)),
+    }
+}

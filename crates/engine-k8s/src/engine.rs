@@ -461,27 +461,22 @@ impl K8sEngine {
     }
 }
 
-impl Executor for K8sEngine {
-    fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
-        self.rt().block_on(future)
-    }
-}
-
-impl SessionEngine for K8sEngine {
-    type Error = Error;
-    type Session = PodSandbox;
-
-    fn session_engine_name(&self) -> &'static str {
-        ENGINE_NAME
-    }
-
-    fn start_session(
+impl K8sEngine {
+    /// Starts a session pod for `config`; a warm pool member, labelled with its key and
+    /// [`POOL_READY`], when `pool` is given.
+    fn start_pod(
         &self,
         config: &SessionConfig,
         status: &mut dyn FnMut(&str),
+        pool: Option<&str>,
     ) -> Result<SessionInfo> {
         let id = random_id();
-        let plan = plan(&self.config, config, &id, &self.owner, now_secs(), &self.mark)?;
+        let mut plan = plan(&self.config, config, &id, &self.owner, now_secs(), &self.mark)?;
+        if let Some(key) = pool {
+            let labels = plan.pod.metadata.labels.get_or_insert_with(BTreeMap::new);
+            labels.insert(POOL_LABEL.to_owned(), key.to_owned());
+            labels.insert(POOL_STATE_LABEL.to_owned(), POOL_READY.to_owned());
+        }
         let ns = &self.config.namespace;
         let policy = plan.network_policy();
         status(&format!("starting pod `{}` in namespace `{ns}`", manifest::pod_name(&id)));
@@ -509,12 +504,70 @@ impl SessionEngine for K8sEngine {
         info.warnings = plan.warnings;
         Ok(info)
     }
+}
+
+/// Our label on a warm pool member: its `sandbox_core::pool::pool_key`.
+pub const POOL_LABEL: &str = "io.python-sandbox.pool";
+/// A pool member's state: [`POOL_READY`] until a claim relabels it [`POOL_CLAIMED`].
+pub const POOL_STATE_LABEL: &str = "io.python-sandbox.pool-state";
+/// Unclaimed: nobody's session yet, never opened.
+pub const POOL_READY: &str = "ready";
+/// Claimed: a session like any other.
+pub const POOL_CLAIMED: &str = "claimed";
+
+/// Pure: whether `pod` is an unclaimed pool member.
+fn unclaimed(pod: &Pod) -> bool {
+    pod.metadata.labels.as_ref().and_then(|l| l.get(POOL_STATE_LABEL)).map(String::as_str)
+        == Some(POOL_READY)
+}
+
+/// Pure: `pod` as a claimable member of this user's pool: ours (its mark verifies), running,
+/// unclaimed, and no script ever recorded in it.
+pub fn pool_member(
+    config: &SandboxConfig,
+    mark: &MarkKey,
+    pod: &Pod,
+) -> Option<sandbox_core::PoolMember> {
+    let info = session_info(config, mark, pod)?;
+    let key = pod.metadata.labels.as_ref()?.get(POOL_LABEL)?.clone();
+    let fresh = annotation(pod, SCRIPTS_ANNOTATION).is_none_or(|n| n == "0");
+    let ok = unclaimed(pod) && info.state == "running" && fresh;
+    ok.then(|| sandbox_core::PoolMember {
+        id: info.id,
+        key,
+        created: info.created,
+        revision: pod.metadata.resource_version.clone().unwrap_or_default(),
+    })
+}
+
+impl Executor for K8sEngine {
+    fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.rt().block_on(future)
+    }
+}
+
+impl SessionEngine for K8sEngine {
+    type Error = Error;
+    type Session = PodSandbox;
+
+    fn session_engine_name(&self) -> &'static str {
+        ENGINE_NAME
+    }
+
+    fn start_session(
+        &self,
+        config: &SessionConfig,
+        status: &mut dyn FnMut(&str),
+    ) -> Result<SessionInfo> {
+        self.start_pod(config, status, None)
+    }
 
     fn open_session(&self, id: &str) -> Result<PodSandbox> {
         let pod = self.own_pod(id)?;
         let running = pod.metadata.deletion_timestamp.is_none()
             && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-        if !running {
+        // An unclaimed pool member is nobody's session: nothing runs in it before its claim.
+        if !running || unclaimed(&pod) {
             return Err(self.not_found(id));
         }
         let names: Vec<String> = annotation(&pod, SECRET_NAMES_ANNOTATION)
@@ -532,8 +585,11 @@ impl SessionEngine for K8sEngine {
         let selector = format!("{},{}=session", reaper::MANAGED_FILTER, reaper::labels::KIND);
         let pods =
             self.block_on(api::list_pods(&self.client, &self.config.namespace, &selector))?;
-        let mut out: Vec<SessionInfo> =
-            pods.iter().filter_map(|p| session_info(&self.config, &self.mark, p)).collect();
+        let mut out: Vec<SessionInfo> = pods
+            .iter()
+            .filter(|p| !unclaimed(p))
+            .filter_map(|p| session_info(&self.config, &self.mark, p))
+            .collect();
         out.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
         Ok(out)
     }
@@ -548,6 +604,69 @@ impl SessionEngine for K8sEngine {
             pod.metadata.uid.as_deref(),
         ))?;
         if deleted { Ok(()) } else { Err(self.not_found(id)) }
+    }
+
+    /// The cluster settings a pod is made from (namespace, image, runtime class, resources…).
+    fn pool_identity(&self) -> Option<String> {
+        Some(format!("k8s {:?}", self.config))
+    }
+
+    fn pool_members(&self) -> Result<Vec<sandbox_core::PoolMember>> {
+        let selector = format!(
+            "{},{}=session,{POOL_STATE_LABEL}={POOL_READY}",
+            reaper::MANAGED_FILTER,
+            reaper::labels::KIND
+        );
+        let pods =
+            self.block_on(api::list_pods(&self.client, &self.config.namespace, &selector))?;
+        Ok(pods.iter().filter_map(|p| pool_member(&self.config, &self.mark, p)).collect())
+    }
+
+    fn pool_create(&self, config: &SessionConfig, key: &str) -> Result<()> {
+        self.start_pod(config, &mut |_| {}, Some(key)).map(drop)
+    }
+
+    /// One conditional relabel: of any number of callers that listed the member at the same
+    /// resourceVersion, the apiserver applies exactly one patch and answers the rest 409.
+    fn pool_claim(&self, member: &sandbox_core::PoolMember) -> Result<Option<SessionInfo>> {
+        if manifest::check_id(&member.id).is_err() || member.revision.is_empty() {
+            return Ok(None);
+        }
+        let labels = BTreeMap::from([(POOL_STATE_LABEL.to_owned(), POOL_CLAIMED.to_owned())]);
+        let name = manifest::pod_name(&member.id);
+        let claimed = self.block_on(api::relabel_at(
+            &self.client,
+            &self.config.namespace,
+            &name,
+            &member.revision,
+            &labels,
+        ))?;
+        let Some(pod) = claimed else { return Ok(None) };
+        let key = pod.metadata.labels.as_ref().and_then(|l| l.get(POOL_LABEL));
+        match session_info(&self.config, &self.mark, &pod) {
+            Some(info) if key == Some(&member.key) => Ok(Some(info)),
+            // Ours now, but not what was listed: nobody gets it.
+            _ => {
+                let _ = self.stop_session(&member.id);
+                Ok(None)
+            }
+        }
+    }
+
+    fn pool_remove(&self, id: &str) -> Result<()> {
+        let pod = self.own_pod(id)?;
+        let Some(member) = pool_member(&self.config, &self.mark, &pod) else { return Ok(()) };
+        // Claimed first, so no caller is handed a member being removed.
+        let labels = BTreeMap::from([(POOL_STATE_LABEL.to_owned(), POOL_CLAIMED.to_owned())]);
+        let name = manifest::pod_name(id);
+        let ns = &self.config.namespace;
+        if self
+            .block_on(api::relabel_at(&self.client, ns, &name, &member.revision, &labels))?
+            .is_some()
+        {
+            self.stop_session(id)?;
+        }
+        Ok(())
     }
 }
 

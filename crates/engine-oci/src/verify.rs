@@ -79,7 +79,7 @@ pub(crate) async fn started(
 }
 
 /// Compares each pin with what the process `pid` sees at its target.
-fn mounts(pid: i64, pins: &[Pin]) -> Result<()> {
+pub(crate) fn mounts(pid: i64, pins: &[Pin]) -> Result<()> {
     let proc = PathBuf::from(format!("/proc/{pid}"));
     let unverified = |what: &str, e: rustix::io::Errno| Error::MountUnverified {
         reason: format!("{what} {}: {}", proc.display(), std::io::Error::from(e)),

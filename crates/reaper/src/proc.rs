@@ -61,6 +61,20 @@ impl ProcPin {
     /// following anything the sandbox controls; `None` when the process is gone or recycled,
     /// or `rel` is not a socket (a symlink is not followed, it is refused).
     pub fn socket_in_root(&self, rel: &str) -> Option<OwnedFd> {
+        let fd = self.path_in_root(rel)?;
+        let stat = rustix::fs::fstat(&fd).ok()?;
+        (FileType::from_raw_mode(stat.st_mode) == FileType::Socket).then_some(fd)
+    }
+
+    /// The status of the file at `rel` below the process's root, looked up as
+    /// [`ProcPin::socket_in_root`] does (nothing followed); `None` when the process is gone
+    /// or nothing is there. The warm pool reads a member's activity stamp this way.
+    pub fn stat_in_root(&self, rel: &str) -> Option<rustix::fs::Stat> {
+        rustix::fs::fstat(self.path_in_root(rel)?).ok()
+    }
+
+    /// `rel` below the pinned process's root, `O_PATH | O_NOFOLLOW`.
+    fn path_in_root(&self, rel: &str) -> Option<OwnedFd> {
         let dir = self.dir()?;
         let root = rustix::fs::openat(
             &dir,
@@ -69,15 +83,13 @@ impl ProcPin {
             Mode::empty(),
         )
         .ok()?;
-        let fd = rustix::fs::openat(
+        rustix::fs::openat(
             &root,
             rel,
             OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .ok()?;
-        let stat = rustix::fs::fstat(&fd).ok()?;
-        (FileType::from_raw_mode(stat.st_mode) == FileType::Socket).then_some(fd)
+        .ok()
     }
 
     /// Connects to the socket at `rel` below the process's root ([`ProcPin::socket_in_root`]),

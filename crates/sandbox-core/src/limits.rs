@@ -12,7 +12,9 @@ use crate::Error;
 
 /// What the user asked to cap. Each field resolves on its own: the highest layer that sets it
 /// wins (see [`crate::resolve`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct Limits {
     /// Memory in bytes (at least [`MIN_MEMORY`]).
     pub memory: Option<u64>,
@@ -49,7 +51,9 @@ impl Limits {
 
 /// A CPU quota in thousandths of a CPU (`0.5` is 500), so specs stay `Eq` and every engine
 /// converts exactly (docker's nano-CPUs, cgroup `cpu.max`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct Cpus {
     millis: u32,
 }

@@ -23,7 +23,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use crate::{Error, Publish};
 
 /// Which host port a published port gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
 pub enum HostPort {
     /// The port's own number (`PORT`, `ADDR:PORT`).
     #[default]

@@ -148,7 +148,7 @@ pub struct Service {
 
 /// What `session start` asks of any session engine (one struct, so the engines' session sides
 /// cannot drift apart: the seam's session half builds on it).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SessionConfig {
     /// Mounted read-write at its real path; the working directory of execs.
     pub workspace: PathBuf,

@@ -169,6 +169,38 @@ pub trait SessionEngine: Executor {
 
     /// Stops session `id` and everything in it, and what the engine kept for it on the host.
     fn stop_session(&self, id: &str) -> Result<(), Self::Error>;
+
+    /// The warm pool ([`crate::pool`]): what besides a [`SessionConfig`] fixes this engine's
+    /// sandboxes at their start (image, flavor, namespace), part of every pool key; `None`
+    /// (the default) for an engine without a pool, whose other `pool_*` methods are never
+    /// called.
+    fn pool_identity(&self) -> Option<String> {
+        None
+    }
+
+    /// The unclaimed members of this user's pool on this engine (none claimable by anyone
+    /// else, none that ran anything).
+    fn pool_members(&self) -> Result<Vec<crate::PoolMember>, Self::Error> {
+        Ok(Vec::new())
+    }
+
+    /// Starts one member for `config`, labelled with `key`. A member is a session the engine
+    /// refuses to open until it is claimed.
+    fn pool_create(&self, _config: &SessionConfig, _key: &str) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// Claims `member` atomically: `Some` (the session, now like any started one) for exactly
+    /// one caller; `None` when another caller claimed it first or it is unfit (gone, used, a
+    /// mount source replaced; such a member is removed).
+    fn pool_claim(&self, _member: &crate::PoolMember) -> Result<Option<SessionInfo>, Self::Error> {
+        Ok(None)
+    }
+
+    /// Removes unclaimed member `id` (a claimed one is left alone).
+    fn pool_remove(&self, _id: &str) -> Result<(), Self::Error> {
+        Ok(())
+    }
 }
 
 /// Object-safe view of a [`WarmSession`], driven by its engine's [`Executor`].
@@ -322,6 +354,24 @@ pub trait DynSessionEngine {
 
     /// See [`SessionEngine::stop_session`].
     fn stop_session_dyn(&self, id: &str) -> Result<(), EngineError>;
+
+    /// See [`SessionEngine::pool_identity`].
+    fn pool_identity_dyn(&self) -> Option<String>;
+
+    /// See [`SessionEngine::pool_members`].
+    fn pool_members_dyn(&self) -> Result<Vec<crate::PoolMember>, EngineError>;
+
+    /// See [`SessionEngine::pool_create`].
+    fn pool_create_dyn(&self, config: &SessionConfig, key: &str) -> Result<(), EngineError>;
+
+    /// See [`SessionEngine::pool_claim`].
+    fn pool_claim_dyn(
+        &self,
+        member: &crate::PoolMember,
+    ) -> Result<Option<SessionInfo>, EngineError>;
+
+    /// See [`SessionEngine::pool_remove`].
+    fn pool_remove_dyn(&self, id: &str) -> Result<(), EngineError>;
 }
 
 impl<E: SessionEngine> DynSessionEngine for E {
@@ -348,6 +398,29 @@ impl<E: SessionEngine> DynSessionEngine for E {
 
     fn stop_session_dyn(&self, id: &str) -> Result<(), EngineError> {
         self.stop_session(id).map_err(EngineError::new)
+    }
+
+    fn pool_identity_dyn(&self) -> Option<String> {
+        self.pool_identity()
+    }
+
+    fn pool_members_dyn(&self) -> Result<Vec<crate::PoolMember>, EngineError> {
+        self.pool_members().map_err(EngineError::new)
+    }
+
+    fn pool_create_dyn(&self, config: &SessionConfig, key: &str) -> Result<(), EngineError> {
+        self.pool_create(config, key).map_err(EngineError::new)
+    }
+
+    fn pool_claim_dyn(
+        &self,
+        member: &crate::PoolMember,
+    ) -> Result<Option<SessionInfo>, EngineError> {
+        self.pool_claim(member).map_err(EngineError::new)
+    }
+
+    fn pool_remove_dyn(&self, id: &str) -> Result<(), EngineError> {
+        self.pool_remove(id).map_err(EngineError::new)
     }
 }
 

@@ -43,7 +43,7 @@ pub struct RunSpec {
 pub const DEFAULT_TMPFS_SIZE: u64 = 1 << 30;
 
 /// A host path made visible inside the sandbox at the same path.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Mount {
     /// Host path; absolute after resolution (relative paths are taken from the workspace).
     pub path: PathBuf,
@@ -52,7 +52,7 @@ pub struct Mount {
 }
 
 /// Access the sandbox gets to a [`Mount`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum MountMode {
     /// Readable, not writable (`:ro`).
     ReadOnly,
@@ -61,7 +61,9 @@ pub enum MountMode {
 }
 
 /// Network access of the sandbox. Defaults to on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
 pub enum Net {
     /// The sandbox can reach the network.
     #[default]
@@ -71,7 +73,7 @@ pub enum Net {
 }
 
 /// A port inside the sandbox made reachable from the host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Publish {
     /// Port inside the sandbox.
     pub port: u16,
@@ -82,7 +84,7 @@ pub struct Publish {
 }
 
 /// One explicit environment variable for the sandbox.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct EnvVar {
     /// The variable name.
     pub name: String,

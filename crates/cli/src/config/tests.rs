@@ -18,16 +18,17 @@ fn value(settings: &K8sSettings, key: &str) -> Option<(String, usize, usize)> {
 #[test]
 fn every_key_of_engine_k8s_parses_with_its_place() {
     let text = "# my cluster\n[engine.k8s]\nnamespace = \"team-a\"\nimage = \"registry.example/psbx:1\"\npreview-domain = \"preview.example.com\"\ningress-class = \"nginx\"\nruntime-class = \"gvisor\"\ncontext = \"kind-psbx\"\n";
-    let k8s = parse(text).expect("valid").expect("[engine.k8s]");
+    let k8s = parse(text).expect("valid").k8s.expect("[engine.k8s]");
     assert_eq!(value(&k8s, "namespace"), Some(("team-a".into(), 3, 13)));
     assert_eq!(value(&k8s, "preview_domain").map(|v| v.0), Some("preview.example.com".into()));
     assert_eq!(value(&k8s, "runtime-class").map(|v| v.0), Some("gvisor".into()));
     assert_eq!(value(&k8s, "context"), Some(("kind-psbx".into(), 8, 11)));
-    assert_eq!(parse("").expect("empty"), None, "no table: no cluster");
-    assert_eq!(parse("[engine.k8s]\n").expect("empty table"), Some(K8sSettings::default()));
+    assert_eq!(parse("").expect("empty").k8s, None, "no table: no cluster");
+    assert_eq!(parse("[engine.k8s]\n").expect("empty table").k8s, Some(K8sSettings::default()));
     assert_eq!(
         parse("engine = { k8s = { namespace = \"x\" } }\n")
             .expect("inline")
+            .k8s
             .and_then(|k| k.namespace)
             .map(|s| s.value),
         Some("x".into())
@@ -40,13 +41,21 @@ fn bad_files_are_errors_at_their_line_and_column_with_a_hint() {
     config.toml:2:1: unknown key `namspace` in `[engine.k8s]`
     hint: did you mean `namespace`?
     ");
-    insta::assert_snapshot!(error("[engine.k8s]\npool = 3\n"), @r"
-    config.toml:2:1: unknown key `pool` in `[engine.k8s]`
-    hint: the keys of `[engine.k8s]` are `namespace`, `image`, `preview-domain`, `ingress-class`, `runtime-class`, `preview`, `context`, `sync-limit`
+    insta::assert_snapshot!(error("[engine.k8s]\npool = \"3\"\n"), @r"
+    config.toml:2:8: `pool` must be a whole number from 0 to 16
+    hint: write e.g. `pool = 2`: how many ready sandboxes `session start` may claim
+    ");
+    insta::assert_snapshot!(error("[engine.docker]\npool = 99\n"), @r"
+    config.toml:2:8: `pool` must be a whole number from 0 to 16
+    hint: write e.g. `pool = 2`: how many ready sandboxes `session start` may claim
+    ");
+    insta::assert_snapshot!(error("[engine.podman]\npol = 2\n"), @r"
+    config.toml:2:1: unknown key `pol` in `[engine.podman]`
+    hint: did you mean `pool`?
     ");
     insta::assert_snapshot!(error("[engine.kubernetes]\n"), @r"
     config.toml:1:9: unknown key `kubernetes` in `[engine]`
-    hint: the keys of `[engine]` are `k8s`
+    hint: the keys of `[engine]` are `k8s`, `docker`, `podman`
     ");
     insta::assert_snapshot!(error("[engines.k8s]\n"), @r"
     config.toml:1:2: unknown key `engines` in `the config file`
@@ -86,4 +95,19 @@ fn the_path_follows_xdg_config_home_then_home() {
         "a relative XDG_CONFIG_HOME is ignored"
     );
     assert_eq!(at(path_from(&env(&[]))), None);
+}
+
+#[test]
+fn pool_sizes_of_every_engine_table() {
+    let text = "[engine.docker]\npool = 2\n[engine.podman]\npool = 0\n[engine.k8s]\npool = 3\nnamespace = \"x\"\n";
+    let parsed = parse(text).expect("valid");
+    assert_eq!(
+        parsed.pools,
+        [("docker".to_owned(), 2), ("podman".to_owned(), 0), ("k8s".to_owned(), 3)]
+    );
+    let k8s = parsed.k8s.expect("[engine.k8s]");
+    assert_eq!(value(&k8s, "namespace").map(|v| v.0), Some("x".into()));
+    assert_eq!(parse("[engine.docker]\npool = 1\n").expect("valid").k8s, None, "no cluster");
+    let user = super::UserConfig { pools: parsed.pools, ..super::UserConfig::default() };
+    assert_eq!((user.pool("docker"), user.pool("k8s"), user.pool("bwrap")), (2, 3, 0));
 }

@@ -308,3 +308,74 @@ fn open_list_and_stop_touch_only_this_users_running_session_pods() {
     assert_eq!(sent[5].1["preconditions"]["uid"], "uid-a", "the delete names the pod it read");
     insta::assert_snapshot!(lines(&seen, "\u{0}"));
 }
+
+/// A listed pool member of `key`, at `revision`, in `state` (`ready` or `claimed`).
+fn member(id: &str, key: &str, revision: &str, state: &str) -> Value {
+    let mut pod = listed(id, &super::super::api_tests::key(), "Running");
+    pod["metadata"]["resourceVersion"] = json!(revision);
+    pod["metadata"]["labels"][POOL_LABEL] = json!(key);
+    pod["metadata"]["labels"][POOL_STATE_LABEL] = json!(state);
+    pod
+}
+
+fn conflict(name: &str) -> Value {
+    json!({"kind": "Status", "status": "Failure", "code": 409, "reason": "Conflict",
+        "message": format!("Operation cannot be fulfilled on pods \"{name}\": the object has been modified; please apply your changes to the latest version and try again")})
+}
+
+#[test]
+fn a_claim_relabels_at_the_listed_revision_and_a_conflict_moves_to_the_next_member() {
+    let config = session(&[8000], &[]);
+    let identity = {
+        let (engine, _) = engine(Vec::new());
+        engine.pool_identity().expect("k8s has a pool")
+    };
+    let key = sandbox_core::pool::pool_key(&config, &identity);
+    let list = json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [
+        member("a", &key, "5", POOL_READY),
+        member("b", &key, "6", POOL_READY),
+        member("c", "another-policy", "7", POOL_READY),
+        member("d", &key, "8", POOL_CLAIMED),
+    ]});
+    let replies = vec![
+        Reply::Json(200, list),
+        // Another caller relabelled `a` between our list and our patch.
+        Reply::Json(409, conflict("psbx-a")),
+        Reply::Json(200, member("b", &key, "9", POOL_CLAIMED)),
+    ];
+    let (engine, seen) = engine(replies);
+    let claimed = sandbox_core::pool::claim(&engine, &config).expect("claim").expect("a member");
+    assert_eq!(claimed.id, "b");
+    let sent = requests(&seen);
+    assert_eq!(sent.len(), 3, "one list, two conditional patches: {sent:?}");
+    assert!(sent[0].0.contains("labelSelector="), "{}", sent[0].0);
+    for (request, (pod, revision)) in sent[1..].iter().zip([("psbx-a", "5"), ("psbx-b", "6")]) {
+        assert!(request.0.starts_with("PATCH ") && request.0.contains(pod), "{}", request.0);
+        assert_eq!(request.1["metadata"]["resourceVersion"], revision, "the precondition");
+        assert_eq!(request.1["metadata"]["labels"][POOL_STATE_LABEL], POOL_CLAIMED);
+    }
+}
+
+#[test]
+fn an_unclaimed_member_is_not_a_session_and_a_used_one_is_not_a_member() {
+    let mut used = member("u", "k", "3", POOL_READY);
+    used["metadata"]["annotations"][SCRIPTS_ANNOTATION] = json!("1");
+    let list = json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [
+        member("a", "k", "5", POOL_READY), member("b", "k", "6", POOL_CLAIMED), used,
+        listed("forged", &MarkKey::from_bytes([9; 32]), "Running"),
+    ]});
+    let replies = vec![
+        Reply::Json(200, list.clone()),
+        Reply::Json(200, list),
+        Reply::Json(200, member("a", "k", "5", POOL_READY)),
+    ];
+    let (engine, _) = engine(replies);
+    let shown: Vec<String> =
+        engine.list_sessions().expect("list").into_iter().map(|s| s.id).collect();
+    assert_eq!(shown, ["b"], "unclaimed members are hidden, a claimed one is a session");
+    let members: Vec<String> =
+        engine.pool_members().expect("members").into_iter().map(|m| m.id).collect();
+    assert_eq!(members, ["a"], "never a used pod, a claimed one or another user's");
+    let refused = engine.open_session("a").expect_err("unclaimed");
+    assert_eq!(refused.class(), ErrorClass::NotFound, "nothing runs in a member before its claim");
+}

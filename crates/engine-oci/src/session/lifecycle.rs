@@ -21,7 +21,7 @@ use super::record::{Record, prune_records, read_record, record_path, secret_valu
 use sandbox_core::{Executor, SessionEngine};
 
 use super::{
-    POLICY_LABEL, Session, SessionConfig, SessionInfo, SessionPolicy, WORKSPACE_LABEL,
+    POLICY_LABEL, POOL_LABEL, Session, SessionConfig, SessionInfo, SessionPolicy, WORKSPACE_LABEL,
     container_name,
 };
 
@@ -45,6 +45,150 @@ impl SessionEngine for OciEngine {
         config: &SessionConfig,
         _status: &mut dyn FnMut(&str),
     ) -> Result<SessionInfo> {
+        let (record, warning) = self.launch(config, None)?;
+        let id = record.id.clone();
+        // Best effort: without the record, session commands go through the API.
+        let _ = write_record(&self.config().runtime_dir, &record);
+        let sessions = self.list_sessions()?;
+        let mut info = sessions.into_iter().find(|s| s.id == id).ok_or(Error::NoSession { id })?;
+        info.warnings.extend(warning);
+        Ok(info)
+    }
+
+    /// The running session `id`.
+    fn open_session(&self, id: &str) -> Result<Session> {
+        let name = container_name(id);
+        let engine = self.config().flavor.as_str();
+        let inspect =
+            self.block_on(self.docker().inspect_container(&name, None::<InspectContainerOptions>));
+        let inspect = match inspect {
+            Ok(i) => i,
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
+                return Err(Error::NoSession { id: id.to_owned() });
+            }
+            Err(e) => return Err(api(engine, &format!("inspecting {name}"))(e)),
+        };
+        let labels = inspect.config.as_ref().and_then(|c| c.labels.clone()).unwrap_or_default();
+        let is_session = labels.get(reaper::labels::KIND).map(String::as_str) == Some("session")
+            && labels.get(reaper::MANAGED_BY).map(String::as_str) == Some(reaper::MANAGED_BY_VALUE);
+        let running = inspect.state.as_ref().and_then(|s| s.running) == Some(true);
+        // An unclaimed pool member is nobody's session yet: nothing may run in it before a
+        // claim hands it out (`super::pool`).
+        if !is_session
+            || !running
+            || pooled(&self.config().runtime_dir, &labels.clone().into_iter().collect())
+        {
+            return Err(Error::NoSession { id: id.to_owned() });
+        }
+        let pid = inspect.state.as_ref().and_then(|s| s.pid).and_then(|p| u32::try_from(p).ok());
+        let id = labels.get(reaper::labels::ID).cloned().unwrap_or_else(|| id.to_owned());
+        let env: Vec<(String, String)> = inspect
+            .config
+            .as_ref()
+            .and_then(|c| c.env.as_ref())
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+            .collect();
+        let record = record_path(&self.config().runtime_dir, &id);
+        let scripts = record.as_deref().and_then(read_record).map_or(0, |r| r.scripts);
+        Ok(Session {
+            docker: Some(self.docker().clone()),
+            engine,
+            record,
+            grants: Some(reaper::acl::state_dir(&self.config().cache_dir)),
+            secrets: secret_values(&env),
+            scripts,
+            id,
+            container: name,
+            workspace: labels.get(WORKSPACE_LABEL).cloned().unwrap_or_else(|| "/tmp".to_owned()),
+            agent: pid.filter(|p| *p > 0).and_then(AgentAddr::of_pid),
+            policy: labels.get(POLICY_LABEL).and_then(|p| serde_json::from_str(p).ok()),
+            stopped: AtomicBool::new(false),
+            #[cfg(test)]
+            test_socket: None,
+        })
+    }
+
+    /// Every session container of this engine (running or on its way out).
+    fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
+        let engine = self.config().flavor.as_str();
+        let filters =
+            [reaper::MANAGED_FILTER.to_owned(), format!("{}=session", reaper::labels::KIND)];
+        let items =
+            self.block_on(crate::client::list_containers_raw(self.connection(), &filters))?;
+        let runtime_dir = &self.config().runtime_dir;
+        let mut out: Vec<SessionInfo> = items
+            .iter()
+            .filter(|item| !pooled(runtime_dir, &item_labels(item)))
+            .filter_map(|item| session_info(item, engine))
+            .collect();
+        out.sort_by_key(|s| s.created);
+        prune_records(&self.config().runtime_dir);
+        Ok(out)
+    }
+
+    /// Stops and removes session `id`.
+    fn stop_session(&self, id: &str) -> Result<()> {
+        let session = self.open_session(id)?;
+        let stopped = self.block_on(session.stop());
+        if stopped.is_ok() && rustix::process::geteuid().is_root() {
+            crate::idmap::release(&self.config().cache_dir, &container_name(id));
+        }
+        stopped
+    }
+
+    fn pool_identity(&self) -> Option<String> {
+        super::pool::identity(self)
+    }
+
+    fn pool_members(&self) -> Result<Vec<sandbox_core::PoolMember>> {
+        super::pool::members(self)
+    }
+
+    fn pool_create(&self, config: &SessionConfig, key: &str) -> Result<()> {
+        super::pool::create(self, config, key)
+    }
+
+    fn pool_claim(&self, member: &sandbox_core::PoolMember) -> Result<Option<SessionInfo>> {
+        super::pool::claim(self, member)
+    }
+
+    fn pool_remove(&self, id: &str) -> Result<()> {
+        super::pool::remove(self, id)
+    }
+}
+
+/// Pure: the labels of a `/containers/json` item.
+pub(super) fn item_labels(item: &serde_json::Value) -> BTreeMap<String, String> {
+    item.get("Labels")
+        .and_then(serde_json::Value::as_object)
+        .map(|labels| {
+            labels.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether a container with `labels` is an unclaimed pool member: created for the pool, and
+/// no claim has written its session record.
+pub(super) fn pooled(runtime_dir: &std::path::Path, labels: &BTreeMap<String, String>) -> bool {
+    labels.contains_key(POOL_LABEL)
+        && labels
+            .get(reaper::labels::ID)
+            .and_then(|id| record_path(runtime_dir, id))
+            .is_none_or(|record| !record.exists())
+}
+
+impl OciEngine {
+    /// Creates and starts a session container for `config` (a pool member labelled with its
+    /// key when `pool` is given) and returns once it runs: the record its commands need (not
+    /// written yet) and a warning about what the engine could not give it.
+    pub(super) fn launch(
+        &self,
+        config: &SessionConfig,
+        pool: Option<&str>,
+    ) -> Result<(Record, Option<String>)> {
         let private = &self.config().runtime_dir;
         let home = self.config().home.as_deref();
         if let Some(first) = config.publish.first()
@@ -89,6 +233,9 @@ impl SessionEngine for OciEngine {
         let mut labels = reaper::labels_for_session(&id, &owner, now_secs(), ttl_secs)?;
         self.mark().sign(&container_name(&id), &mut labels);
         labels.insert(WORKSPACE_LABEL.to_owned(), workspace.display().to_string());
+        if let Some(key) = pool {
+            labels.insert(super::POOL_LABEL.to_owned(), key.to_owned());
+        }
         let policy = SessionPolicy {
             net: config.net == Net::On,
             mounts: mounts.iter().map(|m| (m.path.clone(), m.writable)).collect(),
@@ -167,7 +314,7 @@ impl SessionEngine for OciEngine {
             agent::wait_listening(&addr, Duration::from_secs(5)).await.then_some(addr)
         });
         let record = Record {
-            id: id.clone(),
+            id,
             container: name,
             engine: engine.to_owned(),
             workspace: workspace_text,
@@ -176,87 +323,7 @@ impl SessionEngine for OciEngine {
             secrets: secret_values(&user_env_kept),
             scripts: 0,
         };
-        // Best effort: without the record, session commands go through the API.
-        let _ = write_record(&self.config().runtime_dir, &record);
-        let sessions = self.list_sessions()?;
-        let mut info = sessions.into_iter().find(|s| s.id == id).ok_or(Error::NoSession { id })?;
-        info.warnings.extend(warning);
-        Ok(info)
-    }
-
-    /// The running session `id`.
-    fn open_session(&self, id: &str) -> Result<Session> {
-        let name = container_name(id);
-        let engine = self.config().flavor.as_str();
-        let inspect =
-            self.block_on(self.docker().inspect_container(&name, None::<InspectContainerOptions>));
-        let inspect = match inspect {
-            Ok(i) => i,
-            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
-                return Err(Error::NoSession { id: id.to_owned() });
-            }
-            Err(e) => return Err(api(engine, &format!("inspecting {name}"))(e)),
-        };
-        let labels = inspect.config.as_ref().and_then(|c| c.labels.clone()).unwrap_or_default();
-        let is_session = labels.get(reaper::labels::KIND).map(String::as_str) == Some("session")
-            && labels.get(reaper::MANAGED_BY).map(String::as_str) == Some(reaper::MANAGED_BY_VALUE);
-        let running = inspect.state.as_ref().and_then(|s| s.running) == Some(true);
-        if !is_session || !running {
-            return Err(Error::NoSession { id: id.to_owned() });
-        }
-        let pid = inspect.state.as_ref().and_then(|s| s.pid).and_then(|p| u32::try_from(p).ok());
-        let id = labels.get(reaper::labels::ID).cloned().unwrap_or_else(|| id.to_owned());
-        let env: Vec<(String, String)> = inspect
-            .config
-            .as_ref()
-            .and_then(|c| c.env.as_ref())
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
-            .collect();
-        let record = record_path(&self.config().runtime_dir, &id);
-        let scripts = record.as_deref().and_then(read_record).map_or(0, |r| r.scripts);
-        Ok(Session {
-            docker: Some(self.docker().clone()),
-            engine,
-            record,
-            grants: Some(reaper::acl::state_dir(&self.config().cache_dir)),
-            secrets: secret_values(&env),
-            scripts,
-            id,
-            container: name,
-            workspace: labels.get(WORKSPACE_LABEL).cloned().unwrap_or_else(|| "/tmp".to_owned()),
-            agent: pid.filter(|p| *p > 0).and_then(AgentAddr::of_pid),
-            policy: labels.get(POLICY_LABEL).and_then(|p| serde_json::from_str(p).ok()),
-            stopped: AtomicBool::new(false),
-            #[cfg(test)]
-            test_socket: None,
-        })
-    }
-
-    /// Every session container of this engine (running or on its way out).
-    fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
-        let engine = self.config().flavor.as_str();
-        let filters =
-            [reaper::MANAGED_FILTER.to_owned(), format!("{}=session", reaper::labels::KIND)];
-        let items =
-            self.block_on(crate::client::list_containers_raw(self.connection(), &filters))?;
-        let mut out: Vec<SessionInfo> =
-            items.iter().filter_map(|item| session_info(item, engine)).collect();
-        out.sort_by_key(|s| s.created);
-        prune_records(&self.config().runtime_dir);
-        Ok(out)
-    }
-
-    /// Stops and removes session `id`.
-    fn stop_session(&self, id: &str) -> Result<()> {
-        let session = self.open_session(id)?;
-        let stopped = self.block_on(session.stop());
-        if stopped.is_ok() && rustix::process::geteuid().is_root() {
-            crate::idmap::release(&self.config().cache_dir, &container_name(id));
-        }
-        stopped
+        Ok((record, warning))
     }
 }
 
@@ -268,12 +335,7 @@ pub(super) async fn init_pid(docker: &Docker, name: &str) -> Option<u32> {
 
 /// Pure: a `/containers/json` item as a [`SessionInfo`]; `None` if it is not one of ours.
 pub(crate) fn session_info(item: &serde_json::Value, engine: &str) -> Option<SessionInfo> {
-    let labels: BTreeMap<String, String> = item
-        .get("Labels")?
-        .as_object()?
-        .iter()
-        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-        .collect();
+    let labels = item_labels(item);
     let parsed = reaper::SandboxLabels::from_labels(&labels).ok()??;
     let container =
         item.get("Names")?.as_array()?.first()?.as_str()?.trim_start_matches('/').to_owned();

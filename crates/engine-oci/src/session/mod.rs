@@ -14,11 +14,13 @@
 //! runs again. Services started with [`Sandbox::start_service`] and traffic to them do not count.
 //!
 //! By concern: `lifecycle` (start, open by id, list, stop: the engine's session half),
-//! `record` (the host-private record of the warm path), `exec` (one command through the agent
-//! or the API, interactive or not); this module holds the handle and its protocol impls.
+//! `pool` (the warm pool's primitives: members, create, the atomic claim), `record` (the
+//! host-private record of the warm path), `exec` (one command through the agent or the API,
+//! interactive or not); this module holds the handle and its protocol impls.
 
 mod exec;
 pub(crate) mod lifecycle;
+mod pool;
 pub(crate) mod record;
 
 use record::{Record, read_record, record_path, write_record};
@@ -40,6 +42,10 @@ use crate::error::{Error, Result};
 const WORKSPACE_LABEL: &str = "io.python-sandbox.oci.workspace";
 /// Our label holding the session's [`SessionPolicy`] as JSON.
 const POLICY_LABEL: &str = "io.python-sandbox.oci.policy";
+/// Our label on a warm pool member: its [`sandbox_core::pool::pool_key`]. Labels are fixed at
+/// create, so a claimed member keeps it; what tells the two apart is the session record a
+/// claim writes (see `pool`).
+const POOL_LABEL: &str = "io.python-sandbox.oci.pool";
 pub use sandbox_core::{SessionConfig, SessionInfo, SessionPolicy};
 
 /// Pure: the container name of a session id (an id may also be given as the full name).

@@ -9,6 +9,7 @@ mod forged;
 mod hostile;
 #[path = "../../../sandbox-core/tests/shared/interactive.rs"]
 mod interactive;
+mod pool;
 mod prune;
 mod publish;
 mod race;

@@ -1,0 +1,155 @@
+//! The warm pool on real engines: concurrent claims each get a distinct member (or none, and
+//! start fresh), a member is never opened before its claim, one that was used or whose
+//! workspace was replaced is never handed out, and a different policy misses the pool.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use engine_oci::{OciEngine, SessionConfig};
+use sandbox_core::{DynSessionEngine, ExecRequest, Net, SessionEngine as _, pool};
+
+use crate::support::{engines, name};
+
+fn config(ws: &std::path::Path) -> SessionConfig {
+    SessionConfig {
+        workspace: ws.to_owned(),
+        mounts: Vec::new(),
+        net: Net::Off,
+        publish: Vec::new(),
+        env: vec![sandbox_core::EnvVar { name: "POOLED".into(), value: Some("1".into()) }],
+        ttl: Duration::from_secs(300),
+        tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
+        limits: sandbox_core::Limits::NONE,
+    }
+}
+
+fn members_of(engine: &OciEngine, config: &SessionConfig) -> Vec<String> {
+    let identity = engine.pool_identity_dyn().expect("docker and podman have a pool");
+    let key = pool::pool_key(config, &identity);
+    let members = engine.pool_members().expect("members");
+    pool::candidates(&members, &key).iter().map(|m| m.id.clone()).collect()
+}
+
+fn drain(engine: &OciEngine, ids: &[String]) {
+    for id in ids {
+        let _ = engine.pool_remove(id);
+        let _ = engine.stop_session(id);
+    }
+}
+
+#[test]
+fn concurrent_claims_get_distinct_members() {
+    for engine in engines() {
+        let (_dir, ws) = crate::support::workspace("");
+        let config = config(&ws);
+        assert_eq!(pool::refill(&engine, &config, 3).expect("refill"), 3, "{}", name(&engine));
+        let members = members_of(&engine, &config);
+        assert_eq!(members.len(), 3);
+        assert!(
+            engine.list_sessions().expect("list").iter().all(|s| !members.contains(&s.id)),
+            "unclaimed members are not sessions"
+        );
+        for id in &members {
+            assert!(engine.open_session(id).is_err(), "a member is never opened before its claim");
+        }
+        let flavor = engine.config().flavor;
+        // Eight callers, each with its own connection, as eight CLIs would be.
+        let claimed: Vec<Option<String>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| {
+                    let config = &config;
+                    s.spawn(move || {
+                        let engine =
+                            crate::support::engine(flavor).expect("engine answered before");
+                        pool::claim(&engine, config).expect("claim").map(|info| info.id)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("thread")).collect()
+        });
+        let won: Vec<&String> = claimed.iter().flatten().collect();
+        let distinct: BTreeSet<&String> = won.iter().copied().collect();
+        assert_eq!(won.len(), 3, "{}: three members, three winners: {claimed:?}", name(&engine));
+        assert_eq!(distinct.len(), 3, "{}: a member handed out twice: {claimed:?}", name(&engine));
+        assert!(members_of(&engine, &config).is_empty());
+        for id in &won {
+            let session = engine.open_session(id).expect("a claimed member is a session");
+            let mut out = sandbox_core::Captured::default();
+            let request = ExecRequest {
+                argv: vec!["sh".into(), "-c".into(), "echo $POOLED".into()],
+                ..Default::default()
+            };
+            let outcome =
+                engine.block_on(sandbox_core::Sandbox::exec(&session, &request, &mut out));
+            assert_eq!(outcome.expect("exec").exit_code, 0);
+            assert_eq!(out.stdout_lossy(), "1\n", "{}: the asked environment", name(&engine));
+        }
+        let won: Vec<String> = won.into_iter().cloned().collect();
+        drain(&engine, &won);
+        assert!(members_of(&engine, &config).is_empty(), "a stopped session is never pooled");
+    }
+}
+
+#[test]
+fn a_used_or_changed_member_is_never_handed_out() {
+    for engine in engines() {
+        let (_dir, ws) = crate::support::workspace("");
+        let config = config(&ws);
+        pool::refill(&engine, &config, 1).expect("refill");
+        let [used] = members_of(&engine, &config).try_into().expect("one member");
+        // Something ran in it: a connection to its agent from inside (what every request is).
+        let poke = "import socket; s = socket.socket(socket.AF_UNIX); s.connect('/tmp/.python-sandbox-agent.sock'); s.close()";
+        let out = std::process::Command::new(name(&engine))
+            .args(["exec", &format!("python-sandbox-session-{used}"), "python3", "-c", poke])
+            .output()
+            .expect("exec");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(pool::claim(&engine, &config).expect("claim"), None, "{}: used", name(&engine));
+        assert!(engine.open_session(&used).is_err(), "the used member was removed");
+
+        pool::refill(&engine, &config, 1).expect("refill");
+        let members = members_of(&engine, &config);
+        // The workspace replaced by another directory at the same path since the create.
+        let moved = ws.with_extension("old");
+        std::fs::rename(&ws, &moved).expect("move");
+        std::fs::create_dir(&ws).expect("recreate");
+        assert_eq!(
+            pool::claim(&engine, &config).expect("claim"),
+            None,
+            "{}: swapped",
+            name(&engine)
+        );
+        assert!(members_of(&engine, &config).is_empty());
+        drain(&engine, &members);
+        let _ = std::fs::remove_dir_all(&moved);
+    }
+}
+
+#[test]
+fn another_policy_misses_the_pool() {
+    for engine in engines() {
+        let (_dir, ws) = crate::support::workspace("");
+        let config = config(&ws);
+        pool::refill(&engine, &config, 1).expect("refill");
+        let (_other_dir, other_ws) = crate::support::workspace("");
+        let misses = [
+            SessionConfig { net: Net::On, ..config.clone() },
+            SessionConfig { workspace: other_ws, ..config.clone() },
+            SessionConfig { env: Vec::new(), ..config.clone() },
+            SessionConfig { ttl: Duration::from_secs(60), ..config.clone() },
+        ];
+        for miss in &misses {
+            assert_eq!(
+                pool::claim(&engine, miss).expect("claim"),
+                None,
+                "{}: {miss:?}",
+                name(&engine)
+            );
+        }
+        let members = members_of(&engine, &config);
+        assert_eq!(members.len(), 1, "a miss leaves the member alone");
+        let claimed = pool::claim(&engine, &config).expect("claim").expect("the same policy");
+        drain(&engine, &[claimed.id]);
+    }
+}
