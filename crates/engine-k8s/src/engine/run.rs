@@ -168,7 +168,7 @@ impl K8sEngine {
     }
 
     /// Starts a pod planned for `session` with the environment claim mounted.
-    async fn start_pod(
+    async fn start_run_pod(
         &self,
         session: &SessionConfig,
         claim: &str,
@@ -275,7 +275,7 @@ impl K8sEngine {
             session.env.clear();
             session.mounts.clear();
             session.limits = sandbox_core::Limits::default();
-            let (_, pod) = self.start_pod(&session, &name, false).await?;
+            let (_, pod) = self.start_run_pod(&session, &name, false).await?;
             let sandbox = self.handle(&pod, Vec::new());
             let request = ExecRequest {
                 argv: environment::prepare_argv(&spec.dependencies),
@@ -333,7 +333,7 @@ impl K8sEngine {
         warnings: &mut Vec<String>,
     ) -> Result<RunOutcome> {
         let session = session_of(spec, spec.net);
-        let (plan, pod) = self.start_pod(&session, &prepared.claim, true).await?;
+        let (plan, pod) = self.start_run_pod(&session, &prepared.claim, true).await?;
         let outcome = async {
             self.publish_all(&plan, &pod).await?;
             for (i, port) in plan.ports.iter().enumerate() {
