@@ -492,18 +492,25 @@ fn run_script(a: RunScriptArgs) -> Answer {
             ..Layer::default()
         })
     };
-    let (spec, crossings) = run::plan(&script, cli)?;
+    let (spec, crossings, keys) = run::plan(&script, cli)?;
     if !crossings.is_empty() && !a.approve {
         return Ok(needs_approval(&crossings, "run"));
     }
-    let options =
-        registry::Options { image: None, namespace: None, purpose: registry::Purpose::Start };
+    let options = registry::Options {
+        image: None,
+        namespace: None,
+        script: Some(&keys),
+        purpose: registry::Purpose::Start,
+    };
     let Some(engine) = registry::select(a.engine.as_deref().unwrap_or("auto"), &options)? else {
         return Err(ui::hinted(
             "no isolation engine works here, so nothing was run",
             "call `detect` for the reasons",
         ));
     };
+    // The warnings of keys the engine does not use are dropped here: the tool's answer has
+    // no place for them, and nothing is weakened by an unused image.
+    registry::script_keys(engine.name(), &keys)?;
     let before = files::snapshot(&spec.workspace);
     let mut urls = Vec::new();
     let (outcome, capped) = run::run_captured(&*engine, &spec, Capped::default(), &mut urls)?;
@@ -540,8 +547,12 @@ fn session_start(a: SessionStartArgs) -> Answer {
     if !crossings.is_empty() && !a.approve {
         return Ok(needs_approval(&crossings, "session"));
     }
-    let options =
-        registry::Options { image: None, namespace: None, purpose: registry::Purpose::Start };
+    let options = registry::Options {
+        image: None,
+        namespace: None,
+        script: None,
+        purpose: registry::Purpose::Start,
+    };
     let info =
         session::start_resolved(resolved.spec, workspace, ttl, a.engine.as_deref(), &options)?;
     Ok(json!({
@@ -558,6 +569,7 @@ fn session_run(a: SessionRunArgs) -> Answer {
     let script = Source::of(a.path, a.code)?.load()?;
     let parsed = meta::parse_for_run(&script)?;
     let inline = parsed.metadata.as_ref().map(spec::inline_layer).unwrap_or_default();
+    let key_warnings = spec::EngineKeys::of_script(&parsed, &script).for_session(&a.id)?;
     let cli = Layer {
         script: Some(script.path.clone()),
         env: a.env.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,
@@ -582,7 +594,7 @@ fn session_run(a: SessionRunArgs) -> Answer {
         if outcome.timed_out { crate::exit::TIMEOUT } else { crate::exit::of_script(&outcome) };
     let mut v = outcome_json(&outcome, code, &capped);
     if let Some(list) = v["warnings"].as_array_mut() {
-        list.splice(0..0, warnings.into_iter().map(Value::from));
+        list.splice(0..0, key_warnings.into_iter().chain(warnings).map(Value::from));
     }
     Ok(v)
 }

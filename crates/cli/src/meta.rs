@@ -146,7 +146,7 @@ fn plural(n: usize, noun: &str) -> String {
 }
 
 /// 1-based line and column (in characters, as editors and rustc count) of a byte offset.
-fn line_col(index: &LineIndex, text: &str, offset: usize) -> (usize, usize) {
+pub(crate) fn line_col(index: &LineIndex, text: &str, offset: usize) -> (usize, usize) {
     let p = index.position(offset, PositionEncoding::Utf8);
     let start = index.line_range(p.line as usize).map_or(0, |r| r.start);
     let end = (start + p.character as usize).min(text.len());

@@ -86,6 +86,42 @@ fn documented_command_lines_parse_with_the_real_cli() {
     assert!(checked >= 5, "only {checked} command lines checked");
 }
 
+/// The README's fenced `python-sandbox …` lines, as a shell would split them: a leading `$ `
+/// prompt, a trailing `# comment`, redirections and pipes dropped, `"$id"` a plain word.
+fn readme_command_lines(markdown: &str) -> Vec<String> {
+    let mut in_fence = false;
+    let mut out = Vec::new();
+    for line in markdown.lines() {
+        let t = line.trim();
+        if t.starts_with("```") {
+            in_fence = !in_fence;
+            continue;
+        }
+        let t = t.strip_prefix("$ ").unwrap_or(t);
+        if !in_fence || !t.starts_with("python-sandbox ") {
+            continue;
+        }
+        let end = [" #", " < ", " | "].iter().filter_map(|m| t.find(m)).min().unwrap_or(t.len());
+        out.push(t[..end].replace("\"$id\"", "id"));
+    }
+    out
+}
+
+#[test]
+fn the_readmes_command_lines_parse_with_the_real_cli() {
+    let lines = readme_command_lines(&read(&repo_root().join("README.md")));
+    for line in &lines {
+        if let Err(e) = Cli::try_parse_from(argv(line)) {
+            panic!("README.md: `{line}` does not parse:\n{e}");
+        }
+    }
+    assert!(lines.iter().any(|l| l.contains("--engine k8s")), "no k8s line checked: {lines:?}");
+    assert!(lines.len() >= 10, "only {} command lines checked", lines.len());
+    let wrong =
+        readme_command_lines("```\npython-sandbox session exec --engine kube id -- ls\n```\n");
+    assert!(Cli::try_parse_from(argv(&wrong[0])).is_err(), "a wrong line is caught");
+}
+
 #[test]
 fn no_fenced_command_calls_a_bare_python_sandbox() {
     // A bare name is "command not found" for everyone who installed only the plugin.

@@ -39,6 +39,7 @@ pub(crate) fn run(cmd: PoolCmd) -> Result<ExitCode> {
             let options = registry::Options {
                 image: image.as_deref(),
                 namespace: namespace.as_deref(),
+                script: None,
                 purpose: registry::Purpose::Start,
             };
             let engine = open(&engine, &options)?;

@@ -36,18 +36,20 @@ pub(crate) struct Options<'a> {
     pub(crate) image: Option<&'a str>,
     /// `--namespace` (clusters).
     pub(crate) namespace: Option<&'a str>,
+    /// The script's engine keys (`run`): below the flags, above the user config.
+    pub(crate) script: Option<&'a crate::spec::EngineKeys>,
     pub(crate) purpose: Purpose,
 }
 
 impl<'a> Options<'a> {
     /// For commands on existing sessions.
     pub(crate) fn attach(namespace: Option<&'a str>) -> Options<'a> {
-        Options { image: None, namespace, purpose: Purpose::Attach }
+        Options { image: None, namespace, script: None, purpose: Purpose::Attach }
     }
 
     /// For `reap`.
     pub(crate) fn maintain(namespace: Option<&'a str>) -> Options<'a> {
-        Options { image: None, namespace, purpose: Purpose::Maintain }
+        Options { image: None, namespace, script: None, purpose: Purpose::Maintain }
     }
 }
 
@@ -266,7 +268,8 @@ fn oci(flavor: engine_oci::Flavor, options: &Options<'_>) -> Result<Box<engine_o
     let mut stamp = None;
     match options.purpose {
         Purpose::Start => {
-            if let Some(image) = options.image {
+            let inline = options.script.and_then(|s| s.image.as_ref()).map(|i| i.value.as_str());
+            if let Some(image) = options.image.or(inline) {
                 config.image = image.to_owned();
             }
         }
@@ -354,6 +357,13 @@ fn k8s_config(
             )
         })?;
     }
+    let inline = options.script.cloned().unwrap_or_default();
+    if let Some(key) = &inline.image {
+        config.image = key.value.clone();
+    }
+    if let Some(key) = &inline.runtime_class {
+        config.runtime_class = Some(key.value.clone());
+    }
     let flags = [("namespace", options.namespace), ("image", options.image)];
     for (field, flag) in flags {
         if let Some(v) = flag {
@@ -368,8 +378,12 @@ fn k8s_config(
         Err(engine_k8s::Error::Config { field, message, hint }) => {
             let key = field.replace('_', "-");
             let from_flag = flags.iter().any(|(f, v)| *f == field && v.is_some());
+            let from_script = inline.set().into_iter().find(|(name, _)| *name == key);
             let at = match (file.get(&key), path) {
                 _ if from_flag => format!("--{key}"),
+                _ if from_script.is_some() => {
+                    from_script.map(|(_, k)| format!("{}: `{key}`", k.at)).unwrap_or_default()
+                }
                 (Some(setting), Some(path)) => {
                     format!("{}:{}:{}: `{key}`", path.display(), setting.line, setting.col)
                 }
@@ -451,6 +465,50 @@ fn reap_k8s(request: &Reap) -> Result<Vec<Reaped>> {
             error: swept.error,
         })
         .collect())
+}
+
+/// The script keys (`[tool.python-sandbox]`'s `image`, `runtime-class`) each engine honours;
+/// an engine not listed honours none. A table beside [`ENGINES`] rather than a field of it,
+/// so an engine entry stays what it was.
+const SCRIPT_KEYS: &[(&str, &[&str])] =
+    &[("docker", &["image"]), ("podman", &["image"]), ("k8s", &["image", "runtime-class"])];
+
+/// Pure: what becomes of the script's engine keys on `engine`. A key it cannot honour is
+/// refused when dropping it would leave the sandbox weaker than the script asked
+/// (`runtime-class`: a tightening, as a limit is), and a warning when it only changes what
+/// the script finds inside (`image`).
+pub(crate) fn script_keys(engine: &str, keys: &crate::spec::EngineKeys) -> Result<Vec<String>> {
+    let honoured = SCRIPT_KEYS.iter().find(|(e, _)| *e == engine).map_or(&[][..], |(_, k)| *k);
+    let by = |key: &str| {
+        let names: Vec<&str> =
+            SCRIPT_KEYS.iter().filter(|(_, k)| k.contains(&key)).map(|(e, _)| *e).collect();
+        names.join(", ")
+    };
+    let mut warnings = Vec::new();
+    for (key, at) in keys.set() {
+        if honoured.contains(&key) {
+            continue;
+        }
+        if key == "runtime-class" {
+            return Err(ui::hinted(
+                format!(
+                    "{}: the {engine} engine cannot run the script under runtime class `{}`, so nothing was run",
+                    at.at, at.value
+                ),
+                format!(
+                    "choose an engine that can with `--engine` ({}), or remove `runtime-class` from the script",
+                    by(key)
+                ),
+            ));
+        }
+        warnings.push(format!(
+            "{}: the {engine} engine has no image, so the script's `image = \"{}\"` is not used (engines with images: {})",
+            at.at,
+            at.value,
+            by(key)
+        ));
+    }
+    Ok(warnings)
 }
 
 /// `--engine` values of `run`: `auto` and every engine's name (one without runs refuses with
@@ -841,7 +899,7 @@ mod tests {
     #[test]
     fn cluster_settings_are_flags_then_the_file_then_the_defaults() {
         let path = std::path::Path::new("/home/u/.config/python-sandbox/config.toml");
-        let none = Options { image: None, namespace: None, purpose: Purpose::Start };
+        let none = Options { image: None, namespace: None, script: None, purpose: Purpose::Start };
         let (config, context) =
             k8s_config(&crate::config::K8sSettings::default(), Some(path), &none).unwrap();
         assert_eq!(config, engine_k8s::SandboxConfig::default());
@@ -894,6 +952,89 @@ mod tests {
         --namespace: `Team_B` is not a DNS label
         hint: use at most 63 lower-case letters, digits and `-`, starting and ending with a letter or digit
         ");
+    }
+
+    fn inline(value: &str, at: &str) -> Option<crate::spec::InlineKey> {
+        Some(crate::spec::InlineKey { value: value.to_owned(), at: at.to_owned() })
+    }
+
+    /// flags > the script's inline table > the user config > the defaults, and a bad inline
+    /// value names the script's line and column.
+    #[test]
+    fn the_scripts_engine_keys_sit_between_the_flags_and_the_user_config() {
+        let path = std::path::Path::new("/home/u/.config/python-sandbox/config.toml");
+        let file = crate::config::K8sSettings {
+            image: setting("registry.example/psbx:1", 3, 9),
+            runtime_class: setting("kata", 4, 17),
+            ..crate::config::K8sSettings::default()
+        };
+        let keys = crate::spec::EngineKeys {
+            image: inline("registry.example/numpy:2", "s.py:5:11"),
+            runtime_class: inline("gvisor", "s.py:6:19"),
+        };
+        let none = Options { image: None, namespace: None, script: None, purpose: Purpose::Start };
+        let (config, _) = k8s_config(&file, Some(path), &none).unwrap();
+        assert_eq!(
+            (config.image.as_str(), config.runtime_class.as_deref()),
+            ("registry.example/psbx:1", Some("kata"))
+        );
+        let script = Options { script: Some(&keys), ..none };
+        let (config, _) = k8s_config(&file, Some(path), &script).unwrap();
+        assert_eq!(
+            (config.image.as_str(), config.runtime_class.as_deref()),
+            ("registry.example/numpy:2", Some("gvisor"))
+        );
+        let flag = Options { image: Some("mine:3"), ..script };
+        let (config, _) = k8s_config(&file, Some(path), &flag).unwrap();
+        assert_eq!(
+            (config.image.as_str(), config.runtime_class.as_deref()),
+            ("mine:3", Some("gvisor"))
+        );
+        // Without a file the defaults are below the script.
+        let (config, _) =
+            k8s_config(&crate::config::K8sSettings::default(), None, &script).unwrap();
+        assert_eq!(config.image, "registry.example/numpy:2");
+
+        // A value pep723-meta let through that the engine refuses still names the script.
+        let long = crate::spec::EngineKeys {
+            runtime_class: inline(&"a".repeat(254), "s.py:6:19"),
+            ..keys
+        };
+        let err =
+            k8s_config(&file, Some(path), &Options { script: Some(&long), ..none }).unwrap_err();
+        assert!(shown(&err).starts_with("s.py:6:19: `runtime-class`: "), "{}", shown(&err));
+    }
+
+    /// What each engine does with a script key it cannot honour: `runtime-class` refused,
+    /// `image` a warning; the engines that honour one say nothing.
+    #[test]
+    fn a_script_key_an_engine_cannot_honour_is_refused_or_warned_about() {
+        let keys = crate::spec::EngineKeys {
+            image: inline("registry.example/numpy:2", "s.py:5:11"),
+            runtime_class: inline("gvisor", "s.py:6:19"),
+        };
+        assert_eq!(script_keys("k8s", &keys).unwrap(), Vec::<String>::new());
+        let err = script_keys("docker", &keys).unwrap_err();
+        insta::assert_snapshot!(shown(&err), @r#"
+        s.py:6:19: the docker engine cannot run the script under runtime class `gvisor`, so nothing was run
+        hint: choose an engine that can with `--engine` (k8s), or remove `runtime-class` from the script
+        "#);
+        let image_only = crate::spec::EngineKeys { runtime_class: None, ..keys.clone() };
+        assert_eq!(script_keys("podman", &image_only).unwrap(), Vec::<String>::new());
+        insta::assert_snapshot!(script_keys("bwrap", &image_only).unwrap().join("\n"), @r#"
+        s.py:5:11: the bwrap engine has no image, so the script's `image = "registry.example/numpy:2"` is not used (engines with images: docker, podman, k8s)
+        "#);
+        let err = script_keys("bwrap", &keys).unwrap_err();
+        insta::assert_snapshot!(shown(&err), @r#"
+        s.py:6:19: the bwrap engine cannot run the script under runtime class `gvisor`, so nothing was run
+        hint: choose an engine that can with `--engine` (k8s), or remove `runtime-class` from the script
+        "#);
+        assert_eq!(
+            script_keys("bwrap", &crate::spec::EngineKeys::default()).unwrap(),
+            Vec::<String>::new()
+        );
+        // Every engine named in the table exists.
+        assert!(SCRIPT_KEYS.iter().all(|(e, _)| names().contains(e)));
     }
 
     #[test]

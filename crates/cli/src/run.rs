@@ -41,7 +41,7 @@ pub(crate) fn print_json_error(e: &anyhow::Error, engine: Option<&str>) {
 /// The run; `engine` is set once one is chosen, for the JSON of a later error.
 fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result<ExitCode> {
     let script = script::load(&args.script)?;
-    let (spec, crossings) = plan(&script, |path| cli_layer(&args, path))?;
+    let (spec, crossings, keys) = plan(&script, |path| cli_layer(&args, path))?;
     if !crossings.is_empty() && !args.approve {
         return Ok(spec::refuse(&crossings, spec::Subject::Run, args.json));
     }
@@ -49,6 +49,7 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
     let options = registry::Options {
         image: args.container.image.as_deref(),
         namespace: None,
+        script: Some(&keys),
         purpose: registry::Purpose::Start,
     };
     let Some(engine) = registry::select(&args.engine, &options)? else {
@@ -56,6 +57,9 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
     };
     *engine_name = Some(engine.name());
     refuse_unsupported(engine.name(), engine.capability(), &spec)?;
+    for warning in registry::script_keys(engine.name(), &keys)? {
+        ui::warn(&warning);
+    }
     let before = args.json.then(|| files::snapshot(&spec.workspace));
     let mut urls = Vec::new();
     let outcome = match run_on(&*engine, &spec, args.json, &mut urls) {
@@ -101,16 +105,18 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
 /// script's metadata parsed strictly, the layers resolved in the current directory (the
 /// workspace), and the boundary crossings of the result, for the caller to refuse. The
 /// caller's layer (`cli`, given the script's path) is built after the metadata is read, so
-/// the script's diagnostics come before an error in the caller's own settings.
+/// the script's diagnostics come before an error in the caller's own settings. The script's
+/// engine keys come back beside the spec, for opening the engine.
 pub(crate) fn plan(
     script: &script::Script,
     cli: impl FnOnce(&Path) -> Result<Layer>,
-) -> Result<(RunSpec, Vec<Crossing>)> {
+) -> Result<(RunSpec, Vec<Crossing>, spec::EngineKeys)> {
     let parsed = meta::parse_for_run(script)?;
     let inline = parsed.metadata.as_ref().map(spec::inline_layer).unwrap_or_default();
+    let keys = spec::EngineKeys::of_script(&parsed, script);
     let resolved = spec::resolve(&inline, &cli(&script.path)?)?;
     let crossings = resolved.crossings();
-    Ok((resolved.spec, crossings))
+    Ok((resolved.spec, crossings, keys))
 }
 
 /// A run whose output is kept rather than relayed (the MCP server's `run_script`): the

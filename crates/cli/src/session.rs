@@ -105,6 +105,7 @@ fn start_session(args: SessionStartArgs, json: bool) -> Result<ExitCode> {
     let options = registry::Options {
         image: args.container.image.as_deref(),
         namespace: args.namespace.as_deref(),
+        script: None,
         purpose: registry::Purpose::Start,
     };
     let info = start_resolved(spec, workspace, ttl, args.engine.as_deref(), &options)?;
@@ -226,6 +227,9 @@ fn run_script(
     let script = crate::script::load(script)?;
     let parsed = meta::parse_for_run(&script)?;
     let inline = parsed.metadata.as_ref().map(crate::spec::inline_layer).unwrap_or_default();
+    for warning in crate::spec::EngineKeys::of_script(&parsed, &script).for_session(id)? {
+        ui::warn(&warning);
+    }
     let cli = Layer {
         script: Some(script.path.clone()),
         env: flags.env.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,

@@ -3,7 +3,10 @@
 //! line > inline table > defaults) with the workspace and the caller's real home; the
 //! missing-mount rule; `--env NAME` filled from the host with the same warnings; and the
 //! boundary classification of the mounts as written and with links resolved (a `./data` that
-//! points at `~/.ssh` is caught either way), refused with exit 4 unless approved.
+//! points at `~/.ssh` is caught either way), refused with exit 4 unless approved. Also the
+//! script's engine keys ([`EngineKeys`]: `image`, `runtime-class`), which are not part of a
+//! `RunSpec` but of how an engine is opened, and so go to the registry with where they were
+//! written.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -209,6 +212,79 @@ pub(crate) fn inline_layer(meta: &Metadata) -> Layer {
     layer
 }
 
+/// One engine key of the script's table and where it was written (`FILE:LINE:COL`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct InlineKey {
+    pub(crate) value: String,
+    pub(crate) at: String,
+}
+
+/// What the script needs from where it runs, beyond the `RunSpec`: the inline `image` and
+/// `runtime-class`. They sit between the flags and the user config (flags > inline table >
+/// user config > defaults); which engines honour them is the registry's business.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct EngineKeys {
+    pub(crate) image: Option<InlineKey>,
+    pub(crate) runtime_class: Option<InlineKey>,
+}
+
+impl EngineKeys {
+    /// Pure: the keys of `meta`, located in `text` (the script `file`).
+    pub(crate) fn of(meta: &Metadata, file: &Path, text: &str) -> EngineKeys {
+        let Some(sb) = &meta.sandbox else { return EngineKeys::default() };
+        let index = pep723_meta::LineIndex::new(text);
+        let located = |s: &pep723_meta::Spanned<String>| {
+            let (line, col) = crate::meta::line_col(&index, text, s.span.start);
+            InlineKey { value: s.value.clone(), at: format!("{}:{line}:{col}", file.display()) }
+        };
+        EngineKeys {
+            image: sb.image.as_ref().map(located),
+            runtime_class: sb.runtime_class.as_ref().map(located),
+        }
+    }
+
+    /// The keys of a script parsed for a run (none when it has no metadata).
+    pub(crate) fn of_script(
+        parsed: &pep723_meta::Parsed,
+        script: &crate::script::Script,
+    ) -> EngineKeys {
+        let text = String::from_utf8_lossy(&script.bytes);
+        let of = |m: &Metadata| EngineKeys::of(m, &script.display, &text);
+        parsed.metadata.as_ref().map(of).unwrap_or_default()
+    }
+
+    /// The keys set, as the script spells them.
+    pub(crate) fn set(&self) -> Vec<(&'static str, &InlineKey)> {
+        let keys = [("image", &self.image), ("runtime-class", &self.runtime_class)];
+        keys.into_iter().filter_map(|(name, key)| Some((name, key.as_ref()?))).collect()
+    }
+
+    /// `session run`: a session's sandbox was made at `session start`, so a script's engine
+    /// keys come too late. `image` is a warning (the script runs on the session's image);
+    /// `runtime-class` is refused, as a tightening the session cannot show it holds.
+    pub(crate) fn for_session(&self, id: &str) -> Result<Vec<String>> {
+        if let Some(class) = &self.runtime_class {
+            return Err(ui::hinted(
+                format!(
+                    "{}: the script asks for runtime class `{}`, which session `{id}` cannot show it runs under, so nothing was run",
+                    class.at, class.value
+                ),
+                "run it with `python-sandbox run --engine k8s`, where the pod gets that runtime class",
+            ));
+        }
+        Ok(self
+            .image
+            .iter()
+            .map(|image| {
+                format!(
+                    "{}: the script's `image = \"{}\"` is not used: session `{id}` has the image it was started with",
+                    image.at, image.value
+                )
+            })
+            .collect())
+    }
+}
+
 /// `--timeout SECONDS`, checked; an error quotes the flag as written.
 pub(crate) fn timeout_flag(timeout: Option<&str>) -> Result<Option<Duration>> {
     let Some(text) = timeout else { return Ok(None) };
@@ -224,6 +300,30 @@ pub(crate) fn timeout_flag(timeout: Option<&str>) -> Result<Option<Duration>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The inline engine keys come out with the script's line and column; in a session,
+    /// `image` warns and `runtime-class` is refused.
+    #[test]
+    fn engine_keys_are_located_and_judged_for_a_session() {
+        let text = "# /// script\n# [tool.python-sandbox]\n# image = \"registry.example/numpy:2\"\n# runtime-class = \"gvisor\"\n# ///\n";
+        let parsed = pep723_meta::parse(text).strict();
+        let meta = parsed.metadata.expect("valid");
+        let keys = EngineKeys::of(&meta, Path::new("s.py"), text);
+        let at = |k: &Option<InlineKey>| k.as_ref().map(|k| (k.value.clone(), k.at.clone()));
+        assert_eq!(at(&keys.image), Some(("registry.example/numpy:2".into(), "s.py:3:11".into())));
+        assert_eq!(at(&keys.runtime_class), Some(("gvisor".into(), "s.py:4:19".into())));
+        let err = keys.for_session("psbx-1").unwrap_err();
+        let hint = err.downcast_ref::<ui::Hinted>().map(|h| h.hint.clone()).unwrap_or_default();
+        insta::assert_snapshot!(format!("{err}\nhint: {hint}"), @r#"
+        s.py:4:19: the script asks for runtime class `gvisor`, which session `psbx-1` cannot show it runs under, so nothing was run
+        hint: run it with `python-sandbox run --engine k8s`, where the pod gets that runtime class
+        "#);
+        let image = EngineKeys { runtime_class: None, ..keys };
+        insta::assert_snapshot!(image.for_session("psbx-1").unwrap().join("\n"), @r#"
+        s.py:3:11: the script's `image = "registry.example/numpy:2"` is not used: session `psbx-1` has the image it was started with
+        "#);
+        assert_eq!(EngineKeys::default().for_session("psbx-1").unwrap(), Vec::<String>::new());
+    }
 
     /// The inline `tmpfs-size` reaches the spec, and `--tmpfs-size` beats it.
     #[test]

@@ -95,7 +95,7 @@ export interface EditError {
 }
 export interface EditErr { ok: false; error: EditError; }
 export type EditResult = EditOk | EditErr;
-export type SandboxKey = "dependencies" | "mounts" | "net" | "publish" | "env" | "timeout" | "tmpfs-size" | "memory" | "cpus" | "pids-limit";
+export type SandboxKey = "dependencies" | "mounts" | "net" | "publish" | "env" | "timeout" | "tmpfs-size" | "memory" | "cpus" | "pids-limit" | "image" | "runtime-class";
 "#;
 
 fn options(value: JsValue) -> Result<Options, JsError> {

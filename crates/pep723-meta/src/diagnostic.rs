@@ -50,6 +50,8 @@ pub mod codes {
     pub const SANDBOX_INVALID_VALUE: &str = "sandbox/invalid-value";
     /// The same mount, port or environment variable listed twice.
     pub const SANDBOX_DUPLICATE: &str = "sandbox/duplicate";
+    /// A key that is the caller's to set, not the script's (`engine`, a cluster's `namespace`).
+    pub const SANDBOX_CALLER_KEY: &str = "sandbox/caller-key";
 
     /// Warnings that mean something the author wrote is not read: a block that is unclosed,
     /// misspelled, renamed or swallowed by another, and an unknown `[tool.python-sandbox]` key.

@@ -79,11 +79,15 @@ pub enum SandboxKey {
     Cpus,
     /// `pids-limit`: the most processes and threads.
     PidsLimit,
+    /// `image`: the runtime image.
+    Image,
+    /// `runtime-class`: the Kubernetes RuntimeClass.
+    RuntimeClass,
 }
 
 impl SandboxKey {
     /// Every key, in documentation order.
-    pub const ALL: [SandboxKey; 10] = [
+    pub const ALL: [SandboxKey; 12] = [
         SandboxKey::Dependencies,
         SandboxKey::Mounts,
         SandboxKey::Net,
@@ -94,6 +98,8 @@ impl SandboxKey {
         SandboxKey::Memory,
         SandboxKey::Cpus,
         SandboxKey::PidsLimit,
+        SandboxKey::Image,
+        SandboxKey::RuntimeClass,
     ];
 
     /// The key as written in TOML.
@@ -109,6 +115,8 @@ impl SandboxKey {
             SandboxKey::Memory => "memory",
             SandboxKey::Cpus => "cpus",
             SandboxKey::PidsLimit => "pids-limit",
+            SandboxKey::Image => "image",
+            SandboxKey::RuntimeClass => "runtime-class",
         }
     }
 

@@ -53,6 +53,11 @@ pub struct SandboxConfig {
     pub cpu_millis: Option<Spanned<u32>>,
     /// `pids-limit`: the most processes and threads (positive).
     pub pids_limit: Option<Spanned<u64>>,
+    /// `image`: the runtime image the script needs (engines with images: docker, podman, k8s).
+    pub image: Option<Spanned<String>>,
+    /// `runtime-class`: a Kubernetes RuntimeClass the pod must run under (e.g. `gvisor`), a
+    /// tightening that an engine without one refuses rather than drops.
+    pub runtime_class: Option<Spanned<String>>,
 }
 
 /// A mount: `"PATH"`, `"PATH:ro"` or `"PATH:rw"`. The mode is read only from a final `:ro`/`:rw`

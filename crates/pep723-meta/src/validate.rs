@@ -25,6 +25,47 @@ pub(crate) const SANDBOX_KEYS: &[&str] = &[
     "memory",
     "cpus",
     "pids-limit",
+    "image",
+    "runtime-class",
+];
+/// Keys a script may not set because they are the caller's: where it runs (`engine`) and the
+/// cluster it would run on (`[engine.k8s]` of the user config). Each with why and what to do.
+pub(crate) const CALLER_KEYS: &[(&str, &str, &str)] = &[
+    (
+        "engine",
+        "where a script runs is the caller's choice, not the script's",
+        "choose the engine on the command line: `python-sandbox run --engine NAME`",
+    ),
+    (
+        "namespace",
+        "the namespace belongs to the cluster the caller runs on, not to the script",
+        "use `--namespace`, or `namespace` in `[engine.k8s]` of the user config",
+    ),
+    (
+        "context",
+        "the kube context belongs to the caller's kube config, not to the script",
+        "set `context` in `[engine.k8s]` of the user config",
+    ),
+    (
+        "preview-domain",
+        "the preview domain belongs to the cluster the caller runs on, not to the script",
+        "set `preview-domain` in `[engine.k8s]` of the user config",
+    ),
+    (
+        "ingress-class",
+        "the ingress class belongs to the cluster the caller runs on, not to the script",
+        "set `ingress-class` in `[engine.k8s]` of the user config",
+    ),
+    (
+        "preview",
+        "how a published port reaches the caller depends on their cluster, not on the script",
+        "`publish` says which ports the script serves; set `preview` in `[engine.k8s]` of the user config",
+    ),
+    (
+        "sync-limit",
+        "how much of the caller's workspace may be synced is the caller's limit, not the script's",
+        "set `sync-limit` in `[engine.k8s]` of the user config",
+    ),
 ];
 /// The tool table this crate validates.
 pub(crate) const SANDBOX_TABLE: &str = "python-sandbox";
@@ -541,6 +582,17 @@ impl Cx<'_> {
                 "memory" => cfg.memory = self.memory(key, item),
                 "cpus" => cfg.cpu_millis = self.cpus(key, item),
                 "pids-limit" => cfg.pids_limit = self.pids_limit(key, item),
+                "image" => cfg.image = self.image(key, item),
+                "runtime-class" => cfg.runtime_class = self.runtime_class(key, item),
+                _ if let Some((_, why, hint)) = CALLER_KEYS.iter().find(|(k, ..)| *k == name) => {
+                    let d = Diagnostic::error(
+                        codes::SANDBOX_CALLER_KEY,
+                        self.key_span(key),
+                        format!("`{name}` cannot be set in `[tool.python-sandbox]`: {why}"),
+                    )
+                    .with_hint(*hint);
+                    self.push(d);
+                }
                 _ => {
                     let span = self.key_span(key);
                     let mut d = Diagnostic::warning(
@@ -894,6 +946,63 @@ impl Cx<'_> {
             _ => return self.limit_type(span, "pids-limit", "a whole number of processes", item),
         };
         self.limit(span, "pids-limit", checked)
+    }
+
+    /// `image`: an image reference, as `--image` takes it (no blank or control characters).
+    fn image(&mut self, key: &Key, item: &Item) -> Option<Spanned<String>> {
+        let hint = "write an image reference such as `\"registry.example/psbx:1\"`";
+        self.string_key(key, item, ("image", "an image reference"), hint, |s| {
+            s.len() <= 1024 && !s.chars().any(|c| c.is_whitespace() || c.is_control())
+        })
+    }
+
+    /// `runtime-class`: a RuntimeClass name, which Kubernetes makes a DNS subdomain.
+    fn runtime_class(&mut self, key: &Key, item: &Item) -> Option<Spanned<String>> {
+        let hint = "a RuntimeClass name is at most 253 lower-case letters, digits, `-` and `.`, \
+                    starting and ending with a letter or digit, such as `\"gvisor\"`";
+        self.string_key(key, item, ("runtime-class", "a RuntimeClass name"), hint, |s| {
+            let edge =
+                |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+            s.len() <= 253
+                && edge(s.chars().next())
+                && edge(s.chars().next_back())
+                && s.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        })
+    }
+
+    /// A string key whose value must pass `valid`; the diagnostics carry `hint`.
+    fn string_key(
+        &mut self,
+        key: &Key,
+        item: &Item,
+        (name, what): (&str, &str),
+        hint: &str,
+        valid: impl Fn(&str) -> bool,
+    ) -> Option<Spanned<String>> {
+        let span = self.item_span(key, item);
+        let Some(s) = item.as_str() else {
+            let d = Diagnostic::error(
+                codes::SANDBOX_INVALID_TYPE,
+                span,
+                format!("`{name}` must be a string, not {}", type_name(item)),
+            )
+            .with_hint(hint);
+            self.push(d);
+            return None;
+        };
+        if !valid(s) {
+            let shown = escape(s);
+            let d = Diagnostic::error(
+                codes::SANDBOX_INVALID_VALUE,
+                span,
+                format!("`{name}` `\"{shown}\"` is not {what}"),
+            )
+            .with_hint(hint);
+            self.push(d);
+            return None;
+        }
+        Some(Spanned { value: s.to_owned(), span })
     }
 
     /// A limit's value, or its error (the flag's message and hint) as a diagnostic.

@@ -6,8 +6,8 @@
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use insta::assert_snapshot;
 
@@ -98,7 +98,51 @@ fn an_inline_table_cannot_choose_the_engine() {
     let out = laptop().run(&ctx, &["run", "s.py"]);
     assert_eq!(out.status.code(), Some(2), "{}", transcript(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("s.py:3:3: error[") && stderr.contains("`engine`"), "{stderr}");
+    assert!(
+        stderr.contains("s.py:3:3: error[sandbox/caller-key]") && stderr.contains("`engine`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("where a script runs is the caller's choice"), "{stderr}");
+    assert!(stderr.contains("hint: choose the engine on the command line"), "{stderr}");
+}
+
+/// The script's `image` and `runtime-class` reach the pod spec (the prepare pod, the first
+/// pod a run creates); `--image` beats the script's, and the user config's `runtime-class` is
+/// beaten by the script's.
+#[test]
+fn the_scripts_image_and_runtime_class_reach_the_pod() {
+    let ctx = Ctx::new();
+    ctx.write(
+        "s.py",
+        "# /// script\n# [tool.python-sandbox]\n# image = \"registry.example/numpy:2\"\n# runtime-class = \"gvisor\"\n# ///\nprint(1)\n",
+    );
+    let server = Apiserver::start();
+    let mut laptop = laptop();
+    server.kubeconfig(&mut laptop);
+    laptop.write_config("[engine.k8s]\nruntime-class = \"kata\"\n");
+    let pod_of = |args: &[&str]| {
+        let before = server.pods().len();
+        let out = laptop.run(&ctx, args);
+        let text = laptop.redact(transcript(&out));
+        assert_ne!(out.status.code(), Some(0), "the stand-in forbids pods: {text}");
+        assert!(text.contains("forbidden"), "{text}");
+        let pods = server.pods();
+        assert_eq!(pods.len(), before + 1, "one pod create: {text}");
+        let spec = &pods[before]["spec"];
+        let image = spec["containers"][0]["image"].as_str().unwrap_or_default().to_owned();
+        (image, spec["runtimeClassName"].as_str().map(str::to_owned))
+    };
+    assert_eq!(
+        pod_of(&["run", "--engine", "k8s", "s.py"]),
+        ("registry.example/numpy:2".to_owned(), Some("gvisor".to_owned()))
+    );
+    assert_eq!(
+        pod_of(&["run", "--engine", "k8s", "--image", "mine:3", "s.py"]),
+        ("mine:3".to_owned(), Some("gvisor".to_owned()))
+    );
+    ctx.write("plain.py", "print(1)\n");
+    let (_, class) = pod_of(&["run", "--engine", "k8s", "plain.py"]);
+    assert_eq!(class.as_deref(), Some("kata"), "the user config's, without the script's");
 }
 
 #[test]
@@ -138,13 +182,17 @@ fn a_bad_config_file_is_an_error_at_its_line_and_column() {
 }
 
 /// A stand-in apiserver on 127.0.0.1: `/version`, the namespace, access reviews (allowed),
-/// and an empty pod list; counts connections.
+/// and an empty pod list; counts connections. It keeps what a run creates: an environment
+/// claim is made as asked, and a pod is recorded and then forbidden, so a test sees the pod
+/// spec the CLI built and the run stops there.
 struct Apiserver {
     port: u16,
     connections: Arc<AtomicUsize>,
+    /// The bodies of pod creates, in order.
+    pods: Arc<Mutex<Vec<String>>>,
 }
 
-fn answer(stream: TcpStream) -> std::io::Result<()> {
+fn answer(stream: TcpStream, pods: &Mutex<Vec<String>>) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut request_line = String::new();
     reader.read_line(&mut request_line)?;
@@ -160,8 +208,19 @@ fn answer(stream: TcpStream) -> std::io::Result<()> {
     }
     let mut body = vec![0; length];
     reader.read_exact(&mut body)?;
+    let method = request_line.split_whitespace().next().unwrap_or("GET");
     let path = request_line.split_whitespace().nth(1).unwrap_or("/");
-    let json = if path == "/version" {
+    let claims = "/api/v1/namespaces/python-sandbox/persistentvolumeclaims";
+    let json = if method == "POST" && path.starts_with(claims) {
+        String::from_utf8_lossy(&body).into_owned()
+    } else if method == "POST" && path.starts_with("/api/v1/namespaces/python-sandbox/pods") {
+        if let Ok(mut pods) = pods.lock() {
+            pods.push(String::from_utf8_lossy(&body).into_owned());
+        }
+        r#"{"kind":"Status","apiVersion":"v1","status":"Failure","code":403,"reason":"Forbidden","message":"pods is forbidden: the stand-in creates none"}"#.to_owned()
+    } else if path.starts_with(&format!("{claims}/")) {
+        r#"{"kind":"Status","apiVersion":"v1","status":"Failure","code":404,"reason":"NotFound","message":"not here"}"#.to_owned()
+    } else if path == "/version" {
         r#"{"major":"1","minor":"30","gitVersion":"v1.30.2","gitCommit":"","gitTreeState":"","buildDate":"","goVersion":"","compiler":"","platform":""}"#.to_owned()
     } else if path.starts_with("/api/v1/namespaces/python-sandbox/pods") {
         r#"{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[]}"#.to_owned()
@@ -175,7 +234,15 @@ fn answer(stream: TcpStream) -> std::io::Result<()> {
     } else {
         r#"{"kind":"Status","apiVersion":"v1","status":"Failure","code":404,"reason":"NotFound","message":"not here"}"#.to_owned()
     };
-    let status = if json.contains("\"code\":404") { "404 Not Found" } else { "200 OK" };
+    let status = if json.contains("\"code\":404") {
+        "404 Not Found"
+    } else if json.contains("\"code\":403") {
+        "403 Forbidden"
+    } else if method == "POST" {
+        "201 Created"
+    } else {
+        "200 OK"
+    };
     let mut stream = stream;
     write!(
         stream,
@@ -189,18 +256,25 @@ impl Apiserver {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let connections = Arc::new(AtomicUsize::new(0));
-        let counted = connections.clone();
+        let pods = Arc::new(Mutex::new(Vec::new()));
+        let (counted, created) = (connections.clone(), pods.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 counted.fetch_add(1, Ordering::SeqCst);
-                let _ = answer(stream);
+                let _ = answer(stream, &created);
             }
         });
-        Apiserver { port, connections }
+        Apiserver { port, connections, pods }
     }
 
     fn connections(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
+    }
+
+    /// The pod creates so far, as JSON.
+    fn pods(&self) -> Vec<serde_json::Value> {
+        let bodies = self.pods.lock().map(|p| p.clone()).unwrap_or_default();
+        bodies.iter().map(|b| serde_json::from_str(b).expect("a pod create is JSON")).collect()
     }
 
     /// A kube config for it, written into the fake home; `KUBECONFIG` set to it.

@@ -198,3 +198,67 @@ fn an_invalid_inline_tmpfs_size_is_located() {
     hint: check it with `python-sandbox meta check t.py`
     "#);
 }
+
+/// Whether `engine` can run a sandbox here: `run --engine NAME` of an empty script succeeds.
+fn engine_runs(ctx: &Ctx, engine: &str) -> bool {
+    ctx.write("empty.py", "\n");
+    ctx.run(&["run", "--engine", engine, "empty.py"]).status.success()
+}
+
+/// On bwrap (no images, no runtime classes) the script's `runtime-class` is refused before
+/// anything runs, and its `image` is a warning naming where it was written.
+#[test]
+#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
+fn bwrap_refuses_a_scripts_runtime_class_and_warns_about_its_image() {
+    let ctx = Ctx::new();
+    if !engine_runs(&ctx, "bwrap") {
+        println!("SKIPPED: bwrap cannot run a sandbox here");
+        return;
+    }
+    ctx.write(
+        "g.py",
+        "# /// script\n# [tool.python-sandbox]\n# runtime-class = \"gvisor\"\n# ///\nopen('ran', 'w')\n",
+    );
+    assert_snapshot!(transcript(&ctx.run(&["run", "--engine", "bwrap", "g.py"])), @r#"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: g.py:3:19: the bwrap engine cannot run the script under runtime class `gvisor`, so nothing was run
+    hint: choose an engine that can with `--engine` (k8s), or remove `runtime-class` from the script
+    "#);
+    assert!(!ctx.path().join("ran").exists(), "nothing ran");
+    ctx.write(
+        "i.py",
+        "# /// script\n# [tool.python-sandbox]\n# image = \"registry.example/numpy:2\"\n# ///\nprint('ran')\n",
+    );
+    assert_snapshot!(transcript(&ctx.run(&["run", "--engine", "bwrap", "i.py"])), @r#"
+    exit: 0
+    --- stdout
+    ran
+    --- stderr
+    warning: i.py:3:11: the bwrap engine has no image, so the script's `image = "registry.example/numpy:2"` is not used (engines with images: docker, podman, k8s)
+    "#);
+}
+
+/// On docker and podman the script's `image` is the one the container is made from: a
+/// missing one is an error naming it, where the default image would have run the script.
+#[test]
+#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
+fn a_scripts_image_is_the_containers_on_docker_and_podman() {
+    let ctx = Ctx::new();
+    ctx.write(
+        "i.py",
+        "# /// script\n# [tool.python-sandbox]\n# image = \"python-sandbox-no-such-image:1\"\n# ///\nprint('ran')\n",
+    );
+    for engine in ["docker", "podman"] {
+        if !engine_runs(&ctx, engine) {
+            println!("SKIPPED: {engine} cannot run a sandbox here");
+            continue;
+        }
+        let out = ctx.run(&["run", "--engine", engine, "i.py"]);
+        let text = transcript(&out);
+        assert_ne!(out.status.code(), Some(0), "{engine}: {text}");
+        assert!(!text.contains("\nran\n"), "{engine} ran the default image: {text}");
+        assert!(text.contains("python-sandbox-no-such-image:1"), "{engine}: {text}");
+    }
+}

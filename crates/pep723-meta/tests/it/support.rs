@@ -126,6 +126,12 @@ fn metadata(out: &mut String, index: &LineIndex, m: &Metadata) {
         if let Some(p) = &s.pids_limit {
             let _ = writeln!(out, "    pids-limit: {:?}", spanned(index, p));
         }
+        if let Some(i) = &s.image {
+            let _ = writeln!(out, "    image: {:?}", spanned(index, i));
+        }
+        if let Some(r) = &s.runtime_class {
+            let _ = writeln!(out, "    runtime-class: {:?}", spanned(index, r));
+        }
     }
 }
 

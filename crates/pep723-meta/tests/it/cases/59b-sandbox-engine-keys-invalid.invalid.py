@@ -1,0 +1,5 @@
+# /// script
+# [tool.python-sandbox]
+# image = "registry.example/psbx 1"
+# runtime-class = "gVisor"
+# ///

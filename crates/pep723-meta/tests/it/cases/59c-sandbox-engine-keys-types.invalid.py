@@ -1,0 +1,5 @@
+# /// script
+# [tool.python-sandbox]
+# image = 1
+# runtime-class = ["gvisor"]
+# ///
