@@ -496,8 +496,12 @@ fn run_script(a: RunScriptArgs) -> Answer {
     if !crossings.is_empty() && !a.approve {
         return Ok(needs_approval(&crossings, "run"));
     }
-    let options =
-        registry::Options { image: None, namespace: None, purpose: registry::Purpose::Start };
+    let options = registry::Options {
+        image: None,
+        namespace: None,
+        purpose: registry::Purpose::Start,
+        claims: &[],
+    };
     let Some(engine) = registry::select(a.engine.as_deref().unwrap_or("auto"), &options)? else {
         return Err(ui::hinted(
             "no isolation engine works here, so nothing was run",
@@ -540,8 +544,12 @@ fn session_start(a: SessionStartArgs) -> Answer {
     if !crossings.is_empty() && !a.approve {
         return Ok(needs_approval(&crossings, "session"));
     }
-    let options =
-        registry::Options { image: None, namespace: None, purpose: registry::Purpose::Start };
+    let options = registry::Options {
+        image: None,
+        namespace: None,
+        purpose: registry::Purpose::Start,
+        claims: &[],
+    };
     let info =
         session::start_resolved(resolved.spec, workspace, ttl, a.engine.as_deref(), &options)?;
     Ok(json!({

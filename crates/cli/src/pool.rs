@@ -40,6 +40,7 @@ pub(crate) fn run(cmd: PoolCmd) -> Result<ExitCode> {
                 image: image.as_deref(),
                 namespace: namespace.as_deref(),
                 purpose: registry::Purpose::Start,
+                claims: &[],
             };
             let engine = open(&engine, &options)?;
             let _lock = fill_lock(engine.session_engine_name());

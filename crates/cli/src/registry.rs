@@ -37,17 +37,19 @@ pub(crate) struct Options<'a> {
     /// `--namespace` (clusters).
     pub(crate) namespace: Option<&'a str>,
     pub(crate) purpose: Purpose,
+    /// `run --mount pvc:…` (clusters; every other engine refuses them before it opens).
+    pub(crate) claims: &'a [engine_k8s::claims::ClaimMount],
 }
 
 impl<'a> Options<'a> {
     /// For commands on existing sessions.
     pub(crate) fn attach(namespace: Option<&'a str>) -> Options<'a> {
-        Options { image: None, namespace, purpose: Purpose::Attach }
+        Options { image: None, namespace, purpose: Purpose::Attach, claims: &[] }
     }
 
     /// For `reap`.
     pub(crate) fn maintain(namespace: Option<&'a str>) -> Options<'a> {
-        Options { image: None, namespace, purpose: Purpose::Maintain }
+        Options { image: None, namespace, purpose: Purpose::Maintain, claims: &[] }
     }
 }
 
@@ -354,6 +356,7 @@ fn k8s_config(
             )
         })?;
     }
+    config.run_claims = options.claims.to_vec();
     let flags = [("namespace", options.namespace), ("image", options.image)];
     for (field, flag) in flags {
         if let Some(v) = flag {
@@ -841,7 +844,7 @@ mod tests {
     #[test]
     fn cluster_settings_are_flags_then_the_file_then_the_defaults() {
         let path = std::path::Path::new("/home/u/.config/python-sandbox/config.toml");
-        let none = Options { image: None, namespace: None, purpose: Purpose::Start };
+        let none = Options { image: None, namespace: None, purpose: Purpose::Start, claims: &[] };
         let (config, context) =
             k8s_config(&crate::config::K8sSettings::default(), Some(path), &none).unwrap();
         assert_eq!(config, engine_k8s::SandboxConfig::default());

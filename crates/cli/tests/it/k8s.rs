@@ -88,6 +88,42 @@ fn run_on_k8s_refuses_host_mounts_before_anything_is_made() {
     assert!(text.contains("hint:"), "{text}");
 }
 
+/// `--mount pvc:`: refused off k8s and into sessions, and a claim not meant for sandboxes
+/// refused on k8s, each with a hint and before a single call to the cluster.
+#[test]
+fn claim_mounts_are_refused_where_they_cannot_be_kept_before_anything_is_made() {
+    let ctx = Ctx::new();
+    ctx.write("hello.py", "print('hi')\n");
+    let server = Apiserver::start();
+    let mut laptop = laptop();
+    server.kubeconfig(&mut laptop);
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["run", "--mount", "pvc:psbx-data-a:/data", "hello.py"],
+            "a PersistentVolumeClaim is mounted only by the k8s engine (this run is on `auto`)",
+        ),
+        (
+            &["run", "--engine", "docker", "--mount", "pvc:psbx-data-a:/data:ro", "hello.py"],
+            "mounted only by the k8s engine (this run is on `docker`)",
+        ),
+        (
+            &["run", "--engine", "k8s", "--mount", "pvc:shared:/data", "hello.py"],
+            "--mount `pvc:shared:/data`: claim `shared` is not one meant for sandboxes",
+        ),
+        (
+            &["session", "start", "--engine", "k8s", "--mount", "pvc:psbx-data-a:/data"],
+            "a claim is mounted only by `run --engine k8s`, not into a session",
+        ),
+    ];
+    for (args, error) in cases {
+        let out = laptop.run(&ctx, args);
+        let text = laptop.redact(transcript(&out));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {text}");
+        assert!(text.contains(error) && text.contains("hint:"), "{args:?}: {text}");
+    }
+    assert_eq!(server.connections(), 0, "a refused claim mount talked to the cluster");
+}
+
 #[test]
 fn an_inline_table_cannot_choose_the_engine() {
     let ctx = Ctx::new();

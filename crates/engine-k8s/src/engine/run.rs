@@ -21,10 +21,10 @@ use sandbox_core::{
 };
 
 use super::{K8sEngine, START_TIMEOUT, now_secs, plan, random_id};
-use crate::environment;
 use crate::error::{Error, Result};
 use crate::failure::{Op, api_error};
 use crate::{api, workspace};
+use crate::{claims, environment};
 
 /// A ready environment claim.
 #[derive(Debug, Clone)]
@@ -176,16 +176,18 @@ impl K8sEngine {
         }
     }
 
-    /// Starts a pod planned for `session` with the environment claim mounted.
+    /// Starts a pod planned for `session` with the environment claim mounted, and `user`'s.
     async fn start_run_pod(
         &self,
         session: &SessionConfig,
         claim: &str,
         read_only: bool,
+        user: &[claims::ClaimMount],
     ) -> Result<(super::Plan, k8s_openapi::api::core::v1::Pod)> {
         let id = random_id();
         let mut plan = plan(&self.config, session, &id, &self.owner, now_secs(), &self.mark)?;
         environment::mount(&mut plan.pod, claim, read_only);
+        claims::mount(&mut plan.pod, user);
         let ns = &self.config.namespace;
         let pod =
             api::start(&self.client, ns, &plan.pod, plan.network_policy(), START_TIMEOUT).await?;
@@ -284,7 +286,7 @@ impl K8sEngine {
             session.env.clear();
             session.mounts.clear();
             session.limits = sandbox_core::Limits::default();
-            let (_, pod) = self.start_run_pod(&session, &name, false).await?;
+            let (_, pod) = self.start_run_pod(&session, &name, false, &[]).await?;
             let sandbox = self.handle(&pod, Vec::new());
             let request = ExecRequest {
                 argv: environment::prepare_argv(&spec.dependencies),
@@ -341,7 +343,16 @@ impl K8sEngine {
     ) -> Result<RunOutcome> {
         let PodIo { stdin, output, status, published } = io;
         let session = session_of(spec, spec.net);
-        let (plan, pod) = self.start_run_pod(&session, &prepared.claim, true).await?;
+        for user in &self.config.run_claims {
+            if self.get_claim(&user.claim).await?.is_none() {
+                return Err(Error::ClaimMissing {
+                    claim: user.claim.clone(),
+                    namespace: self.config.namespace.clone(),
+                });
+            }
+        }
+        let user = &self.config.run_claims;
+        let (plan, pod) = self.start_run_pod(&session, &prepared.claim, true, user).await?;
         let outcome = async {
             self.publish_all(&plan, &pod).await?;
             // Held until the run ends: dropping a forward closes it.

@@ -40,6 +40,8 @@ struct State {
     prepare_takes: Duration,
     /// The argv of every command run in a pod.
     commands: Vec<Vec<String>>,
+    /// Every pod as created, kept after its delete.
+    created: Vec<Value>,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -211,6 +213,7 @@ fn rest(state: &Shared, method: &str, path: &str, body: Value) -> (u16, Value) {
         ("POST", "pods", "") => {
             let name = body["metadata"]["name"].as_str().unwrap_or_default().to_owned();
             let pod = created(body);
+            s.created.push(pod.clone());
             s.pods.insert(name, pod.clone());
             (201, pod)
         }
@@ -661,6 +664,60 @@ fn a_runs_port_forward_is_a_local_url_held_for_the_run_only() {
         std::net::TcpStream::connect((port.addr, port.host_port)).is_err(),
         "the forward outlived the run"
     );
+}
+
+/// `--mount pvc:`: a claim not in the namespace stops the run before its pod (a pod would
+/// wait in `Pending` for it); one that is there is mounted into the run's pod, read-only as
+/// asked, and never into the environment's prepare pod.
+#[test]
+fn a_users_claim_is_read_before_the_run_and_mounted_into_its_pod_only() {
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let cluster = rt.block_on(Cluster::start());
+    let scratch = Scratch::new();
+    let mount = crate::claims::parse("pvc:psbx-data-models:/models:ro").expect("mount");
+    let sandbox = SandboxConfig {
+        workdir: scratch.pod(),
+        run_claims: vec![mount],
+        ..SandboxConfig::default()
+    };
+    let engine = engine_with(&cluster, sandbox);
+    let spec = spec(&scratch, "print('ran')\n");
+    let prepared = engine.prepare(&spec, &mut |_| {}).expect("prepared");
+    let pods = cluster.state.lock().expect("state").created.len();
+    let mut out = sandbox_core::Captured::default();
+    let io =
+        RunIo { stdin: Stdin::Null, output: Output::Sink(&mut out), status: None, published: None };
+    let error = engine.run_prepared(&spec, &prepared, io).expect_err("no such claim");
+    assert!(matches!(error, crate::Error::ClaimMissing { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(message.contains("psbx-data-models") && message.contains("hint:"), "{message}");
+    let state = cluster.state.lock().expect("state");
+    assert_eq!(state.created.len(), pods, "a pod was made for a missing claim");
+    let prepare_pod = state.created.last().expect("the prepare pod").clone();
+    drop(state);
+    let volumes = |pod: &Value| -> Vec<String> {
+        pod["spec"]["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v["persistentVolumeClaim"]["claimName"].as_str().map(str::to_owned))
+            .collect()
+    };
+    assert!(!volumes(&prepare_pod).contains(&"psbx-data-models".to_owned()), "{prepare_pod}");
+
+    cluster.state.lock().expect("state").claims.insert(
+        "psbx-data-models".to_owned(),
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "psbx-data-models", "namespace": NS, "uid": "u", "resourceVersion": "1"}}),
+    );
+    let (code, stdout, _) = run(&engine, &spec, Stdin::Null);
+    assert_eq!((code, stdout.as_str()), (0, "ran\n"));
+    let state = cluster.state.lock().expect("state");
+    let run_pod = state.created.last().expect("the run pod");
+    assert!(volumes(run_pod).contains(&"psbx-data-models".to_owned()), "{run_pod}");
+    let mounts = &run_pod["spec"]["containers"][0]["volumeMounts"];
+    let mounted = mounts.as_array().into_iter().flatten().find(|m| m["mountPath"] == "/models");
+    assert_eq!(mounted.map(|m| m["readOnly"].clone()), Some(json!(true)), "{mounts}");
 }
 
 fn prepares(cluster: &Cluster) -> usize {
