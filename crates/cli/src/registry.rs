@@ -443,17 +443,29 @@ fn k8s_probe(probes: &Probes) -> engine_detect::Probe {
 fn reap_k8s(request: &Reap) -> Result<Vec<Reaped>> {
     let engine = k8s(&Options::maintain(request.namespace.as_deref()))?;
     let swept = engine.reap(request.dry_run).map_err(EngineError::new)?;
-    Ok(swept
-        .into_iter()
-        .map(|swept| Reaped::Sandbox {
+    Ok(swept.into_iter().map(k8s_reaped).collect())
+}
+
+/// Pure: one item of a cluster's sweep as `reap` reports it: an environment claim as the
+/// environment it is (as on every other engine), a pod as its sandbox (a warm-pool member's
+/// kind `pool`).
+fn k8s_reaped(swept: engine_k8s::Swept) -> Reaped {
+    if swept.kind == "environment" {
+        return Reaped::Environment {
             name: swept.pod,
-            sandbox: swept.sandbox,
-            kind: swept.kind,
             reason: swept.reason,
             removed: swept.removed,
             error: swept.error,
-        })
-        .collect())
+        };
+    }
+    Reaped::Sandbox {
+        name: swept.pod,
+        sandbox: swept.sandbox,
+        kind: swept.kind,
+        reason: swept.reason,
+        removed: swept.removed,
+        error: swept.error,
+    }
 }
 
 /// `--engine` values of `run`: `auto` and every engine's name (one without runs refuses with
@@ -688,6 +700,7 @@ pub(crate) struct Reap {
 }
 
 /// One thing `reap` removed (or would have), as it reports it.
+#[derive(Debug)]
 pub(crate) enum Reaped {
     /// A sandbox (container, session) of a run that did not end, or an expired session.
     Sandbox {
@@ -695,7 +708,7 @@ pub(crate) enum Reaped {
         name: String,
         /// The sandbox id.
         sandbox: String,
-        /// `run`, `session` or `prepare`.
+        /// `run`, `session`, `prepare` or `pool` (an unclaimed warm-pool member).
         kind: String,
         reason: String,
         removed: bool,
@@ -792,6 +805,31 @@ fn reap_oci(flavor: engine_oci::Flavor, request: &Reap) -> Result<Vec<Reaped>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cluster's environment claims are reported as environments (`"environment": NAME`,
+    /// as other engines report theirs), its pool members as `pool` sandboxes.
+    #[test]
+    fn a_clusters_sweep_names_environments_and_pool_members() {
+        let swept = |pod: &str, kind: &str| engine_k8s::Swept {
+            pod: pod.to_owned(),
+            sandbox: pod.trim_start_matches("psbx-").to_owned(),
+            kind: kind.to_owned(),
+            reason: "expired".to_owned(),
+            removed: false,
+            exited: false,
+            error: None,
+        };
+        let env = k8s_reaped(swept("psbx-env-0a1b", "environment"));
+        assert!(
+            matches!(&env, Reaped::Environment { name, .. } if name == "psbx-env-0a1b"),
+            "{env:?}"
+        );
+        let member = k8s_reaped(swept("psbx-ab12", "pool"));
+        assert!(
+            matches!(&member, Reaped::Sandbox { kind, sandbox, .. } if kind == "pool" && sandbox == "ab12"),
+            "{member:?}"
+        );
+    }
 
     #[test]
     fn names_are_unique_and_choices_follow_the_ladder() {
