@@ -261,7 +261,8 @@ pub(crate) struct RunArgs {
     /// Network access at run time (dependencies install with network either way).
     #[arg(long, value_enum)]
     pub(crate) net: Option<NetFlag>,
-    /// Mount a host path at its real path: `PATH`, `PATH:ro` or `PATH:rw` (repeatable).
+    /// Mount a host path at its real path: `PATH`, `PATH:ro` or `PATH:rw` (repeatable); on
+    /// `--engine k8s`, `pvc:NAME:/path[:ro]` mounts a PersistentVolumeClaim named `psbx-data-*`.
     #[arg(long = "mount", value_name = "PATH[:ro|:rw]")]
     pub(crate) mounts: Vec<String>,
     /// Publish a port of the sandbox on the same host port of 127.0.0.1: `PORT`, `0:PORT` (any

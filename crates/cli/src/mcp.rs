@@ -501,6 +501,7 @@ fn run_script(a: RunScriptArgs) -> Answer {
         namespace: None,
         script: Some(&keys),
         purpose: registry::Purpose::Start,
+        claims: &[],
     };
     let Some(engine) = registry::select(a.engine.as_deref().unwrap_or("auto"), &options)? else {
         return Err(ui::hinted(
@@ -552,6 +553,7 @@ fn session_start(a: SessionStartArgs) -> Answer {
         namespace: None,
         script: None,
         purpose: registry::Purpose::Start,
+        claims: &[],
     };
     let info =
         session::start_resolved(resolved.spec, workspace, ttl, a.engine.as_deref(), &options)?;

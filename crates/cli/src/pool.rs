@@ -41,6 +41,7 @@ pub(crate) fn run(cmd: PoolCmd) -> Result<ExitCode> {
                 namespace: namespace.as_deref(),
                 script: None,
                 purpose: registry::Purpose::Start,
+                claims: &[],
             };
             let engine = open(&engine, &options)?;
             let _lock = fill_lock(engine.session_engine_name());

@@ -61,7 +61,8 @@ pub(crate) fn run(args: ReapArgs) -> Result<ExitCode> {
             Reaped::Sandbox { name, sandbox, kind, reason, removed, error } => {
                 if !args.json {
                     let verb = verb(dry, removed, None);
-                    println!("{verb} {engine} {name} ({reason}){}", err(&error));
+                    let what = if kind == "pool" { "pool member " } else { "" };
+                    println!("{verb} {engine} {what}{name} ({reason}){}", err(&error));
                 }
                 serde_json::json!({
                     "engine": engine,

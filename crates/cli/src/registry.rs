@@ -39,17 +39,19 @@ pub(crate) struct Options<'a> {
     /// The script's engine keys (`run`): below the flags, above the user config.
     pub(crate) script: Option<&'a crate::spec::EngineKeys>,
     pub(crate) purpose: Purpose,
+    /// `run --mount pvc:…` (clusters; every other engine refuses them before it opens).
+    pub(crate) claims: &'a [engine_k8s::claims::ClaimMount],
 }
 
 impl<'a> Options<'a> {
     /// For commands on existing sessions.
     pub(crate) fn attach(namespace: Option<&'a str>) -> Options<'a> {
-        Options { image: None, namespace, script: None, purpose: Purpose::Attach }
+        Options { image: None, namespace, script: None, purpose: Purpose::Attach, claims: &[] }
     }
 
     /// For `reap`.
     pub(crate) fn maintain(namespace: Option<&'a str>) -> Options<'a> {
-        Options { image: None, namespace, script: None, purpose: Purpose::Maintain }
+        Options { image: None, namespace, script: None, purpose: Purpose::Maintain, claims: &[] }
     }
 }
 
@@ -364,6 +366,7 @@ fn k8s_config(
     if let Some(key) = &inline.runtime_class {
         config.runtime_class = Some(key.value.clone());
     }
+    config.run_claims = options.claims.to_vec();
     let flags = [("namespace", options.namespace), ("image", options.image)];
     for (field, flag) in flags {
         if let Some(v) = flag {
@@ -454,17 +457,29 @@ fn k8s_probe(probes: &Probes) -> engine_detect::Probe {
 fn reap_k8s(request: &Reap) -> Result<Vec<Reaped>> {
     let engine = k8s(&Options::maintain(request.namespace.as_deref()))?;
     let swept = engine.reap(request.dry_run).map_err(EngineError::new)?;
-    Ok(swept
-        .into_iter()
-        .map(|swept| Reaped::Sandbox {
+    Ok(swept.into_iter().map(k8s_reaped).collect())
+}
+
+/// Pure: one item of a cluster's sweep as `reap` reports it: an environment claim as the
+/// environment it is (as on every other engine), a pod as its sandbox (a warm-pool member's
+/// kind `pool`).
+fn k8s_reaped(swept: engine_k8s::Swept) -> Reaped {
+    if swept.kind == "environment" {
+        return Reaped::Environment {
             name: swept.pod,
-            sandbox: swept.sandbox,
-            kind: swept.kind,
             reason: swept.reason,
             removed: swept.removed,
             error: swept.error,
-        })
-        .collect())
+        };
+    }
+    Reaped::Sandbox {
+        name: swept.pod,
+        sandbox: swept.sandbox,
+        kind: swept.kind,
+        reason: swept.reason,
+        removed: swept.removed,
+        error: swept.error,
+    }
 }
 
 /// The script keys (`[tool.python-sandbox]`'s `image`, `runtime-class`) each engine honours;
@@ -743,6 +758,7 @@ pub(crate) struct Reap {
 }
 
 /// One thing `reap` removed (or would have), as it reports it.
+#[derive(Debug)]
 pub(crate) enum Reaped {
     /// A sandbox (container, session) of a run that did not end, or an expired session.
     Sandbox {
@@ -750,7 +766,7 @@ pub(crate) enum Reaped {
         name: String,
         /// The sandbox id.
         sandbox: String,
-        /// `run`, `session` or `prepare`.
+        /// `run`, `session`, `prepare` or `pool` (an unclaimed warm-pool member).
         kind: String,
         reason: String,
         removed: bool,
@@ -848,6 +864,31 @@ fn reap_oci(flavor: engine_oci::Flavor, request: &Reap) -> Result<Vec<Reaped>> {
 mod tests {
     use super::*;
 
+    /// A cluster's environment claims are reported as environments (`"environment": NAME`,
+    /// as other engines report theirs), its pool members as `pool` sandboxes.
+    #[test]
+    fn a_clusters_sweep_names_environments_and_pool_members() {
+        let swept = |pod: &str, kind: &str| engine_k8s::Swept {
+            pod: pod.to_owned(),
+            sandbox: pod.trim_start_matches("psbx-").to_owned(),
+            kind: kind.to_owned(),
+            reason: "expired".to_owned(),
+            removed: false,
+            exited: false,
+            error: None,
+        };
+        let env = k8s_reaped(swept("psbx-env-0a1b", "environment"));
+        assert!(
+            matches!(&env, Reaped::Environment { name, .. } if name == "psbx-env-0a1b"),
+            "{env:?}"
+        );
+        let member = k8s_reaped(swept("psbx-ab12", "pool"));
+        assert!(
+            matches!(&member, Reaped::Sandbox { kind, sandbox, .. } if kind == "pool" && sandbox == "ab12"),
+            "{member:?}"
+        );
+    }
+
     #[test]
     fn names_are_unique_and_choices_follow_the_ladder() {
         let names = names();
@@ -899,7 +940,13 @@ mod tests {
     #[test]
     fn cluster_settings_are_flags_then_the_file_then_the_defaults() {
         let path = std::path::Path::new("/home/u/.config/python-sandbox/config.toml");
-        let none = Options { image: None, namespace: None, script: None, purpose: Purpose::Start };
+        let none = Options {
+            image: None,
+            namespace: None,
+            script: None,
+            purpose: Purpose::Start,
+            claims: &[],
+        };
         let (config, context) =
             k8s_config(&crate::config::K8sSettings::default(), Some(path), &none).unwrap();
         assert_eq!(config, engine_k8s::SandboxConfig::default());
@@ -972,7 +1019,13 @@ mod tests {
             image: inline("registry.example/numpy:2", "s.py:5:11"),
             runtime_class: inline("gvisor", "s.py:6:19"),
         };
-        let none = Options { image: None, namespace: None, script: None, purpose: Purpose::Start };
+        let none = Options {
+            image: None,
+            namespace: None,
+            script: None,
+            purpose: Purpose::Start,
+            claims: &[],
+        };
         let (config, _) = k8s_config(&file, Some(path), &none).unwrap();
         assert_eq!(
             (config.image.as_str(), config.runtime_class.as_deref()),

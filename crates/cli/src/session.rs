@@ -81,6 +81,14 @@ fn start_session(args: SessionStartArgs, json: bool) -> Result<ExitCode> {
             "use seconds or a suffix: `90s`, `30m`, `2h`",
         )
     })?;
+    if let Some(claim) = args.mounts.iter().find(|m| engine_k8s::claims::is_claim(m)) {
+        return Err(ui::hinted(
+            format!(
+                "--mount `{claim}`: a claim is mounted only by `run --engine k8s`, not into a session"
+            ),
+            "run the script with `python-sandbox run --engine k8s --mount ...`, or copy the data in with `session put`",
+        ));
+    }
     // Resolved like a run's command-line layer, so spellings, defaults and checks are the same.
     let layer = Layer {
         script: Some(workspace.join(".session")),
@@ -107,6 +115,7 @@ fn start_session(args: SessionStartArgs, json: bool) -> Result<ExitCode> {
         namespace: args.namespace.as_deref(),
         script: None,
         purpose: registry::Purpose::Start,
+        claims: &[],
     };
     let info = start_resolved(spec, workspace, ttl, args.engine.as_deref(), &options)?;
     for warning in &info.warnings {

@@ -348,8 +348,13 @@ fn pasta_arguments_forward_only_published_ports() {
         show(&[]),
         // The same port; another host port (what `0:PORT` becomes once one is picked).
         show(&[
-            PublishedPort { port: 8000, addr: sandbox_core::DEFAULT_PUBLISH_ADDR, host_port: 8000 },
-            PublishedPort { port: 9000, addr: v6, host_port: 41234 },
+            PublishedPort {
+                port: 8000,
+                addr: sandbox_core::DEFAULT_PUBLISH_ADDR,
+                host_port: 8000,
+                preview: None
+            },
+            PublishedPort { port: 9000, addr: v6, host_port: 41234, preview: None },
         ])
     ));
 }

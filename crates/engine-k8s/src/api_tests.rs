@@ -758,6 +758,34 @@ async fn a_dry_run_sweep_lists_and_deletes_nothing() {
     insta::assert_snapshot!(transcript);
 }
 
+/// `reap` tells an unclaimed warm-pool member (`pool`) from a session, a claimed member
+/// being a session like any other.
+#[test]
+fn a_swept_pool_member_is_named_as_one() {
+    let pods: Vec<Pod> = [
+        ("ready", Some(crate::engine::POOL_READY)),
+        ("claimed", Some(crate::engine::POOL_CLAIMED)),
+        ("plain", None),
+    ]
+    .into_iter()
+    .map(|(id, state)| {
+        let mut labels = reaper::labels_for_session(id, &owner(), NOW - 7200, 600).expect("labels");
+        if let Some(state) = state {
+            labels.insert(crate::engine::POOL_LABEL.to_owned(), "k".to_owned());
+            labels.insert(crate::engine::POOL_STATE_LABEL.to_owned(), state.to_owned());
+        }
+        let pod = listed_pod(&format!("psbx-{id}"), labels, "Pending", Value::Null, false);
+        serde_json::from_value(pod).expect("pod")
+    })
+    .collect();
+    let kinds: Vec<(String, String)> = sweep::decide(&pods, &key(), NOW, &gone_owner)
+        .into_iter()
+        .map(|(_, s)| (s.pod, s.kind))
+        .collect();
+    let want = [("psbx-ready", "pool"), ("psbx-claimed", "session"), ("psbx-plain", "session")];
+    assert_eq!(kinds, want.map(|(p, k)| (p.to_owned(), k.to_owned())));
+}
+
 #[test]
 fn a_run_whose_owner_died_on_this_machine_goes_and_elsewhere_waits_for_its_deadline() {
     let mut here = owner();

@@ -171,6 +171,9 @@ pub struct SandboxConfig {
     pub hard_lifetime: Duration,
     /// The most bytes of file contents `run` syncs each way (the workspace in, its changes out).
     pub sync_limit: u64,
+    /// User claims mounted into run pods (`--mount pvc:NAME:/path[:ro]`, `crate::claims`);
+    /// never into sessions or the environment's prepare pod.
+    pub run_claims: Vec<crate::claims::ClaimMount>,
 }
 
 impl Default for SandboxConfig {
@@ -195,6 +198,7 @@ impl Default for SandboxConfig {
             idle_ttl: DEFAULT_IDLE_TTL,
             hard_lifetime: DEFAULT_HARD_LIFETIME,
             sync_limit: sandbox_core::sync::DEFAULT_SYNC_LIMIT,
+            run_claims: Vec::new(),
         }
     }
 }
@@ -238,6 +242,7 @@ impl SandboxConfig {
             }
         }
         self.validate_resources()?;
+        crate::claims::check_paths(&self.run_claims, &self.workdir)?;
         for (key, value) in &self.node_selector {
             label_pair("node_selector", key, value)?;
         }
@@ -449,7 +454,7 @@ pub(crate) fn is_dns_label(value: &str) -> bool {
         && !value.ends_with('-')
 }
 
-fn is_dns_subdomain(value: &str) -> bool {
+pub(crate) fn is_dns_subdomain(value: &str) -> bool {
     value.len() <= 253 && value.split('.').all(is_dns_label)
 }
 

@@ -240,16 +240,7 @@ mod tests {
     #[test]
     fn runs_mount_the_environment_read_only() {
         let config = SandboxConfig::default();
-        let mut pod = crate::manifest::pod(
-            &config,
-            &crate::manifest::PodRequest {
-                id: "abc".to_owned(),
-                labels: BTreeMap::new(),
-                ports: Vec::new(),
-                env: Vec::new(),
-            },
-        )
-        .expect("pod");
+        let mut pod = crate::manifest::bare_pod(&config);
         mount(&mut pod, "psbx-env-1", true);
         let spec = pod.spec.as_ref().expect("spec");
         let volume = spec.volumes.as_ref().expect("volumes").last().expect("env");

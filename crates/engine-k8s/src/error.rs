@@ -249,6 +249,26 @@ pub enum Error {
         /// How to fix it.
         hint: String,
     },
+    /// A `--mount pvc:NAME:/path[:ro]` that cannot be mounted, named as given.
+    #[error("--mount `{value}`: {message}\nhint: {hint}")]
+    ClaimMount {
+        /// The flag's value.
+        value: String,
+        /// What is wrong with it.
+        message: String,
+        /// How to fix it.
+        hint: String,
+    },
+    /// A claim to mount that is not in the namespace.
+    #[error(
+        "--mount `pvc:{claim}:…`: no claim `{claim}` in namespace `{namespace}`\nhint: make it first (`kubectl get pvc -n {namespace}` lists what there is); sandboxes mount claims named `psbx-data-*`"
+    )]
+    ClaimMissing {
+        /// The claim.
+        claim: String,
+        /// The namespace.
+        namespace: String,
+    },
     /// A sandbox id that cannot become object names and label values.
     #[error(
         "invalid sandbox id `{id}`: object names need at most {max} lower-case letters, digits and `-`\nhint: let the engine pick the id"
@@ -342,7 +362,10 @@ impl Classify for Error {
             | Error::ExecFailed { .. }
             | Error::NoAgent { .. }
             | Error::StdinNeedsV5 { .. } => ErrorClass::Setup,
-            Error::Config { .. } | Error::InvalidId { .. } => ErrorClass::Setup,
+            Error::Config { .. } | Error::InvalidId { .. } | Error::ClaimMount { .. } => {
+                ErrorClass::Setup
+            }
+            Error::ClaimMissing { .. } => ErrorClass::Setup,
             Error::SecretInPodSpec { .. } => ErrorClass::Refused,
             Error::NoKubeconfig { .. } => ErrorClass::Unavailable,
             Error::PreviewSilent { .. } => ErrorClass::Setup,

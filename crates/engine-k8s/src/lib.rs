@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod channel;
+pub mod claims;
 pub mod config;
 pub mod engine;
 pub mod environment;

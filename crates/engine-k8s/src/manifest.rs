@@ -481,5 +481,17 @@ pub fn ingress(
     }
 }
 
+/// The pod of sandbox `abc` with no labels, ports or env: what tests of added volumes start from.
+#[cfg(test)]
+pub(crate) fn bare_pod(config: &SandboxConfig) -> Pod {
+    let request = PodRequest {
+        id: "abc".to_owned(),
+        labels: BTreeMap::new(),
+        ports: Vec::new(),
+        env: Vec::new(),
+    };
+    pod(config, &request).expect("the default pod")
+}
+
 #[cfg(test)]
 mod tests;

@@ -93,6 +93,24 @@ pub async fn wait_routed(url: &str, patience: Duration) -> Result<(), Error> {
     wait(url, patience, true).await
 }
 
+/// Whether anything serves `url`'s address at all (a controller, routing or not): with the
+/// `auto` preview a run decides by this before its script listens, so only an address that
+/// cannot answer (no name, nothing listening, twice in a row) makes it a port-forward.
+pub async fn controller_listens(url: &str) -> bool {
+    let Some((host, port)) = host_port(url) else { return false };
+    for attempt in 0..2 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        match tokio::time::timeout(Duration::from_secs(3), get_once(&host, port)).await {
+            Ok(Err(Attempt::Absent(_))) => {}
+            // An answer, a slow one or none within 3 s: something is there.
+            _ => return true,
+        }
+    }
+    false
+}
+
 async fn wait(url: &str, patience: Duration, give_up_when_absent: bool) -> Result<(), Error> {
     let Some((host, port)) = host_port(url) else {
         return Err(Error::Host {
@@ -244,6 +262,27 @@ mod tests {
             .expect_err("nothing listens");
         let Error::PreviewSilent { last, .. } = error else { panic!("{error:?}") };
         assert!(last.contains("nothing listens"), "{last}");
+    }
+
+    /// A run's `auto` preview: an address nobody serves is a port-forward, one where anything
+    /// answers (a controller's 503 before it routes) is the Ingress.
+    #[tokio::test]
+    async fn a_controller_is_whatever_listens_at_the_address() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let url = format!("http://127.0.0.1:{port}");
+        tokio::spawn(async move {
+            while let Ok((mut tcp, _)) = listener.accept().await {
+                let _ = tcp.write_all(b"HTTP/1.1 503 Service Unavailable\r\n\r\n").await;
+            }
+        });
+        assert!(controller_listens(&url).await);
+        let silent = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            listener.local_addr().expect("addr").port()
+        };
+        assert!(!controller_listens(&format!("http://127.0.0.1:{silent}")).await);
+        assert!(!controller_listens("https://x").await);
     }
 
     /// Something that listens but never answers like the service is waited for until the

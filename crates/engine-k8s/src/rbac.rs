@@ -13,7 +13,9 @@
 /// - events: list and watch, for the reason a pod does not start.
 /// - persistentvolumeclaims: create, get and patch, for `run`'s prepared environments
 ///   (`crate::environment`: made once, read by every run, marked ready); watch, for a run
-///   waiting on another's prepare; list and delete, for the sweep of unused ones.
+///   waiting on another's prepare; list and delete, for the sweep of unused ones; `get` also
+///   reads each user claim of `--mount pvc:` before the run's pod (`crate::claims`), which
+///   needs no verb more (the sweep deletes only claims signed as the engine's own).
 pub const REQUIRED_PERMISSIONS: &[(&str, &str)] = &[
     ("pods", "create"),
     ("pods", "get"),

@@ -35,7 +35,8 @@ pub struct Swept {
     pub pod: String,
     /// The sandbox id from its labels.
     pub sandbox: String,
-    /// `run`, `session` or `prepare`.
+    /// `run`, `session`, `prepare`, `pool` (an unclaimed warm-pool member: nobody's session
+    /// yet) or `environment` (a prepared environment's claim).
     pub kind: String,
     /// Why, lower case (the reaper's reason).
     pub reason: String,
@@ -104,10 +105,12 @@ pub fn decide(
         .filter_map(|action| {
             let chosen = listed.iter().find(|l| l.resource.id == action.id)?;
             let labels = SandboxLabels::from_labels(&chosen.resource.labels).ok().flatten()?;
+            let state = chosen.resource.labels.get(crate::engine::POOL_STATE_LABEL);
+            let pooled = state.map(String::as_str) == Some(crate::engine::POOL_READY);
             let swept = Swept {
                 pod: chosen.resource.id.clone(),
                 sandbox: labels.id,
-                kind: labels.kind.as_str().to_owned(),
+                kind: if pooled { "pool" } else { labels.kind.as_str() }.to_owned(),
                 reason: action.reason.to_string(),
                 removed: false,
                 exited: chosen.resource.state == State::Exited,

@@ -33,7 +33,7 @@ pub(crate) fn bound(
                         .is_none_or(|ip| ip.is_empty() || ip.parse().ok() == Some(want.addr))
                 })
                 .find_map(|b| b.host_port.as_deref()?.parse::<u16>().ok().filter(|p| *p != 0));
-            PublishedPort { host_port: host_port.unwrap_or(want.host_port), ..*want }
+            PublishedPort { host_port: host_port.unwrap_or(want.host_port), ..want.clone() }
         })
         .collect()
 }

@@ -82,8 +82,8 @@ impl std::fmt::Display for Publish {
     }
 }
 
-/// A published port as bound on the host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// A published port as bound on the host, or as an engine serves it elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PublishedPort {
     /// The port inside the sandbox.
     pub port: u16,
@@ -91,12 +91,29 @@ pub struct PublishedPort {
     pub addr: IpAddr,
     /// The host port.
     pub host_port: u16,
+    /// Where the engine serves the port instead of on a host address (k8s: the pod's Ingress,
+    /// `http://<id>.<preview domain>`); `addr` and `host_port` then bind nothing and are
+    /// [`Ipv4Addr::UNSPECIFIED`] and 0. `None` for a host binding.
+    pub preview: Option<String>,
 }
 
 impl PublishedPort {
+    /// Served at `url` by the engine, bound on no host address.
+    pub fn at_url(port: u16, url: String) -> PublishedPort {
+        PublishedPort {
+            port,
+            addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            host_port: 0,
+            preview: Some(url),
+        }
+    }
+
     /// Where the host reaches it, e.g. `http://127.0.0.1:8000`; an unspecified address
-    /// (`0.0.0.0`, `::`) is reached on the matching loopback.
+    /// (`0.0.0.0`, `::`) is reached on the matching loopback; the engine's URL as is.
     pub fn url(&self) -> String {
+        if let Some(url) = &self.preview {
+            return url.clone();
+        }
         let host = match self.addr {
             IpAddr::V4(v4) if v4.is_unspecified() => "127.0.0.1".to_owned(),
             IpAddr::V6(v6) if v6.is_unspecified() => "[::1]".to_owned(),
@@ -219,7 +236,7 @@ pub fn choose(
                 None => pick(entry.addr())
                     .map_err(|e| Error::NoFreePort { addr: entry.addr(), reason: e.to_string() })?,
             };
-            Ok(PublishedPort { port: entry.port, addr: entry.addr(), host_port })
+            Ok(PublishedPort { port: entry.port, addr: entry.addr(), host_port, preview: None })
         })
         .collect()
 }
@@ -270,6 +287,7 @@ pub fn asked(publish: &[Publish]) -> Vec<PublishedPort> {
             port: p.port,
             addr: p.addr(),
             host_port: p.fixed_host_port().unwrap_or(0),
+            preview: None,
         })
         .collect()
 }

@@ -88,6 +88,42 @@ fn run_on_k8s_refuses_host_mounts_before_anything_is_made() {
     assert!(text.contains("hint:"), "{text}");
 }
 
+/// `--mount pvc:`: refused off k8s and into sessions, and a claim not meant for sandboxes
+/// refused on k8s, each with a hint and before a single call to the cluster.
+#[test]
+fn claim_mounts_are_refused_where_they_cannot_be_kept_before_anything_is_made() {
+    let ctx = Ctx::new();
+    ctx.write("hello.py", "print('hi')\n");
+    let server = Apiserver::start();
+    let mut laptop = laptop();
+    server.kubeconfig(&mut laptop);
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["run", "--mount", "pvc:psbx-data-a:/data", "hello.py"],
+            "a PersistentVolumeClaim is mounted only by the k8s engine (this run is on `auto`)",
+        ),
+        (
+            &["run", "--engine", "docker", "--mount", "pvc:psbx-data-a:/data:ro", "hello.py"],
+            "mounted only by the k8s engine (this run is on `docker`)",
+        ),
+        (
+            &["run", "--engine", "k8s", "--mount", "pvc:shared:/data", "hello.py"],
+            "--mount `pvc:shared:/data`: claim `shared` is not one meant for sandboxes",
+        ),
+        (
+            &["session", "start", "--engine", "k8s", "--mount", "pvc:psbx-data-a:/data"],
+            "a claim is mounted only by `run --engine k8s`, not into a session",
+        ),
+    ];
+    for (args, error) in cases {
+        let out = laptop.run(&ctx, args);
+        let text = laptop.redact(transcript(&out));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {text}");
+        assert!(text.contains(error) && text.contains("hint:"), "{args:?}: {text}");
+    }
+    assert_eq!(server.connections(), 0, "a refused claim mount talked to the cluster");
+}
+
 #[test]
 fn an_inline_table_cannot_choose_the_engine() {
     let ctx = Ctx::new();
@@ -192,7 +228,14 @@ struct Apiserver {
     pods: Arc<Mutex<Vec<String>>>,
 }
 
-fn answer(stream: TcpStream, pods: &Mutex<Vec<String>>) -> std::io::Result<()> {
+/// The items of its pod and claim lists (JSON arrays).
+#[derive(Clone)]
+struct Lists {
+    pods: String,
+    claims: String,
+}
+
+fn answer(stream: TcpStream, lists: &Lists, pods: &Mutex<Vec<String>>) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut request_line = String::new();
     reader.read_line(&mut request_line)?;
@@ -223,10 +266,12 @@ fn answer(stream: TcpStream, pods: &Mutex<Vec<String>>) -> std::io::Result<()> {
     } else if path == "/version" {
         r#"{"major":"1","minor":"30","gitVersion":"v1.30.2","gitCommit":"","gitTreeState":"","buildDate":"","goVersion":"","compiler":"","platform":""}"#.to_owned()
     } else if path.starts_with("/api/v1/namespaces/python-sandbox/pods") {
-        r#"{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[]}"#.to_owned()
+        format!(r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{}},"items":{}}}"#, lists.pods)
     } else if path.starts_with("/api/v1/namespaces/python-sandbox/persistentvolumeclaims?") {
-        r#"{"kind":"PersistentVolumeClaimList","apiVersion":"v1","metadata":{},"items":[]}"#
-            .to_owned()
+        let items = &lists.claims;
+        format!(
+            r#"{{"kind":"PersistentVolumeClaimList","apiVersion":"v1","metadata":{{}},"items":{items}}}"#
+        )
     } else if path.starts_with("/api/v1/namespaces/") {
         r#"{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"python-sandbox"}}"#.to_owned()
     } else if path.contains("selfsubjectaccessreviews") {
@@ -253,6 +298,10 @@ fn answer(stream: TcpStream, pods: &Mutex<Vec<String>>) -> std::io::Result<()> {
 
 impl Apiserver {
     fn start() -> Apiserver {
+        Apiserver::with(Lists { pods: "[]".to_owned(), claims: "[]".to_owned() })
+    }
+
+    fn with(lists: Lists) -> Apiserver {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let connections = Arc::new(AtomicUsize::new(0));
@@ -261,7 +310,7 @@ impl Apiserver {
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 counted.fetch_add(1, Ordering::SeqCst);
-                let _ = answer(stream, &created);
+                let _ = answer(stream, &lists, &created);
             }
         });
         Apiserver { port, connections, pods }
@@ -344,6 +393,70 @@ fn a_configured_cluster_joins_list_reap_and_detect() {
     assert_eq!(
         k8s["reason"],
         "cluster v1.30.2 answers; may create pods and pods/exec in `python-sandbox`"
+    );
+}
+
+/// `reap --engine k8s --dry-run`: an unused environment claim is listed as the environment it
+/// is (as other engines list theirs) and an idle warm-pool member as a pool member, both
+/// signed with this user's key, neither removed.
+#[test]
+fn a_dry_run_reap_names_environment_claims_and_pool_members() {
+    let ctx = Ctx::new();
+    let mut laptop = laptop();
+    let keys = laptop.home.path().join(".cache/python-sandbox/keys");
+    let key = reaper::PrivateDir::open(&keys).and_then(|d| reaper::MarkKey::load(&d)).expect("key");
+    let owner = reaper::Owner::current(None).expect("owner");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    let old = now - 8 * 86_400;
+    let env = "psbx-env-0a1b2c";
+    let mut env_labels = reaper::SandboxLabels::new(env, reaper::Kind::Prepare, &owner, old)
+        .to_labels()
+        .expect("labels");
+    key.sign(env, &mut env_labels);
+    let claim = serde_json::json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": env, "namespace": "python-sandbox", "uid": "uid-env",
+            "labels": env_labels, "annotations": engine_k8s::environment::ready_annotations(old)}});
+    let member = "psbx-ab12";
+    let mut pod_labels =
+        reaper::labels_for_session("ab12", &owner, now - 7200, 600).expect("labels");
+    pod_labels.insert(engine_k8s::engine::POOL_LABEL.to_owned(), "k".to_owned());
+    pod_labels.insert(
+        engine_k8s::engine::POOL_STATE_LABEL.to_owned(),
+        engine_k8s::engine::POOL_READY.to_owned(),
+    );
+    key.sign(member, &mut pod_labels);
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": member, "namespace": "python-sandbox", "uid": "uid-pod",
+            "labels": pod_labels},
+        "status": {"phase": "Pending"}});
+    let server = Apiserver::with(Lists { pods: format!("[{pod}]"), claims: format!("[{claim}]") });
+    server.kubeconfig(&mut laptop);
+    let out = laptop.run(&ctx, &["reap", "--dry-run", "--engine", "k8s", "--json"]);
+    assert!(out.status.success(), "{}", transcript(&out));
+    let items: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("json");
+    let shown: Vec<String> = items
+        .iter()
+        .map(|i| {
+            let field = if i.get("environment").is_some() { "environment" } else { "container" };
+            // The idle time is the clock's: whole seconds since the member started.
+            let reason = i["reason"].as_str().unwrap_or_default();
+            let reason = reason.split_once(", ").map_or(reason, |(_, ttl)| ttl);
+            format!("{} {field}={} ({reason}) removed={}", i["kind"], i[field], i["removed"])
+        })
+        .collect();
+    assert_snapshot!(shown.join("\n"), @r#"
+    "pool" container="psbx-ab12" (ttl 600 s) removed=false
+    "environment" environment="psbx-env-0a1b2c" (unused for 7 days) removed=false
+    "#);
+    let out = laptop.run(&ctx, &["reap", "--dry-run", "--engine", "k8s"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("would remove k8s pool member psbx-ab12 (idle for "), "{text}");
+    assert!(
+        text.contains("would remove k8s environment psbx-env-0a1b2c (unused for 7 days)"),
+        "{text}"
     );
 }
 

@@ -6,7 +6,8 @@
 //! ready, and the prepare pod deleted.
 //!
 //! Run: one pod with the script's own network, published ports and limits, the claim mounted
-//! read-only; the workspace synced in ([`crate::workspace`]), the script copied in and run
+//! read-only; its ports told to `RunIo::published` (the Ingress URL, or a port-forward held
+//! for the run); the workspace synced in ([`crate::workspace`]), the script copied in and run
 //! with the environment's python in the workdir; then, however it ended (exit, timeout,
 //! Ctrl-C), what it changed synced back out, and the pod deleted. The pod is started with
 //! [`api::start`]: one watch per run, from the create's resourceVersion.
@@ -20,10 +21,10 @@ use sandbox_core::{
 };
 
 use super::{K8sEngine, START_TIMEOUT, now_secs, plan, random_id};
-use crate::environment;
 use crate::error::{Error, Result};
 use crate::failure::{Op, api_error};
 use crate::{api, workspace};
+use crate::{claims, environment};
 
 /// A ready environment claim.
 #[derive(Debug, Clone)]
@@ -45,6 +46,14 @@ fn session_of(spec: &RunSpec, net: Net) -> SessionConfig {
         tmpfs_size: spec.tmpfs_size,
         limits: spec.limits,
     }
+}
+
+/// A run's [`RunIo`] as the pod's side takes it: the output a sink, the status a closure.
+struct PodIo<'a, 'p> {
+    stdin: Stdin,
+    output: &'a mut dyn OutputSink,
+    status: &'a mut (dyn FnMut(&str) + Send),
+    published: Option<&'a mut sandbox_core::PublishedHook<'p>>,
 }
 
 /// This process's stdin to a run's script, chunk by chunk, then its end.
@@ -167,16 +176,18 @@ impl K8sEngine {
         }
     }
 
-    /// Starts a pod planned for `session` with the environment claim mounted.
+    /// Starts a pod planned for `session` with the environment claim mounted, and `user`'s.
     async fn start_run_pod(
         &self,
         session: &SessionConfig,
         claim: &str,
         read_only: bool,
+        user: &[claims::ClaimMount],
     ) -> Result<(super::Plan, k8s_openapi::api::core::v1::Pod)> {
         let id = random_id();
         let mut plan = plan(&self.config, session, &id, &self.owner, now_secs(), &self.mark)?;
         environment::mount(&mut plan.pod, claim, read_only);
+        claims::mount(&mut plan.pod, user);
         let ns = &self.config.namespace;
         let pod =
             api::start(&self.client, ns, &plan.pod, plan.network_policy(), START_TIMEOUT).await?;
@@ -275,7 +286,7 @@ impl K8sEngine {
             session.env.clear();
             session.mounts.clear();
             session.limits = sandbox_core::Limits::default();
-            let (_, pod) = self.start_run_pod(&session, &name, false).await?;
+            let (_, pod) = self.start_run_pod(&session, &name, false, &[]).await?;
             let sandbox = self.handle(&pod, Vec::new());
             let request = ExecRequest {
                 argv: environment::prepare_argv(&spec.dependencies),
@@ -327,18 +338,27 @@ impl K8sEngine {
         &self,
         spec: &RunSpec,
         prepared: &PreparedEnv,
-        stdin: Stdin,
-        output: &mut dyn OutputSink,
-        status: &mut (dyn FnMut(&str) + Send),
+        io: PodIo<'_, '_>,
         warnings: &mut Vec<String>,
     ) -> Result<RunOutcome> {
+        let PodIo { stdin, output, status, published } = io;
         let session = session_of(spec, spec.net);
-        let (plan, pod) = self.start_run_pod(&session, &prepared.claim, true).await?;
+        for user in &self.config.run_claims {
+            if self.get_claim(&user.claim).await?.is_none() {
+                return Err(Error::ClaimMissing {
+                    claim: user.claim.clone(),
+                    namespace: self.config.namespace.clone(),
+                });
+            }
+        }
+        let user = &self.config.run_claims;
+        let (plan, pod) = self.start_run_pod(&session, &prepared.claim, true, user).await?;
         let outcome = async {
             self.publish_all(&plan, &pod).await?;
-            for (i, port) in plan.ports.iter().enumerate() {
-                let url = super::preview_url(&plan.config, &plan.id, i, *port);
-                warnings.push(format!("port {port} is published at {url}"));
+            // Held until the run ends: dropping a forward closes it.
+            let (_forwards, ports) = self.previews(&plan, &pod).await?;
+            if let Some(published) = published.filter(|_| !ports.is_empty()) {
+                published(&ports);
             }
             let sandbox = self.handle(&pod, plan.secret_env.clone());
             let workdir = plan.config.workdir.clone();
@@ -370,6 +390,51 @@ impl K8sEngine {
         .await;
         self.delete(&pod).await;
         outcome
+    }
+
+    /// Where a run's published ports are served, by the engine's `preview`: the Ingress URL
+    /// (`ingress`, or `auto` where anything serves the preview domain), else a local
+    /// port-forward per port, held by the returned forwards. Decided before the script
+    /// listens, so `auto` asks only whether a controller is there, not whether it routes.
+    async fn previews(
+        &self,
+        plan: &super::Plan,
+        pod: &k8s_openapi::api::core::v1::Pod,
+    ) -> Result<(Vec<crate::preview::Forward>, Vec<sandbox_core::PublishedPort>)> {
+        let mut forwards = Vec::new();
+        let mut ports = Vec::new();
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        for (i, port) in plan.ports.iter().enumerate() {
+            let url = super::preview_url(&plan.config, &plan.id, i, *port);
+            let ingress = match self.config.preview {
+                crate::Preview::Ingress => true,
+                crate::Preview::PortForward => false,
+                crate::Preview::Auto => crate::preview::controller_listens(&url).await,
+            };
+            if ingress {
+                ports.push(sandbox_core::PublishedPort::at_url(*port, url));
+                continue;
+            }
+            let forward = crate::preview::Forward::start(
+                self.client.clone(),
+                &self.config.namespace,
+                name,
+                *port,
+                self.rt().handle(),
+            )
+            .await?;
+            let bound = crate::preview::host_port(forward.url())
+                .and_then(|(host, local)| Some((host.parse().ok()?, local)));
+            let Some((addr, host_port)) = bound else {
+                return Err(Error::Host {
+                    what: "listen for a port-forward".to_owned(),
+                    message: format!("`{}` is not a local address", forward.url()),
+                });
+            };
+            ports.push(sandbox_core::PublishedPort { port: *port, addr, host_port, preview: None });
+            forwards.push(forward);
+        }
+        Ok((forwards, ports))
     }
 
     /// The script in the pod with the run's stdin, stopped on Ctrl-C (dropping the exec closes
@@ -475,7 +540,7 @@ impl Engine for K8sEngine {
         prepared: &PreparedEnv,
         io: RunIo<'_>,
     ) -> Result<RunOutcome> {
-        let RunIo { stdin, output, mut status, .. } = io;
+        let RunIo { stdin, output, mut status, published } = io;
         let mut inherit = Inherit;
         let mut merged;
         let sink: &mut dyn OutputSink = match output {
@@ -492,14 +557,8 @@ impl Engine for K8sEngine {
                 status(line);
             }
         };
-        let mut outcome = self.block_on(self.run_in_pod(
-            spec,
-            prepared,
-            stdin,
-            sink,
-            &mut report,
-            &mut warnings,
-        ))?;
+        let io = PodIo { stdin, output: sink, status: &mut report, published };
+        let mut outcome = self.block_on(self.run_in_pod(spec, prepared, io, &mut warnings))?;
         outcome.warnings.extend(warnings);
         Ok(outcome)
     }

@@ -99,6 +99,26 @@ fn the_role_grants_exactly_what_the_engine_uses() {
     assert!(!is_required("pods", "update"));
 }
 
+/// The claims the policy lets a pod mount are exactly the engine's environments and the
+/// user's `--mount pvc:` claims, by the prefixes the engine uses.
+#[test]
+fn the_admission_policy_allows_exactly_the_claims_the_engine_mounts() {
+    let vap: ValidatingAdmissionPolicy = load("policy/validating-admission-policy.yaml");
+    let validations = vap.spec.unwrap().validations.unwrap();
+    let volumes = validations
+        .iter()
+        .find(|v| v.expression.contains("persistentVolumeClaim"))
+        .expect("a validation of claims");
+    let allowed: BTreeSet<&str> = volumes
+        .expression
+        .split("claimName.startsWith('")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('\'').map(|(prefix, _)| prefix))
+        .collect();
+    let used = BTreeSet::from([crate::environment::CLAIM_PREFIX, crate::claims::USER_CLAIM_PREFIX]);
+    assert_eq!(allowed, used);
+}
+
 #[test]
 fn the_admission_policy_checks_every_hardening_field() {
     let vap: ValidatingAdmissionPolicy = load("policy/validating-admission-policy.yaml");

@@ -55,13 +55,16 @@ fn spellings() {
 #[test]
 fn urls() {
     let url = |addr: &str, host_port| {
-        PublishedPort { port: 1, addr: addr.parse().expect("addr"), host_port }.url()
+        PublishedPort { port: 1, addr: addr.parse().expect("addr"), host_port, preview: None }.url()
     };
     assert_eq!(url("127.0.0.1", 8000), "http://127.0.0.1:8000");
     assert_eq!(url("0.0.0.0", 8000), "http://127.0.0.1:8000");
     assert_eq!(url("::", 8000), "http://[::1]:8000");
     assert_eq!(url("::1", 8000), "http://[::1]:8000");
     assert_eq!(url("192.0.2.7", 80), "http://192.0.2.7:80");
+    // An engine's own URL (a cluster's Ingress) is the URL, whatever the host binding says.
+    let served = PublishedPort::at_url(8000, "http://psbx-a1.127.0.0.1.nip.io".to_owned());
+    assert_eq!(served.url(), "http://psbx-a1.127.0.0.1.nip.io");
 }
 
 /// The engines' own bind failures, as each words them, become the one error naming the host
@@ -69,8 +72,8 @@ fn urls() {
 #[test]
 fn engine_messages() {
     let bound = [
-        PublishedPort { port: 18765, addr: DEFAULT_PUBLISH_ADDR, host_port: 18765 },
-        PublishedPort { port: 9000, addr: DEFAULT_PUBLISH_ADDR, host_port: 41234 },
+        PublishedPort { port: 18765, addr: DEFAULT_PUBLISH_ADDR, host_port: 18765, preview: None },
+        PublishedPort { port: 9000, addr: DEFAULT_PUBLISH_ADDR, host_port: 41234, preview: None },
     ];
     let messages = [
         // docker, another container holds it
@@ -96,7 +99,12 @@ fn engine_messages() {
         })
         .collect();
     insta::assert_snapshot!(out.join("\n"));
-    let one = [PublishedPort { port: 80, addr: "::1".parse().expect("addr"), host_port: 80 }];
+    let one = [PublishedPort {
+        port: 80,
+        addr: "::1".parse().expect("addr"),
+        host_port: 80,
+        preview: None,
+    }];
     let blamed = busy_host_port("rootlessport: bind: address already in use", &one);
     assert_eq!(
         blamed.map(|e| e.to_string()),

@@ -40,6 +40,8 @@ struct State {
     prepare_takes: Duration,
     /// The argv of every command run in a pod.
     commands: Vec<Vec<String>>,
+    /// Every pod as created, kept after its delete.
+    created: Vec<Value>,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -106,6 +108,10 @@ async fn serve(tcp: tokio::net::TcpStream, state: Shared) {
     let method = parts.next().unwrap_or_default().to_owned();
     let target = parts.next().unwrap_or_default().to_owned();
     state.lock().expect("state").log.push(format!("{method} {target}"));
+    // A port-forward's connection: refused, as from a pod where nothing listens yet.
+    if target.contains("/portforward") {
+        return;
+    }
     if lower.contains("upgrade: websocket") {
         return pod_exec(tcp, state).await;
     }
@@ -207,6 +213,7 @@ fn rest(state: &Shared, method: &str, path: &str, body: Value) -> (u16, Value) {
         ("POST", "pods", "") => {
             let name = body["metadata"]["name"].as_str().unwrap_or_default().to_owned();
             let pod = created(body);
+            s.created.push(pod.clone());
             s.pods.insert(name, pod.clone());
             (201, pod)
         }
@@ -415,6 +422,10 @@ impl Drop for Scratch {
 }
 
 fn engine(cluster: &Cluster, scratch: &Scratch) -> K8sEngine {
+    engine_with(cluster, SandboxConfig { workdir: scratch.pod(), ..SandboxConfig::default() })
+}
+
+fn engine_with(cluster: &Cluster, sandbox: SandboxConfig) -> K8sEngine {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -422,7 +433,6 @@ fn engine(cluster: &Cluster, scratch: &Scratch) -> K8sEngine {
         .expect("runtime");
     let config = kube::Config::new(cluster.url.parse().expect("url"));
     let client = rt.block_on(async { kube::Client::try_from(config).expect("client") });
-    let sandbox = SandboxConfig { workdir: scratch.pod(), ..SandboxConfig::default() };
     K8sEngine::with_client(sandbox, rt, client, key()).expect("engine")
 }
 
@@ -583,6 +593,131 @@ fn claims_the_role_does_not_allow_are_named_with_a_hint_and_nothing_is_made() {
     assert!(message.contains("persistentvolumeclaim") && message.contains("hint:"), "{message}");
     let state = cluster.state.lock().expect("state");
     assert!(state.pods.is_empty() && state.commands.is_empty(), "{:?}", state.log);
+}
+
+/// What a run with `--publish 8000` tells its `published` hook under `preview`, and the
+/// log of the run.
+fn published_run(preview: crate::Preview) -> (Vec<sandbox_core::PublishedPort>, bool, String) {
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let cluster = rt.block_on(Cluster::start());
+    let scratch = Scratch::new();
+    let sandbox = SandboxConfig { workdir: scratch.pod(), preview, ..SandboxConfig::default() };
+    let engine = engine_with(&cluster, sandbox);
+    let mut spec = spec(&scratch, "print('served')\n");
+    spec.net = Net::On;
+    spec.publish = vec![sandbox_core::Publish::same(8000)];
+    let prepared = engine.prepare(&spec, &mut |_| {}).expect("prepared");
+    cluster.state.lock().expect("state").log.clear();
+    let mut told = Vec::new();
+    // Whether the port-forward accepts while the run is up.
+    let mut reachable = false;
+    let mut hook = |ports: &[sandbox_core::PublishedPort]| {
+        for p in ports.iter().filter(|p| p.preview.is_none()) {
+            reachable = std::net::TcpStream::connect((p.addr, p.host_port)).is_ok();
+        }
+        told.extend_from_slice(ports);
+    };
+    let mut out = sandbox_core::Captured::default();
+    let io = RunIo {
+        stdin: Stdin::Null,
+        output: Output::Sink(&mut out),
+        status: None,
+        published: Some(&mut hook),
+    };
+    let outcome = engine.run_prepared(&spec, &prepared, io).expect("ran");
+    assert_eq!((outcome.exit_code, out.stdout_lossy().as_str()), (0, "served\n"));
+    assert!(
+        !outcome.warnings.iter().any(|w| w.contains("published")),
+        "the URL is the hook's, not a warning: {:?}",
+        outcome.warnings
+    );
+    let log = flow(&cluster.log());
+    (told, reachable, log)
+}
+
+#[test]
+fn a_runs_published_port_is_told_to_the_hook_as_its_ingress_url() {
+    let (told, _, log) = published_run(crate::Preview::Ingress);
+    let [port] = told.as_slice() else { panic!("{told:?}") };
+    assert_eq!(port.port, 8000);
+    let url = port.url();
+    assert!(
+        url.starts_with("http://")
+            && url.ends_with(&format!(".{}", crate::config::DEFAULT_PREVIEW_DOMAIN)),
+        "{url}"
+    );
+    assert!(log.contains("POST /api/v1/services") && log.contains("ingresses"), "{log}");
+}
+
+#[test]
+fn a_runs_port_forward_is_a_local_url_held_for_the_run_only() {
+    let (told, reachable, _) = published_run(crate::Preview::PortForward);
+    let [port] = told.as_slice() else { panic!("{told:?}") };
+    assert_eq!(
+        (port.port, port.addr, port.preview.as_deref()),
+        (8000, sandbox_core::DEFAULT_PUBLISH_ADDR, None)
+    );
+    assert!(port.host_port != 0 && port.url().starts_with("http://127.0.0.1:"), "{port:?}");
+    assert!(reachable, "the forward listens while the run is up");
+    // The runtime's tasks are gone with the engine; the listener closed when the run ended.
+    assert!(
+        std::net::TcpStream::connect((port.addr, port.host_port)).is_err(),
+        "the forward outlived the run"
+    );
+}
+
+/// `--mount pvc:`: a claim not in the namespace stops the run before its pod (a pod would
+/// wait in `Pending` for it); one that is there is mounted into the run's pod, read-only as
+/// asked, and never into the environment's prepare pod.
+#[test]
+fn a_users_claim_is_read_before_the_run_and_mounted_into_its_pod_only() {
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let cluster = rt.block_on(Cluster::start());
+    let scratch = Scratch::new();
+    let mount = crate::claims::parse("pvc:psbx-data-models:/models:ro").expect("mount");
+    let sandbox = SandboxConfig {
+        workdir: scratch.pod(),
+        run_claims: vec![mount],
+        ..SandboxConfig::default()
+    };
+    let engine = engine_with(&cluster, sandbox);
+    let spec = spec(&scratch, "print('ran')\n");
+    let prepared = engine.prepare(&spec, &mut |_| {}).expect("prepared");
+    let pods = cluster.state.lock().expect("state").created.len();
+    let mut out = sandbox_core::Captured::default();
+    let io =
+        RunIo { stdin: Stdin::Null, output: Output::Sink(&mut out), status: None, published: None };
+    let error = engine.run_prepared(&spec, &prepared, io).expect_err("no such claim");
+    assert!(matches!(error, crate::Error::ClaimMissing { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(message.contains("psbx-data-models") && message.contains("hint:"), "{message}");
+    let state = cluster.state.lock().expect("state");
+    assert_eq!(state.created.len(), pods, "a pod was made for a missing claim");
+    let prepare_pod = state.created.last().expect("the prepare pod").clone();
+    drop(state);
+    let volumes = |pod: &Value| -> Vec<String> {
+        pod["spec"]["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v["persistentVolumeClaim"]["claimName"].as_str().map(str::to_owned))
+            .collect()
+    };
+    assert!(!volumes(&prepare_pod).contains(&"psbx-data-models".to_owned()), "{prepare_pod}");
+
+    cluster.state.lock().expect("state").claims.insert(
+        "psbx-data-models".to_owned(),
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "psbx-data-models", "namespace": NS, "uid": "u", "resourceVersion": "1"}}),
+    );
+    let (code, stdout, _) = run(&engine, &spec, Stdin::Null);
+    assert_eq!((code, stdout.as_str()), (0, "ran\n"));
+    let state = cluster.state.lock().expect("state");
+    let run_pod = state.created.last().expect("the run pod");
+    assert!(volumes(run_pod).contains(&"psbx-data-models".to_owned()), "{run_pod}");
+    let mounts = &run_pod["spec"]["containers"][0]["volumeMounts"];
+    let mounted = mounts.as_array().into_iter().flatten().find(|m| m["mountPath"] == "/models");
+    assert_eq!(mounted.map(|m| m["readOnly"].clone()), Some(json!(true)), "{mounts}");
 }
 
 fn prepares(cluster: &Cluster) -> usize {
