@@ -58,7 +58,7 @@ pub enum RootEntry {
     },
 }
 
-/// Everything about the host that shapes the argv. Built by [`HostFacts::gather`]; tests
+/// Everything about the host that shapes the argv. Built by `HostFacts::gather`; tests
 /// build it by hand with fixed paths.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostFacts {

@@ -36,7 +36,7 @@ impl Bind {
     }
 }
 
-/// A complete sandbox: what a [`crate::Launcher`] builds (bwrap from [`Plan::argv`]) and what
+/// A complete sandbox: what a [`crate::Launcher`] builds (bwrap from `Plan::argv`) and what
 /// runs in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
@@ -85,7 +85,7 @@ pub struct Plan {
     /// user onto the uid it runs as, so started as root it would make the sandbox host root
     /// (able to write `/proc/sys`, and to leave setuid-root files in the workspace). Started as
     /// nobody it cannot reach root's files by path, so every bind source is first mounted, from
-    /// a descriptor, into a private staging directory ([`Plan::staging`]) that bwrap binds from.
+    /// a descriptor, into a private staging directory (`Plan::staging`) that bwrap binds from.
     pub run_as: Option<(u32, u32)>,
     /// Host sources (the workspace, read-write mounts) staged as idmapped mounts for a root
     /// caller: root's files appear owned by the sandbox's user, and what it writes lands owned
