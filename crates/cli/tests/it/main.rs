@@ -3,6 +3,7 @@
 
 mod k8s;
 mod mcp;
+mod mcp_rmcp;
 mod meta;
 mod reap;
 mod run;
