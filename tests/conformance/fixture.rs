@@ -61,6 +61,8 @@ pub(crate) struct Secret {
 
 pub(crate) struct Fixture {
     pub(crate) engine: String,
+    /// The case's name (set by the runner): data-driven cases find their parameter in it.
+    pub(crate) case: &'static str,
     /// Unique per case run; in every path of this case and in the argv of spawned children, so a
     /// surviving process can be found on the host by it.
     pub(crate) tag: String,
@@ -190,6 +192,7 @@ impl Fixture {
         let dirs = vec![root_dir, tmp_dir];
         let fx = Fixture {
             engine: engine.to_string(),
+            case: "",
             tag,
             root,
             ws,

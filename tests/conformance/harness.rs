@@ -244,10 +244,11 @@ pub(crate) fn script_text(case: &Case) -> Result<String, String> {
 }
 
 pub(crate) fn run_case(case: &Case, engine: &str, shared: &Shared, bin: &Path) -> Verdict {
-    let fx = match Fixture::new(engine, shared) {
+    let mut fx = match Fixture::new(engine, shared) {
         Ok(fx) => fx,
         Err(e) => return setup_failure(format!("fixture: {e}")),
     };
+    fx.case = case.name;
     let prepared = script_text(case).and_then(|text| {
         fs::write(fx.ws.join("case.py"), &text)
             .map_err(|e| format!("cannot write case.py: {e}"))

@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use xshell::{Shell, cmd};
 
 pub(crate) struct Bench {
-    /// Only this engine's benchmark (`k8s`).
+    /// Only this engine's benchmark (`k8s`, `docker`, `podman`, `native`, `bwrap`).
     pub(crate) engine: Option<String>,
 }
 
@@ -18,10 +18,13 @@ impl Bench {
             Some(oci @ ("docker" | "podman")) => {
                 return crate::bench_run::oci_vs_raw(sh, Some(oci));
             }
+            Some(local @ ("native" | "bwrap")) => {
+                return crate::bench_run::local_vs_uv(sh, &[local]);
+            }
             _ => {}
         }
         meta(sh)?;
-        crate::bench_run::local_vs_uv(sh)?;
+        crate::bench_run::local_vs_uv(sh, &["native", "bwrap"])?;
         crate::bench_run::oci_vs_raw(sh, None)?;
         Ok(())
     }

@@ -15,12 +15,12 @@ const HELLO: &str = "# /// script\n# dependencies = []\n# ///\nprint('hello')\n"
 /// Timed runs per command (after two warm-up runs that also fill the caches).
 const RUNS: usize = 15;
 
-pub(crate) fn local_vs_uv(sh: &Shell) -> Result<()> {
+pub(crate) fn local_vs_uv(sh: &Shell, engines: &[&str]) -> Result<()> {
     cmd!(sh, "cargo build --release --locked -p cli").run()?;
     let root = crate::project_root();
     let cli = root.join("target/release/python-sandbox");
     // Side by side in one run: the built-in engine and bubblewrap, each against bare uv run.
-    for engine in ["native", "bwrap"] {
+    for &engine in engines {
         crate::section(&format!("bench: python-sandbox run --engine {engine} vs uv run, warm"));
         // `detect`'s table: `NAME  available|unavailable  reason`.
         let detect = Command::new(&cli).arg("detect").env("NO_COLOR", "1").output()?;

@@ -17,10 +17,11 @@ commands:
                      `uv tool install` the wheel into a scratch dir and run examples/hello.py
   package            `cargo package` (with its verify build) and warning-free docs of the library
                      crates meant for crates.io (nothing is published)
-  bench [--engine k8s|docker|podman]
+  bench [--engine k8s|docker|podman|native|bwrap]
                      benchmarks, printed side by side with their baselines; `--engine k8s`: the
                      pod engine against kubectl on the cluster KUBECONFIG names; `docker`/`podman`:
-                     only that engine's rows (runs, warm session, time to interactive with a pool)
+                     only that engine's rows (runs, warm session, time to interactive with a pool);
+                     `native`/`bwrap`: only that engine's rows against bare `uv run`
   fuzz [--seconds N] [TARGET]
                      run cargo-fuzz targets on nightly (default 30 s each)
   test-engines [--engine NAME]... [FILTER]...
@@ -94,11 +95,14 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
             let engine = match rest.as_slice() {
                 [] => None,
                 [flag, e]
-                    if flag == "--engine" && ["k8s", "docker", "podman"].contains(&e.as_str()) =>
+                    if flag == "--engine"
+                        && ["k8s", "docker", "podman", "native", "bwrap"].contains(&e.as_str()) =>
                 {
                     Some(e.clone())
                 }
-                _ => bail!("`bench` takes nothing or `--engine k8s|docker|podman`\n\n{USAGE}"),
+                _ => bail!(
+                    "`bench` takes nothing or `--engine k8s|docker|podman|native|bwrap`\n\n{USAGE}"
+                ),
             };
             Cmd::Bench(crate::bench::Bench { engine })
         }

@@ -76,7 +76,10 @@ pub fn answers() -> Answers {
     }
 }
 
-/// [`verdict`] of [`answers`]: what `detect` prints for native.
+/// [`verdict`] of [`answers`]: what `detect` prints for native. Asked once per process: the
+/// CLI's engine choice and [`crate::NativeEngine::new`] both need it, and the kernel's
+/// settings do not change under a run (a fork and an unshare each time they did).
 pub fn probe() -> Probe {
-    verdict(&answers())
+    static ANSWERS: std::sync::OnceLock<Answers> = std::sync::OnceLock::new();
+    verdict(ANSWERS.get_or_init(answers))
 }

@@ -11,9 +11,7 @@
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use rustix::mount::{MoveMountFlags, OpenTreeFlags, UnmountFlags};
 
@@ -21,8 +19,8 @@ use rustix::mount::{MoveMountFlags, OpenTreeFlags, UnmountFlags};
 pub const NOBODY: u32 = 65534;
 
 /// A user namespace whose root is host nobody (`0 65534 1`): as a mount's idmap it shows root's
-/// files as nobody's and stores nobody's writes as root's. Made once per process by a `cat`
-/// that unshares its user namespace and waits on its stdin while we write the maps. Callers
+/// files as nobody's and stores nobody's writes as root's. Made once per process by a forked
+/// child that unshares its user namespace and waits on a pipe while we write the maps. Callers
 /// that guard their spawns (engine-bwrap) make the first call under that guard.
 pub fn root_as_nobody() -> std::io::Result<BorrowedFd<'static>> {
     static USERNS: std::sync::OnceLock<Result<OwnedFd, String>> = std::sync::OnceLock::new();
@@ -33,27 +31,45 @@ pub fn root_as_nobody() -> std::io::Result<BorrowedFd<'static>> {
 }
 
 fn make_root_as_nobody() -> std::io::Result<OwnedFd> {
-    let mut command = Command::new("/bin/cat");
-    command
-        .env_clear()
-        .current_dir("/")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null());
-    // SAFETY: runs in the forked child before exec; one raw syscall.
-    unsafe {
-        command.pre_exec(|| {
-            rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWUSER)?;
-            Ok(())
-        });
+    let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let (hold_r, hold_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    // SAFETY: the child makes raw syscalls only (async-signal-safe in a process that may have
+    // threads) and never returns: a forked child instead of an exec'd helper saves an exec per
+    // run of a root caller.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
     }
-    let mut child = command.spawn()?;
-    let proc = PathBuf::from(format!("/proc/{}", child.id()));
-    let made = std::fs::write(proc.join("uid_map"), format!("0 {NOBODY} 1\n"))
-        .and_then(|()| std::fs::write(proc.join("gid_map"), format!("0 {NOBODY} 1\n")))
-        .and_then(|()| std::fs::File::open(proc.join("ns/user")).map(OwnedFd::from));
-    drop(child.stdin.take());
-    let _ = child.kill();
-    let _ = child.wait();
+    if pid == 0 {
+        // SAFETY: raw syscalls on descriptors this process owns, then _exit.
+        unsafe {
+            let ok: u8 = u8::from(libc::unshare(libc::CLONE_NEWUSER) == 0);
+            libc::write(ready_w.as_raw_fd(), (&ok as *const u8).cast(), 1);
+            libc::close(hold_w.as_raw_fd());
+            // Holds the namespace until the parent closes its end (or dies).
+            let mut byte = 0u8;
+            libc::read(hold_r.as_raw_fd(), (&mut byte as *mut u8).cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    drop((ready_w, hold_r));
+    let mut ok = [0u8];
+    let made = match rustix::io::read(&ready_r, &mut ok) {
+        Ok(1) if ok[0] == 1 => {
+            let proc = PathBuf::from(format!("/proc/{pid}"));
+            std::fs::write(proc.join("uid_map"), format!("0 {NOBODY} 1\n"))
+                .and_then(|()| std::fs::write(proc.join("gid_map"), format!("0 {NOBODY} 1\n")))
+                .and_then(|()| std::fs::File::open(proc.join("ns/user")).map(OwnedFd::from))
+        }
+        Ok(_) => Err(std::io::Error::other("the helper could not unshare its user namespace")),
+        Err(e) => Err(e.into()),
+    };
+    drop(hold_w);
+    let mut status = 0;
+    // SAFETY: waitpid on our own child, which exits once `hold_w` is closed.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+    {}
     made
 }
 

@@ -68,7 +68,8 @@ pub use scrub::{
     is_secret_name,
 };
 pub use seccomp::{
-    Arch, ArgCheck, Insn, SeccompAction, SeccompRule, WALL, bpf, compile, disassemble,
+    Arch, ArgCheck, FAMILIES, Insn, SeccompAction, SeccompFamily, SeccompRule, WALL, bpf, compile,
+    disassemble,
 };
 pub use session::{
     Driven, DynSession, DynSessionEngine, Executor, SessionEngine, SessionInfo, SessionPolicy,

@@ -223,6 +223,148 @@ pub const WALL: &[SeccompRule] = &[
     rule("personality", &[], DENY),
 ];
 
+/// A group of syscalls the wall refuses with `EPERM` for one reason: the unit the conformance
+/// suite checks (one case per family, one probe per syscall), so a rule cannot be added
+/// without saying which family it belongs to (a test checks that every `EPERM` rule of
+/// [`WALL`] is in exactly one family, and every family's syscalls are such rules).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeccompFamily {
+    /// Short lower-case name (a conformance case is `wall-seccomp-NAME`).
+    pub name: &'static str,
+    /// Why the wall refuses them.
+    pub why: &'static str,
+    /// The syscalls, by the names [`WALL`] uses; some are refused only for some arguments.
+    pub syscalls: &'static [&'static str],
+}
+
+const fn family(
+    name: &'static str,
+    why: &'static str,
+    syscalls: &'static [&'static str],
+) -> SeccompFamily {
+    SeccompFamily { name, why, syscalls }
+}
+
+/// Every syscall [`WALL`] answers with `EPERM`, by family.
+pub const FAMILIES: &[SeccompFamily] = &[
+    family(
+        "setid",
+        "a setuid or setgid mode on a file that leaves through the workspace",
+        &[
+            "chmod",
+            "fchmod",
+            "fchmodat",
+            "fchmodat2",
+            "creat",
+            "open",
+            "openat",
+            "mknod",
+            "mknodat",
+        ],
+    ),
+    family(
+        "userns",
+        "a nested user namespace gives a fresh set of capabilities",
+        &["clone", "unshare"],
+    ),
+    family("tty", "typing into the terminal shared with the caller", &["ioctl"]),
+    family(
+        "ptrace",
+        "other processes: tracing, their memory, their descriptors, their pages",
+        &[
+            "ptrace",
+            "process_vm_readv",
+            "process_vm_writev",
+            "pidfd_getfd",
+            "kcmp",
+            "process_madvise",
+            "move_pages",
+            "migrate_pages",
+        ],
+    ),
+    family(
+        "keyring",
+        "the kernel keyring is not namespaced",
+        &["keyctl", "add_key", "request_key"],
+    ),
+    family(
+        "kernel",
+        "kernel attack surface a script has no use for",
+        &["bpf", "perf_event_open", "userfaultfd", "fanotify_init"],
+    ),
+    family(
+        "mount",
+        "mounts and other namespaces",
+        &[
+            "mount",
+            "umount",
+            "umount2",
+            "pivot_root",
+            "setns",
+            "open_tree",
+            "open_tree_attr",
+            "move_mount",
+            "fsopen",
+            "fsconfig",
+            "fsmount",
+            "fspick",
+            "mount_setattr",
+        ],
+    ),
+    family(
+        "handles",
+        "file handles reach files by inode, past the mount tree",
+        &["name_to_handle_at", "open_by_handle_at"],
+    ),
+    family(
+        "modules",
+        "kernel modules and kexec",
+        &[
+            "init_module",
+            "finit_module",
+            "delete_module",
+            "create_module",
+            "query_module",
+            "get_kernel_syms",
+            "kexec_load",
+            "kexec_file_load",
+        ],
+    ),
+    family(
+        "host",
+        "the machine's own state: clocks, accounting, swap, quotas, reboot, the kernel log, I/O \
+         ports, obsolete interfaces",
+        &[
+            "clock_settime",
+            "clock_adjtime",
+            "settimeofday",
+            "stime",
+            "acct",
+            "swapon",
+            "swapoff",
+            "quotactl",
+            "quotactl_fd",
+            "reboot",
+            "syslog",
+            "ioperm",
+            "iopl",
+            "lookup_dcookie",
+            "nfsservctl",
+            "sysfs",
+            "_sysctl",
+            "uselib",
+            "ustat",
+            "vm86",
+            "vm86old",
+        ],
+    ),
+    family(
+        "personality",
+        "execution domains other than Docker's few change how the kernel treats the process",
+        &["personality"],
+    ),
+];
+
 /// An architecture the wall can be compiled for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arch {

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use engine_native::{Command, Input, RootEntry};
 
 mod engine;
+mod fault;
 
 const PYTHON: &str = "/usr/bin/python3.11";
 const ROOTLESS: &str = "psbx-rootless";

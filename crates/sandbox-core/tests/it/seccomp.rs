@@ -247,3 +247,24 @@ fn bytes_are_sock_filters() {
     assert_eq!(bytes.len(), program.len() * 8);
     assert_eq!(&bytes[..8], &[0x20, 0, 0, 0, 4, 0, 0, 0]);
 }
+
+/// The families are the wall's own list of `EPERM` rules: each such syscall in exactly one
+/// family, nothing in a family that the wall does not refuse with `EPERM` (the conformance
+/// suite's one case per family relies on it).
+#[test]
+fn families_cover_every_eperm_rule_once() {
+    let eperm: std::collections::BTreeSet<&str> =
+        WALL.iter().filter(|r| r.action == SeccompAction::Errno(1)).map(|r| r.syscall).collect();
+    let mut seen = std::collections::BTreeMap::new();
+    for family in sandbox_core::FAMILIES {
+        assert!(!family.syscalls.is_empty(), "family {} is empty", family.name);
+        for call in family.syscalls {
+            if let Some(other) = seen.insert(*call, family.name) {
+                panic!("{call} is in both {other} and {}", family.name);
+            }
+            assert!(eperm.contains(call), "{call} ({}) is no EPERM rule of the wall", family.name);
+        }
+    }
+    let missing: Vec<&&str> = eperm.iter().filter(|c| !seen.contains_key(*c)).collect();
+    assert!(missing.is_empty(), "EPERM rules in no family: {missing:?}");
+}
