@@ -8,13 +8,13 @@ use engine_bwrap::BwrapConfig;
 use engine_native::NativeEngine;
 use sandbox_core::{Captured, Engine, Net, Output, RunIo, RunOutcome, RunSpec, Stdin};
 
-struct EngineFixture {
+pub(crate) struct EngineFixture {
     _base: super::Fixture,
-    workspace: PathBuf,
-    engine: NativeEngine,
+    pub(crate) workspace: PathBuf,
+    pub(crate) engine: NativeEngine,
 }
 
-fn engine_fixture() -> EngineFixture {
+pub(crate) fn engine_fixture() -> EngineFixture {
     let base = super::fixture();
     let (home, workspace) = (base.home.clone(), base.workspace.clone());
     // One cache per user for the whole test binary: the environment is warm after the first.

@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 use engine_native::{Command, Input, RootEntry};
 
 mod engine;
+#[path = "../../../sandbox-core/tests/shared/interactive.rs"]
+mod interactive;
+mod session;
 
 const PYTHON: &str = "/usr/bin/python3.11";
 const ROOTLESS: &str = "psbx-rootless";
