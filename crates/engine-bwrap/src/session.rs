@@ -1,25 +1,32 @@
-//! Warm sessions on bwrap: one long-lived sandbox with the same wall as a run (the plan,
-//! staging, pinned mounts, pasta with the link-local block, the seccomp wall and tmpfs caps
-//! of `process::launch`), whose main process is the agent (`sandbox_core::agent::AGENT_PY`),
-//! serving the [`Sandbox`] protocol through it, as docker and podman sessions do.
+//! Warm sessions on bwrap and on any other [`crate::Launcher`] (engine-native's): one
+//! long-lived sandbox with the same wall as a run (the plan, pinned mounts, pasta with the
+//! link-local block, the seccomp wall and tmpfs caps), whose main process is the agent
+//! (`sandbox_core::agent::AGENT_PY`), serving the [`Sandbox`] protocol through it, as docker
+//! and podman sessions do. Everything here is the launcher's but the start.
 //!
-//! **Lifetime.** The sandbox is started without `--die-with-parent` and in its own process
-//! group, so it outlives `session start`: when the starting process exits, bwrap is
+//! **Lifetime.** The session's plan has [`crate::Plan::die_with_parent`] off, and the launcher
+//! starts it detached (bwrap without `--die-with-parent` and in its own process group; native's
+//! monitor without its parent-death signal and in a session of its own), so it outlives
+//! `session start`: when the starting process exits, the sandbox's outer process is
 //! re-parented to init (or the nearest subreaper), like any orphan. What ends it:
 //!
 //! * the agent's idle TTL: the agent is the watchdog and exits once nothing ran for the TTL;
-//!   its exit ends bwrap's pid-1, and with it everything in the sandbox's pid namespace, even
-//!   if no CLI ever runs again;
-//! * [`BwrapEngine::stop_session`]: SIGKILL to the sandbox's pid-1 through a pidfd, pinned;
+//!   its exit ends the sandbox's pid-1, and with it everything in the sandbox's pid namespace,
+//!   even if no CLI ever runs again;
+//! * [`BwrapEngine::stop_session`]: SIGKILL through a pidfd to the pinned process
+//!   ([`crate::Sandboxed::session_pid`]: bwrap's pid-1, native's monitor, which the init dies
+//!   with);
 //! * [`BwrapEngine::reap_sessions`] (the startup sweep): the same for a session whose host
 //!   record says it was not used for longer than its TTL (the agent may have been replaced by
 //!   code that never exits), and the record of a session whose process is gone.
 //!
-//! **Records.** `<runtime dir>/bwrap-sessions/<id>.json`, written through
-//! [`reaper::PrivateDir`] (0700, the caller's own, no link followed): the sandbox's pid-1
-//! pinned by pid and start time ([`reaper::ProcPin`]), the policy it was started with, and
-//! the last use by the host. The agent's socket is reached through `/proc/<pid>/root` of that
-//! pinned process, opened without following links the sandbox may have planted.
+//! **Records.** `<runtime dir>/<launcher>-sessions/<id>.json`, written through
+//! [`reaper::PrivateDir`] (0700, the caller's own, no link followed): that process pinned by
+//! pid and start time ([`reaper::ProcPin`]), the policy it was started with, pasta and the
+//! cgroup that end with it, and the last use by the host. The agent's socket is reached through
+//! `/proc/<pid>/root` of that pinned process, opened without following links the sandbox may
+//! have planted, and only once that root is the sandbox's (before its `pivot_root` it is the
+//! host's, whose `/tmp` is anyone's).
 //!
 //! **Scripts.** The same contract as OCI sessions (`sandbox_core::shell`): a venv in the
 //! session's tmpfs home made from the session's interpreter, dependencies installed inside by
@@ -455,7 +462,8 @@ impl Session {
         &self.record.publish
     }
 
-    /// The host pid of the sandbox's init (pid 1 of its namespace).
+    /// The host pid of the process the record pins: bwrap's pid 1 of the sandbox, native's
+    /// monitor (outside the sandbox's pid namespace; the init dies with it).
     pub fn pid(&self) -> u32 {
         self.record.pid
     }

@@ -80,7 +80,7 @@ fn fixture() -> Fixture {
 }
 
 /// `None` (after printing why) when user namespaces cannot be made here.
-fn gate() -> Option<()> {
+pub(crate) fn gate() -> Option<()> {
     match engine_native::userns_probe() {
         Ok(()) => Some(()),
         Err(reason) => {

@@ -276,3 +276,32 @@ fn reaps() {
 fn native_sessions_are_reaped_and_hold_their_limits() {
     super::as_root_and_rootless("session::native_sessions_are_reaped_and_hold_their_limits", reaps);
 }
+
+/// A socket anyone planted at the agent's path in the host's `/tmp` is not taken for the
+/// agent while the sandbox is still being built (its pinned process's root is the host's until
+/// the `pivot_root`): `session start` returns once the real agent listens, and nothing ever
+/// connects to the planted one.
+#[test]
+fn a_socket_planted_in_the_host_tmp_is_not_taken_for_the_agent() {
+    if super::gate().is_none() {
+        return;
+    }
+    struct Planted(std::path::PathBuf);
+    impl Drop for Planted {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let planted = Planted(Path::new("/").join(sandbox_core::agent::AGENT_SOCKET));
+    let _ = std::fs::remove_file(&planted.0);
+    let listener = std::os::unix::net::UnixListener::bind(&planted.0).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let f = engine_fixture();
+    for _ in 0..3 {
+        let session = start_with(&f, &config(&f, Duration::from_secs(600)));
+        let (code, out, err) = exec(&session, &["echo", "agent"]);
+        assert_eq!((code, out.as_str()), (0, "agent\n"), "{err}");
+        f.engine.stop_session(session.id()).unwrap();
+    }
+    assert!(listener.accept().is_err(), "the planted socket was connected to");
+}
