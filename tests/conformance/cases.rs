@@ -70,7 +70,7 @@ fn path(p: &Path) -> String {
 }
 
 /// Engines with warm sessions (`session start`).
-const SESSION_ENGINES: &[&str] = &["bwrap", "docker", "podman"];
+const SESSION_ENGINES: &[&str] = &["native", "bwrap", "docker", "podman"];
 
 pub(crate) fn all() -> Vec<Case> {
     let mut cases = run_cases();

@@ -124,9 +124,11 @@ fn engine_vs_uv(cli: &Path, engine: &str, root: &Path) -> Result<()> {
         ms(bare)
     );
 
-    if engine == "bwrap" {
+    // native and bwrap have sessions of the same kind (engine-bwrap's session side), so each
+    // run of this bench prints its own engine's row next to the other's.
+    if matches!(engine, "native" | "bwrap") {
         println!();
-        warm_session(cli, "bwrap", &dir, &hello)?;
+        warm_session(cli, engine, &dir, &hello)?;
     }
 
     let rss = peak_rss_kib(cli, engine, &sleeper, &dir)?;

@@ -28,7 +28,7 @@ pub(crate) enum Command {
     /// Check and edit a script's inline `# /// script` metadata.
     #[command(subcommand)]
     Meta(MetaCmd),
-    /// Warm sandboxes that stay up between runs (bwrap, docker, podman, k8s).
+    /// Warm sandboxes that stay up between runs (native, bwrap, docker, podman, k8s).
     #[command(subcommand)]
     Session(SessionCmd),
     /// Remove expired and orphaned python-sandbox containers, and environments nobody used for a

@@ -171,10 +171,15 @@ pub(crate) const ENGINES: &[Entry] = &[
         usable: |p| p.native().available,
         probe: |p| p.native().clone(),
         open: Some(|o| Ok(native(o)?)),
-        // Sessions are still bwrap's (its session side starts bwrap itself).
-        sessions: None,
-        // Its environments are the bwrap engine's (one store), pruned by that entry.
-        reap: |_| Ok(Vec::new()),
+        // bwrap's session side, the sandbox started in-process (its own records).
+        sessions: Some(Sessions {
+            open: |o| Ok(native(o)?),
+            local: |id| {
+                let config = engine_bwrap::BwrapConfig::from_env().ok()?;
+                engine_native::local_session(&config, id)
+            },
+        }),
+        reap: reap_native,
     },
     Entry {
         name: "bwrap",
@@ -192,7 +197,7 @@ pub(crate) const ENGINES: &[Entry] = &[
             open: |o| Ok(bwrap(o)?),
             local: |id| {
                 let config = engine_bwrap::BwrapConfig::from_env().ok()?;
-                engine_bwrap::local_session(&config, id)
+                engine_bwrap::local_session(&config, "bwrap", id)
             },
         }),
         reap: reap_bwrap,
@@ -244,14 +249,18 @@ pub(crate) const ENGINES: &[Entry] = &[
 fn bwrap(options: &Options<'_>) -> Result<Box<engine_bwrap::BwrapEngine>> {
     let config = engine_bwrap::BwrapConfig::from_env().map_err(EngineError::new)?;
     if options.purpose != Purpose::Maintain {
-        let _ = engine_bwrap::reap_sessions(&config, false);
+        let _ = engine_bwrap::reap_sessions(&config, "bwrap", false);
     }
     Ok(Box::new(engine_bwrap::BwrapEngine::new(config).map_err(EngineError::new)?))
 }
 
-/// The native engine: bwrap's pipeline and configuration, the sandbox built in-process.
-fn native(_options: &Options<'_>) -> Result<Box<engine_native::NativeEngine>> {
+/// The native engine: bwrap's pipeline and configuration, the sandbox built in-process; its
+/// session records swept on the way, as bwrap's are.
+fn native(options: &Options<'_>) -> Result<Box<engine_native::NativeEngine>> {
     let config = engine_bwrap::BwrapConfig::from_env().map_err(EngineError::new)?;
+    if options.purpose != Purpose::Maintain {
+        let _ = engine_native::reap_sessions(&config, false);
+    }
     Ok(Box::new(engine_native::NativeEngine::new(config).map_err(EngineError::new)?))
 }
 
@@ -609,7 +618,7 @@ pub(crate) fn select_sessions(
         Some(name) => Some(entry(name)?),
         None => {
             let probes = Probes::default();
-            ENGINES.iter().find(|e| e.in_auto && e.sessions.is_some() && (e.usable)(&probes))
+            session_ladder().find(|e| (e.usable)(&probes))
         }
     };
     let Some(entry) = entry else { return Ok(None) };
@@ -623,6 +632,12 @@ pub(crate) fn select_sessions(
             format!("choose one of {}", session_choices().join(", ")),
         )),
     }
+}
+
+/// What `session start` without `--engine` tries, in order: the `auto` ladder's engines with
+/// sessions (native first, as for runs).
+fn session_ladder() -> impl Iterator<Item = &'static Entry> {
+    ENGINES.iter().filter(|e| e.in_auto && e.sessions.is_some())
 }
 
 /// Whether a command looking through every engine (no `--engine`) consults `entry`: every
@@ -804,19 +819,32 @@ pub(crate) fn reap(choice: Option<&str>, request: &Reap) -> Result<Vec<(&'static
     Ok(out)
 }
 
-fn reap_bwrap(request: &Reap) -> Result<Vec<Reaped>> {
-    let config = engine_bwrap::BwrapConfig::from_env().map_err(EngineError::new)?;
-    let mut out = Vec::new();
-    for id in engine_bwrap::reap_sessions(&config, request.dry_run).map_err(EngineError::new)? {
-        out.push(Reaped::Sandbox {
+/// What `reap` reports of the bwrap or native sessions the sweep ended.
+fn reaped_sessions(ids: Vec<String>, dry_run: bool) -> Vec<Reaped> {
+    ids.into_iter()
+        .map(|id| Reaped::Sandbox {
             name: id.clone(),
             sandbox: id,
             kind: "session".to_owned(),
             reason: "expired, or its sandbox is gone".to_owned(),
-            removed: !request.dry_run,
+            removed: !dry_run,
             error: None,
-        });
-    }
+        })
+        .collect()
+}
+
+/// Native sessions; its environments are the bwrap engine's (one store), pruned by that entry.
+fn reap_native(request: &Reap) -> Result<Vec<Reaped>> {
+    let config = engine_bwrap::BwrapConfig::from_env().map_err(EngineError::new)?;
+    let ids = engine_native::reap_sessions(&config, request.dry_run).map_err(EngineError::new)?;
+    Ok(reaped_sessions(ids, request.dry_run))
+}
+
+fn reap_bwrap(request: &Reap) -> Result<Vec<Reaped>> {
+    let config = engine_bwrap::BwrapConfig::from_env().map_err(EngineError::new)?;
+    let ids =
+        engine_bwrap::reap_sessions(&config, "bwrap", request.dry_run).map_err(EngineError::new)?;
+    let mut out = reaped_sessions(ids, request.dry_run);
     let pruned = engine_bwrap::prune_envs(&config.cache_dir, request.env_max_age, request.dry_run)
         .map_err(EngineError::new)?;
     out.extend(pruned.into_iter().map(|env| Reaped::Environment {
@@ -916,7 +944,7 @@ mod tests {
         let laptop = Probes::with_cluster(false);
         assert_eq!(
             names_of(&session_entries(None, &laptop).unwrap()),
-            ["bwrap", "docker", "podman"]
+            ["native", "bwrap", "docker", "podman"]
         );
         assert_eq!(
             names_of(&reap_entries(None, &laptop).unwrap()),
@@ -1088,6 +1116,15 @@ mod tests {
         );
         // Every engine named in the table exists.
         assert!(SCRIPT_KEYS.iter().all(|(e, _)| names().contains(e)));
+    }
+
+    #[test]
+    fn session_start_on_auto_walks_the_run_ladder() {
+        let ladder: Vec<&Entry> = session_ladder().collect();
+        assert_eq!(names_of(&ladder), ["native", "bwrap", "docker", "podman"]);
+        let runs: Vec<&str> =
+            ENGINES.iter().filter(|e| e.in_auto && e.open.is_some()).map(|e| e.name).collect();
+        assert_eq!(names_of(&ladder), runs, "sessions try the engines in the order runs do");
     }
 
     #[test]

@@ -110,8 +110,6 @@ pub struct BwrapEngine {
     config: BwrapConfig,
     layout: CacheLayout,
     launcher: Box<dyn Launcher>,
-    /// bwrap, for sessions (which only the bwrap launcher starts, see `session.rs`).
-    bwrap: Option<PathBuf>,
     /// pasta, which gives sandboxes with net on their outbound network (`crate::net`).
     pasta: Option<PathBuf>,
     host: HostFacts,
@@ -137,15 +135,14 @@ impl BwrapEngine {
             }
         };
         crate::host::check_bwrap(&bwrap, &tools)?;
-        let launcher = Box::new(BwrapLauncher::new(bwrap.clone()));
-        let mut engine = Self::assemble(config, layout, tools, launcher)?;
-        engine.bwrap = Some(bwrap);
-        Ok(engine)
+        let launcher = Box::new(BwrapLauncher::new(bwrap));
+        Self::assemble(config, layout, tools, launcher)
     }
 
     /// The same pipeline with another launcher (engine-native's in-process sandbox): gathers
     /// host facts and prepares the cache layout, which both launchers share (one environment
-    /// store: an environment prepared for one is warm for the other). No sessions.
+    /// store: an environment prepared for one is warm for the other), and warm sessions
+    /// (`session.rs`) whose sandboxes that launcher starts detached.
     pub fn with_launcher(config: BwrapConfig, launcher: Box<dyn Launcher>) -> Result<BwrapEngine> {
         let layout = Self::layout(&config)?;
         let tools = ToolCache::new(layout.tools_file());
@@ -179,7 +176,7 @@ impl BwrapEngine {
     ) -> Result<BwrapEngine> {
         let host = HostFacts::gather(&config.home, &layout.etc_dir())?;
         let pasta = engine_detect::which("pasta", config.path.as_deref());
-        Ok(BwrapEngine { config, layout, launcher, bwrap: None, pasta, host, tools })
+        Ok(BwrapEngine { config, layout, launcher, pasta, host, tools })
     }
 
     /// The launcher's name: `bwrap`, or the other launcher's (`native`).
@@ -599,14 +596,28 @@ impl BwrapEngine {
     }
 
     /// Explains a failed setup (see [`Launcher::setup_failure`]).
-    pub(crate) fn setup_failure(&self) -> Error {
-        self.launcher.setup_failure(None)
+    pub(crate) fn setup_failure(&self, detail: Option<String>) -> Error {
+        self.launcher.setup_failure(detail)
     }
 
-    /// bwrap and pasta, for a session (only the bwrap launcher has sessions).
-    pub(crate) fn tools(&self) -> Result<process::Tools<'_>> {
-        let bwrap = self.bwrap.as_deref().ok_or(Error::BwrapNotFound)?;
-        Ok(process::Tools { bwrap, pasta: self.pasta.as_deref() })
+    /// Starts a session's sandbox (`plan.die_with_parent` off: it outlives this process), its
+    /// stdio `/dev/null`.
+    pub(crate) fn start_detached(&self, plan: &plan::Plan) -> Result<Box<dyn crate::Sandboxed>> {
+        let null = || -> Result<std::os::fd::OwnedFd> {
+            let file = std::fs::File::open("/dev/null").map_err(Error::io("opening /dev/null"))?;
+            Ok(file.into())
+        };
+        self.launcher.start(crate::launcher::Start {
+            plan,
+            host: &self.host,
+            cache_root: self.layout.root(),
+            pasta: self.pasta.as_deref(),
+            stdio: crate::SandboxStdio {
+                stdin: Some(null()?),
+                stdout: Some(null()?),
+                stderr: Some(null()?),
+            },
+        })
     }
 
     fn launch(&self) -> process::Launch<'_> {

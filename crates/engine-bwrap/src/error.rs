@@ -93,11 +93,11 @@ pub enum Error {
     )]
     PastaNotFound,
     #[error(
-        "no running bwrap session `{id}`\nhint: `python-sandbox session list` shows the running ones"
+        "no running {engine} session `{id}`\nhint: `python-sandbox session list` shows the running ones"
     )]
-    NoSession { id: String },
-    #[error("the bwrap session could not start: {reason}")]
-    SessionStart { reason: String },
+    NoSession { engine: &'static str, id: String },
+    #[error("the {engine} session could not start: {reason}")]
+    SessionStart { engine: &'static str, reason: String },
     #[error("exec through the agent of session `{id}` failed: {message}")]
     AgentExec { id: String, message: String },
     /// The session protocol's own errors (see `sandbox_core::shell`).

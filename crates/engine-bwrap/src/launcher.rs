@@ -56,6 +56,17 @@ pub struct Ended {
     pub setup_error: Option<String>,
 }
 
+/// What a detached sandbox (a session's: [`Plan::die_with_parent`] off) leaves its owner to
+/// end with it. The sandbox itself ends by its agent's idle TTL, a stop or the reaper
+/// (SIGKILL to [`Sandboxed::session_pid`]); these do not end by themselves.
+#[derive(Debug, Default)]
+pub struct Detached {
+    /// pasta (net on), pinned: it holds the namespace, so it never exits on its own.
+    pub pasta: Option<reaper::ProcPin>,
+    /// The sandbox's own cgroup, to remove once its tree is gone.
+    pub cgroup: Option<PathBuf>,
+}
+
 /// A started sandbox.
 pub trait Sandboxed: Send {
     /// A pidfd of the process whose end means the whole sandbox is gone; SIGKILL to it ends
@@ -63,6 +74,13 @@ pub trait Sandboxed: Send {
     fn pidfd(&self) -> BorrowedFd<'_>;
     /// Waits for that process (already ended, or about to) and says how it ended.
     fn wait(self: Box<Self>) -> Result<Ended>;
+    /// A session's hold on its sandbox: the host pid of a process whose root directory is the
+    /// sandbox's once it is set up (the agent's socket is reached through `/proc/<pid>/root`)
+    /// and whose SIGKILL ends the whole sandbox; `None` when there is none (it failed early).
+    fn session_pid(&self) -> Option<u32>;
+    /// Lets a detached sandbox run on past this handle and past this process (reaped in the
+    /// background while this process lives); hands back what must end with it.
+    fn detach(self: Box<Self>) -> Detached;
 }
 
 /// What starts sandboxes for the pipeline.
@@ -117,6 +135,23 @@ impl Sandboxed for BwrapSandbox {
         let started = early_status.contains("\"child-pid\"") || rest.contains("\"child-pid\"");
         Ok(Ended { code: status.code(), signal: status.signal(), started, setup_error: None })
     }
+
+    fn session_pid(&self) -> Option<u32> {
+        self.launched.child_pid.and_then(|pid| u32::try_from(pid).ok())
+    }
+
+    fn detach(self: Box<Self>) -> Detached {
+        let Launched { mut child, net, _cgroup: cgroup, .. } = self.launched;
+        // Reaps bwrap if the session ends while this process still lives (a long-lived
+        // library user); a CLI that exits first leaves that to init.
+        std::thread::spawn(move || {
+            let _ = child.wait();
+        });
+        Detached {
+            pasta: net.and_then(crate::net::UserNet::keep),
+            cgroup: cgroup.map(crate::limits::Cgroup::keep),
+        }
+    }
 }
 
 impl Launcher for BwrapLauncher {
@@ -133,7 +168,8 @@ impl Launcher for BwrapLauncher {
             start.plan,
             start.host,
             [stdio(stdin), stdio(stdout), stdio(stderr)],
-            false,
+            // A session's sandbox: a process group of its own, its pid read.
+            !start.plan.die_with_parent,
         )?;
         Ok(Box::new(BwrapSandbox { launched }))
     }

@@ -77,7 +77,7 @@ pub use engine::{BwrapConfig, BwrapEngine, PreparedEnv};
 pub use envs::{PrunedEnv, prune_envs};
 pub use error::Error;
 pub use host::{HostFacts, RootEntry};
-pub use launcher::{BwrapLauncher, Ended, Launcher, SandboxStdio, Sandboxed, Start};
+pub use launcher::{BwrapLauncher, Detached, Ended, Launcher, SandboxStdio, Sandboxed, Start};
 pub use limits::{Cgroup, CgroupPlan, Rlim, SandboxLimits};
 pub use net::UserNet;
 pub use plan::{Access, Bind, Plan};

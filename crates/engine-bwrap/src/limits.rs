@@ -273,8 +273,8 @@ impl Cgroup {
 
 impl Cgroup {
     /// Keeps the cgroup past this handle (a session's, which outlives `session start`): the
-    /// directory to [`remove`] once the session's tree is gone.
-    pub(crate) fn keep(mut self) -> PathBuf {
+    /// directory to remove once the session's tree is gone.
+    pub fn keep(mut self) -> PathBuf {
         // The handle's drop then has no directory to remove.
         std::mem::take(&mut self.dir)
     }

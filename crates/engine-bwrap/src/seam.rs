@@ -1,5 +1,6 @@
-//! What bwrap's session half needs beyond `session.rs` (which implements
-//! `sandbox_core::SessionEngine` for [`BwrapEngine`] and `WarmSession` for its sessions): an
+//! What the session half needs beyond `session.rs` (which implements
+//! `sandbox_core::SessionEngine` for [`BwrapEngine`], whichever its launcher, and
+//! `WarmSession` for its sessions): an
 //! [`Executor`] for futures that never wait, and the warm fast path ([`local_session`]) that
 //! opens a session from its record without setting up an engine (no host facts gathered, no
 //! tool checks: the record pins the sandbox).
@@ -38,9 +39,14 @@ impl Executor for BwrapEngine {
     }
 }
 
-/// Session `id` of this user opened from its record, without an engine; `None` when there is
-/// no such running session (the caller looks elsewhere).
-pub fn local_session(config: &BwrapConfig, id: &str) -> Option<Box<dyn DynSession>> {
-    let session = crate::session::open(&config.runtime_dir, &config.cache_dir, id).ok()?;
+/// Session `id` of this user that `launcher` (`bwrap`, `native`) started, opened from its
+/// record without an engine; `None` when there is no such running session (the caller looks
+/// elsewhere).
+pub fn local_session(
+    config: &BwrapConfig,
+    launcher: &'static str,
+    id: &str,
+) -> Option<Box<dyn DynSession>> {
+    let session = crate::session::open(config, launcher, id).ok()?;
     Some(Box::new(Driven { executor: Immediate, session }))
 }

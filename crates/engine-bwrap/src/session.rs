@@ -1,25 +1,32 @@
-//! Warm sessions on bwrap: one long-lived sandbox with the same wall as a run (the plan,
-//! staging, pinned mounts, pasta with the link-local block, the seccomp wall and tmpfs caps
-//! of `process::launch`), whose main process is the agent (`sandbox_core::agent::AGENT_PY`),
-//! serving the [`Sandbox`] protocol through it, as docker and podman sessions do.
+//! Warm sessions on bwrap and on any other [`crate::Launcher`] (engine-native's): one
+//! long-lived sandbox with the same wall as a run (the plan, pinned mounts, pasta with the
+//! link-local block, the seccomp wall and tmpfs caps), whose main process is the agent
+//! (`sandbox_core::agent::AGENT_PY`), serving the [`Sandbox`] protocol through it, as docker
+//! and podman sessions do. Everything here is the launcher's but the start.
 //!
-//! **Lifetime.** The sandbox is started without `--die-with-parent` and in its own process
-//! group, so it outlives `session start`: when the starting process exits, bwrap is
+//! **Lifetime.** The session's plan has [`crate::Plan::die_with_parent`] off, and the launcher
+//! starts it detached (bwrap without `--die-with-parent` and in its own process group; native's
+//! monitor without its parent-death signal and in a session of its own), so it outlives
+//! `session start`: when the starting process exits, the sandbox's outer process is
 //! re-parented to init (or the nearest subreaper), like any orphan. What ends it:
 //!
 //! * the agent's idle TTL: the agent is the watchdog and exits once nothing ran for the TTL;
-//!   its exit ends bwrap's pid-1, and with it everything in the sandbox's pid namespace, even
-//!   if no CLI ever runs again;
-//! * [`BwrapEngine::stop_session`]: SIGKILL to the sandbox's pid-1 through a pidfd, pinned;
+//!   its exit ends the sandbox's pid-1, and with it everything in the sandbox's pid namespace,
+//!   even if no CLI ever runs again;
+//! * [`BwrapEngine::stop_session`]: SIGKILL through a pidfd to the pinned process
+//!   ([`crate::Sandboxed::session_pid`]: bwrap's pid-1, native's monitor, which the init dies
+//!   with);
 //! * [`BwrapEngine::reap_sessions`] (the startup sweep): the same for a session whose host
 //!   record says it was not used for longer than its TTL (the agent may have been replaced by
 //!   code that never exits), and the record of a session whose process is gone.
 //!
-//! **Records.** `<runtime dir>/bwrap-sessions/<id>.json`, written through
-//! [`reaper::PrivateDir`] (0700, the caller's own, no link followed): the sandbox's pid-1
-//! pinned by pid and start time ([`reaper::ProcPin`]), the policy it was started with, and
-//! the last use by the host. The agent's socket is reached through `/proc/<pid>/root` of that
-//! pinned process, opened without following links the sandbox may have planted.
+//! **Records.** `<runtime dir>/<launcher>-sessions/<id>.json`, written through
+//! [`reaper::PrivateDir`] (0700, the caller's own, no link followed): that process pinned by
+//! pid and start time ([`reaper::ProcPin`]), the policy it was started with, pasta and the
+//! cgroup that end with it, and the last use by the host. The agent's socket is reached through
+//! `/proc/<pid>/root` of that pinned process, opened without following links the sandbox may
+//! have planted, and only once that root is the sandbox's (before its `pivot_root` it is the
+//! host's, whose `/tmp` is anyone's).
 //!
 //! **Scripts.** The same contract as OCI sessions (`sandbox_core::shell`): a venv in the
 //! session's tmpfs home made from the session's interpreter, dependencies installed inside by
@@ -44,6 +51,7 @@ use sandbox_core::{
 
 use crate::engine::BwrapEngine;
 use crate::error::{Error, Result};
+use crate::launcher::Detached;
 use crate::plan::{self, Access, SessionLayout};
 
 pub use sandbox_core::{SessionConfig, SessionInfo};
@@ -84,10 +92,10 @@ impl Record {
         ProcPin { pid: self.pid, start_time: self.start_time }
     }
 
-    fn info(&self) -> SessionInfo {
+    fn info(&self, engine: &str) -> SessionInfo {
         SessionInfo {
             id: self.id.clone(),
-            engine: "bwrap".to_owned(),
+            engine: engine.to_owned(),
             created: self.created,
             ttl: self.ttl,
             state: "running".to_owned(),
@@ -122,36 +130,41 @@ fn random_hex(bytes: usize) -> Result<String> {
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// The records' directory.
-struct Records(reaper::PrivateDir);
+/// The records' directory of one launcher's sessions (`bwrap-sessions`, `native-sessions`):
+/// each engine lists, opens and reaps its own.
+struct Records {
+    dir: reaper::PrivateDir,
+    engine: &'static str,
+}
 
 impl Records {
-    fn open(runtime_dir: &Path) -> Result<Records> {
-        Ok(Records(reaper::PrivateDir::open(&runtime_dir.join("bwrap-sessions"))?))
+    fn open(runtime_dir: &Path, engine: &'static str) -> Result<Records> {
+        let dir = reaper::PrivateDir::open(&runtime_dir.join(format!("{engine}-sessions")))?;
+        Ok(Records { dir, engine })
     }
 
     fn read(&self, id: &str) -> Option<Record> {
         if !valid_id(id) {
             return None;
         }
-        let bytes = self.0.read(&format!("{id}.json")).ok()??;
+        let bytes = self.dir.read(&format!("{id}.json")).ok()??;
         serde_json::from_slice(&bytes).ok()
     }
 
     fn write(&self, record: &Record) -> Result<()> {
         let bytes = serde_json::to_vec(record)
             .map_err(|e| Error::io("encoding a session record")(std::io::Error::other(e)))?;
-        Ok(self.0.replace(&format!("{}.json", record.id), &bytes)?)
+        Ok(self.dir.replace(&format!("{}.json", record.id), &bytes)?)
     }
 
     fn remove(&self, id: &str) {
         if valid_id(id) {
-            let _ = self.0.remove(&format!("{id}.json"));
+            let _ = self.dir.remove(&format!("{id}.json"));
         }
     }
 
     fn ids(&self) -> Vec<String> {
-        let Ok(entries) = std::fs::read_dir(self.0.path()) else { return Vec::new() };
+        let Ok(entries) = std::fs::read_dir(self.dir.path()) else { return Vec::new() };
         let mut ids: Vec<String> = entries
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").map(str::to_owned))
@@ -183,7 +196,7 @@ impl SessionEngine for BwrapEngine {
     type Session = Session;
 
     fn session_engine_name(&self) -> &'static str {
-        "bwrap"
+        self.launcher_name()
     }
 
     /// Starts a session sandbox and returns once its agent listens. The sandbox outlives the
@@ -195,7 +208,7 @@ impl SessionEngine for BwrapEngine {
         status: &mut dyn FnMut(&str),
     ) -> Result<SessionInfo> {
         let runtime_dir = self.config().runtime_dir.clone();
-        let records = Records::open(&runtime_dir)?;
+        let records = Records::open(&runtime_dir, self.launcher_name())?;
         let spec = RunSpec {
             script: config.workspace.clone(),
             args: Vec::new(),
@@ -234,55 +247,42 @@ impl SessionEngine for BwrapEngine {
         // session's processes), or the session's own delegated cgroup, kept until it ends.
         plan.limits = crate::engine::limits_for(&spec)?;
         let id = random_hex(6)?;
-        let holder = format!("bwrap-{id}");
+        let holder = format!("{}-{id}", records.engine);
         let (plan_idmapped, grant) = self.lend_writable(&workspace, &mounts)?;
         plan.idmapped = plan_idmapped;
-        let launched = crate::process::launch(
-            self.tools()?,
-            &plan,
-            self.host(),
-            [std::process::Stdio::null(), std::process::Stdio::null(), std::process::Stdio::null()],
-            true,
-        );
-        let launched = match launched {
-            Ok(launched) => launched,
-            Err(e) => {
-                if let Some(grant) = grant {
-                    let _ = grant.release();
-                }
-                return Err(e);
-            }
-        };
-        let crate::process::Launched { mut child, child_pid, net, _cgroup: cgroup, .. } = launched;
-        let cgroup = cgroup.map(crate::limits::Cgroup::keep);
-        // pasta outlives this process with the session; `end` stops it.
-        let pasta = net.and_then(crate::net::UserNet::keep);
-        // Reaps bwrap when the session ends while this process still lives (a long-lived
-        // library user); a CLI that exits first leaves that to init.
-        let pin = child_pid.and_then(|pid| u32::try_from(pid).ok()).and_then(ProcPin::of_pid);
-        let listening = pin.is_some_and(|pin| wait_listening(&pin, Duration::from_secs(10)));
-        let Some(pin) = pin.filter(|_| listening) else {
-            if let Some(pasta) = &pasta {
-                pasta.kill();
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-            if let Some(cgroup) = &cgroup {
-                crate::limits::remove(cgroup);
-            }
+        let release = |grant: Option<reaper::acl::Grant>| {
             if let Some(grant) = grant {
                 let _ = grant.release();
             }
-            return Err(match child_pid {
-                None => self.setup_failure(),
-                Some(_) => Error::SessionStart {
+        };
+        let sandbox = match self.start_detached(&plan) {
+            Ok(sandbox) => sandbox,
+            Err(e) => {
+                release(grant);
+                return Err(e);
+            }
+        };
+        let pin = sandbox.session_pid().and_then(ProcPin::of_pid);
+        let listening = pin.is_some_and(|pin| wait_listening(&pin, Duration::from_secs(10)));
+        let Some(pin) = pin.filter(|_| listening) else {
+            // The whole tree, then what ends with it (`wait` drops pasta and the cgroup).
+            let _ =
+                rustix::process::pidfd_send_signal(sandbox.pidfd(), rustix::process::Signal::KILL);
+            let known = sandbox.session_pid().is_some();
+            let ended = sandbox.wait();
+            release(grant);
+            return Err(match ended {
+                Ok(ended) if ended.setup_error.is_some() || !known => {
+                    self.setup_failure(ended.setup_error)
+                }
+                Err(e) => e,
+                Ok(_) => Error::SessionStart {
+                    engine: records.engine,
                     reason: "its agent did not start listening within 10 s".to_owned(),
                 },
             });
         };
-        std::thread::spawn(move || {
-            let _ = child.wait();
-        });
+        let Detached { pasta, cgroup } = sandbox.detach();
         let holder = match grant {
             Some(grant) => {
                 grant.hold(&holder)?;
@@ -317,23 +317,23 @@ impl SessionEngine for BwrapEngine {
             end(&records, &record, &self.config().cache_dir);
             return Err(e);
         }
-        let mut info = record.info();
+        let mut info = record.info(records.engine);
         info.warnings.append(&mut warnings);
         Ok(info)
     }
 
     /// The running session `id`.
     fn open_session(&self, id: &str) -> Result<Session> {
-        open(&self.config().runtime_dir, &self.config().cache_dir, id)
+        open(self.config(), self.launcher_name(), id)
     }
 
     /// Every running session of this user (records of ended ones are removed on the way).
     fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
-        let records = Records::open(&self.config().runtime_dir)?;
+        let records = Records::open(&self.config().runtime_dir, self.launcher_name())?;
         let mut out = Vec::new();
         for id in records.ids() {
             match records.read(&id) {
-                Some(record) if record.pin().alive() => out.push(record.info()),
+                Some(record) if record.pin().alive() => out.push(record.info(records.engine)),
                 _ => records.remove(&id),
             }
         }
@@ -352,16 +352,21 @@ impl SessionEngine for BwrapEngine {
 impl BwrapEngine {
     /// The startup sweep ([`reap_sessions`]) for this engine's user.
     pub fn reap_sessions(&self, dry_run: bool) -> Result<Vec<String>> {
-        reap_sessions(self.config(), dry_run)
+        reap_sessions(self.config(), self.launcher_name(), dry_run)
     }
 }
 
 /// The startup sweep: removes the records of sessions whose process is gone (expired, killed,
 /// rebooted) and ends sessions the host has not used for longer than their TTL (their agent
 /// should have; code in the session may have replaced it). Returns the ids removed (with
-/// `dry_run`, that would be, and nothing is touched). Needs no engine: records only.
-pub fn reap_sessions(config: &crate::BwrapConfig, dry_run: bool) -> Result<Vec<String>> {
-    let records = Records::open(&config.runtime_dir)?;
+/// `dry_run`, that would be, and nothing is touched). Needs no engine: the records of the
+/// sessions `launcher` (`bwrap`, `native`) started.
+pub fn reap_sessions(
+    config: &crate::BwrapConfig,
+    launcher: &'static str,
+    dry_run: bool,
+) -> Result<Vec<String>> {
+    let records = Records::open(&config.runtime_dir, launcher)?;
     let now = now_secs();
     let mut reaped = Vec::new();
     for id in records.ids() {
@@ -382,18 +387,24 @@ pub fn reap_sessions(config: &crate::BwrapConfig, dry_run: bool) -> Result<Vec<S
     Ok(reaped)
 }
 
-/// The running session `id` from its record: no engine needed (the record pins the sandbox).
-pub(crate) fn open(runtime_dir: &Path, cache_dir: &Path, id: &str) -> Result<Session> {
-    let records = Records::open(runtime_dir)?;
-    let record = records.read(id).ok_or_else(|| Error::NoSession { id: id.to_owned() })?;
+/// The running session `id` of `launcher` from its record: no engine needed (the record pins
+/// the sandbox).
+pub(crate) fn open(
+    config: &crate::BwrapConfig,
+    launcher: &'static str,
+    id: &str,
+) -> Result<Session> {
+    let records = Records::open(&config.runtime_dir, launcher)?;
+    let missing = || Error::NoSession { engine: launcher, id: id.to_owned() };
+    let record = records.read(id).ok_or_else(missing)?;
     if !record.pin().alive() {
         records.remove(id);
-        return Err(Error::NoSession { id: id.to_owned() });
+        return Err(missing());
     }
     Ok(Session {
         record,
         records,
-        cache_dir: cache_dir.to_owned(),
+        cache_dir: config.cache_dir.clone(),
         stopped: AtomicBool::new(false),
     })
 }
@@ -402,8 +413,15 @@ pub(crate) fn open(runtime_dir: &Path, cache_dir: &Path, id: &str) -> Result<Ses
 /// a cold start of the sandbox takes longer); `false` after `patience` or if it died.
 fn wait_listening(pin: &ProcPin, patience: Duration) -> bool {
     let deadline = Instant::now() + patience;
+    // Until the sandbox has pivoted, the pinned process's root is the host's, whose /tmp
+    // anyone can plant a socket in: only a root that is not ours counts.
+    let host_root = rustix::fs::stat("/").ok().map(|s| (s.st_dev, s.st_ino));
+    let pivoted = || {
+        let root = pin.stat_in_root(".").map(|s| (s.st_dev, s.st_ino));
+        root.is_some() && root != host_root
+    };
     loop {
-        if pin.socket_in_root(AGENT_SOCKET).is_some() {
+        if pivoted() && pin.socket_in_root(AGENT_SOCKET).is_some() {
             return true;
         }
         if Instant::now() > deadline || !pin.alive() {
@@ -424,7 +442,7 @@ pub struct Session {
 
 impl std::fmt::Debug for Records {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Records").field(&self.0.path()).finish()
+        f.debug_tuple("Records").field(&self.dir.path()).finish()
     }
 }
 
@@ -444,7 +462,8 @@ impl Session {
         &self.record.publish
     }
 
-    /// The host pid of the sandbox's init (pid 1 of its namespace).
+    /// The host pid of the process the record pins: bwrap's pid 1 of the sandbox, native's
+    /// monitor (outside the sandbox's pid namespace; the init dies with it).
     pub fn pid(&self) -> u32 {
         self.record.pid
     }
@@ -513,7 +532,7 @@ impl Session {
             .record
             .pin()
             .connect_in_root(AGENT_SOCKET)
-            .ok_or_else(|| Error::NoSession { id: id.clone() })?;
+            .ok_or_else(|| Error::NoSession { engine: self.records.engine, id: id.clone() })?;
         self.touch();
         Ok((stream, request.cwd.clone().unwrap_or_else(|| self.record.workspace.clone())))
     }
@@ -709,7 +728,7 @@ impl Sandbox for Session {
             PutSource::Tar(bytes) => shell::put_tar(self, bytes.clone(), dest).await,
             PutSource::HostPath(_) => Err(sandbox_core::Error::Unsupported {
                 what: "copying a host path".to_owned(),
-                by: format!("bwrap session `{}`", self.record.id),
+                by: format!("{} session `{}`", self.records.engine, self.record.id),
                 hint: "pass a tar archive (`PutSource::Tar`), or put the files in the workspace"
                     .to_owned(),
             }

@@ -12,10 +12,12 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use engine_bwrap::{
-    Access, BwrapConfig, BwrapEngine, Ended, Error, HostFacts, Launcher, Plan, PreparedEnv, Rlim,
-    Sandboxed, Start,
+    Access, BwrapConfig, BwrapEngine, Detached, Ended, Error, HostFacts, Launcher, Plan,
+    PreparedEnv, Rlim, Sandboxed, Start,
 };
-use sandbox_core::{Engine, MountMode, RunIo, RunOutcome, RunSpec};
+use sandbox_core::{
+    Engine, MountMode, RunIo, RunOutcome, RunSpec, SessionConfig, SessionEngine, SessionInfo,
+};
 
 use crate::plan::Input;
 
@@ -53,8 +55,7 @@ impl Engine for NativeEngine {
     }
 
     fn capability(&self) -> sandbox_core::Capability {
-        // Sessions are bwrap's alone so far (its session side launches bwrap itself).
-        sandbox_core::Capability { sessions: false, ..self.inner.capability() }
+        self.inner.capability()
     }
 
     fn check(&self, spec: &RunSpec) -> Result<Vec<String>, Error> {
@@ -73,6 +74,54 @@ impl Engine for NativeEngine {
     ) -> Result<RunOutcome, Error> {
         self.inner.run_prepared(spec, prepared, io)
     }
+}
+
+impl sandbox_core::Executor for NativeEngine {
+    fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        engine_bwrap::Immediate.block_on(future)
+    }
+}
+
+/// Warm sessions: engine-bwrap's session side (records, the agent, reap, limits, publish,
+/// the TTL) with this crate's sandbox started detached ([`crate::Command::detach`]); the
+/// records are this engine's own (`native-sessions` in the runtime dir).
+impl SessionEngine for NativeEngine {
+    type Error = Error;
+    type Session = engine_bwrap::Session;
+
+    fn session_engine_name(&self) -> &'static str {
+        "native"
+    }
+
+    fn start_session(
+        &self,
+        config: &SessionConfig,
+        status: &mut dyn FnMut(&str),
+    ) -> Result<SessionInfo, Error> {
+        self.inner.start_session(config, status)
+    }
+
+    fn open_session(&self, id: &str) -> Result<engine_bwrap::Session, Error> {
+        self.inner.open_session(id)
+    }
+
+    fn list_sessions(&self) -> Result<Vec<SessionInfo>, Error> {
+        self.inner.list_sessions()
+    }
+
+    fn stop_session(&self, id: &str) -> Result<(), Error> {
+        self.inner.stop_session(id)
+    }
+}
+
+/// The startup sweep of native sessions ([`engine_bwrap::reap_sessions`]): needs no engine.
+pub fn reap_sessions(config: &BwrapConfig, dry_run: bool) -> Result<Vec<String>, Error> {
+    engine_bwrap::reap_sessions(config, "native", dry_run)
+}
+
+/// Native session `id` opened from its record, without an engine (the warm path).
+pub fn local_session(config: &BwrapConfig, id: &str) -> Option<Box<dyn sandbox_core::DynSession>> {
+    engine_bwrap::local_session(config, "native", id)
 }
 
 /// Pure: the pipeline's abstract plan as this crate's [`Input`]. The caller's paths (the
@@ -157,6 +206,25 @@ impl Sandboxed for NativeSandbox {
         drop(cgroup);
         Ok(ended)
     }
+
+    /// The monitor: its root follows the init's `pivot_root`s (they move every process of the
+    /// mount namespace whose root was the old one), it stays dumpable for an unprivileged
+    /// caller (the init does not), and the init and with it the pid namespace die with it.
+    fn session_pid(&self) -> Option<u32> {
+        u32::try_from(self.child.pid()).ok()
+    }
+
+    fn detach(self: Box<Self>) -> Detached {
+        let NativeSandbox { child, net, cgroup } = *self;
+        // The waiting thread is the monitor's parent: it reaps it while this process lives.
+        std::thread::spawn(move || {
+            let _ = child.wait();
+        });
+        Detached {
+            pasta: net.and_then(engine_bwrap::UserNet::keep),
+            cgroup: cgroup.map(engine_bwrap::Cgroup::keep),
+        }
+    }
 }
 
 fn to_bwrap(e: crate::Error) -> Error {
@@ -206,6 +274,7 @@ impl Launcher for NativeLauncher {
                 })
                 .collect(),
             cgroup_procs,
+            detach: !plan.die_with_parent,
         };
         let mut child = crate::spawn(&tree, command).map_err(to_bwrap)?;
         let net = match pasta {

@@ -16,7 +16,7 @@ pub mod sandbox;
 #[cfg(test)]
 mod tests;
 
-pub use engine::{NativeEngine, NativeLauncher, input};
+pub use engine::{NativeEngine, NativeLauncher, input, local_session, reap_sessions};
 pub use error::{Error, Result};
 pub use net::connect;
 pub use plan::{Access, Ids, Input, Op, Plan, RootEntry, plan};

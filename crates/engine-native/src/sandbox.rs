@@ -67,6 +67,10 @@ pub struct Command {
     /// A cgroup's `cgroup.procs`, opened for writing: the monitor moves itself there before
     /// anything else, so the whole tree is in it (a delegated cgroup v2 holding the limits).
     pub cgroup_procs: Option<OwnedFd>,
+    /// A session's sandbox, which outlives the caller: the monitor arms no parent-death
+    /// signal and starts a session of its own (no terminal's signal reaches it). What ends it
+    /// is its command exiting (the agent's idle TTL) or a SIGKILL to [`Child::pid`].
+    pub detach: bool,
 }
 
 /// A started sandbox.
@@ -234,6 +238,7 @@ struct Prepared {
     sandbox_gmap: CString,
     rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
     cgroup_procs: Option<OwnedFd>,
+    detach: bool,
     writable: Vec<PathBuf>,
     chdir: CString,
     argv: Vec<CString>,
@@ -557,6 +562,7 @@ impl Prepared {
             sandbox_gmap: map(ids.gid, ids.builder().1).map_err(nul)?,
             rlimits: command.rlimits,
             cgroup_procs: command.cgroup_procs,
+            detach: command.detach,
             writable: plan.writable.clone(),
             chdir: cstr(&plan.chdir)?,
             argv,
@@ -655,7 +661,12 @@ fn die_with_parent(prep: &Prepared, parent: i32) {
 
 /// The monitor (see the module docs). Never returns.
 fn monitor(prep: &Prepared, parent: i32) -> ! {
-    die_with_parent(prep, parent);
+    if prep.detach {
+        // SAFETY: setsid takes no pointers.
+        unsafe { libc::setsid() };
+    } else {
+        die_with_parent(prep, parent);
+    }
     // SAFETY: syscalls on prepared data only.
     unsafe {
         for (fd, target) in prep.stdio.iter().zip(0..) {
@@ -692,7 +703,9 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
             prep.check(S_GID_MAP, write_proc(c"/proc/self/gid_map", prep.gid_map.as_bytes()));
         }
         // A credential change (the new user namespace's capabilities) cleared it.
-        die_with_parent(prep, parent);
+        if !prep.detach {
+            die_with_parent(prep, parent);
+        }
         let set = signal_set(true);
         libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         let me = libc::getpid();

@@ -1,6 +1,6 @@
 //! `python-sandbox session …` through the binary on every session engine available here: the
 //! same CLI code (the registry and the seam) starts, finds, runs in, lists and stops sessions on
-//! bwrap, docker and podman. An engine that is not available prints `SKIPPED: reason`; one
+//! native, bwrap, docker and podman. An engine that is not available prints `SKIPPED: reason`; one
 //! that is and fails, fails.
 //!
 //! `session exec -i`/`-t`: `-t` without a terminal is refused before any engine is touched;
@@ -95,6 +95,11 @@ fn lifecycle(engine: &str) {
 }
 
 #[test]
+fn a_native_session_through_the_cli() {
+    lifecycle("native");
+}
+
+#[test]
 fn a_bwrap_session_through_the_cli() {
     lifecycle("bwrap");
 }
@@ -175,7 +180,7 @@ sys.stdout.write(out.decode(errors="replace"))
 
 #[test]
 fn session_exec_interactive_and_tty_end_to_end() {
-    for engine in ["bwrap", "docker", "podman"] {
+    for engine in ["native", "bwrap", "docker", "podman"] {
         let ctx = Ctx::new();
         let Some(id) = session(engine, &ctx) else { continue };
 

@@ -13,6 +13,9 @@ use engine_native::{Command, Input, RootEntry};
 
 mod engine;
 mod fault;
+#[path = "../../../sandbox-core/tests/shared/interactive.rs"]
+mod interactive;
+mod session;
 
 const PYTHON: &str = "/usr/bin/python3.11";
 const ROOTLESS: &str = "psbx-rootless";
@@ -78,7 +81,7 @@ fn fixture() -> Fixture {
 }
 
 /// `None` (after printing why) when user namespaces cannot be made here.
-fn gate() -> Option<()> {
+pub(crate) fn gate() -> Option<()> {
     match engine_native::userns_probe() {
         Ok(()) => Some(()),
         Err(reason) => {
