@@ -10,6 +10,21 @@ use serde_json::{Value, json};
 
 use crate::Ctx;
 
+/// Every tool the server lists, sorted: what each client test expects to see.
+pub(crate) const TOOLS: [&str; 11] = [
+    "check_script",
+    "detect",
+    "list_files",
+    "read_file",
+    "run_script",
+    "session_exec",
+    "session_run",
+    "session_start",
+    "session_stop",
+    "start_service",
+    "write_file",
+];
+
 /// A running server and the next request id.
 struct Client {
     child: Child,
@@ -98,22 +113,7 @@ fn mcp_over_stdio() {
         .filter_map(|t| t["name"].as_str())
         .collect();
     names.sort_unstable();
-    assert_eq!(
-        names,
-        [
-            "check_script",
-            "detect",
-            "list_files",
-            "read_file",
-            "run_script",
-            "session_exec",
-            "session_run",
-            "session_start",
-            "session_stop",
-            "start_service",
-            "write_file"
-        ]
-    );
+    assert_eq!(names, TOOLS);
     let run_tool =
         tools["tools"].as_array().and_then(|t| t.iter().find(|t| t["name"] == "run_script"));
     let schema = &run_tool.expect("run_script")["inputSchema"]["properties"];

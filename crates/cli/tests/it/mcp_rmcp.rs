@@ -55,22 +55,7 @@ fn mcp_rmcp_client() {
             .map(|t| t.name.into_owned())
             .collect();
         names.sort_unstable();
-        assert_eq!(
-            names,
-            [
-                "check_script",
-                "detect",
-                "list_files",
-                "read_file",
-                "run_script",
-                "session_exec",
-                "session_run",
-                "session_start",
-                "session_stop",
-                "start_service",
-                "write_file"
-            ]
-        );
+        assert_eq!(names, crate::mcp::TOOLS);
 
         // A home secret is named, never mounted, without `approve: true`.
         let ssh = home.path().join(".ssh");
