@@ -64,6 +64,8 @@ impl Plugin {
         if sh.path_exists(data.join("found/bin")) {
             bail!("the launcher installed a CLI although a matching one was on PATH");
         }
+        crate::section("plugin: the MCP server from the installed plugin's .mcp.json");
+        mcp_answers(&installed, &path, &data.join("found"))?;
 
         if self.provision {
             crate::section("plugin: the installed launcher provisions the CLI with cargo");
@@ -91,6 +93,71 @@ fn detect(sh: &Shell, launcher: &Path, path: &str, data: &Path) -> Result<()> {
         bail!("`detect --json` through the launcher printed no engines list:\n{out}");
     }
     println!("plugin: detect --json answered through {}", launcher.display());
+    Ok(())
+}
+
+/// Starts the server the installed plugin's `.mcp.json` declares, as Claude Code does
+/// (`${CLAUDE_PLUGIN_ROOT}` expanded, the plugin's data dir set), and checks that it answers an
+/// MCP `initialize` over stdio as python-sandbox; the server ends when its stdin closes.
+fn mcp_answers(installed: &Path, path: &str, data: &Path) -> Result<()> {
+    use std::io::{BufRead as _, Write as _};
+
+    let file = installed.join(".mcp.json");
+    let text =
+        std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+    let config: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", file.display()))?;
+    let server = &config["mcpServers"]["python-sandbox"];
+    let root = installed.display().to_string();
+    let expand = |s: &str| s.replace("${CLAUDE_PLUGIN_ROOT}", &root);
+    let Some(command) = server["command"].as_str().map(expand) else {
+        bail!("{} declares no `mcpServers.python-sandbox.command`", file.display());
+    };
+    let args: Vec<String> = server["args"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str()).map(expand).collect())
+        .unwrap_or_default();
+    let mut child = std::process::Command::new(&command)
+        .args(&args)
+        .env("PATH", path)
+        .env("CLAUDE_PLUGIN_ROOT", installed)
+        .env("CLAUDE_PLUGIN_DATA", data)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting `{command} {}`", args.join(" ")))?;
+    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        bail!("the MCP server's stdio is not piped");
+    };
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"xtask","version":"0"}}}"#;
+    writeln!(stdin, "{initialize}").context("writing to the MCP server")?;
+    // A reader thread, so a server that never answers fails the step instead of hanging it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let read = std::io::BufReader::new(stdout).read_line(&mut line).map(|_| line);
+        let _ = tx.send(read);
+    });
+    let answer = rx.recv_timeout(std::time::Duration::from_secs(60));
+    drop(stdin);
+    let answer = match answer {
+        Ok(read) => read.context("reading the MCP server's answer")?,
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("the MCP server from {} did not answer `initialize` within 60 s", file.display());
+        }
+    };
+    let status = child.wait().context("waiting for the MCP server")?;
+    let v: serde_json::Value = serde_json::from_str(&answer)
+        .with_context(|| format!("the MCP server answered no JSON-RPC: {answer}"))?;
+    if v["result"]["serverInfo"]["name"] != "python-sandbox" {
+        bail!("the MCP server from {} answered `initialize` with {v}", file.display());
+    }
+    if !status.success() {
+        bail!("the MCP server did not end cleanly when its stdin closed: {status}");
+    }
+    println!("plugin: the MCP server of {} answered initialize", file.display());
     Ok(())
 }
 
