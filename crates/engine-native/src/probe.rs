@@ -14,6 +14,9 @@ pub struct Answers {
     pub seccomp: bool,
     /// The Landlock ABI a sandbox gets ([`crate::landlock_applied`]).
     pub landlock: Option<u32>,
+    /// Whether pasta is on `PATH`: the network of `net = "on"` runs and of every dependency
+    /// install. Without it the engine still runs offline scripts, so it is said, not failed.
+    pub pasta: bool,
 }
 
 /// Pure: the probe for these answers. Landlock is best effort (the other walls hold without
@@ -43,10 +46,18 @@ pub fn verdict(answers: &Answers) -> Probe {
                 engine_detect::NO_SECCOMP_FILTERS
             ),
         ),
-        (Ok(()), true) => (
-            ProbeState::Available { endpoint: None },
-            format!("built in: user namespaces work, seccomp wall, {landlock}"),
-        ),
+        (Ok(()), true) => {
+            let net = if answers.pasta {
+                ""
+            } else {
+                "\nno pasta on PATH: only `--net off` scripts without dependencies run (installs and \
+                 `net = \"on\"` need it)\nhint: install the `passt` package (e.g. `sudo apt install passt`)"
+            };
+            (
+                ProbeState::Available { endpoint: None },
+                format!("built in: user namespaces work, seccomp wall, {landlock}{net}"),
+            )
+        }
     };
     let mut probe = Probe::new(EngineName::Native, state, reason);
     if probe.available {
@@ -73,6 +84,7 @@ pub fn answers() -> Answers {
         userns: crate::userns_probe(),
         seccomp: seccomp_filters(),
         landlock: crate::landlock_applied(),
+        pasta: engine_detect::which("pasta", std::env::var_os("PATH").as_deref()).is_some(),
     }
 }
 

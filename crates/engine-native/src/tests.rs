@@ -329,16 +329,18 @@ fn probe_verdicts() {
     use crate::probe::{Answers, verdict};
     let blocked = |why: &str| Err(why.to_owned());
     let cases = [
-        Answers { userns: Ok(()), seccomp: true, landlock: Some(6) },
-        Answers { userns: Ok(()), seccomp: true, landlock: Some(4) },
-        Answers { userns: Ok(()), seccomp: true, landlock: None },
-        Answers { userns: Ok(()), seccomp: false, landlock: Some(6) },
+        Answers { userns: Ok(()), seccomp: true, landlock: Some(6), pasta: true },
+        Answers { userns: Ok(()), seccomp: true, landlock: Some(4), pasta: true },
+        Answers { userns: Ok(()), seccomp: true, landlock: None, pasta: true },
+        Answers { userns: Ok(()), seccomp: true, landlock: Some(6), pasta: false },
+        Answers { userns: Ok(()), seccomp: false, landlock: Some(6), pasta: true },
         Answers {
             userns: blocked(
                 "user.max_user_namespaces = 0 (unshare(CLONE_NEWUSER) failed: No space left on device (os error 28))",
             ),
             seccomp: true,
             landlock: Some(6),
+            pasta: true,
         },
     ];
     let shown: Vec<String> = cases
