@@ -108,14 +108,16 @@ fn readme_without_bwrap(sh: &Shell) -> Result<()> {
     let empty = services::target_dir(sh).join("empty-path");
     std::fs::create_dir_all(&empty).context("creating an empty PATH directory")?;
     let cli = services::target_dir(sh).join("debug/python-sandbox");
-    let out = cmd!(sh, "{cli} run --json examples/hello.py").env("PATH", &empty).read()?;
+    // `--json` keeps stdout for the one summary object; the script's own output is on stderr.
+    let run = cmd!(sh, "{cli} run --json examples/hello.py").env("PATH", &empty).output()?;
+    let (out, err) = (String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
     let summary = out
         .lines()
         .find(|l| l.starts_with('{'))
-        .with_context(|| format!("`run --json` printed no summary:\n{out}"))?;
+        .with_context(|| format!("`run --json` printed no summary:\n{out}{err}"))?;
     anyhow::ensure!(
-        summary.contains("\"engine\":\"native\"") && out.contains("hello from python"),
-        "the README's first command did not run on native with bwrap off PATH:\n{out}"
+        summary.contains("\"engine\":\"native\"") && err.contains("hello from python"),
+        "the README's first command did not run on native with bwrap off PATH:\n{out}{err}"
     );
     println!("ran on native without bwrap on PATH");
     Ok(())
