@@ -491,6 +491,33 @@ fn k8s_reaped(swept: engine_k8s::Swept) -> Reaped {
     }
 }
 
+/// Whether a `--mount` value names a cluster volume claim (`pvc:NAME:/path[:ro]`), which only
+/// the k8s engine mounts; every other value is a host path.
+pub(crate) fn is_claim_mount(mount: &str) -> bool {
+    engine_k8s::claims::is_claim(mount)
+}
+
+/// Pure: the `--mount pvc:NAME:/path[:ro]` values among `mounts`, parsed; refused on any
+/// engine but k8s (`auto` never picks a cluster), where host paths are the only mounts.
+pub(crate) fn claim_mounts(
+    mounts: &[String],
+    engine: &str,
+) -> Result<Vec<engine_k8s::claims::ClaimMount>> {
+    let claims: Vec<&String> = mounts.iter().filter(|m| is_claim_mount(m)).collect();
+    if let Some(first) = claims.first().filter(|_| engine != "k8s") {
+        return Err(ui::hinted(
+            format!(
+                "--mount `{first}`: a PersistentVolumeClaim is mounted only by the k8s engine (this run is on `{engine}`)"
+            ),
+            "run with `--engine k8s`, or mount a host path (`--mount PATH[:ro]`; write `./pvc:…` for a path that starts with `pvc:`)",
+        ));
+    }
+    claims
+        .into_iter()
+        .map(|m| engine_k8s::claims::parse(m).map_err(|e| EngineError::new(e).into()))
+        .collect()
+}
+
 /// The script keys (`[tool.python-sandbox]`'s `image`, `runtime-class`) each engine honours;
 /// an engine not listed honours none. A table beside [`ENGINES`] rather than a field of it,
 /// so an engine entry stays what it was.

@@ -12,7 +12,6 @@ use sandbox_core::{
     RunSpec, ScrubbingSink, Secrets, Stdin,
 };
 
-use sandbox_core::EngineError;
 
 use crate::args::{NetFlag, RunArgs};
 use crate::exit::{NO_ENGINE as EXIT_NO_ENGINE, TIMEOUT as EXIT_TIMEOUT};
@@ -48,7 +47,7 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
         return Ok(spec::refuse(&crossings, spec::Subject::Run, args.json));
     }
 
-    let claims = claim_mounts(&args.mounts, &args.engine)?;
+    let claims = crate::registry::claim_mounts(&args.mounts, &args.engine)?;
     let options = registry::Options {
         image: args.container.image.as_deref(),
         namespace: None,
@@ -159,7 +158,7 @@ fn cli_layer(args: &RunArgs, script: &Path) -> Result<Layer> {
         mounts: args
             .mounts
             .iter()
-            .filter(|m| !engine_k8s::claims::is_claim(m))
+            .filter(|m| !crate::registry::is_claim_mount(m))
             .map(|m| m.parse())
             .collect::<Result<_, _>>()?,
         net: args.net.map(|n| match n {
@@ -173,27 +172,6 @@ fn cli_layer(args: &RunArgs, script: &Path) -> Result<Layer> {
         limits: args.limits.layer()?,
         ..Layer::default()
     })
-}
-
-/// Pure: the `--mount pvc:NAME:/path[:ro]` values among `mounts`, parsed; refused on any
-/// engine but k8s (`auto` never picks a cluster), where host paths are the only mounts.
-pub(crate) fn claim_mounts(
-    mounts: &[String],
-    engine: &str,
-) -> Result<Vec<engine_k8s::claims::ClaimMount>> {
-    let claims: Vec<&String> = mounts.iter().filter(|m| engine_k8s::claims::is_claim(m)).collect();
-    if let Some(first) = claims.first().filter(|_| engine != "k8s") {
-        return Err(ui::hinted(
-            format!(
-                "--mount `{first}`: a PersistentVolumeClaim is mounted only by the k8s engine (this run is on `{engine}`)"
-            ),
-            "run with `--engine k8s`, or mount a host path (`--mount PATH[:ro]`; write `./pvc:…` for a path that starts with `pvc:`)",
-        ));
-    }
-    claims
-        .into_iter()
-        .map(|m| engine_k8s::claims::parse(m).map_err(|e| EngineError::new(e).into()))
-        .collect()
 }
 
 fn no_engine(json: bool) -> ExitCode {

@@ -81,7 +81,7 @@ fn start_session(args: SessionStartArgs, json: bool) -> Result<ExitCode> {
             "use seconds or a suffix: `90s`, `30m`, `2h`",
         )
     })?;
-    if let Some(claim) = args.mounts.iter().find(|m| engine_k8s::claims::is_claim(m)) {
+    if let Some(claim) = args.mounts.iter().find(|m| crate::registry::is_claim_mount(m)) {
         return Err(ui::hinted(
             format!(
                 "--mount `{claim}`: a claim is mounted only by `run --engine k8s`, not into a session"
