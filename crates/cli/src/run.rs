@@ -12,7 +12,6 @@ use sandbox_core::{
     RunSpec, ScrubbingSink, Secrets, Stdin,
 };
 
-
 use crate::args::{NetFlag, RunArgs};
 use crate::exit::{NO_ENGINE as EXIT_NO_ENGINE, TIMEOUT as EXIT_TIMEOUT};
 use crate::relay::Relay;
