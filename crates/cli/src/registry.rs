@@ -254,6 +254,14 @@ fn bwrap(options: &Options<'_>) -> Result<Box<engine_bwrap::BwrapEngine>> {
     Ok(Box::new(engine_bwrap::BwrapEngine::new(config).map_err(EngineError::new)?))
 }
 
+/// The `note:` of a net-on run on `engine` when its network is narrower than full TCP/UDP
+/// (native without pasta: HTTP(S) through the built-in proxy).
+pub(crate) fn net_note(engine: &str) -> Option<&'static str> {
+    let config = engine_bwrap::BwrapConfig::from_env().ok()?;
+    (engine == "native" && engine_native::builtin_net_applies(&config))
+        .then_some(engine_native::BUILTIN_NET_NOTE)
+}
+
 /// The native engine: bwrap's pipeline and configuration, the sandbox built in-process; its
 /// session records swept on the way, as bwrap's are.
 fn native(options: &Options<'_>) -> Result<Box<engine_native::NativeEngine>> {

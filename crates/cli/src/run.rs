@@ -62,6 +62,11 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
     for warning in registry::script_keys(engine.name(), &keys)? {
         ui::warn(&warning);
     }
+    if spec.net == Net::On
+        && let Some(note) = registry::net_note(engine.name())
+    {
+        ui::note(note);
+    }
     let before = args.json.then(|| files::snapshot(&spec.workspace));
     let mut urls = Vec::new();
     let outcome = match run_on(&*engine, &spec, args.json, &mut urls) {

@@ -106,6 +106,11 @@ pub(crate) fn warn(message: &str) {
     eprintln!("{WARNING}warning{WARNING:#}: {message}");
 }
 
+/// `note: ...` on stderr.
+pub(crate) fn note(message: &str) {
+    eprintln!("{NOTE}note{NOTE:#}: {message}");
+}
+
 /// One note per published port, for runs and sessions alike:
 /// `note: port 8000 is published at http://127.0.0.1:8000`.
 pub(crate) fn note_published(ports: &[(u16, String)]) {

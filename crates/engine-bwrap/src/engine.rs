@@ -712,7 +712,12 @@ impl BwrapEngine {
         sandbox_core::check_host_ports_free(&spec.publish, reaper::ports::in_use)?;
         // A cold prepare needs the network too; it fails with the same error when it starts.
         if spec.net == Net::On && self.pasta.is_none() {
-            return Err(Error::PastaNotFound);
+            if !self.launcher.builtin_net() {
+                return Err(Error::PastaNotFound);
+            }
+            if !spec.publish.is_empty() {
+                return Err(Error::NeedsPasta { what: "publishing a port" });
+            }
         }
         for var in &spec.env {
             let valid = !var.name.is_empty() && !var.name.contains(['=', '\0']);

@@ -92,6 +92,11 @@ pub enum Error {
         "bwrap sandboxes reach the network through pasta, which is not installed\nhint: install the `passt` package (e.g. `sudo apt install passt`), or run with `--net off`"
     )]
     PastaNotFound,
+    /// What the built-in proxy (net on without pasta) cannot give.
+    #[error(
+        "{what} needs pasta, which is not installed (without it a sandbox gets HTTP(S) through the built-in proxy only)\nhint: install the `passt` package (e.g. `sudo apt install passt`)"
+    )]
+    NeedsPasta { what: &'static str },
     #[error(
         "no running {engine} session `{id}`\nhint: `python-sandbox session list` shows the running ones"
     )]
@@ -129,7 +134,8 @@ impl sandbox_core::Classify for Error {
             | Error::BwrapTooOld { .. }
             | Error::SandboxSetup { .. }
             | Error::LauncherSetup { .. }
-            | Error::PastaNotFound => ErrorClass::Unavailable,
+            | Error::PastaNotFound
+            | Error::NeedsPasta { .. } => ErrorClass::Unavailable,
             Error::MountChanged { .. } => ErrorClass::Refused,
             Error::NoSession { .. } => ErrorClass::NotFound,
             _ => ErrorClass::Setup,

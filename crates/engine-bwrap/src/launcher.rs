@@ -95,6 +95,12 @@ pub trait Launcher: Send + Sync + std::fmt::Debug {
     /// (which then ends as it would: a Ctrl-C is a `KeyboardInterrupt`), the sandbox killed
     /// only when it has not ended after a grace period; else the signal kills the sandbox.
     fn forwards_signals(&self) -> bool;
+
+    /// Whether a net-on sandbox without pasta gets the built-in HTTP(S) proxy
+    /// (`crate::BuiltinProxy`) instead of failing with [`Error::PastaNotFound`].
+    fn builtin_net(&self) -> bool {
+        false
+    }
 }
 
 /// Renders the plan to a bubblewrap argv and starts bwrap (`crate::process::launch`).

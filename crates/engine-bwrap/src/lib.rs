@@ -67,6 +67,7 @@ mod paths;
 mod pin;
 mod plan;
 mod process;
+mod proxy;
 mod seam;
 mod session;
 mod stage;
@@ -79,8 +80,9 @@ pub use error::Error;
 pub use host::{HostFacts, RootEntry};
 pub use launcher::{BwrapLauncher, Detached, Ended, Launcher, SandboxStdio, Sandboxed, Start};
 pub use limits::{Cgroup, CgroupPlan, Rlim, SandboxLimits};
-pub use net::UserNet;
+pub use net::{UserNet, listen_in};
 pub use plan::{Access, Bind, Plan};
+pub use proxy::{BuiltinProxy, PROXY_PORT, proxy_env};
 pub use seam::{Immediate, local_session};
 pub use session::{Session, SessionConfig, SessionInfo, reap_sessions};
 pub use uv::{

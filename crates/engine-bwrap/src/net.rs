@@ -363,3 +363,103 @@ fn block_link_local(netns: &std::fs::File, owner: Option<&OwnedFd>) -> Result<()
     }
     Ok(())
 }
+
+/// A socket listening on 127.0.0.1:`port` inside the network namespace of `child` (a process
+/// of a sandbox that waits before its command: nothing of the script can hold the port), for
+/// the built-in proxy ([`crate::BuiltinProxy`]) to accept from outside. Made by a short-lived
+/// child that joins the namespace (through its owning user namespace, as the link-local
+/// routes are added) and sends the descriptor back over a socket pair.
+pub fn listen_in(child: i32, port: u16) -> Result<OwnedFd> {
+    let netns_path = PathBuf::from(format!("/proc/{child}/ns/net"));
+    let netns = std::fs::File::open(&netns_path)
+        .map_err(Error::io(format!("opening {}", netns_path.display())))?;
+    let owner = owning_userns(&netns)?;
+    let owner = (!is_own_userns(&owner)).then_some(owner);
+    let (ours, theirs) = rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| Error::io("creating the proxy's socket pair")(e.into()))?;
+    let (netns_fd, userns_fd) = (netns.as_raw_fd(), owner.as_ref().map_or(-1, AsRawFd::as_raw_fd));
+    let chan = theirs.as_raw_fd();
+    let mut command = Command::new("/bin/true");
+    command.env_clear().current_dir("/").stdin(Stdio::null()).stdout(Stdio::null());
+    // SAFETY: runs in the forked child before exec; raw syscalls on stack memory and on
+    // descriptors that are open in the child.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(move || {
+            if (userns_fd >= 0 && libc::setns(userns_fd, libc::CLONE_NEWUSER) != 0)
+                || libc::setns(netns_fd, libc::CLONE_NEWNET) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            let sock = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            if sock < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let mut addr: libc::sockaddr_in = std::mem::zeroed();
+            addr.sin_family = libc::AF_INET as libc::sa_family_t;
+            addr.sin_port = port.to_be();
+            addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            if libc::bind(sock, (&addr as *const libc::sockaddr_in).cast(), len) != 0
+                || libc::listen(sock, 128) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            // One SCM_RIGHTS message carrying `sock`.
+            let mut control = [0u64; 4];
+            let mut byte = 0u8;
+            let mut iov = libc::iovec { iov_base: (&mut byte as *mut u8).cast(), iov_len: 1 };
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) as _;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), sock);
+            if libc::sendmsg(chan, &msg, 0) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let guard = crate::fds::spawn_guard();
+    let status = command.status();
+    drop(guard);
+    drop(theirs);
+    let status = status.map_err(Error::io("opening the proxy's socket in the sandbox"))?;
+    if !status.success() {
+        return Err(Error::UserNetwork {
+            reason: "could not open the proxy's socket in the sandbox (`/bin/true` failed)"
+                .to_owned(),
+        });
+    }
+    receive_fd(&ours).ok_or_else(|| Error::UserNetwork {
+        reason: "the proxy's socket was not handed over".to_owned(),
+    })
+}
+
+/// The descriptor of the one `SCM_RIGHTS` message waiting on `chan`.
+fn receive_fd(chan: &OwnedFd) -> Option<OwnedFd> {
+    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = rustix::net::RecvAncillaryBuffer::new(&mut space);
+    let mut byte = [0u8; 1];
+    rustix::net::recvmsg(
+        chan,
+        &mut [std::io::IoSliceMut::new(&mut byte)],
+        &mut control,
+        rustix::net::RecvFlags::DONTWAIT | rustix::net::RecvFlags::CMSG_CLOEXEC,
+    )
+    .ok()?;
+    control.drain().find_map(|message| match message {
+        rustix::net::RecvAncillaryMessage::ScmRights(mut fds) => fds.next(),
+        _ => None,
+    })
+}

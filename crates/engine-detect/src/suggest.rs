@@ -54,6 +54,17 @@ fn suggest_local(os: &OsInfo, detection: &Detection) -> String {
         let _ = writeln!(out, "  {mark:<2} {:<6} {first}", probe.name.as_str());
     }
     if detection.selected.is_some() {
+        let builtin_net = detection
+            .probe(EngineName::Native)
+            .is_some_and(|p| p.available && p.reason.contains(NATIVE_BUILTIN_NET));
+        if builtin_net {
+            let _ = write!(
+                out,
+                "\nrecommended: install passt for full TCP/UDP networking in native sandboxes \
+                 (without it, net on is HTTP(S) only, through the built-in proxy):\n  {}\n",
+                passt_install(os.distro)
+            );
+        }
         return out.trim_end().to_owned();
     }
     out.push('\n');
@@ -172,6 +183,23 @@ fn suggest_local(os: &OsInfo, detection: &Detection) -> String {
         );
     }
     finish(out)
+}
+
+/// What the native probe's reason says when net-on sandboxes get the built-in HTTP(S) proxy
+/// because pasta is not installed (the engine works; passt is a recommendation).
+pub const NATIVE_BUILTIN_NET: &str =
+    "network: HTTP(S) only, through the built-in proxy (no pasta on PATH)";
+
+/// The command that installs passt (pasta) on `distro`.
+fn passt_install(distro: Distro) -> &'static str {
+    match distro {
+        Distro::Ubuntu | Distro::Debian => "sudo apt install passt",
+        Distro::Fedora => "sudo dnf install passt",
+        Distro::Arch => "sudo pacman -S passt",
+        Distro::Alpine => "doas apk add passt",
+        Distro::OpenSuse => "sudo zypper install passt",
+        Distro::Unknown => "install passt (pasta) with your package manager",
+    }
 }
 
 /// How the native probe's reason starts when user namespaces cannot be made (the rest says why).

@@ -160,6 +160,16 @@ fn suggestions() {
     cases.push((
         "debian-12 in docker, native works".into(),
         os_release("debian-12"),
+        Detection::from_probes(engines.clone()),
+    ));
+    // Without pasta native still works (HTTP(S) through its proxy): passt is recommended.
+    engines[0].reason = format!(
+        "built in: user namespaces work, seccomp wall, landlock ABI 6\n{}",
+        crate::NATIVE_BUILTIN_NET
+    );
+    cases.push((
+        "fedora, native works without pasta".into(),
+        os_release("fedora-40"),
         Detection::from_probes(engines),
     ));
     cases.push(("macos".into(), OsInfo::macos(), nothing_installed()));

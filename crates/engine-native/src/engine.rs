@@ -181,6 +181,8 @@ struct NativeSandbox {
     child: crate::Child,
     /// pasta (net on), ended with the handle once the tree is gone.
     net: Option<engine_bwrap::UserNet>,
+    /// The built-in proxy (net on without pasta), stopped with the handle.
+    proxy: Option<engine_bwrap::BuiltinProxy>,
     /// The run's cgroup, removed when dropped.
     cgroup: Option<engine_bwrap::Cgroup>,
 }
@@ -191,7 +193,7 @@ impl Sandboxed for NativeSandbox {
     }
 
     fn wait(self: Box<Self>) -> Result<Ended, Error> {
-        let NativeSandbox { child, net, cgroup } = *self;
+        let NativeSandbox { child, net, proxy, cgroup } = *self;
         let ended = match child.wait_status() {
             Ok((code, signal)) => Ended { code, signal, started: true, setup_error: None },
             Err(e @ crate::Error::Setup { .. }) => Ended {
@@ -203,6 +205,7 @@ impl Sandboxed for NativeSandbox {
             Err(e) => return Err(to_bwrap(e)),
         };
         drop(net);
+        drop(proxy);
         drop(cgroup);
         Ok(ended)
     }
@@ -215,7 +218,8 @@ impl Sandboxed for NativeSandbox {
     }
 
     fn detach(self: Box<Self>) -> Detached {
-        let NativeSandbox { child, net, cgroup } = *self;
+        // A session's plan never gets the proxy (`NativeLauncher::start` refuses it).
+        let NativeSandbox { child, net, proxy: _, cgroup } = *self;
         // The waiting thread is the monitor's parent: it reaps it while this process lives.
         std::thread::spawn(move || {
             let _ = child.wait();
@@ -246,10 +250,15 @@ impl Launcher for NativeLauncher {
 
     fn start(&self, start: Start<'_>) -> Result<Box<dyn Sandboxed>, Error> {
         let Start { plan, host, cache_root, pasta, stdio } = start;
-        let pasta = match plan.net {
-            true => Some(pasta.ok_or(Error::PastaNotFound)?),
-            false => None,
-        };
+        // Net on without pasta: the built-in HTTP(S) proxy, for runs and prepare steps; what
+        // only pasta gives is refused by name.
+        let builtin = plan.net && pasta.is_none();
+        if builtin && !plan.publish.is_empty() {
+            return Err(Error::NeedsPasta { what: "publishing a port" });
+        }
+        if builtin && !plan.die_with_parent {
+            return Err(Error::NeedsPasta { what: "a warm session with net on" });
+        }
         let tree = crate::plan(&input(plan, host, cache_root)).map_err(to_bwrap)?;
         let cgroup = plan.limits.cgroup.as_ref().map(engine_bwrap::Cgroup::create).transpose()?;
         let cgroup_procs =
@@ -257,6 +266,10 @@ impl Launcher for NativeLauncher {
         let mut env = plan.env.clone();
         if !env.iter().any(|(k, _)| k == "PWD") {
             env.push(("PWD".to_owned(), plan.chdir.clone().into_os_string()));
+        }
+        if builtin {
+            env.retain(|(k, _)| !k.to_ascii_lowercase().ends_with("_proxy"));
+            env.extend(engine_bwrap::proxy_env());
         }
         let command = crate::Command {
             argv: plan.command.iter().map(OsString::from).collect(),
@@ -277,22 +290,24 @@ impl Launcher for NativeLauncher {
             detach: !plan.die_with_parent,
         };
         let mut child = crate::spawn(&tree, command).map_err(to_bwrap)?;
-        let net = match pasta {
-            Some(pasta) => match crate::net::attach(&child, pasta, &plan.publish) {
-                Ok(net) => {
-                    child.release().map_err(to_bwrap)?;
-                    Some(net)
-                }
-                Err(e) => {
-                    // Nothing of the command runs: the sandbox ends before its setup.
-                    child.release_abandoned();
-                    let _ = child.wait();
-                    return Err(e);
-                }
-            },
-            None => None,
+        let attached = match (plan.net, pasta) {
+            (false, _) => Ok((None, None)),
+            (true, Some(pasta)) => {
+                crate::net::attach(&child, pasta, &plan.publish).map(|n| (Some(n), None))
+            }
+            (true, None) => crate::net::serve_proxy(&child).map(|p| (None, Some(p))),
         };
-        Ok(Box::new(NativeSandbox { child, net, cgroup }))
+        let (net, proxy) = match attached {
+            Ok(attached) => attached,
+            Err(e) => {
+                // Nothing of the command runs: the sandbox ends before its setup.
+                child.release_abandoned();
+                let _ = child.wait();
+                return Err(e);
+            }
+        };
+        child.release().map_err(to_bwrap)?;
+        Ok(Box::new(NativeSandbox { child, net, proxy, cgroup }))
     }
 
     fn setup_failure(&self, detail: Option<String>) -> Error {
@@ -307,6 +322,10 @@ impl Launcher for NativeLauncher {
     }
 
     fn forwards_signals(&self) -> bool {
+        true
+    }
+
+    fn builtin_net(&self) -> bool {
         true
     }
 }

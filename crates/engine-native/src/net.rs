@@ -10,9 +10,16 @@
 //! after the tree, see `sandbox.rs`), so it belongs to the sandbox's host user: pasta joins it
 //! as that user, the caller or, for a root caller, host nobody (as bwrap's pasta does), never
 //! as root.
+//!
+//! **Without pasta** (a fresh machine): the built-in proxy ([`engine_bwrap::BuiltinProxy`]).
+//! The namespace keeps no route, only its loopback, where a socket made from outside listens
+//! on [`engine_bwrap::PROXY_PORT`]; this process serves it, and the sandbox's environment
+//! points `HTTPS_PROXY` and friends there, so uv's installs and a script's HTTP(S) work.
+//! Raw sockets, UDP, published ports and warm sessions with net on need pasta.
 
 use std::path::Path;
 
+use engine_bwrap::BwrapConfig;
 use sandbox_core::PublishedPort;
 
 use crate::error::{Error, Result};
@@ -40,4 +47,26 @@ pub(crate) fn attach(
 ) -> std::result::Result<engine_bwrap::UserNet, engine_bwrap::Error> {
     let run_as = rustix::process::getuid().is_root().then_some((NOBODY, NOBODY));
     engine_bwrap::UserNet::attach_blocked(pasta, child.netns_pid(), publish, run_as)
+}
+
+/// The one `note:` a `--net on` run prints when it gets the built-in proxy.
+pub const BUILTIN_NET_NOTE: &str = "no pasta on PATH, so the network is HTTP(S) only, through \
+     the built-in proxy (`HTTPS_PROXY`); install the `passt` package for full TCP/UDP networking";
+
+/// Whether net-on sandboxes of an engine with `config` get the built-in proxy (no pasta on
+/// its `PATH`) rather than pasta.
+pub fn builtin_net_applies(config: &BwrapConfig) -> bool {
+    // As the engine finds it (`BwrapConfig::from_env` takes the caller's `PATH`).
+    engine_detect::which("pasta", config.path.as_deref()).is_none()
+}
+
+/// The built-in proxy for a sandbox spawned with net on (blocked before its setup): its
+/// listening socket made in the sandbox's network namespace, served from this process.
+pub(crate) fn serve_proxy(
+    child: &Child,
+) -> std::result::Result<engine_bwrap::BuiltinProxy, engine_bwrap::Error> {
+    let listener = engine_bwrap::listen_in(child.netns_pid(), engine_bwrap::PROXY_PORT)?;
+    engine_bwrap::BuiltinProxy::serve(listener).map_err(|e| engine_bwrap::Error::UserNetwork {
+        reason: format!("starting the built-in proxy: {e}"),
+    })
 }

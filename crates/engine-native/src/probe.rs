@@ -14,8 +14,8 @@ pub struct Answers {
     pub seccomp: bool,
     /// The Landlock ABI a sandbox gets ([`crate::landlock_applied`]).
     pub landlock: Option<u32>,
-    /// Whether pasta is on `PATH`: the network of `net = "on"` runs and of every dependency
-    /// install. Without it the engine still runs offline scripts, so it is said, not failed.
+    /// Whether pasta is on `PATH`: the full network of `net = "on"` runs and dependency
+    /// installs. Without it they get the built-in HTTP(S) proxy, so it is said, not failed.
     pub pasta: bool,
 }
 
@@ -48,10 +48,13 @@ pub fn verdict(answers: &Answers) -> Probe {
         ),
         (Ok(()), true) => {
             let net = if answers.pasta {
-                ""
+                "\nnetwork: pasta (full TCP/UDP for net on)".to_owned()
             } else {
-                "\nno pasta on PATH: only `--net off` scripts without dependencies run (installs and \
-                 `net = \"on\"` need it)\nhint: install the `passt` package (e.g. `sudo apt install passt`)"
+                format!(
+                    "\n{}\nhint: install the `passt` package for full TCP/UDP networking (e.g. \
+                     `sudo apt install passt`)",
+                    engine_detect::NATIVE_BUILTIN_NET
+                )
             };
             (
                 ProbeState::Available { endpoint: None },

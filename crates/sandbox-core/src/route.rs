@@ -13,7 +13,7 @@ const AF_INET6: u8 = 10;
 pub const LINK_LOCAL: &[(u8, &[u8], u8)] = &[
     (AF_INET, &[169, 254, 0, 0], 16),
     // AWS's IPv6 metadata endpoint, fd00:ec2::254.
-    (AF_INET6, &[0xfd, 0, 0, 0, 0x0e, 0xc2, 0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x54], 128),
+    (AF_INET6, &[0xfd, 0, 0x0e, 0xc2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x54], 128),
 ];
 
 /// The `RTM_NEWROUTE` messages for [`LINK_LOCAL`], sequence numbers from 1.
@@ -63,4 +63,19 @@ pub fn unreachable_route(seq: u32, family: u8, dest: &[u8], prefix: u8) -> Vec<u
     msg.extend_from_slice(dest);
     msg.resize(total, 0);
     msg
+}
+
+#[cfg(test)]
+mod tests {
+    /// The bytes are the addresses the comments name (the IPv6 entry once blocked
+    /// `fd00:0:ec2::254`, leaving AWS's endpoint reachable).
+    #[test]
+    fn the_blocked_ranges_are_the_metadata_addresses() {
+        let v4: std::net::Ipv4Addr =
+            "169.254.0.0".parse().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
+        let v6: std::net::Ipv6Addr =
+            "fd00:ec2::254".parse().unwrap_or(std::net::Ipv6Addr::UNSPECIFIED);
+        assert_eq!(super::LINK_LOCAL[0].1, v4.octets());
+        assert_eq!(super::LINK_LOCAL[1].1, v6.octets());
+    }
 }

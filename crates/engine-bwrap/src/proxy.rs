@@ -1,0 +1,681 @@
+//! The built-in network of a net-on sandbox where pasta is not installed: an HTTP(S) proxy
+//! whose listening socket lives in the sandbox's own network namespace and whose server runs
+//! in this process, on the host's side.
+//!
+//! **Why over the sandbox's loopback.** A socket keeps the network namespace it was created
+//! in. A short-lived helper joins the sandbox's namespace, creates a listening socket on its
+//! 127.0.0.1 and hands the descriptor back ([`crate::net::listen_in`]); this process then
+//! `accept`s connections made inside the sandbox while it stays in the host's namespace. The
+//! sandbox keeps no route at all (only its own loopback), no host socket is mounted in and
+//! no relay process runs: the namespace wall is the one of net off, with one door.
+//!
+//! **What it allows.** `CONNECT host:port` (https and any other TCP tunnel a client asks for)
+//! and plain `http://` requests in absolute form, sent on as origin-form with
+//! `Connection: close`. The name is resolved here, every address is checked by [`refusal`]
+//! (never the host's loopback, its own interface addresses, unspecified, link-local, metadata
+//! or multicast addresses: what pasta's `--no-map-gw` and the link-local routes keep out), and
+//! the connection goes to a checked address, never to the name again (no DNS rebinding). A
+//! host that reaches the world only through its own proxy (`HTTPS_PROXY`/`HTTP_PROXY` in the
+//! caller's environment) is chained through: the tunnel is asked of that proxy, with its
+//! credentials added here; they never enter the sandbox or a message.
+//!
+//! **Limits.** HTTP(S) through clients that honour `HTTPS_PROXY` (uv, pip, urllib, requests,
+//! curl): no raw sockets, no UDP, no DNS inside the sandbox, no published ports, and no warm
+//! sessions (the server lives only as long as this process). pasta gives all of that.
+
+use std::ffi::OsString;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// The proxy's port on the sandbox's loopback (the namespace is the sandbox's own, so no other
+/// process holds it; squid's port, which clients and users recognise).
+pub const PROXY_PORT: u16 = 3128;
+
+/// The longest request head taken (the request line and headers).
+const MAX_HEAD: usize = 16 * 1024;
+/// Connections served at once; more get a 503 (a script cannot exhaust the CLI's threads).
+const MAX_CONNECTIONS: usize = 128;
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Pure: the environment that points a sandbox's clients at the proxy.
+pub fn proxy_env() -> Vec<(String, OsString)> {
+    let url = format!("http://127.0.0.1:{PROXY_PORT}");
+    let mut env = Vec::new();
+    for name in ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"] {
+        env.push((name.to_owned(), OsString::from(&url)));
+        env.push((name.to_ascii_lowercase(), OsString::from(&url)));
+    }
+    for name in ["NO_PROXY", "no_proxy"] {
+        env.push((name.to_owned(), OsString::from("localhost,127.0.0.1,::1")));
+    }
+    env
+}
+
+/// Pure: why the proxy refuses to connect to `ip`, or `None` when it may. `host` is the
+/// host's own interface addresses: reaching them from the host is reaching its services
+/// bound to every address, which a pasta sandbox cannot either (pasta copies the host's
+/// address into the namespace, so there it is the sandbox itself).
+pub(crate) fn refusal(ip: IpAddr, host: &[IpAddr]) -> Option<&'static str> {
+    // `::ffff:127.0.0.1` is 127.0.0.1 to the kernel.
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    let octets: Vec<u8> = match ip {
+        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V6(v6) => v6.octets().to_vec(),
+    };
+    let family = if ip.is_ipv4() { libc::AF_INET as u8 } else { libc::AF_INET6 as u8 };
+    let metadata = sandbox_core::LINK_LOCAL
+        .iter()
+        .any(|(f, dest, prefix)| *f == family && in_prefix(&octets, dest, *prefix));
+    let reason = match ip {
+        _ if ip.is_unspecified() => "an unspecified address",
+        _ if ip.is_loopback() => "the host's loopback",
+        _ if metadata => "a link-local or metadata address",
+        _ if ip.is_multicast() => "a multicast address",
+        IpAddr::V4(v4) if v4.is_broadcast() => "a broadcast address",
+        IpAddr::V4(v4) if v4.octets()[0] == 0 => "an unspecified address",
+        IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => "a link-local or metadata address",
+        _ if host.iter().any(|h| canonical(*h) == ip) => "one of the host's own addresses",
+        _ => return None,
+    };
+    Some(reason)
+}
+
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Whether the first `prefix` bits of `addr` are those of `net`.
+fn in_prefix(addr: &[u8], net: &[u8], prefix: u8) -> bool {
+    let bits = usize::from(prefix);
+    if addr.len() != net.len() || bits > addr.len() * 8 {
+        return false;
+    }
+    let (whole, rest) = (bits / 8, bits % 8);
+    if addr[..whole] != net[..whole] {
+        return false;
+    }
+    rest == 0 || {
+        let mask = 0xffu8 << (8 - rest);
+        addr[whole] & mask == net[whole] & mask
+    }
+}
+
+/// A request the proxy serves, parsed from its head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Request {
+    pub(crate) method: String,
+    /// A name or an IP literal (without brackets).
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    /// `CONNECT`: a tunnel; else a plain http request to send on.
+    pub(crate) connect: bool,
+    /// The origin-form target (`/path?query`); empty for `CONNECT`.
+    pub(crate) path: String,
+    /// The end-to-end headers, in order (hop-by-hop ones and the proxy's dropped).
+    pub(crate) headers: Vec<(String, String)>,
+}
+
+/// Headers that concern this hop only, never sent on.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// Pure: the request in `head` (everything up to and including the empty line), or why it is
+/// malformed (answered with a 400 and the connection closed).
+pub(crate) fn parse_request(head: &[u8]) -> Result<Request, &'static str> {
+    let text = std::str::from_utf8(head).map_err(|_| "the request head is not UTF-8")?;
+    let text = text.strip_suffix("\r\n\r\n").ok_or("the request head does not end in CRLF CRLF")?;
+    let mut lines = text.split("\r\n");
+    let line = lines.next().unwrap_or_default();
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err("the request line is not `METHOD TARGET HTTP/1.x`");
+    };
+    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err("the method is not an upper-case token");
+    }
+    if version != "HTTP/1.1" && version != "HTTP/1.0" {
+        return Err("the version is not HTTP/1.0 or HTTP/1.1");
+    }
+    let mut headers = Vec::new();
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            return Err("a header line has no `:`");
+        };
+        if name.is_empty() || !name.bytes().all(is_token) {
+            return Err("a header name is not a token");
+        }
+        if value.bytes().any(|b| b.is_ascii_control() && b != b'\t') {
+            return Err("a header value holds a control character");
+        }
+        if !HOP_BY_HOP.contains(&name.to_ascii_lowercase().as_str()) {
+            headers.push((name.to_owned(), value.trim().to_owned()));
+        }
+    }
+    let connect = method == "CONNECT";
+    let (authority, path, default_port) = if connect {
+        (target, String::new(), None)
+    } else if let Some(rest) = target.strip_prefix("http://") {
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, path) = rest.split_at(end);
+        let path = path.split('#').next().unwrap_or_default();
+        let path = match path {
+            "" => "/".to_owned(),
+            p if p.starts_with('?') => format!("/{p}"),
+            p => p.to_owned(),
+        };
+        (authority, path, Some(80))
+    } else if target.starts_with("https://") {
+        return Err("an https:// target must be asked for with CONNECT");
+    } else {
+        return Err("the target is not an absolute http:// URI (this is a proxy)");
+    };
+    if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err("the target holds a space or control character");
+    }
+    let (host, port) = parse_authority(authority, default_port)?;
+    Ok(Request { method: method.to_owned(), host, port, connect, path, headers })
+}
+
+fn is_token(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Pure: `host:port` or `[v6]:port` (the port optional when `default_port` is given).
+fn parse_authority(
+    authority: &str,
+    default_port: Option<u16>,
+) -> Result<(String, u16), &'static str> {
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        let (literal, after) = rest.split_once(']').ok_or("an IPv6 literal has no `]`")?;
+        literal.parse::<Ipv6Addr>().map_err(|_| "the IPv6 literal is not an address")?;
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':').ok_or("junk after the IPv6 literal")?),
+        };
+        (literal, port)
+    } else {
+        match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    let port = match (port, default_port) {
+        (Some(p), _) => {
+            p.parse::<u16>().ok().filter(|p| *p != 0).ok_or("the port is not 1-65535")?
+        }
+        (None, Some(p)) => p,
+        (None, None) => return Err("CONNECT needs `host:port`"),
+    };
+    let bracketed = authority.starts_with('[');
+    let valid_name = !host.is_empty()
+        && host.len() <= 253
+        && host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
+    if !bracketed && !valid_name {
+        return Err("the host is not a name or an address");
+    }
+    Ok((host.to_owned(), port))
+}
+
+impl Request {
+    /// `host:port`, bracketed for IPv6, with `host` in place of the request's.
+    fn authority_of(host: &str, port: u16) -> String {
+        match host.contains(':') {
+            true => format!("[{host}]:{port}"),
+            false => format!("{host}:{port}"),
+        }
+    }
+
+    /// Pure: the head to send on for a plain http request: origin-form to the server, or
+    /// absolute-form to an upstream proxy with its `auth` (`Proxy-Authorization` value).
+    pub(crate) fn forward_head(&self, upstream: Option<Option<&str>>) -> Vec<u8> {
+        let target = match upstream {
+            Some(_) => {
+                format!("http://{}{}", Request::authority_of(&self.host, self.port), self.path)
+            }
+            None => self.path.clone(),
+        };
+        let mut head = format!("{} {target} HTTP/1.1\r\n", self.method);
+        for (name, value) in &self.headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        if let Some(Some(auth)) = upstream {
+            head.push_str(&format!("Proxy-Authorization: {auth}\r\n"));
+        }
+        head.push_str("Connection: close\r\n\r\n");
+        head.into_bytes()
+    }
+}
+
+/// Pure: the answer to a request the proxy does not carry out, closing the connection.
+pub(crate) fn error_response(status: u16, reason: &str) -> Vec<u8> {
+    let phrase = match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        431 => "Request Header Fields Too Large",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        _ => "Error",
+    };
+    let body = format!("python-sandbox proxy: {reason}\n");
+    format!(
+        "HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// An upstream proxy from the caller's environment. Its credentials are only ever written to
+/// that proxy: `Debug` leaves them out.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Upstream {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    /// The `Proxy-Authorization` value (`Basic ...`), from the URL's user info.
+    pub(crate) auth: Option<String>,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("auth", &self.auth.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// Pure: an `HTTPS_PROXY`-style value (`http://[user[:password]@]host[:port][/]`, the scheme
+/// optional as curl takes it; port 1080 by default as curl's), or why it cannot be chained
+/// through (the message never quotes the value: it may hold a password).
+pub(crate) fn parse_upstream(value: &str) -> Result<Upstream, &'static str> {
+    let value = value.trim();
+    let rest = match value.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
+        Some(_) => {
+            return Err("is not an http:// proxy, the only kind the built-in proxy chains through");
+        }
+        None => value,
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let (userinfo, authority) = match rest.rsplit_once('@') {
+        Some((userinfo, authority)) => (Some(userinfo), authority),
+        None => (None, rest),
+    };
+    let (host, port) =
+        parse_authority(authority, Some(1080)).map_err(|_| "does not name a host and port")?;
+    let auth = userinfo.map(|userinfo| {
+        let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+        let credentials = format!("{}:{}", percent_decode(user), percent_decode(password));
+        format!("Basic {}", base64(credentials.as_bytes()))
+    });
+    Ok(Upstream { host, port, auth })
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn base64(data: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in data.chunks(3) {
+        let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Pure: whether `host` is exempt from the upstream proxy by a `NO_PROXY`-style list
+/// (comma-separated names, each matching itself and its subdomains; `*` matches all).
+pub(crate) fn bypasses(no_proxy: &str, host: &str) -> bool {
+    let host = host.to_ascii_lowercase();
+    no_proxy.split(',').map(str::trim).filter(|e| !e.is_empty()).any(|entry| {
+        let entry = entry.trim_start_matches('.').to_ascii_lowercase();
+        entry == "*" || host == entry || host.ends_with(&format!(".{entry}"))
+    })
+}
+
+/// The caller's own proxies (`HTTPS_PROXY` for tunnels, `HTTP_PROXY` for plain http, either
+/// case, and `NO_PROXY`), read once when a sandbox's proxy starts.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Upstreams {
+    https: Option<Result<Upstream, &'static str>>,
+    http: Option<Result<Upstream, &'static str>>,
+    no_proxy: String,
+}
+
+impl Upstreams {
+    fn from_env() -> Upstreams {
+        let var = |names: [&str; 2]| {
+            names.iter().find_map(|n| std::env::var(n).ok().filter(|v| !v.trim().is_empty()))
+        };
+        Upstreams {
+            https: var(["HTTPS_PROXY", "https_proxy"]).map(|v| parse_upstream(&v)),
+            http: var(["HTTP_PROXY", "http_proxy"]).map(|v| parse_upstream(&v)),
+            no_proxy: var(["NO_PROXY", "no_proxy"]).unwrap_or_default(),
+        }
+    }
+
+    /// The upstream for `request`, if one applies.
+    fn for_request(&self, request: &Request) -> Option<Result<&Upstream, String>> {
+        if bypasses(&self.no_proxy, &request.host) {
+            return None;
+        }
+        let (upstream, name) = match request.connect {
+            true => (&self.https, "HTTPS_PROXY"),
+            false => (&self.http, "HTTP_PROXY"),
+        };
+        upstream.as_ref().map(|u| u.as_ref().map_err(|why| format!("the host's {name} {why}")))
+    }
+}
+
+/// The proxy serving one sandbox; dropping it stops accepting (connections already open end
+/// with their sandbox-side sockets, when the sandbox is gone).
+#[derive(Debug)]
+pub struct BuiltinProxy {
+    listener: Arc<TcpListener>,
+    accept: Option<std::thread::JoinHandle<()>>,
+}
+
+impl BuiltinProxy {
+    /// Serves the listening socket `listener` (made in the sandbox's network namespace by
+    /// [`crate::net::listen_in`]) from a thread of this process.
+    pub fn serve(listener: OwnedFd) -> io::Result<BuiltinProxy> {
+        let listener = Arc::new(TcpListener::from(listener));
+        let upstreams = Arc::new(Upstreams::from_env());
+        let served = Arc::clone(&listener);
+        let accept = std::thread::Builder::new()
+            .name("sandbox-proxy".into())
+            .spawn(move || accept_loop(&served, &upstreams))?;
+        Ok(BuiltinProxy { listener, accept: Some(accept) })
+    }
+}
+
+impl Drop for BuiltinProxy {
+    fn drop(&mut self) {
+        // Wakes the blocked `accept` (Linux fails it with EINVAL once the socket is shut down).
+        let _ = rustix::net::shutdown(&*self.listener, rustix::net::Shutdown::Both);
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.join();
+        }
+    }
+}
+
+fn accept_loop(listener: &TcpListener, upstreams: &Arc<Upstreams>) {
+    let active = Arc::new(AtomicUsize::new(0));
+    loop {
+        let mut client = match listener.accept() {
+            Ok((client, _)) => client,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                ) =>
+            {
+                continue;
+            }
+            Err(e)
+                if e.raw_os_error() == Some(libc::EMFILE)
+                    || e.raw_os_error() == Some(libc::ENFILE) =>
+            {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+            Err(_) => return,
+        };
+        if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            active.fetch_sub(1, Ordering::SeqCst);
+            let _ = client.write_all(&error_response(503, "too many connections at once"));
+            continue;
+        }
+        let upstreams = Arc::clone(upstreams);
+        let spawned = std::thread::Builder::new().name("sandbox-proxy-conn".into()).spawn({
+            let active = Arc::clone(&active);
+            move || {
+                let _ = serve_connection(client, &upstreams);
+                active.fetch_sub(1, Ordering::SeqCst);
+            }
+        });
+        if spawned.is_err() {
+            active.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// A request or response head and the bytes read past it, or the status that refuses it.
+type Head = Result<(Vec<u8>, Vec<u8>), u16>;
+
+/// Reads a head (through the empty line) from `stream`: the head and what came after it.
+fn read_head(stream: &mut TcpStream) -> io::Result<Head> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = buf.split_off(end + 4);
+            return Ok(Ok((buf, rest)));
+        }
+        if buf.len() > MAX_HEAD {
+            return Ok(Err(431));
+        }
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(Err(400));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn serve_connection(mut client: TcpStream, upstreams: &Upstreams) -> io::Result<()> {
+    client.set_read_timeout(Some(HEAD_TIMEOUT))?;
+    let (head, rest) = match read_head(&mut client)? {
+        Ok(read) => read,
+        Err(status) => {
+            let reason =
+                if status == 431 { "the request head is too large" } else { "no request head" };
+            return client.write_all(&error_response(status, reason));
+        }
+    };
+    let request = match parse_request(&head) {
+        Ok(request) => request,
+        Err(reason) => return client.write_all(&error_response(400, reason)),
+    };
+    let target = Request::authority_of(&request.host, request.port);
+    let upstream = match upstreams.for_request(&request).transpose() {
+        Ok(upstream) => upstream,
+        Err(reason) => return client.write_all(&error_response(502, &reason)),
+    };
+    // The name is resolved here and only a checked address is ever connected to (or asked
+    // of the upstream): a name that resolves to the host's loopback again later gets nowhere.
+    let resolved: Vec<SocketAddr> = match (request.host.as_str(), request.port).to_socket_addrs() {
+        Ok(addrs) => addrs.collect(),
+        Err(_) => Vec::new(),
+    };
+    let host_addrs = host_addresses();
+    let allowed: Vec<SocketAddr> =
+        resolved.iter().copied().filter(|a| refusal(a.ip(), &host_addrs).is_none()).collect();
+    if let (Some(first), true) = (resolved.first(), allowed.is_empty()) {
+        let why = refusal(first.ip(), &host_addrs).unwrap_or("refused");
+        return client.write_all(&error_response(403, &format!("refusing {target}: {why}")));
+    }
+    let mut server = match (&upstream, allowed.is_empty()) {
+        // Unresolvable here: only an upstream can resolve it (and it cannot reach our loopback
+        // by a name that we could not resolve to it).
+        (None, true) => {
+            return client
+                .write_all(&error_response(502, &format!("cannot resolve {}", request.host)));
+        }
+        (None, false) => match connect_any(&allowed) {
+            Ok(server) => server,
+            Err(e) => {
+                return client
+                    .write_all(&error_response(502, &format!("cannot connect to {target}: {e}")));
+            }
+        },
+        (Some(upstream), _) => {
+            let via = allowed
+                .first()
+                .map_or(target.clone(), |a| Request::authority_of(&a.ip().to_string(), a.port()));
+            match through_upstream(upstream, &request, &via) {
+                Ok(server) => server,
+                Err(reason) => return client.write_all(&error_response(502, &reason)),
+            }
+        }
+    };
+    if request.connect {
+        client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")?;
+    } else {
+        let auth = upstream.map(|u| u.auth.as_deref());
+        server.write_all(&request.forward_head(auth))?;
+    }
+    server.write_all(&rest)?;
+    client.set_read_timeout(None)?;
+    splice(client, server)
+}
+
+fn connect_any(addrs: &[SocketAddr]) -> io::Result<TcpStream> {
+    let mut last = io::Error::other("no address");
+    for addr in addrs {
+        match TcpStream::connect_timeout(addr, CONNECT_TIMEOUT) {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// A connection to `upstream`: for a tunnel, one it has opened to `via` (the checked address
+/// when we resolved one); for plain http, ready for the absolute-form request.
+fn through_upstream(
+    upstream: &Upstream,
+    request: &Request,
+    via: &str,
+) -> Result<TcpStream, String> {
+    let failed = |e: io::Error| format!("cannot reach the host's proxy: {e}");
+    let addrs: Vec<SocketAddr> =
+        (upstream.host.as_str(), upstream.port).to_socket_addrs().map_err(failed)?.collect();
+    let mut stream = connect_any(&addrs).map_err(failed)?;
+    if !request.connect {
+        return Ok(stream);
+    }
+    let mut ask = format!("CONNECT {via} HTTP/1.1\r\nHost: {via}\r\n");
+    if let Some(auth) = &upstream.auth {
+        ask.push_str(&format!("Proxy-Authorization: {auth}\r\n"));
+    }
+    ask.push_str("\r\n");
+    stream.write_all(ask.as_bytes()).map_err(failed)?;
+    stream.set_read_timeout(Some(HEAD_TIMEOUT)).map_err(failed)?;
+    let (head, rest) = match read_head(&mut stream).map_err(failed)? {
+        Ok(read) => read,
+        Err(_) => return Err("the host's proxy gave no answer to CONNECT".to_owned()),
+    };
+    let status = std::str::from_utf8(&head)
+        .ok()
+        .and_then(|h| h.split(' ').nth(1))
+        .and_then(|s| s.parse::<u16>().ok());
+    if status != Some(200) {
+        let status = status.map_or("no status".to_owned(), |s| s.to_string());
+        return Err(format!("the host's proxy refused the tunnel to {via} ({status})"));
+    }
+    if !rest.is_empty() {
+        return Err("the host's proxy sent data before the tunnel was open".to_owned());
+    }
+    stream.set_read_timeout(None).map_err(failed)?;
+    Ok(stream)
+}
+
+/// Copies both ways until both sides are done, each direction's end passed on as a shutdown.
+fn splice(client: TcpStream, server: TcpStream) -> io::Result<()> {
+    let (mut client_r, mut server_w) = (client.try_clone()?, server.try_clone()?);
+    let upload = std::thread::Builder::new().name("sandbox-proxy-up".into()).spawn(move || {
+        let _ = io::copy(&mut client_r, &mut server_w);
+        let _ = server_w.shutdown(Shutdown::Write);
+    })?;
+    let (mut server_r, mut client_w) = (server, client);
+    let _ = io::copy(&mut server_r, &mut client_w);
+    let _ = client_w.shutdown(Shutdown::Write);
+    // The server is done: a client still sending has nobody to send to.
+    let _ = server_r.shutdown(Shutdown::Both);
+    let _ = upload.join();
+    Ok(())
+}
+
+/// The host's own interface addresses (`getifaddrs`), asked per connection (they change).
+fn host_addresses() -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    #[allow(unsafe_code)]
+    // SAFETY: getifaddrs fills a list we walk read-only and free once; every `ifa_addr` is
+    // checked for null and read as the family it says it is.
+    unsafe {
+        if libc::getifaddrs(&mut list) != 0 {
+            return out;
+        }
+        let mut cur = list;
+        while !cur.is_null() {
+            let addr = (*cur).ifa_addr;
+            if !addr.is_null() {
+                match i32::from((*addr).sa_family) {
+                    libc::AF_INET => {
+                        let sin = &*addr.cast::<libc::sockaddr_in>();
+                        out.push(IpAddr::from(sin.sin_addr.s_addr.to_ne_bytes()));
+                    }
+                    libc::AF_INET6 => {
+                        let sin6 = &*addr.cast::<libc::sockaddr_in6>();
+                        out.push(IpAddr::from(sin6.sin6_addr.s6_addr));
+                    }
+                    _ => {}
+                }
+            }
+            cur = (*cur).ifa_next;
+        }
+        libc::freeifaddrs(list);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,172 @@
+//! The proxy's pure parts as tables (the policy, request heads, upstream values), and the
+//! server on a host socket: malformed heads get a 400, refused targets a 403, and dropping it
+//! returns.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, TcpListener, TcpStream};
+
+use super::*;
+
+#[test]
+fn the_policy_refuses_the_host_and_special_ranges() {
+    let host: Vec<IpAddr> =
+        ["10.0.2.15", "fd12::15", "172.17.0.1"].map(|a| a.parse().unwrap()).into();
+    let table = [
+        "93.184.215.14",
+        "151.101.0.223",
+        "2606:4700::6810:84e5",
+        "10.0.2.16",
+        "192.168.1.1",
+        "127.0.0.1",
+        "127.9.9.9",
+        "::1",
+        "::ffff:127.0.0.1",
+        "0.0.0.0",
+        "0.1.2.3",
+        "::",
+        "169.254.169.254",
+        "::ffff:169.254.169.254",
+        "fd00:ec2::254",
+        "fe80::1",
+        "224.0.0.1",
+        "ff02::1",
+        "255.255.255.255",
+        "10.0.2.15",
+        "::ffff:10.0.2.15",
+        "fd12::15",
+        "172.17.0.1",
+    ]
+    .map(|addr| {
+        let ip: IpAddr = addr.parse().unwrap();
+        format!("{addr:24} {}", refusal(ip, &host).unwrap_or("allowed"))
+    })
+    .join("\n");
+    insta::assert_snapshot!(table);
+}
+
+#[test]
+fn request_heads_parse_or_are_refused_with_a_reason() {
+    let heads: &[&[u8]] = &[
+        b"CONNECT pypi.org:443 HTTP/1.1\r\nHost: pypi.org:443\r\nProxy-Authorization: Basic eA==\r\n\r\n",
+        b"CONNECT [2606:4700::1]:443 HTTP/1.1\r\n\r\n",
+        b"GET http://example.org/a/b?c=d HTTP/1.1\r\nHost: example.org\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\n",
+        b"GET http://example.org?x HTTP/1.0\r\n\r\n",
+        b"GET http://example.org:8080 HTTP/1.1\r\n\r\n",
+        b"CONNECT pypi.org HTTP/1.1\r\n\r\n",
+        b"CONNECT pypi.org:0 HTTP/1.1\r\n\r\n",
+        b"CONNECT pypi.org:99999 HTTP/1.1\r\n\r\n",
+        b"GET /relative HTTP/1.1\r\n\r\n",
+        b"GET https://pypi.org/ HTTP/1.1\r\n\r\n",
+        b"GET http://user@example.org/ HTTP/1.1\r\n\r\n",
+        b"GET http://exa mple.org/ HTTP/1.1\r\n\r\n",
+        b"get http://example.org/ HTTP/1.1\r\n\r\n",
+        b"GET http://example.org/ HTTP/2\r\n\r\n",
+        b"GET http://example.org/ HTTP/1.1\r\nno colon\r\n\r\n",
+        b"GET http://example.org/ HTTP/1.1\r\n folded: x\r\n\r\n",
+        b"GET http://example.org/ HTTP/1.1\r\nX: a\x01b\r\n\r\n",
+        b"GET http://example.org/ HTTP/1.1\r\n",
+        b"\xff\xfe\r\n\r\n",
+        b"\r\n\r\n",
+        b"CONNECT [::1 HTTP/1.1\r\n\r\n",
+        b"CONNECT [nope]:443 HTTP/1.1\r\n\r\n",
+    ];
+    let table = heads
+        .iter()
+        .map(|head| format!("{:?}\n  -> {:?}", String::from_utf8_lossy(head), parse_request(head)))
+        .collect::<Vec<_>>()
+        .join("\n");
+    insta::assert_snapshot!(table);
+}
+
+#[test]
+fn a_plain_request_is_sent_on_without_the_proxy_headers() {
+    let head = b"POST http://example.org/up?x=1 HTTP/1.1\r\nHost: example.org\r\nProxy-Connection: keep-alive\r\nProxy-Authorization: Basic c2VjcmV0\r\nContent-Length: 2\r\n\r\n";
+    let request = parse_request(head).unwrap();
+    let origin = String::from_utf8(request.forward_head(None)).unwrap();
+    let upstream = String::from_utf8(request.forward_head(Some(Some("Basic dTpw")))).unwrap();
+    insta::assert_snapshot!(format!("{origin}---\n{upstream}"));
+    assert!(!origin.contains("c2VjcmV0") && !upstream.contains("c2VjcmV0"));
+}
+
+#[test]
+fn upstream_values_parse_and_never_show_their_credentials() {
+    let table = [
+        "http://proxy.corp:8080",
+        "http://proxy.corp:8080/",
+        "proxy.corp:3128",
+        "proxy.corp",
+        "HTTP://u%40corp:p%3Ass@proxy.corp:8080",
+        "http://user@[fd00::1]:8080",
+        "https://proxy.corp:443",
+        "socks5://proxy.corp:1080",
+        "http://:8080",
+    ]
+    .map(|value| format!("{value:42} {:?}", parse_upstream(value)))
+    .join("\n");
+    insta::assert_snapshot!(table);
+    let upstream = parse_upstream("http://alice:hunter2@proxy.corp:8080").unwrap();
+    // "alice:hunter2"
+    assert_eq!(upstream.auth.as_deref(), Some("Basic YWxpY2U6aHVudGVyMg=="));
+    assert!(!format!("{upstream:?}").contains("YWxp"));
+    let refused = parse_upstream("https://alice:hunter2@proxy.corp").unwrap_err();
+    assert!(!refused.contains("hunter2"));
+}
+
+#[test]
+fn base64_matches_the_rfc_vectors() {
+    let table = ["", "f", "fo", "foo", "foob", "fooba", "foobar"].map(|s| base64(s.as_bytes()));
+    assert_eq!(table, ["", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy"]);
+}
+
+#[test]
+fn no_proxy_lists_match_names_and_their_subdomains() {
+    let list = "localhost, .corp.example,internal";
+    let table =
+        ["localhost", "corp.example", "a.corp.example", "xcorp.example", "internal", "pypi.org"]
+            .map(|host| format!("{host:16} {}", bypasses(list, host)))
+            .join("\n");
+    insta::assert_snapshot!(table);
+    assert!(bypasses("*", "pypi.org"));
+    assert!(!bypasses("", "pypi.org"));
+}
+
+#[test]
+fn the_sandbox_environment_points_every_client_at_the_proxy() {
+    let env: Vec<String> =
+        proxy_env().iter().map(|(k, v)| format!("{k}={}", v.to_string_lossy())).collect();
+    insta::assert_snapshot!(env.join("\n"));
+}
+
+fn exchange(addr: std::net::SocketAddr, request: &[u8]) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream.write_all(request).unwrap();
+    let mut answer = String::new();
+    // The proxy closes the connection after an error answer: read_to_string ends.
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+/// The server on a host socket (the sandbox's is the same code): a malformed head gets a 400
+/// and the connection closed, the host's loopback a 403, a listener on it is never reached.
+#[test]
+fn the_server_answers_malformed_and_refused_requests_and_stops_when_dropped() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let target = TcpListener::bind("127.0.0.1:0").unwrap();
+    target.set_nonblocking(true).unwrap();
+    let proxy = BuiltinProxy::serve(OwnedFd::from(listener)).unwrap();
+    let bad = exchange(addr, b"NONSENSE\r\n\r\n");
+    assert!(bad.starts_with("HTTP/1.1 400 "), "{bad}");
+    let binary = exchange(addr, b"\x00\xff\x00\r\n\r\n");
+    assert!(binary.starts_with("HTTP/1.1 400 "), "{binary}");
+    let port = target.local_addr().unwrap().port();
+    let tunnel = exchange(addr, format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes());
+    assert!(tunnel.starts_with("HTTP/1.1 403 "), "{tunnel}");
+    assert!(tunnel.contains("the host's loopback"), "{tunnel}");
+    let named = exchange(addr, format!("GET http://localhost:{port}/ HTTP/1.1\r\n\r\n").as_bytes());
+    assert!(named.starts_with("HTTP/1.1 403 "), "{named}");
+    assert!(target.accept().is_err(), "the host's loopback listener was reached");
+    drop(proxy);
+    assert!(TcpStream::connect(addr).is_err(), "the proxy still accepts after being dropped");
+}
