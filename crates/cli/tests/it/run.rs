@@ -3,6 +3,8 @@
 //! user sees, and that nothing was created. What happens inside a sandbox is the conformance
 //! suite's (tests/conformance).
 
+use std::path::Path;
+
 use insta::assert_snapshot;
 
 use crate::{Ctx, transcript};
@@ -261,4 +263,46 @@ fn a_scripts_image_is_the_containers_on_docker_and_podman() {
         assert!(!text.contains("\nran\n"), "{engine} ran the default image: {text}");
         assert!(text.contains("python-sandbox-no-such-image:1"), "{engine}: {text}");
     }
+}
+
+/// Without pasta a native run with the network on says, in one `note:` line, that only
+/// HTTP(S) through the built-in proxy is there; with the network off it says nothing.
+#[test]
+#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
+fn native_without_pasta_notes_that_net_on_is_http_only() {
+    let ctx = Ctx::new();
+    if !engine_runs(&ctx, "native") {
+        println!("SKIPPED: native cannot run a sandbox here");
+        return;
+    }
+    // This machine without the passt package: every tool of /usr/bin but pasta.
+    let bin = tempfile::tempdir().expect("tempdir");
+    for entry in std::fs::read_dir("/usr/bin").expect("/usr/bin") {
+        let name = entry.expect("entry").file_name();
+        if !name.to_string_lossy().starts_with("pasta") {
+            let _ = std::os::unix::fs::symlink(
+                Path::new("/usr/bin").join(&name),
+                bin.path().join(&name),
+            );
+        }
+    }
+    let path = format!("{}:/usr/local/bin", bin.path().display());
+    ctx.write("n.py", "print('ran')\n");
+    let on =
+        ctx.run_with_env(&["run", "--engine", "native", "--net", "on", "n.py"], &[("PATH", &path)]);
+    assert_snapshot!(transcript(&on), @r"
+    exit: 0
+    --- stdout
+    ran
+    --- stderr
+    note: no pasta on PATH, so the network is HTTP(S) only, through the built-in proxy (`HTTPS_PROXY`); install the `passt` package for full TCP/UDP networking
+    ");
+    let off = ctx
+        .run_with_env(&["run", "--engine", "native", "--net", "off", "n.py"], &[("PATH", &path)]);
+    assert_snapshot!(transcript(&off), @r"
+    exit: 0
+    --- stdout
+    ran
+    --- stderr
+    ");
 }
