@@ -255,10 +255,10 @@ fn bwrap(options: &Options<'_>) -> Result<Box<engine_bwrap::BwrapEngine>> {
 }
 
 /// The `note:` of a net-on run on `engine` when its network is narrower than full TCP/UDP
-/// (native without pasta: HTTP(S) through the built-in proxy).
+/// (native or bwrap without pasta: HTTP(S) through the built-in proxy).
 pub(crate) fn net_note(engine: &str) -> Option<&'static str> {
     let config = engine_bwrap::BwrapConfig::from_env().ok()?;
-    (engine == "native" && engine_native::builtin_net_applies(&config))
+    (matches!(engine, "native" | "bwrap") && engine_native::builtin_net_applies(&config))
         .then_some(engine_native::BUILTIN_NET_NOTE)
 }
 

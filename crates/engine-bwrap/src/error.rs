@@ -92,6 +92,9 @@ pub enum Error {
         "bwrap sandboxes reach the network through pasta, which is not installed\nhint: install the `passt` package (e.g. `sudo apt install passt`), or run with `--net off`"
     )]
     PastaNotFound,
+    /// The built-in proxy (net on without pasta) could not be set up.
+    #[error("the sandbox's built-in proxy could not be set up: {reason}")]
+    BuiltinNetwork { reason: String },
     /// What the built-in proxy (net on without pasta) cannot give.
     #[error(
         "{what} needs pasta, which is not installed (without it a sandbox gets HTTP(S) through the built-in proxy only)\nhint: install the `passt` package (e.g. `sudo apt install passt`)"

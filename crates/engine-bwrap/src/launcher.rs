@@ -132,11 +132,13 @@ impl Sandboxed for BwrapSandbox {
 
     fn wait(self: Box<Self>) -> Result<Ended> {
         use std::os::unix::process::ExitStatusExt;
-        let Launched { mut child, status_read, early_status, net, _cgroup, .. } = self.launched;
+        let Launched { mut child, status_read, early_status, net, proxy, _cgroup, .. } =
+            self.launched;
         let status = child.wait().map_err(Error::io("waiting for bwrap"))?;
         let rest = crate::process::read_status(status_read);
-        // The tree is gone: pasta and the run's cgroup go after it.
+        // The tree is gone: pasta (or the proxy) and the run's cgroup go after it.
         drop(net);
+        drop(proxy);
         drop(_cgroup);
         let started = early_status.contains("\"child-pid\"") || rest.contains("\"child-pid\"");
         Ok(Ended { code: status.code(), signal: status.signal(), started, setup_error: None })
@@ -163,6 +165,10 @@ impl Sandboxed for BwrapSandbox {
 impl Launcher for BwrapLauncher {
     fn name(&self) -> &'static str {
         "bwrap"
+    }
+
+    fn builtin_net(&self) -> bool {
+        true
     }
 
     fn start(&self, start: Start<'_>) -> Result<Box<dyn Sandboxed>> {

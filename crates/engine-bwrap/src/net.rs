@@ -22,6 +22,9 @@
 //! the user namespace owning it: bwrap's inner user namespace does not), the routes are added,
 //! and only then is bwrap unblocked to exec the script. pasta quits by itself when the
 //! namespace goes away (the conformance suite checks that none is left).
+//!
+//! **Without pasta** the same waiting sandbox gets the built-in HTTP(S) proxy instead
+//! ([`listen_in`], `crate::proxy`): no route at all, one listening socket on its loopback.
 
 #![allow(unsafe_code)]
 
@@ -364,6 +367,15 @@ fn block_link_local(netns: &std::fs::File, owner: Option<&OwnedFd>) -> Result<()
     Ok(())
 }
 
+/// The built-in proxy for bwrap's sandbox process `child` (blocked before exec): once bwrap's
+/// own loopback setup is done, its socket in the sandbox's namespace, served from here.
+pub(crate) fn serve_proxy(child: i32) -> Result<crate::proxy::BuiltinProxy> {
+    wait_for_loopback(child);
+    let listener = listen_in(child, crate::proxy::PROXY_PORT)?;
+    crate::proxy::BuiltinProxy::serve(listener)
+        .map_err(|e| Error::BuiltinNetwork { reason: format!("starting the built-in proxy: {e}") })
+}
+
 /// A socket listening on 127.0.0.1:`port` inside the network namespace of `child` (a process
 /// of a sandbox that waits before its command: nothing of the script can hold the port), for
 /// the built-in proxy ([`crate::BuiltinProxy`]) to accept from outside. Made by a short-lived
@@ -436,12 +448,12 @@ pub fn listen_in(child: i32, port: u16) -> Result<OwnedFd> {
     drop(theirs);
     let status = status.map_err(Error::io("opening the proxy's socket in the sandbox"))?;
     if !status.success() {
-        return Err(Error::UserNetwork {
+        return Err(Error::BuiltinNetwork {
             reason: "could not open the proxy's socket in the sandbox (`/bin/true` failed)"
                 .to_owned(),
         });
     }
-    receive_fd(&ours).ok_or_else(|| Error::UserNetwork {
+    receive_fd(&ours).ok_or_else(|| Error::BuiltinNetwork {
         reason: "the proxy's socket was not handed over".to_owned(),
     })
 }

@@ -280,6 +280,8 @@ pub(crate) struct Launched {
     pub(crate) early_status: String,
     /// pasta, attached (net on).
     pub(crate) net: Option<crate::net::UserNet>,
+    /// The built-in proxy (net on without pasta), stopped once the tree is gone.
+    pub(crate) proxy: Option<crate::proxy::BuiltinProxy>,
     /// The sandbox's init (bwrap's child) as reported, when it was read (net on, or `detach`).
     pub(crate) child_pid: Option<i32>,
     /// The run's own cgroup (`crate::limits`), held for its drop (which removes it): after
@@ -301,7 +303,15 @@ pub(crate) fn launch(
     let Tools { bwrap, pasta } = tools;
     // Net on, or rlimits to set: bwrap waits on this pipe until pasta has connected the
     // sandbox's namespace and the sandbox's first process has its limits (`crate::limits`).
-    let pasta = if plan.net { Some(pasta.ok_or(Error::PastaNotFound)?) } else { None };
+    // Without pasta: the built-in HTTP(S) proxy (`crate::proxy`); what only pasta gives is
+    // refused by name.
+    let builtin = plan.net && pasta.is_none();
+    if builtin && !plan.publish.is_empty() {
+        return Err(Error::NeedsPasta { what: "publishing a port" });
+    }
+    if builtin && detach {
+        return Err(Error::NeedsPasta { what: "a warm session with net on" });
+    }
     let block = if plan.net || !plan.limits.rlimits.is_empty() {
         let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| Error::io("creating the sandbox start pipe")(e.into()))?;
@@ -314,6 +324,10 @@ pub(crate) fn launch(
         .map_err(|e| Error::io("creating the status pipe")(e.into()))?;
     let seccomp = seccomp_pipe()?;
     let mut plan = plan.clone();
+    if builtin {
+        plan.env.retain(|(k, _)| !k.to_ascii_lowercase().ends_with("_proxy"));
+        plan.env.extend(crate::proxy::proxy_env());
+    }
     plan.status_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&status_write));
     plan.seccomp_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&seccomp));
     plan.block_fd = block.as_ref().map(|(read, _)| std::os::fd::AsRawFd::as_raw_fd(read));
@@ -398,8 +412,8 @@ pub(crate) fn launch(
 
     let mut early_status = String::new();
     let mut child_pid = None;
-    let net = match block {
-        None => None,
+    let (net, proxy) = match block {
+        None => (None, None),
         Some((read, write)) => {
             drop(read);
             child_pid = read_child_pid(Some(&status_read), &mut early_status);
@@ -411,11 +425,13 @@ pub(crate) fn launch(
             let limited = pid.and_then(|pid| {
                 crate::limits::set_rlimits(pid, &plan.limits.rlimits, plan.run_as).map(|()| pid)
             });
-            let attached = limited.and_then(|pid| match pasta {
-                Some(pasta) => {
-                    crate::net::UserNet::attach(pasta, pid, &plan.publish, plan.run_as).map(Some)
+            let attached = limited.and_then(|pid| match (plan.net, pasta) {
+                (false, _) => Ok((None, None)),
+                (true, Some(pasta)) => {
+                    crate::net::UserNet::attach(pasta, pid, &plan.publish, plan.run_as)
+                        .map(|net| (Some(net), None))
                 }
-                None => Ok(None),
+                (true, None) => crate::net::serve_proxy(pid).map(|proxy| (None, Some(proxy))),
             });
             match attached {
                 Ok(net) => {
@@ -424,7 +440,7 @@ pub(crate) fn launch(
                     net
                 }
                 // A bwrap that failed its setup never reports a pid: its own error explains.
-                Err(_) if !early_status.contains("child-pid") => None,
+                Err(_) if !early_status.contains("child-pid") => (None, None),
                 Err(e) => {
                     // The sandbox's own first process first: it waits on `write`, which closes
                     // (and so releases it) as this returns; nothing of the script may start.
@@ -445,7 +461,7 @@ pub(crate) fn launch(
     if detach && child_pid.is_none() {
         child_pid = read_child_pid(Some(&status_read), &mut early_status);
     }
-    Ok(Launched { child, pidfd, status_read, early_status, net, child_pid, _cgroup: cgroup })
+    Ok(Launched { child, pidfd, status_read, early_status, net, proxy, child_pid, _cgroup: cgroup })
 }
 
 /// A pipe holding the compiled seccomp wall, write end closed, for bwrap's `--seccomp`.

@@ -83,24 +83,21 @@ pub fn probe_bwrap(path: Option<&OsStr>) -> Probe {
             "bwrap not found on PATH\nhint: install the `bubblewrap` package".to_owned(),
         );
     };
-    if let Some(missing) = pasta_missing(path) {
-        return missing;
-    }
-    probe_bwrap_binary(&bwrap)
+    with_network(probe_bwrap_binary(&bwrap), path)
 }
 
 /// bwrap sandboxes never share the host's network: "net on" (and every dependency install)
-/// goes through pasta. Without it the engine is not usable, and `auto` moves on.
-fn pasta_missing(path: Option<&OsStr>) -> Option<Probe> {
-    which("pasta", path).is_none().then(|| {
-        Probe::new(
-            EngineName::Bwrap,
-            ProbeState::NotInstalled,
-            "bwrap is installed but pasta is not (bwrap sandboxes reach the network only through it)\n\
-             hint: install the `passt` package"
-                .to_owned(),
-        )
-    })
+/// goes through pasta, or without it through the built-in HTTP(S) proxy, which a working
+/// probe then names (with passt as the fix for full TCP/UDP).
+fn with_network(mut probe: Probe, path: Option<&OsStr>) -> Probe {
+    if probe.available && which("pasta", path).is_none() {
+        probe.reason = format!(
+            "{}\n{}\nhint: install the `passt` package for full TCP/UDP networking",
+            probe.reason,
+            crate::BUILTIN_NET
+        );
+    }
+    probe
 }
 
 /// Probes one specific bwrap binary (the one an engine was configured with).
@@ -136,18 +133,16 @@ pub fn probe_bwrap_binary(bwrap: &Path) -> Probe {
 /// unsandboxed run.
 pub fn probe_bwrap_cached(path: Option<&OsStr>, memo_file: &Path) -> Probe {
     let Some(bwrap) = which("bwrap", path) else { return probe_bwrap(path) };
-    if let Some(missing) = pasta_missing(path) {
-        return missing;
-    }
     let key = memo_key(&bwrap);
     if let Some(key) = &key
         && std::fs::read_to_string(memo_file).is_ok_and(|memo| memo == *key)
     {
-        return Probe::new(
+        let probe = Probe::new(
             EngineName::Bwrap,
             ProbeState::Available { endpoint: None },
             format!("bubblewrap at {} worked earlier in this boot", bwrap.display()),
         );
+        return with_network(probe, path);
     }
     let probe = probe_bwrap_binary(&bwrap);
     if let (true, Some(key)) = (probe.available, key) {
@@ -161,7 +156,7 @@ pub fn probe_bwrap_cached(path: Option<&OsStr>, memo_file: &Path) -> Probe {
             let _ = dir.replace(name, key.as_bytes());
         }
     }
-    probe
+    with_network(probe, path)
 }
 
 fn memo_key(bwrap: &Path) -> Option<String> {

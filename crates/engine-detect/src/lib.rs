@@ -47,7 +47,7 @@ pub use probe::{
     APPARMOR_USERNS_RESTRICTED, EngineName, MAX_USER_NAMESPACES_OFF, NO_SECCOMP_FILTERS, Probe,
     ProbeState, USERNS_CLONE_OFF,
 };
-pub use suggest::{NATIVE_BUILTIN_NET, NATIVE_USERNS_PREFIX, suggest};
+pub use suggest::{BUILTIN_NET, NATIVE_USERNS_PREFIX, suggest};
 pub use which::which;
 
 #[cfg(test)]

@@ -55,12 +55,14 @@ fn suggest_local(os: &OsInfo, detection: &Detection) -> String {
     }
     if detection.selected.is_some() {
         let builtin_net = detection
-            .probe(EngineName::Native)
-            .is_some_and(|p| p.available && p.reason.contains(NATIVE_BUILTIN_NET));
+            .engines
+            .iter()
+            .find(|p| Some(p.name) == detection.selected)
+            .is_some_and(|p| p.available && p.reason.contains(BUILTIN_NET));
         if builtin_net {
             let _ = write!(
                 out,
-                "\nrecommended: install passt for full TCP/UDP networking in native sandboxes \
+                "\nrecommended: install passt for full TCP/UDP networking in the sandboxes \
                  (without it, net on is HTTP(S) only, through the built-in proxy):\n  {}\n",
                 passt_install(os.distro)
             );
@@ -185,9 +187,9 @@ fn suggest_local(os: &OsInfo, detection: &Detection) -> String {
     finish(out)
 }
 
-/// What the native probe's reason says when net-on sandboxes get the built-in HTTP(S) proxy
-/// because pasta is not installed (the engine works; passt is a recommendation).
-pub const NATIVE_BUILTIN_NET: &str =
+/// What a native or bwrap probe's reason says when net-on sandboxes get the built-in HTTP(S)
+/// proxy because pasta is not installed (the engine works; passt is a recommendation).
+pub const BUILTIN_NET: &str =
     "network: HTTP(S) only, through the built-in proxy (no pasta on PATH)";
 
 /// The command that installs passt (pasta) on `distro`.

@@ -165,7 +165,7 @@ fn suggestions() {
     // Without pasta native still works (HTTP(S) through its proxy): passt is recommended.
     engines[0].reason = format!(
         "built in: user namespaces work, seccomp wall, landlock ABI 6\n{}",
-        crate::NATIVE_BUILTIN_NET
+        crate::BUILTIN_NET
     );
     cases.push((
         "fedora, native works without pasta".into(),

@@ -66,7 +66,7 @@ pub(crate) fn serve_proxy(
     child: &Child,
 ) -> std::result::Result<engine_bwrap::BuiltinProxy, engine_bwrap::Error> {
     let listener = engine_bwrap::listen_in(child.netns_pid(), engine_bwrap::PROXY_PORT)?;
-    engine_bwrap::BuiltinProxy::serve(listener).map_err(|e| engine_bwrap::Error::UserNetwork {
+    engine_bwrap::BuiltinProxy::serve(listener).map_err(|e| engine_bwrap::Error::BuiltinNetwork {
         reason: format!("starting the built-in proxy: {e}"),
     })
 }

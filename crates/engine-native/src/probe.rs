@@ -53,7 +53,7 @@ pub fn verdict(answers: &Answers) -> Probe {
                 format!(
                     "\n{}\nhint: install the `passt` package for full TCP/UDP networking (e.g. \
                      `sudo apt install passt`)",
-                    engine_detect::NATIVE_BUILTIN_NET
+                    engine_detect::BUILTIN_NET
                 )
             };
             (

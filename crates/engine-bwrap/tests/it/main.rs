@@ -5,6 +5,8 @@
 // Test helpers report skips and progress on stdout; the harness captures it.
 #![allow(clippy::print_stdout)]
 
+#[path = "../../../sandbox-core/tests/shared/builtin_net.rs"]
+mod builtin_net;
 mod escapes;
 #[path = "../../../sandbox-core/tests/shared/interactive.rs"]
 mod interactive;

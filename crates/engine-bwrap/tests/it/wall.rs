@@ -510,3 +510,30 @@ fn a_failed_network_setup_starts_nothing() {
     assert!(err.to_string().contains("pasta: refused here"), "{err}");
     assert!(!fx.workspace.path().join("started").exists(), "the script ran");
 }
+
+/// Net on where pasta is not installed: bwrap sandboxes get the built-in proxy (the shared
+/// contract, `builtin_net.rs`), with a cache of their own so the install goes through it.
+#[test]
+fn without_pasta_net_on_goes_through_the_builtin_proxy() {
+    let Some(f) = fixture() else { return };
+    let scratch = tempfile::tempdir().expect("scratch");
+    let mut config = f.engine.config().clone();
+    config.path = Some(crate::builtin_net::path_without_pasta(&scratch.path().join("bin")));
+    // The real binary (a root caller's staging covers /tmp, where the links are).
+    config.bwrap = engine_detect::which("bwrap", std::env::var_os("PATH").as_deref());
+    config.cache_dir = scratch.path().join("cache");
+    config.runtime_dir = scratch.path().join("cache/run");
+    let engine = engine_bwrap::BwrapEngine::new(config).expect("engine");
+    let service = crate::builtin_net::HostService::start();
+    let spec = service.spec(f.spec(""));
+    let mut captured = sandbox_core::Captured::default();
+    let io = sandbox_core::RunIo {
+        stdin: sandbox_core::Stdin::Null,
+        output: sandbox_core::Output::Sink(&mut captured),
+        status: None,
+        published: None,
+    };
+    let outcome = sandbox_core::Engine::run(&engine, &spec, io).expect("run");
+    assert_eq!(outcome.exit_code, 0, "{}{}", captured.stdout_lossy(), captured.stderr_lossy());
+    service.check(&captured.stdout_lossy());
+}

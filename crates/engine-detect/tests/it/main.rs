@@ -139,6 +139,14 @@ fn bwrap_probe_success_is_memoized_failure_is_not() {
             std::fs::write(&memo, "v1 something else").expect("overwrite");
             let third = engine_detect::probe_bwrap_cached(path.as_deref(), &memo);
             assert!(third.available && third.reason.contains("can create"), "{third:?}");
+            // A working bwrap without pasta is usable and says which network its runs get.
+            let alone = tempfile::tempdir().expect("bin");
+            let real = which("bwrap", path.as_deref()).expect("bwrap");
+            std::os::unix::fs::symlink(&real, alone.path().join("bwrap")).expect("link bwrap");
+            let no_pasta = engine_detect::probe_bwrap(Some(alone.path().as_os_str()));
+            assert!(no_pasta.available, "{no_pasta:?}");
+            assert!(no_pasta.reason.contains(engine_detect::BUILTIN_NET), "{no_pasta:?}");
+            assert!(no_pasta.reason.contains("passt"), "{no_pasta:?}");
         } else {
             println!("SKIPPED: bwrap: {}", first.reason.lines().next().unwrap_or_default());
         }
@@ -154,10 +162,9 @@ fn bwrap_probe_success_is_memoized_failure_is_not() {
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("chmod");
     let fake_memo = memo_dir.path().join("fake-ok");
-    // Without pasta, bwrap has no network: not usable, and the reason names the package.
+    // Without pasta too: the binary decides (net on then goes through the built-in proxy).
     let probe = engine_detect::probe_bwrap_cached(Some(bin.path().as_os_str()), &fake_memo);
-    assert_eq!(probe.state, ProbeState::NotInstalled);
-    assert!(probe.reason.contains("passt"), "{}", probe.reason);
+    assert_eq!(probe.state, ProbeState::Failed);
     std::os::unix::fs::symlink("/bin/true", bin.path().join("pasta")).expect("fake pasta");
     for _ in 0..2 {
         let probe = engine_detect::probe_bwrap_cached(Some(bin.path().as_os_str()), &fake_memo);

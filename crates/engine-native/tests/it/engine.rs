@@ -126,46 +126,8 @@ fn the_native_engine_prepares_dependencies_in_its_own_sandboxes() {
     );
 }
 
-/// A directory of links to everything in `/usr/bin` but pasta: this machine as a fresh one
-/// without the passt package.
-fn path_without_pasta(dir: &Path) -> std::ffi::OsString {
-    std::fs::create_dir_all(dir).unwrap();
-    for entry in std::fs::read_dir("/usr/bin").unwrap() {
-        let name = entry.unwrap().file_name();
-        let text = name.to_string_lossy();
-        if !text.starts_with("pasta") && !text.starts_with("passt") {
-            let _ = std::os::unix::fs::symlink(Path::new("/usr/bin").join(&name), dir.join(&name));
-        }
-    }
-    dir.as_os_str().to_owned()
-}
-
-const BUILTIN_NET_SCRIPT: &str = r#"
-import socket, sys, urllib.request
-port, host_ip = sys.argv[1], sys.argv[2]
-print("pypi", urllib.request.urlopen("https://pypi.org/simple/six/", timeout=60).status)
-def via_proxy(request):
-    c = socket.create_connection(("127.0.0.1", 3128), timeout=20)
-    c.sendall(request.encode() + b"\r\n\r\n")
-    return c.recv(200).split(b"\r\n")[0].decode()
-print("loopback", via_proxy(f"CONNECT 127.0.0.1:{port} HTTP/1.1"))
-print("localhost", via_proxy(f"GET http://localhost:{port}/ HTTP/1.1\r\nHost: localhost"))
-if host_ip != "-":
-    print("host address", via_proxy(f"CONNECT {host_ip}:{port} HTTP/1.1"))
-s = socket.socket()
-s.settimeout(10)
-try:
-    s.connect(("151.101.0.223", 443))
-    print("raw connected")
-except OSError as e:
-    print("raw", e.errno)
-import six
-print(six.__name__)
-"#;
-
-/// Net on where pasta is not installed: the dependency is installed and the script's HTTPS
-/// works through the built-in proxy; the host's loopback and own addresses are refused
-/// through it, and a raw socket has no route.
+/// Net on where pasta is not installed: the shared contract (`builtin_net.rs`), with the
+/// engine's own cache so the install goes through the proxy, not a warm environment.
 fn prepares_and_runs_through_the_builtin_proxy() {
     let mut f = engine_fixture();
     let uid = rustix::process::getuid().as_raw();
@@ -173,36 +135,18 @@ fn prepares_and_runs_through_the_builtin_proxy() {
         .join(format!("engine-native-builtin-net-{uid}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
     let mut config = f.engine.config().clone();
-    config.path = Some(path_without_pasta(&scratch.join("bin")));
-    // Its own cache: the install must go through the proxy, not find a warm environment.
+    config.path = Some(super::builtin_net::path_without_pasta(&scratch.join("bin")));
     config.cache_dir = scratch.join("cache");
     config.runtime_dir = scratch.join("cache/run");
     assert!(engine_native::builtin_net_applies(&config));
     f.engine = NativeEngine::new(config).unwrap();
-    // A host service on every address, which the sandbox must not reach.
-    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let host_ip = std::net::UdpSocket::bind("0.0.0.0:0")
-        .and_then(|s| s.connect("151.101.0.223:443").and_then(|()| s.local_addr()))
-        .map_or("-".to_owned(), |a| a.ip().to_string());
-    let mut s = spec(&f, BUILTIN_NET_SCRIPT);
-    s.args = vec![port.to_string(), host_ip.clone()];
-    s.dependencies = vec!["six".to_owned()];
-    s.net = Net::On;
+    let service = super::builtin_net::HostService::start();
+    let mut s = service.spec(spec(&f, ""));
     assert!(f.engine.check(&s).is_ok());
     let (outcome, captured) = run(&f, &s);
     let _ = std::fs::remove_dir_all(&scratch);
-    let stdout = captured.stdout_lossy();
-    assert_eq!(outcome.exit_code, 0, "{stdout}{}", captured.stderr_lossy());
-    let mut expected =
-        "pypi 200\nloopback HTTP/1.1 403 Forbidden\nlocalhost HTTP/1.1 403 Forbidden\n".to_owned();
-    if host_ip != "-" {
-        expected.push_str("host address HTTP/1.1 403 Forbidden\n");
-    }
-    expected.push_str(&format!("raw {}\nsix\n", libc::ENETUNREACH));
-    assert_eq!(stdout, expected);
-    assert!(listener.accept().is_err(), "the host's listener was reached from the sandbox");
+    assert_eq!(outcome.exit_code, 0, "{}{}", captured.stdout_lossy(), captured.stderr_lossy());
+    service.check(&captured.stdout_lossy());
     // What only pasta gives is refused by name.
     let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     s.publish = vec![sandbox_core::Publish::same(free)];

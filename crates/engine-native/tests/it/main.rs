@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use engine_native::{Command, Input, RootEntry};
 
+#[path = "../../../sandbox-core/tests/shared/builtin_net.rs"]
+mod builtin_net;
 mod engine;
 mod fault;
 #[path = "../../../sandbox-core/tests/shared/interactive.rs"]
