@@ -16,12 +16,15 @@
 //! or multicast addresses: what pasta's `--no-map-gw` and the link-local routes keep out), and
 //! the connection goes to a checked address, never to the name again (no DNS rebinding). A
 //! host that reaches the world only through its own proxy (`HTTPS_PROXY`/`HTTP_PROXY` in the
-//! caller's environment) is chained through: the tunnel is asked of that proxy, with its
+//! caller's environment, `NO_PROXY` honoured) is chained through: the tunnel to the checked
+//! address is asked of that proxy (by name only when the name does not resolve here), with its
 //! credentials added here; they never enter the sandbox or a message.
 //!
 //! **Limits.** HTTP(S) through clients that honour `HTTPS_PROXY` (uv, pip, urllib, requests,
 //! curl): no raw sockets, no UDP, no DNS inside the sandbox, no published ports, and no warm
-//! sessions (the server lives only as long as this process). pasta gives all of that.
+//! sessions (the server lives only as long as this process). pasta gives all of that. The
+//! socket is IPv4 only (`NO_PROXY` keeps `::1` local); a script cannot take the port over
+//! (it is bound before the script starts, without `SO_REUSEPORT`).
 
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
