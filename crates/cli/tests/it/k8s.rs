@@ -350,7 +350,8 @@ fn no_command_talks_to_a_cluster_nobody_configured_or_named() {
         let _ = laptop.run(&ctx, args);
         assert_eq!(server.connections(), 0, "`{}` talked to the cluster", args.join(" "));
     }
-    // Nor does a run that finds no engine (its advice probes the ladder only).
+    // Nor does a run that finds no engine (its advice probes the ladder only). native works
+    // even with an empty `PATH` (its network is then the built-in proxy), so bwrap is named.
     let none = format!("unix://{}", ctx.path().join("none.sock").display());
     let empty = ctx.path().join("emptybin");
     std::fs::create_dir_all(&empty).expect("emptybin");
@@ -362,7 +363,7 @@ fn no_command_talks_to_a_cluster_nobody_configured_or_named() {
     ]);
     ctx.write("hello.py", "print('hi')\n");
     let env: Vec<(&str, &str)> = bare.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let out = ctx.run_with_env(&["run", "hello.py"], &env);
+    let out = ctx.run_with_env(&["run", "--engine", "bwrap", "hello.py"], &env);
     assert_eq!(out.status.code(), Some(3), "{}", transcript(&out));
     assert_eq!(server.connections(), 0, "a run without an engine talked to the cluster");
     // Named, it is asked (the stand-in answers: an empty list).

@@ -305,3 +305,22 @@ fn a_socket_planted_in_the_host_tmp_is_not_taken_for_the_agent() {
     }
     assert!(listener.accept().is_err(), "the planted socket was connected to");
 }
+
+/// Without pasta a warm session with net on is refused by name (the built-in proxy lives in
+/// the process that starts the sandbox, which a session outlives), and nothing is left.
+#[test]
+fn without_pasta_a_session_with_net_on_is_refused() {
+    if super::gate().is_none() {
+        return;
+    }
+    let mut f = engine_fixture();
+    let bin = tempfile::tempdir().unwrap();
+    let mut engine_config = f.engine.config().clone();
+    engine_config.path = Some(crate::builtin_net::path_without_pasta(bin.path()));
+    f.engine = engine_native::NativeEngine::new(engine_config).unwrap();
+    let config = SessionConfig { net: Net::On, ..config(&f, Duration::from_secs(60)) };
+    let before = f.engine.list_sessions().unwrap().len();
+    let err = f.engine.start_session(&config, &mut |_| {}).unwrap_err().to_string();
+    assert!(err.contains("a warm session with net on needs pasta"), "{err}");
+    assert_eq!(f.engine.list_sessions().unwrap().len(), before);
+}
