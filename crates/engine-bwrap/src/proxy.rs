@@ -386,9 +386,9 @@ pub(crate) fn bypasses(no_proxy: &str, host: &str) -> bool {
 /// case, and `NO_PROXY`), read once when a sandbox's proxy starts.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Upstreams {
-    https: Option<Result<Upstream, &'static str>>,
-    http: Option<Result<Upstream, &'static str>>,
-    no_proxy: String,
+    pub(crate) https: Option<Result<Upstream, &'static str>>,
+    pub(crate) http: Option<Result<Upstream, &'static str>>,
+    pub(crate) no_proxy: String,
 }
 
 impl Upstreams {
@@ -428,8 +428,13 @@ impl BuiltinProxy {
     /// Serves the listening socket `listener` (made in the sandbox's network namespace by
     /// [`crate::net::listen_in`]) from a thread of this process.
     pub fn serve(listener: OwnedFd) -> io::Result<BuiltinProxy> {
+        BuiltinProxy::serve_with(listener, Upstreams::from_env())
+    }
+
+    /// [`BuiltinProxy::serve`] chaining through `upstreams`.
+    pub(crate) fn serve_with(listener: OwnedFd, upstreams: Upstreams) -> io::Result<BuiltinProxy> {
         let listener = Arc::new(TcpListener::from(listener));
-        let upstreams = Arc::new(Upstreams::from_env());
+        let upstreams = Arc::new(upstreams);
         let served = Arc::clone(&listener);
         let accept = std::thread::Builder::new()
             .name("sandbox-proxy".into())

@@ -170,3 +170,97 @@ fn the_server_answers_malformed_and_refused_requests_and_stops_when_dropped() {
     drop(proxy);
     assert!(TcpStream::connect(addr).is_err(), "the proxy still accepts after being dropped");
 }
+
+/// A stand-in for the host's own proxy: records each request head, answers `status`, and
+/// after a 200 echoes what it gets.
+fn fake_upstream(status: u16) -> (std::net::SocketAddr, std::sync::mpsc::Receiver<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let Ok(Ok((head, _))) = read_head(&mut stream) else { continue };
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let tunnel = head.starts_with("CONNECT ");
+            let _ = tx.send(head);
+            let answer = match (status, tunnel) {
+                (200, true) => "HTTP/1.1 200 Connection established\r\n\r\n".to_owned(),
+                (200, false) => "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_owned(),
+                (code, _) => format!("HTTP/1.1 {code} Nope\r\nContent-Length: 0\r\n\r\n"),
+            };
+            let _ = stream.write_all(answer.as_bytes());
+            if status == 200 && tunnel {
+                let mut echo = stream.try_clone().unwrap();
+                let _ = std::io::copy(&mut stream, &mut echo);
+            }
+        }
+    });
+    (addr, rx)
+}
+
+fn upstream_at(addr: std::net::SocketAddr) -> Upstream {
+    parse_upstream(&format!("http://alice:hunter2@127.0.0.1:{}", addr.port())).unwrap()
+}
+
+/// With the host's own proxy set, tunnels and plain requests go through it, for the checked
+/// address, with its credentials added outside: the sandbox's side never sees them.
+#[test]
+fn the_hosts_proxy_is_chained_through_with_its_credentials_kept_outside() {
+    let (addr, heads) = fake_upstream(200);
+    let upstreams = Upstreams {
+        https: Some(Ok(upstream_at(addr))),
+        http: Some(Ok(upstream_at(addr))),
+        no_proxy: String::new(),
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_addr = listener.local_addr().unwrap();
+    let _proxy = BuiltinProxy::serve_with(OwnedFd::from(listener), upstreams).unwrap();
+    let mut client = TcpStream::connect(proxy_addr).unwrap();
+    client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    client.write_all(b"CONNECT 93.184.215.14:443 HTTP/1.1\r\nProxy-Authorization: Basic c2FuZGJveA==\r\n\r\n").unwrap();
+    let mut answer = [0u8; 39];
+    client.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 200 Connection established\r\n\r\n");
+    client.write_all(b"ping").unwrap();
+    let mut echoed = [0u8; 4];
+    client.read_exact(&mut echoed).unwrap();
+    assert_eq!(&echoed, b"ping");
+    let asked = heads.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        asked,
+        "CONNECT 93.184.215.14:443 HTTP/1.1\r\nHost: 93.184.215.14:443\r\nProxy-Authorization: Basic YWxpY2U6aHVudGVyMg==\r\n\r\n"
+    );
+    // The stand-in serves one connection at a time: the tunnel ends with its client.
+    drop(client);
+    // Plain http: absolute form to the upstream, the sandbox's proxy headers dropped.
+    let answer = exchange(
+        proxy_addr,
+        b"GET http://93.184.215.14/x HTTP/1.1\r\nHost: 93.184.215.14\r\nProxy-Authorization: Basic c2FuZGJveA==\r\n\r\n",
+    );
+    assert!(answer.starts_with("HTTP/1.1 200 OK") && !answer.contains("YWxp"), "{answer}");
+    let asked = heads.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        asked,
+        "GET http://93.184.215.14:80/x HTTP/1.1\r\nHost: 93.184.215.14\r\nProxy-Authorization: Basic YWxpY2U6aHVudGVyMg==\r\nConnection: close\r\n\r\n"
+    );
+    // The host's loopback stays refused before the upstream is asked anything.
+    let refused = exchange(proxy_addr, b"CONNECT 127.0.0.1:22 HTTP/1.1\r\n\r\n");
+    assert!(refused.starts_with("HTTP/1.1 403 "), "{refused}");
+    assert!(heads.recv_timeout(Duration::from_millis(200)).is_err());
+}
+
+/// An upstream that refuses the tunnel is a 502 naming its status, never its credentials.
+#[test]
+fn a_refusing_upstream_is_a_bad_gateway_without_its_credentials() {
+    let (addr, _heads) = fake_upstream(407);
+    let upstreams =
+        Upstreams { https: Some(Ok(upstream_at(addr))), http: None, no_proxy: String::new() };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_addr = listener.local_addr().unwrap();
+    let _proxy = BuiltinProxy::serve_with(OwnedFd::from(listener), upstreams).unwrap();
+    let answer = exchange(proxy_addr, b"CONNECT 93.184.215.14:443 HTTP/1.1\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 502 "), "{answer}");
+    assert!(answer.contains("(407)"), "{answer}");
+    assert!(!answer.contains("hunter2") && !answer.contains("alice") && !answer.contains("YWxp"));
+}
