@@ -66,6 +66,12 @@ pub(crate) enum PoolCmd {
         #[arg(long, value_name = "NS")]
         namespace: Option<String>,
     },
+    /// Keep each pooled engine's pool full: start missing members, replace those that died or
+    /// passed half their TTL, remove those whose key no longer matches (another image or
+    /// other flags). It keeps what `session start` with the same flags, in the same directory,
+    /// claims. One line per action on stderr. Ctrl-C or SIGTERM stops the loop and leaves the
+    /// members: they are the pool (`pool drain` removes them, their TTL ends them).
+    Serve(Box<PoolServeArgs>),
     /// Internal: the detached refill `session start` leaves behind (the session's config as
     /// JSON on stdin).
     #[command(hide = true)]
@@ -79,6 +85,20 @@ pub(crate) enum PoolCmd {
         #[arg(long)]
         namespace: Option<String>,
     },
+}
+
+/// `pool serve`: the flags of `session start` (its `--engine` picks one pool, default every
+/// engine with `pool = N`), and the loop's own.
+#[derive(Debug, Args)]
+pub(crate) struct PoolServeArgs {
+    /// One pass, then exit (non-zero when an action failed).
+    #[arg(long)]
+    pub(crate) once: bool,
+    /// The time between passes: `5s`, `1m`, or plain seconds.
+    #[arg(long, value_name = "DURATION", default_value = "5s")]
+    pub(crate) interval: String,
+    #[command(flatten)]
+    pub(crate) start: SessionStartArgs,
 }
 
 /// Container flags shared by `run` and `session start` (docker, podman and k8s).

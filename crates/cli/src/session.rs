@@ -72,6 +72,57 @@ fn start(args: SessionStartArgs) -> Result<ExitCode> {
 }
 
 fn start_session(args: SessionStartArgs, json: bool) -> Result<ExitCode> {
+    let planned = plan(&args)?;
+    if !planned.crossings.is_empty() && !args.approve {
+        return Ok(crate::spec::refuse(&planned.crossings, crate::spec::Subject::Session, json));
+    }
+    let (spec, workspace, ttl) = (planned.spec, planned.workspace, planned.ttl);
+    let options = registry::Options {
+        image: args.container.image.as_deref(),
+        namespace: args.namespace.as_deref(),
+        script: None,
+        purpose: registry::Purpose::Start,
+        claims: &[],
+    };
+    let info = start_resolved(spec, workspace, ttl, args.engine.as_deref(), &options)?;
+    for warning in &info.warnings {
+        ui::warn(warning);
+    }
+    ui::note_published(&info.ports);
+    if json {
+        let summary = serde_json::json!({
+            "id": info.id,
+            "engine": info.engine,
+            "sandbox": info.sandbox,
+            "urls": ui::urls_json(&info.ports),
+        });
+        println!("{summary}");
+    } else {
+        println!("{}", info.id);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `session start` with `args` in the current directory starts, before the boundary
+/// check and any engine: `pool serve` keeps ready exactly what this gives, so a start with the
+/// same flags in the same directory claims what it keeps.
+pub(crate) struct Planned {
+    pub(crate) spec: sandbox_core::RunSpec,
+    pub(crate) workspace: PathBuf,
+    pub(crate) ttl: Duration,
+    /// The boundary crossings still to approve (`--approve`).
+    pub(crate) crossings: Vec<sandbox_core::Crossing>,
+}
+
+impl Planned {
+    /// The session config a start of this plan asks the engine for.
+    pub(crate) fn config(&self) -> SessionConfig {
+        config_of(self.spec.clone(), self.workspace.clone(), self.ttl)
+    }
+}
+
+/// The [`Planned`] start of `args`.
+pub(crate) fn plan(args: &SessionStartArgs) -> Result<Planned> {
     let workspace = std::env::current_dir()
         .and_then(|d| d.canonicalize())
         .context("cannot determine the current directory (the workspace)")?;
@@ -106,34 +157,7 @@ fn start_session(args: SessionStartArgs, json: bool) -> Result<ExitCode> {
     // The same resolution and boundary check as `run` (crate::spec): they cannot drift.
     let resolved = crate::spec::resolve(&Layer::default(), &layer)?;
     let crossings = resolved.crossings();
-    let spec = resolved.spec;
-    if !crossings.is_empty() && !args.approve {
-        return Ok(crate::spec::refuse(&crossings, crate::spec::Subject::Session, json));
-    }
-    let options = registry::Options {
-        image: args.container.image.as_deref(),
-        namespace: args.namespace.as_deref(),
-        script: None,
-        purpose: registry::Purpose::Start,
-        claims: &[],
-    };
-    let info = start_resolved(spec, workspace, ttl, args.engine.as_deref(), &options)?;
-    for warning in &info.warnings {
-        ui::warn(warning);
-    }
-    ui::note_published(&info.ports);
-    if json {
-        let summary = serde_json::json!({
-            "id": info.id,
-            "engine": info.engine,
-            "sandbox": info.sandbox,
-            "urls": ui::urls_json(&info.ports),
-        });
-        println!("{summary}");
-    } else {
-        println!("{}", info.id);
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(Planned { spec: resolved.spec, workspace, ttl, crossings })
 }
 
 /// Starts a session of a spec already resolved and checked at the boundary (by `session
@@ -151,7 +175,18 @@ pub(crate) fn start_resolved(
             "run `python-sandbox detect` (and `python-sandbox suggest`)",
         ));
     };
-    let config = SessionConfig {
+    let config = config_of(spec, workspace, ttl);
+    if let Some(claimed) = crate::pool::claim(&*engine, &config, options) {
+        return Ok(claimed);
+    }
+    let mut progress = crate::progress::Progress::start();
+    let started = engine.start_session_dyn(&config, &mut |line| progress.set(line));
+    progress.finish();
+    Ok(started?)
+}
+
+fn config_of(spec: sandbox_core::RunSpec, workspace: PathBuf, ttl: Duration) -> SessionConfig {
+    SessionConfig {
         workspace,
         mounts: spec.mounts,
         net: spec.net,
@@ -160,14 +195,7 @@ pub(crate) fn start_resolved(
         ttl,
         tmpfs_size: spec.tmpfs_size,
         limits: spec.limits,
-    };
-    if let Some(claimed) = crate::pool::claim(&*engine, &config, options) {
-        return Ok(claimed);
     }
-    let mut progress = crate::progress::Progress::start();
-    let started = engine.start_session_dyn(&config, &mut |line| progress.set(line));
-    progress.finish();
-    Ok(started?)
 }
 
 /// The secrets to mask in what a session prints: its own secret-looking environment and that
