@@ -121,6 +121,19 @@ impl Planned {
     }
 }
 
+/// A session mounts no volume claim (`session start --mount pvc:…`, the MCP `session_start`).
+pub(crate) fn refuse_claims(mounts: &[String]) -> Result<()> {
+    if let Some(claim) = mounts.iter().find(|m| crate::registry::is_claim_mount(m)) {
+        return Err(ui::hinted(
+            format!(
+                "--mount `{claim}`: a claim is mounted only by `run --engine k8s`, not into a session"
+            ),
+            "run the script with `python-sandbox run --engine k8s --mount ...`, or copy the data in with `session put`",
+        ));
+    }
+    Ok(())
+}
+
 /// The [`Planned`] start of `args`.
 pub(crate) fn plan(args: &SessionStartArgs) -> Result<Planned> {
     let workspace = std::env::current_dir()
@@ -132,14 +145,7 @@ pub(crate) fn plan(args: &SessionStartArgs) -> Result<Planned> {
             "use seconds or a suffix: `90s`, `30m`, `2h`",
         )
     })?;
-    if let Some(claim) = args.mounts.iter().find(|m| crate::registry::is_claim_mount(m)) {
-        return Err(ui::hinted(
-            format!(
-                "--mount `{claim}`: a claim is mounted only by `run --engine k8s`, not into a session"
-            ),
-            "run the script with `python-sandbox run --engine k8s --mount ...`, or copy the data in with `session put`",
-        ));
-    }
+    refuse_claims(&args.mounts)?;
     // Resolved like a run's command-line layer, so spellings, defaults and checks are the same.
     let layer = Layer {
         script: Some(workspace.join(".session")),
