@@ -87,18 +87,23 @@ pub(crate) enum PoolCmd {
     },
 }
 
-/// `pool serve`: the flags of `session start` (its `--engine` picks one pool, default every
-/// engine with `pool = N`), and the loop's own.
+/// `pool serve`: the loop's flags, and those of `session start` that shape a session.
 #[derive(Debug, Args)]
 pub(crate) struct PoolServeArgs {
+    /// Only this engine's pool (default: every engine with `pool = N` in the user config).
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::session_choices()))]
+    pub(crate) engine: Option<String>,
     /// One pass, then exit (non-zero when an action failed).
     #[arg(long)]
     pub(crate) once: bool,
     /// The time between passes: `5s`, `1m`, or plain seconds.
     #[arg(long, value_name = "DURATION", default_value = "5s")]
     pub(crate) interval: String,
+    /// Also print one JSON object per action (and per failed pass) on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
     #[command(flatten)]
-    pub(crate) start: SessionStartArgs,
+    pub(crate) shape: SessionShape,
 }
 
 /// Container flags shared by `run` and `session start` (docker, podman and k8s).
@@ -212,6 +217,17 @@ pub(crate) struct SessionStartArgs {
     /// never picks a cluster: `--engine k8s` does).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::session_choices()))]
     pub(crate) engine: Option<String>,
+    /// Print `{"id", "engine", "sandbox", "urls"}` instead of the bare id (an error as JSON too).
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) shape: SessionShape,
+}
+
+/// What a session is started with, shared by `session start` and `pool serve` (which keeps
+/// ready what `session start` with the same flags claims).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct SessionShape {
     /// The namespace on a cluster (k8s; beats the user config's `namespace`; default
     /// `python-sandbox`).
     #[arg(long, value_name = "NS")]
@@ -238,9 +254,6 @@ pub(crate) struct SessionStartArgs {
     /// Allow mounts that cross a boundary (secrets, `$HOME`, read-write outside the workspace).
     #[arg(long)]
     pub(crate) approve: bool,
-    /// Print `{"id", "engine", "sandbox", "urls"}` instead of the bare id (an error as JSON too).
-    #[arg(long)]
-    pub(crate) json: bool,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
     #[command(flatten)]

@@ -21,7 +21,7 @@ use std::process::{ExitCode, Stdio};
 
 use anstream::println;
 use anyhow::{Context, Result};
-use sandbox_core::pool::PoolAction;
+use sandbox_core::pool::{PoolAction, RemoveReason};
 use sandbox_core::{DynSessionEngine, SessionConfig, SessionInfo};
 
 use crate::args::{PoolCmd, PoolServeArgs};
@@ -173,12 +173,12 @@ fn serve(args: &PoolServeArgs) -> Result<ExitCode> {
             "use seconds or a suffix: `5s`, `1m`",
         )
     })?;
-    let planned = crate::session::plan(&args.start)?;
-    if !planned.crossings.is_empty() && !args.start.approve {
+    let planned = crate::session::plan(&args.shape)?;
+    if !planned.crossings.is_empty() && !args.shape.approve {
         return Ok(crate::spec::refuse(&planned.crossings, crate::spec::Subject::Session, false));
     }
     let config = planned.config();
-    let names: Vec<&str> = match &args.start.engine {
+    let names: Vec<&str> = match &args.engine {
         Some(name) => vec![name.as_str()],
         None => registry::session_choices().into_iter().filter(|n| size_of(n) > 0).collect(),
     };
@@ -200,13 +200,13 @@ fn serve(args: &PoolServeArgs) -> Result<ExitCode> {
     }
     let stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
     let options = registry::Options {
-        image: args.start.container.image.as_deref(),
-        namespace: args.start.namespace.as_deref(),
+        image: args.shape.container.image.as_deref(),
+        namespace: args.shape.namespace.as_deref(),
         script: None,
         purpose: registry::Purpose::Start,
         claims: &[],
     };
-    let log = Log { json: args.start.json };
+    let log = Log { json: args.json };
     loop {
         let mut failed = false;
         for name in &names {
@@ -270,7 +270,11 @@ impl Log {
                     "engine": engine,
                     "action": "remove",
                     "id": id,
-                    "reason": format!("{reason:?}").to_lowercase(),
+                    "reason": match reason {
+                        RemoveReason::OtherKey => "other-key",
+                        RemoveReason::Stale => "stale",
+                        RemoveReason::Surplus => "surplus",
+                    },
                 }),
             };
             println!("{line}");

@@ -13,7 +13,7 @@ use sandbox_core::{
     SessionConfig, SessionInfo,
 };
 
-use crate::args::{NetFlag, SessionCmd, SessionStartArgs};
+use crate::args::{NetFlag, SessionCmd, SessionShape, SessionStartArgs};
 use crate::relay::{Forward, Relay};
 use crate::{meta, registry, ui};
 
@@ -72,14 +72,14 @@ fn start(args: SessionStartArgs) -> Result<ExitCode> {
 }
 
 fn start_session(args: SessionStartArgs, json: bool) -> Result<ExitCode> {
-    let planned = plan(&args)?;
-    if !planned.crossings.is_empty() && !args.approve {
+    let planned = plan(&args.shape)?;
+    if !planned.crossings.is_empty() && !args.shape.approve {
         return Ok(crate::spec::refuse(&planned.crossings, crate::spec::Subject::Session, json));
     }
     let (spec, workspace, ttl) = (planned.spec, planned.workspace, planned.ttl);
     let options = registry::Options {
-        image: args.container.image.as_deref(),
-        namespace: args.namespace.as_deref(),
+        image: args.shape.container.image.as_deref(),
+        namespace: args.shape.namespace.as_deref(),
         script: None,
         purpose: registry::Purpose::Start,
         claims: &[],
@@ -103,7 +103,7 @@ fn start_session(args: SessionStartArgs, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What `session start` with `args` in the current directory starts, before the boundary
+/// What `session start` with `args` (its shaping flags) in the current directory starts, before the boundary
 /// check and any engine: `pool serve` keeps ready exactly what this gives, so a start with the
 /// same flags in the same directory claims what it keeps.
 pub(crate) struct Planned {
@@ -135,7 +135,7 @@ pub(crate) fn refuse_claims(mounts: &[String]) -> Result<()> {
 }
 
 /// The [`Planned`] start of `args`.
-pub(crate) fn plan(args: &SessionStartArgs) -> Result<Planned> {
+pub(crate) fn plan(args: &SessionShape) -> Result<Planned> {
     let workspace = std::env::current_dir()
         .and_then(|d| d.canonicalize())
         .context("cannot determine the current directory (the workspace)")?;

@@ -97,9 +97,22 @@ fn serve_keeps_the_pool(engine: &str) {
     let stop = pool.run(&ctx, &["session", "stop", &claimed]);
     assert!(stop.status.success(), "{engine}: stop: {}", text(&stop.stderr));
 
-    // Other flags, another key: the old members go, new ones come.
-    let changed = once("5m");
+    // Other flags, another key: the old members go, new ones come (and `--json` says so).
+    let changed =
+        pool.run(&ctx, &["pool", "serve", "--once", "--json", "--engine", engine, "--ttl", "5m"]);
     assert!(changed.status.success(), "{engine}: serve: {}", text(&changed.stderr));
+    let actions: Vec<(String, String)> = text(&changed.stdout)
+        .lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+            assert_eq!(v["engine"], engine, "{line}");
+            let what = v["action"].as_str().unwrap_or_default().to_owned();
+            (what, v["reason"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect();
+    let removed = ("remove".to_owned(), "other-key".to_owned());
+    let created = ("create".to_owned(), String::new());
+    assert_eq!(actions, [removed.clone(), removed, created.clone(), created], "{engine}");
     assert_eq!(count(&changed.stderr, "its key is not the configured one"), 2, "{engine}");
     assert_eq!(count(&changed.stderr, "started a member"), 2, "{engine}");
     let third = pool.members(&ctx, engine);
