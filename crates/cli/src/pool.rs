@@ -213,8 +213,8 @@ fn serve(args: &PoolServeArgs) -> Result<ExitCode> {
             if stopped() {
                 break;
             }
-            // Opened anew each pass: a restarted engine or a changed user config (the size, a
-            // cluster's image) is picked up by the next pass.
+            // Opened anew each pass, so a restarted engine is picked up; the size is read anew
+            // too, and an unreadable config fails the pass rather than draining the pool.
             let pass = open(name, &options).and_then(|engine| {
                 if engine.pool_identity_dyn().is_none() {
                     anyhow::bail!("the {name} engine has no pool");
@@ -223,7 +223,7 @@ fn serve(args: &PoolServeArgs) -> Result<ExitCode> {
                 let now = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs());
-                let size = size_of(name);
+                let size = crate::config::user_now()?.pool(name);
                 let mut done = |action: &PoolAction| log.action(name, action);
                 Ok(sandbox_core::pool::serve_pass(&*engine, &config, size, now, &mut done)?)
             });

@@ -1,7 +1,7 @@
 //! `python-sandbox pool serve` through the binary on docker and podman: a pass fills the pool
 //! to its size, refills what a `session start` claimed, drains members of a key the flags no
-//! longer ask for; a second serve of the same pool refuses to start, and a serve stopped by
-//! SIGTERM leaves its members. Each test has its own runtime directory (so its own pool
+//! longer ask for; the loop follows a size edited in the user config; a second serve of the
+//! same pool refuses to start, and a serve stopped by SIGTERM leaves its members. Each test has its own runtime directory (so its own pool
 //! records and locks: nothing another test or CI run pooled is touched) and user config.
 
 use std::collections::BTreeSet;
@@ -15,19 +15,38 @@ use crate::session::available;
 /// A user config giving `engine` a pool of 2, and a private runtime directory.
 struct Pooled {
     dir: tempfile::TempDir,
+    engine: String,
+}
+
+/// A failed assertion still drains the pool: its records go with the directory, its
+/// containers would wait for their TTL.
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        let _ = Command::new(env!("CARGO_BIN_EXE_python-sandbox"))
+            .args(["pool", "drain", "--engine", &self.engine])
+            .current_dir("/")
+            .envs(self.env())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
 }
 
 impl Pooled {
     fn new(engine: &str) -> Pooled {
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = dir.path().join("config/python-sandbox");
-        std::fs::create_dir_all(&config).expect("config dir");
-        std::fs::write(config.join("config.toml"), format!("[engine.{engine}]\npool = 2\n"))
-            .expect("config");
+        std::fs::create_dir_all(dir.path().join("config/python-sandbox")).expect("config dir");
         let run = dir.path().join("run");
         std::fs::create_dir(&run).expect("runtime dir");
         std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o700)).expect("chmod");
-        Pooled { dir }
+        let pooled = Pooled { dir, engine: engine.to_owned() };
+        pooled.write_config(engine, 2);
+        pooled
+    }
+
+    fn write_config(&self, engine: &str, size: usize) {
+        let path = self.dir.path().join("config/python-sandbox/config.toml");
+        std::fs::write(path, format!("[engine.{engine}]\npool = {size}\n")).expect("config");
     }
 
     fn env(&self) -> Vec<(&'static str, String)> {
@@ -152,7 +171,7 @@ fn one_serve_per_pool(engine: &str) {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let child = serve.spawn().expect("spawn pool serve");
+    let mut serving = Serving(Some(serve.spawn().expect("spawn pool serve")));
     let wait_for = |want: usize| {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -191,6 +210,18 @@ fn one_serve_per_pool(engine: &str) {
     std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(pool.members(&ctx, engine), refilled, "{engine}: the pool kept still");
 
+    // The size is read anew each pass: a smaller one removes the surplus, oldest first.
+    pool.write_config(engine, 1);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut shrunk = pool.members(&ctx, engine);
+    while shrunk.len() != 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        shrunk = pool.members(&ctx, engine);
+    }
+    assert_eq!(shrunk.len(), 1, "{engine}: {shrunk:?}");
+    assert!(shrunk.is_subset(&refilled), "{engine}: nothing new for a smaller size");
+
+    let child = serving.0.take().expect("still serving");
     let pid = rustix::process::Pid::from_child(&child);
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
     let out = child.wait_with_output().expect("wait");
@@ -198,10 +229,23 @@ fn one_serve_per_pool(engine: &str) {
     let log = text(&out.stderr);
     assert!(log.contains("the members stay"), "{engine}: {log}");
     assert_eq!(count(&out.stderr, "started a member"), 3, "{engine}: {log}");
-    assert_eq!(pool.members(&ctx, engine), refilled, "{engine}: members outlive the loop");
+    assert_eq!(count(&out.stderr, "(more members than the pool size)"), 1, "{engine}: {log}");
+    assert_eq!(pool.members(&ctx, engine), shrunk, "{engine}: members outlive the loop");
     let _ = pool.run(&ctx, &["session", "stop", &claimed]);
     let drain = pool.run(&ctx, &["pool", "drain", "--engine", engine]);
     assert!(drain.status.success(), "{engine}: drain: {}", text(&drain.stderr));
+}
+
+/// The loop under test, killed when a failed assertion leaves it running.
+struct Serving(Option<std::process::Child>);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 #[test]
