@@ -107,14 +107,27 @@ fn run_rootless(sh: &Shell, filters: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// engine-oci's session tests as the rootless user: the suite has no session cases, and a
-/// rootless session reaches its agent differently (through the user namespace podman made).
+/// engine-oci's session and warm pool tests as the rootless user: the suite has no session
+/// cases, and a rootless session reaches its agent differently (through the user namespace
+/// podman made), which the pool's claim checks (the agent's activity stamp, the binds) read.
 fn run_rootless_sessions(sh: &Shell, env: &[String]) -> Result<()> {
-    crate::section(&format!("engine-oci session tests on {ROOTLESS} (as {})", rootless::USER));
+    crate::section(&format!(
+        "engine-oci session and pool tests on {ROOTLESS} (as {})",
+        rootless::USER
+    ));
     let it = test_binary(sh, "engine-oci", "it")?;
     let mut tail: Vec<&str> = env.iter().map(String::as_str).collect();
     // Docker's socket is not the rootless user's; say so instead of a SKIPPED line per test.
-    tail.extend(["ENGINE_OCI_SKIP=docker", &it, "session::", "--test-threads=2"]);
+    // The pool tests assert podman is the rootless one here, so the tier cannot pass on a
+    // rootful fallback.
+    tail.extend([
+        "ENGINE_OCI_SKIP=docker",
+        "ENGINE_OCI_EXPECT_ROOTLESS=podman",
+        &it,
+        "session::",
+        "pool::",
+        "--test-threads=2",
+    ]);
     as_rootless(sh, &tail)
         .with_context(|| format!("engine-oci's session tests failed on {ROOTLESS}"))
 }

@@ -66,6 +66,12 @@ pub(crate) enum PoolCmd {
         #[arg(long, value_name = "NS")]
         namespace: Option<String>,
     },
+    /// Keep each pooled engine's pool full: start missing members, replace those that died or
+    /// passed half their TTL, remove those whose key no longer matches (another image or
+    /// other flags). It keeps what `session start` with the same flags, in the same directory,
+    /// claims. One line per action on stderr. Ctrl-C or SIGTERM stops the loop and leaves the
+    /// members: they are the pool (`pool drain` removes them, their TTL ends them).
+    Serve(Box<PoolServeArgs>),
     /// Internal: the detached refill `session start` leaves behind (the session's config as
     /// JSON on stdin).
     #[command(hide = true)]
@@ -79,6 +85,25 @@ pub(crate) enum PoolCmd {
         #[arg(long)]
         namespace: Option<String>,
     },
+}
+
+/// `pool serve`: the loop's flags, and those of `session start` that shape a session.
+#[derive(Debug, Args)]
+pub(crate) struct PoolServeArgs {
+    /// Only this engine's pool (default: every engine with `pool = N` in the user config).
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::session_choices()))]
+    pub(crate) engine: Option<String>,
+    /// One pass, then exit (non-zero when an action failed).
+    #[arg(long)]
+    pub(crate) once: bool,
+    /// The time between passes: `5s`, `1m`, or plain seconds.
+    #[arg(long, value_name = "DURATION", default_value = "5s")]
+    pub(crate) interval: String,
+    /// Also print one JSON object per action (and per failed pass) on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) shape: SessionShape,
 }
 
 /// Container flags shared by `run` and `session start` (docker, podman and k8s).
@@ -192,6 +217,17 @@ pub(crate) struct SessionStartArgs {
     /// never picks a cluster: `--engine k8s` does).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::registry::session_choices()))]
     pub(crate) engine: Option<String>,
+    /// Print `{"id", "engine", "sandbox", "urls"}` instead of the bare id (an error as JSON too).
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) shape: SessionShape,
+}
+
+/// What a session is started with, shared by `session start` and `pool serve` (which keeps
+/// ready what `session start` with the same flags claims).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct SessionShape {
     /// The namespace on a cluster (k8s; beats the user config's `namespace`; default
     /// `python-sandbox`).
     #[arg(long, value_name = "NS")]
@@ -218,9 +254,6 @@ pub(crate) struct SessionStartArgs {
     /// Allow mounts that cross a boundary (secrets, `$HOME`, read-write outside the workspace).
     #[arg(long)]
     pub(crate) approve: bool,
-    /// Print `{"id", "engine", "sandbox", "urls"}` instead of the bare id (an error as JSON too).
-    #[arg(long)]
-    pub(crate) json: bool,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
     #[command(flatten)]

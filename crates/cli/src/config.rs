@@ -307,6 +307,13 @@ pub(crate) fn load_from(path: Option<PathBuf>) -> Result<UserConfig, (String, St
 }
 
 /// This user's config, read once per command.
+/// The user config read now, not the copy [`user`] keeps (`pool serve` follows `pool = N`
+/// edits while it runs).
+pub(crate) fn user_now() -> Result<UserConfig> {
+    load_from(path_from(&|n| std::env::var_os(n)))
+        .map_err(|(message, hint)| ui::hinted(message, hint))
+}
+
 pub(crate) fn user() -> Result<&'static UserConfig> {
     static USER: OnceLock<Result<UserConfig, (String, String)>> = OnceLock::new();
     USER.get_or_init(|| load_from(path_from(&|n| std::env::var_os(n))))

@@ -67,7 +67,8 @@ struct RunScriptArgs {
     /// Arguments passed to the script.
     #[serde(default)]
     args: Vec<String>,
-    /// Extra mounts as `PATH`, `PATH:ro` or `PATH:rw` (as `--mount`).
+    /// Extra mounts as `PATH`, `PATH:ro` or `PATH:rw` (as `--mount`), or a cluster volume claim
+    /// `pvc:NAME:/path[:ro]` (engine `k8s` only, as in the script's own `mounts`).
     #[serde(default)]
     mounts: Vec<String>,
     /// `on` or `off` (the default is off unless the script asks).
@@ -484,7 +485,12 @@ fn run_script(a: RunScriptArgs) -> Answer {
             script: Some(path.to_owned()),
             args: (!a.args.is_empty()).then(|| a.args.clone()),
             dependencies: a.dependencies.clone(),
-            mounts: a.mounts.iter().map(|m| m.parse()).collect::<Result<_, _>>()?,
+            mounts: a
+                .mounts
+                .iter()
+                .filter(|m| !registry::is_claim_mount(m))
+                .map(|m| m.parse())
+                .collect::<Result<_, _>>()?,
             net: a.net.map(Net::from),
             publish: a.publish.iter().map(|p| p.parse()).collect::<Result<_, _>>()?,
             env: a.env.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,
@@ -496,14 +502,16 @@ fn run_script(a: RunScriptArgs) -> Answer {
     if !crossings.is_empty() && !a.approve {
         return Ok(needs_approval(&crossings, "run"));
     }
+    let engine = a.engine.as_deref().unwrap_or("auto");
+    let claims = registry::claim_mounts(&a.mounts, &keys.claims, engine)?;
     let options = registry::Options {
         image: None,
         namespace: None,
         script: Some(&keys),
         purpose: registry::Purpose::Start,
-        claims: &[],
+        claims: &claims,
     };
-    let Some(engine) = registry::select(a.engine.as_deref().unwrap_or("auto"), &options)? else {
+    let Some(engine) = registry::select(engine, &options)? else {
         return Err(ui::hinted(
             "no isolation engine works here, so nothing was run",
             "call `detect` for the reasons",
@@ -535,6 +543,7 @@ fn session_start(a: SessionStartArgs) -> Answer {
             "use seconds or a suffix: `90s`, `30m`, `2h`",
         )
     })?;
+    session::refuse_claims(&a.mounts)?;
     let layer = Layer {
         script: Some(workspace.join(".session")),
         mounts: a.mounts.iter().map(|m| m.parse()).collect::<Result<_, _>>()?,

@@ -4,6 +4,13 @@
 //! the replacements, so the claimer never waits for a sandbox start. `pool list` and
 //! `pool drain` show and empty the pools. This module names no engine.
 //!
+//! `pool serve` is the controller loop instead: each pass (under the same fill lock) lists a
+//! pool and carries out `sandbox_core::pool::reconcile`'s actions for the config that
+//! `session start` with the same flags in the same directory asks for. It holds a per-engine
+//! serve lock for its whole life, so a second `pool serve` on the same pool refuses to start,
+//! and a claim made while one serves leaves no detached refill (whose config, the claimer's,
+//! would evict the served members): the next pass refills.
+//!
 //! The refill child gets the session's config as JSON on its stdin (never on its command line:
 //! the environment may hold secrets), runs in its own process group (a Ctrl-C of the caller's
 //! terminal does not stop it halfway) and fills under an exclusive per-engine lock, so refills
@@ -14,10 +21,11 @@ use std::process::{ExitCode, Stdio};
 
 use anstream::println;
 use anyhow::{Context, Result};
+use sandbox_core::pool::{PoolAction, RemoveReason};
 use sandbox_core::{DynSessionEngine, SessionConfig, SessionInfo};
 
-use crate::args::PoolCmd;
-use crate::registry;
+use crate::args::{PoolCmd, PoolServeArgs};
+use crate::{registry, ui};
 
 pub(crate) fn run(cmd: PoolCmd) -> Result<ExitCode> {
     match cmd {
@@ -33,6 +41,7 @@ pub(crate) fn run(cmd: PoolCmd) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        PoolCmd::Serve(args) => serve(&args),
         PoolCmd::Fill { engine, size, image, namespace } => {
             let config: SessionConfig = serde_json::from_reader(std::io::stdin().lock())
                 .context("reading the session config of a pool refill")?;
@@ -75,8 +84,10 @@ pub(crate) fn claim(
         return None;
     }
     let claimed = sandbox_core::pool::claim(engine, config).ok().flatten();
-    // Best effort: without the refill the next start is a cold one.
-    let _ = spawn_fill(engine.session_engine_name(), size, config, options);
+    if !serving(engine.session_engine_name()) {
+        // Best effort: without the refill the next start is a cold one.
+        let _ = spawn_fill(engine.session_engine_name(), size, config, options);
+    }
     claimed
 }
 
@@ -114,14 +125,168 @@ fn spawn_fill(
     Ok(())
 }
 
-/// The per-engine fill lock, held while a refill lists and creates; `None` (fill unlocked)
-/// when the lock file cannot be had.
+/// The per-engine fill lock, held while a refill or a serve pass lists and creates; `None`
+/// (fill unlocked) when the lock file cannot be had.
 fn fill_lock(engine: &str) -> Option<std::fs::File> {
+    reaper::lock_env(&lock_path("fill", engine), reaper::LockMode::Exclusive).ok().flatten()
+}
+
+/// This user's lock file `pool-<what>-<engine>.lock`: in the runtime directory, beside the
+/// pool records of docker and podman (so one `XDG_RUNTIME_DIR` is one pool), else the cache.
+fn lock_path(what: &str, engine: &str) -> std::path::PathBuf {
     let uid = rustix::process::geteuid().as_raw();
-    let base =
-        reaper::hostfs::cache_base(&|n| std::env::var_os(n), std::path::Path::new("/tmp"), uid);
-    let path = base.join("python-sandbox").join("pool").join(format!("fill-{engine}.lock"));
-    reaper::lock_env(&path, reaper::LockMode::Exclusive).ok().flatten()
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| {
+            reaper::hostfs::cache_base(&|n| std::env::var_os(n), std::path::Path::new("/tmp"), uid)
+        });
+    base.join("python-sandbox").join("locks").join(format!("pool-{what}-{engine}.lock"))
+}
+
+/// Whether a `pool serve` keeps `engine`'s pool (it holds the serve lock exclusive).
+fn serving(engine: &str) -> bool {
+    matches!(reaper::lock_env(&lock_path("serve", engine), reaper::LockMode::TryShared), Ok(None))
+}
+
+/// The serve lock of `engine`, for the life of a `pool serve`. A claimer's look at it (a
+/// shared lock for an instant) is waited out; another serve holding it is an error.
+fn serve_lock(engine: &str) -> Result<std::fs::File> {
+    let path = lock_path("serve", engine);
+    for _ in 0..40 {
+        if let Some(file) = reaper::lock_env(&path, reaper::LockMode::TryExclusive)? {
+            return Ok(file);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    Err(ui::hinted(
+        format!("another `pool serve` already keeps the {engine} pool"),
+        "one controller per pool: stop the other, or serve another engine with `--engine`",
+    ))
+}
+
+/// `pool serve`: see the module header.
+fn serve(args: &PoolServeArgs) -> Result<ExitCode> {
+    let interval = crate::session::parse_ttl(&args.interval).ok_or_else(|| {
+        ui::hinted(
+            format!("invalid interval `{}`", args.interval),
+            "use seconds or a suffix: `5s`, `1m`",
+        )
+    })?;
+    let planned = crate::session::plan(&args.shape)?;
+    if !planned.crossings.is_empty() && !args.shape.approve {
+        return Ok(crate::spec::refuse(&planned.crossings, crate::spec::Subject::Session, false));
+    }
+    let config = planned.config();
+    let names: Vec<&str> = match &args.engine {
+        Some(name) => vec![name.as_str()],
+        None => registry::session_choices().into_iter().filter(|n| size_of(n) > 0).collect(),
+    };
+    if names.is_empty() {
+        return Err(ui::hinted(
+            "no engine has a pool to serve",
+            "set `pool = N` under `[engine.docker]`, `[engine.podman]` or `[engine.k8s]` in ~/.config/python-sandbox/config.toml, or name one with `--engine`",
+        ));
+    }
+    let mut locks = Vec::new();
+    for name in &names {
+        locks.push(serve_lock(name)?);
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal while a pass is under way ends the process at once.
+        signal_hook::flag::register_conditional_shutdown(signal, 130, stop.clone())?;
+        signal_hook::flag::register(signal, stop.clone())?;
+    }
+    let stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
+    let options = registry::Options {
+        image: args.shape.container.image.as_deref(),
+        namespace: args.shape.namespace.as_deref(),
+        script: None,
+        purpose: registry::Purpose::Start,
+        claims: &[],
+    };
+    let log = Log { json: args.json };
+    loop {
+        let mut failed = false;
+        for name in &names {
+            if stopped() {
+                break;
+            }
+            // Opened anew each pass, so a restarted engine is picked up; the size is read anew
+            // too, and an unreadable config fails the pass rather than draining the pool.
+            let pass = open(name, &options).and_then(|engine| {
+                if engine.pool_identity_dyn().is_none() {
+                    anyhow::bail!("the {name} engine has no pool");
+                }
+                let _fill = fill_lock(name);
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                let size = crate::config::user_now()?.pool(name);
+                let mut done = |action: &PoolAction| log.action(name, action);
+                Ok(sandbox_core::pool::serve_pass(&*engine, &config, size, now, &mut done)?)
+            });
+            if let Err(e) = pass {
+                log.error(name, &e);
+                failed = true;
+            }
+        }
+        if args.once {
+            return Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS });
+        }
+        let until = std::time::Instant::now() + interval;
+        while !stopped() && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        if stopped() {
+            eprintln!(
+                "pool serve: stopped; the members stay (`python-sandbox pool drain` removes them)"
+            );
+            drop(locks);
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+}
+
+/// `pool serve`'s output: a line per action on stderr, and with `--json` a JSON object per
+/// action on stdout too.
+struct Log {
+    json: bool,
+}
+
+impl Log {
+    fn action(&self, engine: &str, action: &PoolAction) {
+        match action {
+            PoolAction::Create => eprintln!("pool {engine}: started a member"),
+            PoolAction::Remove { id, reason } => {
+                eprintln!("pool {engine}: removed {id} ({})", reason.as_str());
+            }
+        }
+        if self.json {
+            let line = match action {
+                PoolAction::Create => serde_json::json!({ "engine": engine, "action": "create" }),
+                PoolAction::Remove { id, reason } => serde_json::json!({
+                    "engine": engine,
+                    "action": "remove",
+                    "id": id,
+                    "reason": match reason {
+                        RemoveReason::OtherKey => "other-key",
+                        RemoveReason::Stale => "stale",
+                        RemoveReason::Surplus => "surplus",
+                    },
+                }),
+            };
+            println!("{line}");
+        }
+    }
+
+    fn error(&self, engine: &str, e: &anyhow::Error) {
+        eprintln!("pool {engine}: error: {e:#}");
+        if self.json {
+            println!("{}", serde_json::json!({ "engine": engine, "error": format!("{e:#}") }));
+        }
+    }
 }
 
 fn list(json: bool, engine: Option<&str>, namespace: Option<&str>) -> Result<ExitCode> {

@@ -505,25 +505,55 @@ pub(crate) fn is_claim_mount(mount: &str) -> bool {
     engine_k8s::claims::is_claim(mount)
 }
 
-/// Pure: the `--mount pvc:NAME:/path[:ro]` values among `mounts`, parsed; refused on any
-/// engine but k8s (`auto` never picks a cluster), where host paths are the only mounts.
+/// Pure: the volume claims of a run: the script's inline `mounts` entries that name one
+/// (`inline`, located) and the `pvc:NAME:/path[:ro]` values among `flags` (`--mount`, the MCP
+/// tool's `mounts`), parsed; refused on any engine but k8s (`auto` never picks a cluster),
+/// where host paths are the only mounts. Precedence as for host mounts: the inline entries
+/// first, then the flags, an entry replacing an earlier one for the same pod path in place.
 pub(crate) fn claim_mounts(
-    mounts: &[String],
+    flags: &[String],
+    inline: &[crate::spec::InlineKey],
     engine: &str,
 ) -> Result<Vec<engine_k8s::claims::ClaimMount>> {
-    let claims: Vec<&String> = mounts.iter().filter(|m| is_claim_mount(m)).collect();
-    if let Some(first) = claims.first().filter(|_| engine != "k8s") {
-        return Err(ui::hinted(
-            format!(
-                "--mount `{first}`: a PersistentVolumeClaim is mounted only by the k8s engine (this run is on `{engine}`)"
-            ),
-            "run with `--engine k8s`, or mount a host path (`--mount PATH[:ro]`; write `./pvc:…` for a path that starts with `pvc:`)",
-        ));
+    if engine != "k8s" {
+        let only_k8s = |what: String| {
+            ui::hinted(
+                format!(
+                    "{what}: a PersistentVolumeClaim is mounted only by the k8s engine (this run is on `{engine}`)"
+                ),
+                "run with `--engine k8s`, or mount a host path (`PATH[:ro]`; write `./pvc:…` for a path that starts with `pvc:`)",
+            )
+        };
+        if let Some(first) = inline.first() {
+            return Err(only_k8s(format!("{}: mount `{}`", first.at, first.value)));
+        }
+        if let Some(first) = flags.iter().find(|m| is_claim_mount(m)) {
+            return Err(only_k8s(format!("--mount `{first}`")));
+        }
+        return Ok(Vec::new());
     }
-    claims
-        .into_iter()
-        .map(|m| engine_k8s::claims::parse(m).map_err(|e| EngineError::new(e).into()))
-        .collect()
+    let mut out: Vec<engine_k8s::claims::ClaimMount> = Vec::new();
+    let located = inline.iter().map(|key| {
+        engine_k8s::claims::parse(&key.value).map_err(|e| match e {
+            engine_k8s::Error::ClaimMount { value, message, hint } => {
+                ui::hinted(format!("{}: mount `{value}`: {message}", key.at), hint)
+            }
+            other => EngineError::new(other).into(),
+        })
+    });
+    let flagged = flags
+        .iter()
+        .filter(|m| is_claim_mount(m))
+        .map(|m| engine_k8s::claims::parse(m).map_err(|e| EngineError::new(e).into()));
+    for claim in located.chain(flagged) {
+        let claim: engine_k8s::claims::ClaimMount = claim?;
+        let target = claim.path.trim_end_matches('/').to_owned();
+        match out.iter_mut().find(|c| c.path.trim_end_matches('/') == target) {
+            Some(earlier) => *earlier = claim,
+            None => out.push(claim),
+        }
+    }
+    Ok(out)
 }
 
 /// The script keys (`[tool.python-sandbox]`'s `image`, `runtime-class`) each engine honours;
@@ -1081,6 +1111,7 @@ mod tests {
         let keys = crate::spec::EngineKeys {
             image: inline("registry.example/numpy:2", "s.py:5:11"),
             runtime_class: inline("gvisor", "s.py:6:19"),
+            claims: Vec::new(),
         };
         let none = Options {
             image: None,
@@ -1121,6 +1152,59 @@ mod tests {
         assert!(shown(&err).starts_with("s.py:6:19: `runtime-class`: "), "{}", shown(&err));
     }
 
+    /// The script's claim mounts and the flags' resolve as host mounts do (inline first, a
+    /// flag replacing an entry for the same pod path in place) and reach the k8s engine's
+    /// config (whose run tests take them into the run pod); off k8s the inline entry is
+    /// refused at its line and column, with a hint; a bad inline claim names its line too.
+    #[test]
+    fn inline_and_flag_claims_resolve_by_precedence_and_are_refused_off_k8s() {
+        let key = |value: &str, at: &str| crate::spec::InlineKey {
+            value: value.to_owned(),
+            at: at.to_owned(),
+        };
+        let inline = [
+            key("pvc:psbx-data-a:/data", "s.py:3:13"),
+            key("pvc:psbx-data-b:/models:ro", "s.py:3:38"),
+        ];
+        let flags = ["pvc:psbx-data-c:/data/:ro".to_owned(), "./host".to_owned()];
+        let claims = claim_mounts(&flags, &inline, "k8s").unwrap();
+        let shown_claims: Vec<String> = claims
+            .iter()
+            .map(|c| format!("{} at {} ro={}", c.claim, c.path, c.read_only))
+            .collect();
+        assert_eq!(
+            shown_claims,
+            ["psbx-data-c at /data ro=true", "psbx-data-b at /models ro=true"],
+            "the flag replaces the inline entry for /data in place"
+        );
+        assert_eq!(claim_mounts(&[], &inline, "k8s").unwrap().len(), 2);
+        assert_eq!(claim_mounts(&flags[1..], &[], "docker").unwrap(), Vec::new(), "host paths");
+
+        let options = Options {
+            image: None,
+            namespace: None,
+            script: None,
+            purpose: Purpose::Start,
+            claims: &claims,
+        };
+        let (config, _) =
+            k8s_config(&crate::config::K8sSettings::default(), None, &options).unwrap();
+        assert_eq!(config.run_claims, claims);
+
+        let err = claim_mounts(&flags, &inline, "docker").unwrap_err();
+        insta::assert_snapshot!(shown(&err), @r"
+        s.py:3:13: mount `pvc:psbx-data-a:/data`: a PersistentVolumeClaim is mounted only by the k8s engine (this run is on `docker`)
+        hint: run with `--engine k8s`, or mount a host path (`PATH[:ro]`; write `./pvc:…` for a path that starts with `pvc:`)
+        ");
+        let bad = [key("pvc:shared:/data", "s.py:4:13")];
+        let err = claim_mounts(&[], &bad, "k8s").unwrap_err();
+        assert!(
+            shown(&err).starts_with("s.py:4:13: mount `pvc:shared:/data`: claim `shared` is not one meant for sandboxes\nhint: "),
+            "{}",
+            shown(&err)
+        );
+    }
+
     /// What each engine does with a script key it cannot honour: `runtime-class` refused,
     /// `image` a warning; the engines that honour one say nothing.
     #[test]
@@ -1128,6 +1212,7 @@ mod tests {
         let keys = crate::spec::EngineKeys {
             image: inline("registry.example/numpy:2", "s.py:5:11"),
             runtime_class: inline("gvisor", "s.py:6:19"),
+            claims: Vec::new(),
         };
         assert_eq!(script_keys("k8s", &keys).unwrap(), Vec::<String>::new());
         let err = script_keys("docker", &keys).unwrap_err();

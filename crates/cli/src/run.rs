@@ -46,7 +46,7 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
         return Ok(spec::refuse(&crossings, spec::Subject::Run, args.json));
     }
 
-    let claims = crate::registry::claim_mounts(&args.mounts, &args.engine)?;
+    let claims = crate::registry::claim_mounts(&args.mounts, &keys.claims, &args.engine)?;
     let options = registry::Options {
         image: args.container.image.as_deref(),
         namespace: None,

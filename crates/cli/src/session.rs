@@ -13,7 +13,7 @@ use sandbox_core::{
     SessionConfig, SessionInfo,
 };
 
-use crate::args::{NetFlag, SessionCmd, SessionStartArgs};
+use crate::args::{NetFlag, SessionCmd, SessionShape, SessionStartArgs};
 use crate::relay::{Forward, Relay};
 use crate::{meta, registry, ui};
 
@@ -72,47 +72,14 @@ fn start(args: SessionStartArgs) -> Result<ExitCode> {
 }
 
 fn start_session(args: SessionStartArgs, json: bool) -> Result<ExitCode> {
-    let workspace = std::env::current_dir()
-        .and_then(|d| d.canonicalize())
-        .context("cannot determine the current directory (the workspace)")?;
-    let ttl = parse_ttl(&args.ttl).ok_or_else(|| {
-        ui::hinted(
-            format!("invalid ttl `{}`", args.ttl),
-            "use seconds or a suffix: `90s`, `30m`, `2h`",
-        )
-    })?;
-    if let Some(claim) = args.mounts.iter().find(|m| crate::registry::is_claim_mount(m)) {
-        return Err(ui::hinted(
-            format!(
-                "--mount `{claim}`: a claim is mounted only by `run --engine k8s`, not into a session"
-            ),
-            "run the script with `python-sandbox run --engine k8s --mount ...`, or copy the data in with `session put`",
-        ));
+    let planned = plan(&args.shape)?;
+    if !planned.crossings.is_empty() && !args.shape.approve {
+        return Ok(crate::spec::refuse(&planned.crossings, crate::spec::Subject::Session, json));
     }
-    // Resolved like a run's command-line layer, so spellings, defaults and checks are the same.
-    let layer = Layer {
-        script: Some(workspace.join(".session")),
-        mounts: args.mounts.iter().map(|m| m.parse()).collect::<Result<_, _>>()?,
-        net: args.net.map(|n| match n {
-            NetFlag::On => Net::On,
-            NetFlag::Off => Net::Off,
-        }),
-        publish: args.publish.iter().map(|p| p.parse()).collect::<Result<_, _>>()?,
-        env: args.env.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,
-        tmpfs_size: args.tmpfs_size.as_deref().map(sandbox_core::parse_size).transpose()?,
-        limits: args.limits.layer()?,
-        ..Layer::default()
-    };
-    // The same resolution and boundary check as `run` (crate::spec): they cannot drift.
-    let resolved = crate::spec::resolve(&Layer::default(), &layer)?;
-    let crossings = resolved.crossings();
-    let spec = resolved.spec;
-    if !crossings.is_empty() && !args.approve {
-        return Ok(crate::spec::refuse(&crossings, crate::spec::Subject::Session, json));
-    }
+    let (spec, workspace, ttl) = (planned.spec, planned.workspace, planned.ttl);
     let options = registry::Options {
-        image: args.container.image.as_deref(),
-        namespace: args.namespace.as_deref(),
+        image: args.shape.container.image.as_deref(),
+        namespace: args.shape.namespace.as_deref(),
         script: None,
         purpose: registry::Purpose::Start,
         claims: &[],
@@ -136,6 +103,69 @@ fn start_session(args: SessionStartArgs, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// What `session start` with `args` (its shaping flags) in the current directory starts, before the boundary
+/// check and any engine: `pool serve` keeps ready exactly what this gives, so a start with the
+/// same flags in the same directory claims what it keeps.
+pub(crate) struct Planned {
+    pub(crate) spec: sandbox_core::RunSpec,
+    pub(crate) workspace: PathBuf,
+    pub(crate) ttl: Duration,
+    /// The boundary crossings still to approve (`--approve`).
+    pub(crate) crossings: Vec<sandbox_core::Crossing>,
+}
+
+impl Planned {
+    /// The session config a start of this plan asks the engine for.
+    pub(crate) fn config(&self) -> SessionConfig {
+        config_of(self.spec.clone(), self.workspace.clone(), self.ttl)
+    }
+}
+
+/// A session mounts no volume claim (`session start --mount pvc:…`, the MCP `session_start`).
+pub(crate) fn refuse_claims(mounts: &[String]) -> Result<()> {
+    if let Some(claim) = mounts.iter().find(|m| crate::registry::is_claim_mount(m)) {
+        return Err(ui::hinted(
+            format!(
+                "--mount `{claim}`: a claim is mounted only by `run --engine k8s`, not into a session"
+            ),
+            "run the script with `python-sandbox run --engine k8s --mount ...`, or copy the data in with `session put`",
+        ));
+    }
+    Ok(())
+}
+
+/// The [`Planned`] start of `args`.
+pub(crate) fn plan(args: &SessionShape) -> Result<Planned> {
+    let workspace = std::env::current_dir()
+        .and_then(|d| d.canonicalize())
+        .context("cannot determine the current directory (the workspace)")?;
+    let ttl = parse_ttl(&args.ttl).ok_or_else(|| {
+        ui::hinted(
+            format!("invalid ttl `{}`", args.ttl),
+            "use seconds or a suffix: `90s`, `30m`, `2h`",
+        )
+    })?;
+    refuse_claims(&args.mounts)?;
+    // Resolved like a run's command-line layer, so spellings, defaults and checks are the same.
+    let layer = Layer {
+        script: Some(workspace.join(".session")),
+        mounts: args.mounts.iter().map(|m| m.parse()).collect::<Result<_, _>>()?,
+        net: args.net.map(|n| match n {
+            NetFlag::On => Net::On,
+            NetFlag::Off => Net::Off,
+        }),
+        publish: args.publish.iter().map(|p| p.parse()).collect::<Result<_, _>>()?,
+        env: args.env.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,
+        tmpfs_size: args.tmpfs_size.as_deref().map(sandbox_core::parse_size).transpose()?,
+        limits: args.limits.layer()?,
+        ..Layer::default()
+    };
+    // The same resolution and boundary check as `run` (crate::spec): they cannot drift.
+    let resolved = crate::spec::resolve(&Layer::default(), &layer)?;
+    let crossings = resolved.crossings();
+    Ok(Planned { spec: resolved.spec, workspace, ttl, crossings })
+}
+
 /// Starts a session of a spec already resolved and checked at the boundary (by `session
 /// start` or the MCP server's `session_start`) on `engine` (`None`: the first that can).
 pub(crate) fn start_resolved(
@@ -151,7 +181,18 @@ pub(crate) fn start_resolved(
             "run `python-sandbox detect` (and `python-sandbox suggest`)",
         ));
     };
-    let config = SessionConfig {
+    let config = config_of(spec, workspace, ttl);
+    if let Some(claimed) = crate::pool::claim(&*engine, &config, options) {
+        return Ok(claimed);
+    }
+    let mut progress = crate::progress::Progress::start();
+    let started = engine.start_session_dyn(&config, &mut |line| progress.set(line));
+    progress.finish();
+    Ok(started?)
+}
+
+fn config_of(spec: sandbox_core::RunSpec, workspace: PathBuf, ttl: Duration) -> SessionConfig {
+    SessionConfig {
         workspace,
         mounts: spec.mounts,
         net: spec.net,
@@ -160,14 +201,7 @@ pub(crate) fn start_resolved(
         ttl,
         tmpfs_size: spec.tmpfs_size,
         limits: spec.limits,
-    };
-    if let Some(claimed) = crate::pool::claim(&*engine, &config, options) {
-        return Ok(claimed);
     }
-    let mut progress = crate::progress::Progress::start();
-    let started = engine.start_session_dyn(&config, &mut |line| progress.set(line));
-    progress.finish();
-    Ok(started?)
 }
 
 /// The secrets to mask in what a session prints: its own secret-looking environment and that

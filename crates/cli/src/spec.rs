@@ -176,9 +176,11 @@ pub(crate) fn inline_layer(meta: &Metadata) -> Layer {
     };
     if let Some(sb) = &meta.sandbox {
         layer.dependencies.extend(sb.dependencies.iter().map(|d| d.value.clone()));
+        // A volume claim is no host path: `EngineKeys::claims` carries it to the registry.
         layer.mounts = sb
             .mounts
             .iter()
+            .filter(|m| !crate::registry::is_claim_mount(&m.value.to_string()))
             .map(|m| LayerMount {
                 path: PathBuf::from(&m.value.path),
                 mode: m.value.mode.map(|mode| match mode {
@@ -220,12 +222,15 @@ pub(crate) struct InlineKey {
 }
 
 /// What the script needs from where it runs, beyond the `RunSpec`: the inline `image` and
-/// `runtime-class`. They sit between the flags and the user config (flags > inline table >
-/// user config > defaults); which engines honour them is the registry's business.
+/// `runtime-class`, and the `mounts` entries that name a volume claim (`pvc:NAME:/path[:ro]`).
+/// They sit between the flags and the user config (flags > inline table > user config >
+/// defaults); which engines honour them is the registry's business.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct EngineKeys {
     pub(crate) image: Option<InlineKey>,
     pub(crate) runtime_class: Option<InlineKey>,
+    /// The claim mounts, as written (with their mode), in order.
+    pub(crate) claims: Vec<InlineKey>,
 }
 
 impl EngineKeys {
@@ -233,13 +238,25 @@ impl EngineKeys {
     pub(crate) fn of(meta: &Metadata, file: &Path, text: &str) -> EngineKeys {
         let Some(sb) = &meta.sandbox else { return EngineKeys::default() };
         let index = pep723_meta::LineIndex::new(text);
-        let located = |s: &pep723_meta::Spanned<String>| {
-            let (line, col) = crate::meta::line_col(&index, text, s.span.start);
-            InlineKey { value: s.value.clone(), at: format!("{}:{line}:{col}", file.display()) }
+        let at = |start: usize| {
+            let (line, col) = crate::meta::line_col(&index, text, start);
+            format!("{}:{line}:{col}", file.display())
         };
+        let located = |s: &pep723_meta::Spanned<String>| InlineKey {
+            value: s.value.clone(),
+            at: at(s.span.start),
+        };
+        let claims = sb
+            .mounts
+            .iter()
+            .map(|m| (m.value.to_string(), m.span.start))
+            .filter(|(value, _)| crate::registry::is_claim_mount(value))
+            .map(|(value, start)| InlineKey { value, at: at(start) })
+            .collect();
         EngineKeys {
             image: sb.image.as_ref().map(located),
             runtime_class: sb.runtime_class.as_ref().map(located),
+            claims,
         }
     }
 
@@ -261,8 +278,18 @@ impl EngineKeys {
 
     /// `session run`: a session's sandbox was made at `session start`, so a script's engine
     /// keys come too late. `image` is a warning (the script runs on the session's image);
-    /// `runtime-class` is refused, as a tightening the session cannot show it holds.
+    /// `runtime-class` is refused, as a tightening the session cannot show it holds, and so is
+    /// a claim mount (the session has none).
     pub(crate) fn for_session(&self, id: &str) -> Result<Vec<String>> {
+        if let Some(claim) = self.claims.first() {
+            return Err(ui::hinted(
+                format!(
+                    "{}: mount `{}`: a claim is mounted only by `run --engine k8s`, not into session `{id}`, so nothing was run",
+                    claim.at, claim.value
+                ),
+                "run the script with `python-sandbox run --engine k8s`, or copy the data in with `session put`",
+            ));
+        }
         if let Some(class) = &self.runtime_class {
             return Err(ui::hinted(
                 format!(
@@ -323,6 +350,24 @@ mod tests {
         s.py:3:11: the script's `image = "registry.example/numpy:2"` is not used: session `psbx-1` has the image it was started with
         "#);
         assert_eq!(EngineKeys::default().for_session("psbx-1").unwrap(), Vec::<String>::new());
+    }
+
+    /// An inline claim mount is an engine key, located, and no host mount of the layer; a
+    /// session refuses it.
+    #[test]
+    fn inline_claim_mounts_are_located_and_kept_out_of_the_host_mounts() {
+        let text = "# /// script\n# [tool.python-sandbox]\n# mounts = [\"./data:ro\", \"pvc:psbx-data-a:/models:ro\"]\n# ///\n";
+        let parsed = pep723_meta::parse(text).strict();
+        let meta = parsed.metadata.expect("valid");
+        let keys = EngineKeys::of(&meta, Path::new("s.py"), text);
+        let claims: Vec<(&str, &str)> =
+            keys.claims.iter().map(|k| (k.value.as_str(), k.at.as_str())).collect();
+        assert_eq!(claims, [("pvc:psbx-data-a:/models:ro", "s.py:3:26")]);
+        let layer = inline_layer(&meta);
+        let paths: Vec<&Path> = layer.mounts.iter().map(|m| m.path.as_path()).collect();
+        assert_eq!(paths, [Path::new("./data")]);
+        let err = keys.for_session("psbx-1").unwrap_err();
+        assert!(err.to_string().starts_with("s.py:3:26: mount `pvc:psbx-data-a:/models:ro`: a claim is mounted only by `run --engine k8s`"), "{err}");
     }
 
     /// The inline `tmpfs-size` reaches the spec, and `--tmpfs-size` beats it.

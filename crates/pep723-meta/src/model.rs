@@ -62,7 +62,9 @@ pub struct SandboxConfig {
 
 /// A mount: `"PATH"`, `"PATH:ro"` or `"PATH:rw"`. The mode is read only from a final `:ro`/`:rw`
 /// and any other text after the last `:` is an unknown mode, so a path that contains `:` is
-/// written with its mode (`"./a:b:rw"` is `./a:b`, read-write).
+/// written with its mode (`"./a:b:rw"` is `./a:b`, read-write). An entry starting with
+/// [`CLAIM_SCHEME`] names a cluster volume claim (`"pvc:NAME:/path"`, `"pvc:NAME:/path:ro"`): its
+/// `path` is the text before the mode, and the caller checks the rest.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct MountSpec {
@@ -72,7 +74,21 @@ pub struct MountSpec {
     pub mode: Option<MountMode>,
 }
 
+/// How a mount that names a cluster volume claim rather than a host path starts
+/// (`pvc:NAME:/path[:ro|:rw]`).
+pub const CLAIM_SCHEME: &str = "pvc:";
+
 impl MountSpec {
+    /// A [`CLAIM_SCHEME`] entry: the mode split off when the text ends in `:ro` or `:rw`, the
+    /// rest kept whole (its `:` separate the claim from the path).
+    pub(crate) fn claim(s: &str) -> Self {
+        match s.rsplit_once(':') {
+            Some((path, "ro")) => Self { path: path.to_owned(), mode: Some(MountMode::Ro) },
+            Some((path, "rw")) => Self { path: path.to_owned(), mode: Some(MountMode::Rw) },
+            _ => Self { path: s.to_owned(), mode: None },
+        }
+    }
+
     /// Parses `PATH[:ro|:rw]`. Returns `None` for an empty path or an unknown mode.
     pub fn parse(s: &str) -> Option<Self> {
         Self::split(s).ok()

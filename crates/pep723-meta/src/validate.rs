@@ -8,7 +8,9 @@ use std::str::FromStr;
 use toml_edit::{Document, Item, Key, TableLike, Value};
 
 use crate::diagnostic::{Diagnostic, TextEdit, codes};
-use crate::model::{EnvVar, Metadata, MountSpec, Net, SandboxConfig, Spanned, TomlValue};
+use crate::model::{
+    CLAIM_SCHEME, EnvVar, Metadata, MountSpec, Net, SandboxConfig, Spanned, TomlValue,
+};
 use crate::scan::{self, Block, opener_kind};
 
 /// The top-level keys of a `script` block.
@@ -648,7 +650,10 @@ impl Cx<'_> {
                 );
                 continue;
             }
-            let spec = match MountSpec::split(&s) {
+            // A volume claim (`pvc:NAME:/path[:ro|:rw]`) keeps its `:` inside; whoever runs the
+            // script checks its spelling and whether its engine can mount it.
+            let claim = s.starts_with(CLAIM_SCHEME).then(|| MountSpec::claim(&s));
+            let spec = match claim.map_or_else(|| MountSpec::split(&s), Ok) {
                 Ok(spec) => spec,
                 Err(sandbox_core::MountSpellingError::EmptyPath) => {
                     self.push(bad("mount path is empty"));

@@ -3,7 +3,9 @@
 //! five primitives ([`crate::SessionEngine`]'s `pool_*` methods: its identity, list members,
 //! create one, claim one atomically, remove one); the decisions are here, pure, and the same
 //! for every engine: which member fits a request ([`pool_key`]), in which order candidates
-//! are tried ([`candidates`]), and what a refill creates and evicts ([`refill_plan`]).
+//! are tried ([`candidates`]), what a refill creates and evicts ([`refill_plan`]), and what a
+//! controller keeping the pool at its size does on each pass ([`reconcile`], carried out by
+//! [`serve_pass`]).
 //!
 //! **Invariant:** a member is handed out only for a request with the same key, and the key
 //! covers everything a sandbox fixes at its start. It is a digest of the whole
@@ -78,6 +80,97 @@ pub fn refill_plan(members: &[PoolMember], key: &str, size: usize) -> RefillPlan
         create: size.saturating_sub(have),
         remove: others.iter().map(|m| m.id.clone()).collect(),
     }
+}
+
+/// Why a pass removes a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoveReason {
+    /// Its key is not the one asked (the image or the config changed since its create).
+    OtherKey,
+    /// It is past half its TTL: it is replaced before its expiry can race a claim.
+    Stale,
+    /// The pool holds more fresh members of the key than its size.
+    Surplus,
+}
+
+impl RemoveReason {
+    /// Lower-case words for a log line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RemoveReason::OtherKey => "its key is not the configured one",
+            RemoveReason::Stale => "past half its ttl",
+            RemoveReason::Surplus => "more members than the pool size",
+        }
+    }
+}
+
+/// One step of a pass of [`reconcile`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PoolAction {
+    /// Start one member of the asked key.
+    Create,
+    /// Remove unclaimed member `id`.
+    Remove {
+        /// The member.
+        id: String,
+        /// Why.
+        reason: RemoveReason,
+    },
+}
+
+/// Pure: what one pass of a controller does to keep `size` members of `key`, each of a TTL of
+/// `ttl_secs`, at unix time `now`. Members of other keys go first (they hold resources nobody
+/// can claim); the missing fresh members are created next, and only then are stale ones
+/// removed, so a replacement never leaves the pool short; a surplus (a smaller size, or a
+/// refill that ran outside the controller) goes last, the oldest first. A member missing from
+/// `members` (claimed, dead, expired) is not counted: its replacement is a create.
+pub fn reconcile(
+    members: &[PoolMember],
+    key: &str,
+    size: usize,
+    ttl_secs: u64,
+    now: u64,
+) -> Vec<PoolAction> {
+    let stale_after = ttl_secs / 2;
+    let mut sorted: Vec<&PoolMember> = members.iter().collect();
+    sorted.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.id.cmp(&b.id)));
+    let remove = |m: &&PoolMember, reason| PoolAction::Remove { id: m.id.clone(), reason };
+    let (ours, others): (Vec<&PoolMember>, Vec<&PoolMember>) =
+        sorted.into_iter().partition(|m| m.key == key);
+    let (stale, fresh): (Vec<&PoolMember>, Vec<&PoolMember>) =
+        ours.into_iter().partition(|m| now.saturating_sub(m.created) >= stale_after);
+    let mut out: Vec<PoolAction> =
+        others.iter().map(|m| remove(m, RemoveReason::OtherKey)).collect();
+    out.extend(std::iter::repeat_n(PoolAction::Create, size.saturating_sub(fresh.len())));
+    out.extend(stale.iter().map(|m| remove(m, RemoveReason::Stale)));
+    let surplus = fresh.len().saturating_sub(size);
+    out.extend(fresh.iter().take(surplus).map(|m| remove(m, RemoveReason::Surplus)));
+    out
+}
+
+/// One pass of a controller over `engine`'s pool: lists it, [`reconcile`]s it against `size`
+/// members fitting `config` at unix time `now`, and carries out each action, telling `done` of
+/// each once done. The caller holds the pool's fill lock, so no refill lists or creates between
+/// this listing and these creates; a claim between them leaves the pool one short until the
+/// next pass, never over its size. Stops at the first failing action; the actions taken.
+pub fn serve_pass(
+    engine: &dyn crate::DynSessionEngine,
+    config: &SessionConfig,
+    size: usize,
+    now: u64,
+    done: &mut dyn FnMut(&PoolAction),
+) -> Result<usize, EngineError> {
+    let Some(identity) = engine.pool_identity_dyn() else { return Ok(0) };
+    let key = pool_key(config, &identity);
+    let actions = reconcile(&engine.pool_members_dyn()?, &key, size, config.ttl.as_secs(), now);
+    for action in &actions {
+        match action {
+            PoolAction::Create => engine.pool_create_dyn(config, &key)?,
+            PoolAction::Remove { id, .. } => engine.pool_remove_dyn(id)?,
+        }
+        done(action);
+    }
+    Ok(actions.len())
 }
 
 /// Claims a member of `engine`'s pool that fits `config`: `None` when the engine has no pool

@@ -97,7 +97,27 @@ fn claim_mounts_are_refused_where_they_cannot_be_kept_before_anything_is_made() 
     let server = Apiserver::start();
     let mut laptop = laptop();
     server.kubeconfig(&mut laptop);
-    let cases: [(&[&str], &str); 4] = [
+    ctx.write(
+        "inline.py",
+        "# /// script\n# [tool.python-sandbox]\n# mounts = [\"pvc:psbx-data-a:/data\"]\n# ///\nprint(1)\n",
+    );
+    ctx.write(
+        "shared.py",
+        "# /// script\n# [tool.python-sandbox]\n# mounts = [\"pvc:shared:/data:ro\"]\n# ///\nprint(1)\n",
+    );
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["run", "inline.py"],
+            "inline.py:3:13: mount `pvc:psbx-data-a:/data`: a PersistentVolumeClaim is mounted only by the k8s engine (this run is on `auto`)",
+        ),
+        (
+            &["run", "--engine", "podman", "inline.py"],
+            "mounted only by the k8s engine (this run is on `podman`)",
+        ),
+        (
+            &["run", "--engine", "k8s", "shared.py"],
+            "shared.py:3:13: mount `pvc:shared:/data:ro`: claim `shared` is not one meant for sandboxes",
+        ),
         (
             &["run", "--mount", "pvc:psbx-data-a:/data", "hello.py"],
             "a PersistentVolumeClaim is mounted only by the k8s engine (this run is on `auto`)",

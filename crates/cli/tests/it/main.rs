@@ -5,6 +5,7 @@ mod k8s;
 mod mcp;
 mod mcp_rmcp;
 mod meta;
+mod pool;
 mod reap;
 mod run;
 mod session;

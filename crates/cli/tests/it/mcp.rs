@@ -232,3 +232,44 @@ fn mcp_python_sdk_client() {
     );
     assert!(stdout.contains("ok: mcp sdk client") || stdout.contains("SKIPPED:"), "{stdout}");
 }
+
+/// `pvc:NAME:/path[:ro]` in the run tool's `mounts` and in the script's own table: refused
+/// off k8s (the inline entry at its line and column), a claim not meant for sandboxes refused
+/// on k8s, a session refuses one; each with a hint and before any engine or cluster is asked.
+#[test]
+fn mcp_claim_mounts_are_recognised_in_arguments_and_the_scripts_table() {
+    let ctx = Ctx::new();
+    let home = tempfile::tempdir().expect("home");
+    let (mut client, _) = Client::start(&ctx, home.path());
+    let inline = "# /// script\n# [tool.python-sandbox]\n# mounts = [\"pvc:psbx-data-a:/data:ro\"]\n# ///\nprint(1)\n";
+    let cases = [
+        (
+            "run_script",
+            json!({"code": "print(1)", "mounts": ["pvc:psbx-data-a:/data"]}),
+            "--mount `pvc:psbx-data-a:/data`: a PersistentVolumeClaim is mounted only by the k8s engine (this run is on `auto`)",
+        ),
+        (
+            "run_script",
+            json!({"code": inline, "engine": "docker"}),
+            "<code>:3:13: mount `pvc:psbx-data-a:/data:ro`: a PersistentVolumeClaim is mounted only by the k8s engine (this run is on `docker`)",
+        ),
+        (
+            "run_script",
+            json!({"code": "print(1)", "engine": "k8s", "mounts": ["pvc:shared:/data"]}),
+            "claim `shared` is not one meant for sandboxes",
+        ),
+        (
+            "session_start",
+            json!({"mounts": ["pvc:psbx-data-a:/data"]}),
+            "a claim is mounted only by `run --engine k8s`, not into a session",
+        ),
+    ];
+    for (tool, arguments, error) in cases {
+        let (v, is_error) = client.call(tool, arguments.clone());
+        assert!(is_error, "{tool} {arguments}: {v}");
+        let text = v.to_string();
+        assert!(text.contains(error), "{tool} {arguments}: {v}");
+        assert!(text.contains("hint"), "{tool} {arguments}: {v}");
+    }
+    assert!(ctx.ls().is_empty(), "nothing ran: {:?}", ctx.ls());
+}

@@ -15,7 +15,7 @@ use insta::assert_snapshot;
 use crate::{Ctx, transcript};
 
 /// Whether `engine` works here, as `detect` tells (podman's service is started by CI).
-fn available(ctx: &Ctx, engine: &str) -> Result<(), String> {
+pub(crate) fn available(ctx: &Ctx, engine: &str) -> Result<(), String> {
     let out = ctx.run(&["detect", "--json"]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout)
         .map_err(|e| format!("detect --json printed no JSON: {e}"))?;

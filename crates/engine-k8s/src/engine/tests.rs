@@ -379,3 +379,46 @@ fn an_unclaimed_member_is_not_a_session_and_a_used_one_is_not_a_member() {
     let refused = engine.open_session("a").expect_err("unclaimed");
     assert_eq!(refused.class(), ErrorClass::NotFound, "nothing runs in a member before its claim");
 }
+
+#[test]
+fn a_serve_pass_removes_a_member_of_another_key_through_the_pool_api() {
+    let config = session(&[8000], &[]);
+    let identity = {
+        let (engine, _) = engine(Vec::new());
+        engine.pool_identity().expect("k8s has a pool")
+    };
+    let key = sandbox_core::pool::pool_key(&config, &identity);
+    let list = json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [
+        member("a", &key, "5", POOL_READY),
+        member("c", "another-policy", "7", POOL_READY),
+    ]});
+    let replies = vec![
+        Reply::Json(200, list),
+        Reply::Json(200, member("c", "another-policy", "7", POOL_READY)),
+        Reply::Json(200, member("c", "another-policy", "8", POOL_CLAIMED)),
+        Reply::Json(200, member("c", "another-policy", "8", POOL_CLAIMED)),
+        Reply::Json(200, json!({"kind": "Status", "status": "Success"})),
+    ];
+    let (engine, seen) = engine(replies);
+    let mut done = Vec::new();
+    // A minute after the members' creation: `a` is fresh and fills the pool of one.
+    let now = 1_700_000_060;
+    let taken = sandbox_core::pool::serve_pass(&engine, &config, 1, now, &mut |a| {
+        done.push(a.clone());
+    })
+    .expect("pass");
+    assert_eq!(taken, 1);
+    assert_eq!(
+        done,
+        [sandbox_core::pool::PoolAction::Remove {
+            id: "c".into(),
+            reason: sandbox_core::pool::RemoveReason::OtherKey
+        }]
+    );
+    let sent = requests(&seen);
+    let patch = sent.iter().find(|r| r.0.starts_with("PATCH ")).expect("a relabel");
+    assert!(patch.0.contains("psbx-c"), "{}", patch.0);
+    assert_eq!(patch.1["metadata"]["resourceVersion"], "7", "claimed at the listed revision");
+    let last = &sent.last().expect("a delete").0;
+    assert!(last.starts_with("DELETE ") && last.contains("psbx-c"), "{last}");
+}

@@ -153,3 +153,83 @@ fn another_policy_misses_the_pool() {
         drain(&engine, &[claimed.id]);
     }
 }
+
+/// The `podman-rootless` tier runs these tests as an unprivileged user and sets
+/// `ENGINE_OCI_EXPECT_ROOTLESS=podman`: there podman must be the rootless one, or the tier
+/// tested nothing it claims to.
+fn expect_rootless(engine: &OciEngine) {
+    let wanted = std::env::var("ENGINE_OCI_EXPECT_ROOTLESS").unwrap_or_default();
+    if wanted.split(',').any(|e| e == name(engine)) {
+        assert!(engine.rootless().is_some(), "{}: expected rootless", name(engine));
+        let identity = engine.pool_identity_dyn().unwrap_or_default();
+        assert!(identity.ends_with("rootless=true"), "{identity}");
+    }
+}
+
+#[test]
+fn serve_passes_fill_a_claim_finds_it_unused_and_drain_empties_it() {
+    for shared in engines() {
+        // Its own runtime directory, so its own pool: a pass removes members of other keys,
+        // and the other tests here fill theirs at the same time.
+        let run = tempfile::Builder::new().prefix("engine-oci-run-").tempdir().expect("tempdir");
+        let mut own = shared.config().clone();
+        own.runtime_dir = run.path().to_owned();
+        let engine = OciEngine::new(own).expect("the engine answered before");
+        expect_rootless(&engine);
+        let (_dir, ws) = crate::support::workspace("");
+        let config = config(&ws);
+        let now = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs())
+        };
+        let pass = |size| pool::serve_pass(&engine, &config, size, now(), &mut |_| {});
+        assert_eq!(pass(2).expect("fill"), 2, "{}", name(&engine));
+        let members = members_of(&engine, &config);
+        assert_eq!(members.len(), 2, "{}", name(&engine));
+
+        let claimed = pool::claim(&engine, &config).expect("claim").expect("a member");
+        assert!(members.contains(&claimed.id), "{}", name(&engine));
+        // Never ran anything: its /tmp holds only what the agent made at its start, this
+        // exec's own registration (`.active`) and the workspace's mount point when the
+        // workspace is under /tmp.
+        let session = engine.open_session(&claimed.id).expect("a claimed member is a session");
+        let mut out = sandbox_core::Captured::default();
+        let request = ExecRequest {
+            argv: vec!["ls".into(), "-A".into(), "/tmp".into()],
+            ..Default::default()
+        };
+        let outcome = engine.block_on(sandbox_core::Sandbox::exec(&session, &request, &mut out));
+        assert_eq!(outcome.expect("exec").exit_code, 0, "{}", name(&engine));
+        let mount_point = ws.strip_prefix("/tmp").ok().and_then(|p| p.iter().next());
+        let listed = out.stdout_lossy();
+        let unexpected: Vec<&str> = listed
+            .lines()
+            .filter(|f| ![".python-sandbox-agent.sock", ".last-activity", ".active"].contains(f))
+            .filter(|f| mount_point.is_none_or(|m| m != std::ffi::OsStr::new(f)))
+            .collect();
+        assert!(unexpected.is_empty(), "{}: /tmp of a fresh member: {listed}", name(&engine));
+        drop(session);
+
+        assert_eq!(pass(2).expect("refill"), 1, "{}: one claimed, one created", name(&engine));
+        let refilled = members_of(&engine, &config);
+        assert_eq!(refilled.len(), 2, "{}", name(&engine));
+        assert!(
+            !refilled.contains(&claimed.id),
+            "{}: a claimed member is not put back",
+            name(&engine)
+        );
+
+        // Drain: a pass to size 0 removes every member, and they are gone, not just unlisted.
+        assert_eq!(pass(0).expect("drain"), 2, "{}", name(&engine));
+        assert!(members_of(&engine, &config).is_empty(), "{}", name(&engine));
+        for id in &refilled {
+            let gone = std::process::Command::new(name(&engine))
+                .args(["container", "inspect", &format!("python-sandbox-session-{id}")])
+                .output()
+                .expect("inspect");
+            assert!(!gone.status.success(), "{}: member {id} still exists", name(&engine));
+        }
+        drain(&engine, &[claimed.id]);
+    }
+}

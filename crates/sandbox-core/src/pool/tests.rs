@@ -21,6 +21,9 @@ fn config() -> SessionConfig {
     }
 }
 
+/// The clock of the scripted passes: members it creates are born now.
+const NOW: u64 = 100_000;
+
 fn member(id: &str, key: &str, created: u64) -> PoolMember {
     PoolMember { id: id.to_owned(), key: key.to_owned(), created, revision: String::new() }
 }
@@ -94,7 +97,7 @@ fn refill_follows_the_last_request() {
 /// are refused at the claim (as an engine refuses a used one).
 struct Scripted {
     identity: Option<String>,
-    members: Vec<PoolMember>,
+    members: Mutex<Vec<PoolMember>>,
     claimed: Mutex<BTreeSet<String>>,
     unfit: BTreeSet<String>,
     created: Mutex<Vec<String>>,
@@ -105,7 +108,7 @@ impl Scripted {
     fn new(members: Vec<PoolMember>) -> Scripted {
         Scripted {
             identity: Some("scripted".into()),
-            members,
+            members: Mutex::new(members),
             claimed: Mutex::default(),
             unfit: BTreeSet::new(),
             created: Mutex::default(),
@@ -139,10 +142,14 @@ impl DynSessionEngine for Scripted {
     }
     fn pool_members_dyn(&self) -> Result<Vec<PoolMember>, EngineError> {
         let claimed = self.claimed.lock().map_err(|_| poisoned())?;
-        Ok(self.members.iter().filter(|m| !claimed.contains(&m.id)).cloned().collect())
+        let members = self.members.lock().map_err(|_| poisoned())?;
+        Ok(members.iter().filter(|m| !claimed.contains(&m.id)).cloned().collect())
     }
     fn pool_create_dyn(&self, _: &SessionConfig, key: &str) -> Result<(), EngineError> {
-        self.created.lock().map_err(|_| poisoned())?.push(key.to_owned());
+        let mut created = self.created.lock().map_err(|_| poisoned())?;
+        created.push(key.to_owned());
+        let id = format!("new{}", created.len());
+        self.members.lock().map_err(|_| poisoned())?.push(member(&id, key, NOW));
         Ok(())
     }
     fn pool_claim_dyn(&self, member: &PoolMember) -> Result<Option<SessionInfo>, EngineError> {
@@ -152,6 +159,7 @@ impl DynSessionEngine for Scripted {
     }
     fn pool_remove_dyn(&self, id: &str) -> Result<(), EngineError> {
         self.removed.lock().map_err(|_| poisoned())?.push(id.to_owned());
+        self.members.lock().map_err(|_| poisoned())?.retain(|m| m.id != id);
         Ok(())
     }
 }
@@ -204,4 +212,60 @@ fn refill_creates_for_the_asked_key_and_evicts_the_rest() {
     let none = Scripted { identity: None, ..Scripted::new(Vec::new()) };
     assert_eq!(refill(&none, &config(), 3).expect("refill"), 0, "an engine without a pool");
     assert_eq!(claim(&none, &config()).expect("claim"), None);
+}
+
+/// A listed member in the reconcile table: id, key, age in seconds.
+type Listed = (&'static str, &'static str, u64);
+
+/// Pure: the reconcile table, one line per case: the members (id:key:age in seconds), the
+/// size, and the actions of the pass (ttl 1000 s: stale from 500 s).
+#[test]
+fn reconcile_table() {
+    let cases: &[(&str, &[Listed], usize)] = &[
+        ("empty pool fills", &[], 2),
+        ("full pool does nothing", &[("a", "k", 10), ("b", "k", 20)], 2),
+        ("a claimed member is refilled", &[("a", "k", 10)], 2),
+        ("image changed: drain old, fill new", &[("a", "old", 10), ("b", "old", 20)], 2),
+        ("stale replaced after its replacement", &[("a", "k", 600), ("b", "k", 20)], 2),
+        ("exactly half the ttl is stale", &[("a", "k", 500)], 1),
+        ("surplus goes, oldest first", &[("a", "k", 30), ("b", "k", 20), ("c", "k", 10)], 1),
+        ("size 0 drains", &[("a", "k", 10), ("b", "other", 10)], 0),
+        ("mixed", &[("s", "k", 900), ("o", "x", 5), ("f", "k", 1)], 3),
+    ];
+    let mut table = String::new();
+    for (what, members, size) in cases {
+        let members: Vec<PoolMember> =
+            members.iter().map(|(id, key, age)| member(id, key, NOW - age)).collect();
+        let actions = reconcile(&members, "k", *size, 1000, NOW);
+        let shown: Vec<String> = actions
+            .iter()
+            .map(|a| match a {
+                PoolAction::Create => "create".to_owned(),
+                PoolAction::Remove { id, reason } => format!("remove {id} ({})", reason.as_str()),
+            })
+            .collect();
+        let shown = if shown.is_empty() { "nothing".to_owned() } else { shown.join(", ") };
+        table.push_str(&format!("{what} (size {size}): {shown}\n"));
+    }
+    insta::assert_snapshot!(table);
+}
+
+#[test]
+fn serve_passes_keep_the_pool_at_its_size_through_claims() {
+    let key = pool_key(&config(), "scripted");
+    let engine = Scripted::new(vec![member("old", "stale-key", NOW)]);
+    let mut log = Vec::new();
+    let taken = serve_pass(&engine, &config(), 2, NOW, &mut |a| log.push(a.clone())).expect("pass");
+    assert_eq!(taken, 3, "{log:?}");
+    assert_eq!(*engine.removed.lock().expect("lock"), ["old"]);
+    assert_eq!(candidates(&engine.pool_members_dyn().expect("members"), &key).len(), 2);
+    let claimed = claim(&engine, &config()).expect("claim").expect("a member");
+    assert_eq!(candidates(&engine.pool_members_dyn().expect("members"), &key).len(), 1);
+    serve_pass(&engine, &config(), 2, NOW, &mut |_| {}).expect("pass");
+    let members = engine.pool_members_dyn().expect("members");
+    assert_eq!(candidates(&members, &key).len(), 2, "refilled to the size, not beyond");
+    assert!(members.iter().all(|m| m.id != claimed.id), "a claimed member is not a member");
+    assert_eq!(serve_pass(&engine, &config(), 2, NOW, &mut |_| {}).expect("pass"), 0, "steady");
+    let none = Scripted { identity: None, ..Scripted::new(Vec::new()) };
+    assert_eq!(serve_pass(&none, &config(), 2, NOW, &mut |_| {}).expect("pass"), 0);
 }
