@@ -47,6 +47,9 @@ pub(crate) struct Case {
     pub(crate) unavailable_only: bool,
     /// Engines the case applies to; `None`: all.
     pub(crate) only_on: Option<&'static [&'static str]>,
+    /// Engines the case cannot apply to, each with the reason the report prints (a pod sees no
+    /// host path, for one): data, so that every skip is named and reviewed here.
+    pub(crate) skip_on: &'static [(&'static str, &'static str)],
     /// The script goes in on stdin, as `run -`, instead of as `case.py`.
     pub(crate) stdin_script: bool,
     /// The CLI's stderr goes to this file in the workspace (as `2>FILE` would), not to a pipe.
@@ -73,6 +76,7 @@ pub(crate) const BASE: Case = Case {
     deadline_secs: 120,
     unavailable_only: false,
     only_on: None,
+    skip_on: &[],
     stdin_script: false,
     stderr_to: None,
     stdout_lines: None,

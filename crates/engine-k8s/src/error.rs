@@ -290,7 +290,7 @@ pub enum Error {
     },
     /// No kube config: none in `KUBECONFIG`, `~/.kube/config`, nor a pod's service account.
     #[error(
-        "no cluster to talk to: {message}\nhint: point `KUBECONFIG` at a kube config (`cargo xtask kind up` makes a local cluster), or run in a pod with a service account"
+        "the k8s engine has no cluster to talk to: {message}\nhint: point `KUBECONFIG` at a kube config (`cargo xtask kind up` makes a local cluster), or run in a pod with a service account"
     )]
     NoKubeconfig {
         /// kube's reason.

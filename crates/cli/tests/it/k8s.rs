@@ -62,7 +62,7 @@ fn run_on_k8s_without_a_cluster_names_kubeconfig_and_exits_3() {
     // The cluster's own error, not the ladder's advice about other engines.
     assert_eq!(out.status.code(), Some(3), "{text}");
     let first = text.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
-    assert!(first.starts_with("error: no cluster to talk to:"), "{text}");
+    assert!(first.starts_with("error: the k8s engine has no cluster to talk to:"), "{text}");
     assert!(!text.contains("bwrap"), "{text}");
 }
 
@@ -189,7 +189,7 @@ fn session_start_on_k8s_without_a_cluster_names_kubeconfig_and_exits_3() {
     let text = laptop.redact(transcript(&out));
     assert_eq!(out.status.code(), Some(3), "{text}");
     let first = text.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
-    assert!(first.starts_with("error: no cluster to talk to:"), "{text}");
+    assert!(first.starts_with("error: the k8s engine has no cluster to talk to:"), "{text}");
     assert_snapshot!(text.lines().filter(|l| l.starts_with("hint:")).collect::<Vec<_>>().join("\n"), @"hint: point `KUBECONFIG` at a kube config (`cargo xtask kind up` makes a local cluster), or run in a pod with a service account");
 }
 
