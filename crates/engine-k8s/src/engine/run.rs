@@ -148,6 +148,7 @@ impl K8sEngine {
                 let params = kube::api::WatchParams::default()
                     .fields(&format!("metadata.name={name}"))
                     .timeout(u32::try_from(left.as_secs().clamp(1, 290)).unwrap_or(290));
+                let _open = api::watch_opened("persistentvolumeclaim", &name);
                 let mut events = self
                     .claims()
                     .watch(&params, &version)

@@ -42,6 +42,9 @@ struct State {
     commands: Vec<Vec<String>>,
     /// Every pod as created, kept after its delete.
     created: Vec<Value>,
+    /// Watch streams open now, and the most at once, by the name they watch.
+    watching: BTreeMap<String, usize>,
+    most_watching: BTreeMap<String, usize>,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -239,6 +242,19 @@ async fn watch(mut tcp: tokio::net::TcpStream, path: &str, query: &str, state: S
         .find_map(|p| p.strip_prefix("fieldSelector=metadata.name%3D"))
         .unwrap_or_default()
         .to_owned();
+    {
+        let mut s = state.lock().expect("state");
+        let now = *s.watching.entry(name.clone()).and_modify(|n| *n += 1).or_insert(1);
+        let most = s.most_watching.entry(name.clone()).or_insert(0);
+        *most = (*most).max(now);
+    }
+    answer_watch(&mut tcp, path, &name, &state).await;
+    if let Some(n) = state.lock().expect("state").watching.get_mut(&name) {
+        *n -= 1;
+    }
+}
+
+async fn answer_watch(tcp: &mut tokio::net::TcpStream, path: &str, name: &str, state: &Shared) {
     let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
     let _ = tcp.write_all(head.as_bytes()).await;
     let send = |event: Value| {
@@ -248,7 +264,7 @@ async fn watch(mut tcp: tokio::net::TcpStream, path: &str, query: &str, state: S
     if path.ends_with("/pods") {
         let (pod, fails) = {
             let s = state.lock().expect("state");
-            (s.pods.get(&name).cloned(), s.pull_fails)
+            (s.pods.get(name).cloned(), s.pull_fails)
         };
         if let Some(mut pod) = pod {
             pod["status"] = if fails { pull_failed_status() } else { ready_status() };
@@ -256,10 +272,10 @@ async fn watch(mut tcp: tokio::net::TcpStream, path: &str, query: &str, state: S
                 tcp.write_all(send(json!({"type": "MODIFIED", "object": pod})).as_bytes()).await;
         }
     } else {
-        let seen = state.lock().expect("state").claims.get(&name).cloned();
+        let seen = state.lock().expect("state").claims.get(name).cloned();
         let mut last = seen.as_ref().map(|c| c["metadata"]["resourceVersion"].clone());
         for _ in 0..500 {
-            let now = state.lock().expect("state").claims.get(&name).cloned();
+            let now = state.lock().expect("state").claims.get(name).cloned();
             match now {
                 None => {
                     let gone = json!({"type": "DELETED", "object": seen.clone()});
@@ -863,4 +879,76 @@ fn reap_deletes_this_users_unused_and_never_finished_claims_and_a_dry_run_only_l
     assert!(swept.iter().all(|s| s.removed), "{swept:?}");
     let left: Vec<String> = cluster.state.lock().expect("state").claims.keys().cloned().collect();
     assert_eq!(left, ["psbx-env-busy", "psbx-env-recent", "psbx-env-theirs"]);
+}
+
+/// The pod names the log's watch requests name, in order.
+fn pod_watches(log: &[String]) -> Vec<String> {
+    log.iter()
+        .filter(|l| l.contains("/pods?") && l.contains("watch=true"))
+        .filter_map(|l| {
+            let at =
+                l.find("fieldSelector=metadata.name%3D")? + "fieldSelector=metadata.name%3D".len();
+            Some(l[at..].split('&').next().unwrap_or_default().to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn twenty_parallel_runs_from_one_workspace_all_succeed_each_holding_one_watch() {
+    const RUNS: usize = 20;
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let cluster = rt.block_on(Cluster::start());
+    let scratch = Scratch::new();
+    std::fs::write(scratch.host().join("input.txt"), "shared input\n").expect("input");
+    let script = "import pathlib, sys\ni = sys.argv[1]\n\
+                  text = pathlib.Path('input.txt').read_text()\n\
+                  pathlib.Path(f'out-{i}.txt').write_text(f'{text}run {i}\\n' * 500)\n\
+                  print('ran', i)\n";
+    let spec = spec(&scratch, script);
+    // Warm: the environment is prepared once, before the load.
+    let warm = RunSpec { args: vec!["warm".to_owned()], ..spec.clone() };
+    assert_eq!(run(&engine(&cluster, &scratch), &warm, Stdin::Null).0, 0);
+    cluster.state.lock().expect("state").log.clear();
+    let created_before = cluster.state.lock().expect("state").created.len();
+
+    let outcomes = std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..RUNS)
+            .map(|i| {
+                // Each run's pod has its own workdir; the host workspace is the one they share.
+                let workdir = scratch.root.join(format!("pod-{i}"));
+                std::fs::create_dir_all(&workdir).expect("pod workdir");
+                let config = SandboxConfig {
+                    workdir: workdir.display().to_string(),
+                    ..SandboxConfig::default()
+                };
+                let engine = engine_with(&cluster, config);
+                let spec = RunSpec { args: vec![i.to_string()], ..spec.clone() };
+                scope.spawn(move || run(&engine, &spec, Stdin::Null))
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().expect("run")).collect::<Vec<_>>()
+    });
+    for (i, (code, stdout, _)) in outcomes.iter().enumerate() {
+        assert_eq!((*code, stdout.as_str()), (0, format!("ran {i}\n").as_str()));
+        let out = std::fs::read_to_string(scratch.host().join(format!("out-{i}.txt")))
+            .expect("synced back");
+        assert_eq!(out, format!("shared input\nrun {i}\n").repeat(500), "out-{i}.txt");
+    }
+    let state = cluster.state.lock().expect("state");
+    assert!(state.pods.is_empty(), "pods left: {:?}", state.pods.keys());
+    let pods: Vec<String> = state.created[created_before..]
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(pods.len(), RUNS, "one pod per run");
+    let mut watched = pod_watches(&state.log);
+    watched.sort();
+    let mut expected = pods.clone();
+    expected.sort();
+    assert_eq!(watched, expected, "each run watched its own pod, once");
+    let claim_watches = state.log.iter().filter(|l| l.contains("persistentvolumeclaims?")).count();
+    assert_eq!(claim_watches, 0, "a warm run waits for no claim");
+    for pod in &pods {
+        assert_eq!(state.most_watching.get(pod), Some(&1), "{pod}: watches open at once");
+    }
 }
