@@ -401,13 +401,25 @@ fn measure(
     Ok((median(ours), median(theirs), ours_put, theirs_put?))
 }
 
-/// A pod spec the namespace's `restricted` policy admits, as `kubectl run --overrides` JSON:
-/// the sandbox image running `command` (with stdin for `-i` when `attach`).
+/// A pod spec the namespace admits, as `kubectl run --overrides` JSON: Pod Security
+/// `restricted` and deploy/policy's hardening (no token, no service links, a read-only root,
+/// a lifetime cap, the same resources as a sandbox pod), the sandbox image running `command`
+/// (with stdin for `-i` when `attach`). Nothing more: no agent, no workspace, no environment.
 fn restricted_pod(name: &str, config: &SandboxConfig, command: &[&str], attach: bool) -> String {
+    let r = &config.resources;
     let mut container = serde_json::json!({
         "name": name, "image": config.image, "imagePullPolicy": "IfNotPresent",
         "command": command,
-        "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+        "resources": {
+            "requests": {"cpu": r.cpu_request, "memory": r.memory_request,
+                "ephemeral-storage": r.ephemeral_storage_request},
+            "limits": {"cpu": r.cpu_limit, "memory": r.memory_limit,
+                "ephemeral-storage": r.ephemeral_storage_limit},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+            "runAsNonRoot": true, "capabilities": {"drop": ["ALL"]},
+        },
     });
     if attach {
         container["stdin"] = serde_json::json!(true);
@@ -416,7 +428,14 @@ fn restricted_pod(name: &str, config: &SandboxConfig, command: &[&str], attach: 
     serde_json::json!({
         "apiVersion": "v1",
         "spec": {
-            "securityContext": {"runAsNonRoot": true, "runAsUser": manifest::SANDBOX_UID, "seccompProfile": {"type": "RuntimeDefault"}},
+            "automountServiceAccountToken": false,
+            "enableServiceLinks": false,
+            "activeDeadlineSeconds": 600,
+            "securityContext": {
+                "runAsNonRoot": true, "runAsUser": manifest::SANDBOX_UID,
+                "runAsGroup": manifest::SANDBOX_UID, "fsGroup": manifest::SANDBOX_UID,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
             "containers": [container],
         },
     })
@@ -477,6 +496,30 @@ mod tests {
             target,
             cap: cap_ms.map(Duration::from_millis),
         }
+    }
+
+    /// What deploy/policy/validating-admission-policy.yaml checks of a pod, on the baseline's.
+    #[test]
+    fn the_kubectl_baseline_pod_passes_the_namespaces_hardening() {
+        let config = SandboxConfig::default();
+        let pod: serde_json::Value =
+            serde_json::from_str(&restricted_pod("psbx-bench-x", &config, &["true"], true))
+                .expect("json");
+        let spec = &pod["spec"];
+        assert_eq!(spec["automountServiceAccountToken"], false);
+        assert_eq!(spec["enableServiceLinks"], false);
+        assert!(spec["activeDeadlineSeconds"].is_u64());
+        assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+        assert!(spec["securityContext"]["fsGroup"].as_i64().is_some_and(|g| g != 0));
+        assert_eq!(spec["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+        let c = &spec["containers"][0];
+        assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+        assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+        assert_eq!(c["securityContext"]["capabilities"]["drop"], serde_json::json!(["ALL"]));
+        for limit in ["cpu", "memory", "ephemeral-storage"] {
+            assert!(c["resources"]["limits"][limit].is_string(), "{limit}");
+        }
+        assert_eq!(c["stdin"], true);
     }
 
     #[test]
