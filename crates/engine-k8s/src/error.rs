@@ -14,8 +14,9 @@ pub enum Error {
 
     /// No answer from the apiserver (connection refused, TLS, DNS, a proxy in the way).
     #[error(
-        "cannot reach the cluster to {action}: {message}\nhint: check `kubectl cluster-info`; the \
-         kube config comes from `KUBECONFIG`, `~/.kube/config` or the in-cluster service account"
+        "the k8s engine cannot reach the cluster to {action}: {message}\nhint: check `kubectl \
+         cluster-info`; the kube config comes from `KUBECONFIG`, `~/.kube/config` or the \
+         in-cluster service account"
     )]
     Unreachable {
         /// What was being done, e.g. `create pod "x" in namespace "ns"`.
