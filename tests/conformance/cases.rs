@@ -6,11 +6,12 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt, symlink};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+use crate::cli::Running;
 use crate::fixture::{self, Fixture};
 use crate::harness::{BASE, Case, Expect, Run, Script};
 
@@ -502,7 +503,7 @@ fn run_cases() -> Vec<Case> {
             name: "cli-sigterm-kills-tree",
             script: Script::File("spawn.py"),
             args: |_| strings(&["hang"]),
-            during: Some(|fx, exited, pid| signal_when_running(fx, exited, pid, "TERM")),
+            during: Some(|fx, running| signal_when_running(fx, running, "TERM")),
             // 143 on every engine: the tree dies, and the exit code names the signal.
             expect: |_| Expect::exit(143).has("sleeping").within(40),
             ..BASE
@@ -511,7 +512,7 @@ fn run_cases() -> Vec<Case> {
             name: "cli-sigint-kills-tree",
             script: Script::File("spawn.py"),
             args: |_| strings(&["hang"]),
-            during: Some(|fx, exited, pid| signal_when_running(fx, exited, pid, "INT")),
+            during: Some(|fx, running| signal_when_running(fx, running, "INT")),
             // native passes the Ctrl-C on: the script ends by its own `KeyboardInterrupt`.
             expect: |fx| {
                 let e = Expect::exit(130).has("sleeping").within(40);
@@ -525,7 +526,7 @@ fn run_cases() -> Vec<Case> {
             name: "cli-sigkill-kills-tree",
             script: Script::File("spawn.py"),
             args: |_| strings(&["hang"]),
-            during: Some(|fx, exited, pid| signal_when_running(fx, exited, pid, "KILL")),
+            during: Some(|fx, running| signal_when_running(fx, running, "KILL")),
             expect: |_| Expect::exit(137).has("sleeping").within(40),
             // native: the same parent-death signal, on its monitor.
             only_on: Some(&["bwrap", "native"]),
@@ -1078,21 +1079,22 @@ fn args_arrived(_: &Fixture, run: &Run) -> Result<(), String> {
     Ok(())
 }
 
-/// Waits until the case's detached child runs inside the sandbox, then signals the CLI (the
-/// process this runner started) the way a terminal or a CI timeout would.
-fn signal_when_running(
-    fx: &Fixture,
-    exited: &AtomicBool,
-    pid: u32,
-    signal: &str,
-) -> Result<(), String> {
+/// Waits until the case's detached child runs inside the sandbox (seen on the host, or the
+/// script's `sleeping` line, printed once the child is alive: a pod's node may be another
+/// machine), then signals the CLI (the process this runner started) the way a terminal or a
+/// CI timeout would.
+fn signal_when_running(fx: &Fixture, running: &Running<'_>, signal: &str) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while fixture::survivors(&format!("conformance-child-{}", fx.tag), Duration::ZERO).is_empty() {
-        if exited.load(Ordering::SeqCst) || Instant::now() > deadline {
-            return Err("the sandboxed child never showed up on the host".into());
+    let child = format!("conformance-child-{}", fx.tag);
+    while fixture::survivors(&child, Duration::ZERO).is_empty()
+        && !running.stdout().lines().any(|l| l == "sleeping")
+    {
+        if running.exited.load(Ordering::SeqCst) || Instant::now() > deadline {
+            return Err("the sandboxed child never showed up (on the host or in its output)".into());
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    let pid = running.pid;
     // Let the script print `sleeping` before the signal lands.
     std::thread::sleep(Duration::from_millis(500));
     let status = std::process::Command::new("kill")
@@ -1108,7 +1110,8 @@ fn busy_port(fx: &Fixture) -> u16 {
 }
 
 /// Connects from the host to the published port until the script greets, then says `bye`.
-fn greet_published(fx: &Fixture, exited: &AtomicBool, _: u32) -> Result<(), String> {
+fn greet_published(fx: &Fixture, running: &Running<'_>) -> Result<(), String> {
+    let exited = running.exited;
     let want = format!("hello {}\n", fx.tag);
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut last = String::from("never connected");

@@ -5,12 +5,11 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::cli::{During, Invocation, Output};
+use crate::cli::{During, Invocation, Output, Running};
 use crate::fixture::{self, Fixture, Shared};
 
 /// The script body: a file under tests/cases, or inline text for one-liners.
@@ -21,7 +20,7 @@ pub(crate) enum Script {
 }
 
 pub(crate) type HostCheck = fn(&Fixture, &Run) -> Result<(), String>;
-pub(crate) type DuringRun = fn(&Fixture, &AtomicBool, u32) -> Result<(), String>;
+pub(crate) type DuringRun = fn(&Fixture, &Running<'_>) -> Result<(), String>;
 
 #[derive(Clone, Copy)]
 pub(crate) struct Case {
@@ -297,7 +296,7 @@ pub(crate) fn run_case(case: &Case, engine: &str, shared: &Shared, bin: &Path) -
         stdout_lines: case.stdout_lines,
     };
     let fxr = &fx;
-    let during_fn = case.during.map(|f| move |exited: &AtomicBool, pid: u32| f(fxr, exited, pid));
+    let during_fn = case.during.map(|f| move |running: &Running<'_>| f(fxr, running));
     let during: Option<During<'_>> = during_fn.as_ref().map(|f| f as _);
     let (out, during_result) = match inv.run(during) {
         Ok(r) => r,

@@ -7,7 +7,8 @@
 //! `cargo test -p tests --test conformance -- [FILTER...] [--exact] [--list] [--verbose] [--test-threads N]`.
 //! Environment: `CONFORMANCE=1` runs it at all (a plain `cargo test --workspace` only prints
 //! `SKIPPED`; setting `CONFORMANCE_ENGINES` also enables it),
-//! `CONFORMANCE_ENGINES=bwrap,docker` (default: every engine `detect` lists),
+//! `CONFORMANCE_ENGINES=bwrap,docker` (default: every engine `detect` lists, k8s only where a
+//! cluster answers),
 //! `CONFORMANCE_JOBS=N` (default 3), `CONFORMANCE_KEEP=1` keeps a failed case's temp dirs,
 //! `PYTHON_SANDBOX_BIN` (default `target/debug/python-sandbox`, built if missing).
 

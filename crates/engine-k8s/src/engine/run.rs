@@ -74,16 +74,38 @@ fn forward_stdin(input: &std::sync::mpsc::Sender<sandbox_core::Input>) {
     let _ = input.send(sandbox_core::Input::Eof);
 }
 
-/// Writes a run's output to this process's own streams (`Output::Inherit`).
-struct Inherit;
+/// Writes a run's output to this process's own streams (`Output::Inherit`), flushed chunk by
+/// chunk (a prompt without a newline shows). A reader that went away (`run … | head -1`: a
+/// broken pipe, since this process ignores SIGPIPE) closes the sink, and the engine stops the
+/// script with 141 as a closed pipe would, instead of relaying into nowhere for ever.
+struct Inherit<O, E> {
+    stdout: O,
+    stderr: E,
+    closed: bool,
+}
 
-impl OutputSink for Inherit {
+impl Inherit<std::io::Stdout, std::io::Stderr> {
+    fn std() -> Self {
+        Inherit { stdout: std::io::stdout(), stderr: std::io::stderr(), closed: false }
+    }
+}
+
+impl<O: std::io::Write + Send, E: std::io::Write + Send> OutputSink for Inherit<O, E> {
     fn write(&mut self, stream: Stream, chunk: &[u8]) {
-        use std::io::Write as _;
-        let _ = match stream {
-            Stream::Stdout => std::io::stdout().lock().write_all(chunk),
-            Stream::Stderr => std::io::stderr().lock().write_all(chunk),
+        if self.closed {
+            return;
+        }
+        let written = match stream {
+            Stream::Stdout => self.stdout.write_all(chunk).and_then(|()| self.stdout.flush()),
+            Stream::Stderr => self.stderr.write_all(chunk).and_then(|()| self.stderr.flush()),
         };
+        if written.is_err_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) {
+            self.closed = true;
+        }
+    }
+
+    fn closed(&self) -> bool {
+        self.closed
     }
 }
 
@@ -542,7 +564,7 @@ impl Engine for K8sEngine {
         io: RunIo<'_>,
     ) -> Result<RunOutcome> {
         let RunIo { stdin, output, mut status, published } = io;
-        let mut inherit = Inherit;
+        let mut inherit = Inherit::std();
         let mut merged;
         let sink: &mut dyn OutputSink = match output {
             Output::Inherit => &mut inherit,

@@ -952,3 +952,48 @@ fn twenty_parallel_runs_from_one_workspace_all_succeed_each_holding_one_watch() 
         assert_eq!(state.most_watching.get(pod), Some(&1), "{pod}: watches open at once");
     }
 }
+
+/// A stdout whose reader went away.
+struct BrokenPipe(usize);
+
+impl std::io::Write for BrokenPipe {
+    fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+        self.0 += 1;
+        Err(std::io::ErrorKind::BrokenPipe.into())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_run_whose_reader_went_away_ends_as_a_closed_pipe() {
+    use sandbox_core::OutputSink as _;
+    let mut sink = super::Inherit { stdout: BrokenPipe(0), stderr: Vec::new(), closed: false };
+    sink.write(sandbox_core::Stream::Stderr, b"to stderr\n");
+    assert!(!sink.closed(), "stderr still has its reader");
+    sink.write(sandbox_core::Stream::Stdout, b"line 0\n");
+    assert!(sink.closed());
+    sink.write(sandbox_core::Stream::Stdout, b"line 1\n");
+    assert_eq!(sink.stdout.0, 1, "nothing is written after the reader left");
+    assert_eq!(sink.stderr, b"to stderr\n");
+
+    // The engine then stops the script at the first output it cannot pass on: 141, not the
+    // script's own end (the stand-in pod sends the output before the exit, as a long run would).
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let cluster = rt.block_on(Cluster::start());
+    let scratch = Scratch::new();
+    let engine = engine(&cluster, &scratch);
+    let spec = spec(&scratch, "for i in range(1000):\n    print(i, flush=True)\n");
+    let prepared = engine.prepare(&spec, &mut |_| {}).expect("prepared");
+    let mut closed = super::Inherit { stdout: BrokenPipe(0), stderr: Vec::new(), closed: false };
+    let io = RunIo {
+        stdin: Stdin::Null,
+        output: Output::Sink(&mut closed),
+        status: None,
+        published: None,
+    };
+    let outcome = engine.run_prepared(&spec, &prepared, io).expect("ran");
+    assert_eq!(outcome.exit_code, sandbox_core::EXIT_CLOSED_PIPE);
+}
