@@ -9,7 +9,7 @@
 //! read-only; its ports told to `RunIo::published` (the Ingress URL, or a port-forward held
 //! for the run); the workspace synced in ([`crate::workspace`]), the script copied in and run
 //! with the environment's python in the workdir; then, however it ended (exit, timeout,
-//! Ctrl-C), what it changed synced back out, and the pod deleted. The pod is started with
+//! Ctrl-C, SIGTERM or SIGHUP of the CLI), what it changed synced back out, and the pod deleted. The pod is started with
 //! [`api::start`]: one watch per run, from the create's resourceVersion.
 
 use std::time::{Duration, Instant};
@@ -460,8 +460,9 @@ impl K8sEngine {
         Ok((forwards, ports))
     }
 
-    /// The script in the pod with the run's stdin, stopped on Ctrl-C (dropping the exec closes
-    /// its stream, and the agent kills what still runs; its changes still come back).
+    /// The script in the pod with the run's stdin, stopped on Ctrl-C, SIGTERM or SIGHUP
+    /// ([`stop_signal`]: dropping the exec closes its stream, and the agent kills what still
+    /// runs; its changes still come back).
     async fn script(
         &self,
         sandbox: &crate::PodSandbox,
@@ -508,8 +509,31 @@ impl K8sEngine {
         };
         tokio::select! {
             outcome = ran => outcome,
-            _ = tokio::signal::ctrl_c() => Ok(RunOutcome::exited(130, started.elapsed())),
+            signal = stop_signal() => Ok(RunOutcome::exited(128 + signal, started.elapsed())),
         }
+    }
+}
+
+/// Resolves with the number of the first of SIGINT (Ctrl-C), SIGTERM (a CI timeout, `kill`)
+/// and SIGHUP (a closed terminal) this process gets; never where they cannot be handled. A
+/// run stopped so still syncs back and deletes its pod, which the default action (dying on
+/// the spot) would leave to its TTL.
+async fn stop_signal() -> i32 {
+    use tokio::signal::unix::{SignalKind, signal};
+    let streams = (|| {
+        Some([
+            signal(SignalKind::interrupt()).ok()?,
+            signal(SignalKind::terminate()).ok()?,
+            signal(SignalKind::hangup()).ok()?,
+        ])
+    })();
+    match streams {
+        Some([mut int, mut term, mut hup]) => tokio::select! {
+            _ = int.recv() => 2,
+            _ = term.recv() => 15,
+            _ = hup.recv() => 1,
+        },
+        None => std::future::pending().await,
     }
 }
 

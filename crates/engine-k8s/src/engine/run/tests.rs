@@ -997,3 +997,76 @@ fn a_run_whose_reader_went_away_ends_as_a_closed_pipe() {
     let outcome = engine.run_prepared(&spec, &prepared, io).expect("ran");
     assert_eq!(outcome.exit_code, sandbox_core::EXIT_CLOSED_PIPE);
 }
+
+/// Set in the copy of this test binary that [`a_sigterm_mid_run_stops_the_script_syncs_back_and_deletes_the_pod`]
+/// runs: signals are process-wide, and the other tests' runs must not get this one.
+const SIGTERM_CHILD: &str = "PSBX_K8S_RUN_SIGTERM_CHILD";
+
+/// The child's half: a run whose script writes a file and sleeps, SIGTERM to this process once
+/// the script runs; the run ends with 143, the file back on the host and no pod left.
+#[test]
+fn sigterm_child() {
+    if std::env::var_os(SIGTERM_CHILD).is_none() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let cluster = rt.block_on(Cluster::start());
+    let scratch = Scratch::new();
+    let engine = engine(&cluster, &scratch);
+    let spec = spec(
+        &scratch,
+        "import pathlib, time\npathlib.Path('before.txt').write_text('written')\ntime.sleep(30)\n",
+    );
+    let prepared = engine.prepare(&spec, &mut |_| {}).expect("prepared");
+    let outcome = std::thread::scope(|scope| {
+        let run = scope.spawn(|| {
+            let mut out = sandbox_core::Captured::default();
+            let io = RunIo {
+                stdin: Stdin::Null,
+                output: Output::Sink(&mut out),
+                status: None,
+                published: None,
+            };
+            engine.run_prepared(&spec, &prepared, io).expect("ran")
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !cluster
+            .state
+            .lock()
+            .expect("state")
+            .commands
+            .iter()
+            .any(|c| c.iter().any(|a| a.starts_with("/tmp/.scripts/")))
+        {
+            assert!(std::time::Instant::now() < deadline, "the script never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The script is running (its exec is open); its file is written right away.
+        std::thread::sleep(Duration::from_millis(500));
+        signal_hook::low_level::raise(signal_hook::consts::SIGTERM).expect("raise");
+        run.join().expect("run")
+    });
+    assert_eq!(outcome.exit_code, 143);
+    assert_eq!(
+        std::fs::read_to_string(scratch.host().join("before.txt")).expect("synced back"),
+        "written"
+    );
+    assert!(cluster.state.lock().expect("state").pods.is_empty(), "the pod was left");
+    println!("SIGTERM CHILD OK");
+}
+
+#[test]
+fn a_sigterm_mid_run_stops_the_script_syncs_back_and_deletes_the_pod() {
+    let child = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args(["--exact", "engine::run::tests::sigterm_child", "--nocapture", "--test-threads=1"])
+        .env(SIGTERM_CHILD, "1")
+        .output()
+        .expect("the child");
+    let stdout = String::from_utf8_lossy(&child.stdout);
+    assert!(
+        child.status.success() && stdout.contains("SIGTERM CHILD OK"),
+        "{}\n{stdout}\n{}",
+        child.status,
+        String::from_utf8_lossy(&child.stderr)
+    );
+}
