@@ -6,11 +6,12 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt, symlink};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+use crate::cli::Running;
 use crate::fixture::{self, Fixture};
 use crate::harness::{BASE, Case, Expect, Run, Script};
 
@@ -70,7 +71,24 @@ fn path(p: &Path) -> String {
 }
 
 /// Engines with warm sessions (`session start`).
-const SESSION_ENGINES: &[&str] = &["native", "bwrap", "docker", "podman"];
+const SESSION_ENGINES: &[&str] = &["native", "bwrap", "docker", "podman", "k8s"];
+
+/// A pod runs on a cluster node: no host path reaches it (the engine refuses `--mount` of one,
+/// inside the workspace too, before anything is made; PVCs are its mounts).
+const K8S_NO_HOST_MOUNTS: (&str, &str) =
+    ("k8s", "a pod mounts no host path (refused before anything is made; `pvc:` claims instead)");
+/// A pod's port is served at its preview URL (Ingress) or a port-forward on a free local port.
+const K8S_NO_HOST_PORT: (&str, &str) = (
+    "k8s",
+    "a pod's port is served at its Ingress URL or a port-forward on a free local port, never a chosen host port",
+);
+/// The wall's in-sandbox refusals are seccomp's, and a pod runs under the node's
+/// `RuntimeDefault` profile (`Capability::seccomp_wall` is false: a `Localhost` profile would
+/// need a file on every node). What leaves through the workspace is still held on the way out.
+const K8S_NO_WALL: (&str, &str) = (
+    "k8s",
+    "the seccomp wall is not on a pod (RuntimeDefault profile); the sync out drops set-id bits and xattrs",
+);
 
 pub(crate) fn all() -> Vec<Case> {
     let mut cases = run_cases();
@@ -168,7 +186,12 @@ fn run_cases() -> Vec<Case> {
             name: "wall-links",
             script: Script::File("wall_links.py"),
             setup: plant_links,
-            expect: |_| Expect::ok().changes(&["+ws/l"]).host(no_system_litter),
+            // On a pod the planted links are not synced in (they leave the workspace) and the
+            // script's `./l`, which points out of it, is never applied to the host.
+            expect: |fx| match fx.engine.as_str() {
+                "k8s" => Expect::ok().host(no_system_litter),
+                _ => Expect::ok().changes(&["+ws/l"]).host(no_system_litter),
+            },
             ..BASE
         },
         Case { name: "wall-host-sockets", script: Script::File("sockets.py"), ..BASE },
@@ -177,7 +200,12 @@ fn run_cases() -> Vec<Case> {
         Case {
             name: "dev-nodes",
             script: Script::File("dev.py"),
-            expect: |_| Expect::ok().changes(&["+ws/p"]).host(fifo_on_host),
+            // A pod's workspace is synced, not shared: files, directories and links come back,
+            // a FIFO made in the pod stays there (sandbox_core::sync, `Skip::Special`).
+            expect: |fx| match fx.engine.as_str() {
+                "k8s" => Expect::ok(),
+                _ => Expect::ok().changes(&["+ws/p"]).host(fifo_on_host),
+            },
             ..BASE
         },
         Case { name: "env-and-cache-read-only", script: Script::File("envwrite.py"), ..BASE },
@@ -201,7 +229,7 @@ fn run_cases() -> Vec<Case> {
             name: "net-off-flag",
             script: Script::File("net.py"),
             flags: |_| strings(&["--net", "off"]),
-            expect: |_| net_off(),
+            expect: net_off,
             ..BASE
         },
         Case { name: "net-default-on", script: Script::File("net.py"), expect: net_on, ..BASE },
@@ -209,7 +237,7 @@ fn run_cases() -> Vec<Case> {
             name: "net-inline-off",
             script: Script::File("net.py"),
             meta: Some(NET_OFF),
-            expect: |_| net_off(),
+            expect: net_off,
             ..BASE
         },
         Case {
@@ -225,7 +253,7 @@ fn run_cases() -> Vec<Case> {
             script: Script::File("net.py"),
             meta: Some(NET_ON),
             flags: |_| strings(&["--net", "off"]),
-            expect: |_| net_off(),
+            expect: net_off,
             ..BASE
         },
         Case {
@@ -240,6 +268,7 @@ fn run_cases() -> Vec<Case> {
                     .has("served")
                     .err(format!("port {p} is published at http://127.0.0.1:{p}"))
             },
+            skip_on: &[K8S_NO_HOST_PORT],
             ..BASE
         },
         Case {
@@ -252,6 +281,7 @@ fn run_cases() -> Vec<Case> {
                 Expect::ok()
                     .err(format!("port {} is published at http://127.0.0.1:", fx.publish_port))
             },
+            skip_on: &[K8S_NO_HOST_PORT],
             ..BASE
         },
         Case {
@@ -265,6 +295,7 @@ fn run_cases() -> Vec<Case> {
                     .err(format!("host port {p} is already in use"))
                     .err(format!("`0:{p}` for any free host port"))
             },
+            skip_on: &[K8S_NO_HOST_PORT],
             ..BASE
         },
         Case {
@@ -282,6 +313,7 @@ fn run_cases() -> Vec<Case> {
             },
             args: |fx| vec![format!("ro:{}", path(&fx.mnt_ro)), format!("rw:{}", path(&fx.mnt_rw))],
             expect: |_| Expect::ok().changes(&["+mnt/rw/written.txt"]),
+            skip_on: &[K8S_NO_HOST_MOUNTS],
             ..BASE
         },
         Case {
@@ -294,6 +326,7 @@ fn run_cases() -> Vec<Case> {
                     .map_err(|e| format!("cannot create ws/sub: {e}"))
             },
             args: |_| strings(&["ro:sub"]),
+            skip_on: &[K8S_NO_HOST_MOUNTS],
             ..BASE
         },
         Case {
@@ -355,6 +388,7 @@ fn run_cases() -> Vec<Case> {
             flags: |fx| strings(&["--approve", "--mount", &format!("{}:rw", path(&fx.outside_rw))]),
             args: |fx| vec![format!("rw:{}", path(&fx.outside_rw))],
             expect: |_| Expect::ok().changes(&["+tmp/outside/written.txt"]),
+            skip_on: &[K8S_NO_HOST_MOUNTS],
             ..BASE
         },
         Case {
@@ -469,7 +503,7 @@ fn run_cases() -> Vec<Case> {
             name: "cli-sigterm-kills-tree",
             script: Script::File("spawn.py"),
             args: |_| strings(&["hang"]),
-            during: Some(|fx, exited, pid| signal_when_running(fx, exited, pid, "TERM")),
+            during: Some(|fx, running| signal_when_running(fx, running, "TERM")),
             // 143 on every engine: the tree dies, and the exit code names the signal.
             expect: |_| Expect::exit(143).has("sleeping").within(40),
             ..BASE
@@ -478,7 +512,7 @@ fn run_cases() -> Vec<Case> {
             name: "cli-sigint-kills-tree",
             script: Script::File("spawn.py"),
             args: |_| strings(&["hang"]),
-            during: Some(|fx, exited, pid| signal_when_running(fx, exited, pid, "INT")),
+            during: Some(|fx, running| signal_when_running(fx, running, "INT")),
             // native passes the Ctrl-C on: the script ends by its own `KeyboardInterrupt`.
             expect: |fx| {
                 let e = Expect::exit(130).has("sleeping").within(40);
@@ -492,7 +526,7 @@ fn run_cases() -> Vec<Case> {
             name: "cli-sigkill-kills-tree",
             script: Script::File("spawn.py"),
             args: |_| strings(&["hang"]),
-            during: Some(|fx, exited, pid| signal_when_running(fx, exited, pid, "KILL")),
+            during: Some(|fx, running| signal_when_running(fx, running, "KILL")),
             expect: |_| Expect::exit(137).has("sleeping").within(40),
             // native: the same parent-death signal, on its monitor.
             only_on: Some(&["bwrap", "native"]),
@@ -653,6 +687,7 @@ fn run_cases() -> Vec<Case> {
                     "+tmp/outside/new/deeper/written.txt",
                 ])
             },
+            skip_on: &[K8S_NO_HOST_MOUNTS],
             ..BASE
         },
         Case {
@@ -664,6 +699,7 @@ fn run_cases() -> Vec<Case> {
             },
             flags: |_| strings(&["--mount", "./link/new:rw"]),
             expect: |_| Expect::exit(2).err("symlink"),
+            skip_on: &[K8S_NO_HOST_MOUNTS],
             ..BASE
         },
         Case {
@@ -772,6 +808,7 @@ fn run_cases() -> Vec<Case> {
             name: "wall-no-setuid-setgid-files",
             script: Script::File("setid.py"),
             expect: |_| Expect::ok().changes(&["+ws/f", "+ws/h"]).host(no_set_id_bits),
+            skip_on: &[K8S_NO_WALL],
             ..BASE
         },
         Case {
@@ -868,6 +905,7 @@ fn run_cases() -> Vec<Case> {
             name: "wall-no-xattrs",
             script: Script::File("xattr.py"),
             expect: |_| Expect::ok().changes(&["+ws/x", "+ws/l"]),
+            skip_on: &[K8S_NO_WALL],
             ..BASE
         },
     ]
@@ -925,26 +963,32 @@ fn files_written_by_the_script_only(_: &Fixture, run: &Run) -> Result<(), String
     Ok(())
 }
 
-/// No route at all: not the host's loopback, not its abstract sockets, not DNS.
-fn net_off() -> Expect {
-    Expect::ok()
+/// No route at all: not the host's loopback, not its abstract sockets, not DNS. A pod always
+/// has its interface (its network off is a deny-all NetworkPolicy), so there the interface
+/// list is not the test; reachability is.
+fn net_off(fx: &Fixture) -> Expect {
+    let e = Expect::ok()
         .has("loopback: failed")
         .has("abstract: failed")
         .has("dns: failed")
-        .has("interfaces: lo-only")
+        .has("metadata: failed")
         .loopback(false)
-        .abstract_socket(false)
+        .abstract_socket(false);
+    if fx.engine == "k8s" { e } else { e.has("interfaces: lo-only") }
 }
 
 /// Net on is outbound only on every engine: an external interface, never the host's loopback
-/// or abstract sockets, and no route to link-local (metadata) addresses.
-fn net_on(_fx: &Fixture) -> Expect {
-    Expect::ok()
+/// or abstract sockets, and no route to link-local (metadata) addresses. How a refused
+/// metadata connect ends is the host's rule here (no route, EHOSTUNREACH); on a pod it is the
+/// CNI's enforcement of the NetworkPolicy (a drop times out, a reject refuses).
+fn net_on(fx: &Fixture) -> Expect {
+    let e = Expect::ok()
         .has("interfaces: external")
         .has("loopback: failed")
-        .has("metadata: failed (OSError errno=113)")
+        .has("metadata: failed")
         .loopback(false)
-        .abstract_socket(false)
+        .abstract_socket(false);
+    if fx.engine == "k8s" { e } else { e.has("metadata: failed (OSError errno=113)") }
 }
 
 fn written_by_caller(fx: &Fixture, run: &Run) -> Result<(), String> {
@@ -1035,21 +1079,22 @@ fn args_arrived(_: &Fixture, run: &Run) -> Result<(), String> {
     Ok(())
 }
 
-/// Waits until the case's detached child runs inside the sandbox, then signals the CLI (the
-/// process this runner started) the way a terminal or a CI timeout would.
-fn signal_when_running(
-    fx: &Fixture,
-    exited: &AtomicBool,
-    pid: u32,
-    signal: &str,
-) -> Result<(), String> {
+/// Waits until the case's detached child runs inside the sandbox (seen on the host, or the
+/// script's `sleeping` line, printed once the child is alive: a pod's node may be another
+/// machine), then signals the CLI (the process this runner started) the way a terminal or a
+/// CI timeout would.
+fn signal_when_running(fx: &Fixture, running: &Running<'_>, signal: &str) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while fixture::survivors(&format!("conformance-child-{}", fx.tag), Duration::ZERO).is_empty() {
-        if exited.load(Ordering::SeqCst) || Instant::now() > deadline {
-            return Err("the sandboxed child never showed up on the host".into());
+    let child = format!("conformance-child-{}", fx.tag);
+    while fixture::survivors(&child, Duration::ZERO).is_empty()
+        && !running.stdout().lines().any(|l| l == "sleeping")
+    {
+        if running.exited.load(Ordering::SeqCst) || Instant::now() > deadline {
+            return Err("the sandboxed child never showed up (on the host or in its output)".into());
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    let pid = running.pid;
     // Let the script print `sleeping` before the signal lands.
     std::thread::sleep(Duration::from_millis(500));
     let status = std::process::Command::new("kill")
@@ -1065,7 +1110,8 @@ fn busy_port(fx: &Fixture) -> u16 {
 }
 
 /// Connects from the host to the published port until the script greets, then says `bye`.
-fn greet_published(fx: &Fixture, exited: &AtomicBool, _: u32) -> Result<(), String> {
+fn greet_published(fx: &Fixture, running: &Running<'_>) -> Result<(), String> {
+    let exited = running.exited;
     let want = format!("hello {}\n", fx.tag);
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut last = String::from("never connected");
@@ -1151,6 +1197,7 @@ fn seccomp_family_cases() -> Vec<Case> {
             script: Script::File("syscalls.py"),
             args: seccomp_family_args,
             expect: seccomp_family_expect,
+            skip_on: &[K8S_NO_WALL],
             ..BASE
         })
         .collect()

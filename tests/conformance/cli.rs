@@ -5,7 +5,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 pub(crate) fn workspace_root() -> PathBuf {
@@ -83,7 +83,24 @@ pub(crate) struct Output {
 
 /// Host-side work alongside a run, given the CLI's pid; `exited` turns true once the CLI is gone,
 /// so it can stop waiting.
-pub(crate) type During<'a> = &'a (dyn Fn(&AtomicBool, u32) -> Result<(), String> + Sync);
+pub(crate) type During<'a> = &'a (dyn Fn(&Running<'_>) -> Result<(), String> + Sync);
+
+/// What a host-side action sees of the run in progress.
+pub(crate) struct Running<'a> {
+    /// Turns true when the CLI exited.
+    pub(crate) exited: &'a AtomicBool,
+    /// The CLI's pid (the process this runner started).
+    pub(crate) pid: u32,
+    stdout: &'a Mutex<Vec<u8>>,
+}
+
+impl Running<'_> {
+    /// The CLI's stdout so far: where the sandbox is says nothing about whether this host sees
+    /// its processes (a pod's node may be another machine), but the script's own lines arrive.
+    pub(crate) fn stdout(&self) -> String {
+        self.stdout.lock().map(|s| String::from_utf8_lossy(&s).into_owned()).unwrap_or_default()
+    }
+}
 
 impl Invocation<'_> {
     pub(crate) fn run(
@@ -120,13 +137,16 @@ impl Invocation<'_> {
             use std::io::Write as _;
             pipe.write_all(bytes).map_err(|e| format!("cannot feed the script on stdin: {e}"))?;
         }
-        let stdout = drain(child.stdout.take(), self.stdout_lines);
-        let stderr = drain(child.stderr.take(), None);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let stdout = drain(child.stdout.take(), self.stdout_lines, Some(Arc::clone(&seen)));
+        let stderr = drain(child.stderr.take(), None, None);
         let exited = AtomicBool::new(false);
         let (waited, during_result) = std::thread::scope(|scope| {
             let pid = child.id();
             let exited = &exited;
-            let side = during.map(|f| scope.spawn(move || f(exited, pid)));
+            let seen = &*seen;
+            let side =
+                during.map(|f| scope.spawn(move || f(&Running { exited, pid, stdout: seen })));
             let waited = wait_until(&mut child, start + self.deadline);
             exited.store(true, Ordering::SeqCst);
             let during_result = side
@@ -156,6 +176,7 @@ impl Invocation<'_> {
 fn drain<R: Read + Send + 'static>(
     pipe: Option<R>,
     lines: Option<usize>,
+    seen: Option<Arc<Mutex<Vec<u8>>>>,
 ) -> mpsc::Receiver<Vec<u8>> {
     let (tx, rx) = mpsc::channel();
     if let Some(mut pipe) = pipe {
@@ -164,6 +185,9 @@ fn drain<R: Read + Send + 'static>(
             let mut left = lines;
             while let Ok(n @ 1..) = pipe.read(&mut buf) {
                 let chunk = &buf[..n];
+                if let Some(Ok(mut seen)) = seen.as_ref().map(|s| s.lock()) {
+                    seen.extend_from_slice(chunk);
+                }
                 if let Some(left) = &mut left {
                     let mut ends = chunk.iter().enumerate().filter(|(_, b)| **b == b'\n');
                     // The newline that completes the last wanted line, if it is in this chunk.

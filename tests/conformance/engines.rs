@@ -86,17 +86,19 @@ pub(crate) fn parse_detect(json: &str) -> Result<Vec<Engine>, String> {
     Ok(engines)
 }
 
-/// Engines `detect` lists that `run` does not take yet (`run --engine k8s` is refused until the
-/// workspace syncs in and out); named in `CONFORMANCE_ENGINES` they still run.
-const NO_RUNS_YET: &[&str] = &["k8s"];
+/// Engines `auto` never picks (a cluster): without `CONFORMANCE_ENGINES` they join the matrix
+/// only where `detect` finds them available, so a laptop's full run has no column of skips
+/// for a cluster nobody configured; named in `CONFORMANCE_ENGINES` they always do (and an
+/// unavailable one prints its `SKIPPED` line and runs the unavailable-engine case).
+pub(crate) const OPT_IN: &[&str] = &["k8s"];
 
 /// `requested` is the comma list from `CONFORMANCE_ENGINES`; without it, every detected engine
-/// that runs scripts (the unavailable ones then show up as skipped).
+/// (the unavailable ones then show up as skipped) but the [`OPT_IN`] ones that are unavailable.
 pub(crate) fn select(detected: &[Engine], requested: Option<&str>) -> Result<Vec<Engine>, String> {
     let Some(requested) = requested.map(str::trim).filter(|r| !r.is_empty()) else {
         return Ok(detected
             .iter()
-            .filter(|e| !NO_RUNS_YET.contains(&e.name.as_str()))
+            .filter(|e| e.available || !OPT_IN.contains(&e.name.as_str()))
             .cloned()
             .collect());
     };
@@ -114,4 +116,41 @@ pub(crate) fn select(detected: &[Engine], requested: Option<&str>) -> Result<Vec
         }
     }
     Ok(out)
+}
+
+/// The `SKIPPED: NAME: ...` line of an unavailable engine (its first line; the rest of the
+/// reason follows indented): a cluster that does not answer reads `no cluster (...)`, as the
+/// end-to-end tier says.
+pub(crate) fn unavailable_line(engine: &Engine) -> String {
+    let first = engine.reason.lines().next().unwrap_or("unavailable");
+    if OPT_IN.contains(&engine.name.as_str()) {
+        format!("SKIPPED: {}: no cluster ({first})", engine.name)
+    } else {
+        format!("SKIPPED: {}: {first}", engine.name)
+    }
+}
+
+/// What the matrix knows of a case before running it (the fields of `harness::Case` that
+/// decide where it runs), so the decision stays pure.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Applies {
+    pub(crate) only_on: Option<&'static [&'static str]>,
+    pub(crate) unavailable_only: bool,
+    pub(crate) skip_on: &'static [(&'static str, &'static str)],
+}
+
+/// Why a case does not run on `engine`, or `None` when it runs: not one of its engines, the
+/// engine-specific reason it cannot apply there, or the engine's (un)availability.
+pub(crate) fn skip_reason(case: Applies, engine: &Engine) -> Option<String> {
+    if let Some(only) = case.only_on.filter(|only| !only.contains(&engine.name.as_str())) {
+        return Some(format!("only for {}", only.join(", ")));
+    }
+    if let Some((_, why)) = case.skip_on.iter().find(|(name, _)| *name == engine.name) {
+        return Some(format!("{}: {why}", engine.name));
+    }
+    match (engine.available, case.unavailable_only) {
+        (true, false) | (false, true) => None,
+        (true, true) => Some("only for an unavailable engine".to_owned()),
+        (false, false) => Some(format!("unavailable: {}", engine.reason)),
+    }
 }

@@ -182,6 +182,9 @@ impl Fixture {
         env.extend(env_secrets);
         env.push(("SSH_AUTH_SOCK".into(), ssh_agent.display().to_string()));
         env.push(("KUBECONFIG".into(), home.join(".kube/config").display().to_string()));
+        if engine == "k8s" {
+            cluster_access(&home, &mut env)?;
+        }
         if engine == "bwrap" {
             // Only where it cannot redirect the engine itself.
             env.push(("DOCKER_HOST".into(), "unix:///var/run/docker.sock".into()));
@@ -280,6 +283,34 @@ impl Fixture {
     pub(crate) fn keep(mut self) -> Vec<PathBuf> {
         self.dirs.drain(..).map(TempDir::keep).collect()
     }
+}
+
+/// The k8s engine is reached through the caller's kube config and `[engine.k8s]` settings,
+/// which the fake home lacks: `KUBECONFIG` names the caller's (not the planted fake, whose
+/// marker must still never show), and the caller's user config file is copied into the fake
+/// home. The pod sees neither; the CLI needs both to find the cluster `detect` found.
+fn cluster_access(home: &Path, env: &mut Vec<(String, String)>) -> Result<(), String> {
+    let real_home = std::env::var_os("HOME").map(PathBuf::from);
+    let kubeconfig = std::env::var("KUBECONFIG").ok().filter(|k| !k.is_empty()).or_else(|| {
+        let default = real_home.as_ref()?.join(".kube/config");
+        default.exists().then(|| default.display().to_string())
+    });
+    if let Some(kubeconfig) = kubeconfig {
+        env.retain(|(k, _)| k != "KUBECONFIG");
+        env.push(("KUBECONFIG".into(), kubeconfig));
+    }
+    let config_home = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| real_home.map(|h| h.join(".config")));
+    if let Some(user) = config_home.map(|c| c.join("python-sandbox/config.toml"))
+        && user.exists()
+    {
+        let into = home.join(".config/python-sandbox");
+        fs::create_dir_all(&into)
+            .and_then(|()| fs::copy(&user, into.join("config.toml")))
+            .map_err(|e| format!("cannot copy {} into the fake home: {e}", user.display()))?;
+    }
+    Ok(())
 }
 
 /// The CLI's environment: the caller's (PATH, proxy and CA settings matter), minus its real home and

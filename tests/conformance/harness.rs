@@ -5,12 +5,11 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::cli::{During, Invocation, Output};
+use crate::cli::{During, Invocation, Output, Running};
 use crate::fixture::{self, Fixture, Shared};
 
 /// The script body: a file under tests/cases, or inline text for one-liners.
@@ -21,7 +20,7 @@ pub(crate) enum Script {
 }
 
 pub(crate) type HostCheck = fn(&Fixture, &Run) -> Result<(), String>;
-pub(crate) type DuringRun = fn(&Fixture, &AtomicBool, u32) -> Result<(), String>;
+pub(crate) type DuringRun = fn(&Fixture, &Running<'_>) -> Result<(), String>;
 
 #[derive(Clone, Copy)]
 pub(crate) struct Case {
@@ -47,6 +46,9 @@ pub(crate) struct Case {
     pub(crate) unavailable_only: bool,
     /// Engines the case applies to; `None`: all.
     pub(crate) only_on: Option<&'static [&'static str]>,
+    /// Engines the case cannot apply to, each with the reason the report prints (a pod sees no
+    /// host path, for one): data, so that every skip is named and reviewed here.
+    pub(crate) skip_on: &'static [(&'static str, &'static str)],
     /// The script goes in on stdin, as `run -`, instead of as `case.py`.
     pub(crate) stdin_script: bool,
     /// The CLI's stderr goes to this file in the workspace (as `2>FILE` would), not to a pipe.
@@ -73,6 +75,7 @@ pub(crate) const BASE: Case = Case {
     deadline_secs: 120,
     unavailable_only: false,
     only_on: None,
+    skip_on: &[],
     stdin_script: false,
     stderr_to: None,
     stdout_lines: None,
@@ -293,7 +296,7 @@ pub(crate) fn run_case(case: &Case, engine: &str, shared: &Shared, bin: &Path) -
         stdout_lines: case.stdout_lines,
     };
     let fxr = &fx;
-    let during_fn = case.during.map(|f| move |exited: &AtomicBool, pid: u32| f(fxr, exited, pid));
+    let during_fn = case.during.map(|f| move |running: &Running<'_>| f(fxr, running));
     let during: Option<During<'_>> = during_fn.as_ref().map(|f| f as _);
     let (out, during_result) = match inv.run(during) {
         Ok(r) => r,

@@ -7,7 +7,8 @@
 //! `cargo test -p tests --test conformance -- [FILTER...] [--exact] [--list] [--verbose] [--test-threads N]`.
 //! Environment: `CONFORMANCE=1` runs it at all (a plain `cargo test --workspace` only prints
 //! `SKIPPED`; setting `CONFORMANCE_ENGINES` also enables it),
-//! `CONFORMANCE_ENGINES=bwrap,docker` (default: every engine `detect` lists),
+//! `CONFORMANCE_ENGINES=bwrap,docker` (default: every engine `detect` lists, k8s only where a
+//! cluster answers),
 //! `CONFORMANCE_JOBS=N` (default 3), `CONFORMANCE_KEEP=1` keeps a failed case's temp dirs,
 //! `PYTHON_SANDBOX_BIN` (default `target/debug/python-sandbox`, built if missing).
 
@@ -132,9 +133,8 @@ fn run() -> Result<bool, String> {
         o.jobs
     );
     for e in engines.iter().filter(|e| !e.available) {
-        let mut lines = e.reason.lines();
-        println!("SKIPPED: {}: {}", e.name, lines.next().unwrap_or("unavailable"));
-        for more in lines {
+        println!("{}", engines::unavailable_line(e));
+        for more in e.reason.lines().skip(1) {
             println!("  {more}");
         }
     }
@@ -145,14 +145,12 @@ fn run() -> Result<bool, String> {
     let mut jobs = Vec::new();
     for (ei, e) in engines.iter().enumerate() {
         for (ci, c) in cases.iter().enumerate() {
-            let skip = match (e.available, c.unavailable_only) {
-                _ if c.only_on.is_some_and(|only| !only.contains(&e.name.as_str())) => {
-                    Some(format!("only for {}", c.only_on.unwrap_or_default().join(", ")))
-                }
-                (true, false) | (false, true) => None,
-                (true, true) => Some("only for an unavailable engine".to_string()),
-                (false, false) => Some(format!("unavailable: {}", e.reason)),
+            let applies = engines::Applies {
+                only_on: c.only_on,
+                unavailable_only: c.unavailable_only,
+                skip_on: c.skip_on,
             };
+            let skip = engines::skip_reason(applies, e);
             match skip {
                 Some(reason) => {
                     outcomes[ei][ci] =
@@ -204,6 +202,15 @@ fn run() -> Result<bool, String> {
     let case_names: Vec<&str> = cases.iter().map(|c| c.name).collect();
     let engine_names: Vec<&str> = engines.iter().map(|e| e.name.as_str()).collect();
     println!("\n{}", report::matrix(&case_names, &engine_names, &status));
+    // The matrix shortens its cells; an engine-specific skip is printed whole, as it was decided.
+    let skipped_on: Vec<(&str, &str, &str)> = cases
+        .iter()
+        .flat_map(|c| c.skip_on.iter().map(move |(e, why)| (c.name, *e, *why)))
+        .filter(|(_, e, _)| engine_names.contains(e))
+        .collect();
+    if !skipped_on.is_empty() {
+        println!("{}", report::engine_skips(&skipped_on));
+    }
     let all: Vec<Status> = (0..cases.len())
         .flat_map(|c| (0..engines.len()).map(move |e| (c, e)))
         .map(|(c, e)| status(c, e))

@@ -75,3 +75,12 @@ pub(crate) fn summary<'a>(all: impl IntoIterator<Item = &'a Status>) -> String {
     }
     format!("{passed} passed, {failed} failed, {skipped} skipped")
 }
+
+/// The engine-specific skips, whole: `skipped on ENGINE: CASE: REASON`, one per line.
+pub(crate) fn engine_skips(skips: &[(&str, &str, &str)]) -> String {
+    let mut out = String::new();
+    for (case, engine, why) in skips {
+        out += &format!("skipped on {engine}: {case}: {why}\n");
+    }
+    out
+}

@@ -27,7 +27,8 @@ commands:
   test-engines [--engine NAME]... [FILTER]...
                      build the CLI and run the cross-engine conformance suite (tests/conformance);
                      `--engine podman-rootless` runs it on podman as the user psbx-rootless (set up
-                     by root: user, subids, storage, API service, image)
+                     by root: user, subids, storage, API service, image); `--engine k8s`: the suite
+                     on pods and engine-k8s's end-to-end tier (SKIPPED without a cluster)
   image [--engine docker|podman|podman-rootless]... [--tag TAG] [--force] [--verify]
                      build the sandbox runtime image (deploy/image) without a registry and import it
                      into each engine (default: docker and podman); skipped per engine when unchanged

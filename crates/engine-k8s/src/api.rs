@@ -10,6 +10,7 @@
 //! dependents go with it.
 
 use std::fmt::Debug;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::{StreamExt, TryStreamExt};
@@ -27,6 +28,97 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
 use crate::failure::{self, Op, Progress, StartFailure, api_error};
+
+/// The watches this process holds on the API server: the observable behind "a run holds at most
+/// one watch" (a CLI process makes one run, so per process is per run). Each watch request
+/// counts while its stream is read; `PYTHON_SANDBOX_K8S_TRACE=1` also writes one
+/// `k8s-trace: watch KIND/NAME (open N)` line per request on stderr, which the end-to-end load
+/// test counts per CLI process.
+#[derive(Debug, Default)]
+pub struct WatchGauge {
+    issued: AtomicUsize,
+    open: AtomicUsize,
+    max_open: AtomicUsize,
+}
+
+/// A reading of a [`WatchGauge`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Watches {
+    /// Watch requests made.
+    pub issued: usize,
+    /// Watch streams open now.
+    pub open: usize,
+    /// The most open at once.
+    pub max_open: usize,
+}
+
+impl WatchGauge {
+    /// A gauge at zero.
+    pub const fn new() -> WatchGauge {
+        WatchGauge {
+            issued: AtomicUsize::new(0),
+            open: AtomicUsize::new(0),
+            max_open: AtomicUsize::new(0),
+        }
+    }
+
+    /// Counts one watch request, open until the guard drops.
+    pub fn open(&self) -> WatchOpen<'_> {
+        self.issued.fetch_add(1, Ordering::SeqCst);
+        let now = self.open.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_open.fetch_max(now, Ordering::SeqCst);
+        WatchOpen(self)
+    }
+
+    /// What it counted so far.
+    pub fn read(&self) -> Watches {
+        Watches {
+            issued: self.issued.load(Ordering::SeqCst),
+            open: self.open.load(Ordering::SeqCst),
+            max_open: self.max_open.load(Ordering::SeqCst),
+        }
+    }
+}
+
+/// One open watch of a [`WatchGauge`]; dropping it closes it in the count.
+#[derive(Debug)]
+pub struct WatchOpen<'a>(&'a WatchGauge);
+
+impl Drop for WatchOpen<'_> {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+static WATCHES: WatchGauge = WatchGauge::new();
+
+/// This process's watches so far ([`WatchGauge`]).
+pub fn watches() -> Watches {
+    WATCHES.read()
+}
+
+/// Counts (and, under `PYTHON_SANDBOX_K8S_TRACE`, prints) a watch of `kind` `name` about to be
+/// requested; the stream counts as open until the returned guard drops.
+pub(crate) fn watch_opened(kind: &str, name: &str) -> WatchOpen<'static> {
+    static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let open = WATCHES.open();
+    if *TRACE.get_or_init(|| std::env::var_os(TRACE_VAR).is_some_and(|v| !v.is_empty() && v != "0"))
+    {
+        use std::io::Write as _;
+        let now = WATCHES.read().open;
+        // A trace line lost to a closed stderr changes nothing of the run.
+        let _ = writeln!(std::io::stderr(), "{}", trace_line(kind, name, now));
+    }
+    open
+}
+
+/// The `k8s-trace:` line of a watch request, with how many this process then holds.
+pub fn trace_line(kind: &str, name: &str, open: usize) -> String {
+    format!("k8s-trace: watch {kind}/{name} (open {open})")
+}
+
+/// The variable that turns on the `k8s-trace:` lines of [`WatchGauge`].
+pub const TRACE_VAR: &str = "PYTHON_SANDBOX_K8S_TRACE";
 
 /// How long one watch request may stay open before the apiserver ends it and it is re-issued
 /// from the last resourceVersion (below the apiserver's own cap, so the end is ours).
@@ -190,6 +282,7 @@ async fn watch_until_ready(
     loop {
         let params =
             WatchParams::default().fields(&format!("metadata.name={name}")).timeout(WATCH_SECS);
+        let _open = watch_opened("pod", name);
         let mut events =
             pods.watch(&params, &version).await.map_err(|e| api_error(&op, e))?.boxed();
         while let Some(event) = events.try_next().await.map_err(|e| api_error(&op, e))? {

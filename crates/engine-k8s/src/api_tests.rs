@@ -822,3 +822,19 @@ fn running_is_not_ready_until_the_ready_condition_says_so() {
         failure::Progress::Waiting("no status yet".to_owned())
     );
 }
+
+#[test]
+fn the_watch_gauge_counts_requests_and_how_many_are_open_at_once() {
+    let gauge = api::WatchGauge::new();
+    let first = gauge.open();
+    let second = gauge.open();
+    assert_eq!(gauge.read(), api::Watches { issued: 2, open: 2, max_open: 2 });
+    drop((first, second));
+    let _third = gauge.open();
+    assert_eq!(gauge.read(), api::Watches { issued: 3, open: 1, max_open: 2 });
+}
+
+#[test]
+fn a_watch_trace_line_names_the_object_and_the_open_count() {
+    insta::assert_snapshot!(api::trace_line("pod", "psbx-0a1b", 1), @"k8s-trace: watch pod/psbx-0a1b (open 1)");
+}

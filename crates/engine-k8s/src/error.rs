@@ -14,8 +14,9 @@ pub enum Error {
 
     /// No answer from the apiserver (connection refused, TLS, DNS, a proxy in the way).
     #[error(
-        "cannot reach the cluster to {action}: {message}\nhint: check `kubectl cluster-info`; the \
-         kube config comes from `KUBECONFIG`, `~/.kube/config` or the in-cluster service account"
+        "the k8s engine cannot reach the cluster to {action}: {message}\nhint: check `kubectl \
+         cluster-info`; the kube config comes from `KUBECONFIG`, `~/.kube/config` or the \
+         in-cluster service account"
     )]
     Unreachable {
         /// What was being done, e.g. `create pod "x" in namespace "ns"`.
@@ -290,7 +291,7 @@ pub enum Error {
     },
     /// No kube config: none in `KUBECONFIG`, `~/.kube/config`, nor a pod's service account.
     #[error(
-        "no cluster to talk to: {message}\nhint: point `KUBECONFIG` at a kube config (`cargo xtask kind up` makes a local cluster), or run in a pod with a service account"
+        "the k8s engine has no cluster to talk to: {message}\nhint: point `KUBECONFIG` at a kube config (`cargo xtask kind up` makes a local cluster), or run in a pod with a service account"
     )]
     NoKubeconfig {
         /// kube's reason.

@@ -62,8 +62,36 @@ fn run_on_k8s_without_a_cluster_names_kubeconfig_and_exits_3() {
     // The cluster's own error, not the ladder's advice about other engines.
     assert_eq!(out.status.code(), Some(3), "{text}");
     let first = text.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
-    assert!(first.starts_with("error: no cluster to talk to:"), "{text}");
+    assert!(first.starts_with("error: the k8s engine has no cluster to talk to:"), "{text}");
     assert!(!text.contains("bwrap"), "{text}");
+}
+
+/// A kube config naming a cluster that does not answer (a port nothing listens on): exit 3,
+/// and the error names the engine, as every engine's unavailability does (the conformance
+/// suite's `engine-unavailable-exit-3` on k8s).
+#[test]
+fn run_on_k8s_with_a_cluster_that_does_not_answer_names_the_engine_and_exits_3() {
+    let ctx = Ctx::new();
+    ctx.write("hello.py", "print('hi')\n");
+    let mut laptop = laptop();
+    let closed = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr");
+    let kubeconfig = laptop.home.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{closed}\n\
+             users:\n- name: u\n  user: {{}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\n\
+             current-context: x\n"
+        ),
+    )
+    .expect("kubeconfig");
+    laptop.env.retain(|(k, _)| k != "KUBECONFIG");
+    laptop.env.push(("KUBECONFIG".into(), kubeconfig.display().to_string()));
+    let out = laptop.run(&ctx, &["run", "--engine", "k8s", "hello.py"]);
+    let text = laptop.redact(transcript(&out));
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    let first = text.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
+    assert!(first.starts_with("error: the k8s engine cannot reach the cluster"), "{text}");
 }
 
 #[test]
@@ -209,7 +237,7 @@ fn session_start_on_k8s_without_a_cluster_names_kubeconfig_and_exits_3() {
     let text = laptop.redact(transcript(&out));
     assert_eq!(out.status.code(), Some(3), "{text}");
     let first = text.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
-    assert!(first.starts_with("error: no cluster to talk to:"), "{text}");
+    assert!(first.starts_with("error: the k8s engine has no cluster to talk to:"), "{text}");
     assert_snapshot!(text.lines().filter(|l| l.starts_with("hint:")).collect::<Vec<_>>().join("\n"), @"hint: point `KUBECONFIG` at a kube config (`cargo xtask kind up` makes a local cluster), or run in a pod with a service account");
 }
 

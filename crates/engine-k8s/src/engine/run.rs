@@ -9,7 +9,7 @@
 //! read-only; its ports told to `RunIo::published` (the Ingress URL, or a port-forward held
 //! for the run); the workspace synced in ([`crate::workspace`]), the script copied in and run
 //! with the environment's python in the workdir; then, however it ended (exit, timeout,
-//! Ctrl-C), what it changed synced back out, and the pod deleted. The pod is started with
+//! Ctrl-C, SIGTERM or SIGHUP of the CLI), what it changed synced back out, and the pod deleted. The pod is started with
 //! [`api::start`]: one watch per run, from the create's resourceVersion.
 
 use std::time::{Duration, Instant};
@@ -74,16 +74,38 @@ fn forward_stdin(input: &std::sync::mpsc::Sender<sandbox_core::Input>) {
     let _ = input.send(sandbox_core::Input::Eof);
 }
 
-/// Writes a run's output to this process's own streams (`Output::Inherit`).
-struct Inherit;
+/// Writes a run's output to this process's own streams (`Output::Inherit`), flushed chunk by
+/// chunk (a prompt without a newline shows). A reader that went away (`run … | head -1`: a
+/// broken pipe, since this process ignores SIGPIPE) closes the sink, and the engine stops the
+/// script with 141 as a closed pipe would, instead of relaying into nowhere for ever.
+struct Inherit<O, E> {
+    stdout: O,
+    stderr: E,
+    closed: bool,
+}
 
-impl OutputSink for Inherit {
+impl Inherit<std::io::Stdout, std::io::Stderr> {
+    fn std() -> Self {
+        Inherit { stdout: std::io::stdout(), stderr: std::io::stderr(), closed: false }
+    }
+}
+
+impl<O: std::io::Write + Send, E: std::io::Write + Send> OutputSink for Inherit<O, E> {
     fn write(&mut self, stream: Stream, chunk: &[u8]) {
-        use std::io::Write as _;
-        let _ = match stream {
-            Stream::Stdout => std::io::stdout().lock().write_all(chunk),
-            Stream::Stderr => std::io::stderr().lock().write_all(chunk),
+        if self.closed {
+            return;
+        }
+        let written = match stream {
+            Stream::Stdout => self.stdout.write_all(chunk).and_then(|()| self.stdout.flush()),
+            Stream::Stderr => self.stderr.write_all(chunk).and_then(|()| self.stderr.flush()),
         };
+        if written.is_err_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) {
+            self.closed = true;
+        }
+    }
+
+    fn closed(&self) -> bool {
+        self.closed
     }
 }
 
@@ -148,6 +170,7 @@ impl K8sEngine {
                 let params = kube::api::WatchParams::default()
                     .fields(&format!("metadata.name={name}"))
                     .timeout(u32::try_from(left.as_secs().clamp(1, 290)).unwrap_or(290));
+                let _open = api::watch_opened("persistentvolumeclaim", &name);
                 let mut events = self
                     .claims()
                     .watch(&params, &version)
@@ -437,8 +460,9 @@ impl K8sEngine {
         Ok((forwards, ports))
     }
 
-    /// The script in the pod with the run's stdin, stopped on Ctrl-C (dropping the exec closes
-    /// its stream, and the agent kills what still runs; its changes still come back).
+    /// The script in the pod with the run's stdin, stopped on Ctrl-C, SIGTERM or SIGHUP
+    /// ([`stop_signal`]: dropping the exec closes its stream, and the agent kills what still
+    /// runs; its changes still come back).
     async fn script(
         &self,
         sandbox: &crate::PodSandbox,
@@ -485,8 +509,31 @@ impl K8sEngine {
         };
         tokio::select! {
             outcome = ran => outcome,
-            _ = tokio::signal::ctrl_c() => Ok(RunOutcome::exited(130, started.elapsed())),
+            signal = stop_signal() => Ok(RunOutcome::exited(128 + signal, started.elapsed())),
         }
+    }
+}
+
+/// Resolves with the number of the first of SIGINT (Ctrl-C), SIGTERM (a CI timeout, `kill`)
+/// and SIGHUP (a closed terminal) this process gets; never where they cannot be handled. A
+/// run stopped so still syncs back and deletes its pod, which the default action (dying on
+/// the spot) would leave to its TTL.
+async fn stop_signal() -> i32 {
+    use tokio::signal::unix::{SignalKind, signal};
+    let streams = (|| {
+        Some([
+            signal(SignalKind::interrupt()).ok()?,
+            signal(SignalKind::terminate()).ok()?,
+            signal(SignalKind::hangup()).ok()?,
+        ])
+    })();
+    match streams {
+        Some([mut int, mut term, mut hup]) => tokio::select! {
+            _ = int.recv() => 2,
+            _ = term.recv() => 15,
+            _ = hup.recv() => 1,
+        },
+        None => std::future::pending().await,
     }
 }
 
@@ -541,7 +588,7 @@ impl Engine for K8sEngine {
         io: RunIo<'_>,
     ) -> Result<RunOutcome> {
         let RunIo { stdin, output, mut status, published } = io;
-        let mut inherit = Inherit;
+        let mut inherit = Inherit::std();
         let mut merged;
         let sink: &mut dyn OutputSink = match output {
             Output::Inherit => &mut inherit,

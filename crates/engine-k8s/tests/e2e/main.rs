@@ -7,6 +7,8 @@
 
 #![allow(clippy::print_stdout)]
 
+mod load;
+
 use std::io::{Read as _, Write as _};
 use std::time::Duration;
 

@@ -42,6 +42,9 @@ struct State {
     commands: Vec<Vec<String>>,
     /// Every pod as created, kept after its delete.
     created: Vec<Value>,
+    /// Watch streams open now, and the most at once, by the name they watch.
+    watching: BTreeMap<String, usize>,
+    most_watching: BTreeMap<String, usize>,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -239,6 +242,19 @@ async fn watch(mut tcp: tokio::net::TcpStream, path: &str, query: &str, state: S
         .find_map(|p| p.strip_prefix("fieldSelector=metadata.name%3D"))
         .unwrap_or_default()
         .to_owned();
+    {
+        let mut s = state.lock().expect("state");
+        let now = *s.watching.entry(name.clone()).and_modify(|n| *n += 1).or_insert(1);
+        let most = s.most_watching.entry(name.clone()).or_insert(0);
+        *most = (*most).max(now);
+    }
+    answer_watch(&mut tcp, path, &name, &state).await;
+    if let Some(n) = state.lock().expect("state").watching.get_mut(&name) {
+        *n -= 1;
+    }
+}
+
+async fn answer_watch(tcp: &mut tokio::net::TcpStream, path: &str, name: &str, state: &Shared) {
     let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
     let _ = tcp.write_all(head.as_bytes()).await;
     let send = |event: Value| {
@@ -248,7 +264,7 @@ async fn watch(mut tcp: tokio::net::TcpStream, path: &str, query: &str, state: S
     if path.ends_with("/pods") {
         let (pod, fails) = {
             let s = state.lock().expect("state");
-            (s.pods.get(&name).cloned(), s.pull_fails)
+            (s.pods.get(name).cloned(), s.pull_fails)
         };
         if let Some(mut pod) = pod {
             pod["status"] = if fails { pull_failed_status() } else { ready_status() };
@@ -256,10 +272,10 @@ async fn watch(mut tcp: tokio::net::TcpStream, path: &str, query: &str, state: S
                 tcp.write_all(send(json!({"type": "MODIFIED", "object": pod})).as_bytes()).await;
         }
     } else {
-        let seen = state.lock().expect("state").claims.get(&name).cloned();
+        let seen = state.lock().expect("state").claims.get(name).cloned();
         let mut last = seen.as_ref().map(|c| c["metadata"]["resourceVersion"].clone());
         for _ in 0..500 {
-            let now = state.lock().expect("state").claims.get(&name).cloned();
+            let now = state.lock().expect("state").claims.get(name).cloned();
             match now {
                 None => {
                     let gone = json!({"type": "DELETED", "object": seen.clone()});
@@ -863,4 +879,194 @@ fn reap_deletes_this_users_unused_and_never_finished_claims_and_a_dry_run_only_l
     assert!(swept.iter().all(|s| s.removed), "{swept:?}");
     let left: Vec<String> = cluster.state.lock().expect("state").claims.keys().cloned().collect();
     assert_eq!(left, ["psbx-env-busy", "psbx-env-recent", "psbx-env-theirs"]);
+}
+
+/// The pod names the log's watch requests name, in order.
+fn pod_watches(log: &[String]) -> Vec<String> {
+    log.iter()
+        .filter(|l| l.contains("/pods?") && l.contains("watch=true"))
+        .filter_map(|l| {
+            let at =
+                l.find("fieldSelector=metadata.name%3D")? + "fieldSelector=metadata.name%3D".len();
+            Some(l[at..].split('&').next().unwrap_or_default().to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn twenty_parallel_runs_from_one_workspace_all_succeed_each_holding_one_watch() {
+    const RUNS: usize = 20;
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let cluster = rt.block_on(Cluster::start());
+    let scratch = Scratch::new();
+    std::fs::write(scratch.host().join("input.txt"), "shared input\n").expect("input");
+    let script = "import pathlib, sys\ni = sys.argv[1]\n\
+                  text = pathlib.Path('input.txt').read_text()\n\
+                  pathlib.Path(f'out-{i}.txt').write_text(f'{text}run {i}\\n' * 500)\n\
+                  print('ran', i)\n";
+    let spec = spec(&scratch, script);
+    // Warm: the environment is prepared once, before the load.
+    let warm = RunSpec { args: vec!["warm".to_owned()], ..spec.clone() };
+    assert_eq!(run(&engine(&cluster, &scratch), &warm, Stdin::Null).0, 0);
+    cluster.state.lock().expect("state").log.clear();
+    let created_before = cluster.state.lock().expect("state").created.len();
+
+    let outcomes = std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..RUNS)
+            .map(|i| {
+                // Each run's pod has its own workdir; the host workspace is the one they share.
+                let workdir = scratch.root.join(format!("pod-{i}"));
+                std::fs::create_dir_all(&workdir).expect("pod workdir");
+                let config = SandboxConfig {
+                    workdir: workdir.display().to_string(),
+                    ..SandboxConfig::default()
+                };
+                let engine = engine_with(&cluster, config);
+                let spec = RunSpec { args: vec![i.to_string()], ..spec.clone() };
+                scope.spawn(move || run(&engine, &spec, Stdin::Null))
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().expect("run")).collect::<Vec<_>>()
+    });
+    for (i, (code, stdout, _)) in outcomes.iter().enumerate() {
+        assert_eq!((*code, stdout.as_str()), (0, format!("ran {i}\n").as_str()));
+        let out = std::fs::read_to_string(scratch.host().join(format!("out-{i}.txt")))
+            .expect("synced back");
+        assert_eq!(out, format!("shared input\nrun {i}\n").repeat(500), "out-{i}.txt");
+    }
+    let state = cluster.state.lock().expect("state");
+    assert!(state.pods.is_empty(), "pods left: {:?}", state.pods.keys());
+    let pods: Vec<String> = state.created[created_before..]
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(pods.len(), RUNS, "one pod per run");
+    let mut watched = pod_watches(&state.log);
+    watched.sort();
+    let mut expected = pods.clone();
+    expected.sort();
+    assert_eq!(watched, expected, "each run watched its own pod, once");
+    let claim_watches = state.log.iter().filter(|l| l.contains("persistentvolumeclaims?")).count();
+    assert_eq!(claim_watches, 0, "a warm run waits for no claim");
+    for pod in &pods {
+        assert_eq!(state.most_watching.get(pod), Some(&1), "{pod}: watches open at once");
+    }
+}
+
+/// A stdout whose reader went away.
+struct BrokenPipe(usize);
+
+impl std::io::Write for BrokenPipe {
+    fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+        self.0 += 1;
+        Err(std::io::ErrorKind::BrokenPipe.into())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_run_whose_reader_went_away_ends_as_a_closed_pipe() {
+    use sandbox_core::OutputSink as _;
+    let mut sink = super::Inherit { stdout: BrokenPipe(0), stderr: Vec::new(), closed: false };
+    sink.write(sandbox_core::Stream::Stderr, b"to stderr\n");
+    assert!(!sink.closed(), "stderr still has its reader");
+    sink.write(sandbox_core::Stream::Stdout, b"line 0\n");
+    assert!(sink.closed());
+    sink.write(sandbox_core::Stream::Stdout, b"line 1\n");
+    assert_eq!(sink.stdout.0, 1, "nothing is written after the reader left");
+    assert_eq!(sink.stderr, b"to stderr\n");
+
+    // The engine then stops the script at the first output it cannot pass on: 141, not the
+    // script's own end (the stand-in pod sends the output before the exit, as a long run would).
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let cluster = rt.block_on(Cluster::start());
+    let scratch = Scratch::new();
+    let engine = engine(&cluster, &scratch);
+    let spec = spec(&scratch, "for i in range(1000):\n    print(i, flush=True)\n");
+    let prepared = engine.prepare(&spec, &mut |_| {}).expect("prepared");
+    let mut closed = super::Inherit { stdout: BrokenPipe(0), stderr: Vec::new(), closed: false };
+    let io = RunIo {
+        stdin: Stdin::Null,
+        output: Output::Sink(&mut closed),
+        status: None,
+        published: None,
+    };
+    let outcome = engine.run_prepared(&spec, &prepared, io).expect("ran");
+    assert_eq!(outcome.exit_code, sandbox_core::EXIT_CLOSED_PIPE);
+}
+
+/// Set in the copy of this test binary that [`a_sigterm_mid_run_stops_the_script_syncs_back_and_deletes_the_pod`]
+/// runs: signals are process-wide, and the other tests' runs must not get this one.
+const SIGTERM_CHILD: &str = "PSBX_K8S_RUN_SIGTERM_CHILD";
+
+/// The child's half: a run whose script writes a file and sleeps, SIGTERM to this process once
+/// the script runs; the run ends with 143, the file back on the host and no pod left.
+#[test]
+fn sigterm_child() {
+    if std::env::var_os(SIGTERM_CHILD).is_none() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let cluster = rt.block_on(Cluster::start());
+    let scratch = Scratch::new();
+    let engine = engine(&cluster, &scratch);
+    let spec = spec(
+        &scratch,
+        "import pathlib, time\npathlib.Path('before.txt').write_text('written')\ntime.sleep(30)\n",
+    );
+    let prepared = engine.prepare(&spec, &mut |_| {}).expect("prepared");
+    let outcome = std::thread::scope(|scope| {
+        let run = scope.spawn(|| {
+            let mut out = sandbox_core::Captured::default();
+            let io = RunIo {
+                stdin: Stdin::Null,
+                output: Output::Sink(&mut out),
+                status: None,
+                published: None,
+            };
+            engine.run_prepared(&spec, &prepared, io).expect("ran")
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !cluster
+            .state
+            .lock()
+            .expect("state")
+            .commands
+            .iter()
+            .any(|c| c.iter().any(|a| a.starts_with("/tmp/.scripts/")))
+        {
+            assert!(std::time::Instant::now() < deadline, "the script never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The script is running (its exec is open); its file is written right away.
+        std::thread::sleep(Duration::from_millis(500));
+        signal_hook::low_level::raise(signal_hook::consts::SIGTERM).expect("raise");
+        run.join().expect("run")
+    });
+    assert_eq!(outcome.exit_code, 143);
+    assert_eq!(
+        std::fs::read_to_string(scratch.host().join("before.txt")).expect("synced back"),
+        "written"
+    );
+    assert!(cluster.state.lock().expect("state").pods.is_empty(), "the pod was left");
+    println!("SIGTERM CHILD OK");
+}
+
+#[test]
+fn a_sigterm_mid_run_stops_the_script_syncs_back_and_deletes_the_pod() {
+    let child = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args(["--exact", "engine::run::tests::sigterm_child", "--nocapture", "--test-threads=1"])
+        .env(SIGTERM_CHILD, "1")
+        .output()
+        .expect("the child");
+    let stdout = String::from_utf8_lossy(&child.stdout);
+    assert!(
+        child.status.success() && stdout.contains("SIGTERM CHILD OK"),
+        "{}\n{stdout}\n{}",
+        child.status,
+        String::from_utf8_lossy(&child.stderr)
+    );
 }

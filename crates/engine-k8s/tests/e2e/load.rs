@@ -1,0 +1,181 @@
+//! The CLI under load and killed, on the cluster: 20 parallel `python-sandbox run --engine k8s`
+//! of one script from one workspace (every run succeeds, every output comes back whole, and
+//! each run holds at most one watch: the `k8s-trace:` lines of `engine_k8s::api::WatchGauge`,
+//! counted per CLI process), and a `kill -9` of the CLI mid-run, after which no pod of the run
+//! is left once its TTL has passed and a sweep ran.
+
+use std::io::BufRead as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use engine_k8s::K8sEngine;
+use k8s_openapi::api::core::v1::Pod;
+use sandbox_core::Executor as _;
+
+const PARALLEL: usize = 20;
+
+/// The CLI: `PYTHON_SANDBOX_BIN`, else the workspace's debug build (`cargo xtask test-engines
+/// --engine k8s` builds it first).
+fn cli() -> PathBuf {
+    if let Some(bin) = std::env::var_os("PYTHON_SANDBOX_BIN").filter(|b| !b.is_empty()) {
+        return PathBuf::from(bin);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"), PathBuf::from);
+    let bin = target.join("debug/python-sandbox");
+    assert!(
+        bin.exists(),
+        "{} is missing\nhint: `cargo build -p cli` (or `cargo xtask test-engines --engine k8s`)",
+        bin.display()
+    );
+    bin
+}
+
+/// A workspace of its own under the system temp dir, removed at the end.
+struct Workspace(PathBuf);
+
+impl Workspace {
+    fn new(name: &str, script: &str) -> Workspace {
+        let dir = std::env::temp_dir().join(format!("psbx-k8s-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("workspace");
+        std::fs::write(dir.join("script.py"), script).expect("script");
+        Workspace(dir)
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn run_command(ws: &Workspace, args: &[&str]) -> Command {
+    let mut command = Command::new(cli());
+    command
+        .args(["run", "--engine", "k8s"])
+        .args(args)
+        .current_dir(&ws.0)
+        .env("NO_COLOR", "1")
+        .env(engine_k8s::api::TRACE_VAR, "1")
+        .stdin(Stdio::null());
+    command
+}
+
+/// The `k8s-trace: watch` lines of one run's stderr.
+fn watch_lines(stderr: &str) -> Vec<&str> {
+    stderr.lines().filter(|l| l.starts_with("k8s-trace: watch ")).collect()
+}
+
+const WRITER: &str = "import pathlib, sys\ni = sys.argv[1]\n\
+    pathlib.Path(f'out-{i}.txt').write_text(f'run {i}\\n' * 2000)\nprint('ran', i)\n";
+
+#[test]
+fn twenty_parallel_runs_from_one_workspace_succeed_each_holding_one_watch() {
+    let Some(_engine) = crate::cluster() else { return };
+    let ws = Workspace::new("load", WRITER);
+    // Warm: the first run prepares the environment (its prepare pod and its run pod are
+    // watched one after the other, never both at once).
+    let warm = run_command(&ws, &["script.py", "--", "warm"]).output().expect("the warm run");
+    let stderr = String::from_utf8_lossy(&warm.stderr);
+    assert!(warm.status.success(), "the warm run failed: {stderr}");
+    assert!(watch_lines(&stderr).iter().all(|l| l.ends_with("(open 1)")), "{stderr}");
+
+    let started = Instant::now();
+    let children: Vec<_> = (0..PARALLEL)
+        .map(|i| {
+            let i = i.to_string();
+            run_command(&ws, &["script.py", "--", &i])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("a run")
+        })
+        .collect();
+    let outputs: Vec<_> =
+        children.into_iter().map(|c| c.wait_with_output().expect("wait")).collect();
+    println!("{PARALLEL} parallel runs in {:.1?}", started.elapsed());
+    for (i, out) in outputs.iter().enumerate() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "run {i} failed ({}): {stderr}", out.status);
+        assert_eq!(stdout, format!("ran {i}\n"), "run {i}'s output; stderr: {stderr}");
+        let written = std::fs::read_to_string(ws.0.join(format!("out-{i}.txt")))
+            .unwrap_or_else(|e| panic!("out-{i}.txt did not come back: {e}; stderr: {stderr}"));
+        assert_eq!(written, format!("run {i}\n").repeat(2000), "out-{i}.txt is not intact");
+        let watches = watch_lines(&stderr);
+        // A warm run watches its pod's start, once: never a poll, never a second stream.
+        assert_eq!(watches.len(), 1, "run {i} watches: {watches:?}");
+        let pod = watches[0]
+            .strip_prefix("k8s-trace: watch pod/")
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap_or_else(|| panic!("run {i} watched no pod: {watches:?}"));
+        assert_eq!(watches[0], engine_k8s::api::trace_line("pod", pod, 1), "run {i}");
+    }
+}
+
+fn pod_names(engine: &K8sEngine) -> Vec<String> {
+    let pods: kube::Api<Pod> =
+        kube::Api::namespaced(engine.client().clone(), &engine.config().namespace);
+    let listed = engine.block_on(pods.list(&kube::api::ListParams::default())).expect("list pods");
+    listed.items.into_iter().filter_map(|p| p.metadata.name).collect()
+}
+
+const SLEEPER: &str =
+    "import time\nprint('started', flush=True)\ntime.sleep(600)\nprint('BROKEN still here')\n";
+/// The run's own timeout: its pod's idle TTL is this plus two minutes (`engine/run.rs`).
+const RUN_TIMEOUT_SECS: u64 = 10;
+
+#[test]
+fn a_cli_killed_mid_run_leaves_no_pod_after_the_ttl_and_a_sweep() {
+    let Some(engine) = crate::cluster() else { return };
+    let ws = Workspace::new("kill", SLEEPER);
+    let before = pod_names(&engine);
+    let timeout = RUN_TIMEOUT_SECS.to_string();
+    let mut child = run_command(&ws, &["--timeout", &timeout, "script.py"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the run");
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("read the run");
+    assert_eq!(line, "started\n", "the script never started");
+    let ours: Vec<String> =
+        pod_names(&engine).into_iter().filter(|p| !before.contains(p)).collect();
+    assert!(!ours.is_empty(), "no new pod while the run runs");
+    // SIGKILL: the CLI deletes nothing.
+    child.kill().expect("kill -9 the CLI");
+    let _ = child.wait();
+    let ns = engine.config().namespace.clone();
+    let pods: kube::Api<Pod> = kube::Api::namespaced(engine.client().clone(), &ns);
+    let ttl = Duration::from_secs(RUN_TIMEOUT_SECS + 120);
+    let deadline = Instant::now() + ttl + Duration::from_secs(90);
+    for pod in &ours {
+        loop {
+            let got = engine.block_on(pods.get_opt(pod)).expect("read the pod");
+            let phase = got.as_ref().and_then(|p| p.status.as_ref()?.phase.clone());
+            if !matches!(phase.as_deref(), Some("Running" | "Pending")) {
+                println!("after the TTL `{pod}` is {}", phase.as_deref().unwrap_or("gone"));
+                break;
+            }
+            assert!(Instant::now() < deadline, "`{pod}` still runs long after its TTL ({ttl:?})");
+            std::thread::sleep(Duration::from_secs(3));
+        }
+    }
+    // The sweep any later CLI command runs.
+    engine.reap(false).expect("reap");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left: Vec<&String> = ours
+            .iter()
+            .filter(|p| engine.block_on(pods.get_opt(p)).expect("read the pod").is_some())
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left behind after the sweep: {left:?}");
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
