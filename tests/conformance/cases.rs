@@ -82,13 +82,6 @@ const K8S_NO_HOST_PORT: (&str, &str) = (
     "k8s",
     "a pod's port is served at its Ingress URL or a port-forward on a free local port, never a chosen host port",
 );
-/// The wall's in-sandbox refusals are seccomp's, and a pod runs under the node's
-/// `RuntimeDefault` profile (`Capability::seccomp_wall` is false: a `Localhost` profile would
-/// need a file on every node). What leaves through the workspace is still held on the way out.
-const K8S_NO_WALL: (&str, &str) = (
-    "k8s",
-    "the seccomp wall is not on a pod (RuntimeDefault profile); the sync out drops set-id bits and xattrs",
-);
 
 pub(crate) fn all() -> Vec<Case> {
     let mut cases = run_cases();
@@ -808,7 +801,6 @@ fn run_cases() -> Vec<Case> {
             name: "wall-no-setuid-setgid-files",
             script: Script::File("setid.py"),
             expect: |_| Expect::ok().changes(&["+ws/f", "+ws/h"]).host(no_set_id_bits),
-            skip_on: &[K8S_NO_WALL],
             ..BASE
         },
         Case {
@@ -905,7 +897,6 @@ fn run_cases() -> Vec<Case> {
             name: "wall-no-xattrs",
             script: Script::File("xattr.py"),
             expect: |_| Expect::ok().changes(&["+ws/x", "+ws/l"]),
-            skip_on: &[K8S_NO_WALL],
             ..BASE
         },
     ]
@@ -1197,7 +1188,6 @@ fn seccomp_family_cases() -> Vec<Case> {
             script: Script::File("syscalls.py"),
             args: seccomp_family_args,
             expect: seccomp_family_expect,
-            skip_on: &[K8S_NO_WALL],
             ..BASE
         })
         .collect()

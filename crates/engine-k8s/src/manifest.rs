@@ -147,12 +147,14 @@ pub fn pod(config: &SandboxConfig, request: &PodRequest) -> Result<Pod, Error> {
         ("home", sandbox_core::SANDBOX_HOME, &v.home),
     ];
     let mut command: Vec<String> = INIT.iter().map(|s| (*s).to_owned()).collect();
-    // As the OCI sessions start it: isolated mode, the program inline, the TTL its one argument.
+    // As the OCI sessions start it (isolated mode, the program inline, the TTL its argument),
+    // behind the wall it takes itself first: every command of the pod is the agent's child.
     command.extend([
         "python3".to_owned(),
         "-I".to_owned(),
         "-c".to_owned(),
-        sandbox_core::agent::AGENT_PY.to_owned(),
+        sandbox_core::agent::walled(sandbox_core::agent::AGENT_PY),
+        sandbox_core::agent::wall_arg(),
         config.idle_ttl.as_secs().to_string(),
     ]);
     let container = Container {

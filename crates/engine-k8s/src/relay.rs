@@ -12,7 +12,19 @@ use sandbox_core::agent::{Frame, decode_frame, frame_len};
 
 /// The relay (see the module docs). Written for python 3.6 and up, stdlib only; both copy
 /// directions run at once so neither side's buffers can fill while the other waits.
-pub const RELAY: &str = r#"import os, socket, sys, threading
+///
+/// The relay is started by the container runtime, not by the agent, so it is outside the
+/// wall the agent took (`sandbox_core::agent::walled`); it makes itself non-dumpable first, so
+/// the pod's commands (same uid, under the wall) cannot write its memory through
+/// `/proc/PID/mem` and run code outside the wall. If it cannot, it exits [`EXIT_NOT_SEALED`]
+/// before connecting.
+pub const RELAY: &str = r#"import ctypes, os, socket, sys, threading
+prctl = ctypes.CDLL(None, use_errno=True).prctl
+prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+if prctl(4, 0, 0, 0, 0) != 0:
+    sys.stderr.write("python-sandbox relay: cannot make itself non-dumpable: %s\n" % os.strerror(ctypes.get_errno()))
+    sys.stderr.flush()
+    os._exit(126)
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 try:
     s.connect(sys.argv[1])
@@ -48,6 +60,9 @@ os._exit(0)
 
 /// The relay's exit code when nothing listens on the agent's socket.
 pub const EXIT_NO_AGENT: i32 = 125;
+
+/// The relay's exit code when it cannot make itself non-dumpable (it then never connects).
+pub const EXIT_NOT_SEALED: i32 = 126;
 
 /// The agent's frames reassembled from stdout chunks.
 #[derive(Debug, Default)]
@@ -141,6 +156,36 @@ mod tests {
         buffer.push(b"\x6f\x00");
         assert_eq!(buffer.next_frame(), Ok(None));
         assert!(buffer.partial());
+    }
+
+    /// Runs the relay's prologue (everything before it connects) with this host's Python: it
+    /// leaves the process non-dumpable, and a relay with no agent still ends with its own code.
+    #[test]
+    fn the_relay_seals_itself_before_connecting() {
+        let python = "/usr/bin/python3.11";
+        if !std::path::Path::new(python).exists() {
+            #[allow(clippy::print_stdout)]
+            {
+                println!("SKIPPED: no {python} to run the relay");
+            }
+            return;
+        }
+        let (prologue, _) = RELAY.split_once("s = socket.socket(").expect("the relay connects");
+        let probe = format!("{prologue}print(prctl(3, 0, 0, 0, 0))");
+        let out = std::process::Command::new(python).args(["-c", &probe]).output().expect("python");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0", "PR_GET_DUMPABLE");
+        assert!(RELAY.contains(&format!("os._exit({EXIT_NOT_SEALED})")));
+        let gone = std::env::temp_dir().join(format!("psbx-no-agent-{}.sock", std::process::id()));
+        let out = std::process::Command::new(python)
+            .args(["-c", RELAY, &gone.display().to_string()])
+            .output()
+            .expect("python");
+        assert_eq!(
+            out.status.code(),
+            Some(EXIT_NO_AGENT),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     proptest! {

@@ -30,6 +30,38 @@ use crate::{ExecRequest, Input, OutputSink, Stream, TtySize};
 /// idle TTL in seconds as its one argument.
 pub const AGENT_PY: &str = include_str!("agent.py");
 
+/// The prologue that takes the seccomp wall in-process (`wall.py`), for a program run where no
+/// engine applies the wall from outside (a pod: its seccomp profile is the node's). See
+/// [`walled`] and [`wall_arg`].
+pub const WALL_PY: &str = include_str!("wall.py");
+
+/// Pure: `program` behind [`WALL_PY`]: run as `python3 -I -c <this> <wall_arg()> ARGS...`, it
+/// takes the wall before its first line, or exits 125 without running it.
+pub fn walled(program: &str) -> String {
+    format!("{WALL_PY}\n{program}")
+}
+
+/// Pure: the wall ([`crate::WALL`]) compiled for every architecture the wall supports, as
+/// [`WALL_PY`] reads it (`x86_64=HEX;aarch64=HEX`): where a pod lands (and so its node's
+/// architecture) is not known when its spec is written.
+pub fn wall_arg() -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for (name, arch) in
+        [("x86_64", crate::seccomp::Arch::X86_64), ("aarch64", crate::seccomp::Arch::Aarch64)]
+    {
+        if !out.is_empty() {
+            out.push(';');
+        }
+        out.push_str(name);
+        out.push('=');
+        for byte in crate::seccomp::bpf(arch) {
+            let _ = write!(out, "{byte:02x}");
+        }
+    }
+    out
+}
+
 /// The agent's socket, relative to the sandbox's root (it lives in the sandbox's own `/tmp`).
 pub const AGENT_SOCKET: &str = "tmp/.python-sandbox-agent.sock";
 

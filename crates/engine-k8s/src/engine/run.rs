@@ -554,7 +554,8 @@ impl Engine for K8sEngine {
             cpu_limit: true,
             pids_limit: false,
             pty: false,
-            seccomp_wall: false,
+            // The agent takes it in-process (`sandbox_core::agent::walled`).
+            seccomp_wall: true,
             preview_urls: true,
         }
     }

@@ -32,11 +32,13 @@ fn owner() -> PodOwner {
     PodOwner { name: "psbx-example".into(), uid: "6f1c2a9e-1111-4c2d-8e3f-000000000001".into() }
 }
 
-/// The agent's program is 14 KB of Python checked in sandbox-core; the snapshot shows its place.
+/// The agent's program (14 KB of Python) and the compiled wall are checked in sandbox-core; the
+/// snapshot shows their places.
 macro_rules! pod_snapshot {
     ($name:expr, $pod:expr) => {
         insta::assert_yaml_snapshot!($name, $pod, {
-            ".spec.containers[0].command[5]" => "[sandbox_core::agent::AGENT_PY]"
+            ".spec.containers[0].command[5]" => "[sandbox_core::agent::walled(AGENT_PY)]",
+            ".spec.containers[0].command[6]" => "[sandbox_core::agent::wall_arg()]"
         })
     };
 }
@@ -45,7 +47,9 @@ macro_rules! pod_snapshot {
 fn pod_default() {
     let pod = pod(&SandboxConfig::default(), &request()).unwrap();
     let command = pod.spec.as_ref().unwrap().containers[0].command.as_ref().unwrap();
-    assert_eq!(command[5], sandbox_core::agent::AGENT_PY);
+    assert_eq!(command[5], sandbox_core::agent::walled(sandbox_core::agent::AGENT_PY));
+    assert!(command[5].starts_with(sandbox_core::agent::WALL_PY), "the wall comes first");
+    assert_eq!(command[6], sandbox_core::agent::wall_arg());
     pod_snapshot!("pod_default", pod);
 }
 
@@ -174,7 +178,7 @@ fn every_hardening_field_is_set() {
         (format!("{c}/volumeMounts/1/mountPath"), "/tmp".into()),
         (format!("{c}/volumeMounts/2/mountPath"), "/home/sandbox".into()),
         (format!("{c}/command/0"), "/usr/bin/tini".into()),
-        (format!("{c}/command/6"), "1800".into()),
+        (format!("{c}/command/7"), "1800".into()),
     ];
     let wrong: Vec<String> = rows
         .iter()

@@ -37,8 +37,13 @@ impl Agent {
             .replace("\"/tmp/.active\"", &format!("\"{d}/active\""))
             .replace("\"/tmp/.last-activity\"", &format!("\"{d}/last\""));
         assert!(source.contains("agent.sock"), "the agent's socket path moved");
-        let child =
-            std::process::Command::new(PYTHON).args(["-c", &source, "600"]).spawn().expect("agent");
+        // As the pod starts it: behind the wall it takes itself (so every command of this
+        // tier runs under the real wall, on this host's kernel).
+        let child = std::process::Command::new(PYTHON)
+            .args(["-I", "-c", &sandbox_core::agent::walled(&source)])
+            .args([sandbox_core::agent::wall_arg().as_str(), "600"])
+            .spawn()
+            .expect("agent");
         let agent = Agent { dir, child };
         let deadline = Instant::now() + Duration::from_secs(10);
         while !agent.socket_path().exists() {

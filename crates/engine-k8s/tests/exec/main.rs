@@ -53,6 +53,28 @@ async fn streams_stay_apart_and_exit_codes_come_through_on_v4_and_v5() {
     }
 }
 
+/// The agent took the wall itself (as the pod starts it): a command it runs, and that
+/// command's children, get `EPERM` from the refused families, whatever the runtime's profile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_run_behind_the_agents_wall() {
+    let Some(agent) = Agent::start() else { return };
+    let kubelet = Kubelet::start(V5).await;
+    let exec = agent.exec(&kubelet);
+    let probe = "import ctypes, subprocess, sys\n\
+        libc = ctypes.CDLL(None, use_errno=True)\n\
+        rc = libc.unshare(0x10000000)\n\
+        print('unshare', rc, ctypes.get_errno())\n\
+        sys.stdout.flush()\n\
+        subprocess.run([sys.executable, '-c', 'import ctypes; l = ctypes.CDLL(None, use_errno=True); print(\"child\", l.setns(0, 0), ctypes.get_errno())'])";
+    let (code, out) = run(&exec, &request(&[PYTHON, "-c", probe])).await;
+    assert_eq!(code, 0, "{}", out.stderr_lossy());
+    assert_eq!(
+        out.stdout_lossy(),
+        "unshare -1 1\nchild -1 1\n",
+        "EPERM in the command and its child"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdin_reaches_the_command_and_ends_on_v4_and_v5() {
     let Some(agent) = Agent::start() else { return };

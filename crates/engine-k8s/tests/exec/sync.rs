@@ -65,12 +65,16 @@ async fn a_run_gets_the_workspace_and_gives_back_what_it_changed() {
     assert_eq!(untouched, Default::default());
 
     let script = "printf after > edit.txt && rm gone.txt && rm -r old && mkdir -p new/deep \
-        && printf r > new/deep/run.sh && chmod 4755 new/deep/run.sh && chmod 600 keep.txt \
+        && printf r > new/deep/run.sh && chmod 755 new/deep/run.sh && chmod 600 keep.txt \
         && ln -s new/deep/run.sh latest && mkdir -p .git/hooks && printf x > .git/hooks/pre-commit";
     let mut out = Captured::default();
     let ran =
         sandbox.exec(&ExecRequest::new(&["sh", "-c", script]), &mut out).await.expect("script");
     assert_eq!(ran.exit_code, 0, "{}", out.stderr_lossy());
+    // The agent's wall refuses a setuid `chmod` in the pod; a set-id file can still be there
+    // (an image's, a volume's), so one is made from outside: it must come back without the bit.
+    std::fs::set_permissions(pod.join("new/deep/run.sh"), std::fs::Permissions::from_mode(0o4755))
+        .expect("setuid from outside the wall");
     let back = sync_out(&sandbox, &host, &workdir, &synced.baseline, 1 << 20, &mut |_| {})
         .await
         .expect("out");

@@ -11,3 +11,4 @@ mod resolve;
 mod scrub;
 mod seccomp;
 mod support;
+mod wall_py;
