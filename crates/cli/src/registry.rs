@@ -83,8 +83,8 @@ impl Probes {
         })
     }
 
-    /// The native engine's probe: a forked child that unshares (about a millisecond, so a warm
-    /// `run` pays it rather than trusting a memo of another boot's kernel settings).
+    /// The native engine's probe: a forked child that unshares, its success remembered for
+    /// this boot and context only (`engine_native::probe`), so a warm `run` skips the fork.
     fn native(&self) -> &engine_detect::Probe {
         self.native.get_or_init(engine_native::probe)
     }

@@ -72,7 +72,14 @@ pub trait Sandboxed: Send {
     /// A pidfd of the process whose end means the whole sandbox is gone; SIGKILL to it ends
     /// the sandbox (the rest dies with it, through the pid namespace).
     fn pidfd(&self) -> BorrowedFd<'_>;
-    /// Waits for that process (already ended, or about to) and says how it ended.
+    /// Readable once the sandbox has ended and nothing of it runs any more; [`Sandboxed::wait`]
+    /// then returns without waiting. By default the [`Sandboxed::pidfd`]; a launcher whose
+    /// process outlives the sandbox itself (engine-native's monitor, still in the kernel's
+    /// teardown of its namespaces) gives a descriptor that says so sooner.
+    fn ended(&self) -> BorrowedFd<'_> {
+        self.pidfd()
+    }
+    /// Waits for the sandbox's end (already there, or about to) and says how it ended.
     fn wait(self: Box<Self>) -> Result<Ended>;
     /// A session's hold on its sandbox: the host pid of a process whose root directory is the
     /// sandbox's once it is set up (the agent's socket is reached through `/proc/<pid>/root`)

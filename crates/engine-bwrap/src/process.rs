@@ -139,6 +139,8 @@ pub(crate) fn execute(
     let pidfd = Arc::new(
         sandbox.pidfd().try_clone_to_owned().map_err(Error::io("holding the sandbox's pidfd"))?,
     );
+    let ended =
+        sandbox.ended().try_clone_to_owned().map_err(Error::io("holding the sandbox's pidfd"))?;
 
     if let (Stdin::Bytes(bytes), Some(mut pipe)) = (stdin, stdin_pipe) {
         let bytes = bytes.clone();
@@ -229,7 +231,7 @@ pub(crate) fn execute(
         }
     }
 
-    // Wait for bwrap itself, still honouring the deadline.
+    // Wait for the sandbox's end, still honouring the deadline.
     loop {
         let remaining = match deadline {
             Some(d) if !timed_out => Some(d.saturating_duration_since(Instant::now())),
@@ -241,7 +243,7 @@ pub(crate) fn execute(
         }
         let timespec = remaining
             .map(|r| Timespec { tv_sec: r.as_secs() as i64, tv_nsec: i64::from(r.subsec_nanos()) });
-        let mut fds = [PollFd::new(&*pidfd, PollFlags::IN)];
+        let mut fds = [PollFd::new(&ended, PollFlags::IN)];
         match rustix::event::poll(&mut fds, timespec.as_ref()) {
             Ok(0) => {
                 kill(&mut timed_out);

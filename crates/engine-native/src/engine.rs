@@ -22,8 +22,9 @@ use sandbox_core::{
 use crate::plan::Input;
 
 /// Runs PEP 723 scripts behind the native wall: the bwrap engine's pipeline, this crate's
-/// sandbox. Cheap to create: one forked child tries a user namespace (about a millisecond),
-/// so an engine that cannot work here says why before anything is prepared.
+/// sandbox. Cheap to create: one forked child tries a user namespace (about a millisecond,
+/// skipped where it worked before in the same boot and context, [`crate::probe()`]), so an
+/// engine that cannot work here says why before anything is prepared.
 #[derive(Debug)]
 pub struct NativeEngine {
     inner: BwrapEngine,
@@ -192,9 +193,18 @@ impl Sandboxed for NativeSandbox {
         self.child.pidfd()
     }
 
+    fn ended(&self) -> BorrowedFd<'_> {
+        self.child.ended()
+    }
+
     fn wait(self: Box<Self>) -> Result<Ended, Error> {
         let NativeSandbox { child, net, proxy, cgroup } = *self;
-        let ended = match child.wait_status() {
+        // The cgroup is removed below: the monitor must have left it (its exit complete).
+        let status = match cgroup {
+            Some(_) => child.wait_reaped(),
+            None => child.wait_status(),
+        };
+        let ended = match status {
             Ok((code, signal)) => Ended { code, signal, started: true, setup_error: None },
             Err(e @ crate::Error::Setup { .. }) => Ended {
                 code: Some(127),

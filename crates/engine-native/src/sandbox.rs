@@ -13,14 +13,27 @@
 //! **Three processes**, like bubblewrap's:
 //! 1. the *monitor*, forked from the caller: unshares every namespace, writes its id maps,
 //!    forks the init, forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to it and exits with its status
-//!    (its pid is the one the caller sees);
+//!    (its pid is the one the caller sees); it reports that status through the *done* pipe
+//!    first (see below);
 //! 2. the *init*, pid 1 of the new pid namespace: mounts procfs (only a process inside the pid
-//!    namespace may), builds the tree, `pivot_root`s, brings loopback up, forks the command,
-//!    then drops every capability, becomes undumpable, takes the wall and reaps until the
-//!    command exits, forwarding signals to it (so Ctrl-C is a `KeyboardInterrupt` inside);
-//!    when it exits the kernel kills everything left in the namespace;
-//! 3. the *command*: new session, parent-death signal, capabilities and bounding set dropped,
-//!    `PR_SET_NO_NEW_PRIVS`, Landlock (best effort), the seccomp wall last, then `execve`.
+//!    namespace may), builds the tree, `pivot_root`s, brings loopback up, drops every
+//!    capability (bounding set included), becomes undumpable, takes `PR_SET_NO_NEW_PRIVS` and
+//!    the wall, forks the command (which inherits all of them) and reaps until the command
+//!    exits, forwarding signals to it (so Ctrl-C is a `KeyboardInterrupt` inside); when it
+//!    exits the kernel kills everything left in the namespace;
+//! 3. the *command*: new session, parent-death signal, Landlock (best effort), rlimits, then
+//!    `execve`.
+//!
+//! **The end of a run.** The monitor is the last process of the sandbox's mount, ipc, uts and
+//! cgroup namespaces, so the kernel tears them down in its `exit` (unmounting the whole tree),
+//! after the init and everything in the pid namespace are gone; a caller waiting for the
+//! monitor would wait for that teardown too. So once the monitor has reaped the init (whose
+//! exit waits until every process of its pid namespace is gone: nothing of the run runs any
+//! more) it writes the init's exit code to the done pipe, and [`Child::wait_status`] returns on
+//! that record; the monitor itself is reaped in the background by the thread that forked it,
+//! which lives on until then (the parent-death signal stays armed). No record (the monitor was
+//! killed, or failed before the init existed): the caller waits for the monitor as before.
+//! Neither the init nor the command holds the pipe, so nothing inside can forge the record.
 //!
 //! **Ids.** An unprivileged caller unshares the user namespace together with the others and
 //! maps its uid onto itself (the only map it may write). A root caller's sandbox must never be
@@ -82,6 +95,13 @@ pub struct Child {
     /// Net on: the host pid of the sandbox's init, a process in the sandbox's network namespace.
     init: Option<i32>,
     waiter: std::thread::JoinHandle<Result<i32>>,
+    /// The done pipe's read end: the init's exit code once it and every process of the run are
+    /// gone (written by the monitor alone; see the module docs), or EOF when the monitor ends
+    /// without one.
+    done: OwnedFd,
+    /// Setup failures: a record `(step, errno)` from whichever process failed.
+    error_r: OwnedFd,
+    labels: Vec<String>,
     /// Net on: the init waits after its last `unshare` until this is written (or closed, which
     /// ends the sandbox before anything of the command ran).
     go: Option<OwnedFd>,
@@ -122,6 +142,13 @@ impl Child {
         self.init.unwrap_or(self.pid)
     }
 
+    /// Readable once the run has ended and nothing of it runs any more (the done pipe: the
+    /// record, or EOF when the monitor ended without one), possibly before the monitor itself
+    /// has finished exiting; [`Child::wait_status`] then does not block.
+    pub fn ended(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.done)
+    }
+
     /// Waits for the command; its exit code, or 128 + the signal that ended it.
     pub fn wait(self) -> Result<i32> {
         self.wait_status().map(|(code, signal)| match (code, signal) {
@@ -131,24 +158,92 @@ impl Child {
         })
     }
 
-    /// Waits for the monitor: `(exit code, None)` when it exited (with the command's exit
-    /// code, or 128 + the signal that ended the command), `(None, Some(signal))` when the
-    /// monitor itself was killed (the caller's SIGKILL ending the sandbox).
+    /// Waits for the end of the run: `(exit code, None)` when the monitor reported or exited
+    /// (with the command's exit code, or 128 + the signal that ended the command),
+    /// `(None, Some(signal))` when the monitor itself was killed (the caller's SIGKILL ending
+    /// the sandbox). Returns once every process of the run is gone; the monitor may still be
+    /// in the kernel's teardown of its namespaces, and is reaped in the background.
     pub fn wait_status(self) -> Result<(Option<i32>, Option<i32>)> {
-        let status = self.waiter.join().unwrap_or_else(|_| {
-            Err(Error::Io {
-                context: "waiting for the native sandbox".into(),
-                source: std::io::Error::other("the waiting thread panicked"),
-            })
-        })?;
-        Ok(if libc::WIFEXITED(status) {
-            (Some(libc::WEXITSTATUS(status)), None)
-        } else if libc::WIFSIGNALED(status) {
-            (None, Some(libc::WTERMSIG(status)))
-        } else {
-            (Some(255), None)
-        })
+        self.finish(false)
     }
+
+    /// [`Child::wait_status`], and the monitor reaped too: for a caller that must find the
+    /// monitor gone afterwards (removing the run's cgroup, which the monitor is in until its
+    /// exit is complete).
+    pub fn wait_reaped(self) -> Result<(Option<i32>, Option<i32>)> {
+        self.finish(true)
+    }
+
+    fn finish(self, reap: bool) -> Result<(Option<i32>, Option<i32>)> {
+        let Child { waiter, done, error_r, labels, .. } = self;
+        let mut record = [0u8; 4];
+        let reported = read_exact(&done, &mut record).then(|| i32::from_ne_bytes(record));
+        let ended = match reported {
+            Some(code) => {
+                if reap {
+                    join(waiter)?;
+                }
+                // Else dropping the handle detaches the thread, which reaps the monitor.
+                Ended::Reported(code)
+            }
+            None => Ended::Status(join(waiter)?),
+        };
+        if let Some(e) = setup_error(&error_r, &labels)? {
+            return Err(e);
+        }
+        Ok(ended.code_and_signal())
+    }
+}
+
+/// How the caller learnt of a run's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// The monitor's record on the done pipe: the init's exit code.
+    Reported(i32),
+    /// The monitor's raw wait status (it ended without a record).
+    Status(i32),
+}
+
+impl Ended {
+    /// `(exit code, None)`, or `(None, Some(signal))` for a monitor killed by `signal`.
+    fn code_and_signal(self) -> (Option<i32>, Option<i32>) {
+        match self {
+            Ended::Reported(code) => (Some(code), None),
+            Ended::Status(status) if libc::WIFEXITED(status) => {
+                (Some(libc::WEXITSTATUS(status)), None)
+            }
+            Ended::Status(status) if libc::WIFSIGNALED(status) => {
+                (None, Some(libc::WTERMSIG(status)))
+            }
+            Ended::Status(_) => (Some(255), None),
+        }
+    }
+}
+
+fn join(waiter: std::thread::JoinHandle<Result<i32>>) -> Result<i32> {
+    waiter.join().unwrap_or_else(|_| {
+        Err(Error::Io {
+            context: "waiting for the native sandbox".into(),
+            source: std::io::Error::other("the waiting thread panicked"),
+        })
+    })
+}
+
+/// The setup failure a process of the sandbox recorded before it exited, if any. Read without
+/// blocking once the run has ended: every record is written before its writer's exit.
+fn setup_error(error_r: &OwnedFd, labels: &[String]) -> Result<Option<Error>> {
+    let mut record = [0u8; 8];
+    rustix::fs::fcntl_setfl(error_r, rustix::fs::OFlags::NONBLOCK)
+        .map_err(|e| Error::io("error pipe")(e.into()))?;
+    if let Ok(8) = rustix::io::read(error_r, &mut record) {
+        let step = u32::from_ne_bytes([record[0], record[1], record[2], record[3]]);
+        let errno = i32::from_ne_bytes([record[4], record[5], record[6], record[7]]);
+        return Ok(Some(Error::Setup {
+            step: step_label(step, labels),
+            source: std::io::Error::from_raw_os_error(errno),
+        }));
+    }
+    Ok(None)
 }
 
 const SANDBOX_ROOT: &str = "/tmp";
@@ -246,6 +341,8 @@ struct Prepared {
     seccomp: Vec<libc::sock_filter>,
     stdio: [Option<OwnedFd>; 3],
     error_w: OwnedFd,
+    /// The done pipe's write end (see the module docs): the monitor's alone.
+    done_w: OwnedFd,
     /// Net on: (written by the init once the network namespace exists, read by it until the
     /// network is attached, written by the monitor with the init's host pid).
     net_sync: Option<(OwnedFd, OwnedFd, OwnedFd)>,
@@ -260,7 +357,9 @@ struct Prepared {
 /// then [`Child::release`] it.
 pub fn spawn(plan: &Plan, command: Command) -> Result<Child> {
     let (error_r, error_w) = pipe()?;
-    let mut prepared = Prepared::new(plan, command, error_w)?;
+    let (done, done_w) = pipe()?;
+    let mut prepared = Prepared::new(plan, command, error_w, done_w)?;
+    let labels = prepared.labels.clone();
     let mut parent_sync = None;
     if plan.net {
         let (ready_r, ready_w) = pipe()?;
@@ -273,7 +372,7 @@ pub fn spawn(plan: &Plan, command: Command) -> Result<Child> {
     let (tx, rx) = mpsc::channel::<Result<(i32, OwnedFd)>>();
     let waiter = std::thread::Builder::new()
         .name("native-sandbox".into())
-        .spawn(move || waiter(prepared, error_r, tx))
+        .spawn(move || waiter(prepared, tx))
         .map_err(Error::io("starting the native sandbox's waiting thread"))?;
     let pid = rx.recv().unwrap_or_else(|_| {
         Err(Error::Io {
@@ -289,7 +388,7 @@ pub fn spawn(plan: &Plan, command: Command) -> Result<Child> {
         }
     };
     let Some((ready_r, go_w, pid_r)) = parent_sync else {
-        return Ok(Child { pid, pidfd, init: None, waiter, go: None });
+        return Ok(Child { pid, pidfd, init: None, waiter, done, error_r, labels, go: None });
     };
     // The init's copy of the write end closes when it fails or exits (the monitor closes its
     // own): EOF, and the waiter has its reason.
@@ -307,13 +406,13 @@ pub fn spawn(plan: &Plan, command: Command) -> Result<Child> {
     };
     let Some(init) = init else {
         drop(go_w);
-        let err = waiter.join().unwrap_or(Ok(255)).err();
+        let err = join(waiter).err().or_else(|| setup_error(&error_r, &labels).ok().flatten());
         return Err(err.unwrap_or_else(|| Error::Setup {
             step: "unshare".into(),
             source: std::io::Error::other("the sandbox ended before its namespaces existed"),
         }));
     };
-    Ok(Child { pid, pidfd, init: Some(init), waiter, go: Some(go_w) })
+    Ok(Child { pid, pidfd, init: Some(init), waiter, done, error_r, labels, go: Some(go_w) })
 }
 
 /// Fills `buf` from `fd`; false on EOF or an error first.
@@ -331,13 +430,8 @@ fn read_exact(fd: &OwnedFd, buf: &mut [u8]) -> bool {
 }
 
 /// Forks the monitor, reports its pid through `tx`, and returns its raw wait status.
-fn waiter(
-    prepared: Prepared,
-    error_r: OwnedFd,
-    tx: mpsc::Sender<Result<(i32, OwnedFd)>>,
-) -> Result<i32> {
+fn waiter(prepared: Prepared, tx: mpsc::Sender<Result<(i32, OwnedFd)>>) -> Result<i32> {
     let parent = std::process::id() as i32;
-    let labels = prepared.labels.clone();
     // SAFETY: fork in a process that may have threads: the child only runs the prepared steps
     // (syscalls on data allocated before the fork) and glibc's fork-safe allocator.
     let pid = unsafe { libc::fork() };
@@ -351,7 +445,6 @@ fn waiter(
     if pid == 0 {
         monitor(&prepared, parent);
     }
-    drop(prepared);
     // Before the wait below can reap it: the pid is the monitor's until then.
     let pidfd = rustix::process::Pid::from_raw(pid)
         .ok_or(rustix::io::Errno::SRCH)
@@ -366,6 +459,9 @@ fn waiter(
             let _ = tx.send(Err(Error::io("opening a pidfd for the native sandbox")(e.into())));
         }
     }
+    // After the caller has the pid, so it goes on meanwhile: closing the idmapped trees can
+    // cost an RCU grace period each (the last reference to a detached mount unmounts it).
+    drop(prepared);
     let mut status = 0;
     // SAFETY: plain waitpid on our own child.
     while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
@@ -374,17 +470,6 @@ fn waiter(
                 std::io::Error::last_os_error(),
             ));
         }
-    }
-    let mut record = [0u8; 8];
-    rustix::fs::fcntl_setfl(&error_r, rustix::fs::OFlags::NONBLOCK)
-        .map_err(|e| Error::io("error pipe")(e.into()))?;
-    if let Ok(8) = rustix::io::read(&error_r, &mut record) {
-        let step = u32::from_ne_bytes([record[0], record[1], record[2], record[3]]);
-        let errno = i32::from_ne_bytes([record[4], record[5], record[6], record[7]]);
-        return Err(Error::Setup {
-            step: step_label(step, &labels),
-            source: std::io::Error::from_raw_os_error(errno),
-        });
     }
     Ok(status)
 }
@@ -421,7 +506,7 @@ fn under(root: &str, path: &Path) -> PathBuf {
 }
 
 impl Prepared {
-    fn new(plan: &Plan, command: Command, error_w: OwnedFd) -> Result<Prepared> {
+    fn new(plan: &Plan, command: Command, error_w: OwnedFd, done_w: OwnedFd) -> Result<Prepared> {
         let ids = plan.ids;
         let mut steps = Vec::new();
         let mut labels = Vec::new();
@@ -570,13 +655,14 @@ impl Prepared {
             seccomp,
             stdio: [command.stdin, command.stdout, command.stderr],
             error_w,
+            done_w,
             net_sync: None,
             keep: Vec::new(),
         })
     }
 
     fn keep_list(&self) -> Vec<i32> {
-        let mut keep = vec![self.error_w.as_raw_fd()];
+        let mut keep = vec![self.error_w.as_raw_fd(), self.done_w.as_raw_fd()];
         if let Some((ready, go, pid)) = &self.net_sync {
             keep.extend([ready.as_raw_fd(), go.as_raw_fd(), pid.as_raw_fd()]);
         }
@@ -716,6 +802,9 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
         if init == 0 {
             init_main(prep, me);
         }
+        // The monitor never uses stdio: its copies would hold the caller's output pipes open
+        // until its exit is complete (a file's last close runs after the namespace teardown).
+        libc::syscall(libc::SYS_close_range, 0u32, 2u32, 0u32);
         if let Some((ready, _, pid)) = &prep.net_sync {
             // Only the init may hold the ready pipe open: its end is the caller's EOF.
             libc::close(ready.as_raw_fd());
@@ -729,7 +818,13 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
                 let mut status = 0;
                 let r = libc::waitpid(init, &mut status, libc::WNOHANG);
                 if r == init {
-                    libc::_exit(exit_code(status));
+                    let code = exit_code(status);
+                    // The init is gone, and with it every process of its pid namespace. A
+                    // caller that dropped its end gets no record, and this no SIGPIPE.
+                    libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+                    let record = code.to_ne_bytes();
+                    libc::write(prep.done_w.as_raw_fd(), record.as_ptr().cast(), record.len());
+                    libc::_exit(code);
                 }
                 if r < 0 && errno() == libc::ECHILD {
                     libc::_exit(255);
@@ -1029,6 +1124,9 @@ fn init_main(prep: &Prepared, _monitor: i32) -> ! {
         // The monitor is outside this pid namespace (getppid() is 0 here): it waits for us and
         // dies only by SIGKILL, which this signal then passes on.
         prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());
+        // The done record is the monitor's word that the whole run is gone: never ours, nor
+        // the command's.
+        libc::close(prep.done_w.as_raw_fd());
         let null = std::ptr::null::<libc::c_char>();
         prep.check(
             S_PROPAGATION,
@@ -1072,21 +1170,12 @@ fn init_main(prep: &Prepared, _monitor: i32) -> ! {
                 prep.fail(OPS + i as u32, errno());
             }
         }
-        prep.check(
-            S_DETACH,
-            libc::mount(
-                null,
-                c"/oldroot".as_ptr(),
-                null,
-                libc::MS_REC | libc::MS_PRIVATE,
-                null.cast(),
-            )
-            .into(),
-        );
-        prep.check(S_DETACH, libc::umount2(c"/oldroot".as_ptr(), libc::MNT_DETACH).into());
         prep.check(S_PIVOT2, libc::chdir(c"/newroot".as_ptr()).into());
         prep.check(S_PIVOT2, libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()));
-        prep.check(S_PIVOT2, libc::umount2(c".".as_ptr(), libc::MNT_DETACH).into());
+        // The old root tmpfs is now stacked on the new root, the host's tree beneath it at
+        // `oldroot`: one lazy unmount detaches both (every mount is private since the start,
+        // so nothing propagates), and each unmount costs the kernel an RCU grace period.
+        prep.check(S_DETACH, libc::umount2(c".".as_ptr(), libc::MNT_DETACH).into());
         prep.check(S_PIVOT2, libc::chdir(c"/".as_ptr()).into());
         let name = sandbox_core::SANDBOX_HOSTNAME;
         prep.check(S_HOSTNAME, libc::sethostname(name.as_ptr().cast(), name.len()).into());
@@ -1133,6 +1222,14 @@ fn init_main(prep: &Prepared, _monitor: i32) -> ! {
             libc::close(go.as_raw_fd());
         }
 
+        // Nothing of the script may reach its reaper: no capabilities, not dumpable (no
+        // ptrace, no /proc/1/mem even for the same uid), the wall. Taken before the fork, so
+        // the command inherits all three (the kernel builds the filter once per run, not
+        // twice); its `execve` makes it dumpable again, as any exec without a credential
+        // change does.
+        prep.check(S_CAPS, drop_caps());
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        install_seccomp(prep);
         let command = libc::fork();
         if command < 0 {
             prep.fail(S_FORK, errno());
@@ -1140,11 +1237,6 @@ fn init_main(prep: &Prepared, _monitor: i32) -> ! {
         if command == 0 {
             command_main(prep);
         }
-        // Nothing of the script may reach its reaper: no capabilities, not dumpable (no
-        // ptrace, no /proc/1/mem even for the same uid), the wall.
-        prep.check(S_CAPS, drop_caps());
-        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-        install_seccomp(prep);
         let set = signal_set(true);
         let mut code: Option<i32> = None;
         loop {
@@ -1185,20 +1277,14 @@ fn command_main(prep: &Prepared) -> ! {
         }
         // A new session: no controlling terminal to push input into (TIOCSTI).
         libc::setsid();
-        prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());
-        if libc::getppid() != 1 {
-            libc::_exit(137);
-        }
-        prep.check(S_CAPS, drop_caps());
-        prep.check(S_NNP, libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0).into());
-        // After the last credential change, which would clear it.
+        // No capability, no new privileges and the seccomp wall came with the fork (the init
+        // took them first); no credential changes here, so this signal stays armed.
         prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());
         if libc::getppid() != 1 {
             libc::_exit(137);
         }
         restrict_writes(&prep.writable);
         prep.check(S_CHDIR, libc::chdir(prep.chdir.as_ptr()).into());
-        install_seccomp(prep);
         // Last before the exec: this process is a copy of the caller's address space, which
         // `RLIMIT_AS` must not starve; in the sandbox's user namespace `RLIMIT_NPROC` counts
         // only the sandbox's processes.

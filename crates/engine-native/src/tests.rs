@@ -352,3 +352,43 @@ fn probe_verdicts() {
         .collect();
     insta::assert_snapshot!(shown.join("\n"));
 }
+
+/// The user-namespace round trip is skipped only for a remembered success under the same key;
+/// a failure is never remembered, and another key probes again.
+#[test]
+fn the_probe_memo_remembers_successes_for_their_key_alone() {
+    use crate::probe::remembered;
+    use std::cell::Cell;
+    let dir = tempfile::tempdir().unwrap();
+    let memo = dir.path().join("sub/native-probe");
+    let calls = Cell::new(0);
+    let ok = || {
+        calls.set(calls.get() + 1);
+        Ok(())
+    };
+    let blocked = || {
+        calls.set(calls.get() + 1);
+        Err("blocked".to_owned())
+    };
+    assert_eq!(remembered(Some(&memo), Some("a\n"), blocked), Err("blocked".to_owned()));
+    assert!(!memo.exists(), "a failure was remembered");
+    assert_eq!(remembered(Some(&memo), Some("a\n"), ok), Ok(()));
+    assert_eq!(remembered(Some(&memo), Some("a\n"), blocked), Ok(()), "the memo was not read");
+    assert_eq!(calls.get(), 2);
+    assert_eq!(remembered(Some(&memo), Some("b\n"), blocked), Err("blocked".to_owned()));
+    assert_eq!(remembered(None, Some("a\n"), blocked), Err("blocked".to_owned()));
+    assert_eq!(remembered(Some(&memo), None, blocked), Err("blocked".to_owned()));
+    assert_eq!(calls.get(), 5);
+    assert_eq!(std::fs::read_to_string(&memo).unwrap(), "a\n");
+}
+
+#[test]
+fn probe_memo_key() {
+    let facts =
+        [("boot", "b1"), ("uid", "0"), ("Seccomp", "0")].map(|(k, v)| (k.to_owned(), v.to_owned()));
+    insta::assert_snapshot!(crate::probe::key(&facts), @r"
+    boot b1
+    uid 0
+    Seccomp 0
+    ");
+}

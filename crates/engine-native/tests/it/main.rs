@@ -478,7 +478,9 @@ fn a_dropped_network_handle_leaves_no_pasta() {
     )
     .unwrap();
     let net = engine_native::connect(&mut child, Path::new("/usr/bin/pasta"), &[]).unwrap();
-    let pid = child.pid();
+    // The init's: the process of the sandbox's network namespace, gone once the run has ended
+    // (the monitor may still be finishing its exit then).
+    let pid = child.netns_pid();
     assert_eq!(child.wait().unwrap(), 0);
     drop(net);
     let ns = format!("/proc/{pid}/ns/net");
@@ -602,4 +604,53 @@ fn landlock_holds() {
 #[test]
 fn landlock_and_the_init_memory_mask_hold() {
     as_root_and_rootless("landlock_and_the_init_memory_mask_hold", landlock_holds);
+}
+
+fn ends_on_the_record() {
+    let f = fixture();
+    let plan = engine_native::plan(&f.input).unwrap();
+    let (stdin_r, stdin_w) = rustix::pipe::pipe().unwrap();
+    let (out_r, out_w) = rustix::pipe::pipe().unwrap();
+    // A detached grandchild outlives the script inside: the pid namespace must end it.
+    let code = "import os, sys, time\n\
+if os.fork() == 0:\n    os.setsid()\n    time.sleep(300)\n    os._exit(0)\n\
+print('ready', flush=True)\nsys.stdin.read()\nsys.exit(3)\n";
+    let command = Command {
+        argv: [PYTHON, "-c", code].iter().map(OsString::from).collect(),
+        env: env(),
+        stdin: Some(stdin_r),
+        stdout: Some(out_w),
+        ..Command::default()
+    };
+    let child = engine_native::spawn(&plan, command).unwrap();
+    let mut out = std::io::BufReader::new(std::fs::File::from(out_r));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    // The init, the script and its grandchild.
+    let tree = descendants(child.pid());
+    assert!(tree.len() >= 3, "the run's tree: {tree:?}");
+    drop(stdin_w);
+    let mut record = [0u8; 4];
+    let mut at = 0;
+    while at < record.len() {
+        let n = rustix::io::read(child.ended(), &mut record[at..]).unwrap();
+        assert_ne!(n, 0, "the done pipe closed without a record");
+        at += n;
+    }
+    assert_eq!(i32::from_ne_bytes(record), 3, "the record is the script's exit code");
+    // Reported only once every process of the run is gone (the monitor need not be).
+    let alive: Vec<i32> =
+        tree.iter().copied().filter(|p| Path::new(&format!("/proc/{p}")).exists()).collect();
+    assert!(alive.is_empty(), "alive after the record: {alive:?} of {tree:?}");
+}
+
+/// A run ends on the monitor's record of the init's exit code, written once nothing of the
+/// run is left (the monitor's own exit, which tears its namespaces down, is not waited for).
+#[test]
+fn a_run_ends_on_the_monitors_record_once_nothing_of_it_is_left() {
+    as_root_and_rootless(
+        "a_run_ends_on_the_monitors_record_once_nothing_of_it_is_left",
+        ends_on_the_record,
+    );
 }
