@@ -313,50 +313,35 @@ fn owning_userns(netns: &std::fs::File) -> Result<OwnedFd> {
 
 /// Adds the [`sandbox_core::LINK_LOCAL`] unreachable routes inside `netns`, from a short-lived child that
 /// joins the namespace's owning user namespace (which gives it `CAP_NET_ADMIN` there; `None`:
-/// ours, where we hold it already) and the network namespace. The child is a forked copy of us that only makes syscalls and exits; it
-/// runs `true` so the standard library does the fork and wait.
+/// ours, where we hold it already) and the network namespace ([`in_netns`]).
 fn block_link_local(netns: &std::fs::File, owner: Option<&OwnedFd>) -> Result<()> {
     let messages = sandbox_core::link_local_messages();
     let (netns_fd, userns_fd) = (netns.as_raw_fd(), owner.map_or(-1, AsRawFd::as_raw_fd));
-    let mut command = Command::new("/bin/true");
-    command.env_clear().current_dir("/").stdin(Stdio::null()).stdout(Stdio::null());
-    // SAFETY: runs in the forked child before exec; raw syscalls on memory allocated before the
-    // fork only, and on descriptors that are open in the child.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        command.pre_exec(move || {
-            if (userns_fd >= 0 && libc::setns(userns_fd, libc::CLONE_NEWUSER) != 0)
-                || libc::setns(netns_fd, libc::CLONE_NEWNET) != 0
-            {
+    // SAFETY: raw syscalls on memory allocated before the fork only.
+    let status = in_netns(netns_fd, userns_fd, move || unsafe {
+        let sock = libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0);
+        if sock < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        for msg in &messages {
+            if libc::send(sock, msg.as_ptr().cast(), msg.len(), 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            let sock = libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0);
-            if sock < 0 {
+            // The ack: an NLMSG_ERROR whose error field is 0 on success.
+            let mut ack = [0u8; 256];
+            let n = libc::recv(sock, ack.as_mut_ptr().cast(), ack.len(), 0);
+            if n < 20 {
                 return Err(std::io::Error::last_os_error());
             }
-            for msg in &messages {
-                if libc::send(sock, msg.as_ptr().cast(), msg.len(), 0) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The ack: an NLMSG_ERROR whose error field is 0 on success.
-                let mut ack = [0u8; 256];
-                let n = libc::recv(sock, ack.as_mut_ptr().cast(), ack.len(), 0);
-                if n < 20 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let error = i32::from_ne_bytes([ack[16], ack[17], ack[18], ack[19]]);
-                // No IPv6 in the namespace: nothing to block there.
-                if error != 0 && error != -libc::EAFNOSUPPORT {
-                    return Err(std::io::Error::from_raw_os_error(-error));
-                }
+            let error = i32::from_ne_bytes([ack[16], ack[17], ack[18], ack[19]]);
+            // No IPv6 in the namespace: nothing to block there.
+            if error != 0 && error != -libc::EAFNOSUPPORT {
+                return Err(std::io::Error::from_raw_os_error(-error));
             }
-            libc::close(sock);
-            Ok(())
-        });
-    }
-    let guard = crate::fds::spawn_guard();
-    let status = command.status();
-    drop(guard);
+        }
+        libc::close(sock);
+        Ok(())
+    });
     let status =
         status.map_err(Error::io("blocking link-local addresses in the sandbox's network"))?;
     if !status.success() {
@@ -365,6 +350,36 @@ fn block_link_local(netns: &std::fs::File, owner: Option<&OwnedFd>) -> Result<()
         });
     }
     Ok(())
+}
+
+/// Runs `body` in a short-lived child that first joins `userns_fd` (when not -1: the network
+/// namespace's owning user namespace, which gives it `CAP_NET_ADMIN` there) and `netns_fd`.
+/// The child is a forked copy of us that only makes syscalls and exits; it runs `true` so the
+/// standard library does the fork and wait.
+fn in_netns(
+    netns_fd: i32,
+    userns_fd: i32,
+    mut body: impl FnMut() -> std::io::Result<()> + Send + Sync + 'static,
+) -> std::io::Result<std::process::ExitStatus> {
+    let mut command = Command::new("/bin/true");
+    command.env_clear().current_dir("/").stdin(Stdio::null()).stdout(Stdio::null());
+    // SAFETY: runs in the forked child before exec: `setns` on descriptors open in the child,
+    // then `body`, which makes raw syscalls only.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(move || {
+            if (userns_fd >= 0 && libc::setns(userns_fd, libc::CLONE_NEWUSER) != 0)
+                || libc::setns(netns_fd, libc::CLONE_NEWNET) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            body()
+        });
+    }
+    let guard = crate::fds::spawn_guard();
+    let status = command.status();
+    drop(guard);
+    status
 }
 
 /// The built-in proxy for bwrap's sandbox process `child` (blocked before exec): once bwrap's
@@ -396,55 +411,41 @@ pub fn listen_in(child: i32, port: u16) -> Result<OwnedFd> {
     .map_err(|e| Error::io("creating the proxy's socket pair")(e.into()))?;
     let (netns_fd, userns_fd) = (netns.as_raw_fd(), owner.as_ref().map_or(-1, AsRawFd::as_raw_fd));
     let chan = theirs.as_raw_fd();
-    let mut command = Command::new("/bin/true");
-    command.env_clear().current_dir("/").stdin(Stdio::null()).stdout(Stdio::null());
-    // SAFETY: runs in the forked child before exec; raw syscalls on stack memory and on
-    // descriptors that are open in the child.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        command.pre_exec(move || {
-            if (userns_fd >= 0 && libc::setns(userns_fd, libc::CLONE_NEWUSER) != 0)
-                || libc::setns(netns_fd, libc::CLONE_NEWNET) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            let sock = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-            if sock < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let mut addr: libc::sockaddr_in = std::mem::zeroed();
-            addr.sin_family = libc::AF_INET as libc::sa_family_t;
-            addr.sin_port = port.to_be();
-            addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
-            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            if libc::bind(sock, (&addr as *const libc::sockaddr_in).cast(), len) != 0
-                || libc::listen(sock, 128) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            // One SCM_RIGHTS message carrying `sock`.
-            let mut control = [0u64; 4];
-            let mut byte = 0u8;
-            let mut iov = libc::iovec { iov_base: (&mut byte as *mut u8).cast(), iov_len: 1 };
-            let mut msg: libc::msghdr = std::mem::zeroed();
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = control.as_mut_ptr().cast();
-            msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) as _;
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            (*cmsg).cmsg_level = libc::SOL_SOCKET;
-            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as _;
-            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), sock);
-            if libc::sendmsg(chan, &msg, 0) != 1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let guard = crate::fds::spawn_guard();
-    let status = command.status();
-    drop(guard);
+    // SAFETY: raw syscalls on stack memory and on descriptors that are open in the child.
+    let status = in_netns(netns_fd, userns_fd, move || unsafe {
+        let sock = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if sock < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_port = port.to_be();
+        addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        if libc::bind(sock, (&addr as *const libc::sockaddr_in).cast(), len) != 0
+            || libc::listen(sock, 128) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        // One SCM_RIGHTS message carrying `sock`.
+        let mut control = [0u64; 4];
+        let mut byte = 0u8;
+        let mut iov = libc::iovec { iov_base: (&mut byte as *mut u8).cast(), iov_len: 1 };
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), sock);
+        if libc::sendmsg(chan, &msg, 0) != 1 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    });
     drop(theirs);
     let status = status.map_err(Error::io("opening the proxy's socket in the sandbox"))?;
     if !status.success() {
