@@ -445,6 +445,7 @@ impl K8sEngine {
             workdir: workdir_of(pod).unwrap_or_else(|| self.config.workdir.clone()),
             uid: pod.metadata.uid.clone(),
             scripts: annotation(pod, SCRIPTS_ANNOTATION).and_then(|n| n.parse().ok()).unwrap_or(0),
+            env: spec_env_of(pod),
             secret_env,
             policy,
             id,
@@ -668,6 +669,15 @@ impl SessionEngine for K8sEngine {
         }
         Ok(())
     }
+}
+
+/// Pure: the environment the sandbox container's spec carries, in order (no secrets: they
+/// never enter a spec).
+fn spec_env_of(pod: &Pod) -> Vec<(String, String)> {
+    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
+    let container = containers.iter().find(|c| c.name == manifest::CONTAINER);
+    let vars = container.and_then(|c| c.env.as_deref()).unwrap_or_default();
+    vars.iter().filter_map(|v| Some((v.name.clone(), v.value.clone()?))).collect()
 }
 
 /// Writes the secret env into the pod over the exec's stdin, readable by the sandbox user only.

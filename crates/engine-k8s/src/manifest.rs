@@ -66,7 +66,8 @@ pub struct PodRequest {
     pub labels: BTreeMap<String, String>,
     /// Container ports to declare (published services); never host ports.
     pub ports: Vec<u16>,
-    /// Environment of the main process, in order; later values of a name win. No secrets.
+    /// The session's own env, in order; later values of a name win. No secrets. The spec carries
+    /// it for the handle, which sends it with every exec ([`run_env`]).
     pub env: Vec<(String, String)>,
 }
 
@@ -156,6 +157,9 @@ pub fn pod(config: &SandboxConfig, request: &PodRequest) -> Result<Pod, Error> {
         sandbox_core::agent::walled(sandbox_core::agent::AGENT_PY),
         sandbox_core::agent::wall_arg(),
         config.idle_ttl.as_secs().to_string(),
+        // A command's environment is exactly its request's: the kubelet's additions
+        // (`KUBERNETES_*`, the pod's name as `HOSTNAME`) never reach it.
+        sandbox_core::agent::EXACT_ENV_ARG.to_owned(),
     ]);
     let container = Container {
         name: CONTAINER.to_owned(),
@@ -223,6 +227,8 @@ pub fn pod(config: &SandboxConfig, request: &PodRequest) -> Result<Pod, Error> {
         metadata: metadata(config, &pod_name(&request.id), &request.labels, None),
         spec: Some(PodSpec {
             containers: vec![container],
+            // As on every engine (`gethostname()`); the pod's name stays the API's.
+            hostname: Some(sandbox_core::SANDBOX_HOSTNAME.to_owned()),
             restart_policy: Some("Never".to_owned()),
             active_deadline_seconds: Some(secs(config.hard_lifetime)),
             // The agent exits on SIGTERM; nothing in a sandbox is worth waiting 30 s for.
@@ -265,20 +271,35 @@ pub fn pod(config: &SandboxConfig, request: &PodRequest) -> Result<Pod, Error> {
     })
 }
 
-/// The environment every sandbox starts with (as the OCI sessions': uv set up for the session's
-/// own venv in its home, no interpreter downloads, system certificates).
+/// The image's CA bundle (`deploy/image`: the system bundle, with any CA added at build time).
+/// The contract's path (`sandbox_core::SANDBOX_CA_BUNDLE`) is where the other engines mount the
+/// host's bundle; a pod cannot see the host's, and the image has none at that path.
+pub const IMAGE_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Pure: a script's environment in the pod, the one contract of every engine
+/// (`sandbox_core::run_env`) plus `PATH` and `PWD`: nothing of the CLI's host (the pod is not
+/// on it, so `LANG` is `C.UTF-8`), and both CA variables naming [`IMAGE_CA_BUNDLE`]. The agent
+/// adds nothing of the pod's (`sandbox_core::agent::EXACT_ENV_ARG`): every exec carries it.
+pub fn run_env(config: &SandboxConfig) -> Vec<(String, String)> {
+    let mut env = vec![("PATH".to_owned(), PATH.to_owned())];
+    env.extend(sandbox_core::run_env(|_| None::<String>, false));
+    for name in ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"] {
+        env.push((name.to_owned(), IMAGE_CA_BUNDLE.to_owned()));
+    }
+    env.push(("PWD".to_owned(), config.workdir.clone()));
+    env
+}
+
+/// The environment every sandbox starts with: [`run_env`] and, as in the OCI sessions, uv set
+/// up for the session's own venv in its home (no interpreter downloads, system certificates).
+/// The spec carries it so a later handle reads it back (`PodSandbox` sends it with every exec).
 fn base_env(config: &SandboxConfig) -> Vec<(String, String)> {
-    [
-        ("PATH", PATH),
-        ("HOME", sandbox_core::SANDBOX_HOME),
-        ("LANG", "C.UTF-8"),
-        ("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt"),
-    ]
-    .iter()
-    .chain(sandbox_core::shell::SESSION_UV_ENV.iter())
-    .chain([("PWD", config.workdir.as_str())].iter())
-    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-    .collect()
+    let mut env = run_env(config);
+    for (name, value) in sandbox_core::shell::SESSION_UV_ENV {
+        env.retain(|(k, _)| k != name);
+        env.push((name.to_owned(), value.to_owned()));
+    }
+    env
 }
 
 fn runtime_default() -> SeccompProfile {

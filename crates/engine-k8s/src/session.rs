@@ -61,6 +61,9 @@ pub struct Attached {
     pub uid: Option<String>,
     /// (port, preview URL) of each published port.
     pub urls: Vec<(u16, String)>,
+    /// The session's environment (the pod spec's, [`crate::manifest`]), under every exec's own:
+    /// the pod's agent gives a command exactly its request's environment.
+    pub env: Vec<(String, String)>,
     /// The secret env, added to every exec.
     pub secret_env: Vec<(String, String)>,
     /// What the session was started with.
@@ -157,15 +160,22 @@ impl PodSandbox {
         Error::Scrubbed { message: masked, class: sandbox_core::Classify::class(&error) }
     }
 
-    /// The request with the session's secret env first (the request's own values win).
+    /// The request with the session's environment and then its secret env first (the
+    /// request's own values win).
     fn with_secrets(&self, request: &ExecRequest) -> ExecRequest {
         let mut request = request.clone();
-        if !self.session.secret_env.is_empty() {
-            let mut env = self.session.secret_env.clone();
-            env.append(&mut request.env);
-            request.env = env;
-        }
+        let mut env = self.session.env.clone();
+        env.extend(self.session.secret_env.iter().cloned());
+        env.append(&mut request.env);
+        request.env = env;
         request
+    }
+
+    /// With `env` as the session's environment instead of the pod spec's (a run's script
+    /// sees the run contract, not a session's uv settings).
+    pub(crate) fn with_env(mut self, env: Vec<(String, String)>) -> PodSandbox {
+        self.session.env = env;
+        self
     }
 
     async fn guarded<T>(&self, work: impl std::future::Future<Output = Result<T>>) -> Result<T> {

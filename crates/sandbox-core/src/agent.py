@@ -8,6 +8,11 @@
 # path) count as activity; once nothing ran for the TTL the process exits and the auto-removed
 # container disappears, even if no CLI ever runs again.
 #
+# Exact environment (a second argument `exact-env`, given where the container's own environment is
+# not ours to vouch for: a pod's kubelet adds KUBERNETES_* and the pod name as HOSTNAME): a
+# command's environment is exactly the request's, nothing of the agent's own. Without it a
+# command gets the container's environment with the request's on top.
+#
 # Interactive execs (protocol version 2, `session exec -i`/`-t`): stdin arrives as frames while
 # the command runs, optionally on a pty; see relay_interactive and agent.rs.
 import fcntl
@@ -24,6 +29,7 @@ import threading
 import time
 
 TTL = max(1, int(sys.argv[1]))
+EXACT_ENV = sys.argv[2:3] == ["exact-env"]
 SOCK = "/tmp/.python-sandbox-agent.sock"
 ACTIVE = "/tmp/.active"
 LAST = "/tmp/.last-activity"
@@ -43,6 +49,12 @@ def touch():
         os.utime(LAST)
     except OSError:
         pass
+
+
+def command_env(req):
+    env = {} if EXACT_ENV else dict(os.environ)
+    env.update({k: v for k, v in req.get("env", [])})
+    return env
 
 
 def read_exact(conn, n):
@@ -107,8 +119,7 @@ class Clock:
 
 
 def relay(conn, req, stdin):
-    env = dict(os.environ)
-    env.update({k: v for k, v in req.get("env", [])})
+    env = command_env(req)
     try:
         proc = subprocess.Popen(
             req["argv"],
@@ -211,8 +222,7 @@ def relay_interactive(conn, req):
         send(conn, b"f", b"protocol version %r is not supported" % (req.get("v"),))
         return
     send(conn, b"v", json.dumps({"v": 2}).encode())
-    env = dict(os.environ)
-    env.update({k: v for k, v in req.get("env", [])})
+    env = command_env(req)
     tty = req.get("tty")
     master = None
     try:

@@ -21,6 +21,15 @@
 //! finds no `argv`, starts nothing and answers `f`: no hello first is how the host tells,
 //! and refuses with [`crate::Error::AgentTooOld`] instead of running the command without
 //! its input or hanging. Version-1 requests are unchanged, so old sessions keep serving them.
+//!
+//! **Environment.** By default a command's environment is the agent's own (the container's,
+//! which the OCI engines and bwrap build from the contract, `crate::run_env`) with the
+//! request's `env` on top. Started with [`EXACT_ENV_ARG`] after the TTL, it is exactly the
+//! request's `env`: a pod's container environment is not the host's to vouch for (the kubelet
+//! adds `KUBERNETES_*` and the pod's name as `HOSTNAME`), so the k8s engine sends the whole
+//! environment with every request. A start flag, not a header field: the pod and its agent
+//! are made together, so no agent that ignores it can be behind a pod that asks for it, and
+//! nothing needs negotiating.
 
 use std::time::Duration;
 
@@ -29,6 +38,10 @@ use crate::{ExecRequest, Input, OutputSink, Stream, TtySize};
 /// The agent program, run by the sandbox's `python3` as the session's main process, with the
 /// idle TTL in seconds as its one argument.
 pub const AGENT_PY: &str = include_str!("agent.py");
+
+/// The agent's optional second argument (after the TTL): a command's environment is exactly
+/// its request's `env`, nothing of the agent's own (see the module docs).
+pub const EXACT_ENV_ARG: &str = "exact-env";
 
 /// The prologue that takes the seccomp wall in-process (`wall.py`), for a program run where no
 /// engine applies the wall from outside (a pod: its seccomp profile is the node's). See
@@ -539,5 +552,76 @@ mod tests {
         // The engines reach the socket at this path below the sandbox's root.
         assert!(AGENT_PY.contains(&format!("SOCK = \"/{AGENT_SOCKET}\"")));
         assert!(AGENT_PY.contains("TTL = max(1, int(sys.argv[1]))"));
+        assert!(AGENT_PY.contains(&format!("sys.argv[2:3] == [\"{EXACT_ENV_ARG}\"]")));
+    }
+
+    /// The real agent (started with `args` after the TTL and `OWN=agent` in its own
+    /// environment) runs `env` with `A=1` asked: what the command saw, sorted.
+    fn agent_command_env(args: &[&str]) -> Option<Vec<String>> {
+        use std::io::{Read as _, Write as _};
+        let python = std::path::Path::new("/usr/bin/python3.11");
+        if !python.exists() {
+            println!("SKIPPED: no /usr/bin/python3.11 to run the agent");
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "psbx-agent-env-{}-{}",
+            std::process::id(),
+            args.len()
+        ));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let sock = dir.join("agent.sock");
+        let d = dir.display();
+        let source = AGENT_PY
+            .replace(&format!("\"/{AGENT_SOCKET}\""), &format!("\"{d}/agent.sock\""))
+            .replace("\"/tmp/.active\"", &format!("\"{d}/active\""))
+            .replace("\"/tmp/.last-activity\"", &format!("\"{d}/last\""));
+        let mut child = std::process::Command::new(python)
+            .args(["-I", "-c", &source, "60"])
+            .args(args)
+            .env("OWN", "agent")
+            .spawn()
+            .expect("agent");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !sock.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let request = ExecRequest {
+            argv: vec!["/usr/bin/env".to_owned()],
+            env: vec![("A".to_owned(), "1".to_owned())],
+            ..ExecRequest::default()
+        };
+        let mut out = Vec::new();
+        let connected = std::os::unix::net::UnixStream::connect(&sock).and_then(|mut conn| {
+            conn.write_all(&encode_request(&request, "/"))?;
+            conn.read_to_end(&mut out)
+        });
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+        connected.expect("the agent answers");
+        let mut stdout = Vec::new();
+        let mut rest = out.as_slice();
+        while rest.len() >= 5 {
+            let (kind, len) = frame_len(rest[..5].try_into().expect("5 bytes")).expect("a frame");
+            if kind == b'o' {
+                stdout.extend_from_slice(&rest[5..5 + len]);
+            }
+            rest = &rest[5 + len..];
+        }
+        let mut lines: Vec<String> =
+            String::from_utf8_lossy(&stdout).lines().map(str::to_owned).collect();
+        lines.sort();
+        Some(lines)
+    }
+
+    #[test]
+    fn with_the_exact_env_flag_a_command_sees_only_its_requests_env() {
+        let Some(exact) = agent_command_env(&[EXACT_ENV_ARG]) else { return };
+        assert_eq!(exact, ["A=1"]);
+        // Without it (docker, podman, bwrap sessions), the container's environment under it.
+        let Some(inherited) = agent_command_env(&[]) else { return };
+        assert!(inherited.contains(&"OWN=agent".to_owned()), "{inherited:?}");
+        assert!(inherited.contains(&"A=1".to_owned()), "{inherited:?}");
     }
 }

@@ -48,6 +48,21 @@ fn session_of(spec: &RunSpec, net: Net) -> SessionConfig {
     }
 }
 
+/// Pure: the environment of a run's commands (its `--env` values come with the script's
+/// request): the contract of every engine ([`crate::manifest::run_env`]) with the prepared
+/// environment as `VIRTUAL_ENV` and first on `PATH`, as docker and podman give a run. Not the
+/// pod spec's: that is a session's, with uv's settings.
+fn script_env(config: &crate::SandboxConfig) -> Vec<(String, String)> {
+    let mut env = crate::manifest::run_env(config);
+    for (name, value) in &mut env {
+        if name == "PATH" {
+            *value = format!("{}/bin:{value}", environment::ENV_DIR);
+        }
+    }
+    env.push(("VIRTUAL_ENV".to_owned(), environment::ENV_DIR.to_owned()));
+    env
+}
+
 /// A run's [`RunIo`] as the pod's side takes it: the output a sink, the status a closure.
 struct PodIo<'a, 'p> {
     stdin: Stdin,
@@ -383,7 +398,8 @@ impl K8sEngine {
             if let Some(published) = published.filter(|_| !ports.is_empty()) {
                 published(&ports);
             }
-            let sandbox = self.handle(&pod, plan.secret_env.clone());
+            let sandbox =
+                self.handle(&pod, plan.secret_env.clone()).with_env(script_env(&plan.config));
             let workdir = plan.config.workdir.clone();
             let limit = self.config.sync_limit;
             let synced =

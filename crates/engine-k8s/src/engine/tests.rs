@@ -140,6 +140,27 @@ fn the_plan_is_the_hardened_pod_with_signed_labels_and_no_secret_in_it() {
     insta::assert_yaml_snapshot!((&plan.pod.metadata, &plan.warnings));
 }
 
+/// The pod's agent adds nothing of the pod's environment (`EXACT_ENV_ARG`): a session's handle,
+/// opened later too, reads the spec's back and sends it with every exec, so a command gets what
+/// a docker session's container gives it, then the session's `--env`.
+#[test]
+fn a_sessions_handle_sends_the_pods_spec_env_with_every_exec() {
+    let config = session(&[], &[("GREETING", "hello"), ("API_TOKEN", "s3cr3t-value")]);
+    let plan = plan(&SandboxConfig::default(), &config, "abc123", &owner(), 1_700_000_000, &key())
+        .expect("plan");
+    let names: Vec<String> = spec_env_of(&plan.pod).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(
+        names.join(" "),
+        "PATH HOME HOSTNAME container LANG SSL_CERT_FILE REQUESTS_CA_BUNDLE PWD UV_CACHE_DIR \
+         UV_NO_CONFIG UV_PYTHON_DOWNLOADS UV_SYSTEM_CERTS UV_NATIVE_TLS UV_NO_PROGRESS GREETING"
+    );
+    let command = plan.pod.spec.as_ref().expect("spec").containers[0].command.clone();
+    assert_eq!(
+        command.expect("command").last().map(String::as_str),
+        Some(sandbox_core::agent::EXACT_ENV_ARG)
+    );
+}
+
 #[test]
 fn limits_become_the_containers_and_what_a_pod_cannot_do_is_refused() {
     let mut config = session(&[], &[]);

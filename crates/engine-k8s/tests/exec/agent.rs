@@ -11,6 +11,8 @@ use engine_k8s::PodExec;
 use crate::kubelet::Kubelet;
 
 pub(crate) const PYTHON: &str = "/usr/bin/python3.11";
+/// A variable in the agent's own environment, never in a command's.
+pub(crate) const OWN_VAR: &str = "PSBX_AGENT_OWN";
 
 /// The real agent, on a socket in a directory of its own (the pod's `/tmp` paths rewritten).
 pub(crate) struct Agent {
@@ -38,10 +40,16 @@ impl Agent {
             .replace("\"/tmp/.last-activity\"", &format!("\"{d}/last\""));
         assert!(source.contains("agent.sock"), "the agent's socket path moved");
         // As the pod starts it: behind the wall it takes itself (so every command of this
-        // tier runs under the real wall, on this host's kernel).
+        // tier runs under the real wall, on this host's kernel), giving commands exactly their
+        // request's env; [`OWN_VAR`] stands for what the kubelet adds to the pod's.
         let child = std::process::Command::new(PYTHON)
             .args(["-I", "-c", &sandbox_core::agent::walled(&source)])
-            .args([sandbox_core::agent::wall_arg().as_str(), "600"])
+            .args([
+                sandbox_core::agent::wall_arg().as_str(),
+                "600",
+                sandbox_core::agent::EXACT_ENV_ARG,
+            ])
+            .env(OWN_VAR, "the agent's own")
             .spawn()
             .expect("agent");
         let agent = Agent { dir, child };

@@ -12,7 +12,7 @@ mod sync;
 
 use std::time::{Duration, Instant};
 
-use agent::{Agent, PYTHON};
+use agent::{Agent, OWN_VAR, PYTHON};
 use engine_k8s::channel::Protocol;
 use engine_k8s::{Error, PodExec};
 use kubelet::Kubelet;
@@ -194,6 +194,22 @@ async fn env_and_cwd_arrive_and_secrets_stay_off_the_wire() {
         }
         assert!(uri.starts_with("/api/v1/namespaces/python-sandbox/pods/psbx-test/exec?"), "{uri}");
     }
+}
+
+/// As the pod starts it, the agent gives a command exactly its request's env: nothing of its
+/// own (in a pod the kubelet's `KUBERNETES_*` and the pod's name as `HOSTNAME`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_sees_exactly_its_requests_env() {
+    let Some(agent) = Agent::start() else { return };
+    let kubelet = Kubelet::start(V5).await;
+    let exec = agent.exec(&kubelet);
+    let mut show = request(&["/usr/bin/env"]);
+    show.env = vec![("ONLY".into(), "this".into()), ("HOSTNAME".into(), "python-sandbox".into())];
+    let (code, out) = run(&exec, &show).await;
+    assert_eq!(code, 0, "{}", out.stderr_lossy());
+    let mut seen: Vec<String> = out.stdout_lossy().lines().map(str::to_owned).collect();
+    seen.sort();
+    assert_eq!(seen, ["HOSTNAME=python-sandbox", "ONLY=this"], "not {OWN_VAR} or anything else");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,6 +40,8 @@ struct State {
     prepare_takes: Duration,
     /// The argv of every command run in a pod.
     commands: Vec<Vec<String>>,
+    /// The env of every command run in a pod, as its request carried it.
+    envs: Vec<Vec<(String, String)>>,
     /// Every pod as created, kept after its delete.
     created: Vec<Value>,
     /// Watch streams open now, and the most at once, by the name they watch.
@@ -348,7 +350,11 @@ async fn pod_exec(tcp: tokio::net::TcpStream, state: Shared) {
     let argv: Vec<String> = serde_json::from_value(header["cmd"].clone()).expect("argv");
     let cwd = header["cwd"].as_str().unwrap_or("/").to_owned();
     let env: Vec<(String, String)> = serde_json::from_value(header["env"].clone()).expect("env");
-    state.lock().expect("state").commands.push(argv.clone());
+    {
+        let mut s = state.lock().expect("state");
+        s.commands.push(argv.clone());
+        s.envs.push(env.clone());
+    }
     let _ = sink.send(Message::binary(frame(b'v', br#"{"v": 2}"#))).await;
     let (code, stdout, stderr) = if argv.get(2).map(String::as_str) == Some(environment::PREPARE) {
         let ((code, stderr), takes) = {
@@ -385,6 +391,8 @@ async fn run_local(
     command
         .args(&argv[1..])
         .current_dir(cwd)
+        // As the pod's agent runs it (`sandbox_core::agent::EXACT_ENV_ARG`).
+        .env_clear()
         .envs(env.iter().cloned())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -562,6 +570,66 @@ fn a_cold_run_prepares_the_claim_once_and_a_warm_run_only_reads_it() {
         engine.prepare(&spec, &mut |_| panic!("a warm run prepares nothing")).expect("warm");
     assert_eq!(flow(&cluster.log()), "GET /api/v1/persistentvolumeclaims/psbx-env-<key>");
     drop(prepared);
+}
+
+/// The env-contract case of the conformance suite, as far as it can run here: the script's
+/// request carries exactly the contract's names (and its `--env`), nothing of a session's uv
+/// settings; the prepare's carries the pod's own environment.
+#[test]
+fn a_runs_script_gets_exactly_the_contract_env_and_its_own_env_values() {
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let cluster = rt.block_on(Cluster::start());
+    let scratch = Scratch::new();
+    let engine = engine(&cluster, &scratch);
+    let mut spec = spec(
+        &scratch,
+        "import os\nprint(' '.join(sorted(os.environ)))\nprint(os.environ['PWD'] == os.getcwd())\n",
+    );
+    spec.env = vec![sandbox_core::EnvVar { name: "MINE".to_owned(), value: Some("1".to_owned()) }];
+    let (code, stdout, _) = run(&engine, &spec, Stdin::Null);
+    assert_eq!(
+        (code, stdout.as_str()),
+        (
+            0,
+            "HOME HOSTNAME LANG MINE PATH PWD REQUESTS_CA_BUNDLE SSL_CERT_FILE VIRTUAL_ENV container\nTrue\n"
+        )
+    );
+    let state = cluster.state.lock().expect("state");
+    let at = state.commands.iter().position(|c| c[0] == environment::python()).expect("script");
+    let env: BTreeMap<&str, &str> =
+        state.envs[at].iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let ca = crate::manifest::IMAGE_CA_BUNDLE;
+    let venv = environment::ENV_DIR;
+    let pwd = scratch.pod();
+    let path = format!("{venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    let expected = BTreeMap::from([
+        ("HOME", sandbox_core::SANDBOX_HOME),
+        ("HOSTNAME", sandbox_core::SANDBOX_HOSTNAME),
+        ("LANG", "C.UTF-8"),
+        ("MINE", "1"),
+        ("PATH", path.as_str()),
+        ("PWD", pwd.as_str()),
+        ("REQUESTS_CA_BUNDLE", ca),
+        ("SSL_CERT_FILE", ca),
+        ("VIRTUAL_ENV", venv),
+        ("container", sandbox_core::SANDBOX_CONTAINER),
+    ]);
+    assert_eq!(env, expected);
+    let at = state
+        .commands
+        .iter()
+        .position(|c| c.get(2).map(String::as_str) == Some(environment::PREPARE))
+        .expect("prepare");
+    let names: Vec<&str> = state.envs[at].iter().map(|(k, _)| k.as_str()).collect();
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), names.len(), "one value per name: {names:?}");
+    assert_eq!(
+        sorted.join(" "),
+        "HOME HOSTNAME LANG PATH PWD REQUESTS_CA_BUNDLE SSL_CERT_FILE UV_CACHE_DIR UV_NATIVE_TLS \
+         UV_NO_CONFIG UV_NO_PROGRESS UV_PYTHON_DOWNLOADS UV_SYSTEM_CERTS container"
+    );
 }
 
 /// What a test breaks in the stand-in cluster.
