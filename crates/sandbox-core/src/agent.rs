@@ -582,9 +582,12 @@ mod tests {
             .env("OWN", "agent")
             .spawn()
             .expect("agent");
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !sock.exists() && std::time::Instant::now() < deadline {
+        // The socket's file exists from `bind`, before the agent listens: retry refusals.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut conn = std::os::unix::net::UnixStream::connect(&sock);
+        while conn.is_err() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
+            conn = std::os::unix::net::UnixStream::connect(&sock);
         }
         let request = ExecRequest {
             argv: vec!["/usr/bin/env".to_owned()],
@@ -592,7 +595,7 @@ mod tests {
             ..ExecRequest::default()
         };
         let mut out = Vec::new();
-        let connected = std::os::unix::net::UnixStream::connect(&sock).and_then(|mut conn| {
+        let connected = conn.and_then(|mut conn| {
             conn.write_all(&encode_request(&request, "/"))?;
             conn.read_to_end(&mut out)
         });
