@@ -31,6 +31,7 @@ impl Package {
         // CI's clone is clean; a developer's tree with edits is packaged as it is.
         let dirty = if is_clean(sh) { None } else { Some("--allow-dirty") };
         let args = &packages;
+        forget_extracted(sh)?;
         cmd!(sh, "cargo package --locked {dirty...} {args...}").run()?;
         crate::section("package: docs without warnings");
         cmd!(sh, "cargo doc --no-deps --locked {packages...}")
@@ -40,6 +41,39 @@ impl Package {
     }
 }
 
+/// `cargo package` verifies each crate against the others' packaged sources, served from a
+/// local registry under `target/package`; cargo extracts them into
+/// `$CARGO_HOME/registry/src/-HASH/` (the hash is of that registry's path) and never extracts
+/// them again. A clone at a path packaged before would verify against those stale copies (a
+/// fresh clone failed to build engine-k8s against last session's sandbox-core), so ours go.
+fn forget_extracted(sh: &Shell) -> Result<()> {
+    let home = match sh.var("CARGO_HOME") {
+        Ok(home) => std::path::PathBuf::from(home),
+        Err(_) => std::path::PathBuf::from(sh.var("HOME")?).join(".cargo"),
+    };
+    let Ok(registries) = std::fs::read_dir(home.join("registry/src")) else { return Ok(()) };
+    for registry in registries.flatten() {
+        // Named registries (crates.io) are `NAME-HASH`; the local ones have no name.
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        for package in std::fs::read_dir(registry.path())?.flatten() {
+            let name = package.file_name().to_string_lossy().into_owned();
+            if PUBLISHED.iter().any(|p| is_version_of(&name, p)) {
+                std::fs::remove_dir_all(package.path())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `dir` is `crate-VERSION` (not another crate sharing the prefix, `pep723-meta-wasm`).
+fn is_version_of(dir: &str, krate: &str) -> bool {
+    dir.strip_prefix(krate)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|version| version.starts_with(|c: char| c.is_ascii_digit()))
+}
+
 fn is_clean(sh: &Shell) -> bool {
     cmd!(sh, "git status --porcelain").quiet().read().is_ok_and(|s| s.trim().is_empty())
 }
@@ -47,6 +81,15 @@ fn is_clean(sh: &Shell) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_our_crates_extracted_copies_are_forgotten() {
+        assert!(is_version_of("sandbox-core-0.0.0", "sandbox-core"));
+        assert!(is_version_of("pep508-noregex-0.9.2", "pep508-noregex"));
+        assert!(!is_version_of("pep723-meta-wasm-0.0.0", "pep723-meta"));
+        assert!(!is_version_of("sandbox-core", "sandbox-core"));
+        assert!(!is_version_of("serde-1.0.0", "sandbox-core"));
+    }
 
     /// `(name, publish = false?)` of a manifest, read by line (xtask has no TOML parser).
     fn manifest(text: &str) -> (String, bool) {
