@@ -11,6 +11,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 # Corporate CAs copied to /usr/local/share/ca-certificates must be in the bundle that SSL_CERT_FILE names.
 update-ca-certificates >/dev/null
+# The same bundle at the path every engine's SSL_CERT_FILE names (sandbox_core::SANDBOX_CA_BUNDLE):
+# docker and podman bind the host's bundle over it, a pod (which cannot see the host) reads this copy.
+install -D -m 0644 /etc/ssl/certs/ca-certificates.crt /etc/python-sandbox/ca-certificates.crt
 
 arch=$(dpkg --print-architecture)
 case "$arch" in

@@ -180,7 +180,8 @@ fn run_cases() -> Vec<Case> {
             script: Script::File("wall_links.py"),
             setup: plant_links,
             // On a pod the planted links are not synced in (they leave the workspace) and the
-            // script's `./l`, which points out of it, is never applied to the host.
+            // script's `./l`, which points out of it, stays in the pod with a warning (the
+            // run's other changes still come back; `sandbox_core::sync::Changes`).
             expect: |fx| match fx.engine.as_str() {
                 "k8s" => Expect::ok().host(no_system_litter),
                 _ => Expect::ok().changes(&["+ws/l"]).host(no_system_litter),

@@ -16,7 +16,7 @@ pub const DEFAULT_NAMESPACE: &str = "python-sandbox";
 /// `cargo xtask kind load` puts on the nodes: a `:latest` image is pulled `Always`, which fails
 /// without a registry. Pulled `IfNotPresent` either way ([`PullPolicy`]).
 pub const DEFAULT_IMAGE: &str =
-    concat!("python-sandbox-runtime:", env!("CARGO_PKG_VERSION"), "-abi3");
+    concat!("python-sandbox-runtime:", env!("CARGO_PKG_VERSION"), "-abi4");
 /// Resolves every `<anything>.127.0.0.1.nip.io` to loopback, where kind maps ingress-nginx's
 /// ports 80 and 443 (deploy/kind/cluster.yaml).
 pub const DEFAULT_PREVIEW_DOMAIN: &str = "127.0.0.1.nip.io";
@@ -111,12 +111,15 @@ impl Default for Resources {
     }
 }
 
-/// `sizeLimit`s of the pod's three `emptyDir`s; together at most the ephemeral-storage limit.
+/// `sizeLimit`s of the pod's three `emptyDir`s. The workspace and home are on the node's disk
+/// and together at most the ephemeral-storage limit; `/tmp` is a tmpfs, as on every engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeSizes {
     /// The workspace ([`SandboxConfig::workdir`]).
     pub workspace: String,
-    /// `/tmp` (the agent's socket lives there).
+    /// `/tmp` (the agent's socket lives there): a memory-backed `emptyDir`, so a write past its
+    /// size fails with ENOSPC instead of evicting the pod, and what it holds counts against the
+    /// memory limit. A session's `tmpfs_size` (`--tmpfs-size`) sets it.
     pub tmp: String,
     /// The home directory: the session's venv and uv cache.
     pub home: String,
@@ -347,10 +350,10 @@ impl SandboxConfig {
         }
         let v = &self.volume_sizes;
         let mut total = 0.0;
-        for (field, size) in [
-            ("volume_sizes.workspace", &v.workspace),
-            ("volume_sizes.tmp", &v.tmp),
-            ("volume_sizes.home", &v.home),
+        for (field, size, on_disk) in [
+            ("volume_sizes.workspace", &v.workspace, true),
+            ("volume_sizes.tmp", &v.tmp, false),
+            ("volume_sizes.home", &v.home, true),
         ] {
             let bytes = quantity(field, size)?;
             if bytes == 0.0 {
@@ -360,13 +363,15 @@ impl SandboxConfig {
                     "an emptyDir needs room".to_owned(),
                 ));
             }
-            total += bytes;
+            if on_disk {
+                total += bytes;
+            }
         }
         if total > quantity("resources.ephemeral_storage_limit", &r.ephemeral_storage_limit)? {
             return Err(bad(
                 "volume_sizes",
                 format!(
-                    "workspace, tmp and home together are more than resources.ephemeral_storage_limit `{}`",
+                    "workspace and home together are more than resources.ephemeral_storage_limit `{}`",
                     r.ephemeral_storage_limit
                 ),
                 "the emptyDirs count against that limit: shrink them or raise it".to_owned(),

@@ -11,7 +11,8 @@
 //!
 //! Mapping of a `SessionConfig`:
 //! - workspace: the pod's workdir (`SandboxConfig::workdir`, an `emptyDir`); the host directory
-//!   is not synced (a warning says so); `tmpfs_size` does not apply: the emptyDirs' sizes are
+//!   is not synced (a warning says so); `tmpfs_size` is the size of `/tmp`, a memory-backed
+//!   `emptyDir` (ENOSPC when full, as on every engine); the workspace's and home's sizes are
 //!   `SandboxConfig::volume_sizes`;
 //! - limits: memory and cpus become the container's limits (requests lowered to fit); a pid
 //!   limit is refused (Kubernetes sets those per node);
@@ -175,6 +176,8 @@ pub fn plan(
     }
     let mut config = base.clone();
     config.idle_ttl = session.ttl.max(Duration::from_secs(1));
+    // The pod's /tmp is a tmpfs of this size, as every engine's is.
+    config.volume_sizes.tmp = session.tmpfs_size.to_string();
     apply_limits(&mut config, &session.limits)?;
     config.validate()?;
     let mut spec_env = Vec::new();

@@ -1,7 +1,7 @@
 //! The prepared environment of `run --engine k8s`, pure: a content-keyed PersistentVolumeClaim
 //! (`psbx-env-<key>`, the key a digest of the image, the interpreter constraint and the sorted
 //! dependencies) that a prepare pod, with network, fills once with a venv (`uv venv`, `uv pip
-//! install`, the uv cache in the prepare pod's own `/tmp`, so no package code runs where a
+//! install`, the uv cache in the prepare pod's own home, so no package code runs where a
 //! cache shared between environments is writable) and marks ready with an annotation; every
 //! run pod mounts it read-only at [`ENV_DIR`]. A warm run reads the claim (one GET) and
 //! resolves nothing.
@@ -198,9 +198,10 @@ pub fn mount(pod: &mut Pod, claim: &str, read_only: bool) {
 }
 
 /// The prepare pod's one command: the venv from the image's python, the dependencies into it
-/// (`$@`), with the pod's network and a cache in its own `/tmp`.
+/// (`$@`), with the pod's network and a cache in its own home: a disk `emptyDir`, where large
+/// wheels fit (its `/tmp` is a tmpfs of the run's `--tmpfs-size`, counted against memory).
 pub const PREPARE: &str = r#"set -e
-export UV_CACHE_DIR=/tmp/uv-cache
+export UV_CACHE_DIR=/home/sandbox/.cache/uv
 [ -x "$0/bin/python" ] || uv venv --quiet --python /usr/bin/python3 "$0"
 if [ "$#" -gt 0 ]; then uv pip install --quiet --python "$0/bin/python" "$@"; fi"#;
 
@@ -219,6 +220,12 @@ pub fn python() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_prepare_cache_is_on_the_disk_backed_home() {
+        let cache = format!("UV_CACHE_DIR={}/", sandbox_core::SANDBOX_HOME);
+        assert!(PREPARE.contains(&cache), "{PREPARE}");
+    }
 
     #[test]
     fn the_key_is_the_content_not_the_spelling_order() {

@@ -142,10 +142,12 @@ pub fn pod(config: &SandboxConfig, request: &PodRequest) -> Result<Pod, Error> {
         ..ResourceRequirements::default()
     };
     let v = &config.volume_sizes;
+    // (name, mount path, sizeLimit, medium): /tmp is a tmpfs as on every engine, so a full
+    // /tmp is ENOSPC for the script (a disk emptyDir over its limit evicts the whole pod).
     let volumes = [
-        ("workspace", config.workdir.as_str(), &v.workspace),
-        ("tmp", "/tmp", &v.tmp),
-        ("home", sandbox_core::SANDBOX_HOME, &v.home),
+        ("workspace", config.workdir.as_str(), &v.workspace, None),
+        ("tmp", "/tmp", &v.tmp, Some("Memory")),
+        ("home", sandbox_core::SANDBOX_HOME, &v.home, None),
     ];
     let mut command: Vec<String> = INIT.iter().map(|s| (*s).to_owned()).collect();
     // As the OCI sessions start it (isolated mode, the program inline, the TTL its argument),
@@ -198,7 +200,7 @@ pub fn pod(config: &SandboxConfig, request: &PodRequest) -> Result<Pod, Error> {
         volume_mounts: Some(
             volumes
                 .iter()
-                .map(|(name, path, _)| VolumeMount {
+                .map(|(name, path, _, _)| VolumeMount {
                     name: (*name).to_owned(),
                     mount_path: (*path).to_owned(),
                     ..VolumeMount::default()
@@ -254,10 +256,10 @@ pub fn pod(config: &SandboxConfig, request: &PodRequest) -> Result<Pod, Error> {
             volumes: Some(
                 volumes
                     .iter()
-                    .map(|(name, _, size)| Volume {
+                    .map(|(name, _, size, medium)| Volume {
                         name: (*name).to_owned(),
                         empty_dir: Some(EmptyDirVolumeSource {
-                            medium: None,
+                            medium: medium.map(str::to_owned),
                             size_limit: Some(quantity(size)),
                             ..EmptyDirVolumeSource::default()
                         }),
@@ -271,21 +273,15 @@ pub fn pod(config: &SandboxConfig, request: &PodRequest) -> Result<Pod, Error> {
     })
 }
 
-/// The image's CA bundle (`deploy/image`: the system bundle, with any CA added at build time).
-/// The contract's path (`sandbox_core::SANDBOX_CA_BUNDLE`) is where the other engines mount the
-/// host's bundle; a pod cannot see the host's, and the image has none at that path.
-pub const IMAGE_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
-
 /// Pure: a script's environment in the pod, the one contract of every engine
 /// (`sandbox_core::run_env`) plus `PATH` and `PWD`: nothing of the CLI's host (the pod is not
-/// on it, so `LANG` is `C.UTF-8`), and both CA variables naming [`IMAGE_CA_BUNDLE`]. The agent
-/// adds nothing of the pod's (`sandbox_core::agent::EXACT_ENV_ARG`): every exec carries it.
+/// on it, so `LANG` is `C.UTF-8`), and both CA variables naming the contract's bundle, which
+/// the image (ABI 4, `deploy/image/setup.sh`) carries: its system bundle with any CA added at
+/// build time, since a pod cannot see the host's. The agent adds nothing of the pod's
+/// (`sandbox_core::agent::EXACT_ENV_ARG`): every exec carries it.
 pub fn run_env(config: &SandboxConfig) -> Vec<(String, String)> {
     let mut env = vec![("PATH".to_owned(), PATH.to_owned())];
-    env.extend(sandbox_core::run_env(|_| None::<String>, false));
-    for name in ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"] {
-        env.push((name.to_owned(), IMAGE_CA_BUNDLE.to_owned()));
-    }
+    env.extend(sandbox_core::run_env(|_| None::<String>, true));
     env.push(("PWD".to_owned(), config.workdir.clone()));
     env
 }

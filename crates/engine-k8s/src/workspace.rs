@@ -11,7 +11,8 @@
 //!
 //! Out: a second listing, [`changes`](sandbox_core::sync::changes), one archive of what changed spooled to an unnamed
 //! temporary file (capped at the limit), checked whole (every member requested, a plain
-//! relative path, of the listed kind, links inside) before anything is applied. Applying
+//! relative path, of the listed kind, links inside) before anything is applied; a link the
+//! script pointed out of the workspace is never fetched, only named in a warning. Applying
 //! walks from a descriptor of the workspace, component by component without following links,
 //! and replaces each file by a rename in its directory: a link the host has where the script
 //! wrote a directory is never followed out of the workspace.
@@ -321,6 +322,13 @@ where
         out.warnings.push(format!(
             "kept in the sandbox, never applied to the host's `.git`: {}",
             changes.refused.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if !changes.outside_links.is_empty() {
+        let links: Vec<&str> = changes.outside_links.iter().map(String::as_str).collect();
+        out.warnings.push(format!(
+            "kept in the sandbox, links that point outside the workspace: {}",
+            sync::list(&links)
         ));
     }
     if changes.is_empty() {

@@ -192,11 +192,41 @@ async fn a_returned_archive_that_leaves_the_workspace_changes_nothing() {
     assert!(!root.join("../escaped.txt").exists() && !root.join("other.txt").exists());
     // A listing that names a path outside is refused the same way.
     sandbox.on_exec(&[SANDBOX_PYTHON, "-c", LIST_PROGRAM], |_, _| {
-        FakeReply::exit(0).stdout(r#"{"entries": {"l": ["l", "../../home/u/.ssh"]}}"#)
+        FakeReply::exit(0).stdout(r#"{"entries": {"../x": ["f", 420, 1, "1"]}}"#)
     });
     let err = sync_out(&sandbox, &root, DEST, &synced.baseline, 1 << 20, &mut |_| {})
         .await
         .expect_err("refused");
-    assert!(err.to_string().contains("a link that points outside the workspace"), "{err}");
+    assert!(err.to_string().starts_with("refused `../x`"), "{err}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[tokio::test]
+async fn a_link_out_of_the_workspace_stays_in_the_sandbox_and_the_rest_comes_back() {
+    let root = tempdir("outlink");
+    write(&root, "a.txt", "a");
+    let sandbox = fake();
+    let synced = sync_in(&sandbox, &root, DEST, 1 << 20, &mut |_| {}).await.expect("in");
+    // What the conformance case `wall-links` does in a pod: a link to a host-looking path,
+    // next to ordinary output.
+    // (The fake's filesystem has no links: the listing names them, as the pod's would.)
+    sandbox.on_exec(&[SANDBOX_PYTHON, "-c", LIST_PROGRAM], |_, fs| {
+        let mut entries = serde_json::Map::new();
+        listing(fs, DEST, "", &mut entries);
+        entries.insert("l".to_owned(), serde_json::json!(["l", "/tmp/host-dir"]));
+        entries.insert("up".to_owned(), serde_json::json!(["l", "../../home/u/.ssh"]));
+        FakeReply::exit(0).stdout(&serde_json::json!({ "entries": entries }).to_string())
+    });
+    sandbox.add_file("/workspace/out.txt", b"result").expect("out");
+    sandbox.add_file("/workspace/a.txt", b"changed").expect("edit");
+    let out = sync_out(&sandbox, &root, DEST, &synced.baseline, 1 << 20, &mut |_| {})
+        .await
+        .expect("the run's outputs come back");
+    assert_eq!(out.written, ["a.txt", "out.txt"]);
+    assert_eq!(std::fs::read_to_string(root.join("out.txt")).expect("out"), "result");
+    assert_eq!(std::fs::read_to_string(root.join("a.txt")).expect("a"), "changed");
+    assert!(std::fs::symlink_metadata(root.join("l")).is_err(), "the link is not made on the host");
+    assert!(std::fs::symlink_metadata(root.join("up")).is_err());
+    insta::assert_snapshot!(out.warnings.join("\n"), @"kept in the sandbox, links that point outside the workspace: `l`, `up`");
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -27,9 +27,10 @@ pub const DEFAULT_IMAGE: &str = "python-sandbox-runtime:latest";
 /// The image layout this engine expects (label `io.python-sandbox.image-abi`, set by
 /// deploy/image/Containerfile): 2 has the empty venv at `/opt/python-sandbox/env` and no `UV_*`
 /// in its config; 3 adds the execute-only `/usr/bin/tini` every container starts as pid 1
-/// (`plan::INIT`). An image without it is refused before anything runs, with how to
-/// rebuild.
-pub const IMAGE_ABI: u32 = 3;
+/// (`plan::INIT`); 4 carries its CA bundle at the contract's path too
+/// (`sandbox_core::SANDBOX_CA_BUNDLE`), where a pod, which cannot see the host's, finds it.
+/// An image without it is refused before anything runs, with how to rebuild.
+pub const IMAGE_ABI: u32 = 4;
 /// Bumped whenever the layout of a prepared environment volume changes.
 const ENV_FORMAT: &str = "python-sandbox-oci-env-v1";
 /// Runs get an `expires` label this long after their timeout, for the sweep.

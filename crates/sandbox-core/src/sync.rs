@@ -14,9 +14,11 @@
 //! clock), not the host's view. [`changes`] compares the two listings: what is new or changed
 //! is fetched as one archive made by [`PACK_PROGRAM`], what is gone is deleted on the host.
 //! Both listings and the archive come from the sandbox, so they are untrusted:
-//! [`parse_manifest`] and [`check_member`] refuse absolute paths, `..`, links leaving the
-//! workspace and unrequested members, and the engine checks the whole archive before it
-//! applies anything. Modes come back without setuid, setgid and sticky bits.
+//! [`parse_manifest`] and [`check_member`] refuse absolute paths, `..` and unrequested
+//! members, and the engine checks the whole archive before it applies anything. A link the
+//! script made that points out of the workspace is listed but never fetched: it stays in the
+//! sandbox with a warning ([`Changes::outside_links`]), and the rest of the run's changes
+//! still come back. Modes come back without setuid, setgid and sticky bits.
 
 mod ignore;
 #[cfg(test)]
@@ -238,7 +240,8 @@ impl Planner {
     }
 }
 
-fn list(paths: &[&str]) -> String {
+/// Up to five paths in backticks, then how many more: for warnings that name paths.
+pub fn list(paths: &[&str]) -> String {
     const SHOWN: usize = 5;
     let mut shown: Vec<String> = paths.iter().take(SHOWN).map(|p| format!("`{p}`")).collect();
     if paths.len() > SHOWN {
@@ -319,7 +322,8 @@ pub enum Stat {
 pub type Manifest = BTreeMap<String, Stat>;
 
 /// Reads [`LIST_PROGRAM`]'s output: the listing and how many names it skipped. Every path
-/// is checked ([`check_member`]); a link leaving the workspace is refused here already.
+/// is checked ([`check_member`]); a link leaving the workspace is kept in the listing (so
+/// the host learns the script made it) and [`changes`] never fetches it.
 pub fn parse_manifest(bytes: &[u8]) -> Result<(Manifest, u64), Error> {
     let bad = |reason: String| Error::BadSyncListing { reason };
     let value: serde_json::Value =
@@ -355,12 +359,9 @@ pub fn parse_manifest(bytes: &[u8]) -> Result<(Manifest, u64), Error> {
         let stat =
             stat.ok_or_else(|| bad(format!("entry `{}` is malformed", path.escape_debug())))?;
         if let Stat::Symlink { target } = &stat
-            && !link_inside(path, target)
+            && target.contains('\0')
         {
-            return Err(Error::UnsafeSyncPath {
-                path: path.escape_debug().to_string(),
-                reason: "it is a link that points outside the workspace",
-            });
+            return Err(bad(format!("link `{}` has a NUL in its target", path.escape_debug())));
         }
         out.insert(path.clone(), stat);
     }
@@ -378,6 +379,10 @@ pub struct Changes {
     /// Paths under a `.git` directory the script wrote: never applied to the host, whose git
     /// would run what lands in `.git/hooks`.
     pub refused: Vec<String>,
+    /// Links the script made or changed that point out of the workspace: kept in the
+    /// sandbox, and the host's path left as it was (on the host such a link would reach its
+    /// files; in the sandbox it reached the sandbox's).
+    pub outside_links: Vec<String>,
 }
 
 impl Changes {
@@ -407,13 +412,22 @@ pub fn changes(before: &Manifest, after: &Manifest) -> Changes {
             out.refused.push(path.clone());
             continue;
         }
+        if let Stat::Symlink { target } = now
+            && !link_inside(path, target)
+        {
+            out.outside_links.push(path.clone());
+            continue;
+        }
         if was.is_some_and(|was| !same_kind(was, now)) {
             out.delete.push(path.clone());
         }
         out.fetch.push(path.clone());
     }
     for path in before.keys() {
-        if !after.contains_key(path) && !under_git(path) {
+        // Below a path that became a link out of the workspace the host keeps its own
+        // files: the link is not applied, so neither is what it replaced.
+        let kept = out.outside_links.iter().any(|l| path.starts_with(&format!("{l}/")));
+        if !after.contains_key(path) && !under_git(path) && !kept {
             out.delete.push(path.clone());
         }
     }

@@ -9,11 +9,11 @@ fn the_defaults_are_valid_and_match_deploy() {
     let config = SandboxConfig::default();
     config.validate().unwrap();
     assert_eq!(config.namespace, "python-sandbox");
-    assert_eq!(config.image, format!("python-sandbox-runtime:{}-abi3", env!("CARGO_PKG_VERSION")));
+    assert_eq!(config.image, format!("python-sandbox-runtime:{}-abi4", env!("CARGO_PKG_VERSION")));
     // The ABI in the tag is the image's: the Containerfile label `cargo xtask image` reads.
     let containerfile = include_str!("../../../../deploy/image/Containerfile");
     assert!(
-        containerfile.contains("LABEL io.python-sandbox.image-abi=\"3\""),
+        containerfile.contains("LABEL io.python-sandbox.image-abi=\"4\""),
         "bump DEFAULT_IMAGE with the ABI"
     );
     assert_eq!(config.pull_policy.as_str(), "IfNotPresent");

@@ -161,6 +161,26 @@ fn a_sessions_handle_sends_the_pods_spec_env_with_every_exec() {
     );
 }
 
+/// `--tmpfs-size` on a pod: `/tmp` is a memory-backed emptyDir of that size (the kernel's
+/// ENOSPC when full, as on every engine), outside the disk volumes' ephemeral-storage budget.
+#[test]
+fn the_tmpfs_size_is_the_memory_backed_tmp_of_the_pod() {
+    let config = SessionConfig { tmpfs_size: 16 << 20, ..session(&[], &[]) };
+    let plan =
+        plan(&SandboxConfig::default(), &config, "abc123", &owner(), 0, &key()).expect("plan");
+    let volumes = plan.pod.spec.as_ref().and_then(|s| s.volumes.clone()).expect("volumes");
+    let tmp = volumes.iter().find(|v| v.name == "tmp").and_then(|v| v.empty_dir.clone());
+    let tmp = tmp.expect("a tmp emptyDir");
+    assert_eq!(tmp.medium.as_deref(), Some("Memory"));
+    assert_eq!(tmp.size_limit.map(|q| q.0).as_deref(), Some("16777216"));
+    for disk in volumes.iter().filter(|v| v.name != "tmp") {
+        assert_eq!(disk.empty_dir.as_ref().and_then(|e| e.medium.clone()), None, "{}", disk.name);
+    }
+    // A /tmp larger than the disk budget is not the disk's to hold.
+    let big = SessionConfig { tmpfs_size: 64 << 30, ..session(&[], &[]) };
+    assert!(super::plan(&SandboxConfig::default(), &big, "abc123", &owner(), 0, &key()).is_ok());
+}
+
 #[test]
 fn limits_become_the_containers_and_what_a_pod_cannot_do_is_refused() {
     let mut config = session(&[], &[]);

@@ -106,9 +106,13 @@ fn f(mode: u32, size: u64, stamp: &str) -> Stat {
     Stat::File { mode, size, stamp: stamp.to_owned() }
 }
 
+fn manifest<const N: usize>(entries: [(&str, Stat); N]) -> Manifest {
+    entries.into_iter().map(|(p, s)| (p.to_owned(), s)).collect()
+}
+
 #[test]
 fn what_comes_back() {
-    let before: Manifest = [
+    let before = manifest([
         ("same.txt", f(0o644, 3, "1.1")),
         ("edited.txt", f(0o644, 3, "1.1")),
         ("chmod.sh", f(0o644, 3, "1.1")),
@@ -117,11 +121,8 @@ fn what_comes_back() {
         ("olddir/x", f(0o644, 1, "1.1")),
         ("became-dir", f(0o644, 1, "1.1")),
         ("ln", Stat::Symlink { target: "same.txt".to_owned() }),
-    ]
-    .into_iter()
-    .map(|(p, s)| (p.to_owned(), s))
-    .collect();
-    let after: Manifest = [
+    ]);
+    let after = manifest([
         ("same.txt", f(0o644, 3, "1.1")),
         ("edited.txt", f(0o644, 3, "2.2")),
         ("chmod.sh", f(0o755, 3, "1.2")),
@@ -131,10 +132,7 @@ fn what_comes_back() {
         ("became-dir/y", f(0o644, 1, "3.3")),
         ("ln", Stat::Symlink { target: "edited.txt".to_owned() }),
         (".git/hooks/post-checkout", f(0o755, 9, "3.3")),
-    ]
-    .into_iter()
-    .map(|(p, s)| (p.to_owned(), s))
-    .collect();
+    ]);
     insta::assert_debug_snapshot!(changes(&before, &after), @r#"
     Changes {
         fetch: [
@@ -155,6 +153,7 @@ fn what_comes_back() {
         refused: [
             ".git/hooks/post-checkout",
         ],
+        outside_links: [],
     }
     "#);
     assert!(changes(&before, &before).is_empty());
@@ -170,8 +169,7 @@ fn listings_are_untrusted() {
     let refused = [
         br#"{"entries": {"/etc/passwd": ["f", 420, 1, "1"]}}"#.as_slice(),
         br#"{"entries": {"../x": ["f", 420, 1, "1"]}}"#,
-        br#"{"entries": {"l": ["l", "../../home"]}}"#,
-        br#"{"entries": {"l": ["l", "/etc"]}}"#,
+        br#"{"entries": {"l": ["l", "a\u0000b"]}}"#,
         br#"{"entries": {"a": ["x"]}}"#,
         br#"{"entries": {"a": ["f", "rw", 1, "1"]}}"#,
         br#"[]"#,
@@ -180,6 +178,51 @@ fn listings_are_untrusted() {
     for listing in refused {
         assert!(parse_manifest(listing).is_err(), "{}", String::from_utf8_lossy(listing));
     }
+    // A link out of the workspace is listed (so `changes` can keep it in the sandbox by name),
+    // never a reason to lose the rest of the listing.
+    let outside =
+        br#"{"entries": {"l": ["l", "../../home"], "m": ["l", "/etc"], "a": ["f", 420, 1, "1"]}}"#;
+    let (manifest, _) = parse_manifest(outside).unwrap();
+    assert_eq!(manifest.len(), 3);
+}
+
+#[test]
+fn links_out_of_the_workspace_stay_in_the_sandbox() {
+    let link = |t: &str| Stat::Symlink { target: t.to_owned() };
+    let before = manifest([
+        ("was-file", f(0o644, 3, "1.1")),
+        ("was-dir", Stat::Dir { mode: 0o755 }),
+        ("was-dir/kept.txt", f(0o644, 1, "1.1")),
+        ("inside", link("was-file")),
+    ]);
+    let after = manifest([
+        ("was-file", link("/etc/passwd")),
+        ("was-dir", link("../../home/u")),
+        ("inside", link("../outside")),
+        ("l", link("/tmp/host")),
+        ("d", Stat::Dir { mode: 0o755 }),
+        ("d/up", link("../was-file")),
+        ("d/out", link("../../x")),
+        ("out.txt", f(0o644, 2, "2.2")),
+    ]);
+    insta::assert_debug_snapshot!(changes(&before, &after), @r#"
+    Changes {
+        fetch: [
+            "d",
+            "d/up",
+            "out.txt",
+        ],
+        delete: [],
+        refused: [],
+        outside_links: [
+            "d/out",
+            "inside",
+            "l",
+            "was-dir",
+            "was-file",
+        ],
+    }
+    "#);
 }
 
 #[test]

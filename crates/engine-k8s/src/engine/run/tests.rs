@@ -598,7 +598,7 @@ fn a_runs_script_gets_exactly_the_contract_env_and_its_own_env_values() {
     let at = state.commands.iter().position(|c| c[0] == environment::python()).expect("script");
     let env: BTreeMap<&str, &str> =
         state.envs[at].iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let ca = crate::manifest::IMAGE_CA_BUNDLE;
+    let ca = sandbox_core::SANDBOX_CA_BUNDLE;
     let venv = environment::ENV_DIR;
     let pwd = scratch.pod();
     let path = format!("{venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
