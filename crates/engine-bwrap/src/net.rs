@@ -88,10 +88,12 @@ pub(crate) fn pasta_args(
 /// pasta keeps the namespace alive through the descriptor it was given, so it never notices the
 /// sandbox is gone by itself: it is ended with the run (drop), or, for a session, recorded
 /// ([`UserNet::keep`]) and ended when the session is stopped or reaped. (Left running, every
-/// run leaked a daemon of ~30 MB.)
+/// run leaked a daemon of ~30 MB.) A run's pasta is also on a [`Leash`]: when this process is
+/// SIGKILLed, and no destructor runs, the leash's watcher ends pasta.
 #[derive(Debug)]
 pub struct UserNet {
     pasta: Option<reaper::ProcPin>,
+    leash: Option<Leash>,
 }
 
 impl Drop for UserNet {
@@ -99,6 +101,111 @@ impl Drop for UserNet {
         if let Some(pasta) = self.pasta.take() {
             pasta.kill();
         }
+        // Then the leash (its watcher finds pasta gone, and is reaped).
+        self.leash.take();
+    }
+}
+
+/// Ends pasta when the process holding the leash dies however it dies: a forked watcher, in a
+/// session of its own (a terminal's Ctrl-C is not for it), holds only the read end of a pipe
+/// and a pidfd of pasta. End of file on the pipe (every copy of the write end closed: this
+/// process exited or was killed) makes it SIGKILL pasta through the pidfd (which names that
+/// one process for good, so a recycled pid is never hit); a byte first ([`Leash::release`],
+/// for a session's pasta, which outlives the CLI) makes it leave pasta alone.
+#[derive(Debug)]
+struct Leash {
+    write: Option<OwnedFd>,
+    watcher: i32,
+}
+
+impl Leash {
+    /// `None` when pasta is gone already or the watcher cannot be forked (then only the
+    /// destructor ends pasta, as before).
+    fn new(pasta: &reaper::ProcPin) -> Option<Leash> {
+        let pid = i32::try_from(pasta.pid).ok().and_then(rustix::process::Pid::from_raw)?;
+        let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()?;
+        // The pidfd names whatever had the pid when it was opened: check that is still pasta.
+        if !pasta.alive() {
+            return None;
+        }
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).ok()?;
+        let devnull = rustix::fs::open(
+            "/dev/null",
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .ok()?;
+        let fds = (read.as_raw_fd(), pidfd.as_raw_fd(), devnull.as_raw_fd());
+        // SAFETY: the child runs only async-signal-safe system calls on descriptors it owns
+        // and ends in `_exit`, so forking a multi-threaded process is sound; the parent goes on
+        // with its own copies, which the `OwnedFd`s close.
+        match unsafe { libc::fork() } {
+            -1 => None,
+            0 => unsafe { watch(fds.0, fds.1, fds.2) },
+            watcher => Some(Leash { write: Some(write), watcher }),
+        }
+    }
+
+    /// Lets pasta outlive this process (a session's network, ended with the session).
+    fn release(mut self) {
+        if let Some(write) = self.write.take() {
+            let _ = rustix::io::write(&write, b"k");
+        }
+    }
+}
+
+impl Drop for Leash {
+    fn drop(&mut self) {
+        // Closing the write end without a byte: the watcher ends pasta, then exits.
+        self.write.take();
+        // SAFETY: waits for our own child; no other code waits for this pid.
+        unsafe {
+            let mut status = 0;
+            while libc::waitpid(self.watcher, &mut status, 0) == -1
+                && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+            {
+            }
+        }
+    }
+}
+
+/// The watcher ([`Leash`]), in the forked child: async-signal-safe calls only, no allocation.
+///
+/// SAFETY: call only in a freshly forked child, with descriptors open in it.
+unsafe fn watch(read: i32, pidfd: i32, devnull: i32) -> ! {
+    unsafe {
+        libc::setsid();
+        // Above the standard descriptors first: a CLI started with one closed may have handed
+        // the pipe out as 0, 1 or 2.
+        let read = libc::fcntl(read, libc::F_DUPFD_CLOEXEC, 3);
+        let pidfd = libc::fcntl(pidfd, libc::F_DUPFD_CLOEXEC, 3);
+        if read < 0 || pidfd < 0 {
+            libc::_exit(1);
+        }
+        // Nothing of the CLI's: its stdout may be a pipe whose reader waits for end of file.
+        for fd in 0..3 {
+            libc::dup2(devnull, fd);
+        }
+        let (low, high) = (read.min(pidfd), read.max(pidfd));
+        for (first, last) in [(3, low - 1), (low + 1, high - 1), (high + 1, i32::MAX)] {
+            if first <= last && libc::syscall(libc::SYS_close_range, first, last, 0) != 0 {
+                // Before Linux 5.9: one by one, up to a generous limit.
+                for fd in first..last.min(65_535) {
+                    libc::close(fd);
+                }
+            }
+        }
+        let mut byte = 0u8;
+        loop {
+            match libc::read(read, (&raw mut byte).cast(), 1) {
+                1 => libc::_exit(0),
+                -1 if *libc::__errno_location() == libc::EINTR => {}
+                _ => break,
+            }
+        }
+        let none: *const libc::siginfo_t = std::ptr::null();
+        libc::syscall(libc::SYS_pidfd_send_signal, pidfd, libc::SIGKILL, none, 0);
+        libc::_exit(0)
     }
 }
 
@@ -200,7 +307,9 @@ impl UserNet {
             return Err(Error::UserNetwork { reason });
         }
         drop(pid_write);
-        let net = UserNet { pasta: read_pid(&pid_read).and_then(reaper::ProcPin::of_pid) };
+        let pasta = read_pid(&pid_read).and_then(reaper::ProcPin::of_pid);
+        let leash = pasta.as_ref().and_then(Leash::new);
+        let net = UserNet { pasta, leash };
         block_link_local(&netns, owner.as_ref())?;
         Ok(net)
     }
@@ -212,6 +321,9 @@ impl UserNet {
 
     /// Leaves pasta running (a session's network) and returns it, to be ended with the session.
     pub fn keep(mut self) -> Option<reaper::ProcPin> {
+        if let Some(leash) = self.leash.take() {
+            leash.release();
+        }
         self.pasta.take()
     }
 }

@@ -1,6 +1,7 @@
 //! Integration tests of the `python-sandbox` binary: one test binary for the crate. Each test runs
 //! the real executable in a temporary directory and snapshots what a user would see.
 
+mod fault;
 mod k8s;
 mod mcp;
 mod mcp_rmcp;
