@@ -730,7 +730,7 @@ LABEL org.opencontainers.image.description=\"Debian python3 and uv for running P
 ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 ENV LANG=C.UTF-8
 ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
-LABEL io.python-sandbox.image-abi=\"3\"
+LABEL io.python-sandbox.image-abi=\"4\"
 USER 1000:1000
 WORKDIR /home/sandbox
 CMD [\"python3\"]"
@@ -744,7 +744,7 @@ CMD [\"python3\"]"
         )
         .expect("the Containerfile");
         let tag = versioned_tag(&containerfile).expect("a tag");
-        assert_eq!(tag, format!("python-sandbox-runtime:{}-abi3", env!("CARGO_PKG_VERSION")));
+        assert_eq!(tag, format!("python-sandbox-runtime:{}-abi4", env!("CARGO_PKG_VERSION")));
         assert!(versioned_tag("FROM x\n").is_err());
     }
 

@@ -156,14 +156,18 @@ impl Leash {
 
 impl Drop for Leash {
     fn drop(&mut self) {
-        // Closing the write end without a byte: the watcher ends pasta, then exits.
+        // Closing the write end without a byte: the watcher ends pasta, then exits. It is
+        // reaped here, waiting a second at most: a watcher someone stopped never holds up the
+        // end of a run (it stays a zombie until the CLI exits).
         self.write.take();
-        // SAFETY: waits for our own child; no other code waits for this pid.
-        unsafe {
+        for _ in 0..1000 {
             let mut status = 0;
-            while libc::waitpid(self.watcher, &mut status, 0) == -1
-                && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
-            {
+            // SAFETY: polls our own child; no other code waits for this pid.
+            match unsafe { libc::waitpid(self.watcher, &mut status, libc::WNOHANG) } {
+                0 => std::thread::sleep(std::time::Duration::from_millis(1)),
+                -1 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {
+                }
+                _ => break,
             }
         }
     }
