@@ -198,6 +198,12 @@ pub fn plan(
     )];
     let mut ports = Vec::new();
     for publish in &session.publish {
+        if publish.port == crate::exec::AGENT_PORT {
+            return Err(unsupported(
+                &format!("publishing port {}", publish.port),
+                "the sandbox's agent listens on it inside the pod; serve on another port",
+            ));
+        }
         if publish.host.is_some() || publish.host_port != HostPort::Same {
             warnings.push(format!(
                 "publish {}: a host address or host port does not apply on k8s; the port is served at its preview URL",
@@ -455,8 +461,12 @@ impl K8sEngine {
             preview: self.config.preview,
         };
         let name = pod.metadata.name.clone().unwrap_or_default();
+        // gVisor's and Kata's port-forward does not reach the pod's loopback: under a runtime
+        // class every call is an exec (no failed forward first, on every CLI call).
+        let runtime_class = pod.spec.as_ref().and_then(|s| s.runtime_class_name.as_ref());
         let exec = PodExec::new(self.client.clone(), &self.config.namespace, &name)
-            .container(manifest::CONTAINER);
+            .container(manifest::CONTAINER)
+            .agent_port(runtime_class.is_none().then_some(crate::exec::AGENT_PORT));
         PodSandbox::attach(exec, attached).with_api(
             self.client.clone(),
             &self.config.namespace,

@@ -23,6 +23,20 @@
 //! the output is read (one `select!`), so neither direction waits on the other's buffers.
 //! [`PodExec::exec_raw`] is the plain exec for pods without the agent: v5 ends its stdin with
 //! the close message; on v4 stdin is refused ([`Error::StdinNeedsV5`]) rather than lost.
+//!
+//! **The warm path: a port-forward to the agent, no process started in the pod.** A pod's
+//! agent also listens on [`AGENT_PORT`] of the pod's loopback (`sandbox_core::agent::tcp_arg`):
+//! unreachable from other pods (loopback is not routed, and no NetworkPolicy or Service names
+//! it), reached from here only through the apiserver's `pods/portforward`, which authenticates
+//! and authorizes the caller as it does `pods/exec`. The same frames go over the forwarded
+//! stream as over the relay's stdin and stdout, but a call costs one upgrade and a fork in the
+//! agent, where an exec costs the runtime's process start in the container plus the relay's
+//! python. Where the forward reaches nothing (a pod made before the agent listened there, a
+//! runtime such as gVisor or Kata whose port-forward does not reach the pod's loopback, RBAC
+//! without `pods/portforward`), not a byte comes back: the call goes through the exec instead,
+//! and so does every later call of this handle. A forward that answered and then failed is an
+//! error like an exec's; the command is never started twice (the agent's hello, sent before it
+//! starts anything, is the first byte of every answer).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,6 +62,11 @@ use crate::relay::{EXIT_NO_AGENT, FrameBuffer, RELAY};
 /// Where the agent listens inside a session pod (its own `/tmp`).
 pub const AGENT_SOCKET: &str = "/tmp/.python-sandbox-agent.sock";
 
+/// The loopback port the agent also listens on in a pod (see the module docs): below the
+/// kernel's ephemeral range and no common service's, so a script's own servers rarely want it
+/// (publishing it is refused by name).
+pub const AGENT_PORT: u16 = 30_711;
+
 /// How much of the relay's own stderr is kept for an error message.
 const DIAGNOSTIC_LIMIT: usize = 4 << 10;
 
@@ -62,6 +81,9 @@ pub struct PodExec {
     pod: String,
     container: Option<String>,
     agent_socket: String,
+    agent_port: Option<u16>,
+    /// Set once a forward reached nothing: this handle's calls go through the exec.
+    forward_unreachable: Arc<AtomicBool>,
     python: String,
     cwd: String,
 }
@@ -94,9 +116,23 @@ impl PodExec {
             pod: pod.to_owned(),
             container: None,
             agent_socket: AGENT_SOCKET.to_owned(),
+            agent_port: Some(AGENT_PORT),
+            forward_unreachable: Arc::new(AtomicBool::new(false)),
             python: "python3".to_owned(),
             cwd: "/".to_owned(),
         }
+    }
+
+    /// The agent's loopback port in the pod (`None`: every call an exec of the relay, as for
+    /// a pod under a runtime whose port-forward does not reach the pod's loopback).
+    pub fn agent_port(mut self, port: Option<u16>) -> PodExec {
+        self.agent_port = port;
+        self
+    }
+
+    /// Whether calls go through the port-forward (false once one reached nothing).
+    pub fn forwards(&self) -> bool {
+        self.agent_port.is_some() && !self.forward_unreachable.load(Ordering::Relaxed)
     }
 
     /// The container execs go to.
@@ -228,6 +264,13 @@ impl PodExec {
             timeout: request.timeout,
         };
         let header = encode_interactive_request(&bare, &cwd, tty);
+        let mut live = live;
+        if let Some(port) = self.agent_port.filter(|_| self.forwards()) {
+            match self.forwarded(port, &header, stdin, &mut live, request, output, start).await {
+                Forwarded::Answered(result) => return result,
+                Forwarded::Unreachable => self.forward_unreachable.store(true, Ordering::Relaxed),
+            }
+        }
         let ExecChannel { connection, .. } = self.connect(&self.relay_argv(), true).await?;
         let (mut sink, mut stream) = connection.into_stream().split();
         let writer = async {
@@ -257,6 +300,131 @@ impl PodExec {
         // Closing ends the relay's stdin, so the agent ends whatever still runs.
         let _ = tokio::time::timeout(CLOSE_PATIENCE, sink.close()).await;
         result
+    }
+
+    /// One call through a port-forward to the agent's loopback port (see the module docs):
+    /// [`Forwarded::Unreachable`] when not a byte came back (nothing ran; `live` untouched, for
+    /// the exec to take over).
+    ///
+    /// The forward's WebSocket is ours, read and written at once as an exec's is (not kube's
+    /// `Portforwarder`, whose one loop stops reading the socket while a send waits: with a
+    /// command that echoes its input, both directions then wait on each other for good).
+    #[allow(clippy::too_many_arguments, reason = "the relayed call's own pieces, passed through")]
+    async fn forwarded(
+        &self,
+        port: u16,
+        header: &[u8],
+        stdin: &[u8],
+        live: &mut Option<tokio::sync::mpsc::Receiver<Vec<u8>>>,
+        request: &ExecRequest,
+        output: &mut dyn OutputSink,
+        start: Instant,
+    ) -> Forwarded {
+        let url = Pod::url_path(&(), Some(&self.namespace));
+        let Ok(mut upgrade) = kube::core::Request::new(url).portforward(&self.pod, &[port]) else {
+            return Forwarded::Unreachable;
+        };
+        upgrade.extensions_mut().insert("portforward");
+        let Ok(connection) = self.client.connect(upgrade).await else {
+            return Forwarded::Unreachable;
+        };
+        let (mut sink, mut stream) = connection.into_stream().split();
+        let greeted = tokio::sync::Notify::new();
+        let writer = async {
+            let data = |bytes: &[u8]| Message::binary(channel::stdin(bytes));
+            let mut sent = sink.send(data(header)).await;
+            for chunk in stdin.chunks(MAX_INPUT_CHUNK) {
+                if sent.is_ok() {
+                    sent = sink.send(data(&input_frame(b'i', chunk))).await;
+                }
+            }
+            match live.as_mut() {
+                None if sent.is_ok() => {
+                    let _ = sink.send(data(&input_frame(b'c', b""))).await;
+                }
+                // Typed input is taken only once the agent answered: a forward that reached
+                // nothing leaves every frame to the exec.
+                Some(live) if sent.is_ok() => {
+                    greeted.notified().await;
+                    while let Some(bytes) = live.recv().await {
+                        if sink.send(data(&bytes)).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+                _ => {}
+            }
+            // Never closed here: the end of the stream is the caller going away, for the
+            // agent (it ends the command's whole session).
+            std::future::pending::<()>().await;
+        };
+        let pod = self.pod.as_str();
+        let reader = async {
+            let failed = |problem: String| {
+                Forwarded::Answered(Err(Error::ExecProtocol { pod: pod.to_owned(), problem }))
+            };
+            let mut frames = FrameBuffer::default();
+            let mut greeted_yet = false;
+            let mut received = false;
+            // Each channel's first message is its port (two bytes), not data.
+            let mut opened = [false; 2];
+            while let Some(message) = stream.next().await {
+                let Ok(message) = message else { break };
+                let Message::Binary(bytes) = message else { continue };
+                let Some((&ch, payload)) = bytes.split_first() else { continue };
+                let Some(seen) = opened.get_mut(usize::from(ch)) else { continue };
+                if !*seen {
+                    *seen = true;
+                    continue;
+                }
+                if ch == 1 {
+                    if !received {
+                        return Forwarded::Unreachable;
+                    }
+                    let text = String::from_utf8_lossy(payload).trim().to_owned();
+                    return failed(format!("the port-forward to the agent failed: {text}"));
+                }
+                if payload.is_empty() {
+                    continue;
+                }
+                received = true;
+                frames.push(payload);
+                match answer(&mut frames, &mut greeted_yet, request, output, pod, start) {
+                    Ok(None) => {}
+                    Ok(Some(outcome)) => return Forwarded::Answered(Ok(outcome)),
+                    Err(e) => return Forwarded::Answered(Err(e)),
+                }
+                if greeted_yet {
+                    greeted.notify_one();
+                }
+            }
+            if received {
+                failed("the port-forward to the agent ended before the command's exit".to_owned())
+            } else {
+                Forwarded::Unreachable
+            }
+        };
+        let both = async {
+            tokio::select! {
+                answered = reader => answered,
+                () = writer => unreachable_pending(),
+            }
+        };
+        let answered = match request.timeout {
+            None => both.await,
+            Some(timeout) => match tokio::time::timeout(timeout + TIMEOUT_GRACE, both).await {
+                Ok(answered) => answered,
+                Err(_) => Forwarded::Answered(Ok(RunOutcome {
+                    exit_code: EXIT_HOST_TIMEOUT,
+                    duration: start.elapsed(),
+                    timed_out: true,
+                    warnings: Vec::new(),
+                })),
+            },
+        };
+        // Closing ends the agent's connection: it ends whatever still runs.
+        let _ = tokio::time::timeout(CLOSE_PATIENCE, sink.close()).await;
+        answered
     }
 
     /// A plain exec of `argv` without the agent, `stdin` fed then closed. For pods that do not
@@ -329,6 +497,55 @@ fn exit_of(pod: &str, json: &[u8], start: Instant) -> Result<RunOutcome, Error> 
         Ok(ExitStatus::Failed(message)) => Err(Error::ExecFailed { pod: pod.to_owned(), message }),
         Err(problem) => Err(Error::ExecProtocol { pod: pod.to_owned(), problem }),
     }
+}
+
+/// What a call through the port-forward came to.
+enum Forwarded {
+    /// The agent answered: the call's result, whatever it is.
+    Answered(Result<RunOutcome, Error>),
+    /// Not a byte came back: nothing ran.
+    Unreachable,
+}
+
+/// One agent input frame, as it goes over a forwarded stream.
+fn input_frame(kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(payload.len() + 5);
+    frame.push(kind);
+    frame.extend_from_slice(&u32::try_from(payload.len()).unwrap_or(u32::MAX).to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// The complete frames in `frames`, in order: the hello first (`greeted` once it came), then
+/// output to `output` until the exit frame, whose outcome ends the call.
+fn answer(
+    frames: &mut FrameBuffer,
+    greeted: &mut bool,
+    request: &ExecRequest,
+    output: &mut dyn OutputSink,
+    pod: &str,
+    start: Instant,
+) -> Result<Option<RunOutcome>, Error> {
+    let hostile = |problem: String| Error::ExecProtocol { pod: pod.to_owned(), problem };
+    while let Some(frame) = frames.next_frame().map_err(hostile)? {
+        if !*greeted {
+            check_hello(&frame, pod)?;
+            *greeted = true;
+            continue;
+        }
+        let Answer::Ended { exit_code, timed_out } =
+            take_frame(frame, request, output).map_err(hostile)?
+        else {
+            continue;
+        };
+        return Ok(Some(RunOutcome {
+            exit_code,
+            duration: start.elapsed(),
+            timed_out,
+            warnings: Vec::new(),
+        }));
+    }
+    Ok(None)
 }
 
 /// One stdin message carrying one agent input frame.
@@ -412,23 +629,8 @@ where
             }
             Incoming::Closed(_) | Incoming::Ignored => continue,
         }
-        while let Some(frame) = frames.next_frame().map_err(hostile)? {
-            if !greeted {
-                check_hello(&frame, pod)?;
-                greeted = true;
-                continue;
-            }
-            let Answer::Ended { exit_code, timed_out } =
-                take_frame(frame, request, output).map_err(hostile)?
-            else {
-                continue;
-            };
-            return Ok(RunOutcome {
-                exit_code,
-                duration: start.elapsed(),
-                timed_out,
-                warnings: Vec::new(),
-            });
+        if let Some(outcome) = answer(&mut frames, &mut greeted, request, output, pod, start)? {
+            return Ok(outcome);
         }
     }
     Err(hostile("the exec stream ended before the command's exit".to_owned()))

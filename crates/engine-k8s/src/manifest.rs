@@ -162,6 +162,9 @@ pub fn pod(config: &SandboxConfig, request: &PodRequest) -> Result<Pod, Error> {
         // A command's environment is exactly its request's: the kubelet's additions
         // (`KUBERNETES_*`, the pod's name as `HOSTNAME`) never reach it.
         sandbox_core::agent::EXACT_ENV_ARG.to_owned(),
+        // The warm path: the same protocol on the pod's loopback, for the port-forward
+        // (`crate::exec`), which saves every call a process start in the container.
+        sandbox_core::agent::tcp_arg(crate::exec::AGENT_PORT),
     ]);
     let container = Container {
         name: CONTAINER.to_owned(),

@@ -8,7 +8,9 @@
 ///   annotation).
 /// - pods/exec: `create`, and `get` too: before about 1.30 the apiserver authorised a WebSocket
 ///   exec (an HTTP GET upgrade) as `get`, newer ones check `create`.
-/// - pods/portforward: the same two, for the local preview fallback.
+/// - pods/portforward: the same two, for the agent's warm path (`crate::exec`: every call of a
+///   session or run goes through a forward to the agent's loopback port) and the local preview
+///   fallback.
 /// - services, ingresses, networkpolicies: create, get, list (the sweep), delete.
 /// - events: list and watch, for the reason a pod does not start.
 /// - persistentvolumeclaims: create, get and patch, for `run`'s prepared environments

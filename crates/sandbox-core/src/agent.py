@@ -15,6 +15,11 @@
 #
 # Interactive execs (protocol version 2, `session exec -i`/`-t`): stdin arrives as frames while
 # the command runs, optionally on a pty; see relay_interactive and agent.rs.
+#
+# Loopback port (an argument `tcp=PORT` after the TTL, given in pods): the same protocol on
+# 127.0.0.1:PORT of the sandbox's own network namespace too, which only its own processes and an
+# apiserver-authenticated port-forward reach (never another pod: loopback is not routed), so an
+# exec from the host costs no process start in the pod (engine-k8s `exec`).
 import fcntl
 import json
 import os
@@ -30,6 +35,7 @@ import time
 
 TTL = max(1, int(sys.argv[1]))
 EXACT_ENV = sys.argv[2:3] == ["exact-env"]
+TCP_PORT = next((int(a[4:]) for a in sys.argv[2:] if a.startswith("tcp=")), None)
 SOCK = "/tmp/.python-sandbox-agent.sock"
 ACTIVE = "/tmp/.active"
 LAST = "/tmp/.last-activity"
@@ -417,34 +423,53 @@ def idle():
     return time.time() - last >= TTL
 
 
-def main():
-    os.umask(0o077)
-    os.makedirs(ACTIVE, exist_ok=True)
-    touch()
-    server = None
+def listeners():
+    out = []
     try:
         if os.path.lexists(SOCK):
             os.unlink(SOCK)
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         server.bind(SOCK)
         server.listen(64)
-        server.settimeout(2.0)
+        out.append(server)
     except OSError:
         # Without the socket the session still works through exec.
-        server = None
+        pass
+    if TCP_PORT is not None:
+        try:
+            server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            server.bind(("127.0.0.1", TCP_PORT))
+            server.listen(64)
+            out.append(server)
+        except OSError:
+            # The host falls back to exec when the port-forward finds nothing listening.
+            pass
+    return out
+
+
+def main():
+    os.umask(0o077)
+    os.makedirs(ACTIVE, exist_ok=True)
+    touch()
+    sel = selectors.DefaultSelector()
+    for server in listeners():
+        server.setblocking(False)
+        sel.register(server, selectors.EVENT_READ)
     while True:
-        if server is None:
+        if not sel.get_map():
             time.sleep(2.0)
         else:
-            try:
-                conn, _ = server.accept()
-                conn.settimeout(None)
+            for key, _ in sel.select(2.0):
+                try:
+                    conn, _ = key.fileobj.accept()
+                except OSError:
+                    time.sleep(0.1)
+                    continue
+                conn.setblocking(True)
+                if conn.family == socket.AF_INET:
+                    # Frames are small and answered at once: never held back by Nagle.
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 threading.Thread(target=serve, args=(conn,), daemon=True).start()
-                continue
-            except socket.timeout:
-                pass
-            except OSError:
-                time.sleep(0.1)
         if idle():
             return
 

@@ -43,6 +43,13 @@ pub const AGENT_PY: &str = include_str!("agent.py");
 /// its request's `env`, nothing of the agent's own (see the module docs).
 pub const EXACT_ENV_ARG: &str = "exact-env";
 
+/// Pure: the agent's argument (after the TTL and [`EXACT_ENV_ARG`]) that makes it serve the
+/// same protocol on `127.0.0.1:port` too, loopback of the sandbox's own network namespace
+/// (see the module docs of `agent.py`).
+pub fn tcp_arg(port: u16) -> String {
+    format!("tcp={port}")
+}
+
 /// The prologue that takes the seccomp wall in-process (`wall.py`), for a program run where no
 /// engine applies the wall from outside (a pod: its seccomp profile is the node's). See
 /// [`walled`] and [`wall_arg`].
@@ -553,6 +560,7 @@ mod tests {
         assert!(AGENT_PY.contains(&format!("SOCK = \"/{AGENT_SOCKET}\"")));
         assert!(AGENT_PY.contains("TTL = max(1, int(sys.argv[1]))"));
         assert!(AGENT_PY.contains(&format!("sys.argv[2:3] == [\"{EXACT_ENV_ARG}\"]")));
+        assert!(AGENT_PY.contains("a.startswith(\"tcp=\")") && tcp_arg(7).starts_with("tcp="));
     }
 
     /// The real agent (started with `args` after the TTL and `OWN=agent` in its own

@@ -155,9 +155,14 @@ fn a_sessions_handle_sends_the_pods_spec_env_with_every_exec() {
          UV_NO_CONFIG UV_PYTHON_DOWNLOADS UV_SYSTEM_CERTS UV_NATIVE_TLS UV_NO_PROGRESS GREETING"
     );
     let command = plan.pod.spec.as_ref().expect("spec").containers[0].command.clone();
+    let command = command.expect("command");
+    let agent_args = &command[command.len() - 2..];
     assert_eq!(
-        command.expect("command").last().map(String::as_str),
-        Some(sandbox_core::agent::EXACT_ENV_ARG)
+        agent_args,
+        [
+            sandbox_core::agent::EXACT_ENV_ARG.to_owned(),
+            sandbox_core::agent::tcp_arg(crate::exec::AGENT_PORT)
+        ]
     );
 }
 

@@ -6,6 +6,7 @@
 #![allow(clippy::print_stdout)]
 
 mod agent;
+mod forward;
 mod kubelet;
 mod sandbox;
 mod sync;
@@ -18,14 +19,14 @@ use engine_k8s::{Error, PodExec};
 use kubelet::Kubelet;
 use sandbox_core::{Captured, ExecRequest, Input, Interactive, OutputSink, Stream};
 
-const V4: &[Protocol] = &[Protocol::V4];
-const V5: &[Protocol] = &[Protocol::V5, Protocol::V4];
+pub(crate) const V4: &[Protocol] = &[Protocol::V4];
+pub(crate) const V5: &[Protocol] = &[Protocol::V5, Protocol::V4];
 
-fn request(argv: &[&str]) -> ExecRequest {
+pub(crate) fn request(argv: &[&str]) -> ExecRequest {
     ExecRequest::new(argv)
 }
 
-async fn run(exec: &PodExec, request: &ExecRequest) -> (i32, Captured) {
+pub(crate) async fn run(exec: &PodExec, request: &ExecRequest) -> (i32, Captured) {
     let mut out = Captured::default();
     let outcome = exec.exec(request, &mut out).await.expect("exec");
     (outcome.exit_code, out)
@@ -95,10 +96,10 @@ async fn stdin_reaches_the_command_and_ends_on_v4_and_v5() {
 
 /// A sink that counts instead of keeping.
 #[derive(Default)]
-struct Count {
-    stdout: usize,
-    stderr: usize,
-    close_after: Option<usize>,
+pub(crate) struct Count {
+    pub(crate) stdout: usize,
+    pub(crate) stderr: usize,
+    pub(crate) close_after: Option<usize>,
 }
 
 impl OutputSink for Count {
@@ -137,7 +138,7 @@ async fn fifty_mib_out_while_sixteen_mib_go_in_without_deadlock() {
     assert_eq!(count.stdout, 16 << 20);
 }
 
-fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|stat| {
             let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
@@ -319,7 +320,7 @@ async fn files_go_through_the_shared_session_helpers() {
 }
 
 /// Keeps what comes on stdout where the test can read it while the exec still runs.
-struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+pub(crate) struct Shared(pub(crate) std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl OutputSink for Shared {
     fn write(&mut self, stream: Stream, chunk: &[u8]) {
@@ -336,35 +337,35 @@ async fn an_exec_dropped_mid_run_kills_the_command_in_the_pod() {
     let Some(agent) = Agent::start() else { return };
     for protocol in [V4, V5] {
         let kubelet = Kubelet::start(protocol).await;
-        let exec = agent.exec(&kubelet);
-        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let mut sink = Shared(std::sync::Arc::clone(&seen));
-        let slow = request(&["sh", "-c", "sleep 300 & echo $!; echo $$; wait"]);
-        let pids = async {
-            loop {
-                let text = String::from_utf8_lossy(&seen.lock().expect("lock")).into_owned();
-                let pids: Vec<u32> =
-                    text.split_whitespace().filter_map(|p| p.parse().ok()).collect();
-                if pids.len() == 2 {
-                    return pids;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        };
-        // Like `tokio::select!` against Ctrl-C: the exec is dropped as soon as the pids are in.
-        let pids = tokio::select! {
-            ended = exec.exec(&slow, &mut sink) => panic!("the command ended by itself: {ended:?}"),
-            pids = tokio::time::timeout(Duration::from_secs(20), pids) => pids.expect("pids"),
-        };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while pids.iter().any(|pid| alive(*pid)) {
-            assert!(
-                Instant::now() < deadline,
-                "{protocol:?}: still running after the drop: {pids:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let (code, _) = run(&exec, &request(&["true"])).await;
-        assert_eq!(code, 0, "the agent still serves");
+        dropping_a_call_kills_its_command(&agent.exec(&kubelet), &format!("{protocol:?}")).await;
     }
+}
+
+/// A call of `exec` dropped once its command printed its pids (as `tokio::select!` against
+/// Ctrl-C drops it): the command and its child are gone within 5 s, the agent still serves.
+pub(crate) async fn dropping_a_call_kills_its_command(exec: &PodExec, what: &str) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut sink = Shared(std::sync::Arc::clone(&seen));
+    let slow = request(&["sh", "-c", "sleep 300 & echo $!; echo $$; wait"]);
+    let pids = async {
+        loop {
+            let text = String::from_utf8_lossy(&seen.lock().expect("lock")).into_owned();
+            let pids: Vec<u32> = text.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+            if pids.len() == 2 {
+                return pids;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let pids = tokio::select! {
+        ended = exec.exec(&slow, &mut sink) => panic!("the command ended by itself: {ended:?}"),
+        pids = tokio::time::timeout(Duration::from_secs(20), pids) => pids.expect("pids"),
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pids.iter().any(|pid| alive(*pid)) {
+        assert!(Instant::now() < deadline, "{what}: still running after the drop: {pids:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, _) = run(exec, &request(&["true"])).await;
+    assert_eq!(code, 0, "the agent still serves");
 }

@@ -534,7 +534,7 @@ fn a_cold_run_prepares_the_claim_once_and_a_warm_run_only_reads_it() {
     let echo = self::spec(&scratch, "import sys\nprint(sys.stdin.read().upper(), end='')\n");
     let (code, stdout, _) = run(&engine, &echo, Stdin::Bytes(b"piped in\n".to_vec()));
     assert_eq!((code, stdout.as_str()), (0, "PIPED IN\n"), "stdin reaches the script");
-    cluster.state.lock().expect("state").log.truncate(18);
+    cluster.state.lock().expect("state").log.truncate(20);
     assert_eq!(
         std::fs::read_to_string(scratch.host().join("output.txt")).expect("synced back"),
         "from the pod"
@@ -550,12 +550,14 @@ fn a_cold_run_prepares_the_claim_once_and_a_warm_run_only_reads_it() {
     POST /api/v1/pods
     POST /apis/networking.k8s.io/v1/networkpolicies
     GET /api/v1/pods (watch)
+    GET /api/v1/pods/psbx-<id>/portforward
     EXEC
     DELETE /api/v1/pods/psbx-<id>
     PATCH /api/v1/persistentvolumeclaims/psbx-env-<key>
     POST /api/v1/pods
     POST /apis/networking.k8s.io/v1/networkpolicies
     GET /api/v1/pods (watch)
+    GET /api/v1/pods/psbx-<id>/portforward
     EXEC
     EXEC
     EXEC
