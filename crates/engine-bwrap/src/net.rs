@@ -88,7 +88,7 @@ pub(crate) fn pasta_args(
 /// pasta keeps the namespace alive through the descriptor it was given, so it never notices the
 /// sandbox is gone by itself: it is ended with the run (drop), or, for a session, recorded
 /// ([`UserNet::keep`]) and ended when the session is stopped or reaped. (Left running, every
-/// run leaked a daemon of ~30 MB.) A run's pasta is also on a [`Leash`]: when this process is
+/// run leaked a daemon of ~30 MB.) A run's pasta is also on a leash (`Leash`): when this process is
 /// SIGKILLed, and no destructor runs, the leash's watcher ends pasta.
 #[derive(Debug)]
 pub struct UserNet {
