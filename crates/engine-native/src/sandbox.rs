@@ -12,15 +12,17 @@
 //!
 //! **Three processes**, like bubblewrap's:
 //! 1. the *monitor*, forked from the caller: unshares every namespace, writes its id maps,
-//!    forks the init, forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to it and exits with its status
+//!    forks the init, forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGTSTP/SIGCONT to it and exits
+//!    with its status
 //!    (its pid is the one the caller sees); it reports that status through the *done* pipe
 //!    first (see below);
 //! 2. the *init*, pid 1 of the new pid namespace: mounts procfs (only a process inside the pid
 //!    namespace may), builds the tree, `pivot_root`s, brings loopback up, drops every
 //!    capability (bounding set included), becomes undumpable, takes `PR_SET_NO_NEW_PRIVS` and
 //!    the wall, forks the command (which inherits all of them) and reaps until the command
-//!    exits, forwarding signals to it (so Ctrl-C is a `KeyboardInterrupt` inside); when it
-//!    exits the kernel kills everything left in the namespace;
+//!    exits, forwarding signals to it (so Ctrl-C is a `KeyboardInterrupt` inside, and a
+//!    terminal's Ctrl-Z stops the whole namespace until the shell's `fg` or `bg` continues it);
+//!    when it exits the kernel kills everything left in the namespace;
 //! 3. the *command*: new session, parent-death signal, Landlock (best effort), rlimits, then
 //!    `execve`.
 //!
@@ -702,7 +704,17 @@ fn pipe() -> Result<(OwnedFd, OwnedFd)> {
         .map_err(|e| Error::io("making a pipe")(e.into()))
 }
 
-const FORWARDED: &[i32] = &[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+const FORWARDED: &[i32] = &[
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    // Job control: a terminal's Ctrl-Z reaches the caller's process group (the caller and the
+    // monitor), never the sandbox's own sessions; the monitor passes it on and the init stops
+    // or continues everything in the pid namespace (`pause_or_resume`).
+    libc::SIGTSTP,
+    libc::SIGCONT,
+];
 
 fn signal_set(with_chld: bool) -> libc::sigset_t {
     // SAFETY: sigset operations on a local.
@@ -1255,11 +1267,29 @@ fn init_main(prep: &Prepared, _monitor: i32) -> ! {
                 if let Some(code) = code {
                     libc::_exit(code);
                 }
-            } else {
+            } else if !pause_or_resume(sig) {
                 libc::kill(command, sig);
             }
         }
     }
+}
+
+/// In the init: a Ctrl-Z (SIGTSTP) stops every process of the pid namespace and SIGCONT (the
+/// shell's `fg` or `bg`) continues them; `false` for any other signal. SIGSTOP, not SIGTSTP:
+/// the command leads a session of its own whose parent (this init) is in another, so its
+/// process group is orphaned and the kernel drops a SIGTSTP sent to it; and a script's
+/// children in sessions of their own stop with it.
+///
+/// SAFETY: `kill` only.
+unsafe fn pause_or_resume(sig: i32) -> bool {
+    let sent = match sig {
+        libc::SIGTSTP => libc::SIGSTOP,
+        libc::SIGCONT => libc::SIGCONT,
+        _ => return false,
+    };
+    // -1: every process this init may signal, all of the pid namespace but itself.
+    unsafe { libc::kill(-1, sent) };
+    true
 }
 
 /// The command's process (see the module docs). Never returns.

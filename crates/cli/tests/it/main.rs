@@ -2,6 +2,7 @@
 //! the real executable in a temporary directory and snapshots what a user would see.
 
 mod fault;
+mod jobs;
 mod k8s;
 mod mcp;
 mod mcp_rmcp;
