@@ -1,5 +1,7 @@
 """One family of the seccomp wall (sandbox_core::FAMILIES): argv is the family's name, then
-`SYSCALL=NR` for each of its syscalls this architecture has (numbers from the policy itself).
+`SYSCALL=ARCH:NR,ARCH:NR` for each of its syscalls, its number on each architecture that has it
+(numbers from the policy itself): the sandbox's own architecture picks (a pod's node need not be
+the host's), and the script says which it is.
 Each denied call must fail with EPERM and the script go on (ENOSYS is printed as such, and the
 runner decides: a container engine's libseccomp may not know a new syscall's name); a syscall without a probe below is
 reported, so a syscall added to the policy needs one here. Arguments are chosen so that, without
@@ -128,9 +130,15 @@ PROBES = {
     "personality": [("addr-no-randomize", (0x0040000,))],
 }
 
-family, calls = sys.argv[1], [a.split("=", 1) for a in sys.argv[2:]]
+family, machine = sys.argv[1], platform.machine()
+calls = []
+for arg in sys.argv[2:]:
+    name, numbers = arg.split("=", 1)
+    numbers = dict(n.split(":", 1) for n in numbers.split(",") if n)
+    if machine in numbers:
+        calls.append((name, int(numbers[machine])))
+print(f"arch {machine}")
 for name, nr in calls:
-    nr = int(nr)
     probes = PROBES.get(name)
     if probes is None:
         print(f"LEAK {family} {name}: no probe in tests/cases/syscalls.py")

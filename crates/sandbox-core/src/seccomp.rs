@@ -375,6 +375,17 @@ pub enum Arch {
 }
 
 impl Arch {
+    /// Every architecture the wall supports.
+    pub const ALL: [Arch; 2] = [Arch::X86_64, Arch::Aarch64];
+
+    /// The name `uname -m` (and Python's `platform.machine()`) gives it.
+    pub fn machine(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Aarch64 => "aarch64",
+        }
+    }
+
     /// The architecture this binary was built for, if the wall supports it.
     pub fn native() -> Option<Arch> {
         if cfg!(target_arch = "x86_64") {
