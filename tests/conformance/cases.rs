@@ -1196,8 +1196,11 @@ fn seccomp_family_cases() -> Vec<Case> {
 
 const SECCOMP_CASE: &str = "wall-seccomp-";
 
+/// A syscall of a family, with its number on every architecture that has it (`uname -m`).
+type Numbered = (&'static str, Vec<(&'static str, u32)>);
+
 /// The case's family and its syscalls, each with its number on every architecture that has it.
-fn seccomp_family(fx: &Fixture) -> (&'static str, Vec<(&'static str, Vec<(&'static str, u32)>)>) {
+fn seccomp_family(fx: &Fixture) -> (&'static str, Vec<Numbered>) {
     let name = fx.case.strip_prefix(SECCOMP_CASE).unwrap_or_default();
     let Some(family) = sandbox_core::FAMILIES.iter().find(|f| f.name == name) else {
         return (name, Vec::new());
