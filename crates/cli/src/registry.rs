@@ -256,10 +256,9 @@ fn bwrap(options: &Options<'_>) -> Result<Box<engine_bwrap::BwrapEngine>> {
 
 /// The `note:` of a net-on run on `engine` when its network is narrower than full TCP/UDP
 /// (native or bwrap without pasta: HTTP(S) through the built-in proxy).
-pub(crate) fn net_note(engine: &str) -> Option<&'static str> {
+pub(crate) fn net_note(engine: &str) -> Option<String> {
     let config = engine_bwrap::BwrapConfig::from_env().ok()?;
-    (matches!(engine, "native" | "bwrap") && engine_native::builtin_net_applies(&config))
-        .then_some(engine_native::BUILTIN_NET_NOTE)
+    matches!(engine, "native" | "bwrap").then(|| engine_native::builtin_net_note(&config))?
 }
 
 /// The native engine: bwrap's pipeline and configuration, the sandbox built in-process; its

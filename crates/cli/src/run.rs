@@ -65,7 +65,7 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
     if spec.net == Net::On
         && let Some(note) = registry::net_note(engine.name())
     {
-        ui::note(note);
+        ui::note(&note);
     }
     let before = args.json.then(|| files::snapshot(&spec.workspace));
     let mut urls = Vec::new();

@@ -110,8 +110,9 @@ pub struct BwrapEngine {
     config: BwrapConfig,
     layout: CacheLayout,
     launcher: Box<dyn Launcher>,
-    /// pasta, which gives sandboxes with net on their outbound network (`crate::net`).
-    pasta: Option<PathBuf>,
+    /// pasta, which gives sandboxes with net on their outbound network (`crate::net`), or why
+    /// it cannot here (then they get the built-in proxy).
+    pasta: std::result::Result<PathBuf, engine_detect::NoPasta>,
     host: HostFacts,
     tools: ToolCache,
 }
@@ -175,7 +176,7 @@ impl BwrapEngine {
         launcher: Box<dyn Launcher>,
     ) -> Result<BwrapEngine> {
         let host = HostFacts::gather(&config.home, &layout.etc_dir())?;
-        let pasta = engine_detect::which("pasta", config.path.as_deref());
+        let pasta = engine_detect::pasta(config.path.as_deref());
         Ok(BwrapEngine { config, layout, launcher, pasta, host, tools })
     }
 
@@ -711,12 +712,14 @@ impl BwrapEngine {
         }
         sandbox_core::check_host_ports_free(&spec.publish, reaper::ports::in_use)?;
         // A cold prepare needs the network too; it fails with the same error when it starts.
-        if spec.net == Net::On && self.pasta.is_none() {
+        if spec.net == Net::On
+            && let Err(no) = &self.pasta
+        {
             if !self.launcher.builtin_net() {
-                return Err(Error::PastaNotFound);
+                return Err(Error::PastaNotFound { why: no.why(), hint: no.hint() });
             }
             if !spec.publish.is_empty() {
-                return Err(Error::NeedsPasta { what: "publishing a port" });
+                return Err(Error::needs_pasta("publishing a port", no));
             }
         }
         for var in &spec.env {

@@ -89,17 +89,17 @@ pub enum Error {
     )]
     UserNetwork { reason: String },
     #[error(
-        "bwrap sandboxes reach the network through pasta, which is not installed\nhint: install the `passt` package (e.g. `sudo apt install passt`), or run with `--net off`"
+        "bwrap sandboxes reach the network through pasta, but {why}\nhint: {hint}, or run with `--net off`"
     )]
-    PastaNotFound,
+    PastaNotFound { why: String, hint: &'static str },
     /// The built-in proxy (net on without pasta) could not be set up.
     #[error("the sandbox's built-in proxy could not be set up: {reason}")]
     BuiltinNetwork { reason: String },
     /// What the built-in proxy (net on without pasta) cannot give.
     #[error(
-        "{what} needs pasta, which is not installed (without it a sandbox gets HTTP(S) through the built-in proxy only)\nhint: install the `passt` package (e.g. `sudo apt install passt`)"
+        "{what} needs pasta, but {why} (without it a sandbox gets HTTP(S) through the built-in proxy only)\nhint: {hint}"
     )]
-    NeedsPasta { what: &'static str },
+    NeedsPasta { what: &'static str, why: String, hint: &'static str },
     #[error(
         "no running {engine} session `{id}`\nhint: `python-sandbox session list` shows the running ones"
     )]
@@ -120,6 +120,11 @@ pub enum Error {
 }
 
 impl Error {
+    /// [`Error::NeedsPasta`] for `what`, saying why pasta cannot be had here.
+    pub fn needs_pasta(what: &'static str, no: &engine_detect::NoPasta) -> Error {
+        Error::NeedsPasta { what, why: no.why(), hint: no.hint() }
+    }
+
     pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
         let context = context.into();
         move |source| Error::Io { context, source }
@@ -137,7 +142,7 @@ impl sandbox_core::Classify for Error {
             | Error::BwrapTooOld { .. }
             | Error::SandboxSetup { .. }
             | Error::LauncherSetup { .. }
-            | Error::PastaNotFound
+            | Error::PastaNotFound { .. }
             | Error::NeedsPasta { .. } => ErrorClass::Unavailable,
             Error::MountChanged { .. } => ErrorClass::Refused,
             Error::NoSession { .. } => ErrorClass::NotFound,

@@ -37,8 +37,8 @@ pub struct Start<'a> {
     pub host: &'a HostFacts,
     /// The engine's own directory (the cache root): no caller path may overlap it.
     pub cache_root: &'a Path,
-    /// pasta, for a plan with the network on.
-    pub pasta: Option<&'a Path>,
+    /// pasta, for a plan with the network on, or why it cannot be had here.
+    pub pasta: Result<&'a Path, &'a engine_detect::NoPasta>,
     /// The sandbox's stdio.
     pub stdio: SandboxStdio,
 }
@@ -104,7 +104,8 @@ pub trait Launcher: Send + Sync + std::fmt::Debug {
     fn forwards_signals(&self) -> bool;
 
     /// Whether a net-on sandbox without pasta gets the built-in HTTP(S) proxy
-    /// (`crate::BuiltinProxy`) instead of failing with [`Error::PastaNotFound`].
+    /// (`crate::BuiltinProxy`) instead of failing with [`Error::PastaNotFound`] (pasta missing, or
+    /// unable to open `/dev/net/tun` as the user it runs as).
     fn builtin_net(&self) -> bool {
         false
     }

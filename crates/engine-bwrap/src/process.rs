@@ -61,7 +61,7 @@ const SIGINT_GRACE: Duration = Duration::from_secs(2);
 pub(crate) struct Tools<'a> {
     pub(crate) bwrap: &'a Path,
     /// pasta, for a plan with the network on (`crate::net`).
-    pub(crate) pasta: Option<&'a Path>,
+    pub(crate) pasta: Result<&'a Path, &'a engine_detect::NoPasta>,
 }
 
 /// What `execute` needs besides the plan: the launcher and what it is given.
@@ -70,7 +70,7 @@ pub(crate) struct Launch<'a> {
     pub(crate) launcher: &'a dyn Launcher,
     pub(crate) host: &'a crate::host::HostFacts,
     pub(crate) cache_root: &'a Path,
-    pub(crate) pasta: Option<&'a Path>,
+    pub(crate) pasta: Result<&'a Path, &'a engine_detect::NoPasta>,
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
@@ -307,12 +307,14 @@ pub(crate) fn launch(
     // sandbox's namespace and the sandbox's first process has its limits (`crate::limits`).
     // Without pasta: the built-in HTTP(S) proxy (`crate::proxy`); what only pasta gives is
     // refused by name.
-    let builtin = plan.net && pasta.is_none();
-    if builtin && !plan.publish.is_empty() {
-        return Err(Error::NeedsPasta { what: "publishing a port" });
-    }
-    if builtin && detach {
-        return Err(Error::NeedsPasta { what: "a warm session with net on" });
+    let builtin = plan.net && pasta.is_err();
+    if let (true, Err(no)) = (plan.net, pasta) {
+        if !plan.publish.is_empty() {
+            return Err(Error::needs_pasta("publishing a port", no));
+        }
+        if detach {
+            return Err(Error::needs_pasta("a warm session with net on", no));
+        }
     }
     let block = if plan.net || !plan.limits.rlimits.is_empty() {
         let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
@@ -429,11 +431,11 @@ pub(crate) fn launch(
             });
             let attached = limited.and_then(|pid| match (plan.net, pasta) {
                 (false, _) => Ok((None, None)),
-                (true, Some(pasta)) => {
+                (true, Ok(pasta)) => {
                     crate::net::UserNet::attach(pasta, pid, &plan.publish, plan.run_as)
                         .map(|net| (Some(net), None))
                 }
-                (true, None) => crate::net::serve_proxy(pid).map(|proxy| (None, Some(proxy))),
+                (true, Err(_)) => crate::net::serve_proxy(pid).map(|proxy| (None, Some(proxy))),
             });
             match attached {
                 Ok(net) => {

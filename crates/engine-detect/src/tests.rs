@@ -501,3 +501,30 @@ fn a_cluster_is_listed_but_never_selected_and_suggest_explains_how_to_get_one() 
       then point `KUBECONFIG` at it, or set `[engine.k8s]` in ~/.config/python-sandbox/config.toml
     ");
 }
+
+#[test]
+fn tun_is_usable_only_read_write_by_the_user_pasta_runs_as() {
+    use crate::which::tun_verdict;
+    const CHR: u32 = 0o020000;
+    let nobody = 65_534;
+    // udev's default: everyone.
+    assert_eq!(tun_verdict(Some((CHR | 0o666, 0, 0)), nobody, &[nobody]), Ok(()));
+    assert_eq!(tun_verdict(Some((CHR | 0o666, 0, 0)), 1000, &[1000]), Ok(()));
+    // Root's only (a VM or container without udev's rule): refused for nobody (a root
+    // caller's pasta) and any other user, with the mode named.
+    let root_only = Some((CHR | 0o600, 0, 0));
+    insta::assert_snapshot!(
+        tun_verdict(root_only, nobody, &[nobody]).unwrap_err(),
+        @"its mode 0600 does not let nobody (pasta's user for a root caller) read and write it"
+    );
+    assert_eq!(
+        tun_verdict(root_only, 1000, &[1000]).unwrap_err(),
+        "its mode 0600 does not let uid 1000 read and write it"
+    );
+    // Through the group, and not through a group the user is not in.
+    assert_eq!(tun_verdict(Some((CHR | 0o660, 0, 108)), 1000, &[1000, 108]), Ok(()));
+    assert!(tun_verdict(Some((CHR | 0o660, 0, 108)), 1000, &[1000]).is_err());
+    // Read-only is not enough.
+    assert!(tun_verdict(Some((CHR | 0o644, 0, 0)), 1000, &[1000]).is_err());
+    assert_eq!(tun_verdict(None, 1000, &[]).unwrap_err(), "there is no /dev/net/tun");
+}

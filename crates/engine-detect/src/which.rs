@@ -21,3 +21,93 @@ pub fn which(name: &str, path: Option<&OsStr>) -> Option<PathBuf> {
 fn is_executable(path: &std::path::Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
+
+/// Why pasta cannot give a sandbox its network on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoPasta {
+    /// Not on `PATH`.
+    Missing,
+    /// Found, but the user it runs as cannot open `/dev/net/tun` (pasta would fail with
+    /// "Failed to open tun socket in namespace" on every net-on run).
+    Tun {
+        /// What is wrong with the device, for people.
+        detail: String,
+    },
+}
+
+impl NoPasta {
+    /// A clause for "net on needs pasta, but …".
+    pub fn why(&self) -> String {
+        match self {
+            NoPasta::Missing => "pasta is not installed".to_owned(),
+            NoPasta::Tun { detail } => format!("pasta cannot open /dev/net/tun here: {detail}"),
+        }
+    }
+
+    /// How to get full networking.
+    pub fn hint(&self) -> &'static str {
+        match self {
+            NoPasta::Missing => {
+                "install the `passt` package for full TCP/UDP networking (e.g. `sudo apt install passt`)"
+            }
+            NoPasta::Tun { .. } => {
+                "for full TCP/UDP networking make /dev/net/tun read-write for all, as udev does by default: `sudo chmod 0666 /dev/net/tun`"
+            }
+        }
+    }
+}
+
+/// The user pasta runs as for a sandbox of a caller with uid `caller`: the caller, or host
+/// nobody for root (engine-bwrap never runs pasta as root).
+const NOBODY: u32 = 65_534;
+
+/// pasta on `path` if it can give sandboxes their network here: found, and `/dev/net/tun`
+/// readable and writable for the user it runs as (a device that udev did not make 0666, as
+/// in many VMs and containers, is root's only, and a root caller's pasta runs as nobody).
+pub fn pasta(path: Option<&OsStr>) -> Result<PathBuf, NoPasta> {
+    let found = which("pasta", path).ok_or(NoPasta::Missing)?;
+    let uid = rustix::process::geteuid().as_raw();
+    let tun = match rustix::fs::stat("/dev/net/tun") {
+        Ok(stat) => Some((stat.st_mode, stat.st_uid, stat.st_gid)),
+        Err(_) => None,
+    };
+    let groups = if uid == 0 { vec![NOBODY] } else { caller_groups() };
+    tun_verdict(tun, if uid == 0 { NOBODY } else { uid }, &groups)
+        .map(|()| found)
+        .map_err(|detail| NoPasta::Tun { detail })
+}
+
+fn caller_groups() -> Vec<u32> {
+    let mut groups: Vec<u32> =
+        rustix::process::getgroups().unwrap_or_default().iter().map(|g| g.as_raw()).collect();
+    groups.push(rustix::process::getegid().as_raw());
+    groups
+}
+
+/// Pure: whether user `uid` in `groups` may open a device with (`mode`, owner, group) for
+/// reading and writing; `Err` says why not (`None`: no device at all).
+pub(crate) fn tun_verdict(
+    tun: Option<(u32, u32, u32)>,
+    uid: u32,
+    groups: &[u32],
+) -> Result<(), String> {
+    let Some((mode, owner, group)) = tun else {
+        return Err("there is no /dev/net/tun".to_owned());
+    };
+    let bits = if uid == owner {
+        mode >> 6
+    } else if groups.contains(&group) {
+        mode >> 3
+    } else {
+        mode
+    } & 0o6;
+    if bits == 0o6 {
+        return Ok(());
+    }
+    let who = if uid == NOBODY {
+        "nobody (pasta's user for a root caller)".to_owned()
+    } else {
+        format!("uid {uid}")
+    };
+    Err(format!("its mode {:04o} does not let {who} read and write it", mode & 0o7777))
+}

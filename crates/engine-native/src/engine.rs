@@ -262,12 +262,14 @@ impl Launcher for NativeLauncher {
         let Start { plan, host, cache_root, pasta, stdio } = start;
         // Net on without pasta: the built-in HTTP(S) proxy, for runs and prepare steps; what
         // only pasta gives is refused by name.
-        let builtin = plan.net && pasta.is_none();
-        if builtin && !plan.publish.is_empty() {
-            return Err(Error::NeedsPasta { what: "publishing a port" });
-        }
-        if builtin && !plan.die_with_parent {
-            return Err(Error::NeedsPasta { what: "a warm session with net on" });
+        let builtin = plan.net && pasta.is_err();
+        if let (true, Err(no)) = (plan.net, pasta) {
+            if !plan.publish.is_empty() {
+                return Err(Error::needs_pasta("publishing a port", no));
+            }
+            if !plan.die_with_parent {
+                return Err(Error::needs_pasta("a warm session with net on", no));
+            }
         }
         let tree = crate::plan(&input(plan, host, cache_root)).map_err(to_bwrap)?;
         let cgroup = plan.limits.cgroup.as_ref().map(engine_bwrap::Cgroup::create).transpose()?;
@@ -302,10 +304,10 @@ impl Launcher for NativeLauncher {
         let mut child = crate::spawn(&tree, command).map_err(to_bwrap)?;
         let attached = match (plan.net, pasta) {
             (false, _) => Ok((None, None)),
-            (true, Some(pasta)) => {
+            (true, Ok(pasta)) => {
                 crate::net::attach(&child, pasta, &plan.publish).map(|n| (Some(n), None))
             }
-            (true, None) => crate::net::serve_proxy(&child).map(|p| (None, Some(p))),
+            (true, Err(_)) => crate::net::serve_proxy(&child).map(|p| (None, Some(p))),
         };
         let (net, proxy) = match attached {
             Ok(attached) => attached,

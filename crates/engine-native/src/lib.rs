@@ -18,7 +18,7 @@ mod tests;
 
 pub use engine::{NativeEngine, NativeLauncher, input, local_session, reap_sessions};
 pub use error::{Error, Result};
-pub use net::{BUILTIN_NET_NOTE, builtin_net_applies, connect};
+pub use net::{BUILTIN_NET_NOTE, builtin_net_applies, builtin_net_note, connect};
 pub use plan::{Access, Ids, Input, Op, Plan, RootEntry, plan};
 pub use probe::probe;
 pub use sandbox::{

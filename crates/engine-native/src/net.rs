@@ -49,15 +49,29 @@ pub(crate) fn attach(
     engine_bwrap::UserNet::attach_blocked(pasta, child.netns_pid(), publish, run_as)
 }
 
-/// The one `note:` a `--net on` run prints when it gets the built-in proxy.
+/// The one `note:` a `--net on` run prints when it gets the built-in proxy (pasta missing).
 pub const BUILTIN_NET_NOTE: &str = "no pasta on PATH, so the network is HTTP(S) only, through \
      the built-in proxy (`HTTPS_PROXY`); install the `passt` package for full TCP/UDP networking";
 
 /// Whether net-on sandboxes of an engine with `config` get the built-in proxy (no pasta on
-/// its `PATH`) rather than pasta.
+/// its `PATH`, or one that cannot open `/dev/net/tun`) rather than pasta.
 pub fn builtin_net_applies(config: &BwrapConfig) -> bool {
+    builtin_net_note(config).is_some()
+}
+
+/// The `note:` of a net-on run of an engine with `config`, when it gets the built-in proxy:
+/// why pasta cannot be had, and how to get full TCP/UDP.
+pub fn builtin_net_note(config: &BwrapConfig) -> Option<String> {
     // As the engine finds it (`BwrapConfig::from_env` takes the caller's `PATH`).
-    engine_detect::which("pasta", config.path.as_deref()).is_none()
+    match engine_detect::pasta(config.path.as_deref()) {
+        Ok(_) => None,
+        Err(engine_detect::NoPasta::Missing) => Some(BUILTIN_NET_NOTE.to_owned()),
+        Err(no) => Some(format!(
+            "{}, so the network is HTTP(S) only, through the built-in proxy (`HTTPS_PROXY`); {}",
+            no.why(),
+            no.hint()
+        )),
+    }
 }
 
 /// The built-in proxy for a sandbox spawned with net on (blocked before its setup): its

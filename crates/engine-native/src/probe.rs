@@ -25,9 +25,10 @@ pub struct Answers {
     pub seccomp: bool,
     /// The Landlock ABI a sandbox gets ([`crate::landlock_applied`]).
     pub landlock: Option<u32>,
-    /// Whether pasta is on `PATH`: the full network of `net = "on"` runs and dependency
-    /// installs. Without it they get the built-in HTTP(S) proxy, so it is said, not failed.
-    pub pasta: bool,
+    /// pasta on `PATH` and able to open `/dev/net/tun` (`engine_detect::pasta`): the full
+    /// network of `net = "on"` runs and dependency installs, or why not. Without it they get
+    /// the built-in HTTP(S) proxy, so it is said, not failed.
+    pub pasta: Result<(), engine_detect::NoPasta>,
 }
 
 /// Pure: the probe for these answers. Landlock is best effort (the other walls hold without
@@ -58,14 +59,18 @@ pub fn verdict(answers: &Answers) -> Probe {
             ),
         ),
         (Ok(()), true) => {
-            let net = if answers.pasta {
-                "\nnetwork: pasta (full TCP/UDP for net on)".to_owned()
-            } else {
-                format!(
+            let net = match &answers.pasta {
+                Ok(()) => "\nnetwork: pasta (full TCP/UDP for net on)".to_owned(),
+                Err(engine_detect::NoPasta::Missing) => format!(
                     "\n{}\nhint: install the `passt` package for full TCP/UDP networking (e.g. \
                      `sudo apt install passt`)",
                     engine_detect::BUILTIN_NET
-                )
+                ),
+                Err(no) => format!(
+                    "\nnetwork: HTTP(S) only, through the built-in proxy: {}\nhint: {}",
+                    no.why(),
+                    no.hint()
+                ),
             };
             (
                 ProbeState::Available { endpoint: None },
@@ -99,7 +104,7 @@ pub fn answers() -> Answers {
         userns: remembered(memo_path().as_deref(), context_key().as_deref(), crate::userns_probe),
         seccomp: seccomp_filters(),
         landlock: crate::landlock_applied(),
-        pasta: engine_detect::which("pasta", std::env::var_os("PATH").as_deref()).is_some(),
+        pasta: engine_detect::pasta(std::env::var_os("PATH").as_deref()).map(|_| ()),
     }
 }
 

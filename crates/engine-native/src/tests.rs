@@ -327,20 +327,31 @@ fn the_pipelines_plans_as_native_input() {
 #[test]
 fn probe_verdicts() {
     use crate::probe::{Answers, verdict};
+    use engine_detect::NoPasta;
     let blocked = |why: &str| Err(why.to_owned());
     let cases = [
-        Answers { userns: Ok(()), seccomp: true, landlock: Some(6), pasta: true },
-        Answers { userns: Ok(()), seccomp: true, landlock: Some(4), pasta: true },
-        Answers { userns: Ok(()), seccomp: true, landlock: None, pasta: true },
-        Answers { userns: Ok(()), seccomp: true, landlock: Some(6), pasta: false },
-        Answers { userns: Ok(()), seccomp: false, landlock: Some(6), pasta: true },
+        Answers { userns: Ok(()), seccomp: true, landlock: Some(6), pasta: Ok(()) },
+        Answers { userns: Ok(()), seccomp: true, landlock: Some(4), pasta: Ok(()) },
+        Answers { userns: Ok(()), seccomp: true, landlock: None, pasta: Ok(()) },
+        Answers { userns: Ok(()), seccomp: true, landlock: Some(6), pasta: Err(NoPasta::Missing) },
+        Answers {
+            userns: Ok(()),
+            seccomp: true,
+            landlock: Some(6),
+            pasta: Err(NoPasta::Tun {
+                detail: "its mode 0600 does not let nobody (pasta's user for a root caller) read \
+                         and write it"
+                    .to_owned(),
+            }),
+        },
+        Answers { userns: Ok(()), seccomp: false, landlock: Some(6), pasta: Ok(()) },
         Answers {
             userns: blocked(
                 "user.max_user_namespaces = 0 (unshare(CLONE_NEWUSER) failed: No space left on device (os error 28))",
             ),
             seccomp: true,
             landlock: Some(6),
-            pasta: true,
+            pasta: Ok(()),
         },
     ];
     let shown: Vec<String> = cases
