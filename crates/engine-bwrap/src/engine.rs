@@ -646,6 +646,7 @@ impl BwrapEngine {
         let not_found =
             |message: String| Error::PythonNotFound { request: request_text.clone(), message };
         let mut find = self.host_command(uv);
+        find.env("PATH", discovery_path(self.config.path.as_deref()));
         find.args(["python", "find", "--no-project", "--no-config"]);
         find.env("UV_PYTHON_DOWNLOADS", "never");
         if let Some(dir) = managed_dir {
@@ -983,4 +984,23 @@ fn read_untrusted(path: &Path) -> Result<String> {
     let mut text = String::new();
     file.take(4 << 20).read_to_string(&mut text).map_err(Error::io(what()))?;
     Ok(text)
+}
+
+/// The system's own interpreter directories, searched after the caller's `PATH`.
+const SYSTEM_BIN_DIRS: [&str; 3] = ["/usr/local/bin", "/usr/bin", "/bin"];
+
+/// Pure: where `uv python find` looks for an interpreter: the caller's `PATH`, then the
+/// system's own directories, so a caller started with a bare `PATH` (a service, an agent's
+/// sanitized environment, a shell with nothing on it) still finds `/usr/bin/python3` instead
+/// of having a Python downloaded.
+pub(crate) fn discovery_path(path: Option<&std::ffi::OsStr>) -> OsString {
+    let mut dirs: Vec<PathBuf> =
+        path.map(|p| std::env::split_paths(p).collect()).unwrap_or_default();
+    for dir in SYSTEM_BIN_DIRS {
+        if !dirs.iter().any(|d| d == Path::new(dir)) {
+            dirs.push(PathBuf::from(dir));
+        }
+    }
+    std::env::join_paths(dirs.iter().filter(|d| !d.as_os_str().is_empty()))
+        .unwrap_or_else(|_| OsString::from(SYSTEM_BIN_DIRS.join(":")))
 }

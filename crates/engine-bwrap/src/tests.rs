@@ -401,3 +401,20 @@ fn loopback_is_seen_in_the_local_table_only() {
     assert!(!crate::net::has_loopback("Main:\nLocal:\n"));
     assert!(!crate::net::has_loopback("        |-- 127.0.0.1\n           /32 link UNICAST\n"));
 }
+
+/// `uv python find` searches the caller's `PATH` first, then the system's directories: a CLI
+/// started with a bare `PATH` uses `/usr/bin/python3` rather than downloading a Python.
+#[test]
+fn interpreters_are_found_on_the_callers_path_then_the_systems() {
+    use crate::engine::discovery_path;
+    let shown =
+        |p: Option<&str>| discovery_path(p.map(std::ffi::OsStr::new)).into_string().unwrap();
+    assert_eq!(shown(None), "/usr/local/bin:/usr/bin:/bin");
+    assert_eq!(shown(Some("")), "/usr/local/bin:/usr/bin:/bin");
+    assert_eq!(shown(Some("/opt/py/bin")), "/opt/py/bin:/usr/local/bin:/usr/bin:/bin");
+    assert_eq!(
+        shown(Some("/home/u/.pyenv/shims:/usr/bin:/bin")),
+        "/home/u/.pyenv/shims:/usr/bin:/bin:/usr/local/bin",
+        "the caller's order stands; only what is missing is appended"
+    );
+}
