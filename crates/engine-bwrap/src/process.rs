@@ -308,7 +308,7 @@ pub(crate) fn launch(
     // Without pasta: the built-in HTTP(S) proxy (`crate::proxy`); what only pasta gives is
     // refused by name.
     let builtin = plan.net && pasta.is_err();
-    if let (true, Err(no)) = (plan.net, pasta) {
+    if builtin && let Err(no) = pasta {
         if !plan.publish.is_empty() {
             return Err(Error::needs_pasta("publishing a port", no));
         }

@@ -90,24 +90,10 @@ pub fn probe_bwrap(path: Option<&OsStr>) -> Probe {
 /// goes through pasta, or without it through the built-in HTTP(S) proxy, which a working
 /// probe then names (with passt as the fix for full TCP/UDP).
 fn with_network(mut probe: Probe, path: Option<&OsStr>) -> Probe {
-    match crate::which::pasta(path) {
-        _ if !probe.available => {}
-        Ok(_) => {}
-        Err(crate::NoPasta::Missing) => {
-            probe.reason = format!(
-                "{}\n{}\nhint: install the `passt` package for full TCP/UDP networking",
-                probe.reason,
-                crate::BUILTIN_NET
-            );
-        }
-        Err(no) => {
-            probe.reason = format!(
-                "{}\nnetwork: HTTP(S) only, through the built-in proxy: {}\nhint: {}",
-                probe.reason,
-                no.why(),
-                no.hint()
-            );
-        }
+    if probe.available
+        && let Err(no) = crate::which::pasta(path)
+    {
+        probe.reason = format!("{}\n{}", probe.reason, no.network());
     }
     probe
 }

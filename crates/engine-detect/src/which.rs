@@ -44,6 +44,18 @@ impl NoPasta {
         }
     }
 
+    /// The lines a native or bwrap probe adds for this (`network: …` and its `hint:`).
+    pub fn network(&self) -> String {
+        match self {
+            NoPasta::Missing => format!("{}\nhint: {}", crate::BUILTIN_NET, self.hint()),
+            NoPasta::Tun { .. } => format!(
+                "network: HTTP(S) only, through the built-in proxy: {}\nhint: {}",
+                self.why(),
+                self.hint()
+            ),
+        }
+    }
+
     /// How to get full networking.
     pub fn hint(&self) -> &'static str {
         match self {

@@ -274,7 +274,7 @@ impl PodExec {
         let ExecChannel { connection, .. } = self.connect(&self.relay_argv(), true).await?;
         let (mut sink, mut stream) = connection.into_stream().split();
         let writer = async {
-            let _ = send_input(&mut sink, &header, stdin, live).await;
+            let _ = send_input(&mut sink, &header, stdin, live.as_mut(), None).await;
             // Never closed here: on v4 that would end the whole exec.
             std::future::pending::<()>().await;
         };
@@ -285,18 +285,7 @@ impl PodExec {
                 () = writer => unreachable_pending(),
             }
         };
-        let result = match request.timeout {
-            None => both.await,
-            Some(timeout) => match tokio::time::timeout(timeout + TIMEOUT_GRACE, both).await {
-                Ok(outcome) => outcome,
-                Err(_) => Ok(RunOutcome {
-                    exit_code: EXIT_HOST_TIMEOUT,
-                    duration: start.elapsed(),
-                    timed_out: true,
-                    warnings: Vec::new(),
-                }),
-            },
-        };
+        let result = within_timeout(request.timeout, start, both, Ok).await;
         // Closing ends the relay's stdin, so the agent ends whatever still runs.
         let _ = tokio::time::timeout(CLOSE_PATIENCE, sink.close()).await;
         result
@@ -331,29 +320,10 @@ impl PodExec {
         let (mut sink, mut stream) = connection.into_stream().split();
         let greeted = tokio::sync::Notify::new();
         let writer = async {
-            let data = |bytes: &[u8]| Message::binary(channel::stdin(bytes));
-            let mut sent = sink.send(data(header)).await;
-            for chunk in stdin.chunks(MAX_INPUT_CHUNK) {
-                if sent.is_ok() {
-                    sent = sink.send(data(&input_frame(b'i', chunk))).await;
-                }
-            }
-            match live.as_mut() {
-                None if sent.is_ok() => {
-                    let _ = sink.send(data(&input_frame(b'c', b""))).await;
-                }
-                // Typed input is taken only once the agent answered: a forward that reached
-                // nothing leaves every frame to the exec.
-                Some(live) if sent.is_ok() => {
-                    greeted.notified().await;
-                    while let Some(bytes) = live.recv().await {
-                        if sink.send(data(&bytes)).await.is_err() {
-                            break;
-                        }
-                    }
-                }
-                _ => {}
-            }
+            // Channel 0 is the forwarded port's data, framed as an exec's stdin is. Typed input
+            // is taken only once the agent answered: a forward that reached nothing leaves
+            // every frame to the exec.
+            let _ = send_input(&mut sink, header, stdin, live.as_mut(), Some(&greeted)).await;
             // Never closed here: the end of the stream is the caller going away, for the
             // agent (it ends the command's whole session).
             std::future::pending::<()>().await;
@@ -410,18 +380,9 @@ impl PodExec {
                 () = writer => unreachable_pending(),
             }
         };
-        let answered = match request.timeout {
-            None => both.await,
-            Some(timeout) => match tokio::time::timeout(timeout + TIMEOUT_GRACE, both).await {
-                Ok(answered) => answered,
-                Err(_) => Forwarded::Answered(Ok(RunOutcome {
-                    exit_code: EXIT_HOST_TIMEOUT,
-                    duration: start.elapsed(),
-                    timed_out: true,
-                    warnings: Vec::new(),
-                })),
-            },
-        };
+        let answered =
+            within_timeout(request.timeout, start, both, |late| Forwarded::Answered(Ok(late)))
+                .await;
         // Closing ends the agent's connection: it ends whatever still runs.
         let _ = tokio::time::timeout(CLOSE_PATIENCE, sink.close()).await;
         answered
@@ -507,13 +468,24 @@ enum Forwarded {
     Unreachable,
 }
 
-/// One agent input frame, as it goes over a forwarded stream.
-fn input_frame(kind: u8, payload: &[u8]) -> Vec<u8> {
-    let mut frame = Vec::with_capacity(payload.len() + 5);
-    frame.push(kind);
-    frame.extend_from_slice(&u32::try_from(payload.len()).unwrap_or(u32::MAX).to_be_bytes());
-    frame.extend_from_slice(payload);
-    frame
+/// `work` within the request's `timeout` and the agent's grace: past them the host gives up,
+/// and `late` gets the timed-out outcome it reports instead.
+async fn within_timeout<T>(
+    timeout: Option<Duration>,
+    start: Instant,
+    work: impl std::future::Future<Output = T>,
+    late: impl FnOnce(RunOutcome) -> T,
+) -> T {
+    let Some(timeout) = timeout else { return work.await };
+    match tokio::time::timeout(timeout + TIMEOUT_GRACE, work).await {
+        Ok(done) => done,
+        Err(_) => late(RunOutcome {
+            exit_code: EXIT_HOST_TIMEOUT,
+            duration: start.elapsed(),
+            timed_out: true,
+            warnings: Vec::new(),
+        }),
+    }
 }
 
 /// The complete frames in `frames`, in order: the hello first (`greeted` once it came), then
@@ -559,12 +531,14 @@ fn input_message(kind: u8, payload: &[u8]) -> Message {
 }
 
 /// The request header, `stdin` as `i` frames (one WebSocket message each, straight from the
-/// caller's bytes), then `live` frames as they come or, without them, the end of input.
+/// caller's bytes), then `live` frames as they come (once `greeted` is notified, where given)
+/// or, without them, the end of input.
 async fn send_input<S>(
     sink: &mut S,
     header: &[u8],
     stdin: &[u8],
-    live: Option<tokio::sync::mpsc::Receiver<Vec<u8>>>,
+    live: Option<&mut tokio::sync::mpsc::Receiver<Vec<u8>>>,
+    greeted: Option<&tokio::sync::Notify>,
 ) -> Result<(), S::Error>
 where
     S: futures_util::Sink<Message> + Unpin,
@@ -575,7 +549,10 @@ where
     }
     match live {
         None => sink.send(input_message(b'c', b"")).await?,
-        Some(mut live) => {
+        Some(live) => {
+            if let Some(greeted) = greeted {
+                greeted.notified().await;
+            }
             while let Some(frames) = live.recv().await {
                 sink.send(Message::binary(channel::stdin(&frames))).await?;
             }

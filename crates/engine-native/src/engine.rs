@@ -263,7 +263,7 @@ impl Launcher for NativeLauncher {
         // Net on without pasta: the built-in HTTP(S) proxy, for runs and prepare steps; what
         // only pasta gives is refused by name.
         let builtin = plan.net && pasta.is_err();
-        if let (true, Err(no)) = (plan.net, pasta) {
+        if builtin && let Err(no) = pasta {
             if !plan.publish.is_empty() {
                 return Err(Error::needs_pasta("publishing a port", no));
             }

@@ -61,16 +61,7 @@ pub fn verdict(answers: &Answers) -> Probe {
         (Ok(()), true) => {
             let net = match &answers.pasta {
                 Ok(()) => "\nnetwork: pasta (full TCP/UDP for net on)".to_owned(),
-                Err(engine_detect::NoPasta::Missing) => format!(
-                    "\n{}\nhint: install the `passt` package for full TCP/UDP networking (e.g. \
-                     `sudo apt install passt`)",
-                    engine_detect::BUILTIN_NET
-                ),
-                Err(no) => format!(
-                    "\nnetwork: HTTP(S) only, through the built-in proxy: {}\nhint: {}",
-                    no.why(),
-                    no.hint()
-                ),
+                Err(no) => format!("\n{}", no.network()),
             };
             (
                 ProbeState::Available { endpoint: None },
