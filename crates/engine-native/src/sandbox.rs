@@ -827,15 +827,31 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
         loop {
             let sig = libc::sigwaitinfo(&set, std::ptr::null_mut());
             if sig == libc::SIGCHLD || sig < 0 {
-                let mut status = 0;
-                let r = libc::waitpid(init, &mut status, libc::WNOHANG);
-                if r == init {
-                    let code = exit_code(status);
-                    // The init is gone, and with it every process of its pid namespace. A
-                    // caller that dropped its end gets no record, and this no SIGPIPE.
+                // Seen, not reaped yet (WNOWAIT): reaping the init costs the kernel an RCU
+                // grace period (its `/proc/1` entries carry the masking mounts), which the
+                // caller need not wait for.
+                let mut info: libc::siginfo_t = std::mem::zeroed();
+                let r = libc::waitid(
+                    libc::P_PID,
+                    init as libc::id_t,
+                    &mut info,
+                    libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+                );
+                if r == 0 && info.si_pid() == init {
+                    let code = match info.si_code {
+                        libc::CLD_EXITED => info.si_status(),
+                        _ => 128 + info.si_status(),
+                    };
+                    // The init is a zombie, so every other process of its pid namespace is
+                    // gone already (the kernel reaps them all before the init's own exit
+                    // completes). A caller that dropped its end gets no record, and this no
+                    // SIGPIPE.
                     libc::signal(libc::SIGPIPE, libc::SIG_IGN);
                     let record = code.to_ne_bytes();
                     libc::write(prep.done_w.as_raw_fd(), record.as_ptr().cast(), record.len());
+                    libc::close(prep.done_w.as_raw_fd());
+                    let mut status = 0;
+                    libc::waitpid(init, &mut status, 0);
                     libc::_exit(code);
                 }
                 if r < 0 && errno() == libc::ECHILD {

@@ -99,6 +99,9 @@ pub fn idmap(tree: &OwnedFd, userns: &BorrowedFd<'_>) -> std::io::Result<()> {
 /// A detached, idmapped copy of the mount tree at `source` (a descriptor opened without
 /// following links: what was checked is what is cloned).
 pub fn clone_idmapped(source: BorrowedFd<'_>) -> std::io::Result<OwnedFd> {
+    if let Some(tree) = take_trial(source) {
+        return Ok(tree);
+    }
     let tree = rustix::mount::open_tree(
         source,
         "",
@@ -123,7 +126,37 @@ pub fn supported(dir: &Path) -> bool {
             | OpenTreeFlags::AT_RECURSIVE
             | OpenTreeFlags::AT_SYMLINK_NOFOLLOW,
     );
-    clone.is_ok_and(|tree| idmap(&tree, &userns).is_ok())
+    let Ok(tree) = clone else { return false };
+    if idmap(&tree, &userns).is_err() {
+        return false;
+    }
+    if let Ok(stat) = rustix::fs::fstat(&tree)
+        && let Ok(mut trial) = TRIAL.lock()
+    {
+        // The previous trial, if any, is dropped here: never the one a spawn is about to use.
+        *trial = Some((stat.st_dev, stat.st_ino, tree));
+    }
+    true
+}
+
+/// The last successful trial of [`supported`], kept for the [`clone_idmapped`] of the same
+/// directory that follows it in a run: the same copy (recursive, idmapped the same way), made
+/// once instead of twice, and never closed on the run's critical path (closing a detached
+/// tree unmounts it, which waits for an RCU grace period).
+static TRIAL: std::sync::Mutex<Option<(u64, u64, OwnedFd)>> = std::sync::Mutex::new(None);
+
+/// The kept trial when it is a copy of exactly the directory `source` names (same device and
+/// inode: a directory swapped in between is cloned afresh).
+fn take_trial(source: BorrowedFd<'_>) -> Option<OwnedFd> {
+    let stat = rustix::fs::fstat(source).ok()?;
+    let mut trial = TRIAL.lock().ok()?;
+    match trial.take() {
+        Some((dev, ino, tree)) if dev == stat.st_dev && ino == stat.st_ino => Some(tree),
+        other => {
+            *trial = other;
+            None
+        }
+    }
 }
 
 /// An idmapped copy of a directory attached on the host at [`Staged::path`] (an empty

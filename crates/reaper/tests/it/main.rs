@@ -4,6 +4,7 @@
 mod acl;
 mod envs;
 mod hostfs;
+mod idmap;
 mod labels;
 mod policy;
 mod proc;
