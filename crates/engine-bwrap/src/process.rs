@@ -348,16 +348,18 @@ pub(crate) fn launch(
     plan.bind_fds =
         pins.iter().map(|(src, fd)| (src.clone(), std::os::fd::AsRawFd::as_raw_fd(fd))).collect();
     let argv: Vec<OsString> = plan.argv(host);
+    // The binary itself, not a link to it: for a root caller the path is looked up in bwrap's
+    // own mount namespace, where the stage's tmpfs covers /tmp (a `PATH` entry there holding a
+    // link to /usr/bin/bwrap would be gone).
+    let binary = std::fs::canonicalize(bwrap).unwrap_or_else(|_| bwrap.to_owned());
     let stage = match plan.run_as {
         Some((uid, gid)) => {
             let mut staging = plan.staging(host);
-            // The stage's tmpfs covers /tmp in bwrap's mount namespace: a bwrap kept there must
-            // stay reachable at its own path.
-            let binary = std::fs::canonicalize(bwrap).unwrap_or_else(|_| bwrap.to_owned());
+            // A bwrap kept below /tmp must stay reachable at its own path.
             if binary.starts_with(crate::plan::STAGE) {
                 staging.push(crate::plan::Staged {
                     src: binary.clone(),
-                    at: binary,
+                    at: binary.clone(),
                     idmap: false,
                     exact: false,
                 });
@@ -367,7 +369,7 @@ pub(crate) fn launch(
         None => None,
     };
 
-    let mut command = Command::new(bwrap);
+    let mut command = Command::new(&binary);
     command.args(&argv).env_clear().envs(plan.env.iter().map(|(k, v)| (k, v))).current_dir("/");
     // Before the stage's pre_exec: a root caller's child moves itself while still root.
     if let Some(cgroup) = &cgroup {

@@ -240,9 +240,8 @@ fn user_exists(user: &str) -> bool {
 #[test]
 #[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
 fn kill_9_of_the_cli_mid_run_leaves_no_process_on_any_local_engine() {
-    // Not below /tmp (nor below a checkout that may be there): a root caller's bwrap is
-    // started from a mount namespace with a /tmp of its own. /var/tmp is reachable for the
-    // unprivileged user too.
+    // In /var/tmp, which the unprivileged user reaches too (a checkout's directory may not
+    // be open to it).
     let bin = tempfile::tempdir_in("/var/tmp").expect("tempdir");
     let _ = std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755));
     let without_pasta = path_without_pasta(bin.path());

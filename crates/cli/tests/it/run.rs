@@ -201,10 +201,16 @@ fn an_invalid_inline_tmpfs_size_is_located() {
     "#);
 }
 
-/// Whether `engine` can run a sandbox here: `run --engine NAME` of an empty script succeeds.
+/// Whether `engine` can run a sandbox here: `run --engine NAME` of an empty script succeeds;
+/// if not, the test's `SKIPPED:` line is printed.
+#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
 fn engine_runs(ctx: &Ctx, engine: &str) -> bool {
     ctx.write("empty.py", "\n");
-    ctx.run(&["run", "--engine", engine, "empty.py"]).status.success()
+    let runs = ctx.run(&["run", "--engine", engine, "empty.py"]).status.success();
+    if !runs {
+        println!("SKIPPED: {engine} cannot run a sandbox here");
+    }
+    runs
 }
 
 /// On bwrap (no images, no runtime classes) the script's `runtime-class` is refused before
@@ -214,7 +220,6 @@ fn engine_runs(ctx: &Ctx, engine: &str) -> bool {
 fn bwrap_refuses_a_scripts_runtime_class_and_warns_about_its_image() {
     let ctx = Ctx::new();
     if !engine_runs(&ctx, "bwrap") {
-        println!("SKIPPED: bwrap cannot run a sandbox here");
         return;
     }
     ctx.write(
@@ -254,7 +259,6 @@ fn a_scripts_image_is_the_containers_on_docker_and_podman() {
     );
     for engine in ["docker", "podman"] {
         if !engine_runs(&ctx, engine) {
-            println!("SKIPPED: {engine} cannot run a sandbox here");
             continue;
         }
         let out = ctx.run(&["run", "--engine", engine, "i.py"]);
@@ -272,7 +276,6 @@ fn a_scripts_image_is_the_containers_on_docker_and_podman() {
 fn native_without_pasta_notes_that_net_on_is_http_only() {
     let ctx = Ctx::new();
     if !engine_runs(&ctx, "native") {
-        println!("SKIPPED: native cannot run a sandbox here");
         return;
     }
     // This machine without the passt package: every tool of /usr/bin but pasta.
@@ -305,4 +308,30 @@ fn native_without_pasta_notes_that_net_on_is_http_only() {
     ran
     --- stderr
     ");
+}
+
+/// A bwrap found through a link in a `PATH` directory below /tmp runs: a root caller's bwrap
+/// starts in a mount namespace whose /tmp is the stage's tmpfs, so the CLI runs the binary the
+/// link names (it failed with "No such file or directory" before).
+#[test]
+#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
+fn bwrap_found_through_a_link_below_tmp_runs() {
+    let ctx = Ctx::new();
+    if !engine_runs(&ctx, "bwrap") {
+        return;
+    }
+    let Some(bwrap) = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join("bwrap"))
+        .find(|p| p.is_file())
+    else {
+        println!("SKIPPED: no bwrap on PATH to link to");
+        return;
+    };
+    let bin = tempfile::tempdir_in("/tmp").expect("tempdir");
+    std::os::unix::fs::symlink(&bwrap, bin.path().join("bwrap")).expect("link");
+    let path = format!("{}:/usr/local/bin:/usr/bin:/bin", bin.path().display());
+    ctx.write("hi.py", "print('hi from bwrap')\n");
+    let out = ctx.run_with_env(&["run", "--engine", "bwrap", "hi.py"], &[("PATH", &path)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi from bwrap\n");
 }
