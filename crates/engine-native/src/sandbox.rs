@@ -29,12 +29,14 @@
 //! **The end of a run.** The monitor is the last process of the sandbox's mount, ipc, uts and
 //! cgroup namespaces, so the kernel tears them down in its `exit` (unmounting the whole tree),
 //! after the init and everything in the pid namespace are gone; a caller waiting for the
-//! monitor would wait for that teardown too. So once the monitor has reaped the init (whose
+//! monitor would wait for that teardown too. So once the monitor sees the init exited (whose
 //! exit waits until every process of its pid namespace is gone: nothing of the run runs any
 //! more) it writes the init's exit code to the done pipe, and [`Child::wait_status`] returns on
-//! that record; the monitor itself is reaped in the background by the thread that forked it,
-//! which lives on until then (the parent-death signal stays armed). No record (the monitor was
-//! killed, or failed before the init existed): the caller waits for the monitor as before.
+//! that record. It looks without reaping (`WNOWAIT`) and reaps after writing: releasing the
+//! init waits for an RCU grace period (its `/proc/1` entries carry the masking mounts), which
+//! is no part of the run. The monitor itself is reaped in the background by the thread that
+//! forked it, which lives on until then (the parent-death signal stays armed). No record (the
+//! monitor was killed, or failed before the init existed): the caller waits for the monitor.
 //! Neither the init nor the command holds the pipe, so nothing inside can forge the record.
 //!
 //! **Ids.** An unprivileged caller unshares the user namespace together with the others and
