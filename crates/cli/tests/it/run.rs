@@ -216,7 +216,6 @@ fn engine_runs(ctx: &Ctx, engine: &str) -> bool {
 /// On bwrap (no images, no runtime classes) the script's `runtime-class` is refused before
 /// anything runs, and its `image` is a warning naming where it was written.
 #[test]
-#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
 fn bwrap_refuses_a_scripts_runtime_class_and_warns_about_its_image() {
     let ctx = Ctx::new();
     if !engine_runs(&ctx, "bwrap") {
@@ -250,7 +249,6 @@ fn bwrap_refuses_a_scripts_runtime_class_and_warns_about_its_image() {
 /// On docker and podman the script's `image` is the one the container is made from: a
 /// missing one is an error naming it, where the default image would have run the script.
 #[test]
-#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
 fn a_scripts_image_is_the_containers_on_docker_and_podman() {
     let ctx = Ctx::new();
     ctx.write(
@@ -272,7 +270,6 @@ fn a_scripts_image_is_the_containers_on_docker_and_podman() {
 /// Without pasta a native run with the network on says, in one `note:` line, that only
 /// HTTP(S) through the built-in proxy is there; with the network off it says nothing.
 #[test]
-#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
 fn native_without_pasta_notes_that_net_on_is_http_only() {
     let ctx = Ctx::new();
     if !engine_runs(&ctx, "native") {
