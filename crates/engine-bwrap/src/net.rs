@@ -241,6 +241,18 @@ impl UserNet {
         let netns_path = PathBuf::from(format!("/proc/{child}/ns/net"));
         let netns = std::fs::File::open(&netns_path)
             .map_err(Error::io(format!("opening {}", netns_path.display())))?;
+        UserNet::attach_netns(pasta, netns, publish, run_as)
+    }
+
+    /// [`UserNet::attach_blocked`] for the network namespace `netns` (a descriptor of it,
+    /// handed over by the sandbox itself: engine-native's init, which is not dumpable, so its
+    /// `/proc/PID/ns` stays closed to an unprivileged caller).
+    pub fn attach_netns(
+        pasta: &Path,
+        netns: std::fs::File,
+        publish: &[PublishedPort],
+        run_as: Option<(u32, u32)>,
+    ) -> Result<UserNet> {
         let owner = owning_userns(&netns)?;
         let owner = (!is_own_userns(&owner)).then_some(owner);
         // pasta gets both namespaces as inherited descriptors, and runs as the host user the

@@ -182,6 +182,9 @@ struct NativeSandbox {
     child: crate::Child,
     /// pasta (net on), ended with the handle once the tree is gone.
     net: Option<engine_bwrap::UserNet>,
+    /// Net on, connected on demand: the thread that attaches pasta when the script first
+    /// needs it (`crate::demand`), with its pasta or why it could not be attached.
+    on_demand: Option<crate::net::OnDemand>,
     /// The built-in proxy (net on without pasta), stopped with the handle.
     proxy: Option<engine_bwrap::BuiltinProxy>,
     /// The run's cgroup, removed when dropped.
@@ -198,7 +201,7 @@ impl Sandboxed for NativeSandbox {
     }
 
     fn wait(self: Box<Self>) -> Result<Ended, Error> {
-        let NativeSandbox { child, net, proxy, cgroup } = *self;
+        let NativeSandbox { child, net, on_demand, proxy, cgroup } = *self;
         // The cgroup is removed below: the monitor must have left it (its exit complete).
         let status = match cgroup {
             Some(_) => child.wait_reaped(),
@@ -214,9 +217,18 @@ impl Sandboxed for NativeSandbox {
             },
             Err(e) => return Err(to_bwrap(e)),
         };
+        // The thread ends once the init has gone (its request pipe's EOF), or after attaching
+        // pasta for a script that asked.
+        let attached = on_demand.map(crate::net::OnDemand::finish);
         drop(net);
         drop(proxy);
         drop(cgroup);
+        // The script's network calls found no route: the run did not get what it asked for.
+        if let Some(Err(e)) = attached
+            && ended.started
+        {
+            return Err(e);
+        }
         Ok(ended)
     }
 
@@ -229,7 +241,8 @@ impl Sandboxed for NativeSandbox {
 
     fn detach(self: Box<Self>) -> Detached {
         // A session's plan never gets the proxy (`NativeLauncher::start` refuses it).
-        let NativeSandbox { child, net, proxy: _, cgroup } = *self;
+        // Nor a network on demand (`NativeLauncher::start` connects a session's up front).
+        let NativeSandbox { child, net, on_demand: _, proxy: _, cgroup } = *self;
         // The waiting thread is the monitor's parent: it reaps it while this process lives.
         std::thread::spawn(move || {
             let _ = child.wait();
@@ -300,8 +313,37 @@ impl Launcher for NativeLauncher {
                 .collect(),
             cgroup_procs,
             detach: !plan.die_with_parent,
+            // pasta only (the built-in proxy listens before the script runs); not for a
+            // session, whose caller is gone before its script needs anything, nor with a
+            // published port, which must be pasta's before the script runs (a busy one fails
+            // with nothing run).
+            net_on_demand: !builtin && plan.die_with_parent && plan.publish.is_empty(),
         };
         let mut child = crate::spawn(&tree, command).map_err(to_bwrap)?;
+        if let Ok(pasta) = pasta {
+            match crate::net::connect_on_demand(&mut child, pasta) {
+                Ok(None) => {}
+                Ok(on_demand) => {
+                    return Ok(Box::new(NativeSandbox {
+                        child,
+                        net: None,
+                        on_demand,
+                        proxy: None,
+                        cgroup,
+                    }));
+                }
+                Err(e) => {
+                    // Dropping the demand lets the held calls go on without a network; the
+                    // run is ended before it gets that far.
+                    let _ = rustix::process::pidfd_send_signal(
+                        child.pidfd(),
+                        rustix::process::Signal::KILL,
+                    );
+                    let _ = child.wait();
+                    return Err(to_bwrap(e));
+                }
+            }
+        }
         let attached = match (plan.net, pasta) {
             (false, _) => Ok((None, None)),
             (true, Ok(pasta)) => {
@@ -319,7 +361,7 @@ impl Launcher for NativeLauncher {
             }
         };
         child.release().map_err(to_bwrap)?;
-        Ok(Box::new(NativeSandbox { child, net, proxy, cgroup }))
+        Ok(Box::new(NativeSandbox { child, net, on_demand: None, proxy, cgroup }))
     }
 
     fn setup_failure(&self, detail: Option<String>) -> Error {

@@ -7,6 +7,7 @@
 //! engine-bwrap's pipeline (prepare/run, environment cache, uv, lockfile, limits, publish)
 //! with [`NativeLauncher`] building each of its sandboxes here instead of in bubblewrap.
 
+pub mod demand;
 mod engine;
 mod error;
 pub mod net;
@@ -18,7 +19,9 @@ mod tests;
 
 pub use engine::{NativeEngine, NativeLauncher, input, local_session, reap_sessions};
 pub use error::{Error, Result};
-pub use net::{BUILTIN_NET_NOTE, builtin_net_applies, builtin_net_note, connect};
+pub use net::{
+    BUILTIN_NET_NOTE, OnDemand, builtin_net_applies, builtin_net_note, connect, connect_on_demand,
+};
 pub use plan::{Access, Ids, Input, Op, Plan, RootEntry, plan};
 pub use probe::probe;
 pub use sandbox::{

@@ -1,7 +1,8 @@
 //! Net on: the outbound-only network of the "holes in the wall" issue, given exactly as the
 //! bwrap engine gives it, by the same code ([`engine_bwrap::UserNet`]): pasta joins the
-//! sandbox's network namespace from outside while the sandbox waits (the monitor blocks right
-//! after its `unshare`, see [`crate::sandbox::spawn`]), the [`sandbox_core::LINK_LOCAL`]
+//! sandbox's network namespace from outside while the sandbox waits (the init blocks right
+//! after its `unshare`, see [`crate::sandbox::spawn`]; a run's script instead waits in its
+//! first network call, [`connect_on_demand`] and [`crate::demand`]), the [`sandbox_core::LINK_LOCAL`]
 //! ranges get unreachable routes inside, and pasta forwards neither the host's loopback
 //! (`--no-map-gw`, `-T none`) nor anything inbound but published ports. The sandbox's abstract
 //! unix sockets are its own network namespace's, so the host's are out of reach too.
@@ -36,6 +37,46 @@ pub fn connect(
     let net = attach(child, pasta, publish).map_err(|e| Error::Network(e.to_string()))?;
     child.release()?;
     Ok(net)
+}
+
+/// Net on, connected on demand ([`crate::demand`]): a thread waits for the sandbox's first
+/// network call and attaches pasta then. `Ok(None)` when `child` was not spawned so (net off,
+/// [`crate::Command::net_on_demand`] unset, or a kernel without user notifications: then
+/// [`connect`] it).
+pub fn connect_on_demand(child: &mut Child, pasta: &Path) -> Result<Option<OnDemand>> {
+    let Some(demand) = child.take_net_demand() else { return Ok(None) };
+    let pasta = pasta.to_owned();
+    let thread = std::thread::Builder::new()
+        .name("native-net-on-demand".into())
+        .spawn(move || {
+            let Some(netns) = demand.wait() else { return Ok(None) };
+            let run_as = rustix::process::getuid().is_root().then_some((NOBODY, NOBODY));
+            let attached = engine_bwrap::UserNet::attach_netns(&pasta, netns, &[], run_as);
+            // Attached or not, the held calls go on (without a network they find no route).
+            demand.release();
+            attached.map(Some)
+        })
+        .map_err(Error::io("starting the native sandbox's network thread"))?;
+    Ok(Some(OnDemand { thread }))
+}
+
+/// The network of a sandbox connected on demand ([`connect_on_demand`]).
+#[derive(Debug)]
+pub struct OnDemand {
+    thread: std::thread::JoinHandle<
+        std::result::Result<Option<engine_bwrap::UserNet>, engine_bwrap::Error>,
+    >,
+}
+
+impl OnDemand {
+    /// Once the run has ended: pasta, if the script asked for its network (end it by dropping
+    /// the handle), or why it could not be attached. Returns at once when the script never
+    /// asked (the init's end of the request pipe is closed), and after the attach otherwise.
+    pub fn finish(self) -> std::result::Result<Option<engine_bwrap::UserNet>, engine_bwrap::Error> {
+        self.thread.join().unwrap_or_else(|_| {
+            Err(engine_bwrap::Error::UserNetwork { reason: "the network thread panicked".into() })
+        })
+    }
 }
 
 /// [`connect`] without the release, in engine-bwrap's error (a busy published port is the one

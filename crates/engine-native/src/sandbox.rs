@@ -19,7 +19,8 @@
 //! 2. the *init*, pid 1 of the new pid namespace: mounts procfs (only a process inside the pid
 //!    namespace may), builds the tree, `pivot_root`s, brings loopback up, drops every
 //!    capability (bounding set included), becomes undumpable, takes `PR_SET_NO_NEW_PRIVS` and
-//!    the wall, forks the command (which inherits all of them) and reaps until the command
+//!    the wall (with net on demand, the gate of [`crate::demand`] too, whose held calls it
+//!    serves), forks the command (which inherits all of them) and reaps until the command
 //!    exits, forwarding signals to it (so Ctrl-C is a `KeyboardInterrupt` inside, and a
 //!    terminal's Ctrl-Z stops the whole namespace until the shell's `fg` or `bg` continues it);
 //!    when it exits the kernel kills everything left in the namespace;
@@ -88,6 +89,10 @@ pub struct Command {
     /// signal and starts a session of its own (no terminal's signal reaches it). What ends it
     /// is its command exiting (the agent's idle TTL) or a SIGKILL to [`Child::pid`].
     pub detach: bool,
+    /// Net on: connect the network when the script first needs it ([`crate::demand`]) rather
+    /// than before it starts; the caller serves [`Child::take_net_demand`]. Ignored where the
+    /// kernel cannot ([`crate::demand::supported`]): the network is then connected up front.
+    pub net_on_demand: bool,
 }
 
 /// A started sandbox.
@@ -109,6 +114,8 @@ pub struct Child {
     /// Net on: the init waits after its last `unshare` until this is written (or closed, which
     /// ends the sandbox before anything of the command ran).
     go: Option<OwnedFd>,
+    /// Net on, connected on demand: the caller's side ([`Child::take_net_demand`]).
+    demand: Option<crate::demand::NetDemand>,
 }
 
 impl Child {
@@ -126,6 +133,13 @@ impl Child {
     /// (what dropping the [`Child`] does too). No-op with net off or once released.
     pub fn release_abandoned(&mut self) {
         self.go = None;
+    }
+
+    /// Net on, connected on demand ([`Command::net_on_demand`]): the handle through which the
+    /// sandbox asks for its network, once. `None` otherwise (net off, or connected up front:
+    /// see [`Child::release`]).
+    pub fn take_net_demand(&mut self) -> Option<crate::demand::NetDemand> {
+        self.demand.take()
     }
 
     /// The monitor's host pid: signals sent to it reach the command.
@@ -179,7 +193,10 @@ impl Child {
     }
 
     fn finish(self, reap: bool) -> Result<(Option<i32>, Option<i32>)> {
-        let Child { waiter, done, error_r, labels, .. } = self;
+        let Child { waiter, done, error_r, labels, demand, .. } = self;
+        // A demand nobody serves must not hold the script's network calls forever: dropped,
+        // they go on (and find no route).
+        drop(demand);
         let mut record = [0u8; 4];
         let reported = read_exact(&done, &mut record).then(|| i32::from_ne_bytes(record));
         let ended = match reported {
@@ -347,29 +364,66 @@ struct Prepared {
     error_w: OwnedFd,
     /// The done pipe's write end (see the module docs): the monitor's alone.
     done_w: OwnedFd,
-    /// Net on: (written by the init once the network namespace exists, read by it until the
-    /// network is attached, written by the monitor with the init's host pid).
-    net_sync: Option<(OwnedFd, OwnedFd, OwnedFd)>,
+    /// Net on: how the sandbox and its caller agree on connecting the network.
+    net_sync: Option<NetSync>,
+    /// Net on demand: the gate's program ([`crate::demand::gate`]), installed with the wall.
+    gate: Vec<libc::sock_filter>,
     /// The descriptors the monitor keeps (sorted): every other one it inherited by the fork
     /// (this spawn's parent ends, other concurrent sandboxes' pipes) is closed, so an EOF the
     /// sandbox waits for is never held off by a copy inside it.
     keep: Vec<i32>,
 }
 
+/// The sandbox's ends of the pipes connecting its network with the caller.
+enum NetSync {
+    /// Connected before the command runs: `ready` (written by the init once the network
+    /// namespace exists), `go` (read by it until the network is attached), `pid` (written by
+    /// the monitor with the init's host pid).
+    UpFront { ready: OwnedFd, go: OwnedFd, pid: OwnedFd },
+    /// Connected on demand ([`crate::demand`]): the init's end of the socket pair
+    /// [`crate::demand::NetDemand`] holds the other end of.
+    OnDemand { sock: OwnedFd },
+}
+
+impl NetSync {
+    fn fds(&self) -> Vec<i32> {
+        match self {
+            NetSync::UpFront { ready, go, pid } => {
+                vec![ready.as_raw_fd(), go.as_raw_fd(), pid.as_raw_fd()]
+            }
+            NetSync::OnDemand { sock } => vec![sock.as_raw_fd()],
+        }
+    }
+}
+
 /// Starts `command` in the sandbox `plan` describes. With net on the sandbox stops right after
 /// creating its namespaces: connect the network namespace of [`Child::pid`] (`crate::net`),
-/// then [`Child::release`] it.
+/// then [`Child::release`] it; or, with [`Command::net_on_demand`] where the kernel can, serve
+/// [`Child::take_net_demand`] while the sandbox runs.
 pub fn spawn(plan: &Plan, command: Command) -> Result<Child> {
     let (error_r, error_w) = pipe()?;
     let (done, done_w) = pipe()?;
+    let on_demand = plan.net && command.net_on_demand && crate::demand::supported();
     let mut prepared = Prepared::new(plan, command, error_w, done_w)?;
     let labels = prepared.labels.clone();
     let mut parent_sync = None;
-    if plan.net {
-        let (ready_r, ready_w) = pipe()?;
-        let (go_r, go_w) = pipe()?;
-        let (pid_r, pid_w) = pipe()?;
-        prepared.net_sync = Some((ready_w, go_r, pid_w));
+    let mut demand = None;
+    if on_demand {
+        let (sock, theirs) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::STREAM,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| Error::io("making a socket pair")(e.into()))?;
+        prepared.net_sync = Some(NetSync::OnDemand { sock: theirs });
+        prepared.gate = native_program(&crate::demand::gate)?;
+        demand = Some(crate::demand::NetDemand { sock });
+    } else if plan.net {
+        let (ready_r, ready) = pipe()?;
+        let (go, go_w) = pipe()?;
+        let (pid_r, pid) = pipe()?;
+        prepared.net_sync = Some(NetSync::UpFront { ready, go, pid });
         parent_sync = Some((ready_r, go_w, pid_r));
     }
     prepared.keep = prepared.keep_list();
@@ -392,7 +446,17 @@ pub fn spawn(plan: &Plan, command: Command) -> Result<Child> {
         }
     };
     let Some((ready_r, go_w, pid_r)) = parent_sync else {
-        return Ok(Child { pid, pidfd, init: None, waiter, done, error_r, labels, go: None });
+        return Ok(Child {
+            pid,
+            pidfd,
+            init: None,
+            waiter,
+            done,
+            error_r,
+            labels,
+            go: None,
+            demand,
+        });
     };
     // The init's copy of the write end closes when it fails or exits (the monitor closes its
     // own): EOF, and the waiter has its reason.
@@ -416,11 +480,21 @@ pub fn spawn(plan: &Plan, command: Command) -> Result<Child> {
             source: std::io::Error::other("the sandbox ended before its namespaces existed"),
         }));
     };
-    Ok(Child { pid, pidfd, init: Some(init), waiter, done, error_r, labels, go: Some(go_w) })
+    Ok(Child {
+        pid,
+        pidfd,
+        init: Some(init),
+        waiter,
+        done,
+        error_r,
+        labels,
+        go: Some(go_w),
+        demand: None,
+    })
 }
 
 /// Fills `buf` from `fd`; false on EOF or an error first.
-fn read_exact(fd: &OwnedFd, buf: &mut [u8]) -> bool {
+pub(crate) fn read_exact(fd: &OwnedFd, buf: &mut [u8]) -> bool {
     let mut at = 0;
     while at < buf.len() {
         match rustix::io::read(fd, &mut buf[at..]) {
@@ -606,14 +680,7 @@ impl Prepared {
             steps.push(step);
             labels.push(label);
         }
-        let arch = sandbox_core::Arch::native().ok_or_else(|| Error::Unsupported {
-            what: "the seccomp wall has no program for this architecture".into(),
-            hint: "use the bwrap or a container engine here".into(),
-        })?;
-        let seccomp = sandbox_core::compile(sandbox_core::WALL, arch)
-            .into_iter()
-            .map(|i| libc::sock_filter { code: i.code, jt: i.jt, jf: i.jf, k: i.k })
-            .collect();
+        let seccomp = native_program(&|arch| sandbox_core::compile(sandbox_core::WALL, arch))?;
         let map = |inside: u32, host: u32| CString::new(format!("{inside} {host} 1\n"));
         let nul = |_| Error::io("id map")(std::io::Error::other("nul"));
         let argv = command
@@ -661,14 +728,15 @@ impl Prepared {
             error_w,
             done_w,
             net_sync: None,
+            gate: Vec::new(),
             keep: Vec::new(),
         })
     }
 
     fn keep_list(&self) -> Vec<i32> {
         let mut keep = vec![self.error_w.as_raw_fd(), self.done_w.as_raw_fd()];
-        if let Some((ready, go, pid)) = &self.net_sync {
-            keep.extend([ready.as_raw_fd(), go.as_raw_fd(), pid.as_raw_fd()]);
+        if let Some(sync) = &self.net_sync {
+            keep.extend(sync.fds());
         }
         keep.extend(self.cgroup_procs.as_ref().map(AsRawFd::as_raw_fd));
         keep.extend(self.steps.iter().filter_map(|s| match s {
@@ -695,6 +763,20 @@ impl Prepared {
             self.fail(step, errno());
         }
     }
+}
+
+/// A program for this architecture, as the kernel takes it.
+fn native_program(
+    compile: &dyn Fn(sandbox_core::Arch) -> Vec<sandbox_core::Insn>,
+) -> Result<Vec<libc::sock_filter>> {
+    let arch = sandbox_core::Arch::native().ok_or_else(|| Error::Unsupported {
+        what: "the seccomp wall has no program for this architecture".into(),
+        hint: "use the bwrap or a container engine here".into(),
+    })?;
+    Ok(compile(arch)
+        .into_iter()
+        .map(|i| libc::sock_filter { code: i.code, jt: i.jt, jf: i.jf, k: i.k })
+        .collect())
 }
 
 fn errno() -> i32 {
@@ -819,12 +901,19 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
         // The monitor never uses stdio: its copies would hold the caller's output pipes open
         // until its exit is complete (a file's last close runs after the namespace teardown).
         libc::syscall(libc::SYS_close_range, 0u32, 2u32, 0u32);
-        if let Some((ready, _, pid)) = &prep.net_sync {
-            // Only the init may hold the ready pipe open: its end is the caller's EOF.
-            libc::close(ready.as_raw_fd());
-            let bytes = init.to_ne_bytes();
-            libc::write(pid.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
-            libc::close(pid.as_raw_fd());
+        match &prep.net_sync {
+            Some(NetSync::UpFront { ready, pid, .. }) => {
+                // Only the init may hold the ready pipe open: its end is the caller's EOF.
+                libc::close(ready.as_raw_fd());
+                let bytes = init.to_ne_bytes();
+                libc::write(pid.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+                libc::close(pid.as_raw_fd());
+            }
+            // The same for the init's end of the socket pair.
+            Some(NetSync::OnDemand { sock }) => {
+                libc::close(sock.as_raw_fd());
+            }
+            None => {}
         }
         loop {
             let sig = libc::sigwaitinfo(&set, std::ptr::null_mut());
@@ -1132,18 +1221,26 @@ fn loopback_up() -> libc::c_long {
     }
 }
 
-fn install_seccomp(prep: &Prepared) {
+/// `PR_SET_NO_NEW_PRIVS`, the net-on-demand gate when planned (its listener is returned, else
+/// -1), then the wall.
+fn install_seccomp(prep: &Prepared) -> i32 {
     let prog = libc::sock_fprog {
         len: prep.seccomp.len() as u16,
         filter: prep.seccomp.as_ptr().cast_mut(),
     };
-    // SAFETY: the program outlives the call (the kernel copies it).
+    // SAFETY: the programs outlive the calls (the kernel copies them).
     unsafe {
         prep.check(S_NNP, libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0).into());
+        let mut listener = -1;
+        if !prep.gate.is_empty() {
+            listener = crate::demand::install(&prep.gate);
+            prep.check(S_SECCOMP, listener.into());
+        }
         prep.check(
             S_SECCOMP,
             libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog as *const _).into(),
         );
+        listener
     }
 }
 
@@ -1209,7 +1306,7 @@ fn init_main(prep: &Prepared, _monitor: i32) -> ! {
         prep.check(S_PIVOT2, libc::chdir(c"/".as_ptr()).into());
         let name = sandbox_core::SANDBOX_HOSTNAME;
         prep.check(S_HOSTNAME, libc::sethostname(name.as_ptr().cast(), name.len()).into());
-        if let Some((_, _, pid)) = &prep.net_sync {
+        if let Some(NetSync::UpFront { pid, .. }) = &prep.net_sync {
             libc::close(pid.as_raw_fd());
         }
 
@@ -1235,7 +1332,11 @@ fn init_main(prep: &Prepared, _monitor: i32) -> ! {
         // Each credential change above cleared the parent-death signal.
         prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());
         prep.check(S_LOOPBACK, loopback_up());
-        if let Some((ready, go, _)) = &prep.net_sync {
+        if let Some(NetSync::OnDemand { sock }) = &prep.net_sync {
+            // While still dumpable (and before the gate, which would hold this `sendmsg`).
+            prep.check(S_NET, crate::demand::send_netns(sock.as_raw_fd()));
+        }
+        if let Some(NetSync::UpFront { ready, go, .. }) = &prep.net_sync {
             prep.check(S_NET, libc::write(ready.as_raw_fd(), [1u8].as_ptr().cast(), 1) as _);
             libc::close(ready.as_raw_fd());
             let mut byte = 0u8;
@@ -1259,7 +1360,16 @@ fn init_main(prep: &Prepared, _monitor: i32) -> ! {
         // change does.
         prep.check(S_CAPS, drop_caps());
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-        install_seccomp(prep);
+        let listener = install_seccomp(prep);
+        let set = signal_set(true);
+        // Net on demand: the signals come through a descriptor, polled with the gate's.
+        let signals = match &prep.net_sync {
+            Some(NetSync::OnDemand { .. }) => {
+                libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK)
+            }
+            _ => 0,
+        };
+        prep.check(S_NET, signals.into());
         let command = libc::fork();
         if command < 0 {
             prep.fail(S_FORK, errno());
@@ -1267,26 +1377,103 @@ fn init_main(prep: &Prepared, _monitor: i32) -> ! {
         if command == 0 {
             command_main(prep);
         }
-        let set = signal_set(true);
+        if let Some(NetSync::OnDemand { sock }) = &prep.net_sync {
+            serve_on_demand(command, signals, listener, sock.as_raw_fd());
+        }
         let mut code: Option<i32> = None;
         loop {
             let sig = libc::sigwaitinfo(&set, std::ptr::null_mut());
-            if sig == libc::SIGCHLD || sig < 0 {
-                loop {
-                    let mut status = 0;
-                    let r = libc::waitpid(-1, &mut status, libc::WNOHANG);
-                    if r == command {
-                        code = Some(exit_code(status));
-                    }
-                    if r <= 0 {
-                        break;
-                    }
+            on_signal(sig, command, &mut code);
+        }
+    }
+}
+
+/// In the init: one signal (or a failed wait for one, `sig < 0`): SIGCHLD reaps (and ends the
+/// init once `command` has exited, with its code), SIGTSTP and SIGCONT stop or continue the pid
+/// namespace, any other is forwarded to `command`.
+///
+/// SAFETY: `waitpid`, `kill` and `_exit` only.
+unsafe fn on_signal(sig: i32, command: i32, code: &mut Option<i32>) {
+    unsafe {
+        if sig == libc::SIGCHLD || sig < 0 {
+            loop {
+                let mut status = 0;
+                let r = libc::waitpid(-1, &mut status, libc::WNOHANG);
+                if r == command {
+                    *code = Some(exit_code(status));
                 }
-                if let Some(code) = code {
-                    libc::_exit(code);
+                if r <= 0 {
+                    break;
                 }
-            } else if !pause_or_resume(sig) {
-                libc::kill(command, sig);
+            }
+            if let Some(code) = code {
+                libc::_exit(*code);
+            }
+        } else if !pause_or_resume(sig) {
+            libc::kill(command, sig);
+        }
+    }
+}
+
+/// The init's loop when the network is connected on demand ([`crate::demand`]): signals as in
+/// [`on_signal`] (from `signals`, a signalfd), and the gate's `listener`. The first held call
+/// asks the caller (a byte on `sock`); calls are held until its answer or EOF on `sock`, and
+/// let go at once after. Never returns: the init exits with the command.
+///
+/// SAFETY: raw descriptors the init owns; syscalls only.
+unsafe fn serve_on_demand(command: i32, signals: i32, listener: i32, sock: i32) -> ! {
+    unsafe {
+        let mut code = None;
+        let mut asked = false;
+        let mut answered = false;
+        // Calls received and held until the answer; more wait in the kernel's queue (a thread
+        // blocked in a held call is blocked either way).
+        let mut held = [0u64; 64];
+        let mut n = 0;
+        loop {
+            let poll = |fd: i32, on: bool| libc::pollfd {
+                fd: if on { fd } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let mut fds = [
+                poll(signals, true),
+                poll(listener, answered || n < held.len()),
+                poll(sock, !answered),
+            ];
+            if libc::poll(fds.as_mut_ptr(), 3, -1) < 0 {
+                continue;
+            }
+            if fds[0].revents != 0 {
+                let mut info: libc::signalfd_siginfo = std::mem::zeroed();
+                let size = std::mem::size_of::<libc::signalfd_siginfo>();
+                while libc::read(signals, (&raw mut info).cast(), size) == size as isize {
+                    on_signal(info.ssi_signo as i32, command, &mut code);
+                }
+            }
+            if fds[2].revents != 0 {
+                // The answer, or the caller's end closed: either way the calls go on (without a
+                // network they find no route).
+                let mut byte = 0u8;
+                libc::read(sock, (&raw mut byte).cast(), 1);
+                answered = true;
+                for id in &held[..n] {
+                    crate::demand::let_go(listener, *id);
+                }
+                n = 0;
+            }
+            if fds[1].revents & libc::POLLIN != 0 {
+                let Some(id) = crate::demand::receive(listener) else { continue };
+                if answered {
+                    crate::demand::let_go(listener, id);
+                    continue;
+                }
+                if !asked {
+                    libc::send(sock, [1u8].as_ptr().cast(), 1, libc::MSG_NOSIGNAL);
+                    asked = true;
+                }
+                held[n] = id;
+                n += 1;
             }
         }
     }

@@ -397,7 +397,8 @@ impl Arch {
         }
     }
 
-    fn audit(self) -> u32 {
+    /// Its `AUDIT_ARCH_*` value, what `seccomp_data.arch` holds.
+    pub fn audit(self) -> u32 {
         match self {
             Arch::X86_64 => 0xc000_003e,
             Arch::Aarch64 => 0xc000_00b7,

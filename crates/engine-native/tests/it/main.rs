@@ -17,6 +17,7 @@ mod engine;
 mod fault;
 #[path = "../../../sandbox-core/tests/shared/interactive.rs"]
 mod interactive;
+mod on_demand;
 mod session;
 
 const PYTHON: &str = "/usr/bin/python3.11";
@@ -397,15 +398,21 @@ print(json.dumps({
 }))
 "#;
 
-/// Net on: PyPI over TLS with the mounted CA bundle; the metadata address unroutable (113);
-/// neither the host's loopback ports nor its abstract unix sockets reachable.
-fn net_on_reaches_pypi_only() {
-    let Some(pasta) =
-        ["/usr/bin/pasta", "/usr/local/bin/pasta"].iter().find(|p| Path::new(p).exists())
-    else {
+/// The pasta binary, if installed (else prints why the test is skipped).
+fn pasta() -> Option<&'static str> {
+    let found =
+        ["/usr/bin/pasta", "/usr/local/bin/pasta"].into_iter().find(|p| Path::new(p).exists());
+    if found.is_none() {
         eprintln!("SKIPPED: native net on: pasta (the passt package) is not installed");
-        return;
-    };
+    }
+    found
+}
+
+/// Net on: PyPI over TLS with the mounted CA bundle; the metadata address unroutable (113);
+/// neither the host's loopback ports nor its abstract unix sockets reachable. Connected up
+/// front, or on demand (the script's first call held until pasta is attached).
+fn net_on_reaches_pypi_only(on_demand: bool) {
+    let Some(pasta) = pasta() else { return };
     let mut f = fixture();
     f.input.net = true;
     f.input.ca_bundle = std::fs::canonicalize("/etc/ssl/certs/ca-certificates.crt").ok();
@@ -430,17 +437,28 @@ fn net_on_reaches_pypi_only() {
         stdin: None,
         stdout: Some(w),
         stderr: None,
+        net_on_demand: on_demand,
         ..Command::default()
     };
     let mut child = engine_native::spawn(&plan, command).unwrap();
-    let net = engine_native::connect(&mut child, Path::new(pasta), &[]).unwrap();
+    let demand = engine_native::connect_on_demand(&mut child, Path::new(pasta)).unwrap();
+    assert_eq!(demand.is_some(), on_demand && engine_native::demand::supported());
+    let up_front = match demand {
+        Some(_) => None,
+        None => Some(engine_native::connect(&mut child, Path::new(pasta), &[]).unwrap()),
+    };
+    let reader = std::thread::spawn(move || read_all(r));
+    let exit = child.wait().unwrap();
+    let net = match (up_front, demand) {
+        (Some(net), _) => net,
+        (None, Some(demand)) => demand.finish().unwrap().expect("the script asked for its network"),
+        (None, None) => unreachable!(),
+    };
     // The pasta of a root caller's sandbox is host nobody, as bwrap's is.
     let pasta_pid = net.pasta_pid().unwrap();
     let pasta_uid = host_uid(i32::try_from(pasta_pid).unwrap()).unwrap();
     let me = rustix::process::getuid();
     assert_eq!(pasta_uid, if me.is_root() { 65534 } else { me.as_raw() });
-    let reader = std::thread::spawn(move || read_all(r));
-    let exit = child.wait().unwrap();
     drop(net);
     let out = reader.join().unwrap();
     drop((listener, abstract_sock));
@@ -452,10 +470,17 @@ fn net_on_reaches_pypi_only() {
 
 #[test]
 fn net_on_reaches_pypi_but_not_the_host_or_metadata() {
-    as_root_and_rootless(
-        "net_on_reaches_pypi_but_not_the_host_or_metadata",
-        net_on_reaches_pypi_only,
-    );
+    as_root_and_rootless("net_on_reaches_pypi_but_not_the_host_or_metadata", || {
+        net_on_reaches_pypi_only(false)
+    });
+}
+
+/// The same walls when the network is connected on the script's first call.
+#[test]
+fn net_on_demand_reaches_pypi_but_not_the_host_or_metadata() {
+    as_root_and_rootless("net_on_demand_reaches_pypi_but_not_the_host_or_metadata", || {
+        net_on_reaches_pypi_only(true)
+    });
 }
 
 /// The sandbox's pasta is ended with the handle (none is left once the run is over).
