@@ -9,7 +9,10 @@
 //! `session start` with the same flags in the same directory asks for. It holds a per-engine
 //! serve lock for its whole life, so a second `pool serve` on the same pool refuses to start,
 //! and a claim made while one serves leaves no detached refill (whose config, the claimer's,
-//! would evict the served members): the next pass refills.
+//! would evict the served members): the next pass refills. A pool other hosts reach too (a
+//! cluster's) is locked there as well (the engine's lease, `SessionEngine::pool_lease_take`):
+//! taken at the start, renewed by every pass (a pass whose renewal finds another holder does
+//! nothing), released on the way out.
 //!
 //! The refill child gets the session's config as JSON on its stdin (never on its command line:
 //! the environment may hold secrets), runs in its own process group (a Ctrl-C of the caller's
@@ -84,7 +87,9 @@ pub(crate) fn claim(
         return None;
     }
     let claimed = sandbox_core::pool::claim(engine, config).ok().flatten();
-    if !serving(engine.session_engine_name()) {
+    // A controller on another host (the engine's lease) refills as well as one on this one.
+    let elsewhere = || engine.pool_lease_holder_dyn().ok().flatten().is_some();
+    if !serving(engine.session_engine_name()) && !elsewhere() {
         // Best effort: without the refill the next start is a cold one.
         let _ = spawn_fill(engine.session_engine_name(), size, config, options);
     }
@@ -192,13 +197,10 @@ fn serve(args: &PoolServeArgs) -> Result<ExitCode> {
     for name in &names {
         locks.push(serve_lock(name)?);
     }
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        // A second signal while a pass is under way ends the process at once.
-        signal_hook::flag::register_conditional_shutdown(signal, 130, stop.clone())?;
-        signal_hook::flag::register(signal, stop.clone())?;
-    }
-    let stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
+    // A pool every host reaches (a cluster's) has its lock there too: taken now, renewed by
+    // each pass, given up on the way out.
+    let holder = holder_identity();
+    let ttl = lease_ttl(interval);
     let options = registry::Options {
         image: args.shape.container.image.as_deref(),
         namespace: args.shape.namespace.as_deref(),
@@ -206,6 +208,23 @@ fn serve(args: &PoolServeArgs) -> Result<ExitCode> {
         purpose: registry::Purpose::Start,
         claims: &[],
     };
+    for name in &names {
+        let taken = open(name, &options).and_then(|e| Ok(e.pool_lease_take_dyn(&holder, ttl)?));
+        if let Ok(sandbox_core::PoolLease::HeldBy(other)) = taken {
+            release_leases(&names, &options, &holder);
+            return Err(ui::hinted(
+                format!("another `pool serve` ({other}) already keeps the {name} pool"),
+                "one controller per pool, across hosts: stop the other, or serve another engine with `--engine`",
+            ));
+        }
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal while a pass is under way ends the process at once.
+        signal_hook::flag::register_conditional_shutdown(signal, 130, stop.clone())?;
+        signal_hook::flag::register(signal, stop.clone())?;
+    }
+    let stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
     let log = Log { json: args.json };
     loop {
         let mut failed = false;
@@ -218,6 +237,12 @@ fn serve(args: &PoolServeArgs) -> Result<ExitCode> {
             let pass = open(name, &options).and_then(|engine| {
                 if engine.pool_identity_dyn().is_none() {
                     anyhow::bail!("the {name} engine has no pool");
+                }
+                match engine.pool_lease_take_dyn(&holder, ttl)? {
+                    sandbox_core::PoolLease::HeldBy(other) => {
+                        anyhow::bail!("the pool's lease is {other}'s now; this loop waits for it")
+                    }
+                    sandbox_core::PoolLease::Held | sandbox_core::PoolLease::Local => {}
                 }
                 let _fill = fill_lock(name);
                 let now = std::time::SystemTime::now()
@@ -233,6 +258,7 @@ fn serve(args: &PoolServeArgs) -> Result<ExitCode> {
             }
         }
         if args.once {
+            release_leases(&names, &options, &holder);
             return Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS });
         }
         let until = std::time::Instant::now() + interval;
@@ -243,8 +269,33 @@ fn serve(args: &PoolServeArgs) -> Result<ExitCode> {
             eprintln!(
                 "pool serve: stopped; the members stay (`python-sandbox pool drain` removes them)"
             );
+            release_leases(&names, &options, &holder);
             drop(locks);
             return Ok(ExitCode::SUCCESS);
+        }
+    }
+}
+
+/// Who holds a pool's lease: this host and process (nothing secret; what `kubectl get lease`
+/// shows an operator looking for the loop).
+fn holder_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = host.trim();
+    format!("{}/{}", if host.is_empty() { "localhost" } else { host }, std::process::id())
+}
+
+/// Pure: how long a pool's lease outlives its last renewal: three passes, at least 30 s (a
+/// pass may take a while: it starts pods).
+fn lease_ttl(interval: std::time::Duration) -> std::time::Duration {
+    (interval * 3).max(std::time::Duration::from_secs(30))
+}
+
+/// Gives up the leases `holder` holds on `names`' pools (best effort: an unreleased lease
+/// expires by itself).
+fn release_leases(names: &[&str], options: &registry::Options<'_>, holder: &str) {
+    for name in names {
+        if let Ok(engine) = open(name, options) {
+            let _ = engine.pool_lease_release_dyn(holder);
         }
     }
 }
@@ -315,4 +366,17 @@ fn list(json: bool, engine: Option<&str>, namespace: Option<&str>) -> Result<Exi
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn a_lease_outlives_three_passes_and_at_least_half_a_minute() {
+        assert_eq!(super::lease_ttl(Duration::from_secs(5)), Duration::from_secs(30));
+        assert_eq!(super::lease_ttl(Duration::from_secs(20)), Duration::from_secs(60));
+        let holder = super::holder_identity();
+        assert!(holder.ends_with(&format!("/{}", std::process::id())), "{holder}");
+    }
 }

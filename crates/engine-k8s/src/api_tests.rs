@@ -125,6 +125,17 @@ fn interesting(body: &Value) -> String {
             }
         }
     }
+    // A Lease: the write's precondition and what it claims (times vary, so they are left out).
+    if body.get("kind") == Some(&json!("Lease")) {
+        if let Some(rv) = body.pointer("/metadata/resourceVersion") {
+            out.insert("resourceVersion".to_owned(), rv.clone());
+        }
+        for key in ["holderIdentity", "leaseDurationSeconds", "leaseTransitions"] {
+            if let Some(v) = body.pointer(&format!("/spec/{key}")) {
+                out.insert(key.to_owned(), v.clone());
+            }
+        }
+    }
     Value::Object(out).to_string()
 }
 
@@ -837,4 +848,146 @@ fn the_watch_gauge_counts_requests_and_how_many_are_open_at_once() {
 #[test]
 fn a_watch_trace_line_names_the_object_and_the_open_count() {
     insta::assert_snapshot!(api::trace_line("pod", "psbx-0a1b", 1), @"k8s-trace: watch pod/psbx-0a1b (open 1)");
+}
+
+/// A Lease as the apiserver returns it: held by `holder`, renewed `age` seconds ago.
+fn lease_body(rv: &str, holder: &str, age: i64) -> Value {
+    let renewed = k8s_openapi::jiff::Timestamp::now()
+        .checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(age))
+        .expect("time");
+    json!({
+        "kind": "Lease", "apiVersion": "coordination.k8s.io/v1",
+        "metadata": {"name": LEASE, "namespace": NS, "resourceVersion": rv},
+        "spec": {
+            "holderIdentity": holder, "leaseDurationSeconds": 30, "leaseTransitions": 2,
+            "acquireTime": "2026-12-05T00:00:00.000000Z",
+            "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
+        },
+    })
+}
+
+const LEASE: &str = "psbx-pool-serve-0123456789abcdef";
+const ME: &str = "host-a/100";
+
+async fn take(client: Client) -> Result<Option<String>, Error> {
+    crate::lease::take(&client, NS, LEASE, ME, Duration::from_secs(30)).await
+}
+
+fn not_found(name: &str) -> Reply {
+    status(
+        404,
+        "NotFound",
+        &format!("leases.coordination.k8s.io \"{name}\" not found"),
+        json!({"name": name, "group": "coordination.k8s.io", "kind": "leases"}),
+    )
+}
+
+fn conflict(name: &str) -> Reply {
+    status(
+        409,
+        "Conflict",
+        &format!(
+            "Operation cannot be fulfilled on leases.coordination.k8s.io \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+        ),
+        json!({"name": name, "group": "coordination.k8s.io", "kind": "leases"}),
+    )
+}
+
+#[tokio::test]
+async fn a_free_pool_lease_is_created_for_this_loop() {
+    let replies = vec![not_found(LEASE), created(lease_body("7", ME, 0))];
+    let (result, transcript) = scripted(replies, take).await;
+    assert_eq!(result.expect("taken"), None);
+    insta::assert_snapshot!(transcript);
+}
+
+#[tokio::test]
+async fn a_live_lease_of_another_loop_is_not_taken() {
+    let replies = vec![ok(lease_body("7", "host-b/200", 5))];
+    let (result, transcript) = scripted(replies, take).await;
+    assert_eq!(result.expect("read"), Some("host-b/200".to_owned()));
+    assert_eq!(transcript.lines().count(), 1, "{transcript}");
+}
+
+#[tokio::test]
+async fn our_lease_is_renewed_and_an_expired_one_taken_over_at_its_version() {
+    let replies = vec![ok(lease_body("7", ME, 5)), ok(lease_body("8", ME, 0))];
+    let (result, renewed) = scripted(replies, take).await;
+    assert_eq!(result.expect("renewed"), None);
+    let replies = vec![ok(lease_body("9", "host-b/200", 120)), ok(lease_body("10", ME, 0))];
+    let (result, taken_over) = scripted(replies, take).await;
+    assert_eq!(result.expect("taken over"), None);
+    insta::assert_snapshot!(format!("{renewed}\n---\n{taken_over}"));
+}
+
+#[tokio::test]
+async fn of_two_loops_taking_a_lease_at_once_the_second_learns_the_first() {
+    let replies = vec![not_found(LEASE), conflict(LEASE), ok(lease_body("7", "host-b/200", 0))];
+    let (result, transcript) = scripted(replies, take).await;
+    assert_eq!(result.expect("read"), Some("host-b/200".to_owned()));
+    assert_eq!(transcript.lines().filter(|l| !l.starts_with(' ')).count(), 3, "{transcript}");
+}
+
+#[tokio::test]
+async fn a_lease_is_released_only_by_its_holder_and_at_the_version_read() {
+    let replies =
+        vec![ok(lease_body("7", ME, 5)), ok(json!({"kind": "Status", "status": "Success"}))];
+    let (result, ours) =
+        scripted(replies, |c| async move { crate::lease::release(&c, NS, LEASE, ME).await }).await;
+    result.expect("released");
+    let replies = vec![ok(lease_body("7", "host-b/200", 5))];
+    let (result, theirs) =
+        scripted(replies, |c| async move { crate::lease::release(&c, NS, LEASE, ME).await }).await;
+    result.expect("left alone");
+    assert_eq!(theirs.lines().count(), 1, "{theirs}");
+    insta::assert_snapshot!(ours);
+}
+
+#[tokio::test]
+async fn a_claim_sees_a_live_holder_and_no_expired_one() {
+    for (age, want) in [(5, Some("host-b/200".to_owned())), (31, None)] {
+        let replies = vec![ok(lease_body("7", "host-b/200", age))];
+        let (result, _) =
+            scripted(replies, |c| async move { crate::lease::holder(&c, NS, LEASE).await }).await;
+        assert_eq!(result.expect("read"), want, "renewed {age} s ago");
+    }
+    let (result, _) =
+        scripted(
+            vec![not_found(LEASE)],
+            |c| async move { crate::lease::holder(&c, NS, LEASE).await },
+        )
+        .await;
+    assert_eq!(result.expect("read"), None);
+}
+
+#[test]
+fn the_lease_verdict_follows_holder_and_age() {
+    use crate::lease::{Verdict, verdict};
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let parse = |v: Value| -> k8s_openapi::api::coordination::v1::Lease {
+        serde_json::from_value(v).expect("lease")
+    };
+    assert_eq!(verdict(None, ME, now), Verdict::Create);
+    assert_eq!(
+        verdict(Some(&parse(lease_body("7", ME, 100))), ME, now),
+        Verdict::Renew { revision: "7".into() }
+    );
+    assert_eq!(
+        verdict(Some(&parse(lease_body("7", "host-b/200", 29))), ME, now),
+        Verdict::Held { holder: "host-b/200".into() }
+    );
+    assert_eq!(
+        verdict(Some(&parse(lease_body("7", "host-b/200", 31))), ME, now),
+        Verdict::TakeOver { revision: "7".into(), transitions: 2 }
+    );
+    assert_eq!(
+        verdict(Some(&parse(lease_body("7", "", 0))), ME, now),
+        Verdict::TakeOver { revision: "7".into(), transitions: 2 }
+    );
+    // The name is the user's, stable, and a valid object name.
+    let mark = MarkKey::from_bytes([7; 32]);
+    let name = crate::lease::name(&mark);
+    assert_eq!(name, crate::lease::name(&mark));
+    assert_ne!(name, crate::lease::name(&MarkKey::from_bytes([8; 32])));
+    assert!(name.len() <= 63 && name.starts_with("psbx-pool-serve-"), "{name}");
 }

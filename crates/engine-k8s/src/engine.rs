@@ -667,6 +667,30 @@ impl SessionEngine for K8sEngine {
         }
     }
 
+    /// A Lease in the namespace, named for this user's pool (`crate::lease`).
+    fn pool_lease_take(
+        &self,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<sandbox_core::PoolLease> {
+        let name = crate::lease::name(&self.mark);
+        let ns = &self.config.namespace;
+        Ok(match self.block_on(crate::lease::take(&self.client, ns, &name, holder, ttl))? {
+            None => sandbox_core::PoolLease::Held,
+            Some(other) => sandbox_core::PoolLease::HeldBy(other),
+        })
+    }
+
+    fn pool_lease_release(&self, holder: &str) -> Result<()> {
+        let name = crate::lease::name(&self.mark);
+        self.block_on(crate::lease::release(&self.client, &self.config.namespace, &name, holder))
+    }
+
+    fn pool_lease_holder(&self) -> Result<Option<String>> {
+        let name = crate::lease::name(&self.mark);
+        self.block_on(crate::lease::holder(&self.client, &self.config.namespace, &name))
+    }
+
     fn pool_remove(&self, id: &str) -> Result<()> {
         let pod = self.own_pod(id)?;
         let Some(member) = pool_member(&self.config, &self.mark, &pod) else { return Ok(()) };

@@ -16,6 +16,7 @@ pub mod environment;
 mod error;
 pub mod exec;
 pub mod failure;
+pub mod lease;
 pub mod manifest;
 pub mod preview;
 pub mod probe;

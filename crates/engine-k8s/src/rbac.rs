@@ -18,6 +18,9 @@
 ///   waiting on another's prepare; list and delete, for the sweep of unused ones; `get` also
 ///   reads each user claim of `--mount pvc:` before the run's pod (`crate::claims`), which
 ///   needs no verb more (the sweep deletes only claims signed as the engine's own).
+/// - leases (`coordination.k8s.io`): get, create, update and delete, for the warm pool's
+///   controller lock (`crate::lease`: one `pool serve` per pool across hosts), and `get` for a
+///   claim's look at whether one serves.
 pub const REQUIRED_PERMISSIONS: &[(&str, &str)] = &[
     ("pods", "create"),
     ("pods", "get"),
@@ -49,12 +52,17 @@ pub const REQUIRED_PERMISSIONS: &[(&str, &str)] = &[
     ("persistentvolumeclaims", "watch"),
     ("persistentvolumeclaims", "list"),
     ("persistentvolumeclaims", "delete"),
+    ("leases", "get"),
+    ("leases", "create"),
+    ("leases", "update"),
+    ("leases", "delete"),
 ];
 
 /// The API group of a resource in [`REQUIRED_PERMISSIONS`] (`""` is the core group).
 pub fn api_group(resource: &str) -> &'static str {
     match resource.split('/').next().unwrap_or(resource) {
         "ingresses" | "networkpolicies" => "networking.k8s.io",
+        "leases" => "coordination.k8s.io",
         _ => "",
     }
 }

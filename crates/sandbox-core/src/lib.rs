@@ -54,7 +54,7 @@ pub use policy::{
     SANDBOX_CA_BUNDLE, SANDBOX_CONTAINER, SANDBOX_HOME, SANDBOX_HOSTNAME, SYSTEM_DIRS,
     check_host_path, run_env,
 };
-pub use pool::PoolMember;
+pub use pool::{PoolLease, PoolMember};
 pub use publish::{
     DEFAULT_PUBLISH_ADDR, HostPort, PublishedPort, asked as asked_host_ports, busy_host_port,
     check_free as check_host_ports_free, choose as choose_host_ports, port_in_use,

@@ -23,6 +23,17 @@ use sha2::{Digest, Sha256};
 
 use crate::{EngineError, SessionConfig, SessionInfo};
 
+/// The pool's controller lock as an engine keeps it ([`crate::SessionEngine::pool_lease_take`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PoolLease {
+    /// The pool is this host's alone: the CLI's lock file is its lock.
+    Local,
+    /// Held by the caller now (taken or renewed), where every host sees it.
+    Held,
+    /// Held by another controller, named by its holder identity.
+    HeldBy(String),
+}
+
 /// A ready sandbox in an engine's pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolMember {

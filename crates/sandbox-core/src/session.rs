@@ -201,6 +201,31 @@ pub trait SessionEngine: Executor {
     fn pool_remove(&self, _id: &str) -> Result<(), Self::Error> {
         Ok(())
     }
+
+    /// The pool's controller lock (`pool serve`'s), for an engine whose pool every host can
+    /// reach (a cluster's): takes or renews it for `holder`, kept for `ttl` unless renewed.
+    /// [`crate::PoolLease::Local`] (the default): the pool is this host's, and a lock file on
+    /// the host orders its controllers.
+    fn pool_lease_take(
+        &self,
+        _holder: &str,
+        _ttl: std::time::Duration,
+    ) -> Result<crate::PoolLease, Self::Error> {
+        Ok(crate::PoolLease::Local)
+    }
+
+    /// Gives the controller lock up, if `holder` holds it.
+    fn pool_lease_release(&self, _holder: &str) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// Who keeps the pool now from wherever (a live holder of the lock [`pool_lease_take`]
+    /// gives); `None` when nobody does or the pool is this host's (the default).
+    ///
+    /// [`pool_lease_take`]: SessionEngine::pool_lease_take
+    fn pool_lease_holder(&self) -> Result<Option<String>, Self::Error> {
+        Ok(None)
+    }
 }
 
 /// Object-safe view of a [`WarmSession`], driven by its engine's [`Executor`].
@@ -372,6 +397,19 @@ pub trait DynSessionEngine {
 
     /// See [`SessionEngine::pool_remove`].
     fn pool_remove_dyn(&self, id: &str) -> Result<(), EngineError>;
+
+    /// See [`SessionEngine::pool_lease_take`].
+    fn pool_lease_take_dyn(
+        &self,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<crate::PoolLease, EngineError>;
+
+    /// See [`SessionEngine::pool_lease_release`].
+    fn pool_lease_release_dyn(&self, holder: &str) -> Result<(), EngineError>;
+
+    /// See [`SessionEngine::pool_lease_holder`].
+    fn pool_lease_holder_dyn(&self) -> Result<Option<String>, EngineError>;
 }
 
 impl<E: SessionEngine> DynSessionEngine for E {
@@ -421,6 +459,22 @@ impl<E: SessionEngine> DynSessionEngine for E {
 
     fn pool_remove_dyn(&self, id: &str) -> Result<(), EngineError> {
         self.pool_remove(id).map_err(EngineError::new)
+    }
+
+    fn pool_lease_take_dyn(
+        &self,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<crate::PoolLease, EngineError> {
+        self.pool_lease_take(holder, ttl).map_err(EngineError::new)
+    }
+
+    fn pool_lease_release_dyn(&self, holder: &str) -> Result<(), EngineError> {
+        self.pool_lease_release(holder).map_err(EngineError::new)
+    }
+
+    fn pool_lease_holder_dyn(&self) -> Result<Option<String>, EngineError> {
+        self.pool_lease_holder().map_err(EngineError::new)
     }
 }
 

@@ -290,3 +290,28 @@ fn network_policies_are_reachability_not_objects() {
         "net on: public only"
     );
 }
+
+/// The pool's controller lock on the cluster: one holder at a time, renewed by its holder,
+/// released for the next (two `pool serve` loops on two hosts are two holders).
+#[test]
+fn one_pool_serve_holds_the_pools_lease_at_a_time() {
+    let Some(engine) = cluster() else { return };
+    let ttl = Duration::from_secs(30);
+    let (a, b) = ("e2e-host-a/1", "e2e-host-b/2");
+    let _ = engine.pool_lease_release(a);
+    let _ = engine.pool_lease_release(b);
+    assert_eq!(engine.pool_lease_take(a, ttl).unwrap(), sandbox_core::PoolLease::Held);
+    assert_eq!(
+        engine.pool_lease_take(b, ttl).unwrap(),
+        sandbox_core::PoolLease::HeldBy(a.to_owned())
+    );
+    assert_eq!(engine.pool_lease_take(a, ttl).unwrap(), sandbox_core::PoolLease::Held);
+    assert_eq!(engine.pool_lease_holder().unwrap().as_deref(), Some(a));
+    // Released only by its holder.
+    engine.pool_lease_release(b).unwrap();
+    assert_eq!(engine.pool_lease_holder().unwrap().as_deref(), Some(a));
+    engine.pool_lease_release(a).unwrap();
+    assert_eq!(engine.pool_lease_holder().unwrap(), None);
+    assert_eq!(engine.pool_lease_take(b, ttl).unwrap(), sandbox_core::PoolLease::Held);
+    engine.pool_lease_release(b).unwrap();
+}

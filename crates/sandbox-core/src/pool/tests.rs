@@ -162,6 +162,22 @@ impl DynSessionEngine for Scripted {
         self.members.lock().map_err(|_| poisoned())?.retain(|m| m.id != id);
         Ok(())
     }
+
+    fn pool_lease_take_dyn(
+        &self,
+        _holder: &str,
+        _ttl: std::time::Duration,
+    ) -> Result<crate::PoolLease, EngineError> {
+        Ok(crate::PoolLease::Local)
+    }
+
+    fn pool_lease_release_dyn(&self, _holder: &str) -> Result<(), EngineError> {
+        Ok(())
+    }
+
+    fn pool_lease_holder_dyn(&self) -> Result<Option<String>, EngineError> {
+        Ok(None)
+    }
 }
 
 fn poisoned() -> EngineError {
