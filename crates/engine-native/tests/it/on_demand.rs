@@ -40,11 +40,26 @@ fn never_asks() {
     if supported().is_none() {
         return;
     }
-    // Sends on a connected socket (`send` is `sendto` without an address), local files.
-    let code =
-        "import socket\na, b = socket.socketpair()\na.send(b'hi')\nprint(b.recv(2).decode())\n";
+    // Sends on a connected socket (`send` is `sendto` without an address), to its own
+    // loopback (TCP and UDP, IPv4 and IPv6) and a unix datagram socket: all stay inside.
+    let code = r#"
+import os, socket
+a, b = socket.socketpair()
+a.send(b'hi')
+print(b.recv(2).decode())
+for family, host in ((socket.AF_INET, '127.0.0.1'), (socket.AF_INET6, '::1')):
+    server = socket.socket(family); server.bind((host, 0)); server.listen()
+    socket.create_connection(server.getsockname()[:2]).sendall(b'x')
+    print(server.accept()[0].recv(1).decode())
+    u = socket.socket(family, socket.SOCK_DGRAM); u.bind((host, 0))
+    socket.socket(family, socket.SOCK_DGRAM).sendto(b'y', u.getsockname())
+    print(u.recv(1).decode())
+d = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); d.bind('\0psbx-on-demand-test')
+socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b'z', '\0psbx-on-demand-test')
+print(d.recv(1).decode())
+"#;
     let (exit, out, demand) = run_without_pasta(code);
-    assert_eq!((exit, out.as_str()), (0, "hi\n"));
+    assert_eq!((exit, out.as_str()), (0, "hi\nx\ny\nx\ny\nz\n"));
     assert!(demand.finish().unwrap().is_none(), "a network was attached for nothing");
 }
 
