@@ -267,15 +267,19 @@ pub(crate) struct Held {
 }
 
 /// In the init: the next held call, or `None` when there is none (it was interrupted and will
-/// come again when restarted).
+/// come again when restarted). Its destination is read only when `look` (before the network
+/// is attached: after, every call goes on anyway).
 ///
 /// SAFETY: `listener` is a seccomp listener.
-pub(crate) unsafe fn receive(listener: i32) -> Option<Held> {
+pub(crate) unsafe fn receive(listener: i32, look: bool) -> Option<Held> {
     // SAFETY: the kernel fills a zeroed struct of the size the request encodes.
     unsafe {
         let mut notif: Notif = std::mem::zeroed();
         if libc::ioctl(listener, NOTIF_RECV as _, &raw mut notif) != 0 {
             return None;
+        }
+        if !look {
+            return Some(Held { id: notif.id, local: false });
         }
         let local = destination(&notif).is_some_and(|addr| stays_local(&addr));
         // The address was read from a process that still made this call (a pid reused

@@ -1464,7 +1464,7 @@ unsafe fn serve_on_demand(command: i32, signals: i32, listener: i32, sock: i32) 
                 n = 0;
             }
             if fds[1].revents & libc::POLLIN != 0 {
-                let Some(call) = crate::demand::receive(listener) else { continue };
+                let Some(call) = crate::demand::receive(listener, !answered) else { continue };
                 let id = call.id;
                 // The sandbox's own loopback, a unix socket: no network needed.
                 if answered || call.local {
