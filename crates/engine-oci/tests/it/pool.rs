@@ -99,11 +99,35 @@ fn a_used_or_changed_member_is_never_handed_out() {
         let [used] = members_of(&engine, &config).try_into().expect("one member");
         // Something ran in it: a connection to its agent from inside (what every request is).
         let poke = "import socket; s = socket.socket(socket.AF_UNIX); s.connect('/tmp/.python-sandbox-agent.sock'); s.close()";
-        let out = std::process::Command::new(name(&engine))
-            .args(["exec", &format!("python-sandbox-session-{used}"), "python3", "-c", poke])
+        let exec = || {
+            std::process::Command::new(name(&engine))
+                .args(["exec", &format!("python-sandbox-session-{used}"), "python3", "-c", poke])
+                .output()
+                .expect("exec")
+        };
+        // 126: the runtime could not start the command (docker, twice in six runs of the whole
+        // suite, which starts containers in parallel; nothing on stderr): try again.
+        let mut out = exec();
+        for _ in 0..4 {
+            if out.status.code() != Some(126) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            out = exec();
+        }
+        let state = std::process::Command::new(name(&engine))
+            .args(["inspect", "-f", "{{.State.Status}} {{.State.ExitCode}} {{.State.Error}}"])
+            .arg(format!("python-sandbox-session-{used}"))
             .output()
-            .expect("exec");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        assert!(
+            out.status.success(),
+            "{}: {} {} (container: {state})",
+            name(&engine),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(pool::claim(&engine, &config).expect("claim"), None, "{}: used", name(&engine));
         assert!(engine.open_session(&used).is_err(), "the used member was removed");
