@@ -217,7 +217,7 @@ impl Sandboxed for NativeSandbox {
             },
             Err(e) => return Err(to_bwrap(e)),
         };
-        // The thread ends once the init has gone (its request pipe's EOF), or after attaching
+        // The thread ends once the init has gone (EOF on its socket pair), or after attaching
         // pasta for a script that asked.
         let attached = on_demand.map(crate::net::OnDemand::finish);
         drop(net);

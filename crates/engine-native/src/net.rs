@@ -50,8 +50,7 @@ pub fn connect_on_demand(child: &mut Child, pasta: &Path) -> Result<Option<OnDem
         .name("native-net-on-demand".into())
         .spawn(move || {
             let Some(netns) = demand.wait() else { return Ok(None) };
-            let run_as = rustix::process::getuid().is_root().then_some((NOBODY, NOBODY));
-            let attached = engine_bwrap::UserNet::attach_netns(&pasta, netns, &[], run_as);
+            let attached = engine_bwrap::UserNet::attach_netns(&pasta, netns, &[], run_as());
             // Attached or not, the held calls go on (without a network they find no route).
             demand.release();
             attached.map(Some)
@@ -71,7 +70,7 @@ pub struct OnDemand {
 impl OnDemand {
     /// Once the run has ended: pasta, if the script asked for its network (end it by dropping
     /// the handle), or why it could not be attached. Returns at once when the script never
-    /// asked (the init's end of the request pipe is closed), and after the attach otherwise.
+    /// asked (the init's end of the socket pair is closed), and after the attach otherwise.
     pub fn finish(self) -> std::result::Result<Option<engine_bwrap::UserNet>, engine_bwrap::Error> {
         self.thread.join().unwrap_or_else(|_| {
             Err(engine_bwrap::Error::UserNetwork { reason: "the network thread panicked".into() })
@@ -86,8 +85,12 @@ pub(crate) fn attach(
     pasta: &Path,
     publish: &[PublishedPort],
 ) -> std::result::Result<engine_bwrap::UserNet, engine_bwrap::Error> {
-    let run_as = rustix::process::getuid().is_root().then_some((NOBODY, NOBODY));
-    engine_bwrap::UserNet::attach_blocked(pasta, child.netns_pid(), publish, run_as)
+    engine_bwrap::UserNet::attach_blocked(pasta, child.netns_pid(), publish, run_as())
+}
+
+/// The host user pasta runs as: the sandbox's (host nobody for a root caller), `None` for ours.
+fn run_as() -> Option<(u32, u32)> {
+    rustix::process::getuid().is_root().then_some((NOBODY, NOBODY))
 }
 
 /// The one `note:` a `--net on` run prints when it gets the built-in proxy (pasta missing).
