@@ -135,6 +135,11 @@ fn ensure_bwrap(sh: &Shell) -> Result<Option<String>> {
             return Ok(Some(reason));
         }
     }
+    // pasta runs as nobody for a root caller: a device only root may open (no udev here) would
+    // leave native and bwrap on the built-in proxy (HTTP(S) only) and untested with pasta.
+    if let Some(reason) = services::tun_for_all(sh)? {
+        crate::skipped("pasta", &reason);
+    }
     // The same real namespace round trip the CLI's detection does.
     let ok = cmd!(sh, "bwrap --unshare-all --die-with-parent --ro-bind / / true")
         .quiet()

@@ -11,7 +11,7 @@
 
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, chown};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use xshell::{Shell, cmd};
@@ -190,19 +190,8 @@ pub(crate) fn ensure(sh: &Shell) -> Result<Option<String>> {
                 .with_context(|| format!("giving {USER} subordinate ids in {file}"))?;
         }
     }
-    let tun = Path::new("/dev/net/tun");
-    match fs::metadata(tun) {
-        Ok(meta) if meta.permissions().mode() & 0o666 != 0o666 => {
-            fs::set_permissions(tun, fs::Permissions::from_mode(0o666)).context(
-                "making /dev/net/tun usable for slirp4netns (mode 0666, udev's default)",
-            )?;
-        }
-        Ok(_) => {}
-        Err(_) => {
-            return Ok(Some(
-                "no /dev/net/tun: slirp4netns cannot give containers a network".into(),
-            ));
-        }
+    if let Some(reason) = services::tun_for_all(sh)? {
+        return Ok(Some(format!("{reason}: slirp4netns cannot give containers a network")));
     }
     let runtime = account.runtime_dir();
     for (dir, mode) in [(&runtime, 0o700), (&runtime.join("podman"), 0o700)] {

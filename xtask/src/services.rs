@@ -309,6 +309,27 @@ pub(crate) fn write_file(path: &Path, text: &str) -> Result<()> {
     fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
+/// Gives `/dev/net/tun` udev's default mode (0666) when it lacks it, as a VM or container
+/// without udev leaves it (root's only): pasta runs as nobody for a root caller and
+/// slirp4netns as the rootless user, and both open it. `Ok(Some(reason))` when there is no
+/// device at all (no TUN in this kernel); unchanged, and `Ok(None)`, when not root.
+pub(crate) fn tun_for_all(sh: &Shell) -> Result<Option<String>> {
+    let tun = Path::new("/dev/net/tun");
+    match fs::metadata(tun) {
+        Ok(meta) if meta.permissions().mode() & 0o666 != 0o666 && is_root(sh) => {
+            fs::set_permissions(tun, fs::Permissions::from_mode(0o666))
+                .context("making /dev/net/tun read-write for all (mode 0666, udev's default)")?;
+            println!(
+                "/dev/net/tun was mode {:o} (no udev here): made 0666, udev's default",
+                meta.permissions().mode() & 0o777
+            );
+            Ok(None)
+        }
+        Ok(_) => Ok(None),
+        Err(_) => Ok(Some("no /dev/net/tun: no TUN device in this kernel".into())),
+    }
+}
+
 pub(crate) fn on_path(sh: &Shell, program: &str) -> bool {
     let path = sh.var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path).any(|dir| {

@@ -32,6 +32,8 @@ use clap::Parser;
 use crate::args::{Cli, Command};
 
 fn main() -> ExitCode {
+    // Before anything else (a helper forks): an engine's helper process is this binary again.
+    registry::helper_main_if_asked();
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cli = match Cli::try_parse_from(&argv) {
         Ok(cli) => cli,

@@ -115,6 +115,13 @@ impl Probes {
     }
 }
 
+/// Serves as the helper process an engine started this binary as, and exits (the built-in
+/// proxy's keeper of a warm native or bwrap session without pasta); returns at once for
+/// every other command line. First thing in `main`, while there is one thread.
+pub(crate) fn helper_main_if_asked() {
+    engine_bwrap::keeper_main_if_asked();
+}
+
 /// What `detect` and `suggest` report: every engine's full probe, in ladder order.
 pub(crate) fn detection() -> engine_detect::Detection {
     let probes = Probes::default();

@@ -84,9 +84,14 @@ fn start_session(args: SessionStartArgs, json: bool) -> Result<ExitCode> {
         purpose: registry::Purpose::Start,
         claims: &[],
     };
+    let net_on = spec.net == Net::On;
     let info = start_resolved(spec, workspace, ttl, args.engine.as_deref(), &options)?;
     for warning in &info.warnings {
         ui::warn(warning);
+    }
+    // As a run says it: without pasta the session's network is the built-in proxy's.
+    if net_on && let Some(note) = registry::net_note(&info.engine) {
+        ui::note(&note);
     }
     ui::note_published(&info.ports);
     if json {

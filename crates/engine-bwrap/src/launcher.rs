@@ -61,8 +61,10 @@ pub struct Ended {
 /// (SIGKILL to [`Sandboxed::session_pid`]); these do not end by themselves.
 #[derive(Debug, Default)]
 pub struct Detached {
-    /// pasta (net on), pinned: it holds the namespace, so it never exits on its own.
-    pub pasta: Option<reaper::ProcPin>,
+    /// The network's process, pinned: pasta (net on; it holds the namespace, so it never
+    /// exits on its own) or the built-in proxy's keeper (net on without pasta; it ends with
+    /// the sandbox).
+    pub network: Option<reaper::ProcPin>,
     /// The sandbox's own cgroup, to remove once its tree is gone.
     pub cgroup: Option<PathBuf>,
 }
@@ -104,7 +106,7 @@ pub trait Launcher: Send + Sync + std::fmt::Debug {
     fn forwards_signals(&self) -> bool;
 
     /// Whether a net-on sandbox without pasta gets the built-in HTTP(S) proxy
-    /// (`crate::BuiltinProxy`) instead of failing with [`Error::PastaNotFound`] (pasta missing, or
+    /// (`crate::ProxyServer`) instead of failing with [`Error::PastaNotFound`] (pasta missing, or
     /// unable to open `/dev/net/tun` as the user it runs as).
     fn builtin_net(&self) -> bool {
         false
@@ -157,14 +159,16 @@ impl Sandboxed for BwrapSandbox {
     }
 
     fn detach(self: Box<Self>) -> Detached {
-        let Launched { mut child, net, _cgroup: cgroup, .. } = self.launched;
+        let Launched { mut child, net, proxy, _cgroup: cgroup, .. } = self.launched;
         // Reaps bwrap if the session ends while this process still lives (a long-lived
         // library user); a CLI that exits first leaves that to init.
         std::thread::spawn(move || {
             let _ = child.wait();
         });
         Detached {
-            pasta: net.and_then(crate::net::UserNet::keep),
+            network: net
+                .and_then(crate::net::UserNet::keep)
+                .or_else(|| proxy.and_then(crate::proxy::ProxyServer::keep)),
             cgroup: cgroup.map(crate::limits::Cgroup::keep),
         }
     }

@@ -82,7 +82,9 @@ pub use launcher::{BwrapLauncher, Detached, Ended, Launcher, SandboxStdio, Sandb
 pub use limits::{Cgroup, CgroupPlan, Rlim, SandboxLimits};
 pub use net::{UserNet, listen_in};
 pub use plan::{Access, Bind, Plan};
-pub use proxy::{BuiltinProxy, PROXY_PORT, proxy_env};
+pub use proxy::{
+    BuiltinProxy, KEEPER_ARG, PROXY_PORT, ProxyServer, keeper_main_if_asked, proxy_env,
+};
 pub use seam::{Immediate, local_session};
 pub use session::{Session, SessionConfig, SessionInfo, reap_sessions};
 pub use uv::{

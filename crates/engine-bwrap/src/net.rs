@@ -29,7 +29,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -511,12 +511,15 @@ fn in_netns(
 }
 
 /// The built-in proxy for bwrap's sandbox process `child` (blocked before exec): once bwrap's
-/// own loopback setup is done, its socket in the sandbox's namespace, served from here.
-pub(crate) fn serve_proxy(child: i32) -> Result<crate::proxy::BuiltinProxy> {
+/// own loopback setup is done, its socket in the sandbox's namespace, served from here (a
+/// run) or by a keeper that lives as long as bwrap, `session`'s pidfd (a session).
+pub(crate) fn serve_proxy(
+    child: i32,
+    session: Option<BorrowedFd<'_>>,
+) -> Result<crate::proxy::ProxyServer> {
     wait_for_loopback(child);
     let listener = listen_in(child, crate::proxy::PROXY_PORT)?;
-    crate::proxy::BuiltinProxy::serve(listener)
-        .map_err(|e| Error::BuiltinNetwork { reason: format!("starting the built-in proxy: {e}") })
+    crate::proxy::ProxyServer::serve(listener, session)
 }
 
 /// A socket listening on 127.0.0.1:`port` inside the network namespace of `child` (a process

@@ -283,7 +283,7 @@ pub(crate) struct Launched {
     /// pasta, attached (net on).
     pub(crate) net: Option<crate::net::UserNet>,
     /// The built-in proxy (net on without pasta), stopped once the tree is gone.
-    pub(crate) proxy: Option<crate::proxy::BuiltinProxy>,
+    pub(crate) proxy: Option<crate::proxy::ProxyServer>,
     /// The sandbox's init (bwrap's child) as reported, when it was read (net on, or `detach`).
     pub(crate) child_pid: Option<i32>,
     /// The run's own cgroup (`crate::limits`), held for its drop (which removes it): after
@@ -305,16 +305,14 @@ pub(crate) fn launch(
     let Tools { bwrap, pasta } = tools;
     // Net on, or rlimits to set: bwrap waits on this pipe until pasta has connected the
     // sandbox's namespace and the sandbox's first process has its limits (`crate::limits`).
-    // Without pasta: the built-in HTTP(S) proxy (`crate::proxy`); what only pasta gives is
-    // refused by name.
+    // Without pasta: the built-in HTTP(S) proxy (`crate::proxy`), a session's served by a
+    // keeper; what only pasta gives is refused by name.
     let builtin = plan.net && pasta.is_err();
-    if builtin && let Err(no) = pasta {
-        if !plan.publish.is_empty() {
-            return Err(Error::needs_pasta("publishing a port", no));
-        }
-        if detach {
-            return Err(Error::needs_pasta("a warm session with net on", no));
-        }
+    if builtin
+        && let Err(no) = pasta
+        && !plan.publish.is_empty()
+    {
+        return Err(Error::needs_pasta("publishing a port", no));
     }
     let block = if plan.net || !plan.limits.rlimits.is_empty() {
         let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
@@ -437,7 +435,8 @@ pub(crate) fn launch(
                     crate::net::UserNet::attach(pasta, pid, &plan.publish, plan.run_as)
                         .map(|net| (Some(net), None))
                 }
-                (true, Err(_)) => crate::net::serve_proxy(pid).map(|proxy| (None, Some(proxy))),
+                (true, Err(_)) => crate::net::serve_proxy(pid, detach.then_some(pidfd.as_fd()))
+                    .map(|proxy| (None, Some(proxy))),
             });
             match attached {
                 Ok(net) => {

@@ -21,8 +21,9 @@
 //! credentials added here; they never enter the sandbox or a message.
 //!
 //! **Limits.** HTTP(S) through clients that honour `HTTPS_PROXY` (uv, pip, urllib, requests,
-//! curl): no raw sockets, no UDP, no DNS inside the sandbox, no published ports, and no warm
-//! sessions (the server lives only as long as this process). pasta gives all of that. The
+//! curl): no raw sockets, no UDP, no DNS inside the sandbox, no published ports. pasta gives
+//! all of that. A run's proxy is a thread of this process; a warm session's, which outlives
+//! it, a keeper process (`keeper`). The
 //! socket is IPv4 only (`NO_PROXY` keeps `::1` local); a script cannot take the port over
 //! (it is bound before the script starts, without `SO_REUSEPORT`).
 
@@ -685,5 +686,60 @@ fn host_addresses() -> Vec<IpAddr> {
     out
 }
 
+mod keeper;
 #[cfg(test)]
 mod tests;
+
+pub use keeper::{KEEPER_ARG, keeper_main_if_asked};
+
+/// Where a sandbox's built-in proxy is served from.
+#[derive(Debug)]
+pub enum ProxyServer {
+    /// A thread of this process, stopped when dropped (a run, which ends with its caller).
+    Thread(BuiltinProxy),
+    /// A keeper process (a warm session, which outlives its caller): it ends by itself with
+    /// the sandbox; pinned for the session's record.
+    Keeper(reaper::ProcPin),
+}
+
+impl ProxyServer {
+    /// Serves `listener` (from [`crate::net::listen_in`]): from a thread of this process, or,
+    /// given the pidfd of a sandbox that outlives this process, from a keeper that ends once
+    /// that process has.
+    pub fn serve(
+        listener: OwnedFd,
+        outlived_by: Option<std::os::fd::BorrowedFd<'_>>,
+    ) -> crate::error::Result<ProxyServer> {
+        match outlived_by {
+            Some(sandbox) => keeper::start(listener, sandbox).map(ProxyServer::Keeper),
+            None => BuiltinProxy::serve(listener).map(ProxyServer::Thread).map_err(|e| {
+                crate::Error::BuiltinNetwork { reason: format!("starting the built-in proxy: {e}") }
+            }),
+        }
+    }
+
+    /// A keeper's pin, for the session's record (it then lives on with the session); `None`
+    /// for a thread.
+    pub fn keep(self) -> Option<reaper::ProcPin> {
+        match &self {
+            // Dropped: it stops serving.
+            ProxyServer::Thread(_) => None,
+            ProxyServer::Keeper(pin) => {
+                let pin = *pin;
+                // Not dropped: that would end the keeper.
+                std::mem::forget(self);
+                Some(pin)
+            }
+        }
+    }
+}
+
+impl Drop for ProxyServer {
+    fn drop(&mut self) {
+        // A keeper not handed to a record (a session that failed to start) ends here; it
+        // would anyway once its sandbox is gone.
+        if let ProxyServer::Keeper(pin) = self {
+            pin.kill();
+        }
+    }
+}

@@ -22,8 +22,8 @@
 //!
 //! **Records.** `<runtime dir>/<launcher>-sessions/<id>.json`, written through
 //! [`reaper::PrivateDir`] (0700, the caller's own, no link followed): that process pinned by
-//! pid and start time ([`reaper::ProcPin`]), the policy it was started with, pasta and the
-//! cgroup that end with it, and the last use by the host. The agent's socket is reached through
+//! pid and start time ([`reaper::ProcPin`]), the policy it was started with, the network's
+//! process (pasta, or the built-in proxy's keeper) and the cgroup that end with it, and the last use by the host. The agent's socket is reached through
 //! `/proc/<pid>/root` of that pinned process, opened without following links the sandbox may
 //! have planted, and only once that root is the sandbox's (before its `pivot_root` it is the
 //! host's, whose `/tmp` is anyone's).
@@ -78,8 +78,9 @@ struct Record {
     scripts: u64,
     /// The ACL hold a root caller's session keeps on its directories, if any.
     holder: Option<String>,
-    /// pasta (net on), pinned by pid and start time: it never ends by itself (it holds the
-    /// namespace), so it ends with the session.
+    /// The network's process (net on), pinned by pid and start time: pasta, which never ends
+    /// by itself (it holds the namespace), or the built-in proxy's keeper (without pasta);
+    /// either ends with the session. (`pasta` for the records of earlier versions.)
     #[serde(default)]
     pasta: Option<(u32, u64)>,
     /// The session's own cgroup (limits on a delegated cgroup v2), removed when it ends.
@@ -282,7 +283,7 @@ impl SessionEngine for BwrapEngine {
                 },
             });
         };
-        let Detached { pasta, cgroup } = sandbox.detach();
+        let Detached { network, cgroup } = sandbox.detach();
         let holder = match grant {
             Some(grant) => {
                 grant.hold(&holder)?;
@@ -310,7 +311,7 @@ impl SessionEngine for BwrapEngine {
                 .collect(),
             scripts: 0,
             holder,
-            pasta: pasta.map(|p| (p.pid, p.start_time)),
+            pasta: network.map(|p| (p.pid, p.start_time)),
             cgroup,
         };
         if let Err(e) = records.write(&record) {

@@ -185,8 +185,9 @@ struct NativeSandbox {
     /// Net on, connected on demand: the thread that attaches pasta when the script first
     /// needs it (`crate::demand`), with its pasta or why it could not be attached.
     on_demand: Option<crate::net::OnDemand>,
-    /// The built-in proxy (net on without pasta), stopped with the handle.
-    proxy: Option<engine_bwrap::BuiltinProxy>,
+    /// The built-in proxy (net on without pasta): a thread stopped with the handle, or a
+    /// session's keeper.
+    proxy: Option<engine_bwrap::ProxyServer>,
     /// The run's cgroup, removed when dropped.
     cgroup: Option<engine_bwrap::Cgroup>,
 }
@@ -240,15 +241,17 @@ impl Sandboxed for NativeSandbox {
     }
 
     fn detach(self: Box<Self>) -> Detached {
-        // A session's plan never gets the proxy (`NativeLauncher::start` refuses it).
-        // Nor a network on demand (`NativeLauncher::start` connects a session's up front).
-        let NativeSandbox { child, net, on_demand: _, proxy: _, cgroup } = *self;
+        // A session never gets a network on demand (`NativeLauncher::start` connects a
+        // session's up front), and its proxy is a keeper.
+        let NativeSandbox { child, net, on_demand: _, proxy, cgroup } = *self;
         // The waiting thread is the monitor's parent: it reaps it while this process lives.
         std::thread::spawn(move || {
             let _ = child.wait();
         });
         Detached {
-            pasta: net.and_then(engine_bwrap::UserNet::keep),
+            network: net
+                .and_then(engine_bwrap::UserNet::keep)
+                .or_else(|| proxy.and_then(engine_bwrap::ProxyServer::keep)),
             cgroup: cgroup.map(engine_bwrap::Cgroup::keep),
         }
     }
@@ -273,16 +276,14 @@ impl Launcher for NativeLauncher {
 
     fn start(&self, start: Start<'_>) -> Result<Box<dyn Sandboxed>, Error> {
         let Start { plan, host, cache_root, pasta, stdio } = start;
-        // Net on without pasta: the built-in HTTP(S) proxy, for runs and prepare steps; what
-        // only pasta gives is refused by name.
+        // Net on without pasta: the built-in HTTP(S) proxy, for runs, prepare steps and
+        // sessions (served by a keeper); what only pasta gives is refused by name.
         let builtin = plan.net && pasta.is_err();
-        if builtin && let Err(no) = pasta {
-            if !plan.publish.is_empty() {
-                return Err(Error::needs_pasta("publishing a port", no));
-            }
-            if !plan.die_with_parent {
-                return Err(Error::needs_pasta("a warm session with net on", no));
-            }
+        if builtin
+            && let Err(no) = pasta
+            && !plan.publish.is_empty()
+        {
+            return Err(Error::needs_pasta("publishing a port", no));
         }
         let tree = crate::plan(&input(plan, host, cache_root)).map_err(to_bwrap)?;
         let cgroup = plan.limits.cgroup.as_ref().map(engine_bwrap::Cgroup::create).transpose()?;
@@ -349,7 +350,9 @@ impl Launcher for NativeLauncher {
             (true, Ok(pasta)) => {
                 crate::net::attach(&child, pasta, &plan.publish).map(|n| (Some(n), None))
             }
-            (true, Err(_)) => crate::net::serve_proxy(&child).map(|p| (None, Some(p))),
+            (true, Err(_)) => {
+                crate::net::serve_proxy(&child, !plan.die_with_parent).map(|p| (None, Some(p)))
+            }
         };
         let (net, proxy) = match attached {
             Ok(attached) => attached,

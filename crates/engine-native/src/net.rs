@@ -16,7 +16,7 @@
 //! The namespace keeps no route, only its loopback, where a socket made from outside listens
 //! on [`engine_bwrap::PROXY_PORT`]; this process serves it, and the sandbox's environment
 //! points `HTTPS_PROXY` and friends there, so uv's installs and a script's HTTP(S) work.
-//! Raw sockets, UDP, published ports and warm sessions with net on need pasta.
+//! Raw sockets, UDP and published ports need pasta.
 
 use std::path::Path;
 
@@ -119,12 +119,12 @@ pub fn builtin_net_note(config: &BwrapConfig) -> Option<String> {
 }
 
 /// The built-in proxy for a sandbox spawned with net on (blocked before its setup): its
-/// listening socket made in the sandbox's network namespace, served from this process.
+/// listening socket made in the sandbox's network namespace, served from this process, or
+/// for a `session` by a keeper that lives as long as the monitor.
 pub(crate) fn serve_proxy(
     child: &Child,
-) -> std::result::Result<engine_bwrap::BuiltinProxy, engine_bwrap::Error> {
+    session: bool,
+) -> std::result::Result<engine_bwrap::ProxyServer, engine_bwrap::Error> {
     let listener = engine_bwrap::listen_in(child.netns_pid(), engine_bwrap::PROXY_PORT)?;
-    engine_bwrap::BuiltinProxy::serve(listener).map_err(|e| engine_bwrap::Error::BuiltinNetwork {
-        reason: format!("starting the built-in proxy: {e}"),
-    })
+    engine_bwrap::ProxyServer::serve(listener, session.then(|| child.pidfd()))
 }

@@ -111,7 +111,7 @@ fn leftovers(
 }
 
 /// A PATH of this machine's tools without pasta (what a host without the passt package has).
-fn path_without_pasta(bin: &Path) -> String {
+pub(crate) fn path_without_pasta(bin: &Path) -> String {
     for entry in std::fs::read_dir("/usr/bin").expect("/usr/bin") {
         let name = entry.expect("entry").file_name();
         if !name.to_string_lossy().starts_with("pasta") {

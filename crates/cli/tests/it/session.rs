@@ -235,3 +235,102 @@ fn session_exec_interactive_and_tty_end_to_end() {
         );
     }
 }
+
+const FETCH: &str = "# /// script\n# dependencies = []\n# ///\nimport socket, urllib.request\n\
+print(urllib.request.urlopen('https://pypi.org/simple/six/', timeout=60).status)\n\
+try:\n    socket.create_connection(('pypi.org', 443), timeout=10)\n    print('direct: connected')\n\
+except OSError:\n    print('direct: refused')\n";
+
+/// The keepers of built-in proxies started with `path` on their `PATH` (so by this test).
+fn keepers(path: &str) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let read =
+                |what: &str| std::fs::read(format!("/proc/{pid}/{what}")).unwrap_or_default();
+            let cmdline = read("cmdline");
+            let environ = read("environ");
+            let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+            has(&cmdline, b"__python-sandbox-proxy-keeper")
+                && has(&environ, format!("PATH={path}").as_bytes())
+        })
+        .collect()
+}
+
+fn gone_soon(path: &str) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        if keepers(path).is_empty() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    false
+}
+
+/// Without pasta (a machine without the passt package), a warm session with net on gets the
+/// built-in HTTP(S) proxy as a run does, served by a keeper process that outlives `session
+/// start`: https works through it, a direct connection finds no route, and the keeper ends
+/// with the session, by `session stop` or by itself when the sandbox is killed.
+#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
+fn session_with_the_builtin_proxy(engine: &str) {
+    let ctx = Ctx::new();
+    if let Err(reason) = available(&ctx, engine) {
+        println!("SKIPPED: a {engine} session without pasta: {reason}");
+        return;
+    }
+    let bin = tempfile::tempdir().expect("tempdir");
+    let path = crate::fault::path_without_pasta(bin.path());
+    let env = [("PATH", path.as_str())];
+    let start = || {
+        let out = ctx.run_with_env(
+            &["session", "start", "--engine", engine, "--net", "on", "--ttl", "5m"],
+            &env,
+        );
+        assert!(out.status.success(), "{engine}: start: {}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("no pasta on PATH, so the network is HTTP(S) only"),
+            "{engine}: {}",
+            text(&out.stderr)
+        );
+        text(&out.stdout).lines().last().unwrap_or_default().trim().to_owned()
+    };
+    let id = start();
+    assert_eq!(keepers(&path).len(), 1, "{engine}: one keeper serves the session");
+    ctx.write("fetch.py", FETCH);
+    let fetched = ctx.run_with_env(&["session", "run", &id, "fetch.py"], &env);
+    assert_eq!(
+        text(&fetched.stdout),
+        "200\ndirect: refused\n",
+        "{engine}: {}",
+        text(&fetched.stderr)
+    );
+    let stopped = ctx.run_with_env(&["session", "stop", &id], &env);
+    assert!(stopped.status.success(), "{engine}: stop: {}", text(&stopped.stderr));
+    assert!(gone_soon(&path), "{engine}: the keeper outlived `session stop`");
+
+    // Killed from outside, with no `session stop`: the keeper goes with it all the same.
+    let id = start();
+    let list = ctx.run_with_env(&["session", "list", "--json", "--engine", engine], &env);
+    let listed: serde_json::Value = serde_json::from_slice(&list.stdout).expect("list json");
+    let pid = listed
+        .as_array()
+        .and_then(|all| all.iter().find(|s| s["id"] == id.as_str()))
+        .and_then(|s| s["sandbox"].as_str()?.strip_prefix("pid ")?.parse::<i32>().ok())
+        .expect("the session's pid");
+    assert_eq!(keepers(&path).len(), 1, "{engine}");
+    let killed = Command::new("kill").args(["-KILL", &pid.to_string()]).status().expect("kill");
+    assert!(killed.success(), "{engine}: kill of the session's process {pid}");
+    assert!(gone_soon(&path), "{engine}: the keeper outlived its sandbox");
+    let _ = ctx.run_with_env(&["session", "stop", &id], &env);
+}
+
+#[test]
+fn a_native_session_without_pasta_gets_the_builtin_proxy() {
+    session_with_the_builtin_proxy("native");
+}
+
+#[test]
+fn a_bwrap_session_without_pasta_gets_the_builtin_proxy() {
+    session_with_the_builtin_proxy("bwrap");
+}

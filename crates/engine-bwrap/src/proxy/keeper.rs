@@ -1,0 +1,138 @@
+//! The built-in proxy for a warm session: a session outlives the command that started it, so
+//! its proxy cannot be a thread of that command. It is served by a *keeper*, this binary
+//! executed again (`/proc/self/exe`) with [`KEEPER_ARG`], which a binary that starts sessions
+//! recognises first thing in `main` ([`keeper_main_if_asked`]).
+//!
+//! The keeper gets the listening socket (made in the sandbox's namespace, as for a run), a
+//! pidfd of the sandbox's own long-lived process, and a pipe. It forks once (its parent exits
+//! at once and is reaped here, so a long-lived caller such as the MCP server collects no
+//! zombies), starts its own session (no terminal signal of the caller reaches it), serves, and
+//! writes its pid to the pipe: EOF without a pid means it could not serve (a binary that does
+//! not call [`keeper_main_if_asked`], a failed start), which is an error here. It ends by
+//! itself once the pidfd says the sandbox is gone, and the session's record pins it so that
+//! `session stop` and `reap` end it too.
+
+#![allow(unsafe_code)]
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+use crate::Error;
+use crate::error::Result;
+
+/// `argv[1]` of a keeper.
+pub const KEEPER_ARG: &str = "__python-sandbox-proxy-keeper";
+
+/// The descriptors a keeper is started with.
+const LISTENER_FD: i32 = 3;
+const SANDBOX_FD: i32 = 4;
+const READY_FD: i32 = 5;
+
+/// Serves as a session's proxy keeper and exits when this process was started as one
+/// (`argv[1]` is [`KEEPER_ARG`]); returns at once otherwise. Call it first in `main`, before
+/// any thread starts: the keeper forks.
+pub fn keeper_main_if_asked() {
+    if std::env::args_os().nth(1).as_deref() == Some(OsStr::new(KEEPER_ARG)) {
+        std::process::exit(keeper_main());
+    }
+}
+
+fn keeper_main() -> i32 {
+    // SAFETY: single-threaded here (first thing in main); the parent only exits.
+    match unsafe { libc::fork() } {
+        -1 => return 1,
+        0 => {}
+        _ => unsafe { libc::_exit(0) },
+    }
+    // SAFETY: the descriptors were set up by `start` and are this process's alone.
+    let (listener, sandbox, ready) = unsafe {
+        use std::os::fd::FromRawFd;
+        (
+            OwnedFd::from_raw_fd(LISTENER_FD),
+            OwnedFd::from_raw_fd(SANDBOX_FD),
+            OwnedFd::from_raw_fd(READY_FD),
+        )
+    };
+    // Nothing else of the caller's: a descriptor it leaked to us would live as long as the
+    // session.
+    // SAFETY: closes descriptors no Rust object owns (the three above are below 6).
+    unsafe { libc::syscall(libc::SYS_close_range, READY_FD + 1, u32::MAX, 0) };
+    let _ = rustix::process::setsid();
+    // Holding no directory of the caller's busy (a workspace on a mount to unmount).
+    let _ = std::env::set_current_dir("/");
+    let proxy = match super::BuiltinProxy::serve(listener) {
+        Ok(proxy) => proxy,
+        Err(_) => return 1,
+    };
+    let pid = std::process::id().to_ne_bytes();
+    if rustix::io::write(&ready, &pid) != Ok(pid.len()) {
+        return 1;
+    }
+    drop(ready);
+    // Readable once the sandbox's process has exited: then nothing is left to serve.
+    loop {
+        let mut fds = [rustix::event::PollFd::new(&sandbox, rustix::event::PollFlags::IN)];
+        match rustix::event::poll(&mut fds, None) {
+            Ok(_) if !fds[0].revents().is_empty() => break,
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => break,
+        }
+    }
+    drop(proxy);
+    0
+}
+
+/// Starts a keeper serving `listener` until the process behind `sandbox` (a pidfd) exits;
+/// the keeper, pinned for the session's record.
+pub(crate) fn start(listener: OwnedFd, sandbox: BorrowedFd<'_>) -> Result<reaper::ProcPin> {
+    let failed = |reason: String| Error::BuiltinNetwork {
+        reason: format!("starting the built-in proxy's keeper for the session: {reason}"),
+    };
+    let sandbox = sandbox.try_clone_to_owned().map_err(|e| failed(e.to_string()))?;
+    let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| failed(e.to_string()))?;
+    let fds = [listener.as_raw_fd(), sandbox.as_raw_fd(), ready_w.as_raw_fd()];
+    let mut command = Command::new("/proc/self/exe");
+    command.arg(KEEPER_ARG).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    // SAFETY: after the fork, before exec: fcntl and dup2 only, on descriptors open in the
+    // child. Moved above 5 first, so that no dup2 overwrites a source not yet placed.
+    unsafe {
+        command.pre_exec(move || {
+            let mut high = [0; 3];
+            for (slot, fd) in high.iter_mut().zip(fds) {
+                *slot = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
+                if *slot < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            for (target, fd) in [LISTENER_FD, SANDBOX_FD, READY_FD].into_iter().zip(high) {
+                // dup2 clears close-on-exec on the copy.
+                if libc::dup2(fd, target) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let guard = crate::fds::spawn_guard();
+    let spawned = command.spawn();
+    drop(guard);
+    let mut child = spawned.map_err(|e| failed(e.to_string()))?;
+    drop(ready_w);
+    drop(listener);
+    // The keeper's first process exits right after its fork.
+    let _ = child.wait();
+    let mut pid = [0u8; 4];
+    if io::Read::read_exact(&mut std::fs::File::from(ready_r), &mut pid).is_err() {
+        return Err(failed(
+            "it did not start serving (a program that starts sessions calls \
+             `engine_bwrap::keeper_main_if_asked` first in main)"
+                .to_owned(),
+        ));
+    }
+    let pid = u32::from_ne_bytes(pid);
+    reaper::ProcPin::of_pid(pid).ok_or_else(|| failed(format!("it (pid {pid}) ended at once")))
+}
