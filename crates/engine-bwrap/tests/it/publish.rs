@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use engine_bwrap::SessionConfig;
 use sandbox_core::{Captured, Engine, Net, Output, Publish, PublishedPort, RunIo, RunSpec, Stdin};
 
-use crate::support::{Fixture, fixture};
+use crate::support::{Fixture, fixture, pasta_fixture};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
@@ -70,7 +70,7 @@ fn run_and_reach(f: &Fixture, spec: &RunSpec) -> Vec<PublishedPort> {
 
 #[test]
 fn run_serves_on_the_same_port_or_the_reported_one() {
-    let Some(f) = fixture() else { return };
+    let Some(f) = pasta_fixture() else { return };
     let port = free_port();
     let mut spec = f.spec(&server(port, 1));
     spec.net = Net::On;
@@ -137,7 +137,7 @@ fn busy_port_is_refused_for_runs_and_sessions() {
 #[test]
 fn session_ports_are_the_real_host_ports() {
     use sandbox_core::Sandbox as _;
-    let Some(f) = fixture() else { return };
+    let Some(f) = pasta_fixture() else { return };
     let (same, any) = (free_port(), free_port());
     let config = SessionConfig {
         workspace: f.workspace.path().to_owned(),

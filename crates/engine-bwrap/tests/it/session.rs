@@ -13,7 +13,7 @@ use sandbox_core::{
     Captured, ExecRequest, Interactive, InteractiveExec, Net, Sandbox, ScriptOptions, contract,
 };
 
-use crate::support::{Fixture, fixture};
+use crate::support::{Fixture, fixture, pasta_fixture};
 
 /// A minimal executor: the bwrap session's futures do their IO blocking, so they are ready
 /// on the first poll; the fake's too.
@@ -91,7 +91,7 @@ pub(crate) fn http_get(url: &str) -> Result<String, String> {
 /// session with a network and a published port.
 #[test]
 fn the_sandbox_contract_holds() {
-    let Some(fx) = fixture() else { return };
+    let Some(fx) = pasta_fixture() else { return };
     let port = free_port();
     let config = SessionConfig {
         net: Net::On,

@@ -62,6 +62,19 @@ pub(crate) fn fixture_with(handle_signals: bool) -> Option<Fixture> {
     Some(Fixture { engine, home, workspace })
 }
 
+/// [`fixture`] for a test of what only pasta gives (DNS and raw sockets inside, published
+/// ports, the network's failure modes): `None`, after printing why, where pasta is missing or
+/// cannot open `/dev/net/tun` as the user it runs as (no udev: `cargo xtask ci` gives the
+/// device udev's mode), so the engine serves net on through its built-in proxy instead.
+pub(crate) fn pasta_fixture() -> Option<Fixture> {
+    let f = fixture()?;
+    if let Err(no) = engine_detect::pasta(f.engine.config().path.as_deref()) {
+        println!("SKIPPED: pasta: {}", no.why());
+        return None;
+    }
+    Some(f)
+}
+
 /// `PSBX_TEST_CACHE` overrides it, for running the binary as another user (psbx-rootless),
 /// who cannot write cargo's target dir.
 pub(crate) fn cache_dir() -> PathBuf {

@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt;
 
 use sandbox_core::{MountMode, Net};
 
-use crate::support::{env, fixture, mount};
+use crate::support::{env, fixture, mount, pasta_fixture};
 
 #[test]
 fn computes_and_writes_workspace_files_owned_by_the_caller() {
@@ -121,7 +121,7 @@ fn no_capabilities_no_new_privileges_no_nested_userns() {
 
 #[test]
 fn net_off_has_no_host_loopback_and_no_abstract_sockets() {
-    let Some(f) = fixture() else { return };
+    let Some(f) = pasta_fixture() else { return };
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
     let port = listener.local_addr().expect("addr").port();
     let name = format!("python-sandbox-test-{}", std::process::id());
@@ -174,7 +174,7 @@ fn net_off_has_no_host_loopback_and_no_abstract_sockets() {
 /// on 0.0.0.0 without publishing does not.
 #[test]
 fn only_published_ports_reach_in() {
-    let Some(f) = fixture() else { return };
+    let Some(f) = pasta_fixture() else { return };
     let free = || {
         std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
     };
@@ -292,7 +292,7 @@ fn mounts_ro_rw_and_symlink_refusal() {
 
 #[test]
 fn publish_needs_net() {
-    let Some(f) = fixture() else { return };
+    let Some(f) = pasta_fixture() else { return };
     let mut spec = f.spec("print('ok')\n");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind")
@@ -490,7 +490,7 @@ fn workspace_keeps_owners_modes_and_acls() {
 /// half-done (the sandbox once went on without a network when pasta failed).
 #[test]
 fn a_failed_network_setup_starts_nothing() {
-    let Some(fx) = fixture() else { return };
+    let Some(fx) = pasta_fixture() else { return };
     let fake = tempfile::tempdir().expect("fake pasta dir");
     let pasta = fake.path().join("pasta");
     std::fs::write(&pasta, "#!/bin/sh\nsleep 0.2\necho 'pasta: refused here' >&2\nexit 1\n")

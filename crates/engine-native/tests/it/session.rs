@@ -103,6 +103,10 @@ fn http_get(url: &str) -> Result<String, String> {
 }
 
 fn contract_holds() {
+    // The contract's published port is pasta's.
+    if super::pasta().is_none() {
+        return;
+    }
     let f = engine_fixture();
     let port = free_port();
     let config = SessionConfig {
