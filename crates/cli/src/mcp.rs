@@ -231,7 +231,7 @@ impl Server {
     }
 
     #[tool(
-        description = "Run a Python (PEP 723) script in a throwaway sandbox with the server's working directory as the workspace. Returns exit_code, stdout, stderr (each capped at 64 KiB, secrets masked), files_written, duration_ms. A call whose mounts cross a boundary returns {\"status\": \"needs_approval\", \"crossings\": [...]} and runs nothing; repeat it with `approve: true` only after the user confirmed each crossing."
+        description = "Run a Python (PEP 723) script in a throwaway sandbox with the server's working directory as the workspace. Returns exit_code, stdout, stderr (each capped at 64 KiB, secrets masked), files_written, duration_ms, and notes (such as a network that is HTTP(S) only, through a proxy). A call whose mounts cross a boundary returns {\"status\": \"needs_approval\", \"crossings\": [...]} and runs nothing; repeat it with `approve: true` only after the user confirmed each crossing."
     )]
     async fn run_script(
         &self,
@@ -259,7 +259,7 @@ impl Server {
     }
 
     #[tool(
-        description = "Start a warm session (a sandbox that stays up between calls) in the server's working directory; returns its id and the URLs of published ports. A call whose mounts cross a boundary returns {\"status\": \"needs_approval\", \"crossings\": [...]} and starts nothing; repeat it with `approve: true` only after the user confirmed each crossing."
+        description = "Start a warm session (a sandbox that stays up between calls) in the server's working directory; returns its id, the URLs of published ports and notes (such as a network that is HTTP(S) only, through a proxy). A call whose mounts cross a boundary returns {\"status\": \"needs_approval\", \"crossings\": [...]} and starts nothing; repeat it with `approve: true` only after the user confirmed each crossing."
     )]
     async fn session_start(
         &self,
@@ -529,7 +529,15 @@ fn run_script(a: RunScriptArgs) -> Answer {
     v["engine"] = engine.name().into();
     v["files_written"] = files::written_since(&before, &spec.workspace).into();
     v["urls"] = ui::urls_json(&urls);
+    v["notes"] = notes(engine.name(), spec.net).into();
     Ok(v)
+}
+
+/// What the CLI says on stderr as a `note:` about a sandbox started on `engine`, for a tool's
+/// answer (an agent reads our answers, not our stderr): today that net on is HTTP(S) only,
+/// through the built-in proxy, where pasta cannot run.
+fn notes(engine: &str, net: Net) -> Vec<String> {
+    if net == Net::On { registry::net_note(engine).into_iter().collect() } else { Vec::new() }
 }
 
 fn session_start(a: SessionStartArgs) -> Answer {
@@ -564,6 +572,7 @@ fn session_start(a: SessionStartArgs) -> Answer {
         purpose: registry::Purpose::Start,
         claims: &[],
     };
+    let net = resolved.spec.net;
     let info =
         session::start_resolved(resolved.spec, workspace, ttl, a.engine.as_deref(), &options)?;
     Ok(json!({
@@ -573,6 +582,7 @@ fn session_start(a: SessionStartArgs) -> Answer {
         "workspace": info.workspace,
         "urls": ui::urls_json(&info.ports),
         "warnings": info.warnings,
+        "notes": notes(&info.engine, net),
     }))
 }
 

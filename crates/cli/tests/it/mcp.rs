@@ -36,11 +36,17 @@ struct Client {
 impl Client {
     /// Starts the server in `ctx` with `home` as `HOME` and completes the handshake.
     fn start(ctx: &Ctx, home: &std::path::Path) -> (Client, Value) {
+        Client::start_with(ctx, home, &[])
+    }
+
+    /// [`Client::start`] with more of the server's environment.
+    fn start_with(ctx: &Ctx, home: &std::path::Path, env: &[(&str, &str)]) -> (Client, Value) {
         let mut child = Command::new(env!("CARGO_BIN_EXE_python-sandbox"))
             .arg("mcp")
             .current_dir(ctx.path())
             .env("HOME", home)
             .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -272,4 +278,35 @@ fn mcp_claim_mounts_are_recognised_in_arguments_and_the_scripts_table() {
         assert!(text.contains("hint"), "{tool} {arguments}: {v}");
     }
     assert!(ctx.ls().is_empty(), "nothing ran: {:?}", ctx.ls());
+}
+
+/// Without pasta the network of a run and of a session is the built-in proxy's, HTTP(S) only:
+/// the tools' answers say so in `notes` (an agent reads the answers, never the server's
+/// stderr), and say nothing with net off.
+#[test]
+#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
+fn mcp_answers_note_a_network_that_is_http_only() {
+    let ctx = Ctx::new();
+    if let Err(reason) = crate::session::available(&ctx, "native") {
+        println!("SKIPPED: mcp notes on native: {reason}");
+        return;
+    }
+    let home = tempfile::tempdir().expect("home");
+    let bin = tempfile::tempdir().expect("bin");
+    let path = crate::fault::path_without_pasta(bin.path());
+    let (mut client, _) = Client::start_with(&ctx, home.path(), &[("PATH", &path)]);
+    let http_only = |v: &Value| {
+        v["notes"].as_array().is_some_and(|notes| {
+            notes.len() == 1 && notes[0].as_str().is_some_and(|n| n.contains("HTTP(S) only"))
+        })
+    };
+    let (v, is_error) = client.call("run_script", json!({"code": "print(1)", "engine": "native"}));
+    assert!(!is_error && v["exit_code"] == 0 && http_only(&v), "{v}");
+    let (v, is_error) =
+        client.call("run_script", json!({"code": "print(1)", "engine": "native", "net": "off"}));
+    assert!(!is_error && v["notes"] == json!([]), "{v}");
+    let (v, is_error) = client.call("session_start", json!({"engine": "native", "ttl": "2m"}));
+    assert!(!is_error && http_only(&v), "{v}");
+    let (stopped, is_error) = client.call("session_stop", json!({"id": v["id"]}));
+    assert!(!is_error, "{stopped}");
 }
