@@ -69,6 +69,23 @@ pub struct Detached {
     pub cgroup: Option<PathBuf>,
 }
 
+impl Detached {
+    /// What a detached sandbox keeps: its network's process (pasta, else the proxy's keeper)
+    /// and its cgroup, each handed over so that dropping the handles no longer ends them.
+    pub fn keep(
+        net: Option<crate::net::UserNet>,
+        proxy: Option<crate::proxy::ProxyServer>,
+        cgroup: Option<crate::limits::Cgroup>,
+    ) -> Detached {
+        Detached {
+            network: net
+                .and_then(crate::net::UserNet::keep)
+                .or_else(|| proxy.and_then(crate::proxy::ProxyServer::keep)),
+            cgroup: cgroup.map(crate::limits::Cgroup::keep),
+        }
+    }
+}
+
 /// A started sandbox.
 pub trait Sandboxed: Send {
     /// A pidfd of the process whose end means the whole sandbox is gone; SIGKILL to it ends
@@ -165,12 +182,7 @@ impl Sandboxed for BwrapSandbox {
         std::thread::spawn(move || {
             let _ = child.wait();
         });
-        Detached {
-            network: net
-                .and_then(crate::net::UserNet::keep)
-                .or_else(|| proxy.and_then(crate::proxy::ProxyServer::keep)),
-            cgroup: cgroup.map(crate::limits::Cgroup::keep),
-        }
+        Detached::keep(net, proxy, cgroup)
     }
 }
 

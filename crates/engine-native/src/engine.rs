@@ -248,12 +248,7 @@ impl Sandboxed for NativeSandbox {
         std::thread::spawn(move || {
             let _ = child.wait();
         });
-        Detached {
-            network: net
-                .and_then(engine_bwrap::UserNet::keep)
-                .or_else(|| proxy.and_then(engine_bwrap::ProxyServer::keep)),
-            cgroup: cgroup.map(engine_bwrap::Cgroup::keep),
-        }
+        Detached::keep(net, proxy, cgroup)
     }
 }
 

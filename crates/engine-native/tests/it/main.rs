@@ -398,16 +398,12 @@ print(json.dumps({
 }))
 "#;
 
-/// The pasta binary, if installed (else prints why the test is skipped).
 /// The pasta a net-on run here attaches, as the engine finds it; `None` (after printing why)
 /// where it is not installed or cannot open `/dev/net/tun` as the user it runs as (no udev:
 /// `cargo xtask ci` gives the device udev's mode), so net on is the built-in proxy's.
-pub(crate) fn pasta() -> Option<&'static str> {
-    let path = Some(std::ffi::OsStr::new("/usr/local/bin:/usr/bin:/bin"));
-    match engine_detect::pasta(path) {
-        Ok(found) => ["/usr/bin/pasta", "/usr/local/bin/pasta"]
-            .into_iter()
-            .find(|p| Path::new(p) == found.as_path()),
+pub(crate) fn pasta() -> Option<std::path::PathBuf> {
+    match engine_detect::pasta(Some(std::ffi::OsStr::new("/usr/local/bin:/usr/bin:/bin"))) {
+        Ok(found) => Some(found),
         Err(no) => {
             eprintln!("SKIPPED: native net on with pasta: {}", no.why());
             None
@@ -448,11 +444,11 @@ fn net_on_reaches_pypi_only(on_demand: bool) {
         ..Command::default()
     };
     let mut child = engine_native::spawn(&plan, command).unwrap();
-    let demand = engine_native::connect_on_demand(&mut child, Path::new(pasta)).unwrap();
+    let demand = engine_native::connect_on_demand(&mut child, &pasta).unwrap();
     assert_eq!(demand.is_some(), on_demand && engine_native::demand::supported());
     let up_front = match demand {
         Some(_) => None,
-        None => Some(engine_native::connect(&mut child, Path::new(pasta), &[]).unwrap()),
+        None => Some(engine_native::connect(&mut child, &pasta, &[]).unwrap()),
     };
     let reader = std::thread::spawn(move || read_all(r));
     let exit = child.wait().unwrap();
@@ -494,9 +490,7 @@ fn net_on_demand_reaches_pypi_but_not_the_host_or_metadata() {
 #[test]
 fn a_dropped_network_handle_leaves_no_pasta() {
     let Some(()) = gate() else { return };
-    if pasta().is_none() {
-        return;
-    }
+    let Some(pasta) = pasta() else { return };
     let mut f = fixture();
     f.input.net = true;
     let plan = engine_native::plan(&f.input).unwrap();
@@ -505,7 +499,7 @@ fn a_dropped_network_handle_leaves_no_pasta() {
         Command { argv: vec!["/bin/true".into()], env: env(), ..Command::default() },
     )
     .unwrap();
-    let net = engine_native::connect(&mut child, Path::new("/usr/bin/pasta"), &[]).unwrap();
+    let net = engine_native::connect(&mut child, &pasta, &[]).unwrap();
     // The init's: the process of the sandbox's network namespace, gone once the run has ended
     // (the monitor may still be finishing its exit then).
     let pid = child.netns_pid();
