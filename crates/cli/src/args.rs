@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, FromArgMatches, Parser, Subcommand};
 
 /// Run self-contained Python (PEP 723) scripts in throwaway sandboxes.
 #[derive(Debug, Parser)]
@@ -329,6 +329,22 @@ pub(crate) struct RunArgs {
     pub(crate) args: Vec<String>,
 }
 
+/// A `run` command line parsed against `run`'s grammar alone: building clap's tree of every
+/// command and flag is most of the time a warm run spends before it opens an engine. Only a
+/// line that parses comes back (as the whole grammar would parse it); anything else (an error,
+/// `--help`, `--version`, another command) is `None`, for [`Cli`] to parse and answer.
+pub(crate) fn parse_run(argv: &[std::ffi::OsString]) -> Option<Cli> {
+    if argv.get(1).is_none_or(|word| word != "run") {
+        return None;
+    }
+    let grammar = clap::Command::new("python-sandbox")
+        .subcommand(RunArgs::augment_args(clap::Command::new("run")));
+    let matches = grammar.try_get_matches_from(argv).ok()?;
+    let (_, run) = matches.subcommand()?;
+    let args = RunArgs::from_arg_matches(run).ok()?;
+    Some(Cli { command: Command::Run(args) })
+}
+
 /// Whether a command line that did not parse asked for `run --json` (a `--json` before any `--`),
 /// so that even a flag error answers with the one JSON object tools wait for.
 pub(crate) fn wants_run_json(args: &[std::ffi::OsString]) -> bool {
@@ -409,5 +425,54 @@ impl LimitArgs {
             cpus: self.cpus.as_deref().map(sandbox_core::parse_cpus).transpose()?,
             pids: self.pids_limit.as_deref().map(sandbox_core::parse_pids).transpose()?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, parse_run};
+
+    /// `run`'s own grammar agrees with the whole one: a line it parses parses the same way
+    /// there, and every `run` line the whole grammar accepts, it accepts too.
+    #[test]
+    fn run_alone_parses_as_the_whole_grammar_does() {
+        let lines = [
+            "run x.py",
+            "run --engine native --net off x.py",
+            "run --net on --mount /data:ro --mount ./out:rw --env A --env B=1 x.py -- -v --net off",
+            "run --publish 8000 --publish 0:9000 --timeout 1.5 --tmpfs-size 512m x.py",
+            "run --memory 512m --pids-limit 64 --cpus 1.5 --approve --json x.py",
+            "run --engine docker --image python:3.12-slim x.py",
+            "run --timeout -1 x.py",
+            "run - -- a b",
+            "run x.py -- --help",
+            // Not run's, or not valid: the whole grammar answers those.
+            "run",
+            "run --help",
+            "run --version",
+            "--version",
+            "run --engine nope x.py",
+            "run --net maybe x.py",
+            "run --nett off x.py",
+            "run x.py y.py",
+            "detect --json",
+            "session list",
+        ];
+        for line in lines {
+            let argv: Vec<std::ffi::OsString> =
+                std::iter::once("python-sandbox").chain(line.split(' ')).map(Into::into).collect();
+            let whole = Cli::try_parse_from(&argv);
+            let whole_run = matches!(&whole, Ok(Cli { command: super::Command::Run(_) }));
+            match parse_run(&argv) {
+                Some(alone) => assert_eq!(
+                    format!("{alone:?}"),
+                    format!("{:?}", whole.expect(line)),
+                    "`{line}` parses differently"
+                ),
+                None => assert!(!whole_run, "`{line}` parses as a run, but not alone"),
+            }
+        }
     }
 }

@@ -35,7 +35,8 @@ fn main() -> ExitCode {
     // Before anything else (a helper forks): an engine's helper process is this binary again.
     registry::helper_main_if_asked();
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let cli = match Cli::try_parse_from(&argv) {
+    let parsed = args::parse_run(&argv).map_or_else(|| Cli::try_parse_from(&argv), Ok);
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();

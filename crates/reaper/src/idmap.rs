@@ -19,8 +19,8 @@ use rustix::mount::{MoveMountFlags, OpenTreeFlags, UnmountFlags};
 pub const NOBODY: u32 = 65534;
 
 /// A user namespace whose root is host nobody (`0 65534 1`): as a mount's idmap it shows root's
-/// files as nobody's and stores nobody's writes as root's. Made once per process by a forked
-/// child that unshares its user namespace and waits on a pipe while we write the maps. Callers
+/// files as nobody's and stores nobody's writes as root's. Made once per process by a child
+/// born in its own user namespace, which waits on a pipe while we write the maps. Callers
 /// that guard their spawns (engine-bwrap) make the first call under that guard.
 pub fn root_as_nobody() -> std::io::Result<BorrowedFd<'static>> {
     static USERNS: std::sync::OnceLock<Result<OwnedFd, String>> = std::sync::OnceLock::new();
@@ -30,46 +30,59 @@ pub fn root_as_nobody() -> std::io::Result<BorrowedFd<'static>> {
     }
 }
 
+/// The stack of the namespace's holder: it makes two raw syscalls.
+const HOLDER_STACK: usize = 16 * 1024;
+
+/// The holder: closes its copy of the pipe's write end, then blocks until the read end sees
+/// end of file. It shares our memory, so it makes raw syscalls only (rustix's, which never
+/// touch `errno` or any other thread-local state) and returns, which exits it.
+extern "C" fn hold(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` points at the two raw descriptors (read end, write end) of a pipe, which
+    // the parent keeps, with the pair itself, until this process has exited.
+    let [read_end, write_end] = unsafe { *arg.cast::<[i32; 2]>() };
+    // SAFETY: the write end is this process's own copy (its descriptor table is a copy), and
+    // nothing else in it uses the descriptor.
+    unsafe { rustix::io::close(write_end) };
+    // SAFETY: as above, for the read end, which stays open until we return.
+    let fd = unsafe { BorrowedFd::borrow_raw(read_end) };
+    let mut byte = [0u8];
+    while let Err(rustix::io::Errno::INTR) = rustix::io::read(fd, &mut byte) {}
+    0
+}
+
 fn make_root_as_nobody() -> std::io::Result<OwnedFd> {
-    let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     let (hold_r, hold_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-    // SAFETY: the child makes raw syscalls only (async-signal-safe in a process that may have
-    // threads) and never returns: a forked child instead of an exec'd helper saves an exec per
-    // run of a root caller.
-    let pid = unsafe { libc::fork() };
+    let mut ends = [hold_r.as_raw_fd(), hold_w.as_raw_fd()];
+    let mut stack = vec![0u128; HOLDER_STACK / 16];
+    // The top of the stack (it grows down), 16-byte aligned like every `u128`.
+    let top = stack.as_mut_ptr_range().end.cast::<libc::c_void>();
+    // Born in its own user namespace and sharing our memory: no fork of this (large) process,
+    // whose page-table copy and the copy-on-write faults after it cost more than the rest of
+    // a warm run's setup. Not CLONE_VFORK: we must write its maps while it lives.
+    // SAFETY: `hold` runs on `stack` and reads `ends`, both of which outlive the child (we
+    // reap it before returning); it touches nothing else of ours.
+    let pid = unsafe {
+        libc::clone(
+            hold,
+            top,
+            libc::CLONE_VM | libc::CLONE_NEWUSER | libc::SIGCHLD,
+            ends.as_mut_ptr().cast::<libc::c_void>(),
+        )
+    };
     if pid < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    if pid == 0 {
-        // SAFETY: raw syscalls on descriptors this process owns, then _exit.
-        unsafe {
-            let ok: u8 = u8::from(libc::unshare(libc::CLONE_NEWUSER) == 0);
-            libc::write(ready_w.as_raw_fd(), (&ok as *const u8).cast(), 1);
-            libc::close(hold_w.as_raw_fd());
-            // Holds the namespace until the parent closes its end (or dies).
-            let mut byte = 0u8;
-            libc::read(hold_r.as_raw_fd(), (&mut byte as *mut u8).cast(), 1);
-            libc::_exit(0);
-        }
-    }
-    drop((ready_w, hold_r));
-    let mut ok = [0u8];
-    let made = match rustix::io::read(&ready_r, &mut ok) {
-        Ok(1) if ok[0] == 1 => {
-            let proc = PathBuf::from(format!("/proc/{pid}"));
-            std::fs::write(proc.join("uid_map"), format!("0 {NOBODY} 1\n"))
-                .and_then(|()| std::fs::write(proc.join("gid_map"), format!("0 {NOBODY} 1\n")))
-                .and_then(|()| std::fs::File::open(proc.join("ns/user")).map(OwnedFd::from))
-        }
-        Ok(_) => Err(std::io::Error::other("the helper could not unshare its user namespace")),
-        Err(e) => Err(e.into()),
-    };
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    let made = std::fs::write(proc.join("uid_map"), format!("0 {NOBODY} 1\n"))
+        .and_then(|()| std::fs::write(proc.join("gid_map"), format!("0 {NOBODY} 1\n")))
+        .and_then(|()| std::fs::File::open(proc.join("ns/user")).map(OwnedFd::from));
     drop(hold_w);
     let mut status = 0;
     // SAFETY: waitpid on our own child, which exits once `hold_w` is closed.
     while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
         && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
     {}
+    drop((hold_r, stack, ends));
     made
 }
 
