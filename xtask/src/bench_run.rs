@@ -13,7 +13,7 @@ use xshell::{Shell, cmd};
 const HELLO: &str = "# /// script\n# dependencies = []\n# ///\nprint('hello')\n";
 
 /// Timed runs per command (after two warm-up runs that also fill the caches).
-const RUNS: usize = 15;
+const RUNS: usize = 21;
 
 pub(crate) fn local_vs_uv(sh: &Shell, engines: &[&str]) -> Result<()> {
     cmd!(sh, "cargo build --release --locked -p cli").run()?;
@@ -91,8 +91,7 @@ fn engine_vs_uv(cli: &Path, engine: &str, root: &Path) -> Result<()> {
         ("hello.py --net off", &hello, &["--net", "off"][..], hello_target),
         ("numpy_stats.py", &numpy, &[][..], 1.05),
     ] {
-        let mine = median(RUNS, || ours(flags, script))?;
-        let theirs = median(RUNS, || uv_run(&uv, script, &dir))?;
+        let (mine, theirs) = medians(RUNS, || ours(flags, script), || uv_run(&uv, script, &dir))?;
         let ratio = mine.as_secs_f64() / theirs.as_secs_f64();
         let verdict = if ratio <= target { "ok" } else { "MISSED" };
         println!(
@@ -107,12 +106,15 @@ fn engine_vs_uv(cli: &Path, engine: &str, root: &Path) -> Result<()> {
     // environment's interpreter (the path the sandbox shows is the host's: mounted at itself).
     let out = ours(&["--net", "off"], &where_py).stderr(Stdio::null()).output()?;
     let python = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    let sandboxed = median(RUNS, || ours(&["--net", "off"], &empty))?;
-    let bare = median(RUNS, || {
-        let mut c = Command::new(&python);
-        c.args(["-c", "pass"]).current_dir(&dir);
-        c
-    })?;
+    let (sandboxed, bare) = medians(
+        RUNS,
+        || ours(&["--net", "off"], &empty),
+        || {
+            let mut c = Command::new(&python);
+            c.args(["-c", "pass"]).current_dir(&dir);
+            c
+        },
+    )?;
     let setup = sandboxed.saturating_sub(bare);
     let target = if engine == "native" { 5.0 } else { 15.0 };
     let verdict = if ms(setup) <= target { "ok" } else { "MISSED" };
@@ -186,13 +188,36 @@ fn run_ok(c: &mut Command) -> Result<()> {
 fn median(runs: usize, mut make: impl FnMut() -> Command) -> Result<Duration> {
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
-        let mut c = make();
-        let start = Instant::now();
-        run_ok(&mut c)?;
-        times.push(start.elapsed());
+        times.push(timed(&mut make())?);
     }
+    Ok(middle(times))
+}
+
+/// Median wall times of two commands compared in a ratio, run in turns: a shared machine's
+/// load drifts within seconds (bare `uv run` medians 5 ms apart in one bench, one after the
+/// other), and alternating puts both sides under the same drift.
+fn medians(
+    runs: usize,
+    mut a: impl FnMut() -> Command,
+    mut b: impl FnMut() -> Command,
+) -> Result<(Duration, Duration)> {
+    let (mut ta, mut tb) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    for _ in 0..runs {
+        ta.push(timed(&mut a())?);
+        tb.push(timed(&mut b())?);
+    }
+    Ok((middle(ta), middle(tb)))
+}
+
+fn timed(c: &mut Command) -> Result<Duration> {
+    let start = Instant::now();
+    run_ok(c)?;
+    Ok(start.elapsed())
+}
+
+fn middle(mut times: Vec<Duration>) -> Duration {
     times.sort();
-    Ok(times[times.len() / 2])
+    times[times.len() / 2]
 }
 
 fn ms(d: Duration) -> f64 {
