@@ -10,6 +10,15 @@ use sandbox_core::{DynSessionEngine, ExecRequest, Net, SessionEngine as _, pool}
 
 use crate::support::{engines, name};
 
+/// The tests on an engine's own pool take turns: a refill evicts the members of every other
+/// policy, and each test's workspace is one (the controller's test has a pool of its own).
+static POOL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// This test's turn at the engines' pools (a failed test's poison is no reason to fail the next).
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    POOL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn config(ws: &std::path::Path) -> SessionConfig {
     SessionConfig {
         workspace: ws.to_owned(),
@@ -39,6 +48,7 @@ fn drain(engine: &OciEngine, ids: &[String]) {
 
 #[test]
 fn concurrent_claims_get_distinct_members() {
+    let _turn = turn();
     for engine in engines() {
         let (_dir, ws) = crate::support::workspace("");
         let config = config(&ws);
@@ -92,6 +102,7 @@ fn concurrent_claims_get_distinct_members() {
 
 #[test]
 fn a_used_or_changed_member_is_never_handed_out() {
+    let _turn = turn();
     for engine in engines() {
         let (_dir, ws) = crate::support::workspace("");
         let config = config(&ws);
@@ -152,6 +163,7 @@ fn a_used_or_changed_member_is_never_handed_out() {
 
 #[test]
 fn another_policy_misses_the_pool() {
+    let _turn = turn();
     for engine in engines() {
         let (_dir, ws) = crate::support::workspace("");
         let config = config(&ws);
