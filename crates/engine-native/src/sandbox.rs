@@ -43,7 +43,8 @@
 //! Neither the init nor the command holds the pipe, so nothing inside can forge the record.
 //!
 //! **Ids.** An unprivileged caller's monitor first unshares a user namespace alone and maps
-//! its uid onto itself (the only map it may write). A root caller's sandbox must never be
+//! uid 0 in it onto its own uid (a one-line map of its own id, the only kind it may write), so
+//! the tree's mounts (devpts) work. A root caller's sandbox must never be
 //! host root: the tree is built as real root in namespaces owned by the host's user namespace
 //! (so the sandbox holds no capability over any of them), the workspace and rw mounts are
 //! attached as idmapped trees (root's files appear as nobody's, nobody's writes land as
