@@ -833,6 +833,15 @@ fn write_proc(file: &std::ffi::CStr, data: &[u8]) -> libc::c_long {
     }
 }
 
+/// Writes a user namespace's id maps through `proc` (`/proc/self`, or another process's
+/// directory), `setgroups` denied between them as the kernel asks of an unprivileged writer.
+fn write_maps(prep: &Prepared, proc: &str, uid_map: &CString, gid_map: &CString) {
+    let file = |name: &str| CString::new(format!("{proc}/{name}")).unwrap_or_default();
+    prep.check(S_UID_MAP, write_proc(&file("uid_map"), uid_map.as_bytes()));
+    prep.check(S_SETGROUPS, write_proc(&file("setgroups"), b"deny"));
+    prep.check(S_GID_MAP, write_proc(&file("gid_map"), gid_map.as_bytes()));
+}
+
 /// Arms the parent-death signal and ends this process if the parent is already gone (the
 /// signal is only sent for a death after the `prctl`).
 fn die_with_parent(prep: &Prepared, parent: i32) {
@@ -875,9 +884,7 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
         }
         if !prep.root_caller {
             prep.check(S_UNSHARE, libc::unshare(libc::CLONE_NEWUSER).into());
-            prep.check(S_UID_MAP, write_proc(c"/proc/self/uid_map", prep.uid_map.as_bytes()));
-            prep.check(S_SETGROUPS, write_proc(c"/proc/self/setgroups", b"deny"));
-            prep.check(S_GID_MAP, write_proc(c"/proc/self/gid_map", prep.gid_map.as_bytes()));
+            write_maps(prep, "/proc/self", &prep.uid_map, &prep.gid_map);
         }
         // Blocked in the maker too: a Ctrl-C is the init's, which the monitor forwards.
         let set = signal_set(true);
@@ -1016,10 +1023,7 @@ fn make_namespaces(prep: &Prepared, monitor: i32, report: i32, release: i32) -> 
             }
         }
         if err == 0 {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            if libc::getppid() != monitor {
-                libc::_exit(137);
-            }
+            die_with_parent(prep, monitor);
             if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) < 0 {
                 err = errno();
             }
@@ -1043,22 +1047,17 @@ fn make_namespaces(prep: &Prepared, monitor: i32, report: i32, release: i32) -> 
 unsafe fn adopt_namespaces(prep: &Prepared, maker: &Maker) -> Option<(i32, i32)> {
     unsafe {
         let mut record = [0i32; 2];
-        let mut at = 0usize;
         let size = std::mem::size_of_val(&record);
-        while at < size {
-            let n = libc::read(
-                maker.report,
-                record.as_mut_ptr().cast::<u8>().add(at).cast(),
-                size - at,
-            );
-            if n > 0 {
-                at += n as usize;
-            } else if n == 0 {
-                // The maker died before its report: it was killed.
-                prep.fail(S_USERNS, libc::ECHILD);
-            } else if errno() != libc::EINTR {
-                prep.fail(S_USERNS, errno());
+        // One read: a pipe write this small is atomic.
+        let n = loop {
+            let n = libc::read(maker.report, record.as_mut_ptr().cast(), size);
+            if n >= 0 || errno() != libc::EINTR {
+                break n;
             }
+        };
+        if n != size as isize {
+            // No report (end of file): the maker was killed before it wrote one.
+            prep.fail(S_USERNS, if n < 0 { errno() } else { libc::ECHILD });
         }
         libc::close(maker.report);
         let [pid, err] = record;
@@ -1067,11 +1066,9 @@ unsafe fn adopt_namespaces(prep: &Prepared, maker: &Maker) -> Option<(i32, i32)>
             return None;
         }
         // Not reaped until the init is gone (see `monitor`): the pid is the maker's.
-        let file =
-            |name: &str| CString::new(format!("{OLDROOT}/proc/{pid}/{name}")).unwrap_or_default();
-        prep.check(S_UID_MAP, write_proc(&file("uid_map"), prep.sandbox_map.as_bytes()));
-        prep.check(S_SETGROUPS, write_proc(&file("setgroups"), b"deny"));
-        prep.check(S_GID_MAP, write_proc(&file("gid_map"), prep.sandbox_gmap.as_bytes()));
+        let proc = format!("{OLDROOT}/proc/{pid}");
+        let file = |name: &str| CString::new(format!("{proc}/{name}")).unwrap_or_default();
+        write_maps(prep, &proc, &prep.sandbox_map, &prep.sandbox_gmap);
         let user = libc::open(file("ns/user").as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
         prep.check(S_USERNS, user.into());
         let net = libc::open(file("ns/net").as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
@@ -1463,9 +1460,7 @@ fn init_main(prep: &Prepared, maker: Maker) -> ! {
             // The maker's root is the caller's, not its mount namespace's (a chroot, where
             // the kernel refuses one); ours is the tree's own now.
             prep.check(S_USERNS, libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET).into());
-            prep.check(S_UID_MAP, write_proc(c"/proc/self/uid_map", prep.sandbox_map.as_bytes()));
-            prep.check(S_SETGROUPS, write_proc(c"/proc/self/setgroups", b"deny"));
-            prep.check(S_GID_MAP, write_proc(c"/proc/self/gid_map", prep.sandbox_gmap.as_bytes()));
+            write_maps(prep, "/proc/self", &prep.sandbox_map, &prep.sandbox_gmap);
         }
         // Each credential change above cleared the parent-death signal.
         prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());
