@@ -898,7 +898,7 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
         // user namespace to a process whose root is not its mount namespace's, which the
         // init's first `pivot_root` makes of every process sharing its mount namespace, and a
         // process of the new pid namespace would hold its teardown until the monitor reaps it.
-        // Never reaped before the init is gone, so its pid names it for as long as the init
+        // Reaped only once the init has exited, so its pid names it for as long as the init
         // may use it.
         let maker = libc::fork();
         if maker < 0 {
@@ -970,12 +970,15 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
                     // completes). A caller that dropped its end gets no record, and this no
                     // SIGPIPE.
                     libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+                    // The maker is gone too (it ends on the init's release, or the init's
+                    // exit), and the init no longer names it: reaped before the record, so
+                    // after it nothing of the run is left but the init's zombie.
+                    let mut status = 0;
+                    libc::waitpid(maker, &mut status, 0);
                     let record = code.to_ne_bytes();
                     libc::write(prep.done_w.as_raw_fd(), record.as_ptr().cast(), record.len());
                     libc::close(prep.done_w.as_raw_fd());
-                    let mut status = 0;
                     libc::waitpid(init, &mut status, 0);
-                    libc::waitpid(maker, &mut status, 0);
                     libc::_exit(code);
                 }
                 if r < 0 && errno() == libc::ECHILD {

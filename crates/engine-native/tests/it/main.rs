@@ -649,9 +649,11 @@ print('ready', flush=True)\nsys.stdin.read()\nsys.exit(3)\n";
     let mut line = String::new();
     std::io::BufRead::read_line(&mut out, &mut line).unwrap();
     assert_eq!(line, "ready\n");
-    // The init, the script and its grandchild.
+    // The init, the script and its grandchild (and the namespace maker while it is there).
     let tree = descendants(child.pid());
     assert!(tree.len() >= 3, "the run's tree: {tree:?}");
+    let init = tree.iter().copied().find(|&p| ns_pid(p) == Some(1));
+    let init = init.unwrap_or_else(|| panic!("no init in the run's tree: {tree:?}"));
     drop(stdin_w);
     let mut record = [0u8; 4];
     let mut at = 0;
@@ -664,7 +666,6 @@ print('ready', flush=True)\nsys.stdin.read()\nsys.exit(3)\n";
     // Reported only once nothing of the run runs (the monitor need not be gone): the init may
     // still be a zombie (the monitor reaps it after writing the record), every other process
     // of its pid namespace is gone already.
-    let init = tree[0];
     let alive: Vec<i32> = tree
         .iter()
         .copied()
@@ -675,6 +676,12 @@ print('ready', flush=True)\nsys.stdin.read()\nsys.exit(3)\n";
         })
         .collect();
     assert!(alive.is_empty(), "alive after the record: {alive:?} of {tree:?} (init {init})");
+}
+
+/// `pid`'s number in its own (innermost) pid namespace: 1 for an init.
+fn ns_pid(pid: i32) -> Option<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("NSpid:"))?.split_whitespace().last()?.parse().ok()
 }
 
 /// The state letter of `/proc/PID/stat` (`R`, `S`, `Z`, ...), `None` once the pid is gone.
