@@ -16,10 +16,11 @@
 //!    SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGTSTP/SIGCONT to the init and exits with its status
 //!    (its pid is the one the caller sees); it reports that status through the *done* pipe
 //!    first (see below). The *namespace maker* (`make_namespaces`) makes the sandbox's own
-//!    user and network namespaces while the init builds the tree (the kernel takes half a
-//!    millisecond for them), and exits once the init holds them;
+//!    user and network namespaces (and brings loopback up) while the init builds the tree (the
+//!    kernel takes half a millisecond for them), and exits once the init holds them;
 //! 2. the *init*, pid 1 of the new pid namespace: mounts procfs (only a process inside the pid
-//!    namespace may), builds the tree, `pivot_root`s, brings loopback up, drops every
+//!    namespace may), builds the tree, `pivot_root`s (a short-lived helper detaches the old
+//!    root meanwhile, see `Detacher`), drops every
 //!    capability (bounding set included), becomes undumpable, takes `PR_SET_NO_NEW_PRIVS` and
 //!    the wall (with net on demand, the gate of [`crate::demand`] too, whose held calls it
 //!    serves), forks the command (which inherits all of them) and reaps until the command
@@ -1027,7 +1028,9 @@ fn make_namespaces(prep: &Prepared, monitor: i32, report: i32, release: i32) -> 
         }
         if err == 0 {
             die_with_parent(prep, monitor);
-            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) < 0 {
+            // Loopback too, here beside the tree rather than in the init after it: the new
+            // user namespace's capabilities cover the network namespace made with it.
+            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) < 0 || loopback_up() < 0 {
                 err = errno();
             }
         }
@@ -1371,6 +1374,76 @@ fn install_seccomp(prep: &Prepared) -> i32 {
     }
 }
 
+/// The stack of the [`Detacher`]: it makes one raw syscall.
+const DETACHER_STACK: usize = 16 * 1024;
+
+/// The init's helper for the old root's lazy unmount. The unmount itself is quick, but the
+/// syscall then waits out an RCU grace period (0.3 ms on an idle machine, more on a busy one)
+/// before it returns: the helper waits it out while the init drops its privileges and installs
+/// the wall, and the init reaps it before it forks the command.
+struct Detacher {
+    pid: i32,
+    stack: *mut libc::c_void,
+}
+
+impl Detacher {
+    /// Starts the helper: a child sharing the init's memory (no page-table copy), born with
+    /// the init's privileges (it unmounts in the tree's namespaces, before the init leaves
+    /// them), and a copy of its root and working directory. Fails the run when it cannot.
+    fn start(prep: &Prepared) -> Detacher {
+        // SAFETY: a fresh private mapping, used as the helper's stack alone and unmapped once
+        // the helper is reaped; `detach` touches nothing of ours.
+        unsafe {
+            let stack = libc::mmap(
+                std::ptr::null_mut(),
+                DETACHER_STACK,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            );
+            if stack == libc::MAP_FAILED {
+                prep.fail(S_DETACH, errno());
+            }
+            let top = stack.cast::<u8>().add(DETACHER_STACK).cast::<libc::c_void>();
+            let pid =
+                libc::clone(detach, top, libc::CLONE_VM | libc::SIGCHLD, std::ptr::null_mut());
+            if pid < 0 {
+                prep.fail(S_DETACH, errno());
+            }
+            Detacher { pid, stack }
+        }
+    }
+
+    /// Reaps the helper: the old root is gone, or the run fails with the unmount's errno.
+    fn finish(self, prep: &Prepared) {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child; the stack is unmapped once it is gone.
+        unsafe {
+            while libc::waitpid(self.pid, &mut status, libc::__WALL) < 0 {
+                if errno() != libc::EINTR {
+                    prep.fail(S_DETACH, errno());
+                }
+            }
+            libc::munmap(self.stack, DETACHER_STACK);
+        }
+        let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { libc::ECHILD };
+        if code != 0 {
+            prep.fail(S_DETACH, code);
+        }
+    }
+}
+
+/// The [`Detacher`]'s body: `umount2(".", MNT_DETACH)`, exiting with its errno (0 when done).
+/// It shares the init's memory, so it makes the raw syscall only (rustix's, which never touches
+/// `errno` or any other thread-local state) and returns, which exits it.
+extern "C" fn detach(_: *mut libc::c_void) -> libc::c_int {
+    match rustix::mount::unmount(c".", rustix::mount::UnmountFlags::DETACH) {
+        Ok(()) => 0,
+        Err(e) => e.raw_os_error(),
+    }
+}
+
 /// The sandbox's pid 1 (see the module docs). Never returns.
 fn init_main(prep: &Prepared, maker: Maker) -> ! {
     // SAFETY: syscalls on prepared data only.
@@ -1429,9 +1502,9 @@ fn init_main(prep: &Prepared, maker: Maker) -> ! {
         prep.check(S_PIVOT2, libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()));
         // The old root tmpfs is now stacked on the new root, the host's tree beneath it at
         // `oldroot`: one lazy unmount detaches both (every mount is private since the start,
-        // so nothing propagates), and each unmount costs the kernel an RCU grace period.
-        prep.check(S_DETACH, libc::umount2(c".".as_ptr(), libc::MNT_DETACH).into());
-        prep.check(S_PIVOT2, libc::chdir(c"/".as_ptr()).into());
+        // so nothing propagates). A helper makes it while we go on (see `Detacher`); our own
+        // root and working directory lie beneath the stack, so no lookup of ours reaches it.
+        let mut detacher = Some(Detacher::start(prep));
         let name = sandbox_core::SANDBOX_HOSTNAME;
         prep.check(S_HOSTNAME, libc::sethostname(name.as_ptr().cast(), name.len()).into());
         if let Some(NetSync::UpFront { pid, .. }) = &prep.net_sync {
@@ -1461,13 +1534,17 @@ fn init_main(prep: &Prepared, maker: Maker) -> ! {
             libc::close(net);
         } else {
             // The maker's root is the caller's, not its mount namespace's (a chroot, where
-            // the kernel refuses one); ours is the tree's own now.
+            // the kernel refuses one); ours is the tree's own once the old root is gone (the
+            // kernel refuses one as well while a mount is stacked on our root).
+            if let Some(detacher) = detacher.take() {
+                detacher.finish(prep);
+            }
             prep.check(S_USERNS, libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET).into());
             write_maps(prep, "/proc/self", &prep.sandbox_map, &prep.sandbox_gmap);
+            prep.check(S_LOOPBACK, loopback_up());
         }
         // Each credential change above cleared the parent-death signal.
         prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());
-        prep.check(S_LOOPBACK, loopback_up());
         if let Some(NetSync::OnDemand { sock }) = &prep.net_sync {
             // While still dumpable (and before the gate, which would hold this `sendmsg`).
             prep.check(S_NET, crate::demand::send_netns(sock.as_raw_fd()));
@@ -1506,6 +1583,11 @@ fn init_main(prep: &Prepared, maker: Maker) -> ! {
             _ => 0,
         };
         prep.check(S_NET, signals.into());
+        // Nothing of the command runs before the host's tree is gone.
+        if let Some(detacher) = detacher.take() {
+            detacher.finish(prep);
+        }
+        prep.check(S_PIVOT2, libc::chdir(c"/".as_ptr()).into());
         let command = libc::fork();
         if command < 0 {
             prep.fail(S_FORK, errno());
