@@ -25,6 +25,24 @@ use xshell::Shell;
 
 fn main() -> anyhow::Result<()> {
     let cmd = flags::parse(std::env::args().skip(1).collect())?;
+    // `cargo run` describes xtask's package in the environment (`CARGO_MANIFEST_DIR`,
+    // `CARGO_PKG_NAME`, ...), and ring's build script watches several of those: every cargo
+    // build from here would rebuild ring (and all above it) after one from a plain shell, and
+    // the other way round.
+    let described = |key: &str| {
+        key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_MANIFEST_")
+            || matches!(key, "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE")
+    };
+    for (key, _) in std::env::vars_os() {
+        if key.to_str().is_some_and(described) {
+            #[allow(unsafe_code)]
+            // SAFETY: first thing in `main` after the argument parse, before any thread exists.
+            unsafe {
+                std::env::remove_var(&key);
+            }
+        }
+    }
     let sh = Shell::new()?;
     sh.change_dir(project_root());
     match cmd {
