@@ -46,6 +46,9 @@ pub struct BwrapConfig {
     /// Where session records live (`$XDG_RUNTIME_DIR/python-sandbox`, else
     /// `<cache_dir>/bwrap/run`), private to the caller.
     pub runtime_dir: PathBuf,
+    /// Net-on runs without pasta may get the built-in relay (full TCP/UDP, where the engine
+    /// supports it and a tun device can be opened); off, they get the built-in HTTP(S) proxy.
+    pub builtin_relay: bool,
 }
 
 impl BwrapConfig {
@@ -77,6 +80,7 @@ impl BwrapConfig {
             uv: None,
             python: None,
             handle_signals: true,
+            builtin_relay: true,
         })
     }
 }
@@ -613,6 +617,7 @@ impl BwrapEngine {
             host: &self.host,
             cache_root: self.layout.root(),
             pasta: self.pasta.as_deref(),
+            relay: false,
             stdio: crate::SandboxStdio {
                 stdin: Some(null()?),
                 stdout: Some(null()?),
@@ -627,6 +632,7 @@ impl BwrapEngine {
             host: &self.host,
             cache_root: self.layout.root(),
             pasta: self.pasta.as_deref(),
+            relay: self.config.builtin_relay,
         }
     }
 

@@ -39,6 +39,9 @@ pub struct Start<'a> {
     pub cache_root: &'a Path,
     /// pasta, for a plan with the network on, or why it cannot be had here.
     pub pasta: Result<&'a Path, &'a engine_detect::NoPasta>,
+    /// Whether a run without pasta may get the built-in relay ([`crate::Relay`], where the
+    /// launcher supports it): the configuration's [`crate::BwrapConfig::builtin_relay`].
+    pub relay: bool,
     /// The sandbox's stdio.
     pub stdio: SandboxStdio,
 }

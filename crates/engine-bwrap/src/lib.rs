@@ -68,6 +68,7 @@ mod pin;
 mod plan;
 mod process;
 mod proxy;
+mod relay;
 mod seam;
 mod session;
 mod stage;
@@ -85,6 +86,7 @@ pub use plan::{Access, Bind, Plan};
 pub use proxy::{
     BuiltinProxy, KEEPER_ARG, PROXY_PORT, ProxyServer, keeper_main_if_asked, proxy_env,
 };
+pub use relay::{Relay, SANDBOX_IP, relay_available};
 pub use seam::{Immediate, local_session};
 pub use session::{Session, SessionConfig, SessionInfo, reap_sessions};
 pub use uv::{

@@ -413,7 +413,7 @@ fn host_has_ipv6_route() -> bool {
 
 /// Whether `userns` is the user namespace this process is in (same inode as
 /// `/proc/self/ns/user`).
-fn is_own_userns(userns: &OwnedFd) -> bool {
+pub(crate) fn is_own_userns(userns: &OwnedFd) -> bool {
     let ours = std::fs::metadata("/proc/self/ns/user");
     let theirs = rustix::fs::fstat(userns);
     match (ours, theirs) {
@@ -426,7 +426,7 @@ fn is_own_userns(userns: &OwnedFd) -> bool {
 }
 
 /// The user namespace that owns `netns` (`NS_GET_USERNS`).
-fn owning_userns(netns: &std::fs::File) -> Result<OwnedFd> {
+pub(crate) fn owning_userns(netns: &std::fs::File) -> Result<OwnedFd> {
     const NS_GET_USERNS: libc::c_ulong = 0xb701;
     // SAFETY: NS_GET_USERNS takes no argument and returns a new descriptor or -1.
     let fd = unsafe { libc::ioctl(netns.as_raw_fd(), NS_GET_USERNS) };
@@ -484,7 +484,7 @@ fn block_link_local(netns: &std::fs::File, owner: Option<&OwnedFd>) -> Result<()
 /// namespace's owning user namespace, which gives it `CAP_NET_ADMIN` there) and `netns_fd`.
 /// The child is a forked copy of us that only makes syscalls and exits; it runs `true` so the
 /// standard library does the fork and wait.
-fn in_netns(
+pub(crate) fn in_netns(
     netns_fd: i32,
     userns_fd: i32,
     mut body: impl FnMut() -> std::io::Result<()> + Send + Sync + 'static,
@@ -531,19 +531,8 @@ pub fn listen_in(child: i32, port: u16) -> Result<OwnedFd> {
     let netns_path = PathBuf::from(format!("/proc/{child}/ns/net"));
     let netns = std::fs::File::open(&netns_path)
         .map_err(Error::io(format!("opening {}", netns_path.display())))?;
-    let owner = owning_userns(&netns)?;
-    let owner = (!is_own_userns(&owner)).then_some(owner);
-    let (ours, theirs) = rustix::net::socketpair(
-        rustix::net::AddressFamily::UNIX,
-        rustix::net::SocketType::SEQPACKET,
-        rustix::net::SocketFlags::CLOEXEC,
-        None,
-    )
-    .map_err(|e| Error::io("creating the proxy's socket pair")(e.into()))?;
-    let (netns_fd, userns_fd) = (netns.as_raw_fd(), owner.as_ref().map_or(-1, AsRawFd::as_raw_fd));
-    let chan = theirs.as_raw_fd();
     // SAFETY: raw syscalls on stack memory and on descriptors that are open in the child.
-    let status = in_netns(netns_fd, userns_fd, move || unsafe {
+    made_in(&netns, "the proxy's socket", move |chan| unsafe {
         let sock = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
         if sock < 0 {
             return Err(std::io::Error::last_os_error());
@@ -558,7 +547,47 @@ pub fn listen_in(child: i32, port: u16) -> Result<OwnedFd> {
         {
             return Err(std::io::Error::last_os_error());
         }
-        // One SCM_RIGHTS message carrying `sock`.
+        send_fd(chan, sock)
+    })
+}
+
+/// Runs `body` in a short-lived child inside `netns` (through its owning user namespace,
+/// which gives it `CAP_NET_ADMIN` there, [`in_netns`]) and returns the descriptor it sends
+/// back ([`send_fd`]) through the socket pair's end it is given: `what`, for messages.
+pub(crate) fn made_in(
+    netns: &std::fs::File,
+    what: &str,
+    mut body: impl FnMut(i32) -> std::io::Result<()> + Send + Sync + 'static,
+) -> Result<OwnedFd> {
+    let owner = owning_userns(netns)?;
+    let owner = (!is_own_userns(&owner)).then_some(owner);
+    let (ours, theirs) = rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| Error::io(format!("creating a socket pair for {what}"))(e.into()))?;
+    let (netns_fd, userns_fd) = (netns.as_raw_fd(), owner.as_ref().map_or(-1, AsRawFd::as_raw_fd));
+    let chan = theirs.as_raw_fd();
+    let status = in_netns(netns_fd, userns_fd, move || body(chan));
+    drop(theirs);
+    let status = status.map_err(Error::io(format!("making {what} in the sandbox")))?;
+    if !status.success() {
+        return Err(Error::BuiltinNetwork {
+            reason: format!("could not make {what} in the sandbox (`/bin/true` failed)"),
+        });
+    }
+    receive_fd(&ours)
+        .ok_or_else(|| Error::BuiltinNetwork { reason: format!("{what} was not handed over") })
+}
+
+/// In a helper child: sends `fd` through `chan` as one `SCM_RIGHTS` message.
+///
+/// SAFETY: raw syscalls on stack memory; `chan` and `fd` are open descriptors.
+pub(crate) unsafe fn send_fd(chan: i32, fd: i32) -> std::io::Result<()> {
+    // SAFETY: see above.
+    unsafe {
         let mut control = [0u64; 4];
         let mut byte = 0u8;
         let mut iov = libc::iovec { iov_base: (&mut byte as *mut u8).cast(), iov_len: 1 };
@@ -571,27 +600,16 @@ pub fn listen_in(child: i32, port: u16) -> Result<OwnedFd> {
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
         (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), sock);
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), fd);
         if libc::sendmsg(chan, &msg, 0) != 1 {
             return Err(std::io::Error::last_os_error());
         }
         Ok(())
-    });
-    drop(theirs);
-    let status = status.map_err(Error::io("opening the proxy's socket in the sandbox"))?;
-    if !status.success() {
-        return Err(Error::BuiltinNetwork {
-            reason: "could not open the proxy's socket in the sandbox (`/bin/true` failed)"
-                .to_owned(),
-        });
     }
-    receive_fd(&ours).ok_or_else(|| Error::BuiltinNetwork {
-        reason: "the proxy's socket was not handed over".to_owned(),
-    })
 }
 
 /// The descriptor of the one `SCM_RIGHTS` message waiting on `chan`.
-fn receive_fd(chan: &OwnedFd) -> Option<OwnedFd> {
+pub(crate) fn receive_fd(chan: &OwnedFd) -> Option<OwnedFd> {
     let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = rustix::net::RecvAncillaryBuffer::new(&mut space);
     let mut byte = [0u8; 1];

@@ -71,6 +71,8 @@ pub(crate) struct Launch<'a> {
     pub(crate) host: &'a crate::host::HostFacts,
     pub(crate) cache_root: &'a Path,
     pub(crate) pasta: Result<&'a Path, &'a engine_detect::NoPasta>,
+    /// Whether a run without pasta may get the built-in relay ([`crate::Relay`]).
+    pub(crate) relay: bool,
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
@@ -131,6 +133,7 @@ pub(crate) fn execute(
         host: launch.host,
         cache_root: launch.cache_root,
         pasta: launch.pasta,
+        relay: launch.relay,
         stdio,
     })?;
     if let Some(published) = published.filter(|_| !plan.publish.is_empty()) {

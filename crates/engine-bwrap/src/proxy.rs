@@ -653,7 +653,7 @@ fn splice(client: TcpStream, server: TcpStream) -> io::Result<()> {
 }
 
 /// The host's own interface addresses (`getifaddrs`), asked per connection (they change).
-fn host_addresses() -> Vec<IpAddr> {
+pub(crate) fn host_addresses() -> Vec<IpAddr> {
     let mut out = Vec::new();
     let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
     #[allow(unsafe_code)]

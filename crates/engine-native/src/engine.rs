@@ -182,8 +182,8 @@ struct NativeSandbox {
     child: crate::Child,
     /// pasta (net on), ended with the handle once the tree is gone.
     net: Option<engine_bwrap::UserNet>,
-    /// Net on, connected on demand: the thread that attaches pasta when the script first
-    /// needs it (`crate::demand`), with its pasta or why it could not be attached.
+    /// Net on, connected on demand: the thread that attaches pasta or the relay when the
+    /// script first needs it (`crate::demand`), with that network or why it failed.
     on_demand: Option<crate::net::OnDemand>,
     /// The built-in proxy (net on without pasta): a thread stopped with the handle, or a
     /// session's keeper.
@@ -270,10 +270,19 @@ impl Launcher for NativeLauncher {
     }
 
     fn start(&self, start: Start<'_>) -> Result<Box<dyn Sandboxed>, Error> {
-        let Start { plan, host, cache_root, pasta, stdio } = start;
-        // Net on without pasta: the built-in HTTP(S) proxy, for runs, prepare steps and
-        // sessions (served by a keeper); what only pasta gives is refused by name.
+        let Start { plan, host, cache_root, pasta, relay, stdio } = start;
+        // Net on without pasta: the built-in relay (full TCP/UDP) for a run or prepare step
+        // where a tun device can be had, attached on demand; else the built-in HTTP(S) proxy,
+        // which sessions (served by a keeper) always get. What only pasta gives is refused by
+        // name.
         let builtin = plan.net && pasta.is_err();
+        let relay = relay
+            && builtin
+            && plan.die_with_parent
+            && plan.publish.is_empty()
+            && crate::demand::supported()
+            && engine_bwrap::relay_available();
+        let proxy = builtin && !relay;
         if builtin
             && let Err(no) = pasta
             && !plan.publish.is_empty()
@@ -288,7 +297,7 @@ impl Launcher for NativeLauncher {
         if !env.iter().any(|(k, _)| k == "PWD") {
             env.push(("PWD".to_owned(), plan.chdir.clone().into_os_string()));
         }
-        if builtin {
+        if proxy {
             env.retain(|(k, _)| !k.to_ascii_lowercase().ends_with("_proxy"));
             env.extend(engine_bwrap::proxy_env());
         }
@@ -309,15 +318,20 @@ impl Launcher for NativeLauncher {
                 .collect(),
             cgroup_procs,
             detach: !plan.die_with_parent,
-            // pasta only (the built-in proxy listens before the script runs); not for a
-            // session, whose caller is gone before its script needs anything, nor with a
+            // pasta or the relay (the built-in proxy listens before the script runs); not for
+            // a session, whose caller is gone before its script needs anything, nor with a
             // published port, which must be pasta's before the script runs (a busy one fails
             // with nothing run).
-            net_on_demand: !builtin && plan.die_with_parent && plan.publish.is_empty(),
+            net_on_demand: !proxy && plan.die_with_parent && plan.publish.is_empty(),
         };
         let mut child = crate::spawn(&tree, command).map_err(to_bwrap)?;
-        if let Ok(pasta) = pasta {
-            match crate::net::connect_on_demand(&mut child, pasta) {
+        let network = match pasta {
+            Ok(pasta) => Some(crate::net::Network::Pasta(pasta)),
+            Err(_) if relay => Some(crate::net::Network::Relay),
+            Err(_) => None,
+        };
+        if let Some(network) = network {
+            match crate::net::connect_on_demand(&mut child, network) {
                 Ok(None) => {}
                 Ok(on_demand) => {
                     return Ok(Box::new(NativeSandbox {

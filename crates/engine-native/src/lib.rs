@@ -20,7 +20,8 @@ mod tests;
 pub use engine::{NativeEngine, NativeLauncher, input, local_session, reap_sessions};
 pub use error::{Error, Result};
 pub use net::{
-    BUILTIN_NET_NOTE, OnDemand, builtin_net_applies, builtin_net_note, connect, connect_on_demand,
+    Attached, BUILTIN_NET_NOTE, Network, OnDemand, builtin_net_applies, builtin_net_note, connect,
+    connect_on_demand, native_net_note, relay_applies,
 };
 pub use plan::{Access, Ids, Input, Op, Plan, RootEntry, plan};
 pub use probe::probe;

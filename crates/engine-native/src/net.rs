@@ -12,11 +12,15 @@
 //! pasta joins it as that user, the caller or, for a root caller, host nobody (as bwrap's pasta does), never
 //! as root.
 //!
-//! **Without pasta** (a fresh machine): the built-in proxy ([`engine_bwrap::BuiltinProxy`]).
-//! The namespace keeps no route, only its loopback, where a socket made from outside listens
-//! on [`engine_bwrap::PROXY_PORT`]; this process serves it, and the sandbox's environment
-//! points `HTTPS_PROXY` and friends there, so uv's installs and a script's HTTP(S) work.
-//! Raw sockets, UDP and published ports need pasta.
+//! **Without pasta** (a fresh machine), a run gets the built-in relay ([`engine_bwrap::Relay`]):
+//! attached on demand as pasta is ([`Network::Relay`]), a tun device in the sandbox's namespace
+//! served from this process, full outbound TCP and UDP with the proxy's policy. Where it
+//! cannot be had (no tun device the caller may open, a kernel without user notifications,
+//! [`BwrapConfig::builtin_relay`] off) and for sessions: the built-in proxy
+//! ([`engine_bwrap::BuiltinProxy`]). The namespace keeps no route, only its loopback, where a
+//! socket made from outside listens on [`engine_bwrap::PROXY_PORT`]; this process serves it,
+//! and the sandbox's environment points `HTTPS_PROXY` and friends there, so uv's installs and a
+//! script's HTTP(S) work. Raw sockets, UDP and published ports then need pasta.
 
 use std::path::Path;
 
@@ -39,18 +43,41 @@ pub fn connect(
     Ok(net)
 }
 
+/// How a net-on run's sandbox gets its network when the script first asks for it.
+#[derive(Debug, Clone, Copy)]
+pub enum Network<'a> {
+    /// pasta, at this path.
+    Pasta(&'a Path),
+    /// The built-in relay ([`engine_bwrap::Relay`]): full TCP and UDP without pasta.
+    Relay,
+}
+
+/// A network attached on demand: ended when dropped.
+#[derive(Debug)]
+pub enum Attached {
+    Pasta(engine_bwrap::UserNet),
+    Relay(engine_bwrap::Relay),
+}
+
 /// Net on, connected on demand ([`crate::demand`]): a thread waits for the sandbox's first
-/// network call and attaches pasta then. `Ok(None)` when `child` was not spawned so (net off,
-/// [`crate::Command::net_on_demand`] unset, or a kernel without user notifications: then
+/// network call and attaches `network` then. `Ok(None)` when `child` was not spawned so (net
+/// off, [`crate::Command::net_on_demand`] unset, or a kernel without user notifications: then
 /// [`connect`] it).
-pub fn connect_on_demand(child: &mut Child, pasta: &Path) -> Result<Option<OnDemand>> {
+pub fn connect_on_demand(child: &mut Child, network: Network<'_>) -> Result<Option<OnDemand>> {
     let Some(demand) = child.take_net_demand() else { return Ok(None) };
-    let pasta = pasta.to_owned();
+    let pasta = match network {
+        Network::Pasta(pasta) => Some(pasta.to_owned()),
+        Network::Relay => None,
+    };
     let thread = std::thread::Builder::new()
         .name("native-net-on-demand".into())
         .spawn(move || {
             let Some(netns) = demand.wait() else { return Ok(None) };
-            let attached = engine_bwrap::UserNet::attach_netns(&pasta, netns, &[], run_as());
+            let attached = match &pasta {
+                Some(pasta) => engine_bwrap::UserNet::attach_netns(pasta, netns, &[], run_as())
+                    .map(Attached::Pasta),
+                None => engine_bwrap::Relay::attach(&netns).map(Attached::Relay),
+            };
             // Attached or not, the held calls go on (without a network they find no route).
             demand.release();
             attached.map(Some)
@@ -62,20 +89,28 @@ pub fn connect_on_demand(child: &mut Child, pasta: &Path) -> Result<Option<OnDem
 /// The network of a sandbox connected on demand ([`connect_on_demand`]).
 #[derive(Debug)]
 pub struct OnDemand {
-    thread: std::thread::JoinHandle<
-        std::result::Result<Option<engine_bwrap::UserNet>, engine_bwrap::Error>,
-    >,
+    thread: std::thread::JoinHandle<std::result::Result<Option<Attached>, engine_bwrap::Error>>,
 }
 
 impl OnDemand {
-    /// Once the run has ended: pasta, if the script asked for its network (end it by dropping
+    /// Once the run has ended: the network, if the script asked for it (end it by dropping
     /// the handle), or why it could not be attached. Returns at once when the script never
     /// asked (the init's end of the socket pair is closed), and after the attach otherwise.
-    pub fn finish(self) -> std::result::Result<Option<engine_bwrap::UserNet>, engine_bwrap::Error> {
+    pub fn finish(self) -> std::result::Result<Option<Attached>, engine_bwrap::Error> {
         self.thread.join().unwrap_or_else(|_| {
             Err(engine_bwrap::Error::UserNetwork { reason: "the network thread panicked".into() })
         })
     }
+}
+
+/// Whether a run (not a session) of an engine with `config` gets the built-in relay: no pasta
+/// to be had, a tun device this process may open, and a kernel that connects networks on
+/// demand ([`crate::demand::supported`]; the relay is attached that way only).
+pub fn relay_applies(config: &BwrapConfig) -> bool {
+    config.builtin_relay
+        && engine_detect::pasta(config.path.as_deref()).is_err()
+        && engine_bwrap::relay_available()
+        && crate::demand::supported()
 }
 
 /// [`connect`] without the release, in engine-bwrap's error (a busy published port is the one
@@ -97,14 +132,23 @@ fn run_as() -> Option<(u32, u32)> {
 pub const BUILTIN_NET_NOTE: &str = "no pasta on PATH, so the network is HTTP(S) only, through \
      the built-in proxy (`HTTPS_PROXY`); install the `passt` package for full TCP/UDP networking";
 
-/// Whether net-on sandboxes of an engine with `config` get the built-in proxy (no pasta on
-/// its `PATH`, or one that cannot open `/dev/net/tun`) rather than pasta.
+/// Whether net-on sandboxes of an engine with `config` get the built-in proxy or relay (no
+/// pasta on its `PATH`, or one that cannot open `/dev/net/tun`) rather than pasta.
 pub fn builtin_net_applies(config: &BwrapConfig) -> bool {
     builtin_net_note(config).is_some()
 }
 
-/// The `note:` of a net-on run of an engine with `config`, when it gets the built-in proxy:
-/// why pasta cannot be had, and how to get full TCP/UDP.
+/// The `note:` of a net-on sandbox of the native engine with `config` (a `session` or a
+/// run), when it gets the built-in proxy: a run that gets the relay has full TCP/UDP.
+pub fn native_net_note(config: &BwrapConfig, session: bool) -> Option<String> {
+    if !session && relay_applies(config) {
+        return None;
+    }
+    builtin_net_note(config)
+}
+
+/// The `note:` of a net-on sandbox of an engine with `config`, when it gets the built-in
+/// proxy: why pasta cannot be had, and how to get full TCP/UDP.
 pub fn builtin_net_note(config: &BwrapConfig) -> Option<String> {
     // As the engine finds it (`BwrapConfig::from_env` takes the caller's `PATH`).
     match engine_detect::pasta(config.path.as_deref()) {

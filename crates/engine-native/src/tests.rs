@@ -330,10 +330,23 @@ fn probe_verdicts() {
     use engine_detect::NoPasta;
     let blocked = |why: &str| Err(why.to_owned());
     let cases = [
-        Answers { userns: Ok(()), seccomp: true, landlock: Some(6), pasta: Ok(()) },
-        Answers { userns: Ok(()), seccomp: true, landlock: Some(4), pasta: Ok(()) },
-        Answers { userns: Ok(()), seccomp: true, landlock: None, pasta: Ok(()) },
-        Answers { userns: Ok(()), seccomp: true, landlock: Some(6), pasta: Err(NoPasta::Missing) },
+        Answers { userns: Ok(()), seccomp: true, landlock: Some(6), pasta: Ok(()), relay: true },
+        Answers { userns: Ok(()), seccomp: true, landlock: Some(4), pasta: Ok(()), relay: true },
+        Answers { userns: Ok(()), seccomp: true, landlock: None, pasta: Ok(()), relay: true },
+        Answers {
+            userns: Ok(()),
+            seccomp: true,
+            landlock: Some(6),
+            pasta: Err(NoPasta::Missing),
+            relay: false,
+        },
+        Answers {
+            userns: Ok(()),
+            seccomp: true,
+            landlock: Some(6),
+            pasta: Err(NoPasta::Missing),
+            relay: true,
+        },
         Answers {
             userns: Ok(()),
             seccomp: true,
@@ -343,8 +356,9 @@ fn probe_verdicts() {
                          and write it"
                     .to_owned(),
             }),
+            relay: false,
         },
-        Answers { userns: Ok(()), seccomp: false, landlock: Some(6), pasta: Ok(()) },
+        Answers { userns: Ok(()), seccomp: false, landlock: Some(6), pasta: Ok(()), relay: true },
         Answers {
             userns: blocked(
                 "user.max_user_namespaces = 0 (unshare(CLONE_NEWUSER) failed: No space left on device (os error 28))",
@@ -352,6 +366,7 @@ fn probe_verdicts() {
             seccomp: true,
             landlock: Some(6),
             pasta: Ok(()),
+            relay: true,
         },
     ];
     let shown: Vec<String> = cases

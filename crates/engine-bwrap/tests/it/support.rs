@@ -57,6 +57,7 @@ pub(crate) fn fixture_with(handle_signals: bool) -> Option<Fixture> {
         python: None,
         handle_signals,
         runtime_dir: cache_dir().join("run"),
+        builtin_relay: true,
     };
     let engine = BwrapEngine::new(config).expect("engine");
     Some(Fixture { engine, home, workspace })

@@ -29,6 +29,7 @@ pub(crate) fn engine_fixture() -> EngineFixture {
         uv: None,
         python: Some(super::PYTHON.into()),
         handle_signals: false,
+        builtin_relay: true,
     };
     let engine = NativeEngine::new(config).unwrap();
     EngineFixture { _base: base, workspace, engine }
@@ -126,8 +127,9 @@ fn the_native_engine_prepares_dependencies_in_its_own_sandboxes() {
     );
 }
 
-/// Net on where pasta is not installed: the shared contract (`builtin_net.rs`), with the
-/// engine's own cache so the install goes through the proxy, not a warm environment.
+/// Net on where pasta is not installed and the relay is turned off (or no tun device can be
+/// opened): the shared contract (`builtin_net.rs`), with the engine's own cache so the install
+/// goes through the proxy, not a warm environment.
 fn prepares_and_runs_through_the_builtin_proxy() {
     let mut f = engine_fixture();
     let uid = rustix::process::getuid().as_raw();
@@ -138,7 +140,10 @@ fn prepares_and_runs_through_the_builtin_proxy() {
     config.path = Some(super::builtin_net::path_without_pasta(&scratch.join("bin")));
     config.cache_dir = scratch.join("cache");
     config.runtime_dir = scratch.join("cache/run");
+    config.builtin_relay = false;
     assert!(engine_native::builtin_net_applies(&config));
+    assert!(!engine_native::relay_applies(&config));
+    assert!(engine_native::native_net_note(&config, false).is_some());
     f.engine = NativeEngine::new(config).unwrap();
     let service = super::builtin_net::HostService::start();
     let mut s = service.spec(spec(&f, ""));
@@ -152,6 +157,72 @@ fn prepares_and_runs_through_the_builtin_proxy() {
     s.publish = vec![sandbox_core::Publish::same(free)];
     let err = f.engine.check(&s).unwrap_err().to_string();
     assert!(err.contains("publishing a port needs pasta"), "{err}");
+}
+
+/// Net on where pasta is not installed: the built-in relay. A dependency installs through it
+/// (the engine's own cache, so nothing is warm), and the script gets plain TCP and UDP, no
+/// proxy in its environment, and the host's own address refused.
+fn prepares_and_runs_through_the_relay() {
+    if !engine_bwrap::relay_available() || !engine_native::demand::supported() {
+        eprintln!("SKIPPED: native relay: no tun device to open or no user notifications here");
+        return;
+    }
+    let mut f = engine_fixture();
+    let uid = rustix::process::getuid().as_raw();
+    let scratch =
+        std::env::temp_dir().join(format!("engine-native-relay-{uid}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let mut config = f.engine.config().clone();
+    config.path = Some(super::builtin_net::path_without_pasta(&scratch.join("bin")));
+    config.cache_dir = scratch.join("cache");
+    config.runtime_dir = scratch.join("cache/run");
+    assert!(engine_native::relay_applies(&config));
+    assert!(engine_native::native_net_note(&config, false).is_none());
+    assert!(engine_native::native_net_note(&config, true).is_some(), "sessions get the proxy");
+    f.engine = NativeEngine::new(config).unwrap();
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let host_ip = super::builtin_net::outbound_ip();
+    let mut s = spec(&f, "");
+    std::fs::write(&s.script, RELAY_SCRIPT).unwrap();
+    s.args = vec![port.to_string(), host_ip];
+    s.dependencies = vec!["six".to_owned()];
+    s.net = sandbox_core::Net::On;
+    let (outcome, captured) = run(&f, &s);
+    let _ = std::fs::remove_dir_all(&scratch);
+    let out = captured.stdout_lossy();
+    assert_eq!(outcome.exit_code, 0, "{out}{}", captured.stderr_lossy());
+    assert_eq!(out, "proxies {}\nraw 200\nhost ECONNREFUSED\nsix\n");
+    assert!(listener.accept().is_err(), "the host's service was reached from the sandbox");
+}
+
+const RELAY_SCRIPT: &str = r#"
+import errno, os, socket, ssl, sys
+port, host_ip = int(sys.argv[1]), sys.argv[2]
+print("proxies", {k: v for k, v in os.environ.items() if k.lower().endswith("_proxy")})
+raw = socket.create_connection(("pypi.org", 443), timeout=20)
+tls = ssl.create_default_context().wrap_socket(raw, server_hostname="pypi.org")
+tls.sendall(b"HEAD /simple/six/ HTTP/1.1\r\nHost: pypi.org\r\nConnection: close\r\n\r\n")
+print("raw", tls.recv(100).split()[1].decode())
+if host_ip != "-":
+    try:
+        socket.create_connection((host_ip, port), timeout=5)
+        print("host connected")
+    except OSError as e:
+        print("host", errno.errorcode.get(e.errno, str(e)))
+else:
+    print("host ECONNREFUSED")
+import six
+print(six.__name__)
+"#;
+
+#[test]
+fn without_pasta_net_on_gets_the_relay() {
+    super::as_root_and_rootless(
+        "engine::without_pasta_net_on_gets_the_relay",
+        prepares_and_runs_through_the_relay,
+    );
 }
 
 #[test]

@@ -394,10 +394,24 @@ try:
     pypi = urllib.request.urlopen("https://pypi.org/simple/six/", timeout=20).status
 except Exception as e:
     pypi = repr(e)
+def udp_dns():
+    # A raw DNS query for pypi.org (type A) to the first nameserver the sandbox is given.
+    server = next(l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver"))
+    query = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x04pypi\x03org\x00\x00\x01\x00\x01"
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(10)
+    try:
+        s.sendto(query, (server, 53))
+        reply = s.recv(4096)
+        return "answered" if reply[:2] == b"\x12\x34" else "wrong reply"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e))
 print(json.dumps({
     "pypi": pypi,
+    "udp_dns": udp_dns(),
     "metadata": connect(("169.254.169.254", 80)),
     "host_loopback": connect(("127.0.0.1", HOST_PORT)),
+    "host_address": connect((HOST_IP, HOST_PORT)) if HOST_IP != "-" else "none",
     "host_abstract": connect(b"\0" + HOST_ABSTRACT, socket.AF_UNIX),
 }))
 "#;
@@ -415,18 +429,43 @@ pub(crate) fn pasta() -> Option<std::path::PathBuf> {
     }
 }
 
-/// Net on: PyPI over TLS with the mounted CA bundle; the metadata address unroutable (113);
-/// neither the host's loopback ports nor its abstract unix sockets reachable. Connected up
-/// front, or on demand (the script's first call held until pasta is attached).
-fn net_on_reaches_pypi_only(on_demand: bool) {
-    let Some(pasta) = pasta() else { return };
+/// The network a net-on test run gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TestNet {
+    /// pasta, attached before the script starts.
+    PastaUpFront,
+    /// pasta, attached at the script's first network call.
+    PastaOnDemand,
+    /// The built-in relay (no pasta), attached at the script's first network call.
+    Relay,
+}
+
+/// Net on: PyPI over TLS with the mounted CA bundle, a DNS query over UDP answered; the
+/// metadata address unroutable (pasta: 113) or refused (the relay: 111); neither the host's
+/// loopback ports, its own addresses nor its abstract unix sockets reachable. Connected up
+/// front, or on demand (the script's first call held until the network is attached).
+fn net_on_reaches_pypi_only(network: TestNet) {
+    let pasta = match network {
+        TestNet::Relay if !engine_bwrap::relay_available() => {
+            eprintln!("SKIPPED: native net on through the relay: /dev/net/tun cannot be opened");
+            return;
+        }
+        TestNet::Relay => None,
+        _ => match pasta() {
+            Some(pasta) => Some(pasta),
+            None => return,
+        },
+    };
+    let on_demand = network != TestNet::PastaUpFront;
     let mut f = fixture();
     f.input.net = true;
     f.input.ca_bundle = std::fs::canonicalize("/etc/ssl/certs/ca-certificates.crt").ok();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
-    // Both variants run at once in this process: one name each.
-    let abstract_name = format!("psbx-native-test-{}-{on_demand}", std::process::id());
+    let host_ip = builtin_net::outbound_ip();
+    // The variants run at once in this process: one name each.
+    let abstract_name = format!("psbx-native-test-{}-{network:?}", std::process::id());
     let abstract_sock = {
         use std::os::linux::net::SocketAddrExt;
         let addr = std::os::unix::net::SocketAddr::from_abstract_name(&abstract_name).unwrap();
@@ -434,6 +473,7 @@ fn net_on_reaches_pypi_only(on_demand: bool) {
     };
     let code = NET_FACTS
         .replace("HOST_PORT", &port.to_string())
+        .replace("HOST_IP", &format!("{host_ip:?}"))
         .replace("HOST_ABSTRACT", &format!("b{abstract_name:?}"));
     let plan = engine_native::plan(&f.input).unwrap();
     let (r, w) = rustix::pipe::pipe().unwrap();
@@ -449,11 +489,23 @@ fn net_on_reaches_pypi_only(on_demand: bool) {
         ..Command::default()
     };
     let mut child = engine_native::spawn(&plan, command).unwrap();
-    let demand = engine_native::connect_on_demand(&mut child, &pasta).unwrap();
-    assert_eq!(demand.is_some(), on_demand && engine_native::demand::supported());
-    let up_front = match demand {
-        Some(_) => None,
-        None => Some(engine_native::connect(&mut child, &pasta, &[]).unwrap()),
+    let how = match &pasta {
+        Some(pasta) => engine_native::Network::Pasta(pasta),
+        None => engine_native::Network::Relay,
+    };
+    let demand = engine_native::connect_on_demand(&mut child, how).unwrap();
+    let supported = engine_native::demand::supported();
+    if network == TestNet::Relay && !supported {
+        eprintln!("SKIPPED: native net on through the relay: no user notifications here");
+        return;
+    }
+    assert_eq!(demand.is_some(), on_demand && supported);
+    let up_front = match (demand.is_some(), &pasta) {
+        (true, _) => None,
+        (false, Some(pasta)) => Some(engine_native::Attached::Pasta(
+            engine_native::connect(&mut child, pasta, &[]).unwrap(),
+        )),
+        (false, None) => unreachable!(),
     };
     let reader = std::thread::spawn(move || read_all(r));
     let exit = child.wait().unwrap();
@@ -462,24 +514,29 @@ fn net_on_reaches_pypi_only(on_demand: bool) {
         (None, Some(demand)) => demand.finish().unwrap().expect("the script asked for its network"),
         (None, None) => unreachable!(),
     };
-    // The pasta of a root caller's sandbox is host nobody, as bwrap's is.
-    let pasta_pid = net.pasta_pid().unwrap();
-    let pasta_uid = host_uid(i32::try_from(pasta_pid).unwrap()).unwrap();
     let me = rustix::process::getuid();
-    assert_eq!(pasta_uid, if me.is_root() { 65534 } else { me.as_raw() });
+    if let engine_native::Attached::Pasta(net) = &net {
+        // The pasta of a root caller's sandbox is host nobody, as bwrap's is.
+        let pasta_pid = net.pasta_pid().unwrap();
+        let pasta_uid = host_uid(i32::try_from(pasta_pid).unwrap()).unwrap();
+        assert_eq!(pasta_uid, if me.is_root() { 65534 } else { me.as_raw() });
+    }
     drop(net);
     let out = reader.join().unwrap();
-    drop((listener, abstract_sock));
     assert_eq!(exit, 0, "{out}");
     assert!(out.contains("\"pypi\": 200"), "{out}");
-    assert!(out.contains("\"metadata\": \"EHOSTUNREACH\""), "{out}");
+    assert!(out.contains("\"udp_dns\": \"answered\""), "{out}");
+    let metadata = if pasta.is_some() { "EHOSTUNREACH" } else { "ECONNREFUSED" };
+    assert!(out.contains(&format!("\"metadata\": \"{metadata}\"")), "{out}");
     assert!(!out.contains("connected"), "{out}");
+    assert!(listener.accept().is_err(), "the host's service was reached from the sandbox");
+    drop((listener, abstract_sock));
 }
 
 #[test]
 fn net_on_reaches_pypi_but_not_the_host_or_metadata() {
     as_root_and_rootless("net_on_reaches_pypi_but_not_the_host_or_metadata", || {
-        net_on_reaches_pypi_only(false)
+        net_on_reaches_pypi_only(TestNet::PastaUpFront)
     });
 }
 
@@ -487,8 +544,17 @@ fn net_on_reaches_pypi_but_not_the_host_or_metadata() {
 #[test]
 fn net_on_demand_reaches_pypi_but_not_the_host_or_metadata() {
     as_root_and_rootless("net_on_demand_reaches_pypi_but_not_the_host_or_metadata", || {
-        net_on_reaches_pypi_only(true)
+        net_on_reaches_pypi_only(TestNet::PastaOnDemand)
     });
+}
+
+/// The same walls, and full TCP and UDP, through the built-in relay where pasta is missing.
+#[test]
+fn without_pasta_the_relay_reaches_pypi_but_not_the_host_or_metadata() {
+    as_root_and_rootless(
+        "without_pasta_the_relay_reaches_pypi_but_not_the_host_or_metadata",
+        || net_on_reaches_pypi_only(TestNet::Relay),
+    );
 }
 
 /// The sandbox's pasta is ended with the handle (none is left once the run is over).

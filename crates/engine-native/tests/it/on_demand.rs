@@ -67,9 +67,12 @@ print(d.recv(1).decode())
 /// attach it ends in an error): exit code, stdout, and the network's handle.
 fn run_without_pasta(code: &str) -> (i32, String, engine_native::OnDemand) {
     let (mut child, r, _f) = spawn(code);
-    let demand = engine_native::connect_on_demand(&mut child, Path::new("/nonexistent/pasta"))
-        .unwrap()
-        .unwrap();
+    let demand = engine_native::connect_on_demand(
+        &mut child,
+        engine_native::Network::Pasta(Path::new("/nonexistent/pasta")),
+    )
+    .unwrap()
+    .unwrap();
     let reader = std::thread::spawn(move || read_all(r));
     let exit = child.wait().unwrap();
     (exit, reader.join().unwrap(), demand)

@@ -45,6 +45,13 @@ import six
 print(six.__name__)
 "#;
 
+/// The host's address outbound traffic leaves from (no packet is sent), `-` without a route.
+pub(crate) fn outbound_ip() -> String {
+    std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("151.101.0.223:443").and_then(|()| s.local_addr()))
+        .map_or("-".to_owned(), |a| a.ip().to_string())
+}
+
 /// A host service on every address, which the sandbox must never reach.
 pub(crate) struct HostService {
     listener: std::net::TcpListener,
@@ -55,11 +62,7 @@ impl HostService {
     pub(crate) fn start() -> HostService {
         let listener = std::net::TcpListener::bind("0.0.0.0:0").expect("bind");
         listener.set_nonblocking(true).expect("nonblocking");
-        // The address outbound traffic leaves from (no packet is sent), `-` without a route.
-        let host_ip = std::net::UdpSocket::bind("0.0.0.0:0")
-            .and_then(|s| s.connect("151.101.0.223:443").and_then(|()| s.local_addr()))
-            .map_or("-".to_owned(), |a| a.ip().to_string());
-        HostService { listener, host_ip }
+        HostService { listener, host_ip: outbound_ip() }
     }
 
     /// `spec` turned into the contract's run: the script, its arguments, `six`, net on.

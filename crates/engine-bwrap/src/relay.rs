@@ -1,0 +1,712 @@
+//! The built-in relay: full outbound TCP and UDP for a net-on sandbox on a machine without
+//! pasta, from this process, with the built-in proxy's policy.
+//!
+//! **How.** A short-lived helper joins the sandbox's network namespace (through its owning user
+//! namespace, which gives it `CAP_NET_ADMIN` there, as [`crate::listen_in`]'s does), makes a
+//! tun device (`psbx0`, [`SANDBOX_IP`], the default route), and hands its descriptor back over
+//! a socket pair. A thread of this process then reads the sandbox's IPv4 packets from it:
+//!
+//! - a TCP `SYN` starts a non-blocking connect from the host's namespace to its destination;
+//!   once that connection is up, a smoltcp socket listening on exactly that destination takes
+//!   the held `SYN`, and the two are spliced. A refused destination or a failed connect answers
+//!   the `SYN` with a reset, so the script sees `ECONNREFUSED` at its `connect`, as it would on
+//!   the host.
+//! - a UDP datagram goes out through a host socket connected to its destination (one per
+//!   source and destination, idle ones closed); what comes back is written to the tun as a
+//!   datagram from that destination. DNS is one such flow to the host's nameserver.
+//! - anything else (ICMP, IPv6, fragments) is dropped: the script sees no route or a timeout.
+//!
+//! **The wall.** The sandbox still has its own network namespace with nothing of the host in
+//! it. Every destination is checked against [`crate::proxy`]'s policy (unspecified, loopback,
+//! link-local and metadata, multicast, broadcast and the host's own addresses refused; private
+//! ranges allowed, as pasta allows them) before a host socket is made for it, and each host
+//! socket is connected to that one checked address, so nothing the script sends later can
+//! redirect it. Nothing inbound reaches the sandbox but replies on its own flows. No host
+//! descriptor enters the sandbox: the tun is this process's, and the device lives in the
+//! sandbox's namespace only.
+//!
+//! **Limits.** IPv4 only (a script's IPv6 connects find no route, and clients fall back to
+//! IPv4), no ICMP, no published ports, and a nameserver on the host's loopback
+//! (`systemd-resolved`'s `127.0.0.53`) is out of reach like the rest of the host's loopback.
+
+#![allow(unsafe_code)]
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasher, Hasher};
+use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant as Clock};
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
+use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
+use smoltcp::phy::{self, Checksum, ChecksumCapabilities, DeviceCapabilities, Medium};
+use smoltcp::socket::tcp;
+use smoltcp::time::Instant;
+use smoltcp::wire::{
+    HardwareAddress, IpAddress, IpCidr, IpListenEndpoint, IpProtocol, Ipv4Packet, Ipv4Repr,
+    TcpPacket, UdpPacket, UdpRepr,
+};
+
+use crate::error::{Error, Result};
+
+/// The sandbox's address on its tun device (QEMU's and slirp4netns's guest address, which
+/// users may recognise).
+pub const SANDBOX_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 15);
+/// The relay's own address, seen by nothing but smoltcp (it answers for every destination).
+const RELAY_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+/// The tun device's name inside the sandbox.
+const DEVICE: &[u8] = b"psbx0";
+/// pasta's MTU: fewer, larger packets through the relay.
+const MTU: usize = 65520;
+/// Each direction of a TCP flow (the window the script sees).
+const TCP_BUFFER: usize = 128 * 1024;
+/// A UDP flow without traffic this long is closed.
+const UDP_IDLE: Duration = Duration::from_secs(60);
+/// At most this many UDP flows at once; the least recently used goes first.
+const UDP_FLOWS: usize = 128;
+/// At most this many TCP flows at once (uv downloads through 50); more `SYN`s are reset. Each
+/// holds a host descriptor and up to twice [`TCP_BUFFER`] of this process's memory, which the
+/// sandbox's limits do not cover.
+const TCP_FLOWS: usize = 256;
+/// A TCP flow whose sandbox side leaves sent data unacknowledged this long is reset.
+const TCP_STALLED: Duration = Duration::from_secs(120);
+
+/// Whether this process can give a sandbox the relay: a tun device it may open (a root
+/// caller's helper opens it as host root, anyone else's as the caller).
+pub fn relay_available() -> bool {
+    let access = rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK;
+    rustix::fs::access("/dev/net/tun", access).is_ok()
+}
+
+/// The relay of one sandbox: a thread serving its tun device, ended (and joined) when dropped.
+#[derive(Debug)]
+pub struct Relay {
+    stop: Option<OwnedFd>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Relay {
+    /// Gives the network namespace `netns` (a sandbox's, holding nothing but its loopback) a
+    /// tun device and serves it (see the module docs).
+    pub fn attach(netns: &std::fs::File) -> Result<Relay> {
+        let tun = tun_in(netns)?;
+        let (stop_read, stop_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| Error::io("creating the relay's stop pipe")(e.into()))?;
+        let thread = std::thread::Builder::new()
+            .name("builtin-relay".into())
+            .spawn(move || serve(tun, stop_read))
+            .map_err(Error::io("starting the relay's thread"))?;
+        Ok(Relay { stop: Some(stop_write), thread: Some(thread) })
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        // EOF on the pipe ends the loop; every host socket closes with it.
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// `struct ifreq`: a name, then a union (flags, an MTU or an address).
+#[repr(C)]
+struct IfReq {
+    name: [u8; 16],
+    data: [u8; 24],
+}
+
+const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const IFF_TUN: u16 = 0x0001;
+const IFF_NO_PI: u16 = 0x1000;
+
+/// A tun device in `netns`, configured as the module docs say, made by a short-lived child
+/// that joins the namespace and sends the descriptor back.
+fn tun_in(netns: &std::fs::File) -> Result<OwnedFd> {
+    // SAFETY: raw syscalls on stack memory and on descriptors that are open in the child.
+    crate::net::made_in(netns, "the relay's device", move |chan| unsafe {
+        let fail = || Err(std::io::Error::last_os_error());
+        let tun =
+            libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC);
+        if tun < 0 {
+            return fail();
+        }
+        let mut req = IfReq { name: [0; 16], data: [0; 24] };
+        req.name[..DEVICE.len()].copy_from_slice(DEVICE);
+        req.data[..2].copy_from_slice(&(IFF_TUN | IFF_NO_PI).to_ne_bytes());
+        if libc::ioctl(tun, TUNSETIFF as _, &raw mut req) != 0 {
+            return fail();
+        }
+        let sock = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if sock < 0 {
+            return fail();
+        }
+        let sockaddr = |ip: Ipv4Addr| {
+            let mut addr: libc::sockaddr_in = std::mem::zeroed();
+            addr.sin_family = libc::AF_INET as libc::sa_family_t;
+            addr.sin_addr.s_addr = u32::from_ne_bytes(ip.octets());
+            addr
+        };
+        let with = |data: &[u8]| {
+            let mut req = IfReq { name: [0; 16], data: [0; 24] };
+            req.name[..DEVICE.len()].copy_from_slice(DEVICE);
+            req.data[..data.len()].copy_from_slice(data);
+            req
+        };
+        let as_bytes = |addr: &libc::sockaddr_in| {
+            std::slice::from_raw_parts(
+                (addr as *const libc::sockaddr_in).cast::<u8>(),
+                std::mem::size_of::<libc::sockaddr_in>(),
+            )
+            .to_vec()
+        };
+        let mtu = MTU as i32;
+        let up = (libc::IFF_UP | libc::IFF_RUNNING) as u16;
+        for (request, mut req) in [
+            (libc::SIOCSIFMTU, with(&mtu.to_ne_bytes())),
+            (libc::SIOCSIFADDR, with(&as_bytes(&sockaddr(SANDBOX_IP)))),
+            (libc::SIOCSIFNETMASK, with(&as_bytes(&sockaddr(Ipv4Addr::BROADCAST)))),
+            (libc::SIOCSIFFLAGS, with(&up.to_ne_bytes())),
+        ] {
+            if libc::ioctl(sock, request as _, &raw mut req) != 0 {
+                return fail();
+            }
+        }
+        // The default route: everything that is not the sandbox's own goes to the device.
+        let mut name = [0u8; 16];
+        name[..DEVICE.len()].copy_from_slice(DEVICE);
+        let mut route: libc::rtentry = std::mem::zeroed();
+        let any = sockaddr(Ipv4Addr::UNSPECIFIED);
+        std::ptr::write_unaligned((&raw mut route.rt_dst).cast(), any);
+        std::ptr::write_unaligned((&raw mut route.rt_genmask).cast(), any);
+        route.rt_flags = libc::RTF_UP;
+        route.rt_dev = name.as_mut_ptr().cast();
+        if libc::ioctl(sock, libc::SIOCADDRT as _, &raw mut route) != 0 {
+            return fail();
+        }
+        libc::close(sock);
+        crate::net::send_fd(chan, tun)
+    })
+}
+
+/// The tun device as smoltcp sees it: packets read by [`serve`] wait in `rx`; what smoltcp
+/// sends is written straight to the device.
+struct Tun {
+    fd: OwnedFd,
+    rx: VecDeque<Vec<u8>>,
+}
+
+struct Rx(Vec<u8>);
+struct Tx<'a>(BorrowedFd<'a>);
+
+impl phy::RxToken for Rx {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        f(&self.0)
+    }
+}
+
+impl phy::TxToken for Tx<'_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let mut packet = vec![0u8; len];
+        let result = f(&mut packet);
+        // A full device queue drops the packet, as a link would; TCP sends it again.
+        let _ = rustix::io::write(self.0, &packet);
+        result
+    }
+}
+
+impl phy::Device for Tun {
+    type RxToken<'a> = Rx;
+    type TxToken<'a> = Tx<'a>;
+
+    fn receive(&mut self, _: Instant) -> Option<(Rx, Tx<'_>)> {
+        let packet = self.rx.pop_front()?;
+        Some((Rx(packet), Tx(self.fd.as_fd())))
+    }
+
+    fn transmit(&mut self, _: Instant) -> Option<Tx<'_>> {
+        Some(Tx(self.fd.as_fd()))
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut caps = DeviceCapabilities::default();
+        caps.medium = Medium::Ip;
+        caps.max_transmission_unit = MTU;
+        // The kernel checksums what it writes to a tun device; smoltcp checksums its own.
+        caps.checksum = checksums();
+        caps
+    }
+}
+
+fn checksums() -> ChecksumCapabilities {
+    let mut caps = ChecksumCapabilities::default();
+    caps.ipv4 = Checksum::Tx;
+    caps.tcp = Checksum::Tx;
+    caps.udp = Checksum::Tx;
+    caps
+}
+
+/// The sandbox's end and the destination of one flow.
+type Key = (SocketAddrV4, SocketAddrV4);
+
+struct TcpFlow {
+    host: OwnedFd,
+    state: TcpState,
+    /// The host's side sent its FIN (read returned 0).
+    host_eof: bool,
+    /// The sandbox's FIN was passed on (`shutdown(SHUT_WR)`).
+    shut: bool,
+    ready: PollFlags,
+}
+
+enum TcpState {
+    /// The host's connect is under way; the sandbox's `SYN` waits for it.
+    Connecting {
+        syn: Vec<u8>,
+    },
+    Open {
+        handle: SocketHandle,
+    },
+}
+
+struct UdpFlow {
+    host: OwnedFd,
+    last: Clock,
+    ready: PollFlags,
+}
+
+/// Pure: why the relay refuses to reach `dest` for the sandbox (`None`: it may), given the
+/// host's own addresses. The built-in proxy's policy, and port 0.
+pub(crate) fn refusal(dest: SocketAddrV4, host: &[IpAddr]) -> Option<&'static str> {
+    if dest.port() == 0 {
+        return Some("port 0");
+    }
+    crate::proxy::refusal(IpAddr::V4(*dest.ip()), host)
+}
+
+/// A host socket of `kind` connecting (non-blocking) to `dest`, if the policy allows it.
+fn connect_out(dest: SocketAddrV4, kind: rustix::net::SocketType) -> Option<OwnedFd> {
+    if refusal(dest, &crate::proxy::host_addresses()).is_some() {
+        return None;
+    }
+    let flags = rustix::net::SocketFlags::NONBLOCK | rustix::net::SocketFlags::CLOEXEC;
+    let sock =
+        rustix::net::socket_with(rustix::net::AddressFamily::INET, kind, flags, None).ok()?;
+    match rustix::net::connect(&sock, &dest) {
+        Ok(()) | Err(Errno::INPROGRESS) => Some(sock),
+        Err(_) => None,
+    }
+}
+
+struct Flows {
+    dev: Tun,
+    iface: Interface,
+    sockets: SocketSet<'static>,
+    tcp: HashMap<Key, TcpFlow>,
+    udp: HashMap<Key, UdpFlow>,
+    start: Clock,
+}
+
+/// The relay's loop (see the module docs), until `stop` reports EOF.
+fn serve(tun: OwnedFd, stop: OwnedFd) {
+    let start = Clock::now();
+    let mut dev = Tun { fd: tun, rx: VecDeque::new() };
+    let mut config = Config::new(HardwareAddress::Ip);
+    config.random_seed = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    let mut iface = Interface::new(config, &mut dev, Instant::from_micros(0));
+    iface.update_ip_addrs(|addrs| {
+        let _ = addrs.push(IpCidr::new(IpAddress::Ipv4(RELAY_IP), 24));
+    });
+    iface.set_any_ip(true);
+    let mut relay = Flows {
+        dev,
+        iface,
+        sockets: SocketSet::new(Vec::new()),
+        tcp: HashMap::new(),
+        udp: HashMap::new(),
+        start,
+    };
+    let mut packet = vec![0u8; MTU];
+    let mut timeout = Some(Duration::ZERO);
+    loop {
+        if !relay.wait(&stop, timeout) {
+            return;
+        }
+        relay.read_device(&mut packet);
+        relay.complete_connects();
+        relay.poll();
+        relay.pump_tcp();
+        relay.poll();
+        relay.pump_udp(&mut packet);
+        relay.sweep();
+        let now = relay.now();
+        timeout = relay
+            .iface
+            .poll_delay(now, &relay.sockets)
+            .map(|d| Duration::from_micros(d.total_micros()));
+        if !relay.udp.is_empty() {
+            timeout = Some(timeout.map_or(UDP_IDLE, |t| t.min(UDP_IDLE)));
+        }
+    }
+}
+
+impl Flows {
+    fn now(&self) -> Instant {
+        Instant::from_micros(i64::try_from(self.start.elapsed().as_micros()).unwrap_or(i64::MAX))
+    }
+
+    fn poll(&mut self) {
+        let now = self.now();
+        self.iface.poll(now, &mut self.dev, &mut self.sockets);
+    }
+
+    /// Waits for the device, a flow's host socket or `timeout`, and notes what is ready on
+    /// each flow. `false` once `stop` says the run is over.
+    fn wait(&mut self, stop: &OwnedFd, timeout: Option<Duration>) -> bool {
+        let sockets = &self.sockets;
+        let tcp_interest = |flow: &TcpFlow| match &flow.state {
+            TcpState::Connecting { .. } => PollFlags::OUT,
+            TcpState::Open { handle } => {
+                let socket = sockets.get::<tcp::Socket>(*handle);
+                let mut want = PollFlags::empty();
+                if !flow.host_eof && socket.can_send() {
+                    want |= PollFlags::IN;
+                }
+                if socket.can_recv() {
+                    want |= PollFlags::OUT;
+                }
+                want
+            }
+        };
+        let mut tcp_keys = Vec::new();
+        let mut fds =
+            vec![PollFd::new(stop, PollFlags::IN), PollFd::new(&self.dev.fd, PollFlags::IN)];
+        // Only sockets with something wanted: a closed one reports POLLHUP whatever it is
+        // asked, and would spin the loop.
+        for (key, flow) in &self.tcp {
+            let want = tcp_interest(flow);
+            if !want.is_empty() {
+                tcp_keys.push(*key);
+                fds.push(PollFd::new(&flow.host, want));
+            }
+        }
+        let udp_keys: Vec<Key> = self.udp.keys().copied().collect();
+        fds.extend(self.udp.values().map(|flow| PollFd::new(&flow.host, PollFlags::IN)));
+        let timespec = timeout.map(|t| Timespec {
+            tv_sec: i64::try_from(t.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(t.subsec_nanos()),
+        });
+        match rustix::event::poll(&mut fds, timespec.as_ref()) {
+            Ok(_) | Err(Errno::INTR) => {}
+            Err(_) => return false,
+        }
+        if !fds[0].revents().is_empty() {
+            return false;
+        }
+        let ready: Vec<PollFlags> = fds[2..].iter().map(PollFd::revents).collect();
+        drop(fds);
+        let (tcp_ready, udp_ready) = ready.split_at(tcp_keys.len());
+        for (key, ready) in tcp_keys.iter().zip(tcp_ready) {
+            if let Some(flow) = self.tcp.get_mut(key) {
+                flow.ready = *ready;
+            }
+        }
+        for (key, ready) in udp_keys.iter().zip(udp_ready) {
+            if let Some(flow) = self.udp.get_mut(key) {
+                flow.ready = *ready;
+            }
+        }
+        true
+    }
+
+    /// Takes in what the sandbox sent: new flows start here, the rest goes to smoltcp.
+    fn read_device(&mut self, buf: &mut [u8]) {
+        for _ in 0..256 {
+            let n = match rustix::io::read(&self.dev.fd, &mut *buf) {
+                Ok(n) => n,
+                Err(Errno::INTR) => continue,
+                Err(_) => return,
+            };
+            self.packet(&buf[..n]);
+        }
+    }
+
+    fn packet(&mut self, packet: &[u8]) {
+        let Ok(ip) = Ipv4Packet::new_checked(packet) else { return };
+        if ip.more_frags() || ip.frag_offset() != 0 {
+            return;
+        }
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        match ip.next_header() {
+            IpProtocol::Tcp => {
+                let Ok(tcp) = TcpPacket::new_checked(ip.payload()) else { return };
+                let key = (
+                    SocketAddrV4::new(src, tcp.src_port()),
+                    SocketAddrV4::new(dst, tcp.dst_port()),
+                );
+                match self.tcp.get(&key) {
+                    // A `SYN` sent again while the host's connect is under way.
+                    Some(TcpFlow { state: TcpState::Connecting { .. }, .. }) => {}
+                    None if tcp.syn() && !tcp.ack() => {
+                        let host = (self.tcp.len() < TCP_FLOWS)
+                            .then(|| connect_out(key.1, rustix::net::SocketType::STREAM))
+                            .flatten();
+                        match host {
+                            Some(host) => {
+                                let state = TcpState::Connecting { syn: packet.to_vec() };
+                                let flow = TcpFlow {
+                                    host,
+                                    state,
+                                    host_eof: false,
+                                    shut: false,
+                                    ready: PollFlags::empty(),
+                                };
+                                self.tcp.insert(key, flow);
+                            }
+                            // No socket takes it: smoltcp resets it.
+                            None => self.dev.rx.push_back(packet.to_vec()),
+                        }
+                    }
+                    _ => self.dev.rx.push_back(packet.to_vec()),
+                }
+            }
+            IpProtocol::Udp => {
+                let Ok(udp) = UdpPacket::new_checked(ip.payload()) else { return };
+                let key = (
+                    SocketAddrV4::new(src, udp.src_port()),
+                    SocketAddrV4::new(dst, udp.dst_port()),
+                );
+                self.udp_out(key, udp.payload());
+            }
+            _ => {}
+        }
+    }
+
+    fn udp_out(&mut self, key: Key, payload: &[u8]) {
+        if !self.udp.contains_key(&key) {
+            if self.udp.len() >= UDP_FLOWS
+                && let Some(oldest) = self.udp.iter().min_by_key(|(_, f)| f.last).map(|(k, _)| *k)
+            {
+                self.udp.remove(&oldest);
+            }
+            let Some(host) = connect_out(key.1, rustix::net::SocketType::DGRAM) else { return };
+            self.udp.insert(key, UdpFlow { host, last: Clock::now(), ready: PollFlags::empty() });
+        }
+        if let Some(flow) = self.udp.get_mut(&key) {
+            flow.last = Clock::now();
+            let _ = rustix::net::send(&flow.host, payload, rustix::net::SendFlags::DONTWAIT);
+        }
+    }
+
+    /// Host connects that finished: a listener takes the held `SYN` (one new listener per
+    /// destination at a time, so that each `SYN` meets its own), or a reset answers it.
+    fn complete_connects(&mut self) {
+        let mut listening = HashSet::new();
+        let mut failed = Vec::new();
+        for (key, flow) in &mut self.tcp {
+            let TcpState::Connecting { syn } = &mut flow.state else { continue };
+            if flow.ready.is_empty() || listening.contains(&key.1) {
+                continue;
+            }
+            let syn = std::mem::take(syn);
+            if !matches!(rustix::net::sockopt::socket_error(&flow.host), Ok(Ok(()))) {
+                self.dev.rx.push_back(syn);
+                failed.push(*key);
+                continue;
+            }
+            let mut socket = tcp::Socket::new(
+                tcp::SocketBuffer::new(vec![0; TCP_BUFFER]),
+                tcp::SocketBuffer::new(vec![0; TCP_BUFFER]),
+            );
+            socket.set_nagle_enabled(false);
+            socket.set_ack_delay(None);
+            socket.set_timeout(Some(smoltcp::time::Duration::from_secs(TCP_STALLED.as_secs())));
+            let endpoint =
+                IpListenEndpoint { addr: Some(IpAddress::Ipv4(*key.1.ip())), port: key.1.port() };
+            if socket.listen(endpoint).is_err() {
+                self.dev.rx.push_back(syn);
+                failed.push(*key);
+                continue;
+            }
+            listening.insert(key.1);
+            flow.state = TcpState::Open { handle: self.sockets.add(socket) };
+            flow.ready = PollFlags::empty();
+            self.dev.rx.push_back(syn);
+        }
+        for key in failed {
+            self.tcp.remove(&key);
+        }
+    }
+
+    /// Moves what each open flow can move, both ways, and passes FINs and resets on.
+    fn pump_tcp(&mut self) {
+        for flow in self.tcp.values_mut() {
+            let TcpState::Open { handle } = flow.state else { continue };
+            let socket = self.sockets.get_mut::<tcp::Socket>(handle);
+            // A listener that did not take its `SYN`: nothing will come of it.
+            if socket.state() == tcp::State::Listen {
+                socket.abort();
+                continue;
+            }
+            // The sandbox to the host.
+            while socket.can_recv() {
+                let sent = socket.recv(|data| match rustix::io::write(&flow.host, data) {
+                    Ok(n) => (n, Ok(n)),
+                    Err(e) => (0, Err(e)),
+                });
+                match sent {
+                    Ok(Ok(n)) if n > 0 => {}
+                    Ok(Err(Errno::AGAIN | Errno::INTR)) | Ok(Ok(_)) | Err(_) => break,
+                    Ok(Err(_)) => {
+                        socket.abort();
+                        break;
+                    }
+                }
+            }
+            let sandbox_done = matches!(
+                socket.state(),
+                tcp::State::CloseWait
+                    | tcp::State::LastAck
+                    | tcp::State::Closing
+                    | tcp::State::TimeWait
+            );
+            if sandbox_done && !flow.shut && socket.recv_queue() == 0 {
+                let _ = rustix::net::shutdown(&flow.host, rustix::net::Shutdown::Write);
+                flow.shut = true;
+            }
+            // The host to the sandbox.
+            while !flow.host_eof && socket.can_send() {
+                let got = socket.send(|space| match rustix::io::read(&flow.host, &mut *space) {
+                    Ok(n) => (n, Ok(n)),
+                    Err(e) => (0, Err(e)),
+                });
+                match got {
+                    Ok(Ok(0)) => {
+                        flow.host_eof = true;
+                        socket.close();
+                    }
+                    Ok(Ok(_)) => {}
+                    Ok(Err(Errno::AGAIN | Errno::INTR)) | Err(_) => break,
+                    Ok(Err(_)) => {
+                        socket.abort();
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Replies from the host, written to the device as datagrams from the flow's destination.
+    fn pump_udp(&mut self, buf: &mut [u8]) {
+        for (key, flow) in &mut self.udp {
+            if flow.ready.is_empty() {
+                continue;
+            }
+            flow.ready = PollFlags::empty();
+            for _ in 0..64 {
+                let n = match rustix::net::recv(
+                    &flow.host,
+                    &mut *buf,
+                    rustix::net::RecvFlags::DONTWAIT,
+                ) {
+                    Ok((n, _)) => n,
+                    Err(Errno::INTR) => continue,
+                    Err(_) => break,
+                };
+                flow.last = Clock::now();
+                if let Some(datagram) = datagram(key.1, key.0, &buf[..n]) {
+                    let _ = rustix::io::write(&self.dev.fd, &datagram);
+                }
+            }
+        }
+    }
+
+    /// Flows that are over: both sides closed (or reset), or UDP left idle.
+    fn sweep(&mut self) {
+        let sockets = &mut self.sockets;
+        self.tcp.retain(|_, flow| {
+            let TcpState::Open { handle } = flow.state else { return true };
+            let state = sockets.get::<tcp::Socket>(handle).state();
+            let over = matches!(state, tcp::State::Closed | tcp::State::TimeWait);
+            if over {
+                sockets.remove(handle);
+            }
+            !over
+        });
+        let now = Clock::now();
+        self.udp.retain(|_, flow| now.duration_since(flow.last) < UDP_IDLE);
+    }
+}
+
+/// Pure: an IPv4 packet carrying `payload` as a UDP datagram from `src` to `dst`, `None` when
+/// it would not fit the device.
+pub(crate) fn datagram(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> Option<Vec<u8>> {
+    let udp = UdpRepr { src_port: src.port(), dst_port: dst.port() };
+    let ip = Ipv4Repr {
+        src_addr: *src.ip(),
+        dst_addr: *dst.ip(),
+        next_header: IpProtocol::Udp,
+        payload_len: udp.header_len() + payload.len(),
+        hop_limit: 64,
+    };
+    let len = ip.buffer_len() + ip.payload_len;
+    if len > MTU {
+        return None;
+    }
+    let mut out = vec![0u8; len];
+    let caps = ChecksumCapabilities::default();
+    let mut packet = Ipv4Packet::new_unchecked(&mut out[..]);
+    ip.emit(&mut packet, &caps);
+    let mut datagram = UdpPacket::new_unchecked(packet.payload_mut());
+    udp.emit(
+        &mut datagram,
+        &IpAddress::Ipv4(*src.ip()),
+        &IpAddress::Ipv4(*dst.ip()),
+        payload.len(),
+        |space| space.copy_from_slice(payload),
+        &caps,
+    );
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_relay_refuses_what_the_proxy_refuses() {
+        let host = [IpAddr::from([192, 168, 1, 7])];
+        let at = |ip: [u8; 4], port| SocketAddrV4::new(Ipv4Addr::from(ip), port);
+        for (dest, refused) in [
+            (at([93, 184, 215, 14], 443), false),
+            (at([10, 1, 2, 3], 5432), false),
+            (at([10, 0, 2, 2], 80), false),
+            (at([127, 0, 0, 1], 22), true),
+            (at([127, 0, 0, 53], 53), true),
+            (at([0, 0, 0, 0], 80), true),
+            (at([169, 254, 169, 254], 80), true),
+            (at([224, 0, 0, 251], 5353), true),
+            (at([255, 255, 255, 255], 67), true),
+            (at([192, 168, 1, 7], 8080), true),
+            (at([93, 184, 215, 14], 0), true),
+        ] {
+            assert_eq!(refusal(dest, &host).is_some(), refused, "{dest}");
+        }
+    }
+
+    #[test]
+    fn datagrams_parse_back() {
+        let src = SocketAddrV4::new(Ipv4Addr::new(10, 255, 255, 53), 53);
+        let dst = SocketAddrV4::new(SANDBOX_IP, 40000);
+        let out = datagram(src, dst, b"answer").expect("fits");
+        let ip = Ipv4Packet::new_checked(&out[..]).expect("ipv4");
+        assert!(ip.verify_checksum());
+        assert_eq!((ip.src_addr(), ip.dst_addr()), (*src.ip(), *dst.ip()));
+        let udp = UdpPacket::new_checked(ip.payload()).expect("udp");
+        assert!(udp.verify_checksum(&IpAddress::Ipv4(*src.ip()), &IpAddress::Ipv4(*dst.ip())));
+        assert_eq!((udp.src_port(), udp.dst_port(), udp.payload()), (53, 40000, &b"answer"[..]));
+        assert!(datagram(src, dst, &vec![0; MTU]).is_none());
+    }
+}
