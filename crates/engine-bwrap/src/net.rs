@@ -532,7 +532,7 @@ pub fn listen_in(child: i32, port: u16) -> Result<OwnedFd> {
     let netns = std::fs::File::open(&netns_path)
         .map_err(Error::io(format!("opening {}", netns_path.display())))?;
     // SAFETY: raw syscalls on stack memory and on descriptors that are open in the child.
-    made_in(&netns, "the proxy's socket", move |chan| unsafe {
+    let made = made_in(&netns, "the proxy's socket", 0, move |chan| unsafe {
         let sock = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
         if sock < 0 {
             return Err(std::io::Error::last_os_error());
@@ -548,17 +548,20 @@ pub fn listen_in(child: i32, port: u16) -> Result<OwnedFd> {
             return Err(std::io::Error::last_os_error());
         }
         send_fd(chan, sock)
-    })
+    });
+    made.map(|(sock, _)| sock)
 }
 
 /// Runs `body` in a short-lived child inside `netns` (through its owning user namespace,
 /// which gives it `CAP_NET_ADMIN` there, [`in_netns`]) and returns the descriptor it sends
-/// back ([`send_fd`]) through the socket pair's end it is given: `what`, for messages.
+/// back ([`send_fd`]) through the socket pair's end it is given: `what`, for messages. Then
+/// `extra` more messages, each with a descriptor or without (`None`: that one failed).
 pub(crate) fn made_in(
     netns: &std::fs::File,
     what: &str,
+    extra: usize,
     mut body: impl FnMut(i32) -> std::io::Result<()> + Send + Sync + 'static,
-) -> Result<OwnedFd> {
+) -> Result<(OwnedFd, Vec<Option<OwnedFd>>)> {
     let owner = owning_userns(netns)?;
     let owner = (!is_own_userns(&owner)).then_some(owner);
     let (ours, theirs) = rustix::net::socketpair(
@@ -578,16 +581,25 @@ pub(crate) fn made_in(
             reason: format!("could not make {what} in the sandbox (`/bin/true` failed)"),
         });
     }
-    receive_fd(&ours)
-        .ok_or_else(|| Error::BuiltinNetwork { reason: format!("{what} was not handed over") })
+    let first = receive_fd(&ours)
+        .ok_or_else(|| Error::BuiltinNetwork { reason: format!("{what} was not handed over") })?;
+    Ok((first, (0..extra).map(|_| receive_fd(&ours)).collect()))
 }
 
-/// In a helper child: sends `fd` through `chan` as one `SCM_RIGHTS` message.
+/// In a helper child: sends `fd` through `chan` as one `SCM_RIGHTS` message (-1: a message
+/// without one).
 ///
-/// SAFETY: raw syscalls on stack memory; `chan` and `fd` are open descriptors.
+/// SAFETY: raw syscalls on stack memory; `chan` and `fd` (unless -1) are open descriptors.
 pub(crate) unsafe fn send_fd(chan: i32, fd: i32) -> std::io::Result<()> {
     // SAFETY: see above.
     unsafe {
+        if fd < 0 {
+            let byte = 0u8;
+            if libc::send(chan, (&raw const byte).cast(), 1, 0) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            return Ok(());
+        }
         let mut control = [0u64; 4];
         let mut byte = 0u8;
         let mut iov = libc::iovec { iov_base: (&mut byte as *mut u8).cast(), iov_len: 1 };

@@ -14,6 +14,10 @@
 //! - a UDP datagram goes out through a host socket connected to its destination (one per
 //!   source and destination, idle ones closed); what comes back is written to the tun as a
 //!   datagram from that destination. DNS is one such flow to the host's nameserver.
+//! - a nameserver on the host's loopback (`systemd-resolved`'s `127.0.0.53`, which the
+//!   sandbox reads in the host's `resolv.conf`) would be the sandbox's own loopback, so the
+//!   helper also binds a datagram socket at that address inside (a door), and the relay
+//!   forwards what arrives there to the host's nameserver and the answers back.
 //! - anything else (ICMP, IPv6, fragments) is dropped: the script sees no route or a timeout.
 //!
 //! **The wall.** The sandbox still has its own network namespace with nothing of the host in
@@ -23,17 +27,20 @@
 //! socket is connected to that one checked address, so nothing the script sends later can
 //! redirect it. Nothing inbound reaches the sandbox but replies on its own flows. No host
 //! descriptor enters the sandbox: the tun is this process's, and the device lives in the
-//! sandbox's namespace only.
+//! sandbox's namespace only. The one way to the host's loopback is a door: well-formed DNS
+//! queries ([`is_dns_query`]) to the port-53 address of a nameserver the host's `resolv.conf`
+//! names there, nothing else (the host's own lookups, which the proxy makes for the sandbox
+//! too, go the same way).
 //!
 //! **Limits.** IPv4 only (a script's IPv6 connects find no route, and clients fall back to
-//! IPv4), no ICMP, no published ports, and a nameserver on the host's loopback
-//! (`systemd-resolved`'s `127.0.0.53`) is out of reach like the rest of the host's loopback.
+//! IPv4), no ICMP, no published ports, and a door takes DNS over UDP only (an answer too big
+//! for a datagram, which the resolver would ask again over TCP, fails).
 
 #![allow(unsafe_code)]
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
-use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant as Clock};
 
@@ -88,14 +95,21 @@ pub struct Relay {
 
 impl Relay {
     /// Gives the network namespace `netns` (a sandbox's, holding nothing but its loopback) a
-    /// tun device and serves it (see the module docs).
-    pub fn attach(netns: &std::fs::File) -> Result<Relay> {
-        let tun = tun_in(netns)?;
+    /// tun device and serves it (see the module docs). Each of `nameservers` (on the host's
+    /// loopback: [`loopback_nameservers`]) is served at the same address on the sandbox's
+    /// loopback, its datagrams forwarded to the host's.
+    pub fn attach(netns: &std::fs::File, nameservers: &[SocketAddr]) -> Result<Relay> {
+        let (tun, doors) = tun_in(netns, nameservers)?;
+        let doors = doors
+            .into_iter()
+            .zip(nameservers)
+            .filter_map(|(inside, upstream)| Some(Door { inside: inside?, upstream: *upstream }))
+            .collect();
         let (stop_read, stop_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| Error::io("creating the relay's stop pipe")(e.into()))?;
         let thread = std::thread::Builder::new()
             .name("builtin-relay".into())
-            .spawn(move || serve(tun, stop_read))
+            .spawn(move || serve(tun, doors, stop_read))
             .map_err(Error::io("starting the relay's thread"))?;
         Ok(Relay { stop: Some(stop_write), thread: Some(thread) })
     }
@@ -122,11 +136,60 @@ const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const IFF_TUN: u16 = 0x0001;
 const IFF_NO_PI: u16 = 0x1000;
 
-/// A tun device in `netns`, configured as the module docs say, made by a short-lived child
-/// that joins the namespace and sends the descriptor back.
-fn tun_in(netns: &std::fs::File) -> Result<OwnedFd> {
+/// Pure: the nameservers of `resolv_conf` (a `resolv.conf`'s text) on a loopback address, at
+/// port 53: the sandbox's own loopback would answer for them, so the relay serves them there.
+/// At most three, as the resolver reads.
+pub fn loopback_nameservers(resolv_conf: &str) -> Vec<SocketAddr> {
+    resolv_conf
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            (words.next() == Some("nameserver")).then(|| words.next())?
+        })
+        .take(3)
+        .filter_map(|ip| ip.parse::<IpAddr>().ok())
+        .filter(|ip| ip.is_loopback())
+        .map(|ip| SocketAddr::new(ip, 53))
+        .collect()
+}
+
+/// `(family, sockaddr bytes)` of `addr`, made before the helper forks.
+fn raw_sockaddr(addr: SocketAddr) -> (i32, Vec<u8>) {
+    fn bytes<T>(value: &T) -> Vec<u8> {
+        // SAFETY: a plain C struct, read as its bytes.
+        unsafe {
+            std::slice::from_raw_parts((value as *const T).cast::<u8>(), std::mem::size_of::<T>())
+        }
+        .to_vec()
+    }
+    match addr {
+        SocketAddr::V4(v4) => {
+            // SAFETY: all-zero is a valid sockaddr_in.
+            let mut raw: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+            raw.sin_family = libc::AF_INET as libc::sa_family_t;
+            raw.sin_port = v4.port().to_be();
+            raw.sin_addr.s_addr = u32::from_ne_bytes(v4.ip().octets());
+            (libc::AF_INET, bytes(&raw))
+        }
+        SocketAddr::V6(v6) => {
+            // SAFETY: all-zero is a valid sockaddr_in6.
+            let mut raw: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+            raw.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            raw.sin6_port = v6.port().to_be();
+            raw.sin6_addr.s6_addr = v6.ip().octets();
+            (libc::AF_INET6, bytes(&raw))
+        }
+    }
+}
+
+/// A tun device in `netns`, configured as the module docs say, and a datagram socket bound to
+/// each of `doors` there (`None` where that failed), made by a short-lived child that joins
+/// the namespace and sends the descriptors back.
+fn tun_in(netns: &std::fs::File, doors: &[SocketAddr]) -> Result<(OwnedFd, Vec<Option<OwnedFd>>)> {
+    let doors: Vec<(i32, Vec<u8>)> = doors.iter().map(|d| raw_sockaddr(*d)).collect();
+    let count = doors.len();
     // SAFETY: raw syscalls on stack memory and on descriptors that are open in the child.
-    crate::net::made_in(netns, "the relay's device", move |chan| unsafe {
+    crate::net::made_in(netns, "the relay's device", count, move |chan| unsafe {
         let fail = || Err(std::io::Error::last_os_error());
         let tun =
             libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC);
@@ -187,7 +250,15 @@ fn tun_in(netns: &std::fs::File) -> Result<OwnedFd> {
             return fail();
         }
         libc::close(sock);
-        crate::net::send_fd(chan, tun)
+        crate::net::send_fd(chan, tun)?;
+        for (family, addr) in &doors {
+            let flags = libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK;
+            let door = libc::socket(*family, flags, 0);
+            let bound = door >= 0
+                && libc::bind(door, addr.as_ptr().cast(), addr.len() as libc::socklen_t) == 0;
+            crate::net::send_fd(chan, if bound { door } else { -1 })?;
+        }
+        Ok(())
     })
 }
 
@@ -277,6 +348,35 @@ struct UdpFlow {
     ready: PollFlags,
 }
 
+impl UdpFlow {
+    /// Hands each datagram waiting on the host's socket to `deliver`, if it was ready.
+    fn drain(&mut self, buf: &mut [u8], mut deliver: impl FnMut(&[u8])) {
+        if std::mem::replace(&mut self.ready, PollFlags::empty()).is_empty() {
+            return;
+        }
+        for _ in 0..64 {
+            let n = match rustix::net::recv(&self.host, &mut *buf, rustix::net::RecvFlags::DONTWAIT)
+            {
+                Ok((n, _)) => n,
+                Err(Errno::INTR) => continue,
+                Err(_) => break,
+            };
+            self.last = Clock::now();
+            deliver(&buf[..n]);
+        }
+    }
+}
+
+/// A nameserver of the host's loopback, served at the same address on the sandbox's.
+struct Door {
+    /// Bound in the sandbox's namespace.
+    inside: OwnedFd,
+    upstream: SocketAddr,
+}
+
+/// One client of a [`Door`] (its index): a host socket connected to the door's upstream.
+type DnsKey = (usize, SocketAddr);
+
 /// Pure: why the relay refuses to reach `dest` for the sandbox (`None`: it may), given the
 /// host's own addresses. The built-in proxy's policy, and port 0.
 pub(crate) fn refusal(dest: SocketAddrV4, host: &[IpAddr]) -> Option<&'static str> {
@@ -306,11 +406,15 @@ struct Flows {
     sockets: SocketSet<'static>,
     tcp: HashMap<Key, TcpFlow>,
     udp: HashMap<Key, UdpFlow>,
+    doors: Vec<Door>,
+    /// Doors with datagrams waiting.
+    doors_ready: Vec<bool>,
+    dns: HashMap<DnsKey, UdpFlow>,
     start: Clock,
 }
 
 /// The relay's loop (see the module docs), until `stop` reports EOF.
-fn serve(tun: OwnedFd, stop: OwnedFd) {
+fn serve(tun: OwnedFd, doors: Vec<Door>, stop: OwnedFd) {
     let start = Clock::now();
     let mut dev = Tun { fd: tun, rx: VecDeque::new() };
     let mut config = Config::new(HardwareAddress::Ip);
@@ -326,6 +430,9 @@ fn serve(tun: OwnedFd, stop: OwnedFd) {
         sockets: SocketSet::new(Vec::new()),
         tcp: HashMap::new(),
         udp: HashMap::new(),
+        doors_ready: vec![false; doors.len()],
+        doors,
+        dns: HashMap::new(),
         start,
     };
     let mut packet = vec![0u8; MTU];
@@ -340,13 +447,14 @@ fn serve(tun: OwnedFd, stop: OwnedFd) {
         relay.pump_tcp();
         relay.poll();
         relay.pump_udp(&mut packet);
+        relay.pump_dns(&mut packet);
         relay.sweep();
         let now = relay.now();
         timeout = relay
             .iface
             .poll_delay(now, &relay.sockets)
             .map(|d| Duration::from_micros(d.total_micros()));
-        if !relay.udp.is_empty() {
+        if !relay.udp.is_empty() || !relay.dns.is_empty() {
             timeout = Some(timeout.map_or(UDP_IDLE, |t| t.min(UDP_IDLE)));
         }
     }
@@ -394,6 +502,9 @@ impl Flows {
         }
         let udp_keys: Vec<Key> = self.udp.keys().copied().collect();
         fds.extend(self.udp.values().map(|flow| PollFd::new(&flow.host, PollFlags::IN)));
+        fds.extend(self.doors.iter().map(|door| PollFd::new(&door.inside, PollFlags::IN)));
+        let dns_keys: Vec<DnsKey> = self.dns.keys().copied().collect();
+        fds.extend(self.dns.values().map(|flow| PollFd::new(&flow.host, PollFlags::IN)));
         let timespec = timeout.map(|t| Timespec {
             tv_sec: i64::try_from(t.as_secs()).unwrap_or(i64::MAX),
             tv_nsec: i64::from(t.subsec_nanos()),
@@ -407,7 +518,17 @@ impl Flows {
         }
         let ready: Vec<PollFlags> = fds[2..].iter().map(PollFd::revents).collect();
         drop(fds);
-        let (tcp_ready, udp_ready) = ready.split_at(tcp_keys.len());
+        let (tcp_ready, rest) = ready.split_at(tcp_keys.len());
+        let (udp_ready, rest) = rest.split_at(udp_keys.len());
+        let (doors_ready, dns_ready) = rest.split_at(self.doors.len());
+        for (door, ready) in self.doors_ready.iter_mut().zip(doors_ready) {
+            *door = !ready.is_empty();
+        }
+        for (key, ready) in dns_keys.iter().zip(dns_ready) {
+            if let Some(flow) = self.dns.get_mut(key) {
+                flow.ready = *ready;
+            }
+        }
         for (key, ready) in tcp_keys.iter().zip(tcp_ready) {
             if let Some(flow) = self.tcp.get_mut(key) {
                 flow.ready = *ready;
@@ -600,26 +721,64 @@ impl Flows {
 
     /// Replies from the host, written to the device as datagrams from the flow's destination.
     fn pump_udp(&mut self, buf: &mut [u8]) {
+        let device = &self.dev.fd;
         for (key, flow) in &mut self.udp {
-            if flow.ready.is_empty() {
+            flow.drain(buf, |payload| {
+                if let Some(datagram) = datagram(key.1, key.0, payload) {
+                    let _ = rustix::io::write(device, &datagram);
+                }
+            });
+        }
+    }
+
+    /// Queries at the doors go to their upstream through a socket per client; answers come
+    /// back to the client from the door's address.
+    fn pump_dns(&mut self, buf: &mut [u8]) {
+        for (index, door) in self.doors.iter().enumerate() {
+            if !std::mem::take(&mut self.doors_ready[index]) {
                 continue;
             }
-            flow.ready = PollFlags::empty();
             for _ in 0..64 {
-                let n = match rustix::net::recv(
-                    &flow.host,
-                    &mut *buf,
-                    rustix::net::RecvFlags::DONTWAIT,
-                ) {
-                    Ok((n, _)) => n,
-                    Err(Errno::INTR) => continue,
+                let flags = rustix::net::RecvFlags::DONTWAIT;
+                let (n, client) = match rustix::net::recvfrom(&door.inside, &mut *buf, flags) {
+                    Ok((n, _, Some(client))) => match SocketAddr::try_from(client) {
+                        Ok(client) => (n, client),
+                        Err(_) => continue,
+                    },
+                    Ok(_) | Err(Errno::INTR) => continue,
                     Err(_) => break,
                 };
-                flow.last = Clock::now();
-                if let Some(datagram) = datagram(key.1, key.0, &buf[..n]) {
-                    let _ = rustix::io::write(&self.dev.fd, &datagram);
+                // Nothing but a query reaches the host's loopback.
+                if !is_dns_query(&buf[..n]) {
+                    continue;
+                }
+                let key = (index, client);
+                if !self.dns.contains_key(&key) {
+                    if self.dns.len() >= UDP_FLOWS
+                        && let Some(oldest) =
+                            self.dns.iter().min_by_key(|(_, f)| f.last).map(|(k, _)| *k)
+                    {
+                        self.dns.remove(&oldest);
+                    }
+                    let Some(host) = upstream(door.upstream) else { continue };
+                    self.dns.insert(
+                        key,
+                        UdpFlow { host, last: Clock::now(), ready: PollFlags::empty() },
+                    );
+                }
+                if let Some(flow) = self.dns.get_mut(&key) {
+                    flow.last = Clock::now();
+                    let _ =
+                        rustix::net::send(&flow.host, &buf[..n], rustix::net::SendFlags::DONTWAIT);
                 }
             }
+        }
+        for ((index, client), flow) in &mut self.dns {
+            let Some(door) = self.doors.get(*index) else { continue };
+            flow.drain(buf, |answer| {
+                let flags = rustix::net::SendFlags::DONTWAIT;
+                let _ = rustix::net::sendto(&door.inside, answer, flags, client);
+            });
         }
     }
 
@@ -637,7 +796,64 @@ impl Flows {
         });
         let now = Clock::now();
         self.udp.retain(|_, flow| now.duration_since(flow.last) < UDP_IDLE);
+        self.dns.retain(|_, flow| now.duration_since(flow.last) < UDP_IDLE);
     }
+}
+
+/// Pure: whether `message` is one standard DNS query, all of it: a header asking (not
+/// answering) with opcode QUERY, one question of well-formed labels, and at most an EDNS `OPT`
+/// record after it. What a door lets through to the host's loopback.
+pub(crate) fn is_dns_query(message: &[u8]) -> bool {
+    let word = |at: usize| message.get(at..at + 2).map(|w| u16::from_be_bytes([w[0], w[1]]));
+    let (Some(flags), Some(qd), Some(an), Some(ns), Some(ar)) =
+        (word(2), word(4), word(6), word(8), word(10))
+    else {
+        return false;
+    };
+    let opcode = (flags >> 11) & 0xf;
+    if flags & 0x8000 != 0 || opcode != 0 || qd != 1 || an != 0 || ns != 0 || ar > 1 {
+        return false;
+    }
+    // The name: labels of 1 to 63 bytes up to the root's empty one, 255 bytes at most.
+    let mut at = 12;
+    loop {
+        match message.get(at) {
+            Some(0) => break,
+            Some(&len) if len <= 63 && at - 12 + usize::from(len) < 254 => {
+                at += 1 + usize::from(len)
+            }
+            _ => return false,
+        }
+    }
+    // The root label, then the type and class.
+    at += 5;
+    if at > message.len() {
+        return false;
+    }
+    if ar == 0 {
+        return at == message.len();
+    }
+    // `OPT`: the root name, type 41, class, TTL, then its data, which ends the message.
+    let opt_type = word(at + 1);
+    let rdlen = word(at + 9);
+    match (message.get(at), opt_type, rdlen) {
+        (Some(0), Some(41), Some(rdlen)) => at + 11 + usize::from(rdlen) == message.len(),
+        _ => false,
+    }
+}
+
+/// A host datagram socket connected to `nameserver` (one of the host's, on its loopback: the
+/// one door through the policy, see [`Relay::attach`]).
+fn upstream(nameserver: SocketAddr) -> Option<OwnedFd> {
+    let family = match nameserver {
+        SocketAddr::V4(_) => rustix::net::AddressFamily::INET,
+        SocketAddr::V6(_) => rustix::net::AddressFamily::INET6,
+    };
+    let flags = rustix::net::SocketFlags::NONBLOCK | rustix::net::SocketFlags::CLOEXEC;
+    let sock =
+        rustix::net::socket_with(family, rustix::net::SocketType::DGRAM, flags, None).ok()?;
+    rustix::net::connect(&sock, &nameserver).ok()?;
+    Some(sock)
 }
 
 /// Pure: an IPv4 packet carrying `payload` as a UDP datagram from `src` to `dst`, `None` when
@@ -693,6 +909,83 @@ mod tests {
             (at([93, 184, 215, 14], 0), true),
         ] {
             assert_eq!(refusal(dest, &host).is_some(), refused, "{dest}");
+        }
+    }
+
+    #[test]
+    fn loopback_nameservers_are_served_inside() {
+        let at = |ip: &str| SocketAddr::new(ip.parse().unwrap_or(IpAddr::from([0, 0, 0, 0])), 53);
+        for (conf, want) in [
+            ("nameserver 10.255.255.53\n", vec![]),
+            (
+                "# resolved\nnameserver 127.0.0.53\noptions edns0 trust-ad\nsearch .\n",
+                vec![at("127.0.0.53")],
+            ),
+            (
+                "nameserver ::1\nnameserver 8.8.8.8\nnameserver 127.0.0.1\n",
+                vec![at("::1"), at("127.0.0.1")],
+            ),
+            // The resolver reads three.
+            (
+                "nameserver 1.1.1.1\nnameserver 1.0.0.1\nnameserver 8.8.8.8\nnameserver 127.0.0.1\n",
+                vec![],
+            ),
+            (
+                "nameserver\nnameserver fe80::1%eth0\n  nameserver 127.0.0.2 \n",
+                vec![at("127.0.0.2")],
+            ),
+            ("", vec![]),
+        ] {
+            assert_eq!(loopback_nameservers(conf), want, "{conf:?}");
+        }
+    }
+
+    #[test]
+    fn only_dns_queries_pass_a_door() {
+        let query = |flags: u16, counts: [u16; 4], rest: &[u8]| {
+            let mut m = vec![0x12, 0x34];
+            m.extend_from_slice(&flags.to_be_bytes());
+            for c in counts {
+                m.extend_from_slice(&c.to_be_bytes());
+            }
+            m.extend_from_slice(rest);
+            m
+        };
+        let question = b"\x04pypi\x03org\x00\x00\x01\x00\x01";
+        let mut with_opt = question.to_vec();
+        with_opt.extend_from_slice(b"\x00\x00\x29\x04\xd0\x00\x00\x00\x00\x00\x00");
+        let mut opt_with_data = question.to_vec();
+        opt_with_data.extend_from_slice(b"\x00\x00\x29\x04\xd0\x00\x00\x00\x00\x00\x04abcd");
+        let long_label = [&[64u8][..], &[b'a'; 64], b"\x00\x00\x01\x00\x01"].concat();
+        let mut long_name = Vec::new();
+        for _ in 0..5 {
+            long_name.push(63);
+            long_name.extend_from_slice(&[b'a'; 63]);
+        }
+        long_name.extend_from_slice(b"\x00\x00\x01\x00\x01");
+        for (message, ok) in [
+            (query(0x0100, [1, 0, 0, 0], question), true),
+            (query(0x0120, [1, 0, 0, 1], &with_opt), true),
+            (query(0x0100, [1, 0, 0, 1], &opt_with_data), true),
+            // An answer, another opcode (UPDATE), two questions, answers or authority inside.
+            (query(0x8180, [1, 0, 0, 0], question), false),
+            (query(0x2800, [1, 0, 0, 0], question), false),
+            (query(0x0100, [2, 0, 0, 0], question), false),
+            (query(0x0100, [1, 1, 0, 0], question), false),
+            (query(0x0100, [1, 0, 1, 0], question), false),
+            (query(0x0100, [1, 0, 0, 2], &with_opt), false),
+            // Trailing bytes, a truncated question, an OPT that is not one, bad labels.
+            (query(0x0100, [1, 0, 0, 0], &[&question[..], b"x"].concat()), false),
+            (query(0x0100, [1, 0, 0, 0], &question[..question.len() - 1]), false),
+            (query(0x0100, [1, 0, 0, 1], question), false),
+            (query(0x0100, [1, 0, 0, 0], b"\xc0\x0c\x00\x01\x00\x01"), false),
+            (query(0x0100, [1, 0, 0, 0], &long_label), false),
+            (query(0x0100, [1, 0, 0, 0], &long_name), false),
+            (query(0x0100, [1, 0, 0, 0], b""), false),
+            (vec![0x12, 0x34, 0x01], false),
+            (Vec::new(), false),
+        ] {
+            assert_eq!(is_dns_query(&message), ok, "{message:?}");
         }
     }
 

@@ -271,7 +271,11 @@ pub(crate) struct Held {
 /// is attached: after, every call goes on anyway).
 ///
 /// SAFETY: `listener` is a seccomp listener.
-pub(crate) unsafe fn receive(listener: i32, look: bool) -> Option<Held> {
+pub(crate) unsafe fn receive(
+    listener: i32,
+    look: bool,
+    doors: &[std::net::SocketAddr],
+) -> Option<Held> {
     // SAFETY: the kernel fills a zeroed struct of the size the request encodes.
     unsafe {
         let mut notif: Notif = std::mem::zeroed();
@@ -281,7 +285,7 @@ pub(crate) unsafe fn receive(listener: i32, look: bool) -> Option<Held> {
         if !look {
             return Some(Held { id: notif.id, local: false });
         }
-        let local = destination(&notif).is_some_and(|addr| stays_local(&addr));
+        let local = destination(&notif).is_some_and(|addr| stays_local(&addr, doors));
         // The address was read from a process that still made this call (a pid reused
         // meanwhile would be another's memory); if not, the answer no longer matters.
         let valid = libc::ioctl(listener, NOTIF_ID_VALID as _, &raw const notif.id) == 0;
@@ -338,23 +342,30 @@ unsafe fn destination(notif: &Notif) -> Option<Vec<u8>> {
 
 /// Pure: whether a call sending to `addr` (a `struct sockaddr`'s bytes; empty: the call names
 /// none, its socket connected already, through a call that was held if it needed a network)
-/// stays on this host: the sandbox's own loopback, a unix socket, netlink to its own kernel,
-/// a disconnect. Anything else, or too short to tell, asks for the network.
-pub fn stays_local(addr: &[u8]) -> bool {
+/// stays on this host: the sandbox's own loopback (but its `doors`, which the network serves
+/// there), a unix socket, netlink to its own kernel, a disconnect. Anything else, or too short
+/// to tell, asks for the network.
+pub fn stays_local(addr: &[u8], doors: &[std::net::SocketAddr]) -> bool {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
     let Some(family) = addr.get(..2).map(|f| u16::from_ne_bytes([f[0], f[1]])) else {
         return addr.is_empty();
     };
-    match i32::from(family) {
-        libc::AF_UNSPEC | libc::AF_UNIX | libc::AF_NETLINK => true,
-        libc::AF_INET => addr.get(4) == Some(&127),
-        libc::AF_INET6 => match addr.get(8..24) {
-            Some(ip) => {
-                let ip: [u8; 16] = ip.try_into().unwrap_or_default();
-                let ip = std::net::Ipv6Addr::from(ip);
-                ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
-            }
-            None => false,
-        },
+    let port = addr.get(2..4).map(|p| u16::from_be_bytes([p[0], p[1]]));
+    let ip: Option<IpAddr> = match i32::from(family) {
+        libc::AF_UNSPEC | libc::AF_UNIX | libc::AF_NETLINK => return true,
+        libc::AF_INET => addr.get(4..8).map(|ip| {
+            let ip: [u8; 4] = ip.try_into().unwrap_or_default();
+            IpAddr::V4(Ipv4Addr::from(ip))
+        }),
+        libc::AF_INET6 => addr.get(8..24).map(|ip| {
+            let ip: [u8; 16] = ip.try_into().unwrap_or_default();
+            let ip = Ipv6Addr::from(ip);
+            ip.to_ipv4_mapped().map_or(IpAddr::V6(ip), IpAddr::V4)
+        }),
+        _ => return false,
+    };
+    match (ip, port) {
+        (Some(ip), Some(port)) if ip.is_loopback() => !doors.contains(&SocketAddr::new(ip, port)),
         _ => false,
     }
 }
@@ -427,8 +438,17 @@ mod tests {
             (vec![2], false),
             (v4([127, 0, 0, 1])[..4].to_vec(), false),
         ] {
-            assert_eq!(stays_local(&addr), local, "{addr:?}");
+            assert_eq!(stays_local(&addr, &[]), local, "{addr:?}");
         }
+        // A door the network serves on the sandbox's loopback asks for it; its neighbours
+        // do not.
+        let door: std::net::SocketAddr =
+            "127.0.0.53:53".parse().unwrap_or(([0, 0, 0, 0], 0).into());
+        let mut at_door = v4([127, 0, 0, 53]);
+        at_door[2..4].copy_from_slice(&53u16.to_be_bytes());
+        assert!(!stays_local(&at_door, &[door]));
+        assert!(stays_local(&v4([127, 0, 0, 53]), &[door]), "port 80");
+        assert!(stays_local(&at_door, &[]));
     }
 
     #[test]

@@ -283,6 +283,14 @@ impl Launcher for NativeLauncher {
             && crate::demand::supported()
             && engine_bwrap::relay_available();
         let proxy = builtin && !relay;
+        // The sandbox reads the host's resolv.conf: a nameserver there on the host's loopback
+        // is served on the sandbox's by the relay.
+        let nameservers = if relay {
+            let conf = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+            engine_bwrap::loopback_nameservers(&conf)
+        } else {
+            Vec::new()
+        };
         if builtin
             && let Err(no) = pasta
             && !plan.publish.is_empty()
@@ -323,11 +331,12 @@ impl Launcher for NativeLauncher {
             // published port, which must be pasta's before the script runs (a busy one fails
             // with nothing run).
             net_on_demand: !proxy && plan.die_with_parent && plan.publish.is_empty(),
+            net_doors: nameservers.clone(),
         };
         let mut child = crate::spawn(&tree, command).map_err(to_bwrap)?;
         let network = match pasta {
             Ok(pasta) => Some(crate::net::Network::Pasta(pasta)),
-            Err(_) if relay => Some(crate::net::Network::Relay),
+            Err(_) if relay => Some(crate::net::Network::Relay { nameservers: &nameservers }),
             Err(_) => None,
         };
         if let Some(network) = network {

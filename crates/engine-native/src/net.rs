@@ -48,8 +48,10 @@ pub fn connect(
 pub enum Network<'a> {
     /// pasta, at this path.
     Pasta(&'a Path),
-    /// The built-in relay ([`engine_bwrap::Relay`]): full TCP and UDP without pasta.
-    Relay,
+    /// The built-in relay ([`engine_bwrap::Relay`]): full TCP and UDP without pasta, serving
+    /// these nameservers of the host's loopback on the sandbox's
+    /// ([`engine_bwrap::loopback_nameservers`]; the same as [`crate::Command::net_doors`]).
+    Relay { nameservers: &'a [std::net::SocketAddr] },
 }
 
 /// A network attached on demand: ended when dropped.
@@ -65,9 +67,9 @@ pub enum Attached {
 /// [`connect`] it).
 pub fn connect_on_demand(child: &mut Child, network: Network<'_>) -> Result<Option<OnDemand>> {
     let Some(demand) = child.take_net_demand() else { return Ok(None) };
-    let pasta = match network {
-        Network::Pasta(pasta) => Some(pasta.to_owned()),
-        Network::Relay => None,
+    let (pasta, nameservers) = match network {
+        Network::Pasta(pasta) => (Some(pasta.to_owned()), Vec::new()),
+        Network::Relay { nameservers } => (None, nameservers.to_vec()),
     };
     let thread = std::thread::Builder::new()
         .name("native-net-on-demand".into())
@@ -76,7 +78,7 @@ pub fn connect_on_demand(child: &mut Child, network: Network<'_>) -> Result<Opti
             let attached = match &pasta {
                 Some(pasta) => engine_bwrap::UserNet::attach_netns(pasta, netns, &[], run_as())
                     .map(Attached::Pasta),
-                None => engine_bwrap::Relay::attach(&netns).map(Attached::Relay),
+                None => engine_bwrap::Relay::attach(&netns, &nameservers).map(Attached::Relay),
             };
             // Attached or not, the held calls go on (without a network they find no route).
             demand.release();

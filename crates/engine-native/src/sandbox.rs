@@ -98,6 +98,11 @@ pub struct Command {
     /// than before it starts; the caller serves [`Child::take_net_demand`]. Ignored where the
     /// kernel cannot ([`crate::demand::supported`]): the network is then connected up front.
     pub net_on_demand: bool,
+    /// Net on demand: addresses on the sandbox's loopback that the network, once attached,
+    /// serves (the relay's doors to the host's loopback nameservers,
+    /// `engine_bwrap::loopback_nameservers`): a call to one asks for the network like a call
+    /// outside does.
+    pub net_doors: Vec<std::net::SocketAddr>,
 }
 
 /// A started sandbox.
@@ -360,6 +365,8 @@ struct Prepared {
     rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
     cgroup_procs: Option<OwnedFd>,
     detach: bool,
+    /// [`Command::net_doors`].
+    net_doors: Vec<std::net::SocketAddr>,
     writable: Vec<PathBuf>,
     chdir: CString,
     argv: Vec<CString>,
@@ -724,6 +731,7 @@ impl Prepared {
             rlimits: command.rlimits,
             cgroup_procs: command.cgroup_procs,
             detach: command.detach,
+            net_doors: command.net_doors,
             writable: plan.writable.clone(),
             chdir: cstr(&plan.chdir)?,
             argv,
@@ -1596,7 +1604,7 @@ fn init_main(prep: &Prepared, maker: Maker) -> ! {
             command_main(prep);
         }
         if let Some(NetSync::OnDemand { sock }) = &prep.net_sync {
-            serve_on_demand(command, signals, listener, sock.as_raw_fd());
+            serve_on_demand(command, signals, listener, sock.as_raw_fd(), &prep.net_doors);
         }
         let mut code: Option<i32> = None;
         loop {
@@ -1639,7 +1647,13 @@ unsafe fn on_signal(sig: i32, command: i32, code: &mut Option<i32>) {
 /// let go at once after. Never returns: the init exits with the command.
 ///
 /// SAFETY: raw descriptors the init owns; syscalls only.
-unsafe fn serve_on_demand(command: i32, signals: i32, listener: i32, sock: i32) -> ! {
+unsafe fn serve_on_demand(
+    command: i32,
+    signals: i32,
+    listener: i32,
+    sock: i32,
+    doors: &[std::net::SocketAddr],
+) -> ! {
     unsafe {
         let mut code = None;
         let mut asked = false;
@@ -1681,7 +1695,9 @@ unsafe fn serve_on_demand(command: i32, signals: i32, listener: i32, sock: i32) 
                 n = 0;
             }
             if fds[1].revents & libc::POLLIN != 0 {
-                let Some(call) = crate::demand::receive(listener, !answered) else { continue };
+                let Some(call) = crate::demand::receive(listener, !answered, doors) else {
+                    continue;
+                };
                 let id = call.id;
                 // The sandbox's own loopback, a unix socket: no network needed.
                 if answered || call.local {

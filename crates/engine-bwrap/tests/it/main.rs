@@ -15,6 +15,7 @@ mod poison;
 mod prune;
 mod publish;
 mod race;
+mod relay;
 mod session;
 mod support;
 mod uv;

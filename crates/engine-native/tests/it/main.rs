@@ -491,7 +491,7 @@ fn net_on_reaches_pypi_only(network: TestNet) {
     let mut child = engine_native::spawn(&plan, command).unwrap();
     let how = match &pasta {
         Some(pasta) => engine_native::Network::Pasta(pasta),
-        None => engine_native::Network::Relay,
+        None => engine_native::Network::Relay { nameservers: &[] },
     };
     let demand = engine_native::connect_on_demand(&mut child, how).unwrap();
     let supported = engine_native::demand::supported();
