@@ -529,19 +529,15 @@ fn run_script(a: RunScriptArgs) -> Answer {
     v["engine"] = engine.name().into();
     v["files_written"] = files::written_since(&before, &spec.workspace).into();
     v["urls"] = ui::urls_json(&urls);
-    v["notes"] = notes(engine.name(), spec.net, false).into();
+    v["notes"] = notes(engine.name(), spec.net).into();
     Ok(v)
 }
 
 /// What the CLI says on stderr as a `note:` about a sandbox started on `engine`, for a tool's
 /// answer (an agent reads our answers, not our stderr): today that net on is HTTP(S) only,
 /// through the built-in proxy, where pasta cannot run.
-fn notes(engine: &str, net: Net, session: bool) -> Vec<String> {
-    if net == Net::On {
-        registry::net_note(engine, session).into_iter().collect()
-    } else {
-        Vec::new()
-    }
+fn notes(engine: &str, net: Net) -> Vec<String> {
+    if net == Net::On { registry::net_note(engine).into_iter().collect() } else { Vec::new() }
 }
 
 fn session_start(a: SessionStartArgs) -> Answer {
@@ -586,7 +582,7 @@ fn session_start(a: SessionStartArgs) -> Answer {
         "workspace": info.workspace,
         "urls": ui::urls_json(&info.ports),
         "warnings": info.warnings,
-        "notes": notes(&info.engine, net, true),
+        "notes": notes(&info.engine, net),
     }))
 }
 

@@ -261,13 +261,13 @@ fn bwrap(options: &Options<'_>) -> Result<Box<engine_bwrap::BwrapEngine>> {
     Ok(Box::new(engine_bwrap::BwrapEngine::new(config).map_err(EngineError::new)?))
 }
 
-/// The `note:` of a net-on run (or `session`) on `engine` when its network is narrower than
-/// full TCP/UDP (bwrap without pasta, a native session without pasta, a native run without
-/// pasta or a usable tun device: HTTP(S) through the built-in proxy).
-pub(crate) fn net_note(engine: &str, session: bool) -> Option<String> {
+/// The `note:` of a net-on run or session on `engine` when its network is narrower than full
+/// TCP/UDP (bwrap without pasta, native without pasta or a tun device it may open: HTTP(S)
+/// through the built-in proxy).
+pub(crate) fn net_note(engine: &str) -> Option<String> {
     let config = engine_bwrap::BwrapConfig::from_env().ok()?;
     match engine {
-        "native" => engine_native::native_net_note(&config, session),
+        "native" => engine_native::native_net_note(&config),
         "bwrap" => engine_native::builtin_net_note(&config),
         _ => None,
     }

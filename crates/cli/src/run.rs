@@ -63,7 +63,7 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
         ui::warn(&warning);
     }
     if spec.net == Net::On
-        && let Some(note) = registry::net_note(engine.name(), false)
+        && let Some(note) = registry::net_note(engine.name())
     {
         ui::note(&note);
     }

@@ -90,7 +90,7 @@ fn start_session(args: SessionStartArgs, json: bool) -> Result<ExitCode> {
         ui::warn(warning);
     }
     // As a run says it: without pasta the session's network is the built-in proxy's.
-    if net_on && let Some(note) = registry::net_note(&info.engine, true) {
+    if net_on && let Some(note) = registry::net_note(&info.engine) {
         ui::note(&note);
     }
     ui::note_published(&info.ports);

@@ -617,7 +617,7 @@ impl BwrapEngine {
             host: &self.host,
             cache_root: self.layout.root(),
             pasta: self.pasta.as_deref(),
-            relay: false,
+            relay: self.config.builtin_relay,
             stdio: crate::SandboxStdio {
                 stdin: Some(null()?),
                 stdout: Some(null()?),

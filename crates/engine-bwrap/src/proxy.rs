@@ -711,11 +711,30 @@ impl ProxyServer {
         outlived_by: Option<std::os::fd::BorrowedFd<'_>>,
     ) -> crate::error::Result<ProxyServer> {
         match outlived_by {
-            Some(sandbox) => keeper::start(listener, sandbox).map(ProxyServer::Keeper),
+            Some(sandbox) => {
+                keeper::start(keeper::Served::Proxy(listener), sandbox).map(ProxyServer::Keeper)
+            }
             None => BuiltinProxy::serve(listener).map(ProxyServer::Thread).map_err(|e| {
                 crate::Error::BuiltinNetwork { reason: format!("starting the built-in proxy: {e}") }
             }),
         }
+    }
+
+    /// The built-in relay for a sandbox that outlives this process ([`crate::Relay`], for a
+    /// warm session): its tun device and doors made in `netns` as for a run, served by a keeper
+    /// that ends once the process behind `sandbox` (a pidfd) has.
+    pub fn relay_keeper(
+        netns: &std::fs::File,
+        nameservers: &[std::net::SocketAddr],
+        sandbox: std::os::fd::BorrowedFd<'_>,
+    ) -> crate::error::Result<ProxyServer> {
+        let (tun, doors) = crate::relay::tun_in(netns, nameservers)?;
+        let doors = doors
+            .into_iter()
+            .zip(nameservers)
+            .filter_map(|(door, upstream)| Some((door?, *upstream)))
+            .collect();
+        keeper::start(keeper::Served::Relay { tun, doors }, sandbox).map(ProxyServer::Keeper)
     }
 
     /// A keeper's pin, for the session's record (it then lives on with the session); `None`

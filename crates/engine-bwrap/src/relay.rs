@@ -4,7 +4,9 @@
 //! **How.** A short-lived helper joins the sandbox's network namespace (through its owning user
 //! namespace, which gives it `CAP_NET_ADMIN` there, as [`crate::listen_in`]'s does), makes a
 //! tun device (`psbx0`, [`SANDBOX_IP`], the default route), and hands its descriptor back over
-//! a socket pair. A thread of this process then reads the sandbox's IPv4 packets from it:
+//! a socket pair. A thread of this process (a run's) or a keeper process (a session's, which
+//! outlives this process: [`crate::ProxyServer::relay_keeper`]) then reads the sandbox's IPv4
+//! packets from it:
 //!
 //! - a TCP `SYN` starts a non-blocking connect from the host's namespace to its destination;
 //!   once that connection is up, a smoltcp socket listening on exactly that destination takes
@@ -185,7 +187,10 @@ fn raw_sockaddr(addr: SocketAddr) -> (i32, Vec<u8>) {
 /// A tun device in `netns`, configured as the module docs say, and a datagram socket bound to
 /// each of `doors` there (`None` where that failed), made by a short-lived child that joins
 /// the namespace and sends the descriptors back.
-fn tun_in(netns: &std::fs::File, doors: &[SocketAddr]) -> Result<(OwnedFd, Vec<Option<OwnedFd>>)> {
+pub(crate) fn tun_in(
+    netns: &std::fs::File,
+    doors: &[SocketAddr],
+) -> Result<(OwnedFd, Vec<Option<OwnedFd>>)> {
     let doors: Vec<(i32, Vec<u8>)> = doors.iter().map(|d| raw_sockaddr(*d)).collect();
     let count = doors.len();
     // SAFETY: raw syscalls on stack memory and on descriptors that are open in the child.
@@ -413,7 +418,15 @@ struct Flows {
     start: Clock,
 }
 
-/// The relay's loop (see the module docs), until `stop` reports EOF.
+/// In a session's keeper: serves `tun` and `doors` (bound inside, their upstream) until the
+/// process behind `sandbox` (a pidfd) has exited.
+pub(crate) fn serve_kept(tun: OwnedFd, doors: Vec<(OwnedFd, SocketAddr)>, sandbox: OwnedFd) {
+    let doors = doors.into_iter().map(|(inside, upstream)| Door { inside, upstream }).collect();
+    serve(tun, doors, sandbox);
+}
+
+/// The relay's loop (see the module docs), until `stop` reports EOF (or, a pidfd, its
+/// process's exit).
 fn serve(tun: OwnedFd, doors: Vec<Door>, stop: OwnedFd) {
     let start = Clock::now();
     let mut dev = Tun { fd: tun, rx: VecDeque::new() };

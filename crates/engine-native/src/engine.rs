@@ -185,9 +185,12 @@ struct NativeSandbox {
     /// Net on, connected on demand: the thread that attaches pasta or the relay when the
     /// script first needs it (`crate::demand`), with that network or why it failed.
     on_demand: Option<crate::net::OnDemand>,
-    /// The built-in proxy (net on without pasta): a thread stopped with the handle, or a
-    /// session's keeper.
+    /// The built-in proxy or a session's relay (net on without pasta): a thread stopped with
+    /// the handle, or a session's keeper.
     proxy: Option<engine_bwrap::ProxyServer>,
+    /// The built-in relay of a run attached up front (a kernel without user notifications),
+    /// stopped with the handle.
+    relay: Option<engine_bwrap::Relay>,
     /// The run's cgroup, removed when dropped.
     cgroup: Option<engine_bwrap::Cgroup>,
 }
@@ -202,7 +205,7 @@ impl Sandboxed for NativeSandbox {
     }
 
     fn wait(self: Box<Self>) -> Result<Ended, Error> {
-        let NativeSandbox { child, net, on_demand, proxy, cgroup } = *self;
+        let NativeSandbox { child, net, on_demand, proxy, relay, cgroup } = *self;
         // The cgroup is removed below: the monitor must have left it (its exit complete).
         let status = match cgroup {
             Some(_) => child.wait_reaped(),
@@ -223,6 +226,7 @@ impl Sandboxed for NativeSandbox {
         let attached = on_demand.map(crate::net::OnDemand::finish);
         drop(net);
         drop(proxy);
+        drop(relay);
         drop(cgroup);
         // The script's network calls found no route: the run did not get what it asked for.
         if let Some(Err(e)) = attached
@@ -243,7 +247,7 @@ impl Sandboxed for NativeSandbox {
     fn detach(self: Box<Self>) -> Detached {
         // A session never gets a network on demand (`NativeLauncher::start` connects a
         // session's up front), and its proxy is a keeper.
-        let NativeSandbox { child, net, on_demand: _, proxy, cgroup } = *self;
+        let NativeSandbox { child, net, on_demand: _, proxy, relay: _, cgroup } = *self;
         // The waiting thread is the monitor's parent: it reaps it while this process lives.
         std::thread::spawn(move || {
             let _ = child.wait();
@@ -271,17 +275,11 @@ impl Launcher for NativeLauncher {
 
     fn start(&self, start: Start<'_>) -> Result<Box<dyn Sandboxed>, Error> {
         let Start { plan, host, cache_root, pasta, relay, stdio } = start;
-        // Net on without pasta: the built-in relay (full TCP/UDP) for a run or prepare step
-        // where a tun device can be had, attached on demand; else the built-in HTTP(S) proxy,
-        // which sessions (served by a keeper) always get. What only pasta gives is refused by
-        // name.
+        // Net on without pasta: the built-in relay (full TCP/UDP) where a tun device can be
+        // had (a run's attached on demand, a session's served by a keeper); else the built-in
+        // HTTP(S) proxy. What only pasta gives is refused by name.
         let builtin = plan.net && pasta.is_err();
-        let relay = relay
-            && builtin
-            && plan.die_with_parent
-            && plan.publish.is_empty()
-            && crate::demand::supported()
-            && engine_bwrap::relay_available();
+        let relay = relay && builtin && plan.publish.is_empty() && engine_bwrap::relay_available();
         let proxy = builtin && !relay;
         // The sandbox reads the host's resolv.conf: a nameserver there on the host's loopback
         // is served on the sandbox's by the relay.
@@ -348,6 +346,7 @@ impl Launcher for NativeLauncher {
                         net: None,
                         on_demand,
                         proxy: None,
+                        relay: None,
                         cgroup,
                     }));
                 }
@@ -363,16 +362,19 @@ impl Launcher for NativeLauncher {
                 }
             }
         }
+        let session = !plan.die_with_parent;
         let attached = match (plan.net, pasta) {
-            (false, _) => Ok((None, None)),
+            (false, _) => Ok((None, None, None)),
             (true, Ok(pasta)) => {
-                crate::net::attach(&child, pasta, &plan.publish).map(|n| (Some(n), None))
+                crate::net::attach(&child, pasta, &plan.publish).map(|n| (Some(n), None, None))
             }
+            (true, Err(_)) if relay => crate::net::serve_relay(&child, &nameservers, session)
+                .map(|(relay, keeper)| (None, keeper, relay)),
             (true, Err(_)) => {
-                crate::net::serve_proxy(&child, !plan.die_with_parent).map(|p| (None, Some(p)))
+                crate::net::serve_proxy(&child, session).map(|p| (None, Some(p), None))
             }
         };
-        let (net, proxy) = match attached {
+        let (net, proxy, relay) = match attached {
             Ok(attached) => attached,
             Err(e) => {
                 // Nothing of the command runs: the sandbox ends before its setup.
@@ -382,7 +384,7 @@ impl Launcher for NativeLauncher {
             }
         };
         child.release().map_err(to_bwrap)?;
-        Ok(Box::new(NativeSandbox { child, net, on_demand: None, proxy, cgroup }))
+        Ok(Box::new(NativeSandbox { child, net, on_demand: None, proxy, relay, cgroup }))
     }
 
     fn setup_failure(&self, detail: Option<String>) -> Error {

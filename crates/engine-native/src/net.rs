@@ -12,12 +12,12 @@
 //! pasta joins it as that user, the caller or, for a root caller, host nobody (as bwrap's pasta does), never
 //! as root.
 //!
-//! **Without pasta** (a fresh machine), a run gets the built-in relay ([`engine_bwrap::Relay`]):
-//! attached on demand as pasta is ([`Network::Relay`]), a tun device in the sandbox's namespace
-//! served from this process, full outbound TCP and UDP with the proxy's policy. Where it
-//! cannot be had (no tun device the caller may open, a kernel without user notifications,
-//! [`BwrapConfig::builtin_relay`] off) and for sessions: the built-in proxy
-//! ([`engine_bwrap::BuiltinProxy`]). The namespace keeps no route, only its loopback, where a
+//! **Without pasta** (a fresh machine), a sandbox gets the built-in relay
+//! ([`engine_bwrap::Relay`]): a tun device in the sandbox's namespace, full outbound TCP and
+//! UDP with the proxy's policy, a run's attached on demand as pasta is ([`Network::Relay`]) and
+//! served from this process, a session's attached up front and served by a keeper
+//! (`serve_relay`). Where it cannot be had (no tun device the caller may open,
+//! [`BwrapConfig::builtin_relay`] off): the built-in proxy ([`engine_bwrap::BuiltinProxy`]). The namespace keeps no route, only its loopback, where a
 //! socket made from outside listens on [`engine_bwrap::PROXY_PORT`]; this process serves it,
 //! and the sandbox's environment points `HTTPS_PROXY` and friends there, so uv's installs and a
 //! script's HTTP(S) work. Raw sockets, UDP and published ports then need pasta.
@@ -105,14 +105,12 @@ impl OnDemand {
     }
 }
 
-/// Whether a run (not a session) of an engine with `config` gets the built-in relay: no pasta
-/// to be had, a tun device this process may open, and a kernel that connects networks on
-/// demand ([`crate::demand::supported`]; the relay is attached that way only).
+/// Whether net-on sandboxes of an engine with `config` get the built-in relay: no pasta to be
+/// had and a tun device this process may open.
 pub fn relay_applies(config: &BwrapConfig) -> bool {
     config.builtin_relay
         && engine_detect::pasta(config.path.as_deref()).is_err()
         && engine_bwrap::relay_available()
-        && crate::demand::supported()
 }
 
 /// [`connect`] without the release, in engine-bwrap's error (a busy published port is the one
@@ -140,10 +138,10 @@ pub fn builtin_net_applies(config: &BwrapConfig) -> bool {
     builtin_net_note(config).is_some()
 }
 
-/// The `note:` of a net-on sandbox of the native engine with `config` (a `session` or a
-/// run), when it gets the built-in proxy: a run that gets the relay has full TCP/UDP.
-pub fn native_net_note(config: &BwrapConfig, session: bool) -> Option<String> {
-    if !session && relay_applies(config) {
+/// The `note:` of a net-on sandbox of the native engine with `config`, when it gets the
+/// built-in proxy: one that gets the relay has full TCP/UDP.
+pub fn native_net_note(config: &BwrapConfig) -> Option<String> {
+    if relay_applies(config) {
         return None;
     }
     builtin_net_note(config)
@@ -161,6 +159,29 @@ pub fn builtin_net_note(config: &BwrapConfig) -> Option<String> {
             no.why(),
             no.hint()
         )),
+    }
+}
+
+/// The built-in relay for a sandbox spawned with net on (blocked before its setup), attached
+/// before the script starts: served by a thread of this process (a run on a kernel without
+/// user notifications), or for a `session` by a keeper that lives as long as the monitor.
+pub(crate) fn serve_relay(
+    child: &Child,
+    nameservers: &[std::net::SocketAddr],
+    session: bool,
+) -> std::result::Result<
+    (Option<engine_bwrap::Relay>, Option<engine_bwrap::ProxyServer>),
+    engine_bwrap::Error,
+> {
+    let path = format!("/proc/{}/ns/net", child.netns_pid());
+    let netns = std::fs::File::open(&path).map_err(|e| engine_bwrap::Error::BuiltinNetwork {
+        reason: format!("opening {path}: {e}"),
+    })?;
+    if session {
+        engine_bwrap::ProxyServer::relay_keeper(&netns, nameservers, child.pidfd())
+            .map(|keeper| (None, Some(keeper)))
+    } else {
+        engine_bwrap::Relay::attach(&netns, nameservers).map(|relay| (Some(relay), None))
     }
 }
 

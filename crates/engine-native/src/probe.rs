@@ -29,8 +29,8 @@ pub struct Answers {
     /// network of `net = "on"` runs and dependency installs, or why not. Without it they get
     /// the built-in HTTP(S) proxy, so it is said, not failed.
     pub pasta: Result<(), engine_detect::NoPasta>,
-    /// Without pasta: whether runs get the built-in relay (a tun device this caller may open,
-    /// user notifications), full TCP/UDP; sessions get the proxy all the same.
+    /// Without pasta: whether sandboxes get the built-in relay (a tun device this caller may
+    /// open), full TCP/UDP, rather than the proxy.
     pub relay: bool,
 }
 
@@ -65,9 +65,8 @@ pub fn verdict(answers: &Answers) -> Probe {
             let net = match &answers.pasta {
                 Ok(()) => "\nnetwork: pasta (full TCP/UDP for net on)".to_owned(),
                 Err(no) if answers.relay => format!(
-                    "\nnetwork: the built-in relay for runs (full TCP/UDP over IPv4, {}); \
-                     sessions get HTTP(S) only, through the built-in proxy\nhint: for pasta's \
-                     network in sessions too, with IPv6 and published ports: {}",
+                    "\nnetwork: the built-in relay (full TCP/UDP over IPv4, {})\nhint: for \
+                     pasta's network, with IPv6 and published ports: {}",
                     no.why(),
                     no.hint()
                 ),
@@ -106,7 +105,7 @@ pub fn answers() -> Answers {
         seccomp: seccomp_filters(),
         landlock: crate::landlock_applied(),
         pasta: engine_detect::pasta(std::env::var_os("PATH").as_deref()).map(|_| ()),
-        relay: engine_bwrap::relay_available() && crate::demand::supported(),
+        relay: engine_bwrap::relay_available(),
     }
 }
 

@@ -1,10 +1,12 @@
-//! The built-in proxy for a warm session: a session outlives the command that started it, so
-//! its proxy cannot be a thread of that command. It is served by a *keeper*, this binary
-//! executed again (`/proc/self/exe`) with [`KEEPER_ARG`], which a binary that starts sessions
-//! recognises first thing in `main` ([`keeper_main_if_asked`]).
+//! The built-in network for a warm session: a session outlives the command that started it,
+//! so its proxy or relay cannot be a thread of that command. It is served by a *keeper*, this
+//! binary executed again (`/proc/self/exe`) with [`KEEPER_ARG`], which a binary that starts
+//! sessions recognises first thing in `main` ([`keeper_main_if_asked`]).
 //!
-//! The keeper gets the listening socket (made in the sandbox's namespace, as for a run), a
-//! pidfd of the sandbox's own long-lived process, and a pipe. It forks once (its parent exits
+//! The keeper gets what it serves (the proxy's listening socket, or the relay's tun device and
+//! its doors, each made in the sandbox's namespace as for a run; `relay` and the doors'
+//! upstream addresses in its arguments), a pidfd of the sandbox's own long-lived process, and
+//! a pipe. It forks once (its parent exits
 //! at once and is reaped here, so a long-lived caller such as the MCP server collects no
 //! zombies), starts its own session (no terminal signal of the caller reaches it), serves, and
 //! writes its pid to the pipe: EOF without a pid means it could not serve (a binary that does
@@ -14,8 +16,9 @@
 
 #![allow(unsafe_code)]
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -26,10 +29,20 @@ use crate::error::Result;
 /// `argv[1]` of a keeper.
 pub const KEEPER_ARG: &str = "__python-sandbox-proxy-keeper";
 
-/// The descriptors a keeper is started with.
-const LISTENER_FD: i32 = 3;
+/// The descriptors a keeper is started with: what it serves (the proxy's listener or the
+/// relay's tun device), the sandbox's pidfd, the ready pipe, then the relay's doors.
+const SERVED_FD: i32 = 3;
 const SANDBOX_FD: i32 = 4;
 const READY_FD: i32 = 5;
+const DOORS_FD: i32 = 6;
+
+/// What a keeper serves.
+pub(crate) enum Served {
+    /// The built-in proxy's listening socket.
+    Proxy(OwnedFd),
+    /// The relay's tun device and doors (bound inside, and their upstream).
+    Relay { tun: OwnedFd, doors: Vec<(OwnedFd, SocketAddr)> },
+}
 
 /// Serves as a session's proxy keeper and exits when this process was started as one
 /// (`argv[1]` is [`KEEPER_ARG`]); returns at once otherwise. Call it first in `main`, before
@@ -41,6 +54,13 @@ pub fn keeper_main_if_asked() {
 }
 
 fn keeper_main() -> i32 {
+    // `relay` and its doors' upstream addresses, or nothing: the proxy.
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    let relay = args.first().map(String::as_str) == Some("relay");
+    let upstreams: Vec<SocketAddr> = args.iter().skip(1).filter_map(|a| a.parse().ok()).collect();
+    if relay && upstreams.len() + 1 != args.len() {
+        return 1;
+    }
     // SAFETY: single-threaded here (first thing in main); the parent only exits.
     match unsafe { libc::fork() } {
         -1 => return 1,
@@ -48,30 +68,47 @@ fn keeper_main() -> i32 {
         _ => unsafe { libc::_exit(0) },
     }
     // SAFETY: the descriptors were set up by `start` and are this process's alone.
-    let (listener, sandbox, ready) = unsafe {
+    let (served, sandbox, ready) = unsafe {
         use std::os::fd::FromRawFd;
         (
-            OwnedFd::from_raw_fd(LISTENER_FD),
+            OwnedFd::from_raw_fd(SERVED_FD),
             OwnedFd::from_raw_fd(SANDBOX_FD),
             OwnedFd::from_raw_fd(READY_FD),
         )
     };
+    let doors: Vec<(OwnedFd, SocketAddr)> = upstreams
+        .into_iter()
+        .zip(DOORS_FD..)
+        // SAFETY: `start` placed one descriptor per upstream from DOORS_FD on.
+        .map(|(upstream, fd)| (unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }, upstream))
+        .collect();
     // Nothing else of the caller's: a descriptor it leaked to us would live as long as the
     // session.
-    // SAFETY: closes descriptors no Rust object owns (the three above are below 6).
-    unsafe { libc::syscall(libc::SYS_close_range, READY_FD + 1, u32::MAX, 0) };
+    let last = DOORS_FD + i32::try_from(doors.len()).unwrap_or(0);
+    // SAFETY: closes descriptors no Rust object owns (the ones above are below `last`).
+    unsafe { libc::syscall(libc::SYS_close_range, last, u32::MAX, 0) };
     let _ = rustix::process::setsid();
     // Holding no directory of the caller's busy (a workspace on a mount to unmount).
     let _ = std::env::set_current_dir("/");
-    let proxy = match super::BuiltinProxy::serve(listener) {
+    let ready_now = |ready: OwnedFd| {
+        let pid = std::process::id().to_ne_bytes();
+        rustix::io::write(&ready, &pid) == Ok(pid.len())
+    };
+    if relay {
+        if !ready_now(ready) {
+            return 1;
+        }
+        // Until the sandbox's process has exited (its pidfd readable).
+        crate::relay::serve_kept(served, doors, sandbox);
+        return 0;
+    }
+    let proxy = match super::BuiltinProxy::serve(served) {
         Ok(proxy) => proxy,
         Err(_) => return 1,
     };
-    let pid = std::process::id().to_ne_bytes();
-    if rustix::io::write(&ready, &pid) != Ok(pid.len()) {
+    if !ready_now(ready) {
         return 1;
     }
-    drop(ready);
     // Readable once the sandbox's process has exited: then nothing is left to serve.
     loop {
         let mut fds = [rustix::event::PollFd::new(&sandbox, rustix::event::PollFlags::IN)];
@@ -85,32 +122,48 @@ fn keeper_main() -> i32 {
     0
 }
 
-/// Starts a keeper serving `listener` until the process behind `sandbox` (a pidfd) exits;
-/// the keeper, pinned for the session's record.
-pub(crate) fn start(listener: OwnedFd, sandbox: BorrowedFd<'_>) -> Result<reaper::ProcPin> {
+/// Starts a keeper serving `served` until the process behind `sandbox` (a pidfd) exits; the
+/// keeper, pinned for the session's record.
+pub(crate) fn start(served: Served, sandbox: BorrowedFd<'_>) -> Result<reaper::ProcPin> {
+    let which = match &served {
+        Served::Proxy(_) => "proxy",
+        Served::Relay { .. } => "relay",
+    };
     let failed = |reason: String| Error::BuiltinNetwork {
-        reason: format!("starting the built-in proxy's keeper for the session: {reason}"),
+        reason: format!("starting the built-in {which}'s keeper for the session: {reason}"),
     };
     let sandbox = sandbox.try_clone_to_owned().map_err(|e| failed(e.to_string()))?;
     let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| failed(e.to_string()))?;
-    let fds = [listener.as_raw_fd(), sandbox.as_raw_fd(), ready_w.as_raw_fd()];
+    let mut args = vec![OsString::from(KEEPER_ARG)];
+    let (first, doors) = match served {
+        Served::Proxy(listener) => (listener, Vec::new()),
+        Served::Relay { tun, doors } => {
+            args.push("relay".into());
+            args.extend(doors.iter().map(|(_, upstream)| OsString::from(upstream.to_string())));
+            (tun, doors)
+        }
+    };
+    let mut fds = vec![first.as_raw_fd(), sandbox.as_raw_fd(), ready_w.as_raw_fd()];
+    fds.extend(doors.iter().map(|(door, _)| door.as_raw_fd()));
     let mut command = Command::new("/proc/self/exe");
-    command.arg(KEEPER_ARG).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    command.args(&args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    let mut high = vec![0; fds.len()];
     // SAFETY: after the fork, before exec: fcntl and dup2 only, on descriptors open in the
-    // child. Moved above 5 first, so that no dup2 overwrites a source not yet placed.
+    // child and memory allocated before the fork. Moved high first, so that no dup2
+    // overwrites a source not yet placed.
     unsafe {
         command.pre_exec(move || {
-            let mut high = [0; 3];
-            for (slot, fd) in high.iter_mut().zip(fds) {
-                *slot = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
+            let above = SERVED_FD + i32::try_from(fds.len()).unwrap_or(i32::MAX) + 10;
+            for (slot, fd) in high.iter_mut().zip(&fds) {
+                *slot = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, above);
                 if *slot < 0 {
                     return Err(io::Error::last_os_error());
                 }
             }
-            for (target, fd) in [LISTENER_FD, SANDBOX_FD, READY_FD].into_iter().zip(high) {
+            for (target, fd) in (SERVED_FD..).zip(&high) {
                 // dup2 clears close-on-exec on the copy.
-                if libc::dup2(fd, target) < 0 {
+                if libc::dup2(*fd, target) < 0 {
                     return Err(io::Error::last_os_error());
                 }
             }
@@ -122,7 +175,7 @@ pub(crate) fn start(listener: OwnedFd, sandbox: BorrowedFd<'_>) -> Result<reaper
     drop(guard);
     let mut child = spawned.map_err(|e| failed(e.to_string()))?;
     drop(ready_w);
-    drop(listener);
+    drop((first, doors));
     // The keeper's first process exits right after its fork.
     let _ = child.wait();
     let mut pid = [0u8; 4];

@@ -310,8 +310,9 @@ fn a_socket_planted_in_the_host_tmp_is_not_taken_for_the_agent() {
     assert!(listener.accept().is_err(), "the planted socket was connected to");
 }
 
-/// Without pasta a warm session with net on gets the built-in proxy from a keeper, this
-/// binary started again (the CLI's tests run it: `session::a_native_session_without_pasta_…`).
+/// Without pasta a warm session with net on gets the built-in relay (or, without a tun device
+/// to open, the proxy) from a keeper, this binary started again (the CLI's tests run it:
+/// `session::a_native_session_without_pasta_…`).
 /// A binary that does not serve as one (this test harness) gets a clear error, and nothing
 /// is left.
 #[test]
@@ -323,11 +324,16 @@ fn without_pasta_a_session_needs_a_program_that_serves_its_proxy() {
     let bin = tempfile::tempdir().unwrap();
     let mut engine_config = f.engine.config().clone();
     engine_config.path = Some(crate::builtin_net::path_without_pasta(bin.path()));
+    // Records of its own: the other tests' sessions come and go meanwhile.
+    let runtime = tempfile::tempdir().unwrap();
+    engine_config.runtime_dir = runtime.path().to_owned();
     f.engine = engine_native::NativeEngine::new(engine_config).unwrap();
     let config = SessionConfig { net: Net::On, ..config(&f, Duration::from_secs(60)) };
-    let before = f.engine.list_sessions().unwrap().len();
+    assert_eq!(f.engine.list_sessions().unwrap().len(), 0);
     let err = f.engine.start_session(&config, &mut |_| {}).unwrap_err().to_string();
-    assert!(err.contains("starting the built-in proxy's keeper for the session"), "{err}");
+    let which = if engine_bwrap::relay_available() { "relay" } else { "proxy" };
+    let want = format!("starting the built-in {which}'s keeper for the session");
+    assert!(err.contains(&want), "{err}");
     assert!(err.contains("engine_bwrap::keeper_main_if_asked"), "{err}");
-    assert_eq!(f.engine.list_sessions().unwrap().len(), before);
+    assert_eq!(f.engine.list_sessions().unwrap().len(), 0);
 }
