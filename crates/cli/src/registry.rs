@@ -262,15 +262,11 @@ fn bwrap(options: &Options<'_>) -> Result<Box<engine_bwrap::BwrapEngine>> {
 }
 
 /// The `note:` of a net-on run or session on `engine` when its network is narrower than full
-/// TCP/UDP (bwrap without pasta, native without pasta or a tun device it may open: HTTP(S)
-/// through the built-in proxy).
+/// TCP/UDP (native or bwrap without pasta or a tun device it may open: HTTP(S) through the
+/// built-in proxy).
 pub(crate) fn net_note(engine: &str) -> Option<String> {
     let config = engine_bwrap::BwrapConfig::from_env().ok()?;
-    match engine {
-        "native" => engine_native::native_net_note(&config),
-        "bwrap" => engine_native::builtin_net_note(&config),
-        _ => None,
-    }
+    matches!(engine, "native" | "bwrap").then(|| engine_native::net_note(&config))?
 }
 
 /// The native engine: bwrap's pipeline and configuration, the sandbox built in-process; its

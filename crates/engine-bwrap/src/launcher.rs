@@ -40,7 +40,8 @@ pub struct Start<'a> {
     /// pasta, for a plan with the network on, or why it cannot be had here.
     pub pasta: Result<&'a Path, &'a engine_detect::NoPasta>,
     /// Whether a run without pasta may get the built-in relay ([`crate::Relay`], where the
-    /// launcher supports it): the configuration's [`crate::BwrapConfig::builtin_relay`].
+    /// launcher supports it: both do): the configuration's
+    /// [`crate::BwrapConfig::builtin_relay`].
     pub relay: bool,
     /// The sandbox's stdio.
     pub stdio: SandboxStdio,
@@ -201,7 +202,7 @@ impl Launcher for BwrapLauncher {
     fn start(&self, start: Start<'_>) -> Result<Box<dyn Sandboxed>> {
         let stdio = |fd: Option<OwnedFd>| fd.map_or_else(Stdio::inherit, Stdio::from);
         let SandboxStdio { stdin, stdout, stderr } = start.stdio;
-        let tools = Tools { bwrap: &self.bwrap, pasta: start.pasta };
+        let tools = Tools { bwrap: &self.bwrap, pasta: start.pasta, relay: start.relay };
         let launched = crate::process::launch(
             tools,
             start.plan,

@@ -23,8 +23,10 @@
 //! and only then is bwrap unblocked to exec the script. pasta quits by itself when the
 //! namespace goes away (the conformance suite checks that none is left).
 //!
-//! **Without pasta** the same waiting sandbox gets the built-in HTTP(S) proxy instead
-//! ([`listen_in`], `crate::proxy`): no route at all, one listening socket on its loopback.
+//! **Without pasta** the same waiting sandbox gets the built-in relay instead (`serve_relay`,
+//! `crate::relay`: a tun device in its namespace, served from outside) where a tun device can
+//! be opened, else the built-in HTTP(S) proxy ([`listen_in`], `crate::proxy`): no route at
+//! all, one listening socket on its loopback.
 
 #![allow(unsafe_code)]
 
@@ -520,6 +522,27 @@ pub(crate) fn serve_proxy(
     wait_for_loopback(child);
     let listener = listen_in(child, crate::proxy::PROXY_PORT)?;
     crate::proxy::ProxyServer::serve(listener, session)
+}
+
+/// The built-in relay for bwrap's sandbox process `child` (blocked before exec), once bwrap's
+/// own loopback setup is done: served from here (a run) or by a keeper that lives as long as
+/// bwrap, `session`'s pidfd (a session).
+pub(crate) fn serve_relay(
+    child: i32,
+    session: Option<BorrowedFd<'_>>,
+) -> Result<crate::proxy::ProxyServer> {
+    wait_for_loopback(child);
+    let netns_path = PathBuf::from(format!("/proc/{child}/ns/net"));
+    let netns = std::fs::File::open(&netns_path)
+        .map_err(Error::io(format!("opening {}", netns_path.display())))?;
+    crate::proxy::ProxyServer::relay(&netns, &host_loopback_nameservers(), session)
+}
+
+/// The nameservers of the host's `resolv.conf` (which the sandbox reads) on its loopback,
+/// which the relay serves on the sandbox's ([`crate::loopback_nameservers`]).
+pub fn host_loopback_nameservers() -> Vec<std::net::SocketAddr> {
+    let conf = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    crate::loopback_nameservers(&conf)
 }
 
 /// A socket listening on 127.0.0.1:`port` inside the network namespace of `child` (a process

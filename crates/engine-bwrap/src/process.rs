@@ -62,6 +62,8 @@ pub(crate) struct Tools<'a> {
     pub(crate) bwrap: &'a Path,
     /// pasta, for a plan with the network on (`crate::net`).
     pub(crate) pasta: Result<&'a Path, &'a engine_detect::NoPasta>,
+    /// Without pasta, whether the built-in relay may serve (`Start::relay`).
+    pub(crate) relay: bool,
 }
 
 /// What `execute` needs besides the plan: the launcher and what it is given.
@@ -285,7 +287,7 @@ pub(crate) struct Launched {
     pub(crate) early_status: String,
     /// pasta, attached (net on).
     pub(crate) net: Option<crate::net::UserNet>,
-    /// The built-in proxy (net on without pasta), stopped once the tree is gone.
+    /// The built-in proxy or relay (net on without pasta), stopped once the tree is gone.
     pub(crate) proxy: Option<crate::proxy::ProxyServer>,
     /// The sandbox's init (bwrap's child) as reported, when it was read (net on, or `detach`).
     pub(crate) child_pid: Option<i32>,
@@ -305,12 +307,14 @@ pub(crate) fn launch(
     stdio: [Stdio; 3],
     detach: bool,
 ) -> Result<Launched> {
-    let Tools { bwrap, pasta } = tools;
+    let Tools { bwrap, pasta, relay } = tools;
     // Net on, or rlimits to set: bwrap waits on this pipe until pasta has connected the
     // sandbox's namespace and the sandbox's first process has its limits (`crate::limits`).
-    // Without pasta: the built-in HTTP(S) proxy (`crate::proxy`), a session's served by a
-    // keeper; what only pasta gives is refused by name.
+    // Without pasta: the built-in relay (`crate::relay`) where a tun device can be opened,
+    // else the built-in HTTP(S) proxy (`crate::proxy`), a session's served by a keeper; what
+    // only pasta gives is refused by name.
     let builtin = plan.net && pasta.is_err();
+    let relay = builtin && relay && plan.publish.is_empty() && crate::relay_available();
     if builtin
         && let Err(no) = pasta
         && !plan.publish.is_empty()
@@ -329,7 +333,7 @@ pub(crate) fn launch(
         .map_err(|e| Error::io("creating the status pipe")(e.into()))?;
     let seccomp = seccomp_pipe()?;
     let mut plan = plan.clone();
-    if builtin {
+    if builtin && !relay {
         plan.env.retain(|(k, _)| !k.to_ascii_lowercase().ends_with("_proxy"));
         plan.env.extend(crate::proxy::proxy_env());
     }
@@ -437,6 +441,10 @@ pub(crate) fn launch(
                 (true, Ok(pasta)) => {
                     crate::net::UserNet::attach(pasta, pid, &plan.publish, plan.run_as)
                         .map(|net| (Some(net), None))
+                }
+                (true, Err(_)) if relay => {
+                    crate::net::serve_relay(pid, detach.then_some(pidfd.as_fd()))
+                        .map(|relay| (None, Some(relay)))
                 }
                 (true, Err(_)) => crate::net::serve_proxy(pid, detach.then_some(pidfd.as_fd()))
                     .map(|proxy| (None, Some(proxy))),

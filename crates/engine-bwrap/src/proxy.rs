@@ -692,11 +692,14 @@ mod tests;
 
 pub use keeper::{KEEPER_ARG, keeper_main_if_asked};
 
-/// Where a sandbox's built-in proxy is served from.
+/// Where a sandbox's built-in network (the proxy, or the relay) is served from.
 #[derive(Debug)]
 pub enum ProxyServer {
     /// A thread of this process, stopped when dropped (a run, which ends with its caller).
     Thread(BuiltinProxy),
+    /// The built-in relay ([`crate::Relay`]) served by a thread of this process, stopped when
+    /// dropped (a run).
+    Relay(crate::Relay),
     /// A keeper process (a warm session, which outlives its caller): it ends by itself with
     /// the sandbox; pinned for the session's record.
     Keeper(reaper::ProcPin),
@@ -720,14 +723,18 @@ impl ProxyServer {
         }
     }
 
-    /// The built-in relay for a sandbox that outlives this process ([`crate::Relay`], for a
-    /// warm session): its tun device and doors made in `netns` as for a run, served by a keeper
-    /// that ends once the process behind `sandbox` (a pidfd) has.
-    pub fn relay_keeper(
+    /// The built-in relay ([`crate::Relay`]) for the network namespace `netns` (a sandbox's,
+    /// blocked before its command), serving `nameservers` ([`crate::loopback_nameservers`]) at
+    /// its doors: from a thread of this process, or, given the pidfd of a sandbox that outlives
+    /// this process (a warm session), from a keeper that ends once that process has.
+    pub fn relay(
         netns: &std::fs::File,
         nameservers: &[std::net::SocketAddr],
-        sandbox: std::os::fd::BorrowedFd<'_>,
+        outlived_by: Option<std::os::fd::BorrowedFd<'_>>,
     ) -> crate::error::Result<ProxyServer> {
+        let Some(sandbox) = outlived_by else {
+            return crate::Relay::attach(netns, nameservers).map(ProxyServer::Relay);
+        };
         let (tun, doors) = crate::relay::tun_in(netns, nameservers)?;
         let doors = doors
             .into_iter()
@@ -742,7 +749,7 @@ impl ProxyServer {
     pub fn keep(self) -> Option<reaper::ProcPin> {
         match &self {
             // Dropped: it stops serving.
-            ProxyServer::Thread(_) => None,
+            ProxyServer::Thread(_) | ProxyServer::Relay(_) => None,
             ProxyServer::Keeper(pin) => {
                 let pin = *pin;
                 // Not dropped: that would end the keeper.

@@ -87,13 +87,15 @@ pub fn probe_bwrap(path: Option<&OsStr>) -> Probe {
 }
 
 /// bwrap sandboxes never share the host's network: "net on" (and every dependency install)
-/// goes through pasta, or without it through the built-in HTTP(S) proxy, which a working
-/// probe then names (with passt as the fix for full TCP/UDP).
+/// goes through pasta, or without it through the built-in relay (a tun device to open) or
+/// HTTP(S) proxy, which a working probe then names (with passt as the fix).
 fn with_network(mut probe: Probe, path: Option<&OsStr>) -> Probe {
     if probe.available
         && let Err(no) = crate::which::pasta(path)
     {
-        probe.reason = format!("{}\n{}", probe.reason, no.network());
+        let network =
+            if crate::which::relay_possible() { no.relay_network() } else { no.network() };
+        probe.reason = format!("{}\n{}", probe.reason, network);
     }
     probe
 }

@@ -48,7 +48,7 @@ pub use probe::{
     ProbeState, USERNS_CLONE_OFF,
 };
 pub use suggest::{BUILTIN_NET, NATIVE_USERNS_PREFIX, suggest};
-pub use which::{NoPasta, pasta, which};
+pub use which::{NoPasta, pasta, relay_possible, which};
 
 #[cfg(test)]
 mod tests;

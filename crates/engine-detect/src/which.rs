@@ -56,6 +56,17 @@ impl NoPasta {
         }
     }
 
+    /// The lines a native or bwrap probe adds when its sandboxes get the built-in relay
+    /// instead (full TCP/UDP over IPv4, [`relay_possible`]).
+    pub fn relay_network(&self) -> String {
+        format!(
+            "network: the built-in relay (full TCP/UDP over IPv4, {})\nhint: for pasta's \
+             network, with IPv6 and published ports: {}",
+            self.why(),
+            self.hint()
+        )
+    }
+
     /// How to get full networking.
     pub fn hint(&self) -> &'static str {
         match self {
@@ -72,6 +83,13 @@ impl NoPasta {
 /// The user pasta runs as for a sandbox of a caller with uid `caller`: the caller, or host
 /// nobody for root (engine-bwrap never runs pasta as root).
 const NOBODY: u32 = 65_534;
+
+/// Whether sandboxes without pasta can get the built-in relay here: a tun device this process
+/// may open (a root caller's relay opens it as root; engine-bwrap's `relay_available`).
+pub fn relay_possible() -> bool {
+    let access = rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK;
+    rustix::fs::access("/dev/net/tun", access).is_ok()
+}
 
 /// pasta on `path` if it can give sandboxes their network here: found, and `/dev/net/tun`
 /// readable and writable for the user it runs as (a device that udev did not make 0666, as

@@ -185,12 +185,9 @@ struct NativeSandbox {
     /// Net on, connected on demand: the thread that attaches pasta or the relay when the
     /// script first needs it (`crate::demand`), with that network or why it failed.
     on_demand: Option<crate::net::OnDemand>,
-    /// The built-in proxy or a session's relay (net on without pasta): a thread stopped with
-    /// the handle, or a session's keeper.
+    /// The built-in proxy or relay (net on without pasta, not on demand): a thread stopped
+    /// with the handle, or a session's keeper.
     proxy: Option<engine_bwrap::ProxyServer>,
-    /// The built-in relay of a run attached up front (a kernel without user notifications),
-    /// stopped with the handle.
-    relay: Option<engine_bwrap::Relay>,
     /// The run's cgroup, removed when dropped.
     cgroup: Option<engine_bwrap::Cgroup>,
 }
@@ -205,7 +202,7 @@ impl Sandboxed for NativeSandbox {
     }
 
     fn wait(self: Box<Self>) -> Result<Ended, Error> {
-        let NativeSandbox { child, net, on_demand, proxy, relay, cgroup } = *self;
+        let NativeSandbox { child, net, on_demand, proxy, cgroup } = *self;
         // The cgroup is removed below: the monitor must have left it (its exit complete).
         let status = match cgroup {
             Some(_) => child.wait_reaped(),
@@ -226,7 +223,6 @@ impl Sandboxed for NativeSandbox {
         let attached = on_demand.map(crate::net::OnDemand::finish);
         drop(net);
         drop(proxy);
-        drop(relay);
         drop(cgroup);
         // The script's network calls found no route: the run did not get what it asked for.
         if let Some(Err(e)) = attached
@@ -247,7 +243,7 @@ impl Sandboxed for NativeSandbox {
     fn detach(self: Box<Self>) -> Detached {
         // A session never gets a network on demand (`NativeLauncher::start` connects a
         // session's up front), and its proxy is a keeper.
-        let NativeSandbox { child, net, on_demand: _, proxy, relay: _, cgroup } = *self;
+        let NativeSandbox { child, net, on_demand: _, proxy, cgroup } = *self;
         // The waiting thread is the monitor's parent: it reaps it while this process lives.
         std::thread::spawn(move || {
             let _ = child.wait();
@@ -283,12 +279,8 @@ impl Launcher for NativeLauncher {
         let proxy = builtin && !relay;
         // The sandbox reads the host's resolv.conf: a nameserver there on the host's loopback
         // is served on the sandbox's by the relay.
-        let nameservers = if relay {
-            let conf = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
-            engine_bwrap::loopback_nameservers(&conf)
-        } else {
-            Vec::new()
-        };
+        let nameservers =
+            if relay { engine_bwrap::host_loopback_nameservers() } else { Vec::new() };
         if builtin
             && let Err(no) = pasta
             && !plan.publish.is_empty()
@@ -346,7 +338,6 @@ impl Launcher for NativeLauncher {
                         net: None,
                         on_demand,
                         proxy: None,
-                        relay: None,
                         cgroup,
                     }));
                 }
@@ -364,17 +355,16 @@ impl Launcher for NativeLauncher {
         }
         let session = !plan.die_with_parent;
         let attached = match (plan.net, pasta) {
-            (false, _) => Ok((None, None, None)),
+            (false, _) => Ok((None, None)),
             (true, Ok(pasta)) => {
-                crate::net::attach(&child, pasta, &plan.publish).map(|n| (Some(n), None, None))
+                crate::net::attach(&child, pasta, &plan.publish).map(|n| (Some(n), None))
             }
-            (true, Err(_)) if relay => crate::net::serve_relay(&child, &nameservers, session)
-                .map(|(relay, keeper)| (None, keeper, relay)),
-            (true, Err(_)) => {
-                crate::net::serve_proxy(&child, session).map(|p| (None, Some(p), None))
+            (true, Err(_)) if relay => {
+                crate::net::serve_relay(&child, &nameservers, session).map(|r| (None, Some(r)))
             }
+            (true, Err(_)) => crate::net::serve_proxy(&child, session).map(|p| (None, Some(p))),
         };
-        let (net, proxy, relay) = match attached {
+        let (net, proxy) = match attached {
             Ok(attached) => attached,
             Err(e) => {
                 // Nothing of the command runs: the sandbox ends before its setup.
@@ -384,7 +374,7 @@ impl Launcher for NativeLauncher {
             }
         };
         child.release().map_err(to_bwrap)?;
-        Ok(Box::new(NativeSandbox { child, net, on_demand: None, proxy, relay, cgroup }))
+        Ok(Box::new(NativeSandbox { child, net, on_demand: None, proxy, cgroup }))
     }
 
     fn setup_failure(&self, detail: Option<String>) -> Error {

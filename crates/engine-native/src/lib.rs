@@ -21,7 +21,7 @@ pub use engine::{NativeEngine, NativeLauncher, input, local_session, reap_sessio
 pub use error::{Error, Result};
 pub use net::{
     Attached, BUILTIN_NET_NOTE, Network, OnDemand, builtin_net_applies, builtin_net_note, connect,
-    connect_on_demand, native_net_note, relay_applies,
+    connect_on_demand, net_note, relay_applies,
 };
 pub use plan::{Access, Ids, Input, Op, Plan, RootEntry, plan};
 pub use probe::probe;

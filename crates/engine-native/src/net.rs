@@ -138,9 +138,9 @@ pub fn builtin_net_applies(config: &BwrapConfig) -> bool {
     builtin_net_note(config).is_some()
 }
 
-/// The `note:` of a net-on sandbox of the native engine with `config`, when it gets the
-/// built-in proxy: one that gets the relay has full TCP/UDP.
-pub fn native_net_note(config: &BwrapConfig) -> Option<String> {
+/// The `note:` of a net-on sandbox of the native or bwrap engine with `config`, when it gets
+/// the built-in proxy: one that gets the relay has full TCP/UDP.
+pub fn net_note(config: &BwrapConfig) -> Option<String> {
     if relay_applies(config) {
         return None;
     }
@@ -169,20 +169,12 @@ pub(crate) fn serve_relay(
     child: &Child,
     nameservers: &[std::net::SocketAddr],
     session: bool,
-) -> std::result::Result<
-    (Option<engine_bwrap::Relay>, Option<engine_bwrap::ProxyServer>),
-    engine_bwrap::Error,
-> {
+) -> std::result::Result<engine_bwrap::ProxyServer, engine_bwrap::Error> {
     let path = format!("/proc/{}/ns/net", child.netns_pid());
     let netns = std::fs::File::open(&path).map_err(|e| engine_bwrap::Error::BuiltinNetwork {
         reason: format!("opening {path}: {e}"),
     })?;
-    if session {
-        engine_bwrap::ProxyServer::relay_keeper(&netns, nameservers, child.pidfd())
-            .map(|keeper| (None, Some(keeper)))
-    } else {
-        engine_bwrap::Relay::attach(&netns, nameservers).map(|relay| (Some(relay), None))
-    }
+    engine_bwrap::ProxyServer::relay(&netns, nameservers, session.then(|| child.pidfd()))
 }
 
 /// The built-in proxy for a sandbox spawned with net on (blocked before its setup): its

@@ -64,12 +64,7 @@ pub fn verdict(answers: &Answers) -> Probe {
         (Ok(()), true) => {
             let net = match &answers.pasta {
                 Ok(()) => "\nnetwork: pasta (full TCP/UDP for net on)".to_owned(),
-                Err(no) if answers.relay => format!(
-                    "\nnetwork: the built-in relay (full TCP/UDP over IPv4, {})\nhint: for \
-                     pasta's network, with IPv6 and published ports: {}",
-                    no.why(),
-                    no.hint()
-                ),
+                Err(no) if answers.relay => format!("\n{}", no.relay_network()),
                 Err(no) => format!("\n{}", no.network()),
             };
             (

@@ -270,12 +270,12 @@ fn gone_soon(path: &str) -> bool {
 
 /// Without pasta (a machine without the passt package), a warm session with net on gets the
 /// built-in network as a run does, served by a keeper process that outlives `session start`:
-/// native's relay where a tun device can be opened (https and a direct connection work, and
-/// nothing is noted), else the HTTP(S) proxy (https works through it, a direct connection
+/// the relay where a tun device can be opened (https and a direct connection work, and nothing
+/// is noted), else the HTTP(S) proxy (https works through it, a direct connection
 /// finds no route); the keeper ends with the session, by `session stop` or by itself when the
 /// sandbox is killed.
 #[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
-fn session_with_the_builtin_proxy(engine: &str) {
+fn session_with_the_builtin_network(engine: &str) {
     let ctx = Ctx::new();
     if let Err(reason) = available(&ctx, engine) {
         println!("SKIPPED: a {engine} session without pasta: {reason}");
@@ -284,7 +284,7 @@ fn session_with_the_builtin_proxy(engine: &str) {
     let bin = tempfile::tempdir().expect("tempdir");
     let path = crate::fault::path_without_pasta(bin.path());
     let env = [("PATH", path.as_str())];
-    let relay = engine == "native" && engine_bwrap::relay_available();
+    let relay = engine_bwrap::relay_available();
     let start = || {
         let out = ctx.run_with_env(
             &["session", "start", "--engine", engine, "--net", "on", "--ttl", "5m"],
@@ -331,11 +331,11 @@ fn session_with_the_builtin_proxy(engine: &str) {
 }
 
 #[test]
-fn a_native_session_without_pasta_gets_the_builtin_proxy() {
-    session_with_the_builtin_proxy("native");
+fn a_native_session_without_pasta_gets_the_builtin_network() {
+    session_with_the_builtin_network("native");
 }
 
 #[test]
-fn a_bwrap_session_without_pasta_gets_the_builtin_proxy() {
-    session_with_the_builtin_proxy("bwrap");
+fn a_bwrap_session_without_pasta_gets_the_builtin_network() {
+    session_with_the_builtin_network("bwrap");
 }

@@ -511,10 +511,26 @@ fn a_failed_network_setup_starts_nothing() {
     assert!(!fx.workspace.path().join("started").exists(), "the script ran");
 }
 
-/// Net on where pasta is not installed: bwrap sandboxes get the built-in proxy (the shared
-/// contract, `builtin_net.rs`), with a cache of their own so the install goes through it.
+/// Net on where pasta is not installed and the relay is off (or no tun device can be opened):
+/// bwrap sandboxes get the built-in proxy (the shared contract, `builtin_net.rs`), with a cache
+/// of their own so the install goes through it.
 #[test]
 fn without_pasta_net_on_goes_through_the_builtin_proxy() {
+    without_pasta(false);
+}
+
+/// Net on where pasta is not installed: bwrap sandboxes get the built-in relay (the shared
+/// contract, `builtin_net.rs`), with a cache of their own so the install goes through it.
+#[test]
+fn without_pasta_net_on_gets_the_relay() {
+    if !engine_bwrap::relay_available() {
+        println!("SKIPPED: bwrap relay: no tun device to open here");
+        return;
+    }
+    without_pasta(true);
+}
+
+fn without_pasta(relay: bool) {
     let Some(f) = fixture() else { return };
     let scratch = tempfile::tempdir().expect("scratch");
     let mut config = f.engine.config().clone();
@@ -523,9 +539,10 @@ fn without_pasta_net_on_goes_through_the_builtin_proxy() {
     config.bwrap = engine_detect::which("bwrap", std::env::var_os("PATH").as_deref());
     config.cache_dir = scratch.path().join("cache");
     config.runtime_dir = scratch.path().join("cache/run");
+    config.builtin_relay = relay;
     let engine = engine_bwrap::BwrapEngine::new(config).expect("engine");
     let service = crate::builtin_net::HostService::start();
-    let spec = service.spec(f.spec(""));
+    let spec = if relay { service.relay_spec(f.spec("")) } else { service.spec(f.spec("")) };
     let mut captured = sandbox_core::Captured::default();
     let io = sandbox_core::RunIo {
         stdin: sandbox_core::Stdin::Null,
@@ -535,5 +552,9 @@ fn without_pasta_net_on_goes_through_the_builtin_proxy() {
     };
     let outcome = sandbox_core::Engine::run(&engine, &spec, io).expect("run");
     assert_eq!(outcome.exit_code, 0, "{}{}", captured.stdout_lossy(), captured.stderr_lossy());
-    service.check(&captured.stdout_lossy());
+    if relay {
+        service.relay_check(&captured.stdout_lossy());
+    } else {
+        service.check(&captured.stdout_lossy());
+    }
 }

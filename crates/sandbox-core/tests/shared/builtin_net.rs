@@ -1,7 +1,8 @@
-//! The built-in network's contract (net on where pasta is not installed), shared by the
-//! native and bwrap suites (included with `#[path]`): a dependency installs and the script's
-//! HTTPS works through the proxy, the host's loopback and its own addresses are refused
-//! through it, a raw socket has no route.
+//! The built-in network's contracts (net on where pasta is not installed), shared by the
+//! native and bwrap suites (included with `#[path]`). The proxy's: a dependency installs and
+//! the script's HTTPS works through the proxy, the host's loopback and its own addresses are
+//! refused through it, a raw socket has no route. The relay's: a dependency installs, a raw
+//! TLS connection works with no proxy in the environment, the host's own address is refused.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -52,6 +53,26 @@ pub(crate) fn outbound_ip() -> String {
         .map_or("-".to_owned(), |a| a.ip().to_string())
 }
 
+const RELAY_SCRIPT: &str = r#"
+import errno, os, socket, ssl, sys
+port, host_ip = int(sys.argv[1]), sys.argv[2]
+print("proxies", {k: v for k, v in os.environ.items() if k.lower().endswith("_proxy")})
+raw = socket.create_connection(("pypi.org", 443), timeout=20)
+tls = ssl.create_default_context().wrap_socket(raw, server_hostname="pypi.org")
+tls.sendall(b"HEAD /simple/six/ HTTP/1.1\r\nHost: pypi.org\r\nConnection: close\r\n\r\n")
+print("raw", tls.recv(100).split()[1].decode())
+if host_ip != "-":
+    try:
+        socket.create_connection((host_ip, port), timeout=5)
+        print("host connected")
+    except OSError as e:
+        print("host", errno.errorcode.get(e.errno, str(e)))
+else:
+    print("host ECONNREFUSED")
+import six
+print(six.__name__)
+"#;
+
 /// A host service on every address, which the sandbox must never reach.
 pub(crate) struct HostService {
     listener: std::net::TcpListener,
@@ -73,6 +94,19 @@ impl HostService {
         spec.dependencies = vec!["six".to_owned()];
         spec.net = Net::On;
         spec
+    }
+
+    /// `spec` turned into the relay contract's run: its script, arguments, `six`, net on.
+    pub(crate) fn relay_spec(&self, spec: RunSpec) -> RunSpec {
+        let spec = self.spec(spec);
+        std::fs::write(&spec.script, RELAY_SCRIPT).expect("write script");
+        spec
+    }
+
+    /// Checks the relay contract's stdout, and that the service was never reached.
+    pub(crate) fn relay_check(&self, stdout: &str) {
+        assert_eq!(stdout, "proxies {}\nraw 200\nhost ECONNREFUSED\nsix\n");
+        assert!(self.listener.accept().is_err(), "the host's service was reached from the sandbox");
     }
 
     /// Checks the run's stdout, and that the service was never reached.
