@@ -81,8 +81,9 @@ const TCP_FLOWS: usize = 256;
 /// A TCP flow whose sandbox side leaves sent data unacknowledged this long is reset.
 const TCP_STALLED: Duration = Duration::from_secs(120);
 
-/// Whether this process can give a sandbox the relay: a tun device it may open (a root
-/// caller's helper opens it as host root, anyone else's as the caller).
+/// Whether this process gives a sandbox without pasta the relay: a tun device it may open (a
+/// root caller's helper opens it as host root, anyone else's as the caller), and no proxy of
+/// the host's own to chain through ([`engine_detect::relay_possible`]).
 pub fn relay_available() -> bool {
     engine_detect::relay_possible()
 }

@@ -84,11 +84,18 @@ impl NoPasta {
 /// nobody for root (engine-bwrap never runs pasta as root).
 const NOBODY: u32 = 65_534;
 
-/// Whether sandboxes without pasta can get the built-in relay here: a tun device this process
-/// may open (a root caller's relay opens it as root; engine-bwrap's `relay_available`).
+/// Whether sandboxes without pasta get the built-in relay here (engine-bwrap's
+/// `relay_available`): a tun device this process may open (a root caller's relay opens it as
+/// root), and no proxy of the host's own in this process's environment (`HTTPS_PROXY` or
+/// `HTTP_PROXY`, either case). A host that reaches the world through its proxy gets the
+/// built-in HTTP(S) proxy instead, which chains through it (a direct connection from the
+/// relay may find no way out there).
 pub fn relay_possible() -> bool {
+    let host_proxy = ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()));
     let access = rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK;
-    rustix::fs::access("/dev/net/tun", access).is_ok()
+    !host_proxy && rustix::fs::access("/dev/net/tun", access).is_ok()
 }
 
 /// pasta on `path` if it can give sandboxes their network here: found, and `/dev/net/tun`

@@ -292,6 +292,20 @@ fn native_without_pasta_notes_when_net_on_is_http_only() {
     ctx.write("n.py", "print('ran')\n");
     let on =
         ctx.run_with_env(&["run", "--engine", "native", "--net", "on", "n.py"], &[("PATH", &path)]);
+    // A host that reaches the world through its own proxy gets the built-in proxy, which
+    // chains through it, whether or not the relay could be had.
+    let proxied = ctx.run_with_env(
+        &["run", "--engine", "native", "--net", "on", "n.py"],
+        &[("PATH", &path), ("HTTPS_PROXY", "http://proxy.invalid:3128")],
+    );
+    assert_snapshot!(transcript(&proxied), @r"
+    exit: 0
+    --- stdout
+    ran
+    --- stderr
+    note: no pasta on PATH, so the network is HTTP(S) only, through the built-in proxy (`HTTPS_PROXY`); install the `passt` package for full TCP/UDP networking
+    ");
+    // Without: the relay, which says nothing, where a tun device can be opened.
     if engine_bwrap::relay_available() {
         assert_snapshot!(transcript(&on), @r"
         exit: 0
@@ -300,13 +314,7 @@ fn native_without_pasta_notes_when_net_on_is_http_only() {
         --- stderr
         ");
     } else {
-        assert_snapshot!(transcript(&on), @r"
-        exit: 0
-        --- stdout
-        ran
-        --- stderr
-        note: no pasta on PATH, so the network is HTTP(S) only, through the built-in proxy (`HTTPS_PROXY`); install the `passt` package for full TCP/UDP networking
-        ");
+        assert_eq!(transcript(&on), transcript(&proxied));
     }
     let off = ctx
         .run_with_env(&["run", "--engine", "native", "--net", "off", "n.py"], &[("PATH", &path)]);
