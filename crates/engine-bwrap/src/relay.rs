@@ -405,6 +405,7 @@ fn connect_out(dest: SocketAddrV4, kind: rustix::net::SocketType) -> Option<Owne
     }
 }
 
+/// The relay's state: the device, smoltcp's interface and sockets, and the flows through it.
 struct Flows {
     dev: Tun,
     iface: Interface,
@@ -634,8 +635,9 @@ impl Flows {
         }
     }
 
-    /// Host connects that finished: a listener takes the held `SYN` (one new listener per
-    /// destination at a time, so that each `SYN` meets its own), or a reset answers it.
+    /// Host connects that finished: a listener takes the held `SYN`, or a reset answers it.
+    /// One held `SYN` per destination at a time, so that each meets its own listener (and a
+    /// failed one, none).
     fn complete_connects(&mut self) {
         let mut listening = HashSet::new();
         let mut failed = Vec::new();
@@ -645,6 +647,7 @@ impl Flows {
                 continue;
             }
             let syn = std::mem::take(syn);
+            listening.insert(key.1);
             if !matches!(rustix::net::sockopt::socket_error(&flow.host), Ok(Ok(()))) {
                 self.dev.rx.push_back(syn);
                 failed.push(*key);
@@ -664,7 +667,6 @@ impl Flows {
                 failed.push(*key);
                 continue;
             }
-            listening.insert(key.1);
             flow.state = TcpState::Open { handle: self.sockets.add(socket) };
             flow.ready = PollFlags::empty();
             self.dev.rx.push_back(syn);

@@ -57,10 +57,16 @@ const RELAY_SCRIPT: &str = r#"
 import errno, os, socket, ssl, sys
 port, host_ip = int(sys.argv[1]), sys.argv[2]
 print("proxies", {k: v for k, v in os.environ.items() if k.lower().endswith("_proxy")})
-raw = socket.create_connection(("pypi.org", 443), timeout=20)
-tls = ssl.create_default_context().wrap_socket(raw, server_hostname="pypi.org")
-tls.sendall(b"HEAD /simple/six/ HTTP/1.1\r\nHost: pypi.org\r\nConnection: close\r\n\r\n")
-print("raw", tls.recv(100).split()[1].decode())
+def head(_):
+    raw = socket.create_connection(("pypi.org", 443), timeout=20)
+    tls = ssl.create_default_context().wrap_socket(raw, server_hostname="pypi.org")
+    tls.sendall(b"HEAD /simple/six/ HTTP/1.1\r\nHost: pypi.org\r\nConnection: close\r\n\r\n")
+    return tls.recv(100).split()[1].decode()
+print("raw", head(0))
+# Connections to one destination at once, each paired with its own.
+from concurrent.futures import ThreadPoolExecutor
+with ThreadPoolExecutor(8) as pool:
+    print("parallel", sorted(set(pool.map(head, range(16)))))
 if host_ip != "-":
     try:
         socket.create_connection((host_ip, port), timeout=5)
@@ -105,7 +111,7 @@ impl HostService {
 
     /// Checks the relay contract's stdout, and that the service was never reached.
     pub(crate) fn relay_check(&self, stdout: &str) {
-        assert_eq!(stdout, "proxies {}\nraw 200\nhost ECONNREFUSED\nsix\n");
+        assert_eq!(stdout, "proxies {}\nraw 200\nparallel ['200']\nhost ECONNREFUSED\nsix\n");
         assert!(self.listener.accept().is_err(), "the host's service was reached from the sandbox");
     }
 
