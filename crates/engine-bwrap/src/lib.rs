@@ -81,7 +81,7 @@ pub use error::Error;
 pub use host::{HostFacts, RootEntry};
 pub use launcher::{BwrapLauncher, Detached, Ended, Launcher, SandboxStdio, Sandboxed, Start};
 pub use limits::{Cgroup, CgroupPlan, Rlim, SandboxLimits};
-pub use net::{UserNet, host_loopback_nameservers, listen_in};
+pub use net::{UserNet, host_loopback_nameservers, listen_in, relay_in};
 pub use plan::{Access, Bind, Plan};
 pub use proxy::{
     BuiltinProxy, KEEPER_ARG, PROXY_PORT, ProxyServer, keeper_main_if_asked, proxy_env,

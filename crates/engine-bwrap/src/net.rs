@@ -532,10 +532,24 @@ pub(crate) fn serve_relay(
     session: Option<BorrowedFd<'_>>,
 ) -> Result<crate::proxy::ProxyServer> {
     wait_for_loopback(child);
+    relay_in(child, &host_loopback_nameservers(), session)
+}
+
+/// The built-in relay for the network namespace of `child` (a process of a sandbox that waits
+/// before its command), serving `nameservers` at its doors: from this process, or by a keeper
+/// that lives as long as the process behind `outlived_by` ([`crate::ProxyServer::relay`]).
+pub fn relay_in(
+    child: i32,
+    nameservers: &[std::net::SocketAddr],
+    outlived_by: Option<BorrowedFd<'_>>,
+) -> Result<crate::proxy::ProxyServer> {
+    crate::proxy::ProxyServer::relay(&netns_of(child)?, nameservers, outlived_by)
+}
+
+/// The network namespace of process `child`.
+fn netns_of(child: i32) -> Result<std::fs::File> {
     let netns_path = PathBuf::from(format!("/proc/{child}/ns/net"));
-    let netns = std::fs::File::open(&netns_path)
-        .map_err(Error::io(format!("opening {}", netns_path.display())))?;
-    crate::proxy::ProxyServer::relay(&netns, &host_loopback_nameservers(), session)
+    std::fs::File::open(&netns_path).map_err(Error::io(format!("opening {}", netns_path.display())))
 }
 
 /// The nameservers of the host's `resolv.conf` (which the sandbox reads) on its loopback,
@@ -551,9 +565,7 @@ pub fn host_loopback_nameservers() -> Vec<std::net::SocketAddr> {
 /// child that joins the namespace (through its owning user namespace, as the link-local
 /// routes are added) and sends the descriptor back over a socket pair.
 pub fn listen_in(child: i32, port: u16) -> Result<OwnedFd> {
-    let netns_path = PathBuf::from(format!("/proc/{child}/ns/net"));
-    let netns = std::fs::File::open(&netns_path)
-        .map_err(Error::io(format!("opening {}", netns_path.display())))?;
+    let netns = netns_of(child)?;
     // SAFETY: raw syscalls on stack memory and on descriptors that are open in the child.
     let made = made_in(&netns, "the proxy's socket", 0, move |chan| unsafe {
         let sock = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);

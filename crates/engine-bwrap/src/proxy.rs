@@ -736,11 +736,6 @@ impl ProxyServer {
             return crate::Relay::attach(netns, nameservers).map(ProxyServer::Relay);
         };
         let (tun, doors) = crate::relay::tun_in(netns, nameservers)?;
-        let doors = doors
-            .into_iter()
-            .zip(nameservers)
-            .filter_map(|(door, upstream)| Some((door?, *upstream)))
-            .collect();
         keeper::start(keeper::Served::Relay { tun, doors }, sandbox).map(ProxyServer::Keeper)
     }
 

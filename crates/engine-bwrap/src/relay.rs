@@ -102,11 +102,6 @@ impl Relay {
     /// loopback, its datagrams forwarded to the host's.
     pub fn attach(netns: &std::fs::File, nameservers: &[SocketAddr]) -> Result<Relay> {
         let (tun, doors) = tun_in(netns, nameservers)?;
-        let doors = doors
-            .into_iter()
-            .zip(nameservers)
-            .filter_map(|(inside, upstream)| Some(Door { inside: inside?, upstream: *upstream }))
-            .collect();
         let (stop_read, stop_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| Error::io("creating the relay's stop pipe")(e.into()))?;
         let thread = std::thread::Builder::new()
@@ -185,16 +180,15 @@ fn raw_sockaddr(addr: SocketAddr) -> (i32, Vec<u8>) {
 }
 
 /// A tun device in `netns`, configured as the module docs say, and a datagram socket bound to
-/// each of `doors` there (`None` where that failed), made by a short-lived child that joins
-/// the namespace and sends the descriptors back.
+/// each of `doors` there, with its address (one that could not be bound is left out), made by
+/// a short-lived child that joins the namespace and sends the descriptors back.
 pub(crate) fn tun_in(
     netns: &std::fs::File,
     doors: &[SocketAddr],
-) -> Result<(OwnedFd, Vec<Option<OwnedFd>>)> {
-    let doors: Vec<(i32, Vec<u8>)> = doors.iter().map(|d| raw_sockaddr(*d)).collect();
-    let count = doors.len();
+) -> Result<(OwnedFd, Vec<(OwnedFd, SocketAddr)>)> {
+    let raw: Vec<(i32, Vec<u8>)> = doors.iter().map(|d| raw_sockaddr(*d)).collect();
     // SAFETY: raw syscalls on stack memory and on descriptors that are open in the child.
-    crate::net::made_in(netns, "the relay's device", count, move |chan| unsafe {
+    let made = crate::net::made_in(netns, "the relay's device", doors.len(), move |chan| unsafe {
         let fail = || Err(std::io::Error::last_os_error());
         let tun =
             libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC);
@@ -256,7 +250,7 @@ pub(crate) fn tun_in(
         }
         libc::close(sock);
         crate::net::send_fd(chan, tun)?;
-        for (family, addr) in &doors {
+        for (family, addr) in &raw {
             let flags = libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK;
             let door = libc::socket(*family, flags, 0);
             let bound = door >= 0
@@ -264,7 +258,10 @@ pub(crate) fn tun_in(
             crate::net::send_fd(chan, if bound { door } else { -1 })?;
         }
         Ok(())
-    })
+    });
+    let (tun, inside) = made?;
+    let doors = inside.into_iter().zip(doors).filter_map(|(fd, addr)| Some((fd?, *addr)));
+    Ok((tun, doors.collect()))
 }
 
 /// The tun device as smoltcp sees it: packets read by [`serve`] wait in `rx`; what smoltcp
@@ -419,16 +416,11 @@ struct Flows {
     start: Clock,
 }
 
-/// In a session's keeper: serves `tun` and `doors` (bound inside, their upstream) until the
-/// process behind `sandbox` (a pidfd) has exited.
-pub(crate) fn serve_kept(tun: OwnedFd, doors: Vec<(OwnedFd, SocketAddr)>, sandbox: OwnedFd) {
-    let doors = doors.into_iter().map(|(inside, upstream)| Door { inside, upstream }).collect();
-    serve(tun, doors, sandbox);
-}
-
-/// The relay's loop (see the module docs), until `stop` reports EOF (or, a pidfd, its
-/// process's exit).
-fn serve(tun: OwnedFd, doors: Vec<Door>, stop: OwnedFd) {
+/// The relay's loop (see the module docs) over `tun` and `doors` (bound inside, and their
+/// upstream), until `stop` reports EOF (or, a session keeper's pidfd, its process's exit).
+pub(crate) fn serve(tun: OwnedFd, doors: Vec<(OwnedFd, SocketAddr)>, stop: OwnedFd) {
+    let doors: Vec<Door> =
+        doors.into_iter().map(|(inside, upstream)| Door { inside, upstream }).collect();
     let start = Clock::now();
     let mut dev = Tun { fd: tun, rx: VecDeque::new() };
     let mut config = Config::new(HardwareAddress::Ip);

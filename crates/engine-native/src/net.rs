@@ -170,11 +170,7 @@ pub(crate) fn serve_relay(
     nameservers: &[std::net::SocketAddr],
     session: bool,
 ) -> std::result::Result<engine_bwrap::ProxyServer, engine_bwrap::Error> {
-    let path = format!("/proc/{}/ns/net", child.netns_pid());
-    let netns = std::fs::File::open(&path).map_err(|e| engine_bwrap::Error::BuiltinNetwork {
-        reason: format!("opening {path}: {e}"),
-    })?;
-    engine_bwrap::ProxyServer::relay(&netns, nameservers, session.then(|| child.pidfd()))
+    engine_bwrap::relay_in(child.netns_pid(), nameservers, session.then(|| child.pidfd()))
 }
 
 /// The built-in proxy for a sandbox spawned with net on (blocked before its setup): its

@@ -99,7 +99,7 @@ fn keeper_main() -> i32 {
             return 1;
         }
         // Until the sandbox's process has exited (its pidfd readable).
-        crate::relay::serve_kept(served, doors, sandbox);
+        crate::relay::serve(served, doors, sandbox);
         return 0;
     }
     let proxy = match super::BuiltinProxy::serve(served) {
