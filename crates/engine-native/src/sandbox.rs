@@ -12,10 +12,11 @@
 //!
 //! **Three processes**, like bubblewrap's, and a short-lived fourth:
 //! 1. the *monitor*, forked from the caller: unshares the tree's namespaces, writes its id
-//!    maps, forks the namespace maker and the init, forwards
+//!    maps, starts the namespace maker, forks the init, forwards
 //!    SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGTSTP/SIGCONT to the init and exits with its status
 //!    (its pid is the one the caller sees); it reports that status through the *done* pipe
-//!    first (see below). The *namespace maker* (`make_namespaces`) makes the sandbox's own
+//!    first (see below). The *namespace maker* (`make_namespaces`, a child sharing the
+//!    monitor's memory: no fork of the caller's address space) makes the sandbox's own
 //!    user and network namespaces (and brings loopback up) while the init builds the tree (the
 //!    kernel takes half a millisecond for them), and exits once the init holds them;
 //! 2. the *init*, pid 1 of the new pid namespace: mounts procfs (only a process inside the pid
@@ -27,8 +28,9 @@
 //!    exits, forwarding signals to it (so Ctrl-C is a `KeyboardInterrupt` inside, and a
 //!    terminal's Ctrl-Z stops the whole namespace until the shell's `fg` or `bg` continues it);
 //!    when it exits the kernel kills everything left in the namespace;
-//! 3. the *command*: new session, parent-death signal, Landlock (best effort), rlimits, then
-//!    `execve`.
+//! 3. the *command*, started like `posix_spawn` starts one (`CLONE_VM | CLONE_VFORK`: no copy
+//!    of the init's address space, which is the caller's): new session, parent-death signal,
+//!    Landlock (best effort, the ruleset built by the init), rlimits, then `execve`.
 //!
 //! **The end of a run.** The monitor is the last process of the sandbox's mount, ipc, uts and
 //! cgroup namespaces, so the kernel tears them down in its `exit` (unmounting the whole tree),
@@ -61,7 +63,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::{CString, OsString};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -909,13 +911,9 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
         // process of the new pid namespace would hold its teardown until the monitor reaps it.
         // Reaped only once the init has exited, so its pid names it for as long as the init
         // may use it.
-        let maker = libc::fork();
-        if maker < 0 {
-            prep.fail(S_FORK, errno());
-        }
-        if maker == 0 {
-            make_namespaces(prep, me, report[1], release[0]);
-        }
+        // Lives as long as the monitor (which never returns), so as long as the maker.
+        let maker_args = MakerArgs { prep, monitor: me, report: report[1], release: release[0] };
+        let maker = start_maker(prep, &maker_args);
         // The network namespace is the maker's, joined by the init after the tree.
         let flags = libc::CLONE_NEWNS
             | libc::CLONE_NEWPID
@@ -1008,48 +1006,141 @@ struct Maker {
     release: i32,
 }
 
-/// The namespace maker, a child of the monitor: makes the sandbox's user and network
-/// namespaces while the init builds the tree (making a network namespace costs the kernel half
-/// a millisecond, as much as the whole tree), reports to the init, which writes its id maps and
-/// joins both, and waits for the init's release. It becomes the sandbox's host user first
-/// (nobody for a root caller), so it is that user who owns them, as when the init made them
-/// itself. Never dumpable after that change, so a process of that user cannot read what it
-/// copied of the caller's memory; it keeps no descriptor but its two pipe ends.
-fn make_namespaces(prep: &Prepared, monitor: i32, report: i32, release: i32) -> ! {
-    // SAFETY: syscalls on prepared data and locals only; the process ends here.
+/// The stack of the namespace maker ([`start_maker`]).
+const MAKER_STACK: usize = 64 * 1024;
+
+/// The maker's arguments, in the monitor's memory.
+struct MakerArgs<'a> {
+    prep: &'a Prepared,
+    /// The monitor's pid: the maker's parent, whose death ends it.
+    monitor: i32,
+    /// The write end of the report pipe, and the read end of the release pipe.
+    report: i32,
+    release: i32,
+}
+
+/// In the monitor: starts the namespace maker as a child sharing the monitor's memory (no
+/// page-table copy: the maker is on the critical path of every run, the init waiting for its
+/// namespaces). Returns its pid, or fails the run.
+fn start_maker(prep: &Prepared, args: &MakerArgs<'_>) -> i32 {
+    let arg = (args as *const MakerArgs<'_>).cast_mut().cast::<libc::c_void>();
+    // SAFETY: `args` lives as long as the monitor (which ends with `_exit`, its stack never
+    // unmapped), and the maker only reads it.
     unsafe {
-        let (low, high) = (report.min(release) as u32, report.max(release) as u32);
+        clone_on_stack(
+            prep,
+            S_FORK,
+            MAKER_STACK,
+            libc::CLONE_VM | libc::SIGCHLD,
+            make_namespaces,
+            arg,
+        )
+        .0
+    }
+}
+/// A child started by `clone(flags)` on a fresh stack of `size` bytes, running `entry(arg)`
+/// (a child sharing our memory: `CLONE_VM`): its pid and its stack, to unmap once the child
+/// no longer runs on it. Fails the run at `step` when the kernel refuses either.
+///
+/// SAFETY: `arg` must stay valid for as long as the child may read it, and `entry` may touch
+/// nothing of ours that we use meanwhile.
+unsafe fn clone_on_stack(
+    prep: &Prepared,
+    step: u32,
+    size: usize,
+    flags: libc::c_int,
+    entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    arg: *mut libc::c_void,
+) -> (i32, *mut libc::c_void) {
+    // SAFETY: a fresh private mapping, the child's stack alone; the rest is the caller's.
+    unsafe {
+        let stack = libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        );
+        if stack == libc::MAP_FAILED {
+            prep.fail(step, errno());
+        }
+        let top = stack.cast::<u8>().add(size).cast::<libc::c_void>();
+        let pid = libc::clone(entry, top, flags, arg);
+        if pid < 0 {
+            prep.fail(step, errno());
+        }
+        (pid, stack)
+    }
+}
+
+/// The namespace maker (see the module docs): the sandbox's user and network namespaces,
+/// loopback up, reported to the init, which maps and opens them; then it waits for the init's
+/// release. It runs beside the monitor in the monitor's memory: rustix's raw syscalls only
+/// (they never touch `errno`, which the monitor reads), nothing allocated.
+extern "C" fn make_namespaces(arg: *mut libc::c_void) -> libc::c_int {
+    use rustix::process::{Signal, getppid, set_parent_process_death_signal};
+    use rustix::thread::{UnshareFlags, set_thread_groups, set_thread_res_gid, set_thread_res_uid};
+    // SAFETY: `start_maker` passes its `MakerArgs`, alive as long as we are.
+    let args = unsafe { &*arg.cast::<MakerArgs<'_>>() };
+    let (report, release) = (args.report, args.release);
+    let (low, high) = (report.min(release) as u32, report.max(release) as u32);
+    // SAFETY: closes our copies of every descriptor but the two pipe ends (bounds in order, so
+    // the calls cannot fail and set `errno`).
+    unsafe {
         if low > 0 {
             libc::syscall(libc::SYS_close_range, 0u32, low - 1, 0u32);
         }
-        libc::syscall(libc::SYS_close_range, low + 1, high - 1, 0u32);
+        if high > low + 1 {
+            libc::syscall(libc::SYS_close_range, low + 1, high - 1, 0u32);
+        }
         libc::syscall(libc::SYS_close_range, high + 1, u32::MAX, 0u32);
-        let mut err = 0;
-        if prep.root_caller {
-            let (uid, gid) = prep.nobody;
-            if libc::setgroups(0, std::ptr::null()) < 0
-                || libc::setresgid(gid, gid, gid) < 0
-                || libc::setresuid(uid, uid, uid) < 0
-            {
-                err = errno();
-            }
-        }
-        if err == 0 {
-            die_with_parent(prep, monitor);
-            // Loopback too, here beside the tree rather than in the init after it: the new
-            // user namespace's capabilities cover the network namespace made with it.
-            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) < 0 || loopback_up() < 0 {
-                err = errno();
-            }
-        }
-        let record = [libc::getpid(), err];
-        libc::write(report, record.as_ptr().cast(), std::mem::size_of_val(&record));
-        libc::close(report);
-        let mut byte = 0u8;
-        while libc::read(release, (&mut byte as *mut u8).cast(), 1) != 0 && errno() == libc::EINTR {
-        }
-        libc::_exit(0)
     }
+    let made = (|| -> rustix::io::Result<bool> {
+        if args.prep.root_caller {
+            let (uid, gid) = args.prep.nobody;
+            let (uid, gid) =
+                (rustix::process::Uid::from_raw(uid), rustix::process::Gid::from_raw(gid));
+            set_thread_groups(&[])?;
+            set_thread_res_gid(gid, gid, gid)?;
+            set_thread_res_uid(uid, uid, uid)?;
+        }
+        // A credential change (above) would have cleared it; the signal is only sent for a
+        // death after it is armed.
+        set_parent_process_death_signal(Some(Signal::KILL))?;
+        if getppid().map(|p| p.as_raw_nonzero().get()) != Some(args.monitor) {
+            return Ok(false);
+        }
+        // Loopback too, here beside the tree rather than in the init after it: the new user
+        // namespace's capabilities cover the network namespace made with it.
+        // SAFETY: this process shares its memory with the monitor but nothing else: no
+        // thread group, files or filesystem information (no CLONE_THREAD/FILES/FS).
+        unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER | UnshareFlags::NEWNET) }?;
+        loopback_up()?;
+        Ok(true)
+    })();
+    let err = match made {
+        Ok(true) => 0,
+        // The monitor is gone: so is the run.
+        Ok(false) => return 137,
+        Err(e) => e.raw_os_error(),
+    };
+    let pid = rustix::process::getpid().as_raw_nonzero().get();
+    let mut record = [0u8; 8];
+    record[..4].copy_from_slice(&pid.to_ne_bytes());
+    record[4..].copy_from_slice(&err.to_ne_bytes());
+    // SAFETY: our own copies of the pipe ends, open until we return.
+    let (report, release) =
+        unsafe { (BorrowedFd::borrow_raw(report), BorrowedFd::borrow_raw(release)) };
+    // A short write cannot happen (8 bytes into an empty pipe); a failed one is the init's EOF.
+    let _ = rustix::io::write(report, &record);
+    // Our copy of the report's write end: the init reads the record, or EOF, without waiting
+    // for us to end.
+    // SAFETY: closed once, and not used again.
+    unsafe { rustix::io::close(args.report) };
+    let mut byte = [0u8; 1];
+    while let Err(rustix::io::Errno::INTR) = rustix::io::read(release, &mut byte) {}
+    0
 }
 
 /// In the init, still holding the host's root at [`OLDROOT`] and its own privileges: waits for
@@ -1340,21 +1431,24 @@ fn drop_caps() -> libc::c_long {
     }
 }
 
-fn loopback_up() -> libc::c_long {
-    // SAFETY: an ioctl on a local, zeroed ifreq naming "lo".
+/// Brings `lo` up in this process's network namespace (the kernel gives it 127.0.0.1/8 and
+/// ::1). Raw syscalls only: the namespace maker runs it in the monitor's memory.
+fn loopback_up() -> rustix::io::Result<()> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType, socket_with};
+    let sock = socket_with(AddressFamily::INET, SocketType::DGRAM, SocketFlags::CLOEXEC, None)?;
+    // SAFETY: a plain C struct, valid zeroed.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    ifr.ifr_name[0] = b'l' as libc::c_char;
+    ifr.ifr_name[1] = b'o' as libc::c_char;
+    ifr.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    // SAFETY: SIOCSIFFLAGS reads an `ifreq`, which `Setter` passes by pointer.
     unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return -1;
-        }
-        let mut ifr: libc::ifreq = std::mem::zeroed();
-        ifr.ifr_name[0] = b'l' as libc::c_char;
-        ifr.ifr_name[1] = b'o' as libc::c_char;
-        // The kernel gives loopback 127.0.0.1/8 and ::1 when it comes up.
-        ifr.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
-        let rc = libc::ioctl(fd, libc::SIOCSIFFLAGS, &ifr);
-        libc::close(fd);
-        rc.into()
+        rustix::ioctl::ioctl(
+            &sock,
+            rustix::ioctl::Setter::<{ libc::SIOCSIFFLAGS as rustix::ioctl::Opcode }, libc::ifreq>::new(
+                ifr,
+            ),
+        )
     }
 }
 
@@ -1399,28 +1493,18 @@ impl Detacher {
     /// the init's privileges (it unmounts in the tree's namespaces, before the init leaves
     /// them), and a copy of its root and working directory. Fails the run when it cannot.
     fn start(prep: &Prepared) -> Detacher {
-        // SAFETY: a fresh private mapping, used as the helper's stack alone and unmapped once
-        // the helper is reaped; `detach` touches nothing of ours.
-        unsafe {
-            let stack = libc::mmap(
-                std::ptr::null_mut(),
+        // SAFETY: `detach` touches nothing of ours; the stack is unmapped once it is reaped.
+        let (pid, stack) = unsafe {
+            clone_on_stack(
+                prep,
+                S_DETACH,
                 DETACHER_STACK,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-                -1,
-                0,
-            );
-            if stack == libc::MAP_FAILED {
-                prep.fail(S_DETACH, errno());
-            }
-            let top = stack.cast::<u8>().add(DETACHER_STACK).cast::<libc::c_void>();
-            let pid =
-                libc::clone(detach, top, libc::CLONE_VM | libc::SIGCHLD, std::ptr::null_mut());
-            if pid < 0 {
-                prep.fail(S_DETACH, errno());
-            }
-            Detacher { pid, stack }
-        }
+                libc::CLONE_VM | libc::SIGCHLD,
+                detach,
+                std::ptr::null_mut(),
+            )
+        };
+        Detacher { pid, stack }
     }
 
     /// Reaps the helper: the old root is gone, or the run fails with the unmount's errno.
@@ -1549,7 +1633,9 @@ fn init_main(prep: &Prepared, maker: Maker) -> ! {
             }
             prep.check(S_USERNS, libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET).into());
             write_maps(prep, "/proc/self", &prep.sandbox_map, &prep.sandbox_gmap);
-            prep.check(S_LOOPBACK, loopback_up());
+            if let Err(e) = loopback_up() {
+                prep.fail(S_LOOPBACK, e.raw_os_error());
+            }
         }
         // Each credential change above cleared the parent-death signal.
         prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());
@@ -1596,13 +1682,7 @@ fn init_main(prep: &Prepared, maker: Maker) -> ! {
             detacher.finish(prep);
         }
         prep.check(S_PIVOT2, libc::chdir(c"/".as_ptr()).into());
-        let command = libc::fork();
-        if command < 0 {
-            prep.fail(S_FORK, errno());
-        }
-        if command == 0 {
-            command_main(prep);
-        }
+        let command = start_command(prep);
         if let Some(NetSync::OnDemand { sock }) = &prep.net_sync {
             serve_on_demand(command, signals, listener, sock.as_raw_fd(), &prep.net_doors);
         }
@@ -1733,64 +1813,115 @@ unsafe fn pause_or_resume(sig: i32) -> bool {
     true
 }
 
-/// The command's process (see the module docs). Never returns.
-fn command_main(prep: &Prepared) -> ! {
-    // SAFETY: syscalls on prepared data; Landlock through its crate.
+/// The command's stack: it makes a few syscalls, then `execve` (see [`start_command`]).
+const COMMAND_STACK: usize = 64 * 1024;
+
+/// What the command's process reads: the init's, built before the clone.
+struct CommandArgs<'a> {
+    prep: &'a Prepared,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+    /// The Landlock ruleset ([`writes_ruleset`]); `None` where the kernel has none.
+    landlock: Option<OwnedFd>,
+}
+
+/// In the init: starts the command, a child sharing the init's memory until its `execve`
+/// (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` does), so neither the page-table copy of a
+/// fork nor its copy-on-write faults are paid, and the init is suspended meanwhile. So the
+/// child allocates nothing and touches no state of ours: what it needs is built here first
+/// (the argument and environment arrays, the Landlock ruleset). Returns its pid, or fails
+/// the run.
+fn start_command(prep: &Prepared) -> i32 {
+    let pointers = |strings: &[CString]| {
+        let mut v: Vec<*const libc::c_char> = strings.iter().map(|a| a.as_ptr()).collect();
+        v.push(std::ptr::null());
+        v
+    };
+    let args = CommandArgs {
+        prep,
+        argv: pointers(&prep.argv),
+        envp: pointers(&prep.envp),
+        landlock: writes_ruleset(&prep.writable),
+    };
+    let arg = (&args as *const CommandArgs<'_>).cast_mut().cast::<libc::c_void>();
+    // SAFETY: CLONE_VFORK returns once the child has exec'd or exited, so it no longer runs on
+    // its stack, and `args` outlives its use; `command_main` only reads `args`.
+    unsafe {
+        let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
+        let (pid, stack) = clone_on_stack(prep, S_FORK, COMMAND_STACK, flags, command_entry, arg);
+        libc::munmap(stack, COMMAND_STACK);
+        pid
+    }
+}
+
+extern "C" fn command_entry(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `start_command` passes its `CommandArgs`, alive until we exec or exit.
+    command_main(unsafe { &*arg.cast::<CommandArgs<'_>>() })
+}
+
+/// The command (see the module docs), in the init's memory: syscalls only, on data the init
+/// prepared; `errno` writes land in the init's thread-local slot, which it no longer reads.
+/// Never returns.
+fn command_main(args: &CommandArgs<'_>) -> ! {
+    let prep = args.prep;
+    // SAFETY: syscalls on prepared data.
     unsafe {
         let set = signal_set(true);
         libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
         // Ignored signals survive execve: the Rust runtime ignores SIGPIPE, and a caller
         // started in the background of a shell ignores SIGINT and SIGQUIT, which would make
-        // the forwarded Ctrl-C a no-op instead of the script's `KeyboardInterrupt`.
+        // the forwarded Ctrl-C a no-op instead of the script's `KeyboardInterrupt`. (Our own
+        // signal handlers: no CLONE_SIGHAND.)
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         for sig in FORWARDED {
             libc::signal(*sig, libc::SIG_DFL);
         }
         // A new session: no controlling terminal to push input into (TIOCSTI).
         libc::setsid();
-        // No capability, no new privileges and the seccomp wall came with the fork (the init
-        // took them first); no credential changes here, so this signal stays armed.
+        // No capability, no new privileges and the seccomp wall came with the clone (the
+        // init took them first); no credential changes here, so this signal stays armed.
         prep.check(S_PARENT, libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL).into());
         if libc::getppid() != 1 {
             libc::_exit(137);
         }
-        restrict_writes(&prep.writable);
+        // Best effort, as the ruleset was: a kernel refusing it keeps the other walls.
+        if let Some(ruleset) = &args.landlock {
+            libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32);
+        }
         prep.check(S_CHDIR, libc::chdir(prep.chdir.as_ptr()).into());
-        // Last before the exec: this process is a copy of the caller's address space, which
-        // `RLIMIT_AS` must not starve; in the sandbox's user namespace `RLIMIT_NPROC` counts
-        // only the sandbox's processes.
+        // Last before the exec: `RLIMIT_AS` must not starve this process, which still lives in
+        // the init's address space; in the sandbox's user namespace `RLIMIT_NPROC` counts only
+        // the sandbox's processes.
         for (resource, value) in &prep.rlimits {
             let limit = libc::rlimit64 { rlim_cur: *value, rlim_max: *value };
             prep.check(S_RLIMIT, libc::setrlimit64(*resource, &limit).into());
         }
         libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
-        let mut argv: Vec<*const libc::c_char> = prep.argv.iter().map(|a| a.as_ptr()).collect();
-        argv.push(std::ptr::null());
-        let mut envp: Vec<*const libc::c_char> = prep.envp.iter().map(|e| e.as_ptr()).collect();
-        envp.push(std::ptr::null());
-        libc::execve(argv[0], argv.as_ptr(), envp.as_ptr());
+        libc::execve(args.argv[0], args.argv.as_ptr(), args.envp.as_ptr());
         prep.fail(S_EXEC, errno());
     }
 }
 
-/// Landlock, best effort: writes only beneath `writable`; (ABI 6) no abstract unix socket
-/// and no signal reaching outside the sandbox. A kernel without Landlock keeps the other walls.
-fn restrict_writes(writable: &[PathBuf]) {
+/// In the init, for the command: the Landlock ruleset allowing writes only beneath `writable`
+/// and (ABI 6) no abstract unix socket and no signal reaching outside the sandbox, the
+/// command's once it restricts itself with it. Best effort: `None` where the kernel has no
+/// Landlock (the other walls hold), and the crate downgrades to the ABI the kernel has.
+fn writes_ruleset(writable: &[PathBuf]) -> Option<OwnedFd> {
     use landlock::{
         ABI, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope, path_beneath_rules,
     };
-    // `LANDLOCK_ABI`; the crate downgrades to what the kernel has (best effort).
+    // `LANDLOCK_ABI`.
     let abi = ABI::V6;
     let existing: Vec<&PathBuf> = writable.iter().filter(|p| p.exists()).collect();
-    let built = Ruleset::default()
+    let created = Ruleset::default()
         .handle_access(AccessFs::from_write(abi))
         .and_then(|r| r.scope(Scope::from_all(abi)))
         .and_then(|r| r.create())
         // Only rights the ruleset handles: a rule with any other (reads) fails the whole
         // ruleset, which best effort would then drop without a word.
         .and_then(|r| r.add_rules(path_beneath_rules(existing, AccessFs::from_write(abi))))
-        .and_then(|r| r.restrict_self());
-    let _ = built;
+        .ok()?;
+    created.into()
 }
 
 /// The Landlock ABI [`spawn`] asks for (6: writes, abstract unix sockets and signals scoped).
