@@ -925,6 +925,9 @@ fn monitor(prep: &Prepared, parent: i32) -> ! {
         if !prep.detach {
             die_with_parent(prep, parent);
         }
+        // A fork, never a child sharing our memory like the maker's: the init serves the
+        // script's held network calls, and we stay outside the sandbox's namespaces (host root
+        // for a root caller) until the end.
         let init = libc::fork();
         if init < 0 {
             prep.fail(S_FORK, errno());
