@@ -1251,12 +1251,10 @@ fn mount_point(path: &std::ffi::CStr, dir: bool) -> libc::c_long {
                 return -1;
             }
         } else {
-            let fd =
-                libc::open(path.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o444);
-            if fd < 0 {
-                return if errno() == libc::EEXIST { 0 } else { -1 };
+            // An empty file to mount on: one syscall where `open` + `close` would be two.
+            if libc::mknod(path.as_ptr(), libc::S_IFREG | 0o444, 0) < 0 && errno() != libc::EEXIST {
+                return -1;
             }
-            libc::close(fd);
         }
         0
     }
@@ -1268,10 +1266,14 @@ fn run_step(step: &Step) -> libc::c_long {
     unsafe {
         match step {
             Step::Mkdir(path, mode) => {
-                if libc::mkdir(path.as_ptr(), *mode) < 0 && errno() != libc::EEXIST {
+                // Made with the planned mode (the umask is 0 meanwhile); one that exists (a
+                // mount point made for an earlier step) gets it too.
+                if libc::mkdir(path.as_ptr(), *mode) == 0 {
+                    return 0;
+                }
+                if errno() != libc::EEXIST {
                     return -1;
                 }
-                // The umask must not narrow the planned mode.
                 libc::chmod(path.as_ptr(), *mode).into()
             }
             Step::Symlink(target, path) => libc::symlink(target.as_ptr(), path.as_ptr()).into(),
@@ -1395,12 +1397,13 @@ fn run_step(step: &Step) -> libc::c_long {
     }
 }
 
-/// Empties the capability bounding set.
+/// Empties the capability bounding set: every capability up to the first the kernel does not
+/// know (`EINVAL`; they are numbered without gaps).
 fn drop_bounding() -> libc::c_long {
     for cap in 0..64 {
         // SAFETY: prctl with integer arguments.
-        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap) } < 0 && errno() != libc::EINVAL {
-            return -1;
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap) } < 0 {
+            return if errno() == libc::EINVAL { 0 } else { -1 };
         }
     }
     0
@@ -1586,12 +1589,15 @@ fn init_main(prep: &Prepared, maker: Maker) -> ! {
             libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c"oldroot".as_ptr()),
         );
         prep.check(S_PIVOT, libc::chdir(c"/".as_ptr()).into());
-        libc::umask(0o022);
+        // No umask while the tree is made, so every planned mode is created as planned (no
+        // `chmod` after each `mkdir`); the usual one for the command.
+        libc::umask(0);
         for (i, step) in prep.steps.iter().enumerate() {
             if run_step(step) < 0 {
                 prep.fail(OPS + i as u32, errno());
             }
         }
+        libc::umask(0o022);
         let made = adopt_namespaces(prep, &maker);
         prep.check(S_PIVOT2, libc::chdir(c"/newroot".as_ptr()).into());
         prep.check(S_PIVOT2, libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()));
@@ -1915,14 +1921,15 @@ fn writes_ruleset(writable: &[PathBuf]) -> Option<OwnedFd> {
     };
     // `LANDLOCK_ABI`.
     let abi = ABI::V6;
-    let existing: Vec<&PathBuf> = writable.iter().filter(|p| p.exists()).collect();
     let created = Ruleset::default()
         .handle_access(AccessFs::from_write(abi))
         .and_then(|r| r.scope(Scope::from_all(abi)))
         .and_then(|r| r.create())
         // Only rights the ruleset handles: a rule with any other (reads) fails the whole
-        // ruleset, which best effort would then drop without a word.
-        .and_then(|r| r.add_rules(path_beneath_rules(existing, AccessFs::from_write(abi))))
+        // ruleset, which best effort would then drop without a word. (A path that cannot be
+        // opened, an optional mount point missing, gets no rule: `path_beneath_rules` skips
+        // it.)
+        .and_then(|r| r.add_rules(path_beneath_rules(writable, AccessFs::from_write(abi))))
         .ok()?;
     created.into()
 }
