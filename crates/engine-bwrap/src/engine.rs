@@ -180,6 +180,9 @@ impl BwrapEngine {
         launcher: Box<dyn Launcher>,
     ) -> Result<BwrapEngine> {
         let host = HostFacts::gather(&config.home, &layout.etc_dir())?;
+        if host.run_as().is_some() {
+            crate::stage::make_idmap_userns_meanwhile();
+        }
         let pasta = engine_detect::pasta(config.path.as_deref());
         Ok(BwrapEngine { config, layout, launcher, pasta, host, tools })
     }

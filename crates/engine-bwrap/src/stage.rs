@@ -194,6 +194,21 @@ pub(crate) fn idmap_supported(dir: &std::path::Path) -> bool {
     reaper::idmap::supported(dir)
 }
 
+/// A root caller's engine: makes the idmap user namespace on a thread of its own, while the
+/// caller goes on (parsing, planning); [`idmap_supported`] then finds it made. Creating a user
+/// namespace is a quarter of a millisecond of kernel work (its sysctl table is registered), on
+/// the critical path of every root caller's run otherwise. Under the spawn guard like the
+/// other spawns, so a run's first `idmap_supported` waits for it; a failure is left for that
+/// call to meet again and report.
+pub(crate) fn make_idmap_userns_meanwhile() {
+    let made = std::thread::Builder::new().name("idmap-userns".into()).spawn(|| {
+        let _guard = crate::fds::spawn_guard();
+        let _ = reaper::idmap::root_as_nobody();
+    });
+    // No thread: the first `idmap_supported` makes it, as it would have anyway.
+    drop(made);
+}
+
 /// `reaper::idmap::root_as_nobody`, made under [`crate::fds::spawn_guard`].
 fn root_as_nobody() -> Result<BorrowedFd<'static>> {
     let _guard = crate::fds::spawn_guard();
