@@ -1079,8 +1079,14 @@ unsafe fn clone_on_stack(
 
 /// The namespace maker (see the module docs): the sandbox's user and network namespaces,
 /// loopback up, reported to the init, which maps and opens them; then it waits for the init's
-/// release. It runs beside the monitor in the monitor's memory: rustix's raw syscalls only
-/// (they never touch `errno`, which the monitor reads), nothing allocated.
+/// release (making a network namespace costs the kernel half a millisecond, as much as the
+/// tree the init builds meanwhile). It becomes the sandbox's host user first (nobody for a
+/// root caller), so it is that user who owns them, as when the init made them itself; that
+/// id change makes the memory it shares with the monitor undumpable, so no process of that
+/// user can read it. It lives in the caller's pid namespace, out of the sandbox's sight, and
+/// keeps no descriptor but its two pipe ends. It runs beside the monitor in the monitor's
+/// memory: rustix's raw syscalls only (they never touch `errno`, which the monitor reads),
+/// nothing allocated.
 extern "C" fn make_namespaces(arg: *mut libc::c_void) -> libc::c_int {
     use rustix::process::{Signal, getppid, set_parent_process_death_signal};
     use rustix::thread::{UnshareFlags, set_thread_groups, set_thread_res_gid, set_thread_res_uid};
