@@ -197,13 +197,12 @@ pub(crate) fn idmap_supported(dir: &std::path::Path) -> bool {
 /// A root caller's engine: makes the idmap user namespace on a thread of its own, while the
 /// caller goes on (parsing, planning); [`idmap_supported`] then finds it made. Creating a user
 /// namespace is a quarter of a millisecond of kernel work (its sysctl table is registered), on
-/// the critical path of every root caller's run otherwise. Under the spawn guard like the
-/// other spawns, so a run's first `idmap_supported` waits for it; a failure is left for that
-/// call to meet again and report.
+/// the critical path of every root caller's run otherwise. Made by [`root_as_nobody`], under
+/// the spawn guard, so a run's first `idmap_supported` waits for it; a failure is kept, and
+/// that call finds it (falling back to an ACL, as it would have).
 pub(crate) fn make_idmap_userns_meanwhile() {
     let made = std::thread::Builder::new().name("idmap-userns".into()).spawn(|| {
-        let _guard = crate::fds::spawn_guard();
-        let _ = reaper::idmap::root_as_nobody();
+        let _ = root_as_nobody();
     });
     // No thread: the first `idmap_supported` makes it, as it would have anyway.
     drop(made);
