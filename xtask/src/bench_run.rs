@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use xshell::{Shell, cmd};
+use xshell::Shell;
 
 /// The script every runner is timed on.
 const HELLO: &str = "# /// script\n# dependencies = []\n# ///\nprint('hello')\n";
@@ -16,9 +16,8 @@ const HELLO: &str = "# /// script\n# dependencies = []\n# ///\nprint('hello')\n"
 const RUNS: usize = 21;
 
 pub(crate) fn local_vs_uv(sh: &Shell, engines: &[&str]) -> Result<()> {
-    cmd!(sh, "cargo build --release --locked -p cli").run()?;
+    let cli = crate::release::bench_cli(sh)?;
     let root = crate::project_root();
-    let cli = root.join("target/release/python-sandbox");
     // Side by side in one run: the built-in engine and bubblewrap, each against bare uv run.
     for &engine in engines {
         crate::section(&format!("bench: python-sandbox run --engine {engine} vs uv run, warm"));
@@ -259,10 +258,9 @@ fn peak_rss_kib(cli: &Path, engine: &str, script: &Path, dir: &Path) -> Result<u
 /// hello in a warm session.
 pub(crate) fn oci_vs_raw(sh: &Shell, only: Option<&str>) -> Result<()> {
     let root = crate::project_root();
-    let cli = root.join("target/release/python-sandbox");
     let dir = root.join("target/bench-run");
     let hello = dir.join("hello.py");
-    cmd!(sh, "cargo build --release --locked -p cli").run()?;
+    let cli = crate::release::bench_cli(sh)?;
     std::fs::create_dir_all(&dir)?;
     std::fs::write(&hello, HELLO)?;
     for engine in crate::image::Engine::ALL {

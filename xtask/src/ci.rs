@@ -7,7 +7,8 @@
 //! without one), `cargo package` of the library crates, the WASM build with its node
 //! tests and the packaged VS Code extension (`vsix`), the Claude Code plugin installed
 //! with the real `claude` CLI (its launcher provisioning the CLI), the wheel and release tarball
-//! (`dist`, installed with `uv tool install`), and a fuzz smoke
+//! (`dist`, installed with `uv tool install`, then the conformance suite on native and bwrap run
+//! by that release build), and a fuzz smoke
 //! run. A tier that cannot run prints `SKIPPED: tier: reason` and CI goes on; a tier that runs
 //! and fails stops CI.
 
@@ -91,8 +92,11 @@ impl Ci {
         crate::plugin::Plugin { provision: true }.run(sh)?;
 
         step("dist");
-        // After the plugin step: the wheel reuses its release build of the CLI.
+        // The wheel and the tarball: the static musl build (`release.rs`), what ships.
         crate::dist::Dist { check: true }.run(sh)?;
+
+        step("conformance of the release build");
+        release_conformance(sh)?;
 
         step("fuzz smoke");
         crate::fuzz::Fuzz { seconds: FUZZ_SECONDS, target: None }.run(sh)?;
@@ -100,6 +104,36 @@ impl Ci {
         println!("\nci passed in {:.0} s", start.elapsed().as_secs_f64());
         Ok(())
     }
+}
+
+/// The conformance suite on the local engines (native and bwrap), run by the binary `dist`
+/// shipped rather than the debug build: a static musl binary differs from the host's build in
+/// its libc (resolver, `statvfs`, raw syscalls' types). About 20 s; SKIPPED where dist was.
+fn release_conformance(sh: &Shell) -> Result<()> {
+    let built = crate::release::triple(sh).map(|triple| {
+        crate::project_root()
+            .join(crate::plugin::INSTALL_TARGET)
+            .join(triple)
+            .join("release/python-sandbox")
+    });
+    let bin = match built {
+        Ok(bin) if bin.is_file() => bin,
+        Ok(bin) => {
+            crate::skipped("conformance of the release build", &format!("no {}", bin.display()));
+            return Ok(());
+        }
+        Err(reason) => {
+            crate::skipped("conformance of the release build", &reason);
+            return Ok(());
+        }
+    };
+    cmd!(sh, "cargo test --locked -p tests --test conformance")
+        .env("CONFORMANCE", "1")
+        .env("CONFORMANCE_ENGINES", "native,bwrap")
+        .env("PYTHON_SANDBOX_BIN", &bin)
+        .run()
+        .context("the conformance suite failed on the release build; see the matrix above")?;
+    Ok(())
 }
 
 /// The README's first command with nothing on `PATH` (so no bwrap, no uv, no python: what a

@@ -2,18 +2,20 @@
 //! published from here):
 //!
 //! - the CLI's wheel, built by maturin from the root `pyproject.toml` (`bindings = "bin"`, the way
-//!   uv and ruff ship theirs), for `uv tool install`, `uvx` and `pipx`;
+//!   uv and ruff ship theirs), for `uv tool install`, `uvx` and `pipx`. The binary is the static
+//!   musl build ([`crate::release`]), so the one wheel is tagged for both manylinux and
+//!   musllinux;
 //! - `python-sandbox-<version>-<triple>.tar.gz`: the same binary with its sha256 and the licenses,
 //!   and the tarball's own `.sha256` next to it.
 //!
 //! maturin comes from PyPI (pinned, run by the pinned uv of deploy/image/versions.env), and builds
-//! in the plugin step's release target dir, so CI links the CLI once for both. `--check` (CI)
+//! in the plugin step's release target dir (the triple keeps the two builds apart). `--check` (CI)
 //! installs the wheel with `uv tool install` into a fresh directory and runs `examples/hello.py`
 //! with the installed CLI, and checks that the wheel and the tarball hold the same binary.
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use xshell::{Shell, cmd};
 
 use crate::image::Versions;
@@ -40,18 +42,35 @@ impl Dist {
         sh.remove_path(&out)?;
         sh.create_dir(&out)?;
 
-        crate::section(&format!("dist: wheel (maturin {MATURIN})"));
+        crate::section("dist: the release target");
+        let triple = match crate::release::triple(sh)
+            .and_then(|t| crate::release::prepare(sh, &t).map(|()| t))
+        {
+            Ok(triple) => triple,
+            Err(reason) => {
+                crate::skipped("dist", &reason);
+                return Ok(());
+            }
+        };
+
+        crate::section(&format!("dist: wheel (maturin {MATURIN}, {triple})"));
         let target = root.join(crate::plugin::INSTALL_TARGET);
         let maturin = format!("maturin=={MATURIN}");
-        cmd!(sh, "{uv} tool run --from {maturin} maturin build --release --out {out}")
-            .env("CARGO_TARGET_DIR", &target)
-            .run()?;
+        let (cc_var, cc) = crate::release::compiler_env(sh, &triple);
+        // A static binary needs no libc of the host's: both tags are true of it.
+        cmd!(
+            sh,
+            "{uv} tool run --from {maturin} maturin build --release --target {triple} --compatibility manylinux2014 musllinux_1_2 --out {out}"
+        )
+        .env("CARGO_TARGET_DIR", &target)
+        .env(cc_var, cc)
+        .run()?;
         let wheel = only_file(sh, &out, ".whl")?;
-        let binary = target.join("release/python-sandbox");
+        let binary = target.join(&triple).join("release/python-sandbox");
+        static_binary(sh, &binary)?;
 
         crate::section("dist: tarball");
         let version = env!("CARGO_PKG_VERSION");
-        let triple = host_triple(sh)?;
         let tarball = tarball(sh, &root, &out, &binary, &Release { version, triple: &triple })?;
         println!("dist: {}\ndist: {}", wheel.display(), tarball.display());
 
@@ -123,7 +142,7 @@ fn same_binary(sh: &Shell, wheel: &Path, binary: &Path) -> Result<()> {
     let ours = sh.read_binary_file(dir.join("python-sandbox"))?;
     if ours != sh.read_binary_file(binary)? {
         bail!(
-            "the wheel's python-sandbox differs from {}\nhint: maturin rebuilt the CLI with other flags than the plugin step's `cargo install`",
+            "the wheel's python-sandbox differs from {}\nhint: the wheel was packed from another build than the tarball's",
             binary.display()
         );
     }
@@ -169,13 +188,16 @@ fn only_file(sh: &Shell, dir: &Path, suffix: &str) -> Result<PathBuf> {
     }
 }
 
-/// rustc's host triple, the tarball's platform.
-fn host_triple(sh: &Shell) -> Result<String> {
-    let info = cmd!(sh, "rustc -vV").quiet().read()?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("host: "))
-        .map(str::to_owned)
-        .context("`rustc -vV` printed no `host:` line")
+/// The binary asks for no dynamic loader: a static build runs on any Linux libc, as its tags say.
+fn static_binary(sh: &Shell, binary: &Path) -> Result<()> {
+    let headers = cmd!(sh, "readelf --program-headers --wide {binary}").quiet().read()?;
+    if headers.contains("INTERP") {
+        bail!(
+            "{} asks for a dynamic loader, so its wheel's manylinux and musllinux tags would lie\nhint: the release target must link statically (musl's default)",
+            binary.display()
+        );
+    }
+    Ok(())
 }
 
 /// The uv that deploy/image/versions.env pins (the runtime image's), from its PyPI wheel, cached

@@ -13,6 +13,7 @@ mod image;
 mod kind;
 mod package;
 mod plugin;
+mod release;
 mod rootless;
 mod services;
 mod test_engines;

@@ -138,11 +138,12 @@ pub(crate) fn set_rlimits(pid: i32, rlimits: &[Rlim], run_as: Option<(u32, u32)>
     let fail = |what: &str, e: rustix::io::Errno| Error::LimitSetup {
         reason: format!("setting {what} on the sandbox: {e}"),
     };
-    let resources: Vec<(libc::__rlimit_resource_t, u64, &str)> = rlimits
+    // `as`: glibc gives `RLIMIT_*` a type of its own, musl an `int`; the syscall takes an `int`.
+    let resources: Vec<(libc::c_int, u64, &str)> = rlimits
         .iter()
         .map(|limit| match *limit {
-            Rlim::AddressSpace(v) => (libc::RLIMIT_AS, v, "RLIMIT_AS"),
-            Rlim::Processes(v) => (libc::RLIMIT_NPROC, v, "RLIMIT_NPROC"),
+            Rlim::AddressSpace(v) => (libc::RLIMIT_AS as libc::c_int, v, "RLIMIT_AS"),
+            Rlim::Processes(v) => (libc::RLIMIT_NPROC as libc::c_int, v, "RLIMIT_NPROC"),
         })
         .collect();
     let Some((uid, gid)) = run_as else {
@@ -189,11 +190,20 @@ pub(crate) fn set_rlimits(pid: i32, rlimits: &[Rlim], run_as: Option<(u32, u32)>
     }
 }
 
-/// `prlimit(2)` lowering soft and hard limit of `pid` to `value`; async-signal-safe.
-fn prlimit(pid: i32, resource: libc::__rlimit_resource_t, value: u64) -> rustix::io::Result<()> {
+/// `prlimit(2)` lowering soft and hard limit of `pid` (0: the caller) to `value`, by the raw
+/// syscall (the same on glibc and musl); async-signal-safe.
+fn prlimit(pid: i32, resource: libc::c_int, value: u64) -> rustix::io::Result<()> {
     let new = libc::rlimit64 { rlim_cur: value, rlim_max: value };
-    // SAFETY: plain syscall with a valid pointer to a local and a null old-value pointer.
-    let ret = unsafe { libc::prlimit64(pid, resource, &new, std::ptr::null_mut()) };
+    // SAFETY: the raw syscall with a valid pointer to a local and a null old-value pointer.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_prlimit64,
+            pid,
+            resource,
+            &raw const new,
+            std::ptr::null_mut::<libc::rlimit64>(),
+        )
+    };
     if ret == 0 { Ok(()) } else { Err(rustix::io::Errno::from_raw_os_error(errno())) }
 }
 

@@ -429,7 +429,7 @@ pub(crate) fn is_own_userns(userns: &OwnedFd) -> bool {
 
 /// The user namespace that owns `netns` (`NS_GET_USERNS`).
 pub(crate) fn owning_userns(netns: &std::fs::File) -> Result<OwnedFd> {
-    const NS_GET_USERNS: libc::c_ulong = 0xb701;
+    const NS_GET_USERNS: libc::Ioctl = 0xb701;
     // SAFETY: NS_GET_USERNS takes no argument and returns a new descriptor or -1.
     let fd = unsafe { libc::ioctl(netns.as_raw_fd(), NS_GET_USERNS) };
     if fd < 0 {

@@ -309,9 +309,10 @@ impl Launcher for NativeLauncher {
                 .limits
                 .rlimits
                 .iter()
+                // `as`: glibc gives `RLIMIT_*` a type of its own, musl an `int`.
                 .map(|r| match *r {
-                    Rlim::AddressSpace(v) => (libc::RLIMIT_AS, v),
-                    Rlim::Processes(v) => (libc::RLIMIT_NPROC, v),
+                    Rlim::AddressSpace(v) => (libc::RLIMIT_AS as libc::c_int, v),
+                    Rlim::Processes(v) => (libc::RLIMIT_NPROC as libc::c_int, v),
                 })
                 .collect(),
             cgroup_procs,

@@ -88,7 +88,7 @@ pub struct Command {
     /// Resource limits (`RLIMIT_*`, value as soft and hard limit), set by the command right
     /// before its `execve`, in the sandbox's user namespace: `RLIMIT_NPROC` then counts the
     /// sandbox's processes only (set before, it would be checked against all of the caller's).
-    pub rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
+    pub rlimits: Vec<(libc::c_int, u64)>,
     /// A cgroup's `cgroup.procs`, opened for writing: the monitor moves itself there before
     /// anything else, so the whole tree is in it (a delegated cgroup v2 holding the limits).
     pub cgroup_procs: Option<OwnedFd>,
@@ -364,7 +364,7 @@ struct Prepared {
     /// onto the builder's (0 for an unprivileged caller, host nobody for a root caller).
     sandbox_map: CString,
     sandbox_gmap: CString,
-    rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
+    rlimits: Vec<(libc::c_int, u64)>,
     cgroup_procs: Option<OwnedFd>,
     detach: bool,
     /// [`Command::net_doors`].
@@ -1218,6 +1218,8 @@ fn set_attr_at(path: &std::ffi::CStr, set: u64, recursive: libc::c_uint) -> libc
         if libc::statvfs(path.as_ptr(), &mut st) < 0 {
             return -1;
         }
+        // The kernel's `ST_RELATIME` (`linux/statfs.h`); musl's headers do not name it.
+        const ST_RELATIME: libc::c_ulong = 0x1000;
         // Keep what the mount has: those flags may be locked and cannot be cleared.
         let mut flags = libc::MS_BIND | libc::MS_REMOUNT;
         for (st_flag, ms) in [
@@ -1227,7 +1229,7 @@ fn set_attr_at(path: &std::ffi::CStr, set: u64, recursive: libc::c_uint) -> libc
             (libc::ST_NOEXEC, libc::MS_NOEXEC),
             (libc::ST_NOATIME, libc::MS_NOATIME),
             (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
-            (libc::ST_RELATIME, libc::MS_RELATIME),
+            (ST_RELATIME, libc::MS_RELATIME),
         ] {
             if st.f_flag & st_flag != 0 {
                 flags |= ms;
@@ -1909,7 +1911,8 @@ fn command_main(args: &CommandArgs<'_>) -> ! {
         // the sandbox's processes.
         for (resource, value) in &prep.rlimits {
             let limit = libc::rlimit64 { rlim_cur: *value, rlim_max: *value };
-            prep.check(S_RLIMIT, libc::setrlimit64(*resource, &limit).into());
+            let set = libc::syscall(libc::SYS_prlimit64, 0, *resource, &raw const limit, 0usize);
+            prep.check(S_RLIMIT, set);
         }
         libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
         libc::execve(args.argv[0], args.argv.as_ptr(), args.envp.as_ptr());
