@@ -31,7 +31,25 @@ use clap::Parser;
 
 use crate::args::{Cli, Command};
 
+/// The allocator of the static musl build (the one releases ship, `xtask/src/release.rs`).
+/// musl's own maps and unmaps a page for nearly every first allocation of a size, about 130
+/// `mmap`/`munmap` calls before a run's sandbox starts; each `munmap` flushes the TLB, of every
+/// core that runs one of our threads. dlmalloc takes its memory in large segments. It is one
+/// lock, held across `fork` through `pthread_atfork` (see `main`), so a child forked while
+/// another thread allocates finds it free, as it finds glibc's and musl's own.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+
 fn main() -> ExitCode {
+    // First: the engines fork from threads (the native sandbox's monitor and init, probes) and
+    // their children allocate.
+    #[cfg(target_env = "musl")]
+    #[allow(unsafe_code)]
+    // SAFETY: called once, before any thread exists or any fork, as the function requires.
+    unsafe {
+        dlmalloc::enable_alloc_after_fork();
+    }
     // Before anything else (a helper forks): an engine's helper process is this binary again.
     registry::helper_main_if_asked();
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();

@@ -8,7 +8,8 @@
 //! every binary that links the library (the CLI, each test binary); a fork keeps the crate
 //! self-contained. Everything the children need (C strings, the seccomp program, idmapped
 //! trees) is built before the fork; after it only syscalls and the Landlock calls run, and
-//! glibc keeps `malloc` usable in a forked child.
+//! the allocator stays usable in a forked child (glibc's and musl's take their lock around
+//! `fork`; the CLI's musl build registers dlmalloc's the same way).
 //!
 //! **Three processes**, like bubblewrap's, and a short-lived fourth:
 //! 1. the *monitor*, forked from the caller: unshares the tree's namespaces, writes its id
