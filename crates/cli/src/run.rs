@@ -55,7 +55,7 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
         claims: &claims,
     };
     let Some(engine) = registry::select(&args.engine, &options)? else {
-        return Ok(no_engine(args.json));
+        return Ok(no_engine(args.json, None));
     };
     *engine_name = Some(engine.name());
     refuse_unsupported(engine.name(), engine.capability(), &spec)?;
@@ -75,7 +75,7 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
         // a daemon gone): that is "no engine" for tools, and the script never started.
         Err(e) if crate::exit::class(&e) == Some(ErrorClass::Unavailable) => {
             ui::report_error(&e);
-            return Ok(no_engine(args.json));
+            return Ok(no_engine(args.json, ui::has_hint(&e).then_some(&e)));
         }
         Err(e) => return Err(e),
     };
@@ -178,25 +178,32 @@ fn cli_layer(args: &RunArgs, script: &Path) -> Result<Layer> {
     })
 }
 
-fn no_engine(json: bool) -> ExitCode {
+/// The end of a run no engine could start (exit 3): the ladder's table and advice on stderr.
+/// An engine that refused with an explanation of its own (`explained`: a hinted error, already
+/// printed, such as a published port without pasta) is the whole story: the table would call
+/// that engine fine ("nothing to fix") when only this run asks for what it lacks. The JSON
+/// carries the detection either way, and the refusal's own error and hint when there is one.
+fn no_engine(json: bool, explained: Option<&anyhow::Error>) -> ExitCode {
+    const NO_ENGINE: &str = "no isolation engine works here, so nothing was run";
     let detection = crate::registry::ladder_detection();
-    let os = engine_detect::OsInfo::detect();
-    eprintln!(
-        "{}error{:#}: no isolation engine works here, so nothing was run",
-        ui::ERROR,
-        ui::ERROR
-    );
-    eprintln!("{}", engine_detect::suggest(&os, &detection));
+    if explained.is_none() {
+        let os = engine_detect::OsInfo::detect();
+        eprintln!("{}error{:#}: {NO_ENGINE}", ui::ERROR, ui::ERROR);
+        eprintln!("{}", engine_detect::suggest(&os, &detection));
+    }
     if json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "engine": null,
-                "exit_code": EXIT_NO_ENGINE,
-                "error": "no isolation engine works here, so nothing was run",
-                "detection": detection,
-            })
-        );
+        let mut v = serde_json::json!({
+            "engine": null,
+            "exit_code": EXIT_NO_ENGINE,
+            "error": NO_ENGINE,
+            "detection": detection,
+        });
+        if let Some(e) = explained {
+            let own = ui::error_json(e);
+            v["error"] = own["error"].clone();
+            v["hint"] = own["hint"].clone();
+        }
+        println!("{v}");
     }
     ExitCode::from(EXIT_NO_ENGINE)
 }

@@ -78,6 +78,11 @@ pub(crate) fn error_json(err: &anyhow::Error) -> serde_json::Value {
     v
 }
 
+/// Whether `err` carries a `hint:` (it says what to do, not only what went wrong).
+pub(crate) fn has_hint(err: &anyhow::Error) -> bool {
+    !parts(err).1.is_empty()
+}
+
 /// The messages of an error chain (outer first) and its hints.
 fn parts(err: &anyhow::Error) -> (Vec<String>, Vec<String>) {
     let mut messages = Vec::new();

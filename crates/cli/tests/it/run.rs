@@ -273,22 +273,7 @@ fn a_scripts_image_is_the_containers_on_docker_and_podman() {
 /// through the built-in proxy is there; with the network off it says nothing.
 #[test]
 fn native_without_pasta_notes_when_net_on_is_http_only() {
-    let ctx = Ctx::new();
-    if !engine_runs(&ctx, "native") {
-        return;
-    }
-    // This machine without the passt package: every tool of /usr/bin but pasta.
-    let bin = tempfile::tempdir().expect("tempdir");
-    for entry in std::fs::read_dir("/usr/bin").expect("/usr/bin") {
-        let name = entry.expect("entry").file_name();
-        if !name.to_string_lossy().starts_with("pasta") {
-            let _ = std::os::unix::fs::symlink(
-                Path::new("/usr/bin").join(&name),
-                bin.path().join(&name),
-            );
-        }
-    }
-    let path = format!("{}:/usr/local/bin", bin.path().display());
+    let Some((ctx, _bin, path)) = native_without_pasta() else { return };
     ctx.write("n.py", "print('ran')\n");
     let on =
         ctx.run_with_env(&["run", "--engine", "native", "--net", "on", "n.py"], &[("PATH", &path)]);
@@ -324,6 +309,60 @@ fn native_without_pasta_notes_when_net_on_is_http_only() {
     ran
     --- stderr
     ");
+}
+
+/// A scratch directory where native runs, and this machine without the passt package: a
+/// `PATH` of every tool of /usr/bin but pasta (and the directory of links, kept while the
+/// `PATH` is used). `None` (the test's `SKIPPED:` line printed) where native cannot run.
+fn native_without_pasta() -> Option<(Ctx, tempfile::TempDir, String)> {
+    let ctx = Ctx::new();
+    if !engine_runs(&ctx, "native") {
+        return None;
+    }
+    let bin = tempfile::tempdir().expect("tempdir");
+    for entry in std::fs::read_dir("/usr/bin").expect("/usr/bin") {
+        let name = entry.expect("entry").file_name();
+        if !name.to_string_lossy().starts_with("pasta") {
+            let _ = std::os::unix::fs::symlink(
+                Path::new("/usr/bin").join(&name),
+                bin.path().join(&name),
+            );
+        }
+    }
+    let path = format!("{}:/usr/local/bin", bin.path().display());
+    Some((ctx, bin, path))
+}
+
+/// A published port without pasta is refused for what it needs, and that alone: exit 3 (no
+/// engine can run this here) with the refusal's own hint, not the ladder's table, which would
+/// call native fine ("nothing to fix"). `--json` carries the same error and hint.
+#[test]
+fn native_without_pasta_refuses_a_published_port_for_that_reason_alone() {
+    let Some((ctx, _bin, path)) = native_without_pasta() else { return };
+    ctx.write("p.py", "open('ran', 'w')\n");
+    let args = ["run", "--engine", "native", "--publish", "8000", "p.py"];
+    let out = ctx.run_with_env(&args, &[("PATH", &path)]);
+    let text = transcript(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("error: publishing a port needs pasta"), "{text}");
+    assert!(stderr.contains("\nhint: install the `passt` package"), "{text}");
+    assert!(!stderr.contains("no isolation engine works here"), "{text}");
+    assert!(!stderr.contains("nothing to fix"), "{text}");
+    assert!(!ctx.path().join("ran").exists(), "the script ran: {text}");
+
+    let json = ctx.run_with_env(
+        &["run", "--json", "--engine", "native", "--publish", "8000", "p.py"],
+        &[("PATH", &path)],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("one JSON object");
+    assert_eq!(v["exit_code"], 3, "{v}");
+    assert!(
+        v["error"].as_str().is_some_and(|e| e.starts_with("publishing a port needs pasta")),
+        "{v}"
+    );
+    assert!(v["hint"].as_str().is_some_and(|h| h.contains("passt")), "{v}");
+    assert!(v["detection"].is_array() || v["detection"].is_object(), "{v}");
 }
 
 /// A bwrap found through a link in a `PATH` directory below /tmp runs: a root caller's bwrap
