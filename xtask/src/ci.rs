@@ -110,12 +110,8 @@ impl Ci {
 /// shipped rather than the debug build: a static musl binary differs from the host's build in
 /// its libc (resolver, `statvfs`, raw syscalls' types). About 20 s; SKIPPED where dist was.
 fn release_conformance(sh: &Shell) -> Result<()> {
-    let built = crate::release::triple(sh).map(|triple| {
-        crate::project_root()
-            .join(crate::plugin::INSTALL_TARGET)
-            .join(triple)
-            .join("release/python-sandbox")
-    });
+    let target = crate::project_root().join(crate::plugin::INSTALL_TARGET);
+    let built = crate::release::triple(sh).map(|triple| crate::release::binary(&target, &triple));
     let bin = match built {
         Ok(bin) if bin.is_file() => bin,
         Ok(bin) => {

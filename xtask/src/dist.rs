@@ -43,9 +43,7 @@ impl Dist {
         sh.create_dir(&out)?;
 
         crate::section("dist: the release target");
-        let triple = match crate::release::triple(sh)
-            .and_then(|t| crate::release::prepare(sh, &t).map(|()| t))
-        {
+        let triple = match crate::release::ready(sh) {
             Ok(triple) => triple,
             Err(reason) => {
                 crate::skipped("dist", &reason);
@@ -66,7 +64,7 @@ impl Dist {
         .env(cc_var, cc)
         .run()?;
         let wheel = only_file(sh, &out, ".whl")?;
-        let binary = target.join(&triple).join("release/python-sandbox");
+        let binary = crate::release::binary(&target, &triple);
         static_binary(sh, &binary)?;
 
         crate::section("dist: tarball");

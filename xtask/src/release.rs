@@ -5,9 +5,10 @@
 //! pays for the loader before `main` (three libraries mapped and relocated, glibc's and libgcc's
 //! CPU-feature probes, whose `cpuid`s trap in a VM). The static musl binary starts in about
 //! half a millisecond less, and a whole warm run is about 1.3 ms shorter (alternating A/B, 100
-//! runs each); with dlmalloc as its allocator (`crates/cli/src/main.rs`) 0.7 ms shorter again. It also runs on any Linux whatever its libc, which is what lets one wheel carry
-//! both the manylinux and the musllinux tags. Development builds and `cargo install` stay on
-//! the host's target.
+//! runs each); with dlmalloc as its allocator (`crates/cli/src/main.rs`) 0.7 ms shorter again.
+//! It also runs on any Linux whatever its libc, which is what lets one wheel carry both the
+//! manylinux and the musllinux tags. Development builds and `cargo install` stay on the host's
+//! target.
 //!
 //! The target is installed with rustup when missing; the C parts of the dependencies (ring)
 //! are compiled with `musl-gcc` (Debian's `musl-tools`, installed as root when missing), else
@@ -23,8 +24,20 @@ pub(crate) fn triple(sh: &Shell) -> Result<String, String> {
     Ok(format!("{}-unknown-linux-musl", machine.trim()))
 }
 
+/// The release triple, made buildable here, or why it cannot be.
+pub(crate) fn ready(sh: &Shell) -> Result<String, String> {
+    let triple = triple(sh)?;
+    prepare(sh, &triple)?;
+    Ok(triple)
+}
+
+/// Where a release build for `triple` lands in the cargo target dir `target_dir`.
+pub(crate) fn binary(target_dir: &Path, triple: &str) -> PathBuf {
+    target_dir.join(triple).join("release/python-sandbox")
+}
+
 /// Makes `triple` buildable here (rustup target, a C compiler for it), or says why not.
-pub(crate) fn prepare(sh: &Shell, triple: &str) -> Result<(), String> {
+fn prepare(sh: &Shell, triple: &str) -> Result<(), String> {
     let sysroot =
         cmd!(sh, "rustc --print sysroot").quiet().read().map_err(|e| format!("rustc: {e}"))?;
     let installed = Path::new(sysroot.trim()).join("lib/rustlib").join(triple).join("lib");
@@ -52,29 +65,23 @@ pub(crate) fn compiler_env(sh: &Shell, triple: &str) -> (String, String) {
     (var, value)
 }
 
-/// Builds the release CLI for `triple` into `target_dir` (default: `target/`) and returns the
-/// binary's path.
-pub(crate) fn build(
-    sh: &Shell,
-    triple: &str,
-    target_dir: Option<&Path>,
-) -> anyhow::Result<PathBuf> {
+/// Builds the release CLI for `triple` into `target/` and returns the binary's path.
+fn build(sh: &Shell, triple: &str) -> anyhow::Result<PathBuf> {
     let (var, cc) = compiler_env(sh, triple);
-    let dir = target_dir.map_or_else(|| crate::project_root().join("target"), Path::to_path_buf);
+    let dir = crate::project_root().join("target");
     cmd!(sh, "cargo build --release --locked -p cli --target {triple}")
         .env(&var, cc)
         .env("CARGO_TARGET_DIR", &dir)
         .run()?;
-    Ok(dir.join(triple).join("release/python-sandbox"))
+    Ok(binary(&dir, triple))
 }
 
 /// The CLI the benchmarks time: the release build, or the host's release build with a note
 /// where the release target cannot be built here.
 pub(crate) fn bench_cli(sh: &Shell) -> anyhow::Result<PathBuf> {
-    let built = triple(sh).and_then(|t| prepare(sh, &t).map(|()| t));
-    match built {
+    match ready(sh) {
         Ok(triple) => {
-            let cli = build(sh, &triple, None)?;
+            let cli = build(sh, &triple)?;
             println!("bench: timing the release build, {}", cli.display());
             Ok(cli)
         }

@@ -185,6 +185,10 @@ fn cli_layer(args: &RunArgs, script: &Path) -> Result<Layer> {
 /// carries the detection either way, and the refusal's own error and hint when there is one.
 fn no_engine(json: bool, explained: Option<&anyhow::Error>) -> ExitCode {
     const NO_ENGINE: &str = "no isolation engine works here, so nothing was run";
+    // Probing every engine again is only for the table or the JSON.
+    if explained.is_some() && !json {
+        return ExitCode::from(EXIT_NO_ENGINE);
+    }
     let detection = crate::registry::ladder_detection();
     if explained.is_none() {
         let os = engine_detect::OsInfo::detect();
