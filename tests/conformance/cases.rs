@@ -220,6 +220,59 @@ fn run_cases() -> Vec<Case> {
             ..BASE
         },
         Case {
+            name: "protected-paths-read-only",
+            script: Script::File("protected.py"),
+            setup: plant_protected,
+            expect: |fx| match fx.engine.as_str() {
+                // A pod writes its own copy; protected paths are never synced back.
+                "k8s" => Expect::ok().changes(&["+ws/cfg.tmp", "+ws/out.txt"]),
+                _ => PROTECTED_ATTEMPTS
+                    .iter()
+                    .fold(Expect::ok(), |e, label| e.has(format!("refused {label}:")))
+                    .lacks("wrote ")
+                    .changes(&["+ws/cfg.tmp", "+ws/out.txt"]),
+            },
+            ..BASE
+        },
+        Case {
+            // The refusals are named in `--json` (`protected_refused`), read from the script's
+            // own error messages as they pass through the CLI.
+            name: "protected-paths-listed-in-json",
+            script: Script::File("protected.py"),
+            setup: plant_protected,
+            flags: |_| strings(&["--json"]),
+            expect: |fx| match fx.engine.as_str() {
+                "k8s" => Expect::ok().changes(&["+ws/cfg.tmp", "+ws/out.txt"]),
+                _ => Expect::ok()
+                    .changes(&["+ws/cfg.tmp", "+ws/out.txt"])
+                    .host(protected_refused_in_json),
+            },
+            ..BASE
+        },
+        Case {
+            // Widening is a decision: a read-write mount of `.git` needs `--approve` (exit 4),
+            // and then the script writes it.
+            name: "protected-path-mount-needs-approval",
+            script: Script::Inline(
+                "must_work('write .git/description', lambda: open('.git/description', 'w').write('changed'))\ndone()\n",
+            ),
+            setup: plant_protected,
+            flags: |_| strings(&["--mount", "./.git:rw"]),
+            expect: |_| Expect::exit(4).err("`.git` is protected"),
+            ..BASE
+        },
+        Case {
+            name: "protected-path-mount-approved-writes",
+            script: Script::Inline(
+                "must_work('write .git/description', lambda: open('.git/description', 'w').write('changed'))\ndone()\n",
+            ),
+            setup: plant_protected,
+            flags: |_| strings(&["--mount", "./.git:rw", "--approve"]),
+            expect: |_| Expect::ok().changes(&["~ws/.git/description"]),
+            skip_on: &[K8S_NO_HOST_MOUNTS],
+            ..BASE
+        },
+        Case {
             name: "net-off-flag",
             script: Script::File("net.py"),
             flags: |_| strings(&["--net", "off"]),
@@ -521,7 +574,9 @@ fn run_cases() -> Vec<Case> {
             script: Script::File("spawn.py"),
             args: |_| strings(&["hang"]),
             during: Some(|fx, running| signal_when_running(fx, running, "KILL")),
-            expect: |_| Expect::exit(137).has("sleeping").within(40),
+            // The placeholders of protected paths are removed by the run's janitor once the
+            // sandbox is gone (`reaper::protect`), a moment after the CLI's death.
+            expect: |_| Expect::exit(137).has("sleeping").within(40).settle(3),
             // native: the same parent-death signal, on its monitor.
             only_on: Some(&["bwrap", "native"]),
             ..BASE
@@ -946,6 +1001,31 @@ fn output_in_write_order(_: &Fixture, run: &Run) -> Result<(), String> {
     Ok(())
 }
 
+/// `--json` names every protected path `protected.py` was refused, and its files as written.
+fn protected_refused_in_json(_: &Fixture, run: &Run) -> Result<(), String> {
+    let json = run.json.as_ref().ok_or("--json printed no object")?;
+    let want = serde_json::json!([
+        ".git/config",
+        ".git/hooks/pre-commit",
+        ".git",
+        ".claude/settings.json",
+        ".envrc",
+        ".mcp.json",
+        ".vscode/settings.json",
+        "sub/.git"
+    ]);
+    if json["protected_refused"] != want {
+        return Err(format!(
+            "--json: protected_refused is {}, expected {want}",
+            json["protected_refused"]
+        ));
+    }
+    if json["files_written"] != serde_json::json!(["cfg.tmp", "out.txt"]) {
+        return Err(format!("--json: files_written is {}", json["files_written"]));
+    }
+    Ok(())
+}
+
 fn files_written_by_the_script_only(_: &Fixture, run: &Run) -> Result<(), String> {
     let files = run.json.as_ref().map(|v| v["files_written"].clone()).unwrap_or_default();
     let want = serde_json::json!(["out.txt", "sub/nested.txt"]);
@@ -1010,6 +1090,36 @@ fn written_by_caller(fx: &Fixture, run: &Run) -> Result<(), String> {
         if !files.contains(&want) {
             return Err(format!("--json files_written {files:?} lacks {want:?}"));
         }
+    }
+    Ok(())
+}
+
+/// The labels `protected.py` attempts, each refused on every local engine.
+const PROTECTED_ATTEMPTS: &[&str] = &[
+    "git-config",
+    "git-hook",
+    "git-moved-aside",
+    "git-config-replaced",
+    "claude-settings",
+    "envrc",
+    "mcp-json",
+    "vscode-deleted",
+    "nested-worktree-git",
+];
+
+/// A repository in the workspace (`.git` with a config and hooks), an editor's settings, and a
+/// nested worktree whose `.git` is a file.
+fn plant_protected(fx: &Fixture) -> Result<(), String> {
+    for dir in [".git/hooks", ".vscode", "sub"] {
+        fs::create_dir_all(fx.ws.join(dir)).map_err(|e| format!("setup: {dir}: {e}"))?;
+    }
+    for (file, text) in [
+        (".git/config", "[core]\n\tbare = false\n"),
+        (".git/description", "unnamed\n"),
+        (".vscode/settings.json", "{}\n"),
+        ("sub/.git", "gitdir: ../.git/worktrees/sub\n"),
+    ] {
+        fs::write(fx.ws.join(file), text).map_err(|e| format!("setup: {file}: {e}"))?;
     }
     Ok(())
 }

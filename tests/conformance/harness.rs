@@ -5,7 +5,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -115,6 +115,10 @@ pub(crate) struct Expect {
     /// Exactly these host changes (`+ws/out.txt`, `-...`, `~...`), relative to the case root, or
     /// `tmp/...` in the host temp dir.
     pub(crate) changes: Vec<String>,
+    /// How long the host may take to reach [`Expect::changes`] after the CLI exited: what a
+    /// CLI killed with SIGKILL cannot clean up itself is cleaned by a process it left for
+    /// that (the placeholders' janitor, once the sandbox is gone).
+    pub(crate) settle: Duration,
     pub(crate) within: Option<Duration>,
     /// Whether the runner's 127.0.0.1 listener must have got a connection; `None`: either.
     pub(crate) loopback: Option<bool>,
@@ -134,6 +138,7 @@ impl Expect {
             err_has: Vec::new(),
             err_location: false,
             changes: Vec::new(),
+            settle: Duration::ZERO,
             within: None,
             loopback: None,
             abstract_socket: None,
@@ -173,6 +178,11 @@ impl Expect {
 
     pub(crate) fn changes(mut self, c: &[&str]) -> Expect {
         self.changes.extend(c.iter().map(|s| s.to_string()));
+        self
+    }
+
+    pub(crate) fn settle(mut self, secs: u64) -> Expect {
+        self.settle = Duration::from_secs(secs);
         self
     }
 
@@ -302,8 +312,15 @@ pub(crate) fn run_case(case: &Case, engine: &str, shared: &Shared, bin: &Path) -
         Ok(r) => r,
         Err(e) => return setup_failure(e),
     };
-    let after = fixture::snapshot(&fx);
     let expect = (case.expect)(&fx);
+    let mut after = fixture::snapshot(&fx);
+    let mut want = expect.changes.clone();
+    want.sort();
+    let settled = Instant::now();
+    while fixture::diff(&before, &after) != want && settled.elapsed() < expect.settle {
+        std::thread::sleep(Duration::from_millis(50));
+        after = fixture::snapshot(&fx);
+    }
     let json_mode = flags.iter().any(|f| f == "--json");
     let script_out = if json_mode { out.stderr.clone() } else { out.stdout.clone() };
     let mut failures = Vec::new();

@@ -124,6 +124,7 @@ fn the_cases_a_pod_cannot_apply_to_are_these() {
             "mount-missing-rw-outside-created",
             "mount-missing-rw-through-symlink-refused",
             "mount-ro-rw",
+            "protected-path-mount-approved-writes",
             "publish-any-host-port-noted",
             "publish-busy-host-port-refused",
             "publish-port-reachable",

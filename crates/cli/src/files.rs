@@ -1,47 +1,142 @@
-//! Which files a run wrote into the workspace, for `run --json`: a bounded walk before and after,
-//! compared by size and modification time. Symlinks are not followed and `.git` is skipped, and so
-//! are the CLI's own stdout and stderr when they are files there (`run --json 2>log`): what the CLI
-//! writes is not the script's.
+//! What a run did to the workspace, for `run --json` and the MCP server's `run_script`: the
+//! files it wrote and deleted (`.git` and every other protected path included: a change there
+//! is what a user most needs to see), and the protected paths the script was refused (read
+//! from its own error messages as they pass through the CLI: the refusal is the kernel's).
+//!
+//! Kept cheap for large workspaces: the walk before the run reads directories only (names
+//! and `d_type`, no `stat`), and the walk after it stats each file once and compares its
+//! change time with the run's start on the clock the kernel stamps it with (a script cannot
+//! set a change time back). Deleted files are the names of the first walk missing from the
+//! second. Symlinks are not followed, and the CLI's own stdout and stderr are left out when
+//! they are files in the workspace (`run --json 2>log`): what the CLI writes is not the
+//! script's.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::AsFd as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
-use std::time::SystemTime;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use sandbox_core::{OutputSink, Stream};
 
 /// At most this many entries are looked at, so a huge workspace cannot stall a run.
 const MAX_ENTRIES: usize = 50_000;
 
-/// Relative path → (size, modification time).
-pub(crate) type Snapshot = BTreeMap<String, (u64, Option<SystemTime>)>;
+/// The workspace before the run: every directory's entries, and when the run started.
+pub(crate) struct Snapshot {
+    /// Relative directory path (`""` for the top) → its entries (name, is a directory).
+    dirs: BTreeMap<String, Vec<(String, bool)>>,
+    /// The run's start on the coarse real-time clock, which stamps change times.
+    start: (i64, i64),
+    own: Vec<(u64, u64)>,
+}
+
+/// What the run changed, sorted.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Changes {
+    /// Files created or changed (content, mode, owner, or renamed into place).
+    pub(crate) written: Vec<String>,
+    /// Files that were there before and are gone (a deleted directory lists its files).
+    pub(crate) deleted: Vec<String>,
+}
 
 pub(crate) fn snapshot(root: &Path) -> Snapshot {
-    let own = own_outputs();
-    let mut out = Snapshot::new();
-    let mut stack = vec![root.to_path_buf()];
-    let mut seen = 0usize;
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for entry in entries.flatten() {
-            seen += 1;
-            if seen > MAX_ENTRIES {
-                return out;
+    let start = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
+    let mut dirs = BTreeMap::new();
+    walk(root, false, &mut |rel, entries| {
+        dirs.insert(
+            rel.to_owned(),
+            entries.iter().map(|(n, t, _)| (n.clone(), *t == FileType::Directory)).collect(),
+        );
+    });
+    Snapshot { dirs, start: (start.tv_sec, start.tv_nsec), own: own_outputs() }
+}
+
+/// Files written and deleted since `before`.
+pub(crate) fn changes_since(before: &Snapshot, root: &Path) -> Changes {
+    let mut written = Vec::new();
+    let mut now: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    walk(root, true, &mut |rel, entries| {
+        for (name, kind, ctime) in entries {
+            let path = join(rel, name);
+            if *kind == FileType::RegularFile && ctime.is_some_and(|c| c >= before.start) {
+                written.push(path);
             }
-            let Ok(ft) = entry.file_type() else { continue };
-            let path = entry.path();
-            if ft.is_dir() {
-                if entry.file_name() != ".git" {
-                    stack.push(path);
-                }
-            } else if ft.is_file()
-                && let (Ok(meta), Ok(rel)) = (entry.metadata(), path.strip_prefix(root))
-                && !own.contains(&(meta.dev(), meta.ino()))
-            {
-                out.insert(rel.to_string_lossy().into_owned(), (meta.len(), meta.modified().ok()));
+        }
+        now.insert(rel.to_owned(), entries.iter().map(|(n, _, _)| n.clone()).collect());
+    });
+    written.retain(|p| !before.own.iter().any(|own| is_own(root, p, *own)));
+    let mut deleted = Vec::new();
+    for (dir, entries) in &before.dirs {
+        for (name, is_dir) in entries {
+            let gone = now.get(dir).is_none_or(|names| !names.contains(name));
+            if gone && !is_dir {
+                deleted.push(join(dir, name));
             }
         }
     }
-    out
+    written.sort();
+    deleted.sort();
+    Changes { written, deleted }
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() { name.to_owned() } else { format!("{dir}/{name}") }
+}
+
+fn is_own(root: &Path, rel: &str, own: (u64, u64)) -> bool {
+    std::fs::symlink_metadata(root.join(rel)).is_ok_and(|m| (m.dev(), m.ino()) == own)
+}
+
+/// One directory's entries as the walk saw them: name, type, and a regular file's change time.
+type Entries = [(String, FileType, Option<(i64, i64)>)];
+
+/// Reads every directory below `root` (not following links, not leaving its filesystem),
+/// calling `each` with its relative path and entries; stats regular files only with
+/// `change_times` (the second walk).
+fn walk(root: &Path, change_times: bool, each: &mut dyn FnMut(&str, &Entries)) {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let Ok(top) = rustix::fs::open(root, flags, Mode::empty()) else { return };
+    let Ok(dev) = rustix::fs::fstat(&top).map(|s| s.st_dev) else { return };
+    let mut stack = vec![(top, String::new())];
+    let mut seen = 0usize;
+    while let Some((fd, rel)) = stack.pop() {
+        let Ok(dir) = rustix::fs::Dir::read_from(&fd) else { continue };
+        let mut entries = Vec::new();
+        for entry in dir.flatten() {
+            let Ok(name) = entry.file_name().to_str() else { continue };
+            if name == "." || name == ".." {
+                continue;
+            }
+            seen += 1;
+            if seen > MAX_ENTRIES {
+                break;
+            }
+            let mut kind = entry.file_type();
+            let mut ctime = None;
+            if kind == FileType::Unknown || (change_times && kind == FileType::RegularFile) {
+                // One stat per file: its type where the filesystem gives none, and the
+                // change time the second walk compares.
+                if let Ok(st) = rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    kind = FileType::from_raw_mode(st.st_mode);
+                    ctime = Some((st.st_ctime, i64::try_from(st.st_ctime_nsec).unwrap_or(0)));
+                }
+            }
+            if kind == FileType::Directory {
+                let child = rustix::fs::openat(&fd, name, flags | OFlags::NOFOLLOW, Mode::empty());
+                if let Ok(child) = child
+                    && rustix::fs::fstat(&child).is_ok_and(|s| s.st_dev == dev)
+                {
+                    stack.push((child, join(&rel, name)));
+                }
+            }
+            entries.push((name.to_owned(), kind, ctime));
+        }
+        each(&rel, &entries);
+        if seen > MAX_ENTRIES {
+            return;
+        }
+    }
 }
 
 /// Device and inode of our stdout and stderr where they are regular files.
@@ -57,11 +152,156 @@ fn own_outputs() -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// Files that are new or changed since `before`, sorted.
-pub(crate) fn written_since(before: &Snapshot, root: &Path) -> Vec<String> {
-    snapshot(root)
-        .into_iter()
-        .filter(|(path, now)| before.get(path) != Some(now))
-        .map(|(path, _)| path)
-        .collect()
+/// A sink that passes everything on and keeps the protected paths the script's error output
+/// says it was refused (`sandbox_core::protect::refusals_in`), reading whole lines: at most
+/// [`LINE_LIMIT`] bytes of an unfinished line are kept per stream, so a script printing
+/// without newlines costs no memory.
+pub(crate) struct Watch<S> {
+    inner: S,
+    partial: [Vec<u8>; 2],
+    refused: Vec<String>,
+}
+
+/// Longer lines are cut to this (an error message naming a path is far shorter).
+const LINE_LIMIT: usize = 4096;
+
+impl<S> Watch<S> {
+    pub(crate) fn new(inner: S) -> Watch<S> {
+        Watch { inner, partial: [Vec::new(), Vec::new()], refused: Vec::new() }
+    }
+
+    /// The inner sink and the refused protected paths, in order of appearance.
+    pub(crate) fn finish(mut self) -> (S, Vec<String>) {
+        for i in 0..2 {
+            let tail = std::mem::take(&mut self.partial[i]);
+            sandbox_core::protect::refusals_in(&String::from_utf8_lossy(&tail), &mut self.refused);
+        }
+        (self.inner, self.refused)
+    }
+}
+
+impl<S: OutputSink> OutputSink for Watch<S> {
+    fn write(&mut self, stream: Stream, chunk: &[u8]) {
+        self.inner.write(stream, chunk);
+        let partial = &mut self.partial[usize::from(stream == Stream::Stderr)];
+        let mut rest = chunk;
+        while let Some(end) = rest.iter().position(|b| *b == b'\n') {
+            let take = end.min(LINE_LIMIT.saturating_sub(partial.len()));
+            partial.extend_from_slice(&rest[..take]);
+            sandbox_core::protect::refusals_in(
+                &String::from_utf8_lossy(partial),
+                &mut self.refused,
+            );
+            partial.clear();
+            rest = &rest[end + 1..];
+        }
+        let take = rest.len().min(LINE_LIMIT.saturating_sub(partial.len()));
+        partial.extend_from_slice(&rest[..take]);
+    }
+
+    fn closed(&self) -> bool {
+        self.inner.closed()
+    }
+}
+
+/// The `note:` for the protected paths a script was refused, and the `hint:` that widens.
+pub(crate) fn refusal_note(refused: &[String]) -> Option<(String, String)> {
+    let first = refused.first()?;
+    let top = protected_top(first);
+    let why = sandbox_core::protect::protected_component(Path::new(first)).map_or("", |p| p.why);
+    let listed: Vec<String> = refused.iter().take(5).map(|p| format!("`{p}`")).collect();
+    let more =
+        if refused.len() > 5 { format!(" and {} more", refused.len() - 5) } else { String::new() };
+    Some((
+        format!(
+            "the script was refused writing {}{more}: protected paths are read-only in every sandbox ({why})",
+            listed.join(", ")
+        ),
+        format!(
+            "to let a script write it on purpose, mount it read-write: `--mount ./{top}:rw --approve`"
+        ),
+    ))
+}
+
+/// `path` up to and including its first protected component (`sub/.git` of `sub/.git/config`).
+fn protected_top(path: &str) -> String {
+    let mut out = Vec::new();
+    for part in path.split('/') {
+        out.push(part);
+        if sandbox_core::protect::protected_name(part).is_some() {
+            break;
+        }
+    }
+    out.join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_and_deletions_are_found_in_git_too() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        std::fs::create_dir_all(root.join("data/old")).unwrap();
+        for f in ["keep.txt", "edit.txt", "gone.txt", "data/old/a", "data/old/b", ".git/config"] {
+            std::fs::write(root.join(f), "x").unwrap();
+        }
+        // The coarse clock ticks every few milliseconds: start after a tick.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let before = snapshot(root);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(root.join("edit.txt"), "y").unwrap();
+        std::fs::write(root.join("new.txt"), "n").unwrap();
+        std::fs::write(root.join(".git/hooks/pre-commit"), "#!/bin/sh").unwrap();
+        std::fs::remove_file(root.join("gone.txt")).unwrap();
+        std::fs::remove_dir_all(root.join("data/old")).unwrap();
+        std::fs::rename(root.join("keep.txt"), root.join("kept.txt")).unwrap();
+        let changes = changes_since(&before, root);
+        assert_eq!(
+            changes,
+            Changes {
+                written: [".git/hooks/pre-commit", "edit.txt", "kept.txt", "new.txt"]
+                    .map(String::from)
+                    .to_vec(),
+                deleted: ["data/old/a", "data/old/b", "gone.txt", "keep.txt"]
+                    .map(String::from)
+                    .to_vec(),
+            }
+        );
+    }
+
+    #[test]
+    fn the_watch_reads_refusals_from_whole_lines_and_keeps_no_long_line() {
+        let mut seen = Vec::new();
+        let chunks: [(Stream, &[u8]); 4] = [
+            (Stream::Stderr, b"OSError: [Errno 30] Read-only file sys"),
+            (Stream::Stderr, b"tem: '.git/config'\nnext"),
+            (Stream::Stdout, &[b'a'; 1 << 20]),
+            (Stream::Stderr, b" [Errno 30] Read-only file system: '.envrc'"),
+        ];
+        let mut watch = Watch::new(|_: Stream, chunk: &[u8]| seen.extend_from_slice(chunk));
+        for (stream, chunk) in chunks {
+            watch.write(stream, chunk);
+            assert!(watch.partial.iter().all(|p| p.len() <= LINE_LIMIT));
+        }
+        let (_, refused) = watch.finish();
+        assert_eq!(refused, [".git/config", ".envrc"]);
+        assert_eq!(seen.len(), chunks.iter().map(|(_, c)| c.len()).sum::<usize>());
+    }
+
+    #[test]
+    fn the_note_names_the_paths_and_the_mount_that_widens() {
+        let (note, hint) = refusal_note(&["sub/.git/hooks/x".to_owned()]).unwrap();
+        assert!(
+            note.contains("`sub/.git/hooks/x`") && note.contains("git runs its hooks"),
+            "{note}"
+        );
+        assert_eq!(
+            hint,
+            "to let a script write it on purpose, mount it read-write: `--mount ./sub/.git:rw --approve`"
+        );
+        assert!(refusal_note(&[]).is_none());
+    }
 }

@@ -231,7 +231,7 @@ impl Server {
     }
 
     #[tool(
-        description = "Run a Python (PEP 723) script in a throwaway sandbox with the server's working directory as the workspace. Returns exit_code, stdout, stderr (each capped at 64 KiB, secrets masked), files_written, duration_ms, and notes (such as a network that is HTTP(S) only, through a proxy). A call whose mounts cross a boundary returns {\"status\": \"needs_approval\", \"crossings\": [...]} and runs nothing; repeat it with `approve: true` only after the user confirmed each crossing."
+        description = "Run a Python (PEP 723) script in a throwaway sandbox with the server's working directory as the workspace. Returns exit_code, stdout, stderr (each capped at 64 KiB, secrets masked), files_written, files_deleted, protected_refused (protected paths such as `.git` or `.claude` are read-only in every sandbox), duration_ms, and notes (such as a network that is HTTP(S) only, through a proxy). A call whose mounts cross a boundary returns {\"status\": \"needs_approval\", \"crossings\": [...]} and runs nothing; repeat it with `approve: true` only after the user confirmed each crossing."
     )]
     async fn run_script(
         &self,
@@ -522,14 +522,22 @@ fn run_script(a: RunScriptArgs) -> Answer {
     registry::script_keys(engine.name(), &keys)?;
     let before = files::snapshot(&spec.workspace);
     let mut urls = Vec::new();
-    let (outcome, capped) = run::run_captured(&*engine, &spec, Capped::default(), &mut urls)?;
+    let (outcome, capped, refused) =
+        run::run_captured(&*engine, &spec, Capped::default(), &mut urls)?;
     let code =
         if outcome.timed_out { crate::exit::TIMEOUT } else { crate::exit::of_script(&outcome) };
     let mut v = outcome_json(&outcome, code, &capped);
     v["engine"] = engine.name().into();
-    v["files_written"] = files::written_since(&before, &spec.workspace).into();
+    let changes = files::changes_since(&before, &spec.workspace);
+    v["files_written"] = changes.written.into();
+    v["files_deleted"] = changes.deleted.into();
     v["urls"] = ui::urls_json(&urls);
-    v["notes"] = notes(engine.name(), spec.net).into();
+    let mut notes = notes(engine.name(), spec.net);
+    if let Some((note, hint)) = files::refusal_note(&refused) {
+        notes.push(format!("{note}; {hint} (the user must approve)"));
+    }
+    v["protected_refused"] = refused.into();
+    v["notes"] = notes.into();
     Ok(v)
 }
 

@@ -69,8 +69,8 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
     }
     let before = args.json.then(|| files::snapshot(&spec.workspace));
     let mut urls = Vec::new();
-    let outcome = match run_on(&*engine, &spec, args.json, &mut urls) {
-        Ok(outcome) => outcome,
+    let (outcome, refused) = match run_on(&*engine, &spec, args.json, &mut urls) {
+        Ok(ran) => ran,
         // The engine turned out unable to sandbox here (a bwrap blocked after its cached probe,
         // a daemon gone): that is "no engine" for tools, and the script never started.
         Err(e) if crate::exit::class(&e) == Some(ErrorClass::Unavailable) => {
@@ -81,6 +81,9 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
     };
     for warning in &outcome.warnings {
         ui::warn(warning);
+    }
+    if let Some((note, hint)) = files::refusal_note(&refused) {
+        ui::note(&format!("{note}\nhint: {hint}"));
     }
     let code = if outcome.timed_out {
         let secs = spec.timeout.map_or(0.0, |t| t.as_secs_f64());
@@ -94,13 +97,15 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
         crate::exit::of_script(&outcome)
     };
     if args.json {
-        let written = before.map(|b| files::written_since(&b, &spec.workspace)).unwrap_or_default();
+        let changes = before.map(|b| files::changes_since(&b, &spec.workspace)).unwrap_or_default();
         let summary = serde_json::json!({
             "engine": engine.name(),
             "exit_code": code,
             "duration_ms": u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX),
             "timed_out": outcome.timed_out,
-            "files_written": written,
+            "files_written": changes.written,
+            "files_deleted": changes.deleted,
+            "protected_refused": refused,
             "urls": ui::urls_json(&urls),
         });
         println!("{summary}");
@@ -128,20 +133,21 @@ pub(crate) fn plan(
 
 /// A run whose output is kept rather than relayed (the MCP server's `run_script`): the
 /// engine's checks, prepare, then the run with no stdin and both streams scrubbed into
-/// `output`. The engine's warnings are returned with the outcome's own.
+/// `output`. The engine's warnings are returned with the outcome's own, and the protected
+/// paths the script was refused after `output` (`files::Watch`).
 pub(crate) fn run_captured<S: OutputSink>(
     engine: &dyn DynEngine,
     spec: &RunSpec,
     output: S,
     urls: &mut Vec<(u16, String)>,
-) -> Result<(RunOutcome, S)> {
+) -> Result<(RunOutcome, S, Vec<String>)> {
     refuse_unsupported(engine.name(), engine.capability(), spec)?;
     let warnings = engine.check_dyn(spec)?;
     let prepared = engine.prepare_dyn(spec, &mut |_| {})?;
     let mut published = |ports: &[sandbox_core::PublishedPort]| {
         urls.extend(ports.iter().map(|p| (p.port, p.url())));
     };
-    let mut sink = ScrubbingSink::new(&secrets_of(spec), output);
+    let mut sink = ScrubbingSink::new(&secrets_of(spec), files::Watch::new(output));
     let io = RunIo {
         stdin: Stdin::Null,
         output: Output::Sink(&mut sink),
@@ -150,7 +156,8 @@ pub(crate) fn run_captured<S: OutputSink>(
     };
     let mut outcome = engine.run_prepared_dyn(spec, &prepared, io)?;
     outcome.warnings.splice(0..0, warnings);
-    Ok((outcome, sink.finish()))
+    let (output, refused) = sink.finish().finish();
+    Ok((outcome, output, refused))
 }
 
 /// The command line's layer. Flags that do not parse are errors before anything starts.
@@ -241,13 +248,14 @@ pub(crate) fn refuse_unsupported(engine: &str, cap: Capability, spec: &RunSpec) 
 }
 
 /// Prepares (with a progress indicator on a terminal), then runs, through the seam. Where the
-/// published ports are is noted as soon as the sandbox is up, and kept in `urls`.
+/// published ports are is noted as soon as the sandbox is up, and kept in `urls`. With the
+/// outcome, the protected paths the script was refused, where its output passed through us.
 fn run_on(
     engine: &dyn DynEngine,
     spec: &RunSpec,
     json: bool,
     urls: &mut Vec<(u16, String)>,
-) -> Result<RunOutcome> {
+) -> Result<(RunOutcome, Vec<String>)> {
     for warning in engine.check_dyn(spec)? {
         ui::warn(&warning);
     }
@@ -261,14 +269,14 @@ fn run_on(
 }
 
 /// The shape every engine shares: prepare behind the progress indicator, then run with output
-/// inherited or scrubbed.
+/// inherited or scrubbed (and watched for refused protected paths: `files::Watch`).
 fn two_phase<P>(
     spec: &RunSpec,
     json: bool,
     urls: &mut Vec<(u16, String)>,
     prepare: impl FnOnce(&mut dyn FnMut(&str)) -> Result<P>,
     run: impl FnOnce(&P, RunIo<'_>) -> Result<RunOutcome>,
-) -> Result<RunOutcome> {
+) -> Result<(RunOutcome, Vec<String>)> {
     let prepared = {
         let mut progress = progress::Progress::start();
         let result = prepare(&mut |line| progress.set(line));
@@ -290,9 +298,10 @@ fn two_phase<P>(
         line => indicator.get_or_insert_with(progress::Progress::start).set(line),
     };
     if !json && secrets.is_empty() {
-        return run(&prepared, stdio(Output::Inherit, &mut published, &mut status));
+        let outcome = run(&prepared, stdio(Output::Inherit, &mut published, &mut status))?;
+        return Ok((outcome, Vec::new()));
     }
-    let mut sink = Relay::scrubbed(&secrets, json);
+    let mut sink = ScrubbingSink::new(&secrets, files::Watch::new(Relay::plain(json)));
     // One place for both (our stderr with --json, or one file behind both of ours): one stream
     // from the source, so the order between the script's stdout and stderr survives.
     let output = if json || sandbox_core::same_file_out_err() {
@@ -301,8 +310,8 @@ fn two_phase<P>(
         Output::Sink(&mut sink)
     };
     let outcome = run(&prepared, stdio(output, &mut published, &mut status))?;
-    let _ = sink.finish();
-    Ok(outcome)
+    let (_, refused) = sink.finish().finish();
+    Ok((outcome, refused))
 }
 
 fn stdio<'a>(

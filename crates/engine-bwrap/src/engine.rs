@@ -529,6 +529,7 @@ impl BwrapEngine {
             None,
             self.signals(false),
             None,
+            None,
         )?;
         let text = String::from_utf8_lossy(&output).trim_end().to_owned();
         if !finished.started {
@@ -584,6 +585,24 @@ impl BwrapEngine {
         let dirs: Vec<&Path> = writable.iter().map(PathBuf::as_path).collect();
         let state = reaper::acl::state_dir(&self.config.cache_dir);
         Ok((Vec::new(), Some(reaper::acl::Grant::take(&dirs, uid, &state)?)))
+    }
+
+    /// Makes the protected paths of the workspace and the read-write directory mounts
+    /// read-only (`engine_detect::protect`): the placeholders to release (or hold) once the
+    /// sandbox is gone, and every path to mount read-only over itself.
+    pub(crate) fn protect(
+        &self,
+        workspace: &Path,
+        mounts: &[plan::Bind],
+    ) -> Result<(reaper::protect::Placeholders, Vec<PathBuf>)> {
+        use engine_detect::protect::{protect, writable_trees};
+        let mounts: Vec<(PathBuf, bool)> =
+            mounts.iter().map(|m| (m.src.clone(), m.access == plan::Access::ReadWrite)).collect();
+        let trees = writable_trees(workspace, &mounts, &self.host.home);
+        // The cache root every engine shares, so runs of different engines in one workspace
+        // share the protocol (as `reaper::acl`'s grants do).
+        let state = reaper::protect::state_dir(&self.config.cache_dir);
+        Ok(protect(&trees, &state)?)
     }
 
     /// uv and the base environment (no dependencies) of a session: its interpreter is the
@@ -763,6 +782,7 @@ impl BwrapEngine {
         let interactive = io.stdin == Stdin::Inherit
             && crate::host::stdin_is_tty()
             && crate::host::tiocsti_blocked();
+        let (mut placeholders, protected) = self.protect(&workspace, &mounts)?;
         let layout = RunLayout {
             env_dir: env.dir.clone(),
             ro_dirs: env.prefixes.clone(),
@@ -770,6 +790,7 @@ impl BwrapEngine {
             script,
             args: spec.args.clone(),
             mounts,
+            protected,
             net: spec.net == Net::On,
             user_env,
             interactive,
@@ -795,6 +816,7 @@ impl BwrapEngine {
             spec.timeout,
             self.signals(interactive),
             io.published,
+            Some(&mut placeholders),
         );
         if let Some((uid, grant)) = grant {
             // What the sandbox created is the caller's, as with a non-root caller's run.
@@ -803,6 +825,7 @@ impl BwrapEngine {
             }
             grant.release()?;
         }
+        placeholders.release()?;
         let finished = finished?;
         if !finished.started && !finished.timed_out {
             return Err(self.launcher.setup_failure(finished.setup_error));

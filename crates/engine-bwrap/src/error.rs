@@ -111,6 +111,9 @@ pub enum Error {
     /// The session protocol's own errors (see `sandbox_core::shell`).
     #[error(transparent)]
     Sandbox(#[from] sandbox_core::Error),
+    /// A writable tree's protected paths could not be made read-only.
+    #[error(transparent)]
+    Protect(#[from] engine_detect::protect::ProtectError),
     #[error("{context}: {source}")]
     Io {
         context: String,

@@ -351,6 +351,16 @@ fn base_env(host: &HostFacts, path: String) -> Vec<(String, OsString)> {
     env
 }
 
+/// Each protected path read-only over itself, after the writable binds it lies in (so it
+/// wins for its own destination: `order_binds` keeps the later entry), and pinned like every
+/// caller path: a link swapped in after the walk is refused, never followed.
+fn protect(binds: &mut Vec<Bind>, pinned: &mut Vec<PathBuf>, protected: &[PathBuf]) {
+    for path in protected {
+        binds.push(Bind::same(path, Access::ReadOnly));
+        pinned.push(path.clone());
+    }
+}
+
 /// Replaces earlier values of the same name (explicit `--env` wins over the allowlist).
 fn set_env(env: &mut Vec<(String, OsString)>, name: &str, value: OsString) {
     env.retain(|(k, _)| k != name);
@@ -457,6 +467,9 @@ pub(crate) struct RunLayout {
     pub(crate) args: Vec<String>,
     /// Canonical extra mounts.
     pub(crate) mounts: Vec<Bind>,
+    /// Protected paths of the writable trees (`engine_detect::protect`): read-only over
+    /// themselves, pinned like every caller path.
+    pub(crate) protected: Vec<PathBuf>,
     pub(crate) net: bool,
     /// Explicit `--env` values, validated.
     pub(crate) user_env: Vec<(String, String)>,
@@ -479,6 +492,7 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout, status_fd: Option<i
     binds.extend(layout.mounts.iter().cloned());
     let mut pinned = vec![layout.workspace.clone()];
     pinned.extend(layout.mounts.iter().map(|m| m.src.clone()));
+    protect(&mut binds, &mut pinned, &layout.protected);
     if !layout.script.starts_with(&layout.workspace) {
         binds.push(Bind::same(&layout.script, Access::ReadOnly));
         pinned.push(layout.script.clone());
@@ -531,6 +545,8 @@ pub(crate) struct SessionLayout {
     pub(crate) workspace: PathBuf,
     /// Canonical extra mounts.
     pub(crate) mounts: Vec<Bind>,
+    /// See [`RunLayout::protected`].
+    pub(crate) protected: Vec<PathBuf>,
     pub(crate) net: bool,
     /// Explicit `--env` values, validated.
     pub(crate) user_env: Vec<(String, String)>,
@@ -555,6 +571,7 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Plan {
     binds.extend(layout.mounts.iter().cloned());
     let mut pinned = vec![layout.workspace.clone()];
     pinned.extend(layout.mounts.iter().map(|m| m.src.clone()));
+    protect(&mut binds, &mut pinned, &layout.protected);
 
     let venv_bin = Path::new(sandbox_core::shell::SESSION_VENV).join("bin");
     let uv_dir = layout.uv.parent().unwrap_or(Path::new("/usr/bin"));

@@ -84,7 +84,9 @@ fn pipe() -> Result<(OwnedFd, OwnedFd)> {
 
 /// Runs `plan` in a sandbox of `launch.launcher` and waits for the whole tree.
 /// `published` is told where the plan's ports are once pasta has bound them, before the script
-/// runs (`sandbox_core::RunIo::published`).
+/// runs (`sandbox_core::RunIo::published`). `placeholders` (a run's protected paths) are put
+/// on a leash to the sandbox once it exists, so a SIGKILL of this process cannot leave them.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn execute(
     launch: Launch<'_>,
     plan: &Plan,
@@ -93,6 +95,7 @@ pub(crate) fn execute(
     timeout: Option<Duration>,
     signals: Signals,
     published: Option<&mut sandbox_core::PublishedHook<'_>>,
+    placeholders: Option<&mut reaper::protect::Placeholders>,
 ) -> Result<Finished> {
     let start = Instant::now();
     let mut stdio = SandboxStdio::default();
@@ -138,6 +141,9 @@ pub(crate) fn execute(
         relay: launch.relay,
         stdio,
     })?;
+    if let Some(placeholders) = placeholders {
+        placeholders.leash(sandbox.pidfd());
+    }
     if let Some(published) = published.filter(|_| !plan.publish.is_empty()) {
         published(&plan.publish);
     }

@@ -189,7 +189,14 @@ fn end(records: &Records, record: &Record, cache_dir: &Path) {
     if let Some(holder) = &record.holder {
         let _ = reaper::acl::release_holder(&reaper::acl::state_dir(cache_dir), holder);
     }
+    let placeholders = reaper::protect::state_dir(cache_dir);
+    let _ = reaper::protect::release_holder(&placeholders, &holder_of(records.engine, &record.id));
     records.remove(&record.id);
+}
+
+/// The name a session's holds go by (its ACL grant, its placeholders).
+fn holder_of(engine: &str, id: &str) -> String {
+    format!("{engine}-{id}")
 }
 
 impl SessionEngine for BwrapEngine {
@@ -231,12 +238,14 @@ impl SessionEngine for BwrapEngine {
         let (uv, base) = self.session_tools(&spec, status)?;
         let python = base.python.clone();
         let ttl_secs = config.ttl.as_secs().max(1);
+        let (placeholders, protected) = self.protect(&workspace, &mounts)?;
         let layout = SessionLayout {
             python: python.clone(),
             ro_dirs: base.prefixes.clone(),
             uv,
             workspace: workspace.clone(),
             mounts: mounts.clone(),
+            protected,
             net: config.net == Net::On,
             user_env: user_env.clone(),
             tmpfs_size: config.tmpfs_size,
@@ -248,7 +257,7 @@ impl SessionEngine for BwrapEngine {
         // session's processes), or the session's own delegated cgroup, kept until it ends.
         plan.limits = crate::engine::limits_for(&spec)?;
         let id = random_hex(6)?;
-        let holder = format!("{}-{id}", records.engine);
+        let holder = holder_of(records.engine, &id);
         let (plan_idmapped, grant) = self.lend_writable(&workspace, &mounts)?;
         plan.idmapped = plan_idmapped;
         let release = |grant: Option<reaper::acl::Grant>| {
@@ -284,6 +293,8 @@ impl SessionEngine for BwrapEngine {
             });
         };
         let Detached { network, cgroup } = sandbox.detach();
+        // Kept until the session ends (`end`, or the sweep once it is gone).
+        placeholders.hold(&holder)?;
         let holder = match grant {
             Some(grant) => {
                 grant.hold(&holder)?;
@@ -385,6 +396,15 @@ pub fn reap_sessions(
             reaped.push(id);
         }
     }
+    // Placeholders of sessions whose record is gone (a reboot, a record removed by hand):
+    // this launcher's holders are judged by their records, anyone else's are left alone.
+    let prefix = holder_of(launcher, "");
+    let alive = |holder: &str| {
+        holder
+            .strip_prefix(&prefix)
+            .is_none_or(|id| records.read(id).is_some_and(|r| r.pin().alive()))
+    };
+    let _ = reaper::protect::reap(&reaper::protect::state_dir(&config.cache_dir), dry_run, &alive);
     Ok(reaped)
 }
 

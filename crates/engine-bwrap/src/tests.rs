@@ -53,6 +53,7 @@ fn run_layout() -> RunLayout {
         script: "/home/alice/project/main.py".into(),
         args: vec![],
         mounts: vec![],
+        protected: vec![],
         net: false,
         user_env: vec![],
         interactive: false,
@@ -147,6 +148,36 @@ fn run_with_mounts_nested_and_outside_script() {
     let pos = |p: &str| dests.iter().position(|d| *d == Path::new(p)).expect(p);
     assert!(pos("/data") < pos("/data/out"), "parents before children");
     assert!(pos("/home/alice/project") < pos("/home/alice/project/vendor"));
+    insta::assert_snapshot!(render(&plan, &host()));
+}
+
+/// Protected paths are read-only binds over themselves, after (inside) the writable tree they
+/// lie in, pinned like every caller path; an approved read-write mount inside one wins for
+/// its own destination.
+#[test]
+fn run_mounts_protected_paths_read_only_over_themselves() {
+    let mut layout = run_layout();
+    layout.mounts = vec![
+        Bind::same(Path::new("/home/alice/project/.git/hooks"), Access::ReadWrite),
+        Bind::same(Path::new("/data/out"), Access::ReadWrite),
+    ];
+    layout.protected =
+        ["/home/alice/project/.git", "/home/alice/project/.claude", "/data/out/.envrc"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+    let plan = run_plan(&host(), &layout, None);
+    let binds: Vec<(&Path, Access)> =
+        plan.binds.iter().map(|b| (b.dest.as_path(), b.access)).collect();
+    let pos = |p: &str| binds.iter().position(|(d, _)| *d == Path::new(p)).expect(p);
+    assert!(pos("/home/alice/project") < pos("/home/alice/project/.git"));
+    assert!(pos("/home/alice/project/.git") < pos("/home/alice/project/.git/hooks"));
+    assert!(pos("/data/out") < pos("/data/out/.envrc"));
+    assert_eq!(binds[pos("/home/alice/project/.claude")].1, Access::ReadOnly);
+    assert_eq!(binds[pos("/home/alice/project/.git/hooks")].1, Access::ReadWrite);
+    for p in &layout.protected {
+        assert!(plan.pinned.contains(p), "{} is not pinned", p.display());
+    }
     insta::assert_snapshot!(render(&plan, &host()));
 }
 
@@ -381,6 +412,7 @@ fn session_is_the_run_wall_with_the_agent_and_no_die_with_parent() {
         uv: PathBuf::from("/opt/uv/bin/uv"),
         workspace: PathBuf::from("/work/proj"),
         mounts: Vec::new(),
+        protected: vec![PathBuf::from("/work/proj/.git")],
         net: true,
         user_env: vec![("GREETING".to_owned(), "hi".to_owned())],
         tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,

@@ -27,6 +27,7 @@ mod limits;
 mod mkdir;
 mod os;
 mod probe;
+pub mod protect;
 mod suggest;
 mod which;
 

@@ -320,7 +320,7 @@ where
     let mut out = SyncedOut::default();
     if !changes.refused.is_empty() {
         out.warnings.push(format!(
-            "kept in the sandbox, never applied to the host's `.git`: {}",
+            "kept in the sandbox, never applied to the host's protected paths: {}",
             changes.refused.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
         ));
     }

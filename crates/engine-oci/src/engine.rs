@@ -360,6 +360,10 @@ impl OciEngine {
                 sessions.iter().any(|s| s.id == id)
             })
         };
+        let placeholders = reaper::protect::state_dir(&self.config.cache_dir);
+        // Their leftovers are listed by `reap` with the rest of the sweep's; a failure here
+        // leaves them to the next sweep.
+        let _ = reaper::protect::reap(&placeholders, dry_run, &alive);
         Ok(reaper::acl::reap(&state, dry_run, &alive)?)
     }
 
@@ -578,6 +582,7 @@ impl OciEngine {
             Some(_) => None,
             None => workspace::lend(self.host.uid, &writable, &self.config.cache_dir)?,
         };
+        let (placeholders, protected) = workspace::protect(&workspace, &mounts, &self.config)?;
         let now = now_secs();
         let expires = spec.timeout.map(|t| now + t.as_secs() + EXPIRY_GRACE_SECS);
         let mut labels = reaper::labels_for_run(&id, &self.owner, now, expires)?;
@@ -590,6 +595,7 @@ impl OciEngine {
             script,
             args: spec.args.clone(),
             mounts,
+            protected,
             net: spec.net == Net::On,
             publish: spec.publish.clone(),
             user_env: spec
@@ -664,6 +670,10 @@ impl OciEngine {
             None => workspace::reclaim(self.host.uid, &writable),
         }
         if let Some(Err(e)) = grant.map(reaper::acl::Grant::release) {
+            warnings.push(e.to_string());
+        }
+        // The container is gone (podman's own cleanup holds no mount of ours).
+        if let Err(e) = placeholders.release() {
             warnings.push(e.to_string());
         }
         let finished = finished?;

@@ -154,6 +154,9 @@ pub enum Error {
     /// A label could not be built or read.
     #[error(transparent)]
     Labels(#[from] reaper::Error),
+    /// A writable tree's protected paths could not be made read-only.
+    #[error(transparent)]
+    Protect(#[from] engine_detect::protect::ProtectError),
     /// No session with this id exists.
     #[error("no session `{id}`\nhint: `python-sandbox session list` shows the running sessions")]
     NoSession {

@@ -241,6 +241,9 @@ pub(crate) struct RunLayout {
     pub(crate) script: PathBuf,
     pub(crate) args: Vec<String>,
     pub(crate) mounts: Vec<Bind>,
+    /// Protected paths of the writable trees (`engine_detect::protect`): read-only over
+    /// themselves, checked and pinned like every bind.
+    pub(crate) protected: Vec<PathBuf>,
     pub(crate) net: bool,
     pub(crate) publish: Vec<Publish>,
     pub(crate) user_env: Vec<(String, String)>,
@@ -270,6 +273,8 @@ pub(crate) struct SessionLayout {
     pub(crate) labels: BTreeMap<String, String>,
     pub(crate) workspace: PathBuf,
     pub(crate) mounts: Vec<Bind>,
+    /// See [`RunLayout::protected`].
+    pub(crate) protected: Vec<PathBuf>,
     pub(crate) net: bool,
     pub(crate) publish: Vec<Publish>,
     pub(crate) user_env: Vec<(String, String)>,
@@ -359,6 +364,7 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout) -> ContainerPlan {
     let (uid, gid) = host.sandbox_ids();
     let mut host_binds = vec![(layout.workspace.clone(), true)];
     host_binds.extend(layout.mounts.iter().map(|m| (m.path.clone(), m.writable)));
+    host_binds.extend(layout.protected.iter().map(|p| (p.clone(), false)));
     if !layout.script.starts_with(&layout.workspace) {
         host_binds.push((layout.script.clone(), false));
     }
@@ -464,6 +470,7 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Containe
     let (uid, gid) = host.sandbox_ids();
     let mut host_binds = vec![(layout.workspace.clone(), true)];
     host_binds.extend(layout.mounts.iter().map(|m| (m.path.clone(), m.writable)));
+    host_binds.extend(layout.protected.iter().map(|p| (p.clone(), false)));
     let mut mounts: Vec<PlanMount> = ca_mount(host).into_iter().collect();
     mounts.extend(ordered(host_binds));
     let mut env = base_env(host);

@@ -45,6 +45,10 @@ fn run_layout() -> RunLayout {
             Bind { path: PathBuf::from("/data/in"), writable: false },
             Bind { path: PathBuf::from("/home/me/project/out"), writable: true },
         ],
+        protected: vec![
+            PathBuf::from("/home/me/project/.git"),
+            PathBuf::from("/home/me/project/out/.envrc"),
+        ],
         net: true,
         // The same port, on every address, any free one, and another host port.
         publish: publishes(&["8000", "0.0.0.0:9000", "0:9100", "[::1]:8080:9200"]),
@@ -161,6 +165,7 @@ fn session_body() {
         labels: labels(),
         workspace: PathBuf::from("/home/me/project"),
         mounts: Vec::new(),
+        protected: vec![PathBuf::from("/home/me/project/.claude")],
         net: true,
         // A session's `PORT` is the same host port, as a run's (it used to be any).
         publish: publishes(&["8000", "0:8001"]),
@@ -853,6 +858,7 @@ fn rootless_keeps_the_caller_and_drops_limits_it_cannot_enforce() {
             labels: labels(),
             workspace: PathBuf::from("/w"),
             mounts: Vec::new(),
+            protected: Vec::new(),
             net: false,
             publish: Vec::new(),
             user_env: Vec::new(),
@@ -927,6 +933,7 @@ fn paths_with_colons_stay_whole() {
     layout.workspace = PathBuf::from("/tmp/edge:ws");
     layout.script = PathBuf::from("/tmp/edge:ws/main.py");
     layout.mounts = vec![Bind { path: PathBuf::from("/tmp/edge-out:zz"), writable: false }];
+    layout.protected = Vec::new();
     for flavor in [Flavor::Docker, Flavor::Podman] {
         let body = json_for(&plan::run_plan(&host(1234), &layout), flavor);
         let mounts: Vec<String> = body["HostConfig"]["Mounts"]

@@ -35,7 +35,24 @@ pub(crate) fn reclaim(caller_uid: u32, dirs: &[PathBuf]) {
     }
 }
 
-/// The name of a session's hold on its grant.
+/// Makes the protected paths of the workspace and the read-write directory mounts read-only
+/// (`engine_detect::protect`): the placeholders to release (or hold) once the container is
+/// gone, and every path to bind read-only over itself. The cache root is the one every engine
+/// shares, so runs of different engines in one workspace share the protocol.
+pub(crate) fn protect(
+    workspace: &Path,
+    mounts: &[crate::host::Bind],
+    config: &crate::OciConfig,
+) -> Result<(reaper::protect::Placeholders, Vec<PathBuf>)> {
+    use engine_detect::protect::{protect, writable_trees};
+    let mounts: Vec<(PathBuf, bool)> =
+        mounts.iter().map(|m| (m.path.clone(), m.writable)).collect();
+    let home = config.home.as_deref().unwrap_or(Path::new("/nonexistent"));
+    let trees = writable_trees(workspace, &mounts, home);
+    Ok(protect(&trees, &reaper::protect::state_dir(&config.cache_dir))?)
+}
+
+/// The name of a session's hold on its grant (and its placeholders).
 pub(crate) fn holder(engine: &str, session_id: &str) -> String {
     format!("{engine}-{session_id}")
 }

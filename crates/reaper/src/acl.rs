@@ -433,7 +433,7 @@ impl Drop for Grant {
     }
 }
 
-fn check_holder(holder: &str) -> Result<(), Error> {
+pub(crate) fn check_holder(holder: &str) -> Result<(), Error> {
     let ok = !holder.is_empty()
         && holder.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
     if ok { Ok(()) } else { Err(Error::InvalidLabelValue { value: holder.to_owned() }) }

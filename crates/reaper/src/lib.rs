@@ -44,6 +44,7 @@ mod owner;
 mod policy;
 pub mod ports;
 mod proc;
+pub mod protect;
 
 pub use envs::{EnvAction, EnvUse, human, stale_envs, unix_from_rfc3339};
 pub use error::Error;

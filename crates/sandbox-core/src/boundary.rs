@@ -4,7 +4,8 @@
 //! read-write) exposes the home directory, a location that holds credentials, or a host
 //! socket, whether by mounting that location, something inside it, or a parent "over" it
 //! (a read-only `/` still exposes `~/.ssh`); or when it mounts anything read-write outside the
-//! workspace. The CLI refuses such runs without `--approve` and lists each [`Crossing`].
+//! workspace, or read-write a protected path ([`crate::protect`]). The CLI refuses such runs
+//! without `--approve` and lists each [`Crossing`].
 //!
 //! Purely lexical: `/data/link-to-home` is not followed. Engines canonicalize mount paths
 //! before they mount, so the CLI should classify the canonicalized spec as well.
@@ -81,6 +82,9 @@ pub enum CrossingKind {
     HostSocket,
     /// The mount is writable and outside the workspace.
     WritableOutsideWorkspace,
+    /// The mount is writable and is, or lies inside, a protected path (`.git`, `.claude`,
+    /// ...: [`crate::protect::PROTECTED`]) that every sandbox otherwise sees read-only.
+    Protected,
 }
 
 impl CrossingKind {
@@ -91,6 +95,7 @@ impl CrossingKind {
             CrossingKind::Secret => "secret",
             CrossingKind::HostSocket => "host-socket",
             CrossingKind::WritableOutsideWorkspace => "writable-outside-workspace",
+            CrossingKind::Protected => "protected-path",
         }
     }
 }
@@ -135,6 +140,19 @@ pub fn classify(spec: &RunSpec, home: Option<&Path>) -> Vec<Crossing> {
         if let Some((kind, reason)) = exposure(&path, home) {
             crossings.push(Crossing { mount: mount.clone(), kind, reason });
         }
+        if mount.mode == MountMode::ReadWrite
+            && let Some(protected) = protected_mount(&path, &workspace)
+        {
+            crossings.push(Crossing {
+                mount: mount.clone(),
+                kind: CrossingKind::Protected,
+                reason: format!(
+                    "it is writable and `{}` is protected: {}, so a script could run code on \
+                     the host after the run",
+                    protected.name, protected.why
+                ),
+            });
+        }
         if mount.mode == MountMode::ReadWrite && !is_within(&path, &workspace) {
             crossings.push(Crossing {
                 mount,
@@ -148,6 +166,14 @@ pub fn classify(spec: &RunSpec, home: Option<&Path>) -> Vec<Crossing> {
         }
     }
     crossings
+}
+
+/// The protected name a writable mount of `path` is or lies inside: judged on the part below
+/// the workspace for a path inside it (a workspace may itself sit below a `.claude`
+/// directory), else on the whole path.
+fn protected_mount(path: &Path, workspace: &Path) -> Option<&'static crate::protect::Protected> {
+    let below = path.strip_prefix(workspace).unwrap_or(path);
+    crate::protect::protected_component(below)
 }
 
 /// The most serious thing mounting `path` exposes, with a reason.

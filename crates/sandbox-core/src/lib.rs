@@ -23,6 +23,7 @@ mod parse;
 mod paths;
 mod policy;
 pub mod pool;
+pub mod protect;
 mod publish;
 mod route;
 mod sandbox;

@@ -376,8 +376,9 @@ pub struct Changes {
     /// Paths to delete on the host, children before parents (a path whose kind changed is
     /// deleted, then fetched).
     pub delete: Vec<String>,
-    /// Paths under a `.git` directory the script wrote: never applied to the host, whose git
-    /// would run what lands in `.git/hooks`.
+    /// Protected paths (`.git`, `.claude`, `.envrc`, ...: [`crate::protect`]) and what lies
+    /// below them that the script wrote or deleted: never applied to the host, whose tools
+    /// would run what lands there (git's hooks, Claude Code's settings).
     pub refused: Vec<String>,
     /// Links the script made or changed that point out of the workspace: kept in the
     /// sandbox, and the host's path left as it was (on the host such a link would reach its
@@ -392,10 +393,6 @@ impl Changes {
     }
 }
 
-fn under_git(path: &str) -> bool {
-    path.split('/').any(|part| part == ".git")
-}
-
 fn same_kind(a: &Stat, b: &Stat) -> bool {
     std::mem::discriminant(a) == std::mem::discriminant(b)
 }
@@ -408,7 +405,7 @@ pub fn changes(before: &Manifest, after: &Manifest) -> Changes {
         if was == Some(now) {
             continue;
         }
-        if under_git(path) {
+        if crate::protect::is_protected_rel(path) {
             out.refused.push(path.clone());
             continue;
         }
@@ -427,8 +424,12 @@ pub fn changes(before: &Manifest, after: &Manifest) -> Changes {
         // Below a path that became a link out of the workspace the host keeps its own
         // files: the link is not applied, so neither is what it replaced.
         let kept = out.outside_links.iter().any(|l| path.starts_with(&format!("{l}/")));
-        if !after.contains_key(path) && !under_git(path) && !kept {
-            out.delete.push(path.clone());
+        if !after.contains_key(path) && !kept {
+            if crate::protect::is_protected_rel(path) {
+                out.refused.push(path.clone());
+            } else {
+                out.delete.push(path.clone());
+            }
         }
     }
     out.delete.sort_by(|a, b| b.cmp(a));

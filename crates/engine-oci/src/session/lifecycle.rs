@@ -97,7 +97,7 @@ impl SessionEngine for OciEngine {
             docker: Some(self.docker().clone()),
             engine,
             record,
-            grants: Some(reaper::acl::state_dir(&self.config().cache_dir)),
+            holds: Some(self.config().cache_dir.clone()),
             secrets: secret_values(&env),
             scripts,
             id,
@@ -228,6 +228,8 @@ impl OciEngine {
             Some(_) => None,
             None => crate::workspace::lend(host.uid, &writable, &self.config().cache_dir)?,
         };
+        let (placeholders, protected) =
+            crate::workspace::protect(&workspace, &mounts, self.config())?;
         let ttl_secs = config.ttl.as_secs().max(1);
         let owner = reaper::Owner::current(None)?;
         let mut labels = reaper::labels_for_session(&id, &owner, now_secs(), ttl_secs)?;
@@ -248,6 +250,7 @@ impl OciEngine {
             labels,
             workspace,
             mounts,
+            protected,
             net: config.net == Net::On,
             publish: config.publish.clone(),
             user_env,
@@ -296,6 +299,7 @@ impl OciEngine {
                     if let Some(stages) = stages {
                         stages.keep();
                     }
+                    placeholders.hold(&crate::workspace::holder(engine, &id))?;
                     match grant {
                         Some(grant) => {
                             grant.hold(&crate::workspace::holder(engine, &id)).map_err(Error::from)

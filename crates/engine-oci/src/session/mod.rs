@@ -69,8 +69,9 @@ pub struct Session {
     agent: Option<AgentAddr>,
     policy: Option<SessionPolicy>,
     record: Option<PathBuf>,
-    /// The ACL grants' state dir, whose hold `stop` ends (a session opened from the API).
-    grants: Option<PathBuf>,
+    /// The cache root whose holds (the ACL grant, the placeholders) `stop` ends (a session
+    /// opened from the API).
+    holds: Option<PathBuf>,
     /// Values of the session's own secret-looking environment.
     secrets: Vec<String>,
     /// Scripts run in the session so far, as its record says.
@@ -108,7 +109,7 @@ impl Session {
             agent: Some(agent),
             policy: Some(record.policy),
             record: Some(path),
-            grants: None,
+            holds: None,
             secrets: record.secrets,
             scripts: record.scripts,
             stopped: AtomicBool::new(false),
@@ -173,7 +174,7 @@ impl Session {
             agent: None,
             policy: Some(SessionPolicy::default()),
             record: None,
-            grants: None,
+            holds: None,
             secrets: Vec::new(),
             scripts: 0,
             stopped: AtomicBool::new(false),
@@ -314,11 +315,10 @@ impl Sandbox for Session {
             let _ = std::fs::remove_file(record);
         }
         let removed = crate::sweep::remove(docker, &self.container).await;
-        if let Some(grants) = &self.grants {
-            let _ = reaper::acl::release_holder(
-                grants,
-                &crate::workspace::holder(self.engine, &self.id),
-            );
+        if let Some(cache) = &self.holds {
+            let holder = crate::workspace::holder(self.engine, &self.id);
+            let _ = reaper::acl::release_holder(&reaper::acl::state_dir(cache), &holder);
+            let _ = reaper::protect::release_holder(&reaper::protect::state_dir(cache), &holder);
         }
         removed.map_err(|message| Error::Api {
             engine: self.engine,

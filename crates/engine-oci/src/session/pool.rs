@@ -269,10 +269,10 @@ pub(super) fn remove(engine: &OciEngine, id: &str) -> Result<()> {
 fn discard(engine: &OciEngine, id: &str) {
     let name = super::container_name(id);
     let _ = engine.block_on(crate::sweep::remove(engine.docker(), &name));
-    let _ = reaper::acl::release_holder(
-        &reaper::acl::state_dir(&engine.config().cache_dir),
-        &crate::workspace::holder(engine.config().flavor.as_str(), id),
-    );
+    let cache = &engine.config().cache_dir;
+    let holder = crate::workspace::holder(engine.config().flavor.as_str(), id);
+    let _ = reaper::acl::release_holder(&reaper::acl::state_dir(cache), &holder);
+    let _ = reaper::protect::release_holder(&reaper::protect::state_dir(cache), &holder);
     if rustix::process::geteuid().is_root() {
         crate::idmap::release(&engine.config().cache_dir, &name);
     }

@@ -121,6 +121,8 @@ fn what_comes_back() {
         ("olddir/x", f(0o644, 1, "1.1")),
         ("became-dir", f(0o644, 1, "1.1")),
         ("ln", Stat::Symlink { target: "same.txt".to_owned() }),
+        (".vscode", Stat::Dir { mode: 0o755 }),
+        (".vscode/settings.json", f(0o644, 2, "1.1")),
     ]);
     let after = manifest([
         ("same.txt", f(0o644, 3, "1.1")),
@@ -132,6 +134,9 @@ fn what_comes_back() {
         ("became-dir/y", f(0o644, 1, "3.3")),
         ("ln", Stat::Symlink { target: "edited.txt".to_owned() }),
         (".git/hooks/post-checkout", f(0o755, 9, "3.3")),
+        (".vscode", Stat::Dir { mode: 0o755 }),
+        ("sub/.claude/settings.json", f(0o644, 9, "3.3")),
+        (".envrc", f(0o644, 9, "3.3")),
     ]);
     insta::assert_debug_snapshot!(changes(&before, &after), @r#"
     Changes {
@@ -151,7 +156,10 @@ fn what_comes_back() {
             "became-dir",
         ],
         refused: [
+            ".envrc",
             ".git/hooks/post-checkout",
+            "sub/.claude/settings.json",
+            ".vscode/settings.json",
         ],
         outside_links: [],
     }

@@ -77,6 +77,13 @@ const CASES: &[(&str, &str, &str, Option<&str>)] = &[
     ("workspace is /", "/", "/data:rw", Some("/home/me")),
     ("workspace inside ~/.aws", "/home/me/.aws/tmp", "", Some("/home/me")),
     ("workspace /tmp/x, home unknown, rw elsewhere", "/tmp/x", "/tmp/y:rw", None),
+    ("the workspace's .git read-write", "/w", "/w/.git:rw", Some("/home/me")),
+    ("hooks inside .git read-write", "/w", "/w/.git/hooks:rw", Some("/home/me")),
+    ("the workspace's .git read-only is fine", "/w", "/w/.git:ro", Some("/home/me")),
+    ("a nested .claude read-write", "/w", "/w/sub/.claude:rw", Some("/home/me")),
+    ("another repo's .git read-write", "/w", "/srv/repo/.git:rw", Some("/home/me")),
+    ("a workspace below .claude mounts its own dir", "/r/.claude/w", "/r/.claude/w/out:rw", None),
+    ("~/.bashrc read-write", "/w", "/home/me/.bashrc:rw", Some("/home/me")),
 ];
 
 fn spec(workspace: &str, mounts: &str) -> RunSpec {
