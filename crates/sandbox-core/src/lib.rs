@@ -73,8 +73,8 @@ pub use seccomp::{
     disassemble,
 };
 pub use session::{
-    Driven, DynSession, DynSessionEngine, Executor, SessionEngine, SessionInfo, SessionPolicy,
-    WarmSession,
+    Driven, DynSession, DynSessionEngine, Executor, ScriptAsks, SessionEngine, SessionInfo,
+    SessionPolicy, WarmSession,
 };
 pub use shell::{AgentShell, ScriptOptions, ScriptPlace};
 pub use spec::{DEFAULT_TMPFS_SIZE, EnvVar, Mount, MountMode, Net, Publish, RunSpec};
