@@ -63,11 +63,19 @@ fn sandbox_key(key: &str) -> Result<SandboxKey> {
     })
 }
 
-/// Parses a script about to run, strictly (`Parsed::strict`: a block or key that would not be
-/// read is an error): every diagnostic is printed, warnings too, and invalid metadata is refused
-/// with the diagnostics attached, so nothing runs on a header we could not fully read.
+/// The one reading of a script's metadata as python-sandbox's policy, for `run`, `session run`,
+/// `meta check`, `meta show` and the MCP server alike: strict (`Parsed::strict`: a block, table
+/// or key that would not be read is an error), so `meta check` reports as errors exactly what
+/// `run` refuses, at the same lines.
+pub(crate) fn read_as_policy(bytes: &[u8]) -> pep723_meta::Parsed {
+    pep723_meta::parse_bytes(bytes).strict()
+}
+
+/// Parses a script about to run ([`read_as_policy`]): every diagnostic is printed, warnings
+/// too, and invalid metadata is refused with the diagnostics attached, so nothing runs on a
+/// header we could not fully read.
 pub(crate) fn parse_for_run(script: &Script) -> Result<pep723_meta::Parsed> {
-    let parsed = pep723_meta::parse_bytes(&script.bytes).strict();
+    let parsed = read_as_policy(&script.bytes);
     let text = String::from_utf8_lossy(&script.bytes);
     let shown = script.display.display();
     anstream::eprint!("{}", render(&script.display, &text, &parsed.diagnostics));
@@ -98,7 +106,7 @@ fn check(files: &[PathBuf], json: bool) -> Result<ExitCode> {
                 continue;
             }
         };
-        let parsed = pep723_meta::parse_bytes(&bytes);
+        let parsed = read_as_policy(&bytes);
         let text = String::from_utf8_lossy(&bytes);
         errors += parsed.diagnostics.iter().filter(|d| d.is_error()).count();
         warnings += parsed.diagnostics.iter().filter(|d| d.severity == Severity::Warning).count();
@@ -132,7 +140,7 @@ fn check(files: &[PathBuf], json: bool) -> Result<ExitCode> {
 
 /// Pure: one file's entry of `meta check --json` (also the MCP server's `check_script`).
 pub(crate) fn check_json(file: &Path, bytes: &[u8]) -> serde_json::Value {
-    let parsed = pep723_meta::parse_bytes(bytes);
+    let parsed = read_as_policy(bytes);
     let text = String::from_utf8_lossy(bytes);
     serde_json::json!({
         "file": file.display().to_string(),
@@ -197,7 +205,7 @@ fn diagnostics_json(text: &str, diagnostics: &[Diagnostic]) -> serde_json::Value
 
 fn show(file: &Path) -> Result<ExitCode> {
     let bytes = read_script(file)?;
-    let parsed = pep723_meta::parse_bytes(&bytes);
+    let parsed = read_as_policy(&bytes);
     let text = String::from_utf8_lossy(&bytes);
     let out = serde_json::json!({
         "status": parsed.status,
@@ -266,7 +274,7 @@ fn apply(file: &Path, edits: &[Edit]) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     crate::rewrite::rewrite(file, text.as_bytes(), outcome.text.as_bytes())?;
-    let parsed = pep723_meta::parse(&outcome.text);
+    let parsed = read_as_policy(outcome.text.as_bytes());
     let problems: Vec<Diagnostic> =
         parsed.diagnostics.into_iter().filter(|d| d.is_error()).collect();
     if !problems.is_empty() {

@@ -339,27 +339,21 @@ impl ScriptInSession<'_> {
         let mut spec = sandbox_core::resolve(&Layer::default(), inline, cli, &ctx)
             .map_err(EngineError::new)?;
         crate::spec::fill_env_from_host(&mut spec);
-        if let Some(policy) = session.policy() {
-            let mounts: Vec<(PathBuf, bool)> = spec
-                .mounts
-                .iter()
-                .map(|m| {
-                    let path = std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone());
-                    (path, m.mode == sandbox_core::MountMode::ReadWrite)
-                })
-                .collect();
-            let net = inline.net.unwrap_or(if policy.net { Net::On } else { Net::Off });
-            if let Some(warning) = policy.net_warning(net) {
-                warn(warning, None);
-            }
-            let ports: Vec<u16> = spec.publish.iter().map(|p| p.port).collect();
-            let misfits = policy.misfits(&workspace, &mounts, net, &ports);
-            if !misfits.is_empty() {
-                return Err(EngineError::new(sandbox_core::Error::SessionMisfit {
-                    id: session.id().to_owned(),
-                    misfits,
-                }));
-            }
+        let asks = script_asks(&spec, inline, cli);
+        // An engine that cannot show what its session was started with cannot show that it
+        // holds what the script asks either: refused, as a misfit, when the script asks.
+        let policy = session.policy();
+        let misfits = match &policy {
+            Some(policy) => policy.misfits(&workspace, &asks),
+            None if asks.asks_nothing() => Vec::new(),
+            None => vec!["the session cannot show what it was started with".to_owned()],
+        };
+        if !misfits.is_empty() {
+            return Err(EngineError::new(sandbox_core::Error::SessionMisfit {
+                id: session.id().to_owned(),
+                misfits,
+                hint: asks.misfit_hint(&workspace),
+            }));
         }
         let options = sandbox_core::ScriptOptions {
             dependencies: spec.dependencies.clone(),
@@ -392,6 +386,37 @@ impl ScriptInSession<'_> {
         let outcome = session.run_script(self.script, &options, &mut sink);
         let _ = sink.finish();
         Ok((outcome?, spec.timeout))
+    }
+}
+
+/// What the script asks of its session, from its own settings (`inline`) and those of the
+/// command (`cli`), which beat them; `spec` is their resolution, for the mounts (made canonical,
+/// as the session's are) and ports.
+fn script_asks(
+    spec: &sandbox_core::RunSpec,
+    inline: &Layer,
+    cli: &Layer,
+) -> sandbox_core::ScriptAsks {
+    let mounts = spec
+        .mounts
+        .iter()
+        .map(|m| {
+            let path = std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone());
+            (path, m.mode == sandbox_core::MountMode::ReadWrite)
+        })
+        .collect();
+    let (set, by) = (&cli.limits, &inline.limits);
+    sandbox_core::ScriptAsks {
+        mounts,
+        net: cli.net.or(inline.net),
+        publish: spec.publish.iter().map(|p| p.port).collect(),
+        tmpfs_size: cli.tmpfs_size.or(inline.tmpfs_size),
+        limits: sandbox_core::Limits {
+            memory: set.memory.or(by.memory),
+            cpus: set.cpus.or(by.cpus),
+            pids: set.pids.or(by.pids),
+        },
+        dependencies: !spec.dependencies.is_empty(),
     }
 }
 

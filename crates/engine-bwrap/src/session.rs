@@ -86,6 +86,12 @@ struct Record {
     /// The session's own cgroup (limits on a delegated cgroup v2), removed when it ends.
     #[serde(default)]
     cgroup: Option<PathBuf>,
+    /// The cap of each tmpfs (`None` in the records of earlier versions).
+    #[serde(default)]
+    tmpfs_size: Option<u64>,
+    /// The resource limits the session was started with (none in earlier records).
+    #[serde(default)]
+    limits: sandbox_core::Limits,
 }
 
 impl Record {
@@ -324,6 +330,8 @@ impl SessionEngine for BwrapEngine {
             holder,
             pasta: network.map(|p| (p.pid, p.start_time)),
             cgroup,
+            tmpfs_size: Some(config.tmpfs_size),
+            limits: config.limits,
         };
         if let Err(e) = records.write(&record) {
             end(&records, &record, &self.config().cache_dir);
@@ -792,6 +800,8 @@ impl sandbox_core::WarmSession for Session {
             net: self.net(),
             mounts: self.mounts().to_vec(),
             publish: self.ports().iter().map(|(port, _)| *port).collect(),
+            tmpfs_size: self.record.tmpfs_size,
+            limits: self.record.limits,
         })
     }
 

@@ -231,8 +231,13 @@ pub fn plan(
             env: spec_env,
         },
     )?;
-    let policy =
-        SessionPolicy { net: session.net == Net::On, mounts: Vec::new(), publish: ports.clone() };
+    let policy = SessionPolicy {
+        net: session.net == Net::On,
+        mounts: Vec::new(),
+        publish: ports.clone(),
+        tmpfs_size: Some(session.tmpfs_size),
+        limits: session.limits,
+    };
     let names: Vec<&str> = secret_env.iter().map(|(k, _)| k.as_str()).collect();
     let mut annotations = BTreeMap::from([
         (POLICY_ANNOTATION.to_owned(), serde_json::to_string(&policy).unwrap_or_default()),

@@ -519,6 +519,7 @@ pub fn edit_error(e: &EditError) -> JsEditError {
         EditError::InvalidSpecifier { .. } => "edit/invalid-specifier",
         EditError::InvalidValue { .. } => "edit/invalid-value",
         EditError::UnknownKey { .. } => "edit/unknown-key",
+        EditError::Invalidates { .. } => "edit/invalidates",
         EditError::Unrepresentable => "edit/unrepresentable",
         _ => "edit/refused",
     };

@@ -24,6 +24,9 @@ pub mod codes {
     pub const LEGACY_PYPROJECT: &str = "pep723/legacy-pyproject";
     /// An opener inside another block: the two blocks merged.
     pub const NESTED_OPENER: &str = "pep723/nested-opener";
+    /// python-sandbox's `[tool.python-sandbox]` table outside every complete `script` block (in
+    /// a block of another type, after the closer, with no block): its settings are not read.
+    pub const UNREAD_SANDBOX_TABLE: &str = "pep723/unread-sandbox-table";
     /// A PEP 263 coding line that declares an encoding other than UTF-8.
     pub const NON_UTF8_CODING: &str = "pep723/non-utf8-coding";
     /// The block's TOML does not parse.
@@ -50,14 +53,24 @@ pub mod codes {
     pub const SANDBOX_INVALID_VALUE: &str = "sandbox/invalid-value";
     /// The same mount, port or environment variable listed twice.
     pub const SANDBOX_DUPLICATE: &str = "sandbox/duplicate";
+    /// Two `[tool.python-sandbox]` values that cannot hold together (`publish` with
+    /// `net = "off"`): `run` would refuse the pair.
+    pub const SANDBOX_CONFLICT: &str = "sandbox/conflict";
     /// A key that is the caller's to set, not the script's (`engine`, a cluster's `namespace`).
     pub const SANDBOX_CALLER_KEY: &str = "sandbox/caller-key";
 
     /// Warnings that mean something the author wrote is not read: a block that is unclosed,
-    /// misspelled, renamed or swallowed by another, and an unknown `[tool.python-sandbox]` key.
-    /// [`crate::Parsed::strict`] makes them errors.
-    pub const UNREAD: &[&str] =
-        &[UNCLOSED_BLOCK, NEAR_MISS, LEGACY_PYPROJECT, NESTED_OPENER, SANDBOX_UNKNOWN_KEY];
+    /// misspelled, renamed or swallowed by another, a `[tool.python-sandbox]` table outside the
+    /// `script` block, and an unknown `[tool.python-sandbox]` key. [`crate::Parsed::strict`]
+    /// makes them errors.
+    pub const UNREAD: &[&str] = &[
+        UNCLOSED_BLOCK,
+        NEAR_MISS,
+        LEGACY_PYPROJECT,
+        NESTED_OPENER,
+        UNREAD_SANDBOX_TABLE,
+        SANDBOX_UNKNOWN_KEY,
+    ];
 }
 
 /// How serious a diagnostic is. Only `Error` makes a parse [`crate::Status::Invalid`].

@@ -229,8 +229,22 @@ pub fn edit(source: &str, edits: &[Edit]) -> Result<EditOutcome, EditError> {
         (Some(b), None) if b.content == toml => {}
         _ => return Err(EditError::Unrepresentable),
     }
+    refuse_new_errors(source, &text)?;
     let edits = diff(source, &text).into_iter().collect();
     Ok(EditOutcome { text, edits, unchanged: noops })
+}
+
+/// Refuses an edit whose result has an error the source has not: each value is checked on its
+/// own before, but two keys can clash (`publish` with `net = "off"`), and `run` would refuse
+/// the file that came out. Errors already there do not block an unrelated edit.
+fn refuse_new_errors(source: &str, text: &str) -> Result<(), EditError> {
+    let before = crate::parse(source);
+    let known: Vec<(&str, &str)> = before.errors().map(|d| (d.code, d.message.as_str())).collect();
+    let after = crate::parse(text);
+    match after.errors().find(|d| !known.contains(&(d.code, d.message.as_str()))) {
+        Some(d) => Err(EditError::Invalidates { message: d.message.clone(), hint: d.hint.clone() }),
+        None => Ok(()),
+    }
 }
 
 fn unchanged(source: &str, noops: Vec<usize>) -> EditOutcome {

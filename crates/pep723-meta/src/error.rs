@@ -64,6 +64,15 @@ pub enum EditError {
         /// The closest known key, if any is close.
         suggestion: Option<String>,
     },
+    /// The edited metadata would have an error the original has not, from keys that clash
+    /// (`publish` with `net = "off"`).
+    #[error("the edit would make the metadata invalid: {message}{}", hint.as_ref().map(|h| format!("\nhint: {h}")).unwrap_or_default())]
+    Invalidates {
+        /// The new error's message.
+        message: String,
+        /// Its hint, if any.
+        hint: Option<String>,
+    },
     /// The edited TOML cannot be written back as a block that reads the same (e.g. a value line
     /// that would read as `# ///`).
     #[error("the edited metadata cannot be written as a `script` block that reads back the same")]

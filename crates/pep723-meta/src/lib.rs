@@ -79,8 +79,9 @@ impl Parsed {
     /// The parse as a tool must see it that enforces the metadata as policy (python-sandbox's
     /// `run`): the [`codes::UNREAD`] warnings become errors, so that a typo can never make a script
     /// run without settings it declares (`nett = "off"` running with the network on, an unclosed
-    /// block running with none of its settings). Editors and `meta check` keep them warnings: the
-    /// spec says such blocks are ignored, not invalid.
+    /// block running with none of its settings); `meta check` reads the same way, so its errors
+    /// are what `run` refuses. Editors keep them warnings: the spec says such blocks are
+    /// ignored, not invalid.
     pub fn strict(mut self) -> Parsed {
         for d in &mut self.diagnostics {
             if codes::UNREAD.contains(&d.code) {

@@ -190,7 +190,62 @@ pub(crate) fn scan(text: &str) -> Scan {
             }
         }
     }
+    unread_tables(text, &lines, &blocks, &mut diagnostics);
     Scan { blocks, diagnostics, lines }
+}
+
+/// Warns about python-sandbox's table on a comment line outside every complete `script` block
+/// (in a block of another type, after the closer, in an unclosed block, with no block at all):
+/// the settings the author wrote there are not read. One pass over the lines with a cursor over
+/// the blocks, which are disjoint and in source order.
+fn unread_tables(text: &str, lines: &[Line], blocks: &[Block], out: &mut Vec<Diagnostic>) {
+    let mut next = 0;
+    for line in lines {
+        while blocks.get(next).is_some_and(|b| b.closer.end <= line.start) {
+            next += 1;
+        }
+        let within = blocks.get(next).filter(|b| b.opener.start < line.start);
+        if within.is_some_and(|b| b.kind == SCRIPT) {
+            continue;
+        }
+        let Some(at) = sandbox_table_at(&text[line.start..line.end]) else { continue };
+        let span = line.start + at..line.end;
+        let d = match within {
+            Some(b) => Diagnostic::warning(
+                codes::UNREAD_SANDBOX_TABLE,
+                span,
+                format!(
+                    "`[tool.python-sandbox]` is in a `{}` block, so it is not read: python-sandbox reads only the `script` block",
+                    b.kind
+                ),
+            )
+            .with_related(b.opener.clone(), format!("the `{}` block starts here", b.kind)),
+            None => Diagnostic::warning(
+                codes::UNREAD_SANDBOX_TABLE,
+                span,
+                "`[tool.python-sandbox]` is outside the `# /// script` block, so it is not read",
+            ),
+        };
+        out.push(d.with_hint(
+            "move the table into the `# /// script` block, before its closing `# ///` line",
+        ));
+    }
+}
+
+/// Where python-sandbox's table starts on a comment line: a `[tool.python-sandbox]` header (or
+/// a sub-table's) or a `tool.python-sandbox...` dotted key, spelled with any quotes and blanks
+/// TOML allows. `None` for prose that merely names it.
+fn sandbox_table_at(line: &str) -> Option<usize> {
+    let body = line.trim_start().strip_prefix('#')?.trim_start();
+    let (key, needs) = match body.strip_prefix('[') {
+        Some(header) => (header.trim_start_matches('['), ']'),
+        None => (body, '='),
+    };
+    let end = key.find(needs)?;
+    let name: String =
+        key[..end].chars().filter(|c| !matches!(c, ' ' | '\t' | '"' | '\'')).collect();
+    let rest = name.strip_prefix("tool.python-sandbox")?;
+    (rest.is_empty() || rest.starts_with('.')).then_some(line.len() - body.len())
 }
 
 fn build_block(text: &str, lines: &[Line], open: usize, close: usize, kind: &str) -> Block {
@@ -351,8 +406,16 @@ fn fold(s: &str) -> String {
         .collect()
 }
 
+/// Whether a block type was meant as `script`: after folding case and fullwidth forms it starts
+/// with `script` (`scripts`, `Script`) or is at most two edits from it (Damerau-Levenshtein:
+/// `scritp`, `sript`, `skript`). A `script` block misspelt that way would be ignored whole, table
+/// and all. Only a word of at most eight characters can be that close, so the distance costs
+/// constant time on any line.
 fn looks_like_script(kind: &str) -> bool {
-    fold(kind).starts_with(SCRIPT)
+    let folded = fold(kind);
+    folded.starts_with(SCRIPT)
+        || (folded.chars().nth(SCRIPT.len() + 2).is_none()
+            && strsim::damerau_levenshtein(&folded, SCRIPT) <= 2)
 }
 
 fn type_message(kind: &str) -> String {
@@ -361,7 +424,7 @@ fn type_message(kind: &str) -> String {
     } else if !kind.is_ascii() {
         format!("block type `{kind}` contains non-ascii characters: write `script`")
     } else {
-        format!("`{kind}` is not the `script` block type")
+        format!("`{kind}` is not the `script` block type: did you mean `script`?")
     }
 }
 

@@ -618,7 +618,27 @@ impl Cx<'_> {
                 }
             }
         }
+        self.publish_needs_net(&cfg);
         Some(cfg)
+    }
+
+    /// `publish` with `net = "off"`: `run` would refuse the pair (nothing could reach the
+    /// ports), so it is an error here, at the first port, in `run`'s own words.
+    fn publish_needs_net(&mut self, cfg: &SandboxConfig) {
+        let (Some(net), Some(first)) = (&cfg.net, cfg.publish.first()) else { return };
+        let net_value = match net.value {
+            Net::On => sandbox_core::Net::On,
+            Net::Off => sandbox_core::Net::Off,
+        };
+        if let Err(e) = sandbox_core::check_publish_net(net_value, [first.value]) {
+            let (message, hint) = split_hint(&e);
+            let d = Diagnostic::error(codes::SANDBOX_CONFLICT, first.span.clone(), message)
+                .with_related(net.span.clone(), "the network is turned off here");
+            self.push(match hint {
+                Some(hint) => d.with_hint(hint),
+                None => d,
+            });
+        }
     }
 
     fn duplicate(&mut self, span: Range<usize>, first: Range<usize>, what: String) {
@@ -680,6 +700,17 @@ impl Cx<'_> {
                     continue;
                 }
             };
+            if !s.starts_with(CLAIM_SCHEME)
+                && let Err(e) = sandbox_core::check_home_form(std::path::Path::new(&spec.path))
+            {
+                let (message, hint) = split_hint(&e);
+                let d = bad(&format!("mount {message}"));
+                self.push(match hint {
+                    Some(hint) => d.with_hint(hint),
+                    None => d,
+                });
+                continue;
+            }
             if let Some(first) = seen.get(&spec.path) {
                 self.duplicate(span.clone(), first.clone(), format!("mount `{}`", spec.path));
                 continue;
@@ -1020,17 +1051,16 @@ impl Cx<'_> {
         match checked {
             Ok(value) => Some(Spanned { value, span }),
             Err(e) => {
-                let text = e.to_string();
-                let (message, hint) = text.split_once("\nhint: ").unwrap_or((&text, ""));
-                let mut d = Diagnostic::error(
+                let (message, hint) = split_hint(&e);
+                let d = Diagnostic::error(
                     codes::SANDBOX_INVALID_VALUE,
                     span,
                     format!("`{name}`: {message}"),
                 );
-                if !hint.is_empty() {
-                    d = d.with_hint(hint.to_owned());
-                }
-                self.push(d);
+                self.push(match hint {
+                    Some(hint) => d.with_hint(hint),
+                    None => d,
+                });
                 None
             }
         }
@@ -1119,6 +1149,16 @@ impl Cx<'_> {
         )
         .with_hint("python 3.14 and older (and tools built on `tomllib`) cannot read this block; use toml 1.0 syntax");
         self.push(d);
+    }
+}
+
+/// A `sandbox_core` error's message and its `hint:` line, apart: a diagnostic in the words the
+/// flags and `run` use.
+fn split_hint(e: &sandbox_core::Error) -> (String, Option<String>) {
+    let text = e.to_string();
+    match text.split_once("\nhint: ") {
+        Some((message, hint)) => (message.to_owned(), Some(hint.to_owned())),
+        None => (text, None),
     }
 }
 

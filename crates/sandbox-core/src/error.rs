@@ -190,7 +190,7 @@ pub enum Error {
     },
     /// A script asks for sandbox settings its session was not started with.
     #[error(
-        "session `{id}` cannot run this script as it asks:\n{}\nhint: start a session that fits (`python-sandbox session start` with the script's `--mount`, `--net` and `--publish`), or run it on its own with `python-sandbox run`",
+        "session `{id}` cannot run this script as it asks, so nothing was run:\n{}\nhint: {hint}",
         misfits.iter().map(|m| format!("  - {m}")).collect::<Vec<_>>().join("\n")
     )]
     SessionMisfit {
@@ -198,6 +198,8 @@ pub enum Error {
         id: String,
         /// One line per setting that does not fit.
         misfits: Vec<String>,
+        /// What to do: the `session start` flags that fit ([`crate::ScriptAsks::misfit_hint`]).
+        hint: String,
     },
     /// The sandbox was stopped; no further operations are possible.
     #[error("sandbox `{id}` is stopped")]

@@ -180,11 +180,7 @@ pub fn resolve(
 
     let publish = publish.into_values();
     crate::publish::check_distinct(&publish)?;
-    if net == Net::Off
-        && let Some(first) = publish.first()
-    {
-        return Err(Error::PublishWithoutNet { port: first.port });
-    }
+    check_publish_net(net, publish.iter().map(|p| p.port))?;
 
     Ok(RunSpec {
         script,
@@ -200,6 +196,15 @@ pub fn resolve(
         limits,
         workspace,
     })
+}
+
+/// Refuses published ports with the network off: nothing could reach them. Pure: [`resolve`]
+/// and the script metadata's validation call this one check, so both say the same.
+pub fn check_publish_net(net: Net, ports: impl IntoIterator<Item = u16>) -> Result<(), Error> {
+    match ports.into_iter().next() {
+        Some(port) if net == Net::Off => Err(Error::PublishWithoutNet { port }),
+        _ => Ok(()),
+    }
 }
 
 /// The smallest [`RunSpec::tmpfs_size`]: below this a tmpfs cannot hold even Python's own

@@ -44,12 +44,13 @@ pub use error::Error;
 pub use fake::{FakeCall, FakeFs, FakeReply, FakeSandbox};
 pub use interactive::{Input, Interactive, InteractiveExec, TtySize};
 pub use io::{Captured, EXIT_CLOSED_PIPE, OutputSink, Stream, same_file_out_err};
-pub use layer::{Layer, LayerMount, MIN_TMPFS_SIZE, ResolveCtx, resolve};
+pub use layer::{Layer, LayerMount, MIN_TMPFS_SIZE, ResolveCtx, check_publish_net, resolve};
 pub use limits::{
     Cpus, Limits, MAX_CPUS, MAX_PIDS, MIN_MEMORY, parse_cpus, parse_memory, parse_pids,
 };
 pub use missing::{MissingMount, missing_mount};
 pub use parse::{MountSpellingError, mount_mode_hint, parse_size, split_mount};
+pub use paths::check_home_form;
 pub use policy::{
     CA_BUNDLE_CANDIDATES, NEVER_MOUNTED, PREPARE_ENV_ALLOWLIST, PathUse, RUN_ENV_ALLOWLIST,
     SANDBOX_CA_BUNDLE, SANDBOX_CONTAINER, SANDBOX_HOME, SANDBOX_HOSTNAME, SYSTEM_DIRS,
@@ -73,8 +74,8 @@ pub use seccomp::{
     disassemble,
 };
 pub use session::{
-    Driven, DynSession, DynSessionEngine, Executor, SessionEngine, SessionInfo, SessionPolicy,
-    WarmSession,
+    Driven, DynSession, DynSessionEngine, Executor, ScriptAsks, SessionEngine, SessionInfo,
+    SessionPolicy, WarmSession,
 };
 pub use shell::{AgentShell, ScriptOptions, ScriptPlace};
 pub use spec::{DEFAULT_TMPFS_SIZE, EnvVar, Mount, MountMode, Net, Publish, RunSpec};

@@ -42,12 +42,26 @@ pub(crate) fn absolutize(path: &Path, base: &Path, home: Option<&Path>) -> Resul
             let home = home.ok_or_else(|| Error::UnknownHome { path: path.to_owned() })?;
             home.join(components.as_path())
         }
-        Some(Component::Normal(first)) if first.as_encoded_bytes().starts_with(b"~") => {
-            return Err(Error::OtherUserHome { path: path.to_owned() });
+        _ => {
+            check_home_form(path)?;
+            base.join(path)
         }
-        _ => base.join(path),
     };
     Ok(normalize(&joined))
+}
+
+/// Refuses a path that starts with `~user` (another user's home would need a user database
+/// lookup, which is IO). `~` alone and `~/…` pass: they need only a home. Pure: the CLI's
+/// resolution and the script metadata's validation call this one check.
+pub fn check_home_form(path: &Path) -> Result<(), Error> {
+    match path.components().next() {
+        Some(Component::Normal(first))
+            if first != "~" && first.as_encoded_bytes().starts_with(b"~") =>
+        {
+            Err(Error::OtherUserHome { path: path.to_owned() })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Whether `path` is `ancestor` or lies below it, comparing whole components.

@@ -13,8 +13,8 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 
 use crate::{
-    Classify, DirEntry, EngineError, ExecRequest, Interactive, InteractiveExec, Net, OutputSink,
-    RunOutcome, Sandbox, ScriptOptions, Service, ServiceSpec, SessionConfig,
+    Classify, DirEntry, EngineError, ExecRequest, Interactive, InteractiveExec, Limits, Net,
+    OutputSink, RunOutcome, Sandbox, ScriptOptions, Service, ServiceSpec, SessionConfig,
 };
 
 /// A session as `session list` shows it, whatever engine holds it.
@@ -40,8 +40,9 @@ pub struct SessionInfo {
     pub warnings: Vec<String>,
 }
 
-/// What a session was started with, for checking the scripts run in it: mounts, network and
-/// ports are fixed when the sandbox starts, on every engine.
+/// What a session was started with, for checking the scripts run in it: mounts, network,
+/// ports, the tmpfs cap and the resource limits are fixed when the sandbox starts, on every
+/// engine.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct SessionPolicy {
     /// Whether the session has a network.
@@ -50,54 +51,216 @@ pub struct SessionPolicy {
     pub mounts: Vec<(PathBuf, bool)>,
     /// Ports published to the host.
     pub publish: Vec<u16>,
+    /// The cap of each of the session's tmpfs, in bytes; `None` for a session of an older
+    /// version, which cannot show it holds any cap.
+    #[serde(default)]
+    pub tmpfs_size: Option<u64>,
+    /// The session's resource limits (none recorded by an older version).
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// What a script asks of the sandbox it runs in, among what a session fixes at its start: what
+/// `session run` checks against the session's [`SessionPolicy`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ScriptAsks {
+    /// Mounts (canonical host paths) and whether each is writable.
+    pub mounts: Vec<(PathBuf, bool)>,
+    /// The network, when the script sets it (`None`: the session's own).
+    pub net: Option<Net>,
+    /// Ports to publish.
+    pub publish: Vec<u16>,
+    /// The tmpfs cap, when the script sets it.
+    pub tmpfs_size: Option<u64>,
+    /// The resource limits the script sets.
+    pub limits: Limits,
+    /// Whether it has dependencies to install (which needs the session's network).
+    pub dependencies: bool,
 }
 
 impl SessionPolicy {
     /// Pure: what of a script's own sandbox settings this session cannot give it, one line each
-    /// (empty: it fits). `mounts` are canonical host paths with their writability; the
-    /// workspace (always mounted read-write) covers everything below it.
-    pub fn misfits(
-        &self,
-        workspace: &Path,
-        mounts: &[(PathBuf, bool)],
-        net: Net,
-        publish: &[u16],
-    ) -> Vec<String> {
+    /// (empty: it fits). Asking for more than the session has (a mount, the network, a port) is
+    /// a misfit, and so is every tightening the session does not hold: `net = "off"` in a
+    /// session with a network, a read-only mount the session has writable, a tmpfs cap or a
+    /// resource limit below the session's (a cap at or above the session's holds). Never
+    /// dropped: the script would run with less protection than it declares.
+    pub fn misfits(&self, workspace: &Path, asks: &ScriptAsks) -> Vec<String> {
         let mut out = Vec::new();
-        for (path, writable) in mounts {
-            let covered = path.starts_with(workspace)
-                || self
-                    .mounts
-                    .iter()
-                    .any(|(have, rw)| path.starts_with(have) && (*rw || !writable));
-            if !covered {
-                out.push(format!(
-                    "mount `{}{}`: the session has no such mount",
-                    path.display(),
+        for (path, writable) in &asks.mounts {
+            let shown = path.display();
+            match (self.writable_at(workspace, path), writable) {
+                (None, _) => out.push(format!(
+                    "mount `{shown}{}`: the session has no such mount",
                     if *writable { "" } else { ":ro" }
-                ));
+                )),
+                (Some(false), true) => {
+                    out.push(format!("mount `{shown}`: the session mounts it read-only"));
+                }
+                (Some(true), false) => {
+                    out.push(format!("mount `{shown}:ro`: the session mounts it read-write"));
+                }
+                (Some(false), false) => {
+                    if let Some((below, _)) =
+                        self.mounts.iter().find(|(m, rw)| *rw && m != path && m.starts_with(path))
+                    {
+                        out.push(format!(
+                            "mount `{shown}:ro`: the session mounts `{}` inside it read-write",
+                            below.display()
+                        ));
+                    }
+                }
+                (Some(true), true) => {}
             }
         }
-        // A script asking for no network in a session that has one is only warned about
-        // (`net_warning`): its dependencies install inside the session, which needs the network.
-        if net == Net::On && !self.net {
-            out.push("`net = \"on\"`: the session has no network".to_owned());
+        match asks.net {
+            Some(Net::On) if !self.net => {
+                out.push("`net = \"on\"`: the session has no network".to_owned());
+            }
+            Some(Net::Off) if self.net => {
+                out.push("`net = \"off\"`: the session has a network".to_owned());
+            }
+            _ => {}
         }
-        for port in publish {
+        for port in &asks.publish {
             if !self.publish.contains(port) {
                 out.push(format!("publish {port}: the session does not publish it"));
             }
         }
+        let limits = &self.limits;
+        let size = |b: u64| format!("\"{}\"", size_text(b));
+        let caps = [
+            asks.tmpfs_size.map(|t| {
+                cap_misfit(("tmpfs-size", "tmpfs cap"), size(t), t, self.tmpfs_size, size)
+            }),
+            asks.limits
+                .memory
+                .map(|m| cap_misfit(("memory", "memory limit"), size(m), m, limits.memory, size)),
+            asks.limits.cpus.map(|c| {
+                cap_misfit(("cpus", "cpu limit"), c.to_string(), c, limits.cpus, |c| c.to_string())
+            }),
+            asks.limits.pids.map(|p| {
+                cap_misfit(("pids-limit", "process limit"), p.to_string(), p, limits.pids, |p| {
+                    p.to_string()
+                })
+            }),
+        ];
+        out.extend(caps.into_iter().flatten().flatten());
         out
     }
 
-    /// Pure: the warning for a script that asks for `net`, when the session cannot honour it
-    /// (a script's `net = "off"` in a session with a network).
-    pub fn net_warning(&self, net: Net) -> Option<String> {
-        (net == Net::Off && self.net).then(|| {
-            "the script asks for `net = \"off\"` but this session has a network; it runs with it (start the session with `--net off` to enforce it)".to_owned()
-        })
+    /// Whether `path` is writable in the session: by the deepest of its mounts that holds it
+    /// (the workspace, always read-write, among them); `None` when none does.
+    fn writable_at(&self, workspace: &Path, path: &Path) -> Option<bool> {
+        let depth = |p: &Path| p.components().count();
+        let mut best = path.starts_with(workspace).then(|| (depth(workspace), true));
+        for (have, rw) in &self.mounts {
+            if path.starts_with(have) && best.is_none_or(|(d, _)| depth(have) >= d) {
+                best = Some((depth(have), *rw));
+            }
+        }
+        best.map(|(_, rw)| rw)
     }
+}
+
+/// A cap the script asks for (`key = shown`) against the session's (`have`): it holds when the
+/// session's is at most the script's; `what` names it in the misfit.
+fn cap_misfit<T: PartialOrd + Copy>(
+    (key, what): (&str, &str),
+    shown: String,
+    asked: T,
+    have: Option<T>,
+    show: impl Fn(T) -> String,
+) -> Option<String> {
+    match have {
+        Some(have) if have <= asked => None,
+        Some(have) => {
+            Some(format!("`{key} = {shown}`: the session's {what} is {}, higher", show(have)))
+        }
+        None => Some(format!("`{key} = {shown}`: the session has no {what}")),
+    }
+}
+
+impl ScriptAsks {
+    /// Whether the script sets nothing a session fixes at its start (dependencies aside).
+    pub fn asks_nothing(&self) -> bool {
+        self.mounts.is_empty()
+            && self.net.is_none()
+            && self.publish.is_empty()
+            && self.tmpfs_size.is_none()
+            && self.limits.is_empty()
+    }
+
+    /// Pure: the `session start` flags of a session that gives the script all it asks, for the
+    /// hint of a misfit (mounts in the workspace that are writable need none).
+    pub fn start_flags(&self, workspace: &Path) -> Vec<String> {
+        let mut flags = Vec::new();
+        if let Some(net) = self.net {
+            flags.push(format!("--net {}", if net == Net::On { "on" } else { "off" }));
+        }
+        for (path, writable) in &self.mounts {
+            match (writable, path.starts_with(workspace)) {
+                (true, true) => {}
+                (true, false) => {
+                    flags.push(format!("--mount {}", shell_word(&format!("{}:rw", path.display()))))
+                }
+                (false, _) => {
+                    flags.push(format!("--mount {}", shell_word(&format!("{}:ro", path.display()))))
+                }
+            }
+        }
+        flags.extend(self.publish.iter().map(|p| format!("--publish {p}")));
+        if let Some(cap) = self.tmpfs_size {
+            flags.push(format!("--tmpfs-size {}", size_text(cap)));
+        }
+        if let Some(m) = self.limits.memory {
+            flags.push(format!("--memory {}", size_text(m)));
+        }
+        if let Some(c) = self.limits.cpus {
+            flags.push(format!("--cpus {c}"));
+        }
+        if let Some(p) = self.limits.pids {
+            flags.push(format!("--pids-limit {p}"));
+        }
+        flags
+    }
+
+    /// Pure: the hint of a misfit: the `session start` that fits, or `run` alone when no
+    /// session can (dependencies to install with the network off).
+    pub fn misfit_hint(&self, workspace: &Path) -> String {
+        let run = "run it on its own with `python-sandbox run`";
+        if self.net == Some(Net::Off) && self.dependencies {
+            return format!(
+                "{run}: a session installs dependencies with its own network, so one started with `--net off` cannot install them"
+            );
+        }
+        let flags = self.start_flags(workspace);
+        let start = if flags.is_empty() {
+            "python-sandbox session start".to_owned()
+        } else {
+            format!("python-sandbox session start {}", flags.join(" "))
+        };
+        format!("start a session that fits, `{start}`, or {run}")
+    }
+}
+
+/// A byte size as the flags spell it (`512m`, `2g`, or bytes).
+fn size_text(bytes: u64) -> String {
+    match bytes {
+        0 => "0".to_owned(),
+        b if b % (1 << 30) == 0 => format!("{}g", b >> 30),
+        b if b % (1 << 20) == 0 => format!("{}m", b >> 20),
+        b if b % (1 << 10) == 0 => format!("{}k", b >> 10),
+        b => b.to_string(),
+    }
+}
+
+/// `text` as one shell word: as it is when it holds no character a shell would read, else in
+/// single quotes.
+fn shell_word(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text.chars().all(|c| c.is_ascii_alphanumeric() || "/._-:=@%+,~".contains(c));
+    if plain { text.to_owned() } else { format!("'{}'", text.replace('\'', r"'\''")) }
 }
 
 /// A running session: the [`crate::Sandbox`] protocol with interactive execs, and what
@@ -489,34 +652,106 @@ mod tests {
             net: false,
             mounts: vec![(PathBuf::from("/data"), false), (PathBuf::from("/out"), true)],
             publish: vec![8000],
+            ..SessionPolicy::default()
         };
-        let fits = |mounts: &[(&str, bool)], net, publish: &[u16]| {
-            let mounts: Vec<(PathBuf, bool)> =
-                mounts.iter().map(|(p, w)| (PathBuf::from(p), *w)).collect();
-            policy.misfits(&ws, &mounts, net, publish)
+        let asks = |mounts: &[(&str, bool)], net, publish: &[u16]| ScriptAsks {
+            mounts: mounts.iter().map(|(p, w)| (PathBuf::from(p), *w)).collect(),
+            net,
+            publish: publish.to_vec(),
+            ..ScriptAsks::default()
         };
+        let fits = |a: &ScriptAsks| policy.misfits(&ws, a);
         assert!(
-            fits(&[("/ws/sub", true), ("/data/in", false), ("/out/x", true)], Net::Off, &[])
+            fits(&asks(&[("/ws/sub", true), ("/data/in", false), ("/out/x", true)], None, &[]))
                 .is_empty()
         );
-        assert!(fits(&[], Net::Off, &[8000]).is_empty());
-        let misfits = fits(&[("/data", true), ("/elsewhere", false)], Net::On, &[9000]);
+        assert!(fits(&asks(&[], Some(Net::Off), &[8000])).is_empty());
+        let misfits =
+            fits(&asks(&[("/data", true), ("/elsewhere", false)], Some(Net::On), &[9000]));
         assert_eq!(
             misfits,
             [
-                "mount `/data`: the session has no such mount",
+                "mount `/data`: the session mounts it read-only",
                 "mount `/elsewhere:ro`: the session has no such mount",
                 "`net = \"on\"`: the session has no network",
                 "publish 9000: the session does not publish it",
             ]
         );
         assert!(
-            fits(&[("/database", false)], Net::Off, &[]).len() == 1,
+            fits(&asks(&[("/database", false)], None, &[])).len() == 1,
             "prefix of a name is not a parent"
         );
-        assert_eq!(policy.net_warning(Net::Off), None);
-        let open = SessionPolicy { net: true, ..policy.clone() };
-        assert!(open.net_warning(Net::Off).is_some());
-        assert_eq!(open.net_warning(Net::On), None);
+    }
+
+    /// Every tightening the session does not hold is a misfit, never a warning: `net = "off"`
+    /// with a network, a read-only mount it has writable, caps below its own or that it lacks.
+    #[test]
+    fn tightenings_a_session_cannot_give_are_misfits() {
+        let ws = PathBuf::from("/ws");
+        let policy = SessionPolicy {
+            net: true,
+            mounts: vec![
+                (PathBuf::from("/data"), true),
+                (PathBuf::from("/ro"), false),
+                (PathBuf::from("/ro/out"), true),
+                (PathBuf::from("/ws/locked"), false),
+            ],
+            publish: vec![],
+            tmpfs_size: Some(1 << 30),
+            limits: Limits { memory: Some(1 << 30), cpus: None, pids: Some(256) },
+        };
+        let asks = ScriptAsks {
+            mounts: vec![
+                (PathBuf::from("/data/in"), false),
+                (PathBuf::from("/ws/sub"), false),
+                (PathBuf::from("/ro"), false),
+                (PathBuf::from("/ws/locked/x"), false),
+                (PathBuf::from("/ws/locked/y"), true),
+                (PathBuf::from("/my dir"), false),
+            ],
+            net: Some(Net::Off),
+            publish: vec![],
+            tmpfs_size: Some(64 << 20),
+            limits: Limits {
+                memory: Some(512 << 20),
+                cpus: Some(crate::Cpus::from_millis(500).expect("cpus")),
+                pids: Some(256),
+            },
+            dependencies: false,
+        };
+        let misfits = policy.misfits(&ws, &asks).join("\n");
+        insta::assert_snapshot!(misfits, @r#"
+        mount `/data/in:ro`: the session mounts it read-write
+        mount `/ws/sub:ro`: the session mounts it read-write
+        mount `/ro:ro`: the session mounts `/ro/out` inside it read-write
+        mount `/ws/locked/y`: the session mounts it read-only
+        mount `/my dir:ro`: the session has no such mount
+        `net = "off"`: the session has a network
+        `tmpfs-size = "64m"`: the session's tmpfs cap is "1g", higher
+        `memory = "512m"`: the session's memory limit is "1g", higher
+        `cpus = 0.5`: the session has no cpu limit
+        "#);
+        insta::assert_snapshot!(asks.misfit_hint(&ws), @"start a session that fits, `python-sandbox session start --net off --mount /data/in:ro --mount /ws/sub:ro --mount /ro:ro --mount /ws/locked/x:ro --mount '/my dir:ro' --tmpfs-size 64m --memory 512m --cpus 0.5 --pids-limit 256`, or run it on its own with `python-sandbox run`");
+        let fits = SessionPolicy {
+            net: false,
+            mounts: vec![(PathBuf::from("/data/in"), false), (PathBuf::from("/ws/sub"), false)],
+            tmpfs_size: Some(64 << 20),
+            limits: Limits {
+                memory: Some(256 << 20),
+                cpus: Some(crate::Cpus::from_millis(500).expect("cpus")),
+                pids: Some(100),
+            },
+            ..SessionPolicy::default()
+        };
+        let asks = ScriptAsks {
+            mounts: vec![(PathBuf::from("/data/in"), false), (PathBuf::from("/ws/sub"), false)],
+            ..asks
+        };
+        assert_eq!(fits.misfits(&ws, &asks), Vec::<String>::new(), "caps at or below hold");
+        let older = SessionPolicy { net: false, ..SessionPolicy::default() };
+        let only_caps = ScriptAsks { mounts: vec![], net: None, ..asks.clone() };
+        assert_eq!(older.misfits(&ws, &only_caps).len(), 4, "an older session shows no caps");
+        let with_deps = ScriptAsks { dependencies: true, ..asks };
+        assert!(with_deps.misfit_hint(&ws).starts_with("run it on its own"));
     }
 }

@@ -32,11 +32,11 @@ fn check_reports_file_line_col_with_hints_and_exits_1() {
     broken.py:5:14: error[deps/invalid-pep508]: invalid requirement `requests>=`: unexpected end of version specifier, expected version
       hint: requirements follow pep 508, e.g. `requests>=2.31` or `rich[jupyter]`
     broken.py:10:9: error[sandbox/invalid-value]: `net` must be `"on"` or `"off"`, not `"maybe"`
-    broken.py:11:3: warning[sandbox/unknown-key]: unknown key `mount` in `[tool.python-sandbox]`
+    broken.py:11:3: error[sandbox/unknown-key]: unknown key `mount` in `[tool.python-sandbox]`
       hint: did you mean `mounts`?
     broken.py:12:20: warning[sandbox/duplicate]: port 8000 is listed twice
       broken.py:12:14: note: first listed here
-    checked 1 file: 2 errors, 2 warnings
+    checked 1 file: 3 errors, 1 warning
     "#);
 }
 
@@ -57,10 +57,68 @@ fn check_passes_clean_files_and_counts_several() {
 #[test]
 fn check_warnings_alone_do_not_fail() {
     let ctx = Ctx::new();
-    ctx.write("w.py", "# /// script \n# ///\n");
+    ctx.write("w.py", "# /// script\n# tool.x = {a = 1,}\n# ///\n");
     let out = ctx.run(&["meta", "check", "w.py"]);
     assert_eq!(out.status.code(), Some(0), "{}", transcript(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("warning[pep723/near-miss]"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("warning[toml/toml11-portability]"));
+}
+
+/// `meta check` reads the metadata as `run` does: what would not be read (a misspelt opener,
+/// a table outside the block, an unknown key) or would be refused (`publish` with
+/// `net = "off"`) is an error at its line, so 0 errors means `run` accepts the header.
+#[test]
+fn check_calls_errors_what_run_refuses() {
+    let ctx = Ctx::new();
+    let table = "# [tool.python-sandbox]\n# net = \"off\"\n";
+    ctx.write("scritp.py", &format!("# /// scritp\n{table}# ///\n"));
+    ctx.write("other.py", &format!("# /// config\n{table}# ///\n"));
+    ctx.write("open.py", "# /// script \n# ///\n");
+    ctx.write("publish.py", &format!("# /// script\n{table}# publish = [8000]\n# ///\n"));
+    let out = ctx.run(&["meta", "check", "scritp.py", "other.py", "open.py", "publish.py"]);
+    assert_snapshot!(transcript(&out), @r"
+    exit: 1
+    --- stdout
+    --- stderr
+    scritp.py:1:1: error[pep723/near-miss]: `scritp` is not the `script` block type: did you mean `script`?
+      hint: the opener must be exactly `# /// script` in column 0, so this block is not read
+    scritp.py:2:3: error[pep723/unread-sandbox-table]: `[tool.python-sandbox]` is in a `scritp` block, so it is not read: python-sandbox reads only the `script` block
+      scritp.py:1:1: note: the `scritp` block starts here
+      hint: move the table into the `# /// script` block, before its closing `# ///` line
+    other.py:2:3: error[pep723/unread-sandbox-table]: `[tool.python-sandbox]` is in a `config` block, so it is not read: python-sandbox reads only the `script` block
+      other.py:1:1: note: the `config` block starts here
+      hint: move the table into the `# /// script` block, before its closing `# ///` line
+    open.py:1:1: error[pep723/near-miss]: opener has trailing whitespace
+      hint: the opener must be exactly `# /// script` in column 0, so this block is not read
+    publish.py:4:14: error[sandbox/conflict]: cannot publish port 8000 with the network off
+      publish.py:3:9: note: the network is turned off here
+      hint: turn the network on or drop the published ports
+    checked 4 files: 5 errors, 0 warnings
+    ");
+    let out = ctx.run(&["meta", "check", "--json", "scritp.py"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v[0]["status"], "invalid", "{v}");
+    let fix = &v[0]["diagnostics"][0]["fixes"][0];
+    assert_eq!(fix["title"], "replace with `# /// script`", "{v}");
+    assert_eq!(fix["edits"][0]["newText"], "# /// script", "{v}");
+}
+
+/// `meta set` refuses an edit that would make two keys clash, and leaves the file as it was.
+#[test]
+fn set_refuses_publish_with_the_network_off() {
+    let ctx = Ctx::new();
+    let original = "# /// script\n# [tool.python-sandbox]\n# net = \"off\"\n# ///\n";
+    ctx.write("s.py", original);
+    assert_snapshot!(transcript(&ctx.run(&["meta", "set", "s.py", "publish", "8000"])), @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: cannot edit `s.py`: the edit would make the metadata invalid: cannot publish port 8000 with the network off
+    hint: turn the network on or drop the published ports
+    ");
+    assert_eq!(ctx.read("s.py"), original);
+    ctx.write("p.py", "# /// script\n# [tool.python-sandbox]\n# publish = [8000]\n# ///\n");
+    let out = ctx.run(&["meta", "set", "p.py", "net", "off"]);
+    assert_eq!(out.status.code(), Some(2), "{}", transcript(&out));
 }
 
 #[test]
@@ -126,7 +184,7 @@ fn init_add_set_remove_build_a_valid_header() {
         &["meta", "init", "s.py"][..],
         &["meta", "add", "s.py", "rich", "numpy>=2"],
         &["meta", "set", "s.py", "requires-python", ">=3.11"],
-        &["meta", "set", "s.py", "net", "off"],
+        &["meta", "set", "s.py", "net", "on"],
         &["meta", "set", "s.py", "tool.python-sandbox.publish", "8000"],
         &["meta", "remove", "s.py", "rich"],
     ] {
@@ -142,7 +200,7 @@ fn init_add_set_remove_build_a_valid_header() {
     # ]
     #
     # [tool.python-sandbox]
-    # net = "off"
+    # net = "on"
     # publish = [8000]
     # ///
 
@@ -152,7 +210,7 @@ fn init_add_set_remove_build_a_valid_header() {
     let out = ctx.run(&["meta", "check", "s.py"]);
     assert_eq!(out.status.code(), Some(0), "{}", transcript(&out));
     // Idempotent: the same edit again changes nothing.
-    let out = ctx.run(&["meta", "set", "s.py", "net", "off"]);
+    let out = ctx.run(&["meta", "set", "s.py", "net", "on"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to do"));
 }
 

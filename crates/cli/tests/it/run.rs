@@ -48,9 +48,75 @@ fn an_unclosed_block_stops_the_run_instead_of_running_without_its_settings() {
     open.py:1:1: error[pep723/unclosed-block]: `# /// script` block is never closed by a `# ///` line, so it is ignored
       open.py:4:1: note: the block ends before this line
       hint: add a `# ///` line after the last metadata line
+    open.py:2:3: error[pep723/unread-sandbox-table]: `[tool.python-sandbox]` is outside the `# /// script` block, so it is not read
+      hint: move the table into the `# /// script` block, before its closing `# ///` line
     error: `open.py` has invalid metadata; nothing was run
     hint: check it with `python-sandbox meta check open.py`
     ");
+}
+
+/// A misspelt opener (two edits from `script`) would drop the whole table, `net = "off"` and
+/// all: the run stops at its line with a did-you-mean, and so does a table outside the block.
+#[test]
+fn a_misspelt_opener_or_a_stray_table_stops_the_run_at_its_line() {
+    let ctx = Ctx::new();
+    let table = "# [tool.python-sandbox]\n# net = \"off\"\n";
+    ctx.write("scritp.py", &format!("# /// scritp\n{table}# ///\nprint(1)\n"));
+    assert_snapshot!(transcript(&run(&ctx, &["scritp.py"])), @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    scritp.py:1:1: error[pep723/near-miss]: `scritp` is not the `script` block type: did you mean `script`?
+      hint: the opener must be exactly `# /// script` in column 0, so this block is not read
+    scritp.py:2:3: error[pep723/unread-sandbox-table]: `[tool.python-sandbox]` is in a `scritp` block, so it is not read: python-sandbox reads only the `script` block
+      scritp.py:1:1: note: the `scritp` block starts here
+      hint: move the table into the `# /// script` block, before its closing `# ///` line
+    error: `scritp.py` has invalid metadata; nothing was run
+    hint: check it with `python-sandbox meta check scritp.py`
+    ");
+    ctx.write("sript.py", "#!/usr/bin/env python3\n# /// sript\n# dependencies = []\n# ///\n");
+    assert_snapshot!(transcript(&run(&ctx, &["sript.py"])), @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    sript.py:2:1: error[pep723/near-miss]: `sript` is not the `script` block type: did you mean `script`?
+      hint: the opener must be exactly `# /// script` in column 0, so this block is not read
+    error: `sript.py` has invalid metadata; nothing was run
+    hint: check it with `python-sandbox meta check sript.py`
+    ");
+    ctx.write("after.py", &format!("# /// script\n# dependencies = []\n# ///\n{table}print(1)\n"));
+    assert_snapshot!(transcript(&run(&ctx, &["after.py"])), @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    after.py:4:3: error[pep723/unread-sandbox-table]: `[tool.python-sandbox]` is outside the `# /// script` block, so it is not read
+      hint: move the table into the `# /// script` block, before its closing `# ///` line
+    error: `after.py` has invalid metadata; nothing was run
+    hint: check it with `python-sandbox meta check after.py`
+    ");
+}
+
+/// `publish` with `net = "off"` is refused at its line, before any engine, as `meta check`
+/// flags it.
+#[test]
+fn publish_with_the_network_off_is_refused_at_its_line() {
+    let ctx = Ctx::new();
+    let text =
+        "# /// script\n# [tool.python-sandbox]\n# net = \"off\"\n# publish = [8000]\n# ///\n";
+    ctx.write("p.py", text);
+    assert_snapshot!(transcript(&run(&ctx, &["p.py"])), @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    p.py:4:14: error[sandbox/conflict]: cannot publish port 8000 with the network off
+      p.py:3:9: note: the network is turned off here
+      hint: turn the network on or drop the published ports
+    error: `p.py` has invalid metadata; nothing was run
+    hint: check it with `python-sandbox meta check p.py`
+    ");
+    // The command line's `--net on` settles nothing: the script's own table contradicts itself.
+    let out = run(&ctx, &["--net", "on", "p.py"]);
+    assert_eq!(out.status.code(), Some(2), "{}", transcript(&out));
 }
 
 #[test]

@@ -339,3 +339,74 @@ fn a_native_session_without_pasta_gets_the_builtin_network() {
 fn a_bwrap_session_without_pasta_gets_the_builtin_network() {
     session_with_the_builtin_network("bwrap");
 }
+
+/// A tightening a session does not hold is refused, never run without (exit 2, the
+/// `session start` flags that fit): the script's `net = "off"` in a session with a network, a
+/// memory limit below the session's. A cap the session holds (its own is lower) runs.
+#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
+fn tightenings_a_session_cannot_give(engine: &str) {
+    let ctx = Ctx::new();
+    if let Err(reason) = available(&ctx, engine) {
+        println!("SKIPPED: tightenings in a {engine} session: {reason}");
+        return;
+    }
+    let start = ["session", "start", "--engine", engine, "--net", "on", "--memory", "512m"];
+    let out = ctx.run(&[&start[..], &["--ttl", "5m"]].concat());
+    assert!(out.status.success(), "{engine}: start: {}", text(&out.stderr));
+    let id = text(&out.stdout).lines().last().unwrap_or_default().trim().to_owned();
+    let sandbox = |body: &str| {
+        format!("# /// script\n# [tool.python-sandbox]\n{body}# ///\nopen('ran', 'a').write('x')\n")
+    };
+
+    ctx.write("off.py", &sandbox("# net = \"off\"\n"));
+    let out = ctx.run(&["session", "run", &id, "off.py"]);
+    let refused = format!(
+        "exit: 2\n--- stdout\n--- stderr\nerror: session `{id}` cannot run this script as it asks, so nothing was run:\n"
+    );
+    assert_eq!(
+        transcript(&out),
+        format!(
+            "{refused}  - `net = \"off\"`: the session has a network\nhint: start a session that fits, `python-sandbox session start --net off`, or run it on its own with `python-sandbox run`\n"
+        ),
+        "{engine}"
+    );
+
+    ctx.write("mem.py", &sandbox("# net = \"on\"\n# memory = \"256m\"\n"));
+    let out = ctx.run(&["session", "run", &id, "mem.py"]);
+    assert_eq!(
+        transcript(&out),
+        format!(
+            "{refused}  - `memory = \"256m\"`: the session's memory limit is \"512m\", higher\nhint: start a session that fits, `python-sandbox session start --net on --memory 256m`, or run it on its own with `python-sandbox run`\n"
+        ),
+        "{engine}"
+    );
+    assert!(!ctx.path().join("ran").exists(), "{engine}: a refused script ran");
+
+    ctx.write("fits.py", &sandbox("# memory = \"1g\"\n"));
+    let out = ctx.run(&["session", "run", &id, "fits.py"]);
+    assert_eq!(out.status.code(), Some(0), "{engine}: {}", transcript(&out));
+    assert_eq!(ctx.read("ran"), "x", "{engine}");
+
+    let stopped = ctx.run(&["session", "stop", &id]);
+    assert!(stopped.status.success(), "{engine}: stop: {}", text(&stopped.stderr));
+}
+
+#[test]
+fn a_native_session_refuses_tightenings_it_cannot_give() {
+    tightenings_a_session_cannot_give("native");
+}
+
+#[test]
+fn a_bwrap_session_refuses_tightenings_it_cannot_give() {
+    tightenings_a_session_cannot_give("bwrap");
+}
+
+#[test]
+fn a_docker_session_refuses_tightenings_it_cannot_give() {
+    tightenings_a_session_cannot_give("docker");
+}
+
+#[test]
+fn a_podman_session_refuses_tightenings_it_cannot_give() {
+    tightenings_a_session_cannot_give("podman");
+}

@@ -242,6 +242,10 @@ impl OciEngine {
             net: config.net == Net::On,
             mounts: mounts.iter().map(|m| (m.path.clone(), m.writable)).collect(),
             publish: config.publish.iter().map(|p| p.port).collect(),
+            tmpfs_size: Some(config.tmpfs_size),
+            // What was asked, enforced or refused above; the defaults a rootless engine may
+            // not hold are not claimed.
+            limits: config.limits,
         };
         labels.insert(POLICY_LABEL.to_owned(), serde_json::to_string(&policy).unwrap_or_default());
         let workspace_text = workspace.display().to_string();

@@ -77,6 +77,17 @@ fn strict_refuses_unread_metadata() {
         ("#/// script\n# dependencies = []\n# ///\n", Status::Invalid),
         ("# /// pyproject\n# [run]\n# dependencies = []\n# ///\n", Status::Invalid),
         ("# /// other\n# x\n# ///\n# /// script\n# dependencies = []\n# ///\n", Status::Invalid),
+        // A misspelt opener drops the whole table: within two edits of `script`, it is refused.
+        ("# /// scritp\n# [tool.python-sandbox]\n# net = \"off\"\n# ///\n", Status::Invalid),
+        ("# /// sript\n# dependencies = []\n# ///\n", Status::Invalid),
+        // The table in a block of another type, or after the closer, is not read either.
+        ("# /// config\n# [tool.python-sandbox]\n# net = \"off\"\n# ///\n", Status::Invalid),
+        (
+            "# /// script\n# dependencies = []\n# ///\n# [tool.python-sandbox]\n# net = \"off\"\n",
+            Status::Invalid,
+        ),
+        // Other block types without the table are someone else's.
+        ("# /// config\n# net = \"off\"\n# ///\n", Status::None),
         ("# /// script\n# dependencies = []\n# ///\n", Status::Ok),
         ("# /// script\n# tool.x = {a = 1,}\n# ///\n", Status::Ok),
         ("# /// script\n# dependencies = []\n# foo = 1\n# ///\n", Status::Ok),

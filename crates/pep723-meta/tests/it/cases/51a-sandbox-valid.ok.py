@@ -4,7 +4,7 @@
 # [tool.python-sandbox]
 # dependencies = ["pytest>=8"]
 # mounts = ["/data/inputs:ro", "./out", "C:\\data:rw"]
-# net = "off"
+# net = "on"
 # publish = [8000]
 # env = ["HOME", "MODE=fast"]
 # timeout = 30

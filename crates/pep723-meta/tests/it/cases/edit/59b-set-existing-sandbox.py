@@ -1,5 +1,4 @@
 # /// script
 # [tool.python-sandbox]
-# net = "on"  # needed for the api
-# publish = [8000]
+# net = "off"  # nothing to fetch
 # ///

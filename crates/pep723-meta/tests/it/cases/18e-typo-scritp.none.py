@@ -1,0 +1,7 @@
+# /// scritp
+# dependencies = []
+#
+# [tool.python-sandbox]
+# net = "off"
+# ///
+import urllib.request

@@ -1,0 +1,4 @@
+# /// sript
+# [tool.python-sandbox]
+# net = "off"
+# ///

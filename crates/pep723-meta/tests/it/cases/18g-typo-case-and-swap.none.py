@@ -1,0 +1,3 @@
+# /// Scirpt
+# dependencies = []
+# ///

@@ -1,0 +1,11 @@
+# /// strictly
+# a = 1
+# ///
+
+# /// config
+# b = 2
+# ///
+
+# /// transcript
+# c = 3
+# ///

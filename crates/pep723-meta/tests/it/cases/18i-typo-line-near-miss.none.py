@@ -1,0 +1,4 @@
+#/// scritp
+# [tool.python-sandbox]
+# net = "off"
+# ///

@@ -1,0 +1,9 @@
+# /// config
+# [tool.python-sandbox]
+# net = "off"
+# ///
+
+# /// settings
+# tool.python-sandbox.net = "off"
+# [ tool . "python-sandbox" . extra ]
+# ///

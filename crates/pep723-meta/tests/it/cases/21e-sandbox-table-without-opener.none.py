@@ -1,0 +1,3 @@
+# [tool.python-sandbox]
+# net = "off"
+import urllib.request

@@ -1,0 +1,5 @@
+# /// script
+# [tool.python-sandbox]
+# publish = [8000, 8001]
+# net = "off"
+# ///

@@ -1,0 +1,4 @@
+# /// script
+# [tool.python-sandbox]
+# mounts = ["~bob/data:ro", "~/notes:ro", "~", "./~x"]
+# ///

@@ -1,0 +1,6 @@
+# /// script
+# dependencies = []
+#
+# [tool.python-sandbox]
+# net = "off"
+# ///

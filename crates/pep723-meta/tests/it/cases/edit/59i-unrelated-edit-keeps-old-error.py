@@ -1,0 +1,7 @@
+# /// script
+# dependencies = []
+#
+# [tool.python-sandbox]
+# net = "off"
+# publish = [8000]
+# ///
