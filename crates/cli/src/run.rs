@@ -18,6 +18,9 @@ use crate::relay::Relay;
 use crate::{files, meta, progress, registry, script, spec, ui};
 
 pub(crate) fn run(args: RunArgs) -> Result<ExitCode> {
+    // The script may be given our terminal and change its modes: they are put back on the
+    // way out, whichever it is.
+    let _modes = crate::tty::SavedModes::save();
     let json = args.json;
     let mut engine = None;
     match run_selected(args, &mut engine) {
