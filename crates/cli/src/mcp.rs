@@ -6,8 +6,18 @@
 //! `needs_approval` result until a call carries `approve: true`; output is scrubbed of secrets
 //! and capped per stream.
 //!
+//! What the agent asks for is classified as an agent's ([`Asker::Agent`]): the user chose
+//! nothing, so besides what the command line refuses, every host path outside the workspace
+//! (a script `path`, a read-only mount), every host variable copied by name (`env: ["NAME"]`,
+//! or the script's own `env = ["NAME"]`) and every session of another workspace is a crossing.
+//! Arguments that name a key twice are refused by the transport ([`wire`]), and the tools'
+//! schemas are built from what the code does (the engine names from the registry, the network
+//! default from `Net::default`), so they cannot drift from it.
+//!
 //! stdout is the protocol: nothing here prints to it, scripts get no stdin, and the engines'
 //! blocking work runs on tokio's blocking pool so the protocol loop keeps answering.
+
+mod wire;
 
 use std::path::{Path, PathBuf};
 
@@ -16,8 +26,8 @@ use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerInfo};
 use rmcp::{ErrorData, ServerHandler, ServiceExt as _, tool, tool_handler, tool_router};
 use sandbox_core::{
-    Crossing, DynSession, EngineError, ExecRequest, Layer, Net, OutputSink, RunOutcome,
-    ScrubbingSink, ServiceSpec, Stream,
+    Asker, Crossing, DynSession, EngineError, EnvCrossing, ExecRequest, Layer, Net, OutputSink,
+    RunOutcome, ScrubbingSink, ServiceSpec, Stream,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -29,8 +39,8 @@ use crate::{files, meta, registry, run, script, session, spec, ui};
 /// enough not to flood its context. What is cut is replaced by [`truncation_marker`].
 pub(crate) const OUTPUT_CAP: usize = 64 * 1024;
 
-/// The approval rule, told to clients in the server instructions and the tool descriptions.
-const APPROVAL: &str = "A call whose mounts cross a boundary (a secret or home directory, a host socket, read-write outside the workspace) returns {\"status\": \"needs_approval\", \"crossings\": [...]} and runs nothing; repeat it with `approve: true` only after the user confirmed each crossing.";
+/// The approval rule, told to clients in the server instructions.
+const APPROVAL: &str = "A call that crosses a boundary (a mount or script path outside the workspace, a secret or home directory, a host socket, a host environment variable copied by name, a session of another workspace) returns {\"status\": \"needs_approval\", \"crossings\": [...]} and runs nothing; repeat it with `approve: true` only after the user confirmed each crossing.";
 
 /// Serves MCP on stdin/stdout until the client closes stdin.
 pub(crate) fn serve() -> Result<std::process::ExitCode> {
@@ -40,7 +50,7 @@ pub(crate) fn serve() -> Result<std::process::ExitCode> {
         .build()
         .context("cannot start the MCP server's runtime")?;
     runtime.block_on(async {
-        let server = Server::new().serve(rmcp::transport::stdio()).await?;
+        let server = Server::new().serve(wire::Stdio::new()).await?;
         server.waiting().await?;
         anyhow::Ok(())
     })?;
@@ -57,7 +67,8 @@ struct Server {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RunScriptArgs {
-    /// A script file (relative to the server's working directory, the workspace). Give this or `code`.
+    /// A script file (relative to the server's working directory, the workspace; one outside it
+    /// needs approval). Give this or `code`.
     path: Option<String>,
     /// The script's source, PEP 723 header included if it has one. Give this or `path`.
     code: Option<String>,
@@ -67,21 +78,22 @@ struct RunScriptArgs {
     /// Arguments passed to the script.
     #[serde(default)]
     args: Vec<String>,
-    /// Extra mounts as `PATH`, `PATH:ro` or `PATH:rw` (as `--mount`), or a cluster volume claim
-    /// `pvc:NAME:/path[:ro]` (engine `k8s` only, as in the script's own `mounts`).
+    /// Extra mounts as `PATH`, `PATH:ro` or `PATH:rw` (as `--mount`; one outside the workspace
+    /// needs approval), or a cluster volume claim `pvc:NAME:/path[:ro]` (engine `k8s` only, as in
+    /// the script's own `mounts`).
     #[serde(default)]
     mounts: Vec<String>,
-    /// `on` or `off` (the default is off unless the script asks).
+    #[schemars(description = net_description("the script's own `net`"))]
     net: Option<NetArg>,
     /// Ports to publish, as `--publish` (`8000`, `127.0.0.1:8000`).
     #[serde(default)]
     publish: Vec<String>,
-    /// Environment: `NAME=VALUE`, or `NAME` to copy the server's value.
+    #[schemars(description = ENV_DESCRIPTION)]
     #[serde(default)]
     env: Vec<String>,
     /// Seconds before the whole run is stopped.
     timeout: Option<f64>,
-    /// `auto` (default) or an engine name (`bwrap`, `docker`, `podman`).
+    #[schemars(description = engine_description(Engines::Runs), extend("enum" = engines(Engines::Runs)))]
     engine: Option<String>,
     /// Allow the boundary crossings a previous call named: only after the user confirmed them.
     #[serde(default)]
@@ -108,30 +120,34 @@ impl From<NetArg> for Net {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct CheckArgs {
-    /// A script file. Give this or `code`.
+    /// A script file (one outside the workspace needs approval). Give this or `code`.
     path: Option<String>,
     /// The script's source. Give this or `path`.
     code: Option<String>,
+    /// Allow the boundary crossings a previous call named: only after the user confirmed them.
+    #[serde(default)]
+    approve: bool,
 }
 
 /// `session_start`'s arguments.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SessionStartArgs {
-    /// Extra mounts as `PATH`, `PATH:ro` or `PATH:rw`.
+    /// Extra mounts as `PATH`, `PATH:ro` or `PATH:rw` (one outside the workspace needs
+    /// approval).
     #[serde(default)]
     mounts: Vec<String>,
-    /// `on` or `off`: the session's network (on by default: dependencies install inside it).
+    #[schemars(description = net_description("nothing else"))]
     net: Option<NetArg>,
     /// Ports to publish (for `start_service`).
     #[serde(default)]
     publish: Vec<String>,
-    /// Environment: `NAME=VALUE`, or `NAME` to copy the server's value.
+    #[schemars(description = ENV_DESCRIPTION)]
     #[serde(default)]
     env: Vec<String>,
     /// Idle time after which the session ends itself: `90s`, `30m` (default), `2h`.
     ttl: Option<String>,
-    /// An engine name; the first that can hold a session when unset.
+    #[schemars(description = engine_description(Engines::Sessions), extend("enum" = engines(Engines::Sessions)))]
     engine: Option<String>,
     /// Allow the boundary crossings a previous call named: only after the user confirmed them.
     #[serde(default)]
@@ -144,7 +160,7 @@ struct SessionStartArgs {
 struct SessionRef {
     /// The id `session_start` returned.
     id: String,
-    /// The session's engine, if known.
+    #[schemars(description = engine_description(Engines::Known), extend("enum" = engines(Engines::Known)))]
     engine: Option<String>,
 }
 
@@ -153,8 +169,12 @@ struct SessionRef {
 struct SessionExecArgs {
     /// The id `session_start` returned.
     id: String,
-    /// The session's engine, if known.
+    #[schemars(description = engine_description(Engines::Known), extend("enum" = engines(Engines::Known)))]
     engine: Option<String>,
+    /// Allow the crossing a previous call named (a session of another workspace): only after
+    /// the user confirmed it.
+    #[serde(default)]
+    approve: bool,
     /// Program and arguments, e.g. `["python", "-c", "print(1)"]`.
     command: Vec<String>,
     /// Text fed to the command's stdin.
@@ -168,16 +188,20 @@ struct SessionExecArgs {
 struct SessionRunArgs {
     /// The id `session_start` returned.
     id: String,
-    /// The session's engine, if known.
+    #[schemars(description = engine_description(Engines::Known), extend("enum" = engines(Engines::Known)))]
     engine: Option<String>,
-    /// A script file. Give this or `code`.
+    /// Allow the crossing a previous call named (a session of another workspace): only after
+    /// the user confirmed it.
+    #[serde(default)]
+    approve: bool,
+    /// A script file (one outside the workspace needs approval). Give this or `code`.
     path: Option<String>,
     /// The script's source. Give this or `path`.
     code: Option<String>,
     /// Arguments passed to the script.
     #[serde(default)]
     args: Vec<String>,
-    /// Environment: `NAME=VALUE`, or `NAME` to copy the server's value.
+    #[schemars(description = ENV_DESCRIPTION)]
     #[serde(default)]
     env: Vec<String>,
     /// Seconds before the script is stopped.
@@ -186,12 +210,31 @@ struct SessionRunArgs {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct FileArgs {
+struct ReadFileArgs {
     /// The id `session_start` returned.
     id: String,
-    /// The session's engine, if known.
+    #[schemars(description = engine_description(Engines::Known), extend("enum" = engines(Engines::Known)))]
     engine: Option<String>,
+    /// Allow the crossing a previous call named (a session of another workspace): only after
+    /// the user confirmed it.
+    #[serde(default)]
+    approve: bool,
     /// A path in the session; relative paths are below its workspace.
+    path: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ListFilesArgs {
+    /// The id `session_start` returned.
+    id: String,
+    #[schemars(description = engine_description(Engines::Known), extend("enum" = engines(Engines::Known)))]
+    engine: Option<String>,
+    /// Allow the crossing a previous call named (a session of another workspace): only after
+    /// the user confirmed it.
+    #[serde(default)]
+    approve: bool,
+    /// A directory in the session, its workspace when unset; relative paths are below it.
     path: Option<String>,
 }
 
@@ -200,8 +243,12 @@ struct FileArgs {
 struct WriteFileArgs {
     /// The id `session_start` returned.
     id: String,
-    /// The session's engine, if known.
+    #[schemars(description = engine_description(Engines::Known), extend("enum" = engines(Engines::Known)))]
     engine: Option<String>,
+    /// Allow the crossing a previous call named (a session of another workspace): only after
+    /// the user confirmed it.
+    #[serde(default)]
+    approve: bool,
     /// A path in the session; relative paths are below its workspace.
     path: String,
     /// The file's new contents (text).
@@ -213,8 +260,12 @@ struct WriteFileArgs {
 struct ServiceArgs {
     /// The id `session_start` returned.
     id: String,
-    /// The session's engine, if known.
+    #[schemars(description = engine_description(Engines::Known), extend("enum" = engines(Engines::Known)))]
     engine: Option<String>,
+    /// Allow the crossing a previous call named (a session of another workspace): only after
+    /// the user confirmed it.
+    #[serde(default)]
+    approve: bool,
     /// Program and arguments, e.g. `["python", "-m", "http.server", "8000"]`.
     command: Vec<String>,
     /// The port it listens on inside the session (published at `session_start`).
@@ -231,7 +282,7 @@ impl Server {
     }
 
     #[tool(
-        description = "Run a Python (PEP 723) script in a throwaway sandbox with the server's working directory as the workspace. Returns exit_code, stdout, stderr (each capped at 64 KiB, secrets masked), files_written, files_deleted, protected_refused (protected paths such as `.git` or `.claude` are read-only in every sandbox), duration_ms, and notes (such as a network that is HTTP(S) only, through a proxy). A call whose mounts cross a boundary returns {\"status\": \"needs_approval\", \"crossings\": [...]} and runs nothing; repeat it with `approve: true` only after the user confirmed each crossing."
+        description = "Run a Python (PEP 723) script in a throwaway sandbox with the server's working directory as the workspace. Returns exit_code, stdout, stderr (each capped at 64 KiB, secrets masked), files_written, files_deleted, protected_refused (protected paths such as `.git` or `.claude` are read-only in every sandbox), duration_ms, and notes (such as a network that is HTTP(S) only, through a proxy). A call that crosses a boundary (a script or mount outside the workspace, a secret or home directory, a host socket, a host environment variable copied by name, a protected path made writable) returns {\"status\": \"needs_approval\", \"crossings\": [...]} and runs nothing; repeat it with `approve: true` only after the user confirmed each crossing."
     )]
     async fn run_script(
         &self,
@@ -241,25 +292,25 @@ impl Server {
     }
 
     #[tool(
-        description = "Check a script's inline metadata: its status and diagnostics (line, column, severity, code, message, hint), as `python-sandbox meta check --json` gives them."
+        description = "Check a script's inline metadata: its status and diagnostics (line, column, severity, code, message, hint), as `python-sandbox meta check --json` gives them. A `path` outside the workspace returns {\"status\": \"needs_approval\", ...} until a call carries `approve: true`."
     )]
     async fn check_script(
         &self,
         Parameters(a): Parameters<CheckArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         blocking(move || {
-            let source = Source::of(a.path, a.code)?;
-            let (file, bytes) = match &source {
-                Source::Path(p) => (p.clone(), script::read_script(p)?),
-                Source::Code(code) => (PathBuf::from("<code>"), code.clone().into_bytes()),
-            };
-            Ok(meta::check_json(&file, &bytes))
+            let script = Source::of(a.path, a.code)?.load()?;
+            let crossings = script_crossings(&script)?;
+            if !crossings.is_empty() && !a.approve {
+                return Ok(needs_approval(&crossings, &[], "check"));
+            }
+            Ok(meta::check_json(&script.display, &script.bytes))
         })
         .await
     }
 
     #[tool(
-        description = "Start a warm session (a sandbox that stays up between calls) in the server's working directory; returns its id, the URLs of published ports and notes (such as a network that is HTTP(S) only, through a proxy). A call whose mounts cross a boundary returns {\"status\": \"needs_approval\", \"crossings\": [...]} and starts nothing; repeat it with `approve: true` only after the user confirmed each crossing."
+        description = "Start a warm session (a sandbox that stays up between calls) in the server's working directory; returns its id, the URLs of published ports and notes (such as a network that is HTTP(S) only, through a proxy). A call that crosses a boundary (a mount outside the workspace, a secret or home directory, a host socket, a host environment variable copied by name) returns {\"status\": \"needs_approval\", \"crossings\": [...]} and starts nothing; repeat it with `approve: true` only after the user confirmed each crossing."
     )]
     async fn session_start(
         &self,
@@ -269,7 +320,7 @@ impl Server {
     }
 
     #[tool(
-        description = "Run a command in a session; returns exit_code, stdout, stderr (capped, secrets masked), duration_ms."
+        description = "Run a command in a session; returns exit_code, stdout, stderr (capped, secrets masked), duration_ms. A session started in another workspace needs approval, as in every session tool but `session_stop`."
     )]
     async fn session_exec(
         &self,
@@ -283,19 +334,18 @@ impl Server {
                 timeout,
                 ..ExecRequest::default()
             };
-            let (outcome, capped) = on_session(&a.id, a.engine.as_deref(), |s| {
+            on_session(&a.id, a.engine.as_deref(), a.approve, |s| {
                 let mut sink =
                     ScrubbingSink::new(&session::session_secrets(s, &[]), Capped::default());
                 let outcome = s.exec(&request, &mut sink)?;
-                Ok((outcome, sink.finish()))
-            })?;
-            Ok(outcome_json(&outcome, crate::exit::of_script(&outcome), &capped))
+                Ok(outcome_json(&outcome, crate::exit::of_script(&outcome), &sink.finish()))
+            })
         })
         .await
     }
 
     #[tool(
-        description = "Run a Python (PEP 723) script in a session's venv, installing its dependencies there; returns exit_code, stdout, stderr (capped, secrets masked), duration_ms."
+        description = "Run a Python (PEP 723) script in a session's venv, installing its dependencies there; returns exit_code, stdout, stderr (capped, secrets masked), duration_ms. A script `path` outside the workspace or a host environment variable copied by name (in `env` or the script's own table) needs approval."
     )]
     async fn session_run(
         &self,
@@ -307,12 +357,11 @@ impl Server {
     #[tool(description = "Read a text file in a session (capped at 64 KiB, secrets masked).")]
     async fn read_file(
         &self,
-        Parameters(a): Parameters<FileArgs>,
+        Parameters(a): Parameters<ReadFileArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         blocking(move || {
-            let asked = a.path.context("give the file's `path`")?;
-            on_session(&a.id, a.engine.as_deref(), |s| {
-                let path = in_session(s, &asked);
+            on_session(&a.id, a.engine.as_deref(), a.approve, |s| {
+                let path = in_session(s, &a.path);
                 let bytes = s.read_file(&path)?;
                 let mut sink =
                     ScrubbingSink::new(&session::session_secrets(s, &[]), Capped::default());
@@ -332,7 +381,7 @@ impl Server {
         Parameters(a): Parameters<WriteFileArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         blocking(move || {
-            on_session(&a.id, a.engine.as_deref(), |s| {
+            on_session(&a.id, a.engine.as_deref(), a.approve, |s| {
                 let path = in_session(s, &a.path);
                 s.write_file(&path, a.content.as_bytes())?;
                 Ok(json!({ "path": path, "size": a.content.len() }))
@@ -346,10 +395,10 @@ impl Server {
     )]
     async fn list_files(
         &self,
-        Parameters(a): Parameters<FileArgs>,
+        Parameters(a): Parameters<ListFilesArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         blocking(move || {
-            on_session(&a.id, a.engine.as_deref(), |s| {
+            on_session(&a.id, a.engine.as_deref(), a.approve, |s| {
                 let path = in_session(s, a.path.as_deref().unwrap_or("."));
                 let entries: Vec<Value> = s
                     .list_dir(&path)?
@@ -387,7 +436,7 @@ impl Server {
                 })
                 .collect::<Result<Vec<_>>>()?;
             let service = ServiceSpec { argv: a.command, port: a.port, env };
-            on_session(&a.id, a.engine.as_deref(), |s| {
+            on_session(&a.id, a.engine.as_deref(), a.approve, |s| {
                 let started = s.start_service(&service)?;
                 Ok(json!({ "service": started.id, "port": started.port, "url": started.url }))
             })
@@ -400,6 +449,8 @@ impl Server {
         &self,
         Parameters(a): Parameters<SessionRef>,
     ) -> Result<CallToolResult, ErrorData> {
+        // Stopping reaches nothing, so it needs no approval, and it must work on a session
+        // whose agent no longer answers.
         blocking(move || {
             let target = registry::Target { engine: a.engine.as_deref(), namespace: None };
             registry::stop_session(&a.id, target)?;
@@ -409,7 +460,7 @@ impl Server {
     }
 
     #[tool(
-        description = "Which isolation engines (bwrap, docker, podman, k8s) work here, with reasons and the limits each enforces; `selected` is what `auto` picks."
+        description = "Which isolation engines work here, with reasons and the limits each enforces; `selected` is what `auto` picks."
     )]
     async fn detect(&self) -> Result<CallToolResult, ErrorData> {
         blocking(|| Ok(serde_json::to_value(registry::detection())?)).await
@@ -460,22 +511,102 @@ impl Source {
         }
     }
 
+    /// The script; a `path` must name a regular file: a pipe would be read as a private
+    /// copy, never judged as the host file it is, and `/dev/stdin` is the protocol itself.
     fn load(self) -> Result<script::Script> {
+        let not_a_file = |p: &Path| {
+            ui::hinted(
+                format!("`{}` is not a regular file", p.display()),
+                "`path` names a script file; give a script's source as `code`",
+            )
+        };
         match self {
-            Source::Path(p) => script::load(&p),
+            Source::Path(p) => {
+                // Missing or unreadable: `load` says which.
+                if std::fs::metadata(script::expand_home(&p)?).is_ok_and(|m| !m.is_file()) {
+                    return Err(not_a_file(&p));
+                }
+                let script = script::load(&p)?;
+                if script.real.is_none() {
+                    return Err(not_a_file(&p));
+                }
+                Ok(script)
+            }
             Source::Code(c) => script::from_stream(PathBuf::from("<code>"), c.into_bytes()),
         }
     }
 }
 
+/// What the `engine` argument of a tool names.
+#[derive(Debug, Clone, Copy)]
+enum Engines {
+    /// `run_script`: `auto` or an engine with runs.
+    Runs,
+    /// `session_start`: an engine with sessions.
+    Sessions,
+    /// A session's engine, given to skip the search.
+    Known,
+}
+
+/// The values of an `engine` argument, from the registry.
+fn engines(which: Engines) -> Vec<&'static str> {
+    match which {
+        Engines::Runs => std::iter::once("auto").chain(registry::run_names()).collect(),
+        Engines::Sessions | Engines::Known => registry::session_choices(),
+    }
+}
+
+/// The description of an `engine` argument, naming the registry's engines.
+fn engine_description(which: Engines) -> String {
+    let names = |list: Vec<&str>| list.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>();
+    match which {
+        Engines::Runs => format!(
+            "`auto` (the default: the first of {} that works here) or an engine: {}",
+            names(registry::ladder_names()).join(", "),
+            names(registry::run_names()).join(", ")
+        ),
+        Engines::Sessions => format!(
+            "An engine ({}); unset, the first that can hold a session here",
+            names(engines(which)).join(", ")
+        ),
+        Engines::Known => {
+            format!("The session's engine, if known ({})", names(engines(which)).join(", "))
+        }
+    }
+}
+
+/// The description of a `net` argument: `on` or `off`, and the default the resolution falls
+/// back to when neither this nor `other` sets it (`Net::default`, which the resolution uses).
+fn net_description(other: &str) -> String {
+    let default = match Net::default() {
+        Net::On => "on",
+        Net::Off => "off",
+    };
+    format!(
+        "`on` or `off`. Unset, {other} decides; if that says nothing either, the default: `{default}` (dependencies install with a network either way)"
+    )
+}
+
+/// The description of an `env` argument.
+const ENV_DESCRIPTION: &str = "Environment: `NAME=VALUE`, or `NAME` to copy the server's own value, which needs approval (a value copied from the host is the user's, not the agent's, to give)";
+
 /// Pure: the result of a call that would cross a boundary; nothing ran.
-fn needs_approval(crossings: &[Crossing], subject: &str) -> Value {
+fn needs_approval(crossings: &[Crossing], env: &[EnvCrossing], subject: &str) -> Value {
+    let mut items = spec::crossings_json(crossings);
+    items.extend(spec::env_crossings_json(env));
     json!({
         "status": "needs_approval",
         "error": format!("this {subject} crosses a boundary and needs the user's approval"),
-        "crossings": spec::crossings_json(crossings),
+        "crossings": items,
         "hint": "ask the user to confirm each crossing, then repeat the call with `approve: true`",
     })
+}
+
+/// The crossings of reading and running the host file `script` (none for inline code),
+/// judged against the server's workspace.
+fn script_crossings(script: &script::Script) -> Result<Vec<Crossing>> {
+    let workspace = spec::workspace()?;
+    Ok(spec::script_crossings(script, &workspace, spec::home().as_ref(), Asker::Agent))
 }
 
 fn run_script(a: RunScriptArgs) -> Answer {
@@ -498,9 +629,9 @@ fn run_script(a: RunScriptArgs) -> Answer {
             ..Layer::default()
         })
     };
-    let (spec, crossings, keys) = run::plan(&script, cli)?;
-    if !crossings.is_empty() && !a.approve {
-        return Ok(needs_approval(&crossings, "run"));
+    let run::Planned { spec, crossings, env, keys } = run::plan(&script, Asker::Agent, cli)?;
+    if (!crossings.is_empty() || !env.is_empty()) && !a.approve {
+        return Ok(needs_approval(&crossings, &env, "run"));
     }
     let engine = a.engine.as_deref().unwrap_or("auto");
     let claims = registry::claim_mounts(&a.mounts, &keys.claims, engine)?;
@@ -549,9 +680,7 @@ fn notes(engine: &str, net: Net) -> Vec<String> {
 }
 
 fn session_start(a: SessionStartArgs) -> Answer {
-    let workspace = std::env::current_dir()
-        .and_then(|d| d.canonicalize())
-        .context("cannot determine the current directory (the workspace)")?;
+    let workspace = spec::workspace()?;
     let ttl_text = a.ttl.as_deref().unwrap_or("30m");
     let ttl = session::parse_ttl(ttl_text).ok_or_else(|| {
         ui::hinted(
@@ -569,9 +698,10 @@ fn session_start(a: SessionStartArgs) -> Answer {
         ..Layer::default()
     };
     let resolved = spec::resolve(&Layer::default(), &layer)?;
-    let crossings = resolved.crossings();
-    if !crossings.is_empty() && !a.approve {
-        return Ok(needs_approval(&crossings, "session"));
+    let crossings = resolved.crossings_as(Asker::Agent);
+    let env = resolved.env_crossings(Asker::Agent);
+    if (!crossings.is_empty() || !env.is_empty()) && !a.approve {
+        return Ok(needs_approval(&crossings, &env, "session"));
     }
     let options = registry::Options {
         image: None,
@@ -605,6 +735,10 @@ fn session_run(a: SessionRunArgs) -> Answer {
         timeout: spec::timeout_flag(a.timeout.map(|t| t.to_string()).as_deref())?,
         ..Layer::default()
     };
+    let workspace = spec::workspace()?;
+    let homes = spec::home();
+    let script_crossings =
+        spec::script_crossings(&script, &workspace, homes.as_ref(), Asker::Agent);
     let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
     let planned = session::ScriptInSession {
         script: &script.path,
@@ -612,29 +746,66 @@ fn session_run(a: SessionRunArgs) -> Answer {
         cli: &cli,
         args: &a.args,
     };
-    let (outcome, capped, warnings) = on_session(&a.id, a.engine.as_deref(), |s| {
+    let target = registry::Target { engine: a.engine.as_deref(), namespace: None };
+    registry::with_session(&a.id, target, |s| {
+        let mut crossings = script_crossings.clone();
+        crossings.extend(session_crossings(s, &workspace, homes.as_ref()));
+        let copied = planned.resolve(s, home.clone())?;
+        let copied = copied.env.iter().filter(|v| v.value.is_none()).map(|v| v.name.as_str());
+        let env = sandbox_core::classify_copied_env(copied, Asker::Agent);
+        if (!crossings.is_empty() || !env.is_empty()) && !a.approve {
+            return Ok(needs_approval(&crossings, &env, "run"));
+        }
         let mut capped = Capped::default();
         let mut warnings = Vec::new();
         let (outcome, _) =
             planned.run(s, home.clone(), &mut capped, &mut |w, _| warnings.push(w))?;
-        Ok((outcome, capped, warnings))
-    })?;
-    let code =
-        if outcome.timed_out { crate::exit::TIMEOUT } else { crate::exit::of_script(&outcome) };
-    let mut v = outcome_json(&outcome, code, &capped);
-    if let Some(list) = v["warnings"].as_array_mut() {
-        list.splice(0..0, key_warnings.into_iter().chain(warnings).map(Value::from));
-    }
-    Ok(v)
+        let code =
+            if outcome.timed_out { crate::exit::TIMEOUT } else { crate::exit::of_script(&outcome) };
+        let mut v = outcome_json(&outcome, code, &capped);
+        if let Some(list) = v["warnings"].as_array_mut() {
+            let warnings = key_warnings.iter().cloned().chain(warnings);
+            list.splice(0..0, warnings.map(Value::from));
+        }
+        Ok(v)
+    })
 }
 
-/// `work` on session `id`, found through the registry as `session exec` finds it.
-fn on_session<T>(
+/// `work` on session `id`, found through the registry as `session exec` finds it. A session
+/// started in another workspace than the server's is a crossing: unless `approve`, the
+/// answer is `needs_approval` and `work` is not done.
+fn on_session(
     id: &str,
     engine: Option<&str>,
-    work: impl FnMut(&dyn DynSession) -> Result<T, EngineError>,
-) -> Result<T> {
-    registry::with_session(id, registry::Target { engine, namespace: None }, work)
+    approve: bool,
+    mut work: impl FnMut(&dyn DynSession) -> Result<Value, EngineError>,
+) -> Answer {
+    let workspace = spec::workspace()?;
+    let home = spec::home();
+    registry::with_session(id, registry::Target { engine, namespace: None }, |s| {
+        let crossings = session_crossings(s, &workspace, home.as_ref());
+        if !crossings.is_empty() && !approve {
+            return Ok(needs_approval(&crossings, &[], "call"));
+        }
+        work(s)
+    })
+}
+
+/// The crossings of using session `s` from the server's `workspace`, against `$HOME` as
+/// given and real.
+fn session_crossings(
+    s: &dyn DynSession,
+    workspace: &Path,
+    home: Option<&(PathBuf, PathBuf)>,
+) -> Vec<Crossing> {
+    let theirs = Path::new(s.workspace());
+    let mut all = Vec::new();
+    for home in spec::homes(home) {
+        for c in sandbox_core::classify_session(s.id(), theirs, workspace, home) {
+            spec::push_new(&mut all, c);
+        }
+    }
+    all
 }
 
 /// Pure: a path in the session; a relative one is below its workspace.
@@ -704,6 +875,71 @@ pub(crate) fn truncation_marker(dropped: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each tool's input schema, by name.
+    fn schemas() -> std::collections::BTreeMap<String, Value> {
+        let tools = Server::new().tool_router.list_all();
+        tools
+            .into_iter()
+            .map(|t| (t.name.to_string(), Value::Object((*t.input_schema).clone())))
+            .collect()
+    }
+
+    /// The `net` the schemas state as the default is the one a spec without any resolves to.
+    #[test]
+    fn the_schemas_state_the_network_default_the_resolution_uses() {
+        let ctx = sandbox_core::ResolveCtx { workspace: PathBuf::from("/ws"), home: None };
+        let script = Layer { script: Some(PathBuf::from("s.py")), ..Layer::default() };
+        let none = Layer::default();
+        let resolved = sandbox_core::resolve(&none, &none, &script, &ctx).expect("resolves");
+        let default = match resolved.net {
+            Net::On => "default: `on`",
+            Net::Off => "default: `off`",
+        };
+        for tool in ["run_script", "session_start"] {
+            let net = &schemas()[tool]["properties"]["net"];
+            let text = net["description"].as_str().unwrap_or_default();
+            assert!(text.contains(default), "{tool}: {net}");
+        }
+    }
+
+    /// Every `engine` argument lists exactly the registry's engines that can serve it, and
+    /// `run_script`'s `auto` too; each name is one the registry accepts.
+    #[test]
+    fn the_schemas_list_the_registrys_engines() {
+        let listed = |tool: &str| -> Vec<String> {
+            let engine = &schemas()[tool]["properties"]["engine"];
+            let values = engine["enum"].as_array().unwrap_or_else(|| panic!("{tool}: {engine}"));
+            values.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect()
+        };
+        let mut runs = vec!["auto".to_owned()];
+        runs.extend(registry::run_names().into_iter().map(str::to_owned));
+        assert_eq!(listed("run_script"), runs);
+        assert!(runs.iter().any(|r| r == "native"), "{runs:?}");
+        let sessions: Vec<String> =
+            registry::session_choices().into_iter().map(str::to_owned).collect();
+        for tool in ["session_start", "session_exec", "session_run", "read_file", "list_files"] {
+            assert_eq!(listed(tool), sessions, "{tool}");
+        }
+        let description = schemas()["run_script"]["properties"]["engine"]["description"].clone();
+        for name in registry::run_names() {
+            assert!(description.to_string().contains(&format!("`{name}`")), "{description}");
+        }
+    }
+
+    /// What a handler needs is what the schema requires: `read_file` takes a `path`, which
+    /// `list_files` may leave out.
+    #[test]
+    fn the_schemas_require_what_the_handlers_need() {
+        let required = |tool: &str| -> Vec<String> {
+            let list = schemas()[tool]["required"].as_array().cloned().unwrap_or_default();
+            list.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect()
+        };
+        assert_eq!(required("read_file"), ["id", "path"]);
+        assert_eq!(required("list_files"), ["id"]);
+        assert_eq!(required("write_file"), ["id", "path", "content"]);
+        assert!(serde_json::from_value::<ReadFileArgs>(json!({"id": "x"})).is_err());
+    }
 
     #[test]
     fn output_is_capped_per_stream_with_a_marker() {

@@ -618,6 +618,11 @@ pub(crate) fn run_names() -> Vec<&'static str> {
     ENGINES.iter().filter(|e| e.open.is_some()).map(|e| e.name).collect()
 }
 
+/// The engines `auto` tries, in order.
+pub(crate) fn ladder_names() -> Vec<&'static str> {
+    ENGINES.iter().filter(|e| e.in_auto && e.open.is_some()).map(|e| e.name).collect()
+}
+
 /// `--engine` values of the session commands: the engines with sessions.
 pub(crate) fn session_choices() -> Vec<&'static str> {
     ENGINES.iter().filter(|e| e.sessions.is_some()).map(|e| e.name).collect()

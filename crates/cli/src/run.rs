@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use anstream::{eprintln, println};
 use anyhow::Result;
 use sandbox_core::{
-    Capability, Crossing, DynEngine, ErrorClass, Layer, Net, Output, OutputSink, RunIo, RunOutcome,
-    RunSpec, ScrubbingSink, Secrets, Stdin,
+    Asker, Capability, Crossing, DynEngine, EnvCrossing, ErrorClass, Layer, Net, Output,
+    OutputSink, RunIo, RunOutcome, RunSpec, ScrubbingSink, Secrets, Stdin,
 };
 
 use crate::args::{NetFlag, RunArgs};
@@ -18,6 +18,9 @@ use crate::relay::Relay;
 use crate::{files, meta, progress, registry, script, spec, ui};
 
 pub(crate) fn run(args: RunArgs) -> Result<ExitCode> {
+    // The script may be given our terminal and change its modes: they are put back on the
+    // way out, whichever it is.
+    let _modes = crate::tty::SavedModes::save();
     let json = args.json;
     let mut engine = None;
     match run_selected(args, &mut engine) {
@@ -41,7 +44,8 @@ pub(crate) fn print_json_error(e: &anyhow::Error, engine: Option<&str>) {
 /// The run; `engine` is set once one is chosen, for the JSON of a later error.
 fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result<ExitCode> {
     let script = script::load(&args.script)?;
-    let (spec, crossings, keys) = plan(&script, |path| cli_layer(&args, path))?;
+    let Planned { spec, crossings, keys, .. } =
+        plan(&script, Asker::User, |path| cli_layer(&args, path))?;
     if !crossings.is_empty() && !args.approve {
         return Ok(spec::refuse(&crossings, spec::Subject::Run, args.json));
     }
@@ -113,22 +117,35 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
     Ok(ExitCode::from(code))
 }
 
+/// A run planned by [`plan`]: the spec, what it crosses, and the script's engine keys.
+pub(crate) struct Planned {
+    pub(crate) spec: RunSpec,
+    /// The crossings of the mounts, the workspace and the script file.
+    pub(crate) crossings: Vec<Crossing>,
+    /// The host variables copied by name that need approval (an agent's only).
+    pub(crate) env: Vec<EnvCrossing>,
+    pub(crate) keys: spec::EngineKeys,
+}
+
 /// What `run` and the MCP server's `run_script` share before an engine is chosen: the
 /// script's metadata parsed strictly, the layers resolved in the current directory (the
-/// workspace), and the boundary crossings of the result, for the caller to refuse. The
-/// caller's layer (`cli`, given the script's path) is built after the metadata is read, so
-/// the script's diagnostics come before an error in the caller's own settings. The script's
-/// engine keys come back beside the spec, for opening the engine.
+/// workspace), and the boundary crossings of the result for `asker`, for the caller to
+/// refuse. The caller's layer (`cli`, given the script's path) is built after the metadata
+/// is read, so the script's diagnostics come before an error in the caller's own settings.
+/// The script's engine keys come back beside the spec, for opening the engine.
 pub(crate) fn plan(
     script: &script::Script,
+    asker: Asker,
     cli: impl FnOnce(&Path) -> Result<Layer>,
-) -> Result<(RunSpec, Vec<Crossing>, spec::EngineKeys)> {
+) -> Result<Planned> {
     let parsed = meta::parse_for_run(script)?;
     let inline = parsed.metadata.as_ref().map(spec::inline_layer).unwrap_or_default();
     let keys = spec::EngineKeys::of_script(&parsed, script);
     let resolved = spec::resolve(&inline, &cli(&script.path)?)?;
-    let crossings = resolved.crossings();
-    Ok((resolved.spec, crossings, keys))
+    let mut crossings = resolved.script_crossings(script, asker);
+    crossings.extend(resolved.crossings_as(asker));
+    let env = resolved.env_crossings(asker);
+    Ok(Planned { spec: resolved.spec, crossings, env, keys })
 }
 
 /// A run whose output is kept rather than relayed (the MCP server's `run_script`): the

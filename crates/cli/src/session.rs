@@ -322,6 +322,19 @@ pub(crate) struct ScriptInSession<'a> {
 }
 
 impl ScriptInSession<'_> {
+    /// The script's spec in `session` (relative paths against its workspace), with the
+    /// variables it copies from the host not filled in yet.
+    pub(crate) fn resolve(
+        &self,
+        session: &dyn DynSession,
+        home: Option<PathBuf>,
+    ) -> Result<sandbox_core::RunSpec, EngineError> {
+        let workspace = PathBuf::from(session.workspace());
+        let ctx = sandbox_core::ResolveCtx { workspace, home };
+        sandbox_core::resolve(&Layer::default(), self.inline, self.cli, &ctx)
+            .map_err(EngineError::new)
+    }
+
     /// Resolves the script's own settings as a run would (relative paths against the
     /// session's workspace), checks them against what the session was started with, warns
     /// through `warn` (a warning and its hint), and runs it with its output scrubbed into
@@ -333,13 +346,11 @@ impl ScriptInSession<'_> {
         output: &mut dyn OutputSink,
         warn: &mut dyn FnMut(String, Option<String>),
     ) -> Result<(RunOutcome, Option<Duration>), EngineError> {
-        let (inline, cli) = (self.inline, self.cli);
+        let inline = self.inline;
         let workspace = PathBuf::from(session.workspace());
-        let ctx = sandbox_core::ResolveCtx { workspace: workspace.clone(), home };
-        let mut spec = sandbox_core::resolve(&Layer::default(), inline, cli, &ctx)
-            .map_err(EngineError::new)?;
+        let mut spec = self.resolve(session, home)?;
         crate::spec::fill_env_from_host(&mut spec);
-        let asks = script_asks(&spec, inline, cli);
+        let asks = script_asks(&spec, inline, self.cli);
         // An engine that cannot show what its session was started with cannot show that it
         // holds what the script asks either: refused, as a misfit, when the script asks.
         let policy = session.policy();

@@ -3,7 +3,9 @@
 //! line > inline table > defaults) with the workspace and the caller's real home; the
 //! missing-mount rule; `--env NAME` filled from the host with the same warnings; and the
 //! boundary classification of the mounts as written and with links resolved (a `./data` that
-//! points at `~/.ssh` is caught either way), refused with exit 4 unless approved. Also the
+//! points at `~/.ssh` is caught either way), refused with exit 4 unless approved; the script
+//! file classified the same way (the file read, its link resolved); and, for an agent
+//! ([`Asker::Agent`], the MCP server), the variables copied from the host by name. Also the
 //! script's engine keys ([`EngineKeys`]: `image`, `runtime-class`), which are not part of a
 //! `RunSpec` but of how an engine is opened, and so go to the registry with where they were
 //! written.
@@ -16,11 +18,12 @@ use anstream::{eprintln, println};
 use anyhow::{Context, Result};
 use pep723_meta::Metadata;
 use sandbox_core::{
-    Crossing, EnvVar, Layer, LayerMount, MissingMount, Mount, MountMode, Net, Publish, ResolveCtx,
-    RunSpec,
+    Asker, Crossing, EnvCrossing, EnvVar, Layer, LayerMount, MissingMount, Mount, MountMode, Net,
+    Publish, ResolveCtx, RunSpec,
 };
 
 use crate::exit::BOUNDARY as EXIT_BOUNDARY;
+use crate::script::Script;
 use crate::ui;
 
 /// What a refused crossing would have started.
@@ -35,37 +38,103 @@ pub(crate) struct Resolved {
     pub(crate) spec: RunSpec,
     /// `$HOME` as given, and its real path.
     home: Option<(PathBuf, PathBuf)>,
+    /// The variables the layers copy from the host by name (`--env NAME`, `env = ["NAME"]`).
+    copied: Vec<String>,
 }
 
 impl Resolved {
-    /// The boundary crossings of the spec (see the module header).
+    /// The boundary crossings of the spec's mounts and workspace, as the user asked.
     pub(crate) fn crossings(&self) -> Vec<Crossing> {
-        let Some((given, real)) = &self.home else { return crossings(&self.spec, None) };
-        let mut all = crossings(&self.spec, Some(given));
-        for c in crossings(&self.spec, Some(real)) {
-            if !all.iter().any(|a| a.mount.path == c.mount.path && a.kind == c.kind) {
-                all.push(c);
+        self.crossings_as(Asker::User)
+    }
+
+    /// The boundary crossings of the spec's mounts and workspace for `asker` (see the module
+    /// header).
+    pub(crate) fn crossings_as(&self, asker: Asker) -> Vec<Crossing> {
+        let mut all = Vec::new();
+        for home in homes(self.home.as_ref()) {
+            for c in crossings(&self.spec, home, asker) {
+                push_new(&mut all, c);
             }
         }
         all
     }
+
+    /// The variables copied from the host that `asker` needs approval for.
+    pub(crate) fn env_crossings(&self, asker: Asker) -> Vec<EnvCrossing> {
+        sandbox_core::classify_copied_env(self.copied.iter().map(String::as_str), asker)
+    }
+
+    /// The crossings of running `script` in this spec's workspace (see [`script_crossings`]).
+    pub(crate) fn script_crossings(&self, script: &Script, asker: Asker) -> Vec<Crossing> {
+        script_crossings(script, &self.spec.workspace, self.home.as_ref(), asker)
+    }
+}
+
+/// `$HOME` as given and real, or unknown: each is classified against.
+pub(crate) fn homes(home: Option<&(PathBuf, PathBuf)>) -> Vec<Option<&Path>> {
+    match home {
+        Some((given, real)) => vec![Some(given.as_path()), Some(real.as_path())],
+        None => vec![None],
+    }
+}
+
+/// Adds `c` unless a crossing of the same path and kind is there.
+pub(crate) fn push_new(all: &mut Vec<Crossing>, c: Crossing) {
+    if !all.iter().any(|a| a.mount.path == c.mount.path && a.kind == c.kind) {
+        all.push(c);
+    }
+}
+
+/// The current directory, real: the workspace.
+pub(crate) fn workspace() -> Result<PathBuf> {
+    std::env::current_dir()
+        .and_then(|d| d.canonicalize())
+        .context("cannot determine the current directory (the workspace)")
+}
+
+/// `$HOME` as given (when absolute), and its real path.
+pub(crate) fn home() -> Option<(PathBuf, PathBuf)> {
+    let given = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
+    given.map(|h| {
+        let real = h.canonicalize().unwrap_or_else(|_| h.clone());
+        (h, real)
+    })
 }
 
 /// Resolves the layers in the current directory (the workspace).
 pub(crate) fn resolve(inline: &Layer, cli: &Layer) -> Result<Resolved> {
-    let workspace = std::env::current_dir()
-        .and_then(|d| d.canonicalize())
-        .context("cannot determine the current directory (the workspace)")?;
-    let given = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
-    let home = given.map(|h| {
-        let real = h.canonicalize().unwrap_or_else(|_| h.clone());
-        (h, real)
-    });
+    let workspace = workspace()?;
+    let home = home();
     let ctx = ResolveCtx { workspace, home: home.as_ref().map(|(_, real)| real.clone()) };
     let mut spec = sandbox_core::resolve(&Layer::default(), inline, cli, &ctx)?;
     check_missing_mounts(&spec.mounts)?;
+    let copied = spec.env.iter().filter(|v| v.value.is_none()).map(|v| v.name.clone()).collect();
     fill_env_from_host(&mut spec);
-    Ok(Resolved { spec, home })
+    Ok(Resolved { spec, home, copied })
+}
+
+/// The crossings of running the host file `script` in `workspace` for `asker`: the file as
+/// named (`~` expanded) and as read (its real path), against `$HOME` as given and real. That
+/// it lies outside the workspace is judged on the real paths only, so a workspace reached
+/// through a link is no crossing. A private copy (stdin, a pipe, inline code) crosses nothing.
+pub(crate) fn script_crossings(
+    script: &Script,
+    workspace: &Path,
+    home: Option<&(PathBuf, PathBuf)>,
+    asker: Asker,
+) -> Vec<Crossing> {
+    let Some(real) = &script.real else { return Vec::new() };
+    let mut all = Vec::new();
+    for home in homes(home) {
+        let named = sandbox_core::classify_script(&script.path, workspace, home, asker)
+            .filter(|c| c.kind != sandbox_core::CrossingKind::OutsideWorkspace);
+        let read = sandbox_core::classify_script(real, workspace, home, asker);
+        for c in named.into_iter().chain(read) {
+            push_new(&mut all, c);
+        }
+    }
+    all
 }
 
 /// Every missing mount path is checked against `sandbox_core::missing_mount` before an engine
@@ -105,7 +174,9 @@ pub(crate) fn fill_env_from_host(spec: &mut RunSpec) {
 }
 
 /// Crossings of the spec as written and of its mounts with symlinks resolved, against `home`.
-fn crossings(spec: &RunSpec, home: Option<&Path>) -> Vec<Crossing> {
+/// What only `asker` makes a crossing (a path outside the workspace) is judged on the real
+/// paths, so a mount named through a link to the workspace is no crossing.
+fn crossings(spec: &RunSpec, home: Option<&Path>, asker: Asker) -> Vec<Crossing> {
     let mut all = sandbox_core::classify(spec, home);
     let mut real = spec.clone();
     for m in &mut real.mounts {
@@ -114,10 +185,8 @@ fn crossings(spec: &RunSpec, home: Option<&Path>) -> Vec<Crossing> {
         }
     }
     let real_home = home.and_then(|h| h.canonicalize().ok());
-    for c in sandbox_core::classify(&real, real_home.as_deref().or(home)) {
-        if !all.iter().any(|a| a.mount.path == c.mount.path && a.kind == c.kind) {
-            all.push(c);
-        }
+    for c in sandbox_core::classify_as(&real, real_home.as_deref().or(home), asker) {
+        push_new(&mut all, c);
     }
     all
 }
@@ -150,6 +219,14 @@ pub(crate) fn refuse(crossings: &[Crossing], subject: Subject, json: bool) -> Ex
         );
     }
     ExitCode::from(EXIT_BOUNDARY)
+}
+
+/// Pure: the copied variables as the MCP server names them among its crossings.
+pub(crate) fn env_crossings_json(crossings: &[EnvCrossing]) -> Vec<serde_json::Value> {
+    crossings
+        .iter()
+        .map(|c| serde_json::json!({ "variable": c.name, "kind": c.kind(), "reason": c.reason }))
+        .collect()
 }
 
 /// Pure: the crossings as `--json` and the MCP server name them.

@@ -8,9 +8,15 @@
 //! panics), and SIGTERM/SIGHUP/SIGQUIT, which restore the terminal before dying of the
 //! signal as they would have. Output still goes through the caller's sink (the secret
 //! scrubber of `crate::relay`); the pty's output is one stream, reported as stdout.
+//!
+//! `run` gives the script our terminal itself (stdin, and stdout/stderr when nothing is
+//! masked), so the script can change its modes (`stty -echo`, raw mode): [`SavedModes`]
+//! puts them back when the run ends, however it ends. A script killed by a signal or the
+//! timeout, a Ctrl-C, and SIGTERM/SIGHUP to us all end the run through the engine's own
+//! handling (which ends the sandbox and returns), so the guard's drop covers them.
 
 use std::io::Read as _;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd as _, BorrowedFd};
 use std::sync::Mutex;
 
 use anyhow::Result;
@@ -84,7 +90,6 @@ pub(crate) fn exec(
 }
 
 fn fd_of(stdin: &std::io::Stdin) -> BorrowedFd<'_> {
-    use std::os::fd::AsFd as _;
     stdin.as_fd()
 }
 
@@ -160,5 +165,72 @@ impl Drop for RawMode {
     fn drop(&mut self) {
         // Output still queued for the terminal is written first (TCSADRAIN), then restored.
         let _ = rustix::termios::tcsetattr(std::io::stdin(), OptionalActions::Drain, &self.saved);
+    }
+}
+
+/// The modes of our terminals (stdin, stdout, stderr) as they were when saved, put back when
+/// dropped.
+pub(crate) struct SavedModes {
+    saved: Vec<(StdFd, Termios)>,
+}
+
+/// One of our standard descriptors.
+#[derive(Debug, Clone, Copy)]
+enum StdFd {
+    In,
+    Out,
+    Err,
+}
+
+impl StdFd {
+    fn with<T>(self, f: impl FnOnce(BorrowedFd<'_>) -> T) -> T {
+        match self {
+            StdFd::In => f(std::io::stdin().as_fd()),
+            StdFd::Out => f(std::io::stdout().as_fd()),
+            StdFd::Err => f(std::io::stderr().as_fd()),
+        }
+    }
+}
+
+impl SavedModes {
+    /// Saves the modes of each terminal among stdin, stdout and stderr (once per terminal).
+    pub(crate) fn save() -> SavedModes {
+        let mut saved: Vec<(StdFd, Termios)> = Vec::new();
+        let mut seen = Vec::new();
+        for stdio in [StdFd::In, StdFd::Out, StdFd::Err] {
+            let found = stdio.with(|fd| {
+                if !rustix::termios::isatty(fd) {
+                    return None;
+                }
+                let device = rustix::fs::fstat(fd).ok().map(|st| st.st_rdev);
+                Some((device, rustix::termios::tcgetattr(fd).ok()?))
+            });
+            if let Some((device, modes)) = found
+                && !(device.is_some() && seen.contains(&device))
+            {
+                seen.push(device);
+                saved.push((stdio, modes));
+            }
+        }
+        SavedModes { saved }
+    }
+}
+
+impl Drop for SavedModes {
+    fn drop(&mut self) {
+        for (stdio, modes) in &self.saved {
+            stdio.with(|fd| {
+                // From a background process group, setting our controlling terminal would stop
+                // us (SIGTTOU); whoever holds the foreground restores its own modes then.
+                let foreground = match rustix::termios::tcgetpgrp(fd) {
+                    Ok(group) => group == rustix::process::getpgrp(),
+                    Err(_) => true,
+                };
+                if foreground {
+                    // Output still queued is written first (TCSADRAIN), under the script's modes.
+                    let _ = rustix::termios::tcsetattr(fd, OptionalActions::Drain, modes);
+                }
+            });
+        }
     }
 }

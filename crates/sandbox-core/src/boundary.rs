@@ -7,6 +7,12 @@
 //! workspace, or read-write a protected path ([`crate::protect`]). The CLI refuses such runs
 //! without `--approve` and lists each [`Crossing`].
 //!
+//! Who asked matters ([`Asker`]): what the user typed at the command line is their decision,
+//! but an agent (the MCP server's client, which may be prompt-injected) decides nothing for
+//! the user. So for an agent, every host path outside the workspace that the sandbox would
+//! see (a read-only mount, the script file itself) and every host variable copied in by name
+//! is a crossing too; see [`classify_as`], [`classify_script`] and [`classify_copied_env`].
+//!
 //! Purely lexical: `/data/link-to-home` is not followed. Engines canonicalize mount paths
 //! before they mount, so the CLI should classify the canonicalized spec as well.
 
@@ -14,7 +20,7 @@ use std::fmt;
 use std::path::Path;
 
 use crate::paths::{is_within, normalize};
-use crate::{Mount, MountMode, RunSpec};
+use crate::{Mount, MountMode, RunSpec, is_secret_name};
 
 /// Directories and files below `$HOME` that hold credentials.
 pub const HOME_SECRETS: &[&str] = &[
@@ -85,6 +91,19 @@ pub enum CrossingKind {
     /// The mount is writable and is, or lies inside, a protected path (`.git`, `.claude`,
     /// ...: [`crate::protect::PROTECTED`]) that every sandbox otherwise sees read-only.
     Protected,
+    /// An agent asked for a host path outside the workspace (a read-only mount, the script
+    /// file): the user never chose to show it to the sandbox.
+    OutsideWorkspace,
+}
+
+/// Who asked for a run: what the user types is their decision, what an agent asks for
+/// through the MCP server is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asker {
+    /// The user, at the command line.
+    User,
+    /// An agent, through the MCP server.
+    Agent,
 }
 
 impl CrossingKind {
@@ -96,6 +115,7 @@ impl CrossingKind {
             CrossingKind::HostSocket => "host-socket",
             CrossingKind::WritableOutsideWorkspace => "writable-outside-workspace",
             CrossingKind::Protected => "protected-path",
+            CrossingKind::OutsideWorkspace => "outside-workspace",
         }
     }
 }
@@ -174,6 +194,151 @@ pub fn classify(spec: &RunSpec, home: Option<&Path>) -> Vec<Crossing> {
 fn protected_mount(path: &Path, workspace: &Path) -> Option<&'static crate::protect::Protected> {
     let below = path.strip_prefix(workspace).unwrap_or(path);
     crate::protect::protected_component(below)
+}
+
+/// [`classify`] for `asker`: for an [`Asker::Agent`], a read-only mount outside the workspace
+/// that crosses nothing else is a [`CrossingKind::OutsideWorkspace`] crossing as well.
+pub fn classify_as(spec: &RunSpec, home: Option<&Path>, asker: Asker) -> Vec<Crossing> {
+    let mut crossings = classify(spec, home);
+    if asker == Asker::User {
+        return crossings;
+    }
+    let workspace = normalize(&spec.workspace);
+    for mount in &spec.mounts {
+        let path = normalize(&workspace.join(&mount.path));
+        if is_within(&path, &workspace) || crossings.iter().any(|c| c.mount.path == path) {
+            continue;
+        }
+        crossings.push(Crossing {
+            mount: Mount { path, mode: mount.mode },
+            kind: CrossingKind::OutsideWorkspace,
+            reason: outside_reason(&workspace, "the mount"),
+        });
+    }
+    crossings
+}
+
+/// The crossing of running the host file `script` (absolute, as a resolved spec holds it):
+/// the sandbox sees the file, and its content comes back in a traceback. It crosses as a
+/// read-only mount of it would (a credential, a host socket); for an [`Asker::Agent`] also
+/// when it lies anywhere outside `workspace`. `None` for a script inside the workspace,
+/// which the sandbox sees anyway. Purely lexical: classify the canonical path too.
+pub fn classify_script(
+    script: &Path,
+    workspace: &Path,
+    home: Option<&Path>,
+    asker: Asker,
+) -> Option<Crossing> {
+    let home = home.filter(|home| home.is_absolute()).map(normalize);
+    let workspace = normalize(workspace);
+    let path = normalize(&workspace.join(script));
+    if is_within(&path, &workspace) {
+        return None;
+    }
+    let mount = Mount { path, mode: MountMode::ReadOnly };
+    if let Some((kind, reason)) = exposure(&mount.path, home.as_deref()) {
+        return Some(Crossing { mount, kind, reason: format!("the script: {reason}") });
+    }
+    (asker == Asker::Agent).then(|| Crossing {
+        mount,
+        kind: CrossingKind::OutsideWorkspace,
+        reason: outside_reason(&workspace, "the script"),
+    })
+}
+
+/// The crossings of an agent's use of session `id`, started in `theirs` (a real host path,
+/// mounted read-write in the session) from `workspace`: none when `theirs` lies in the
+/// workspace; else it is written outside the workspace, and exposes what mounting it would.
+/// A session's own mounts are not judged again: they were approved when it started.
+pub fn classify_session(
+    id: &str,
+    theirs: &Path,
+    workspace: &Path,
+    home: Option<&Path>,
+) -> Vec<Crossing> {
+    let home = home.filter(|home| home.is_absolute()).map(normalize);
+    let workspace = normalize(workspace);
+    let theirs = normalize(theirs);
+    if is_within(&theirs, &workspace) {
+        return Vec::new();
+    }
+    let mount = Mount { path: theirs, mode: MountMode::ReadWrite };
+    let mut crossings = Vec::new();
+    if let Some((kind, reason)) = exposure(&mount.path, home.as_deref()) {
+        let reason = format!("session `{id}` has it as its workspace, and {reason}");
+        crossings.push(Crossing { mount: mount.clone(), kind, reason });
+    }
+    let reason = format!(
+        "session `{id}` was started in another workspace: what runs in it reads and changes \
+         host files outside this workspace `{}`",
+        workspace.display()
+    );
+    crossings.push(Crossing { mount, kind: CrossingKind::WritableOutsideWorkspace, reason });
+    crossings
+}
+
+/// Why an agent's path outside the workspace needs the user.
+fn outside_reason(workspace: &Path, what: &str) -> String {
+    format!(
+        "{what} is outside the workspace `{}`: the sandbox would see host files the user did \
+         not choose to show it",
+        workspace.display()
+    )
+}
+
+/// A host environment variable copied into a sandbox by name (`env = ["NAME"]`, `NAME`
+/// without a value) where an agent asked for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvCrossing {
+    /// The variable's name.
+    pub name: String,
+    /// Whether the name looks secret ([`is_secret_name`]).
+    pub secret: bool,
+    /// A human explanation, lower case, no trailing period.
+    pub reason: String,
+}
+
+impl EnvCrossing {
+    /// A stable lower-case identifier for JSON output.
+    pub fn kind(&self) -> &'static str {
+        if self.secret { "secret-variable" } else { "host-variable" }
+    }
+}
+
+impl fmt::Display for EnvCrossing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`${}`: {}", self.name, self.reason)
+    }
+}
+
+/// The crossings of copying the host variables `names` into a sandbox. The user's own
+/// `--env NAME` is their decision (none); for an [`Asker::Agent`] every copy is one, whether
+/// the host has the variable or not (the answer must not tell which): the agent would learn
+/// a value of the user's environment it was never given, and masking the output cannot stop
+/// a script that prints it encoded. A value the agent gives itself (`NAME=VALUE`) is no copy.
+pub fn classify_copied_env<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    asker: Asker,
+) -> Vec<EnvCrossing> {
+    if asker == Asker::User {
+        return Vec::new();
+    }
+    let mut out: Vec<EnvCrossing> = Vec::new();
+    for name in names {
+        if out.iter().any(|c| c.name == name) {
+            continue;
+        }
+        let secret = is_secret_name(name);
+        let reason = if secret {
+            "copies the host's value of a secret-looking variable into the sandbox, where the \
+             script can print it encoded, past the output masking"
+        } else {
+            "copies the host's value of this variable into the sandbox; give the value \
+             (`NAME=VALUE`) instead to need no approval"
+        };
+        out.push(EnvCrossing { name: name.to_owned(), secret, reason: reason.to_owned() });
+    }
+    out
 }
 
 /// The most serious thing mounting `path` exposes, with a reason.

@@ -35,7 +35,10 @@ mod spec;
 pub mod sync;
 mod tar;
 
-pub use boundary::{Crossing, CrossingKind, HOME_SECRETS, HOST_SOCKETS, classify};
+pub use boundary::{
+    Asker, Crossing, CrossingKind, EnvCrossing, HOME_SECRETS, HOST_SOCKETS, classify, classify_as,
+    classify_copied_env, classify_script, classify_session,
+};
 pub use engine::{
     Capability, Classify, DynEngine, DynPrepared, Engine, EngineError, ErrorClass, Output,
     PublishedHook, RunIo, RunOutcome, Stdin, exit_code,
@@ -51,6 +54,7 @@ pub use limits::{
 pub use missing::{MissingMount, missing_mount};
 pub use parse::{MountSpellingError, mount_mode_hint, parse_size, split_mount};
 pub use paths::check_home_form;
+pub use paths::absolutize;
 pub use policy::{
     CA_BUNDLE_CANDIDATES, NEVER_MOUNTED, PREPARE_ENV_ALLOWLIST, PathUse, RUN_ENV_ALLOWLIST,
     SANDBOX_CA_BUNDLE, SANDBOX_CONTAINER, SANDBOX_HOME, SANDBOX_HOSTNAME, SYSTEM_DIRS,

@@ -35,7 +35,7 @@ pub(crate) fn normalize(path: &Path) -> PathBuf {
 
 /// Expands a leading `~` to `home`, makes a relative path absolute against `base` and
 /// normalizes the result. `base` and `home` must already be absolute.
-pub(crate) fn absolutize(path: &Path, base: &Path, home: Option<&Path>) -> Result<PathBuf, Error> {
+pub fn absolutize(path: &Path, base: &Path, home: Option<&Path>) -> Result<PathBuf, Error> {
     let mut components = path.components();
     let joined = match components.next() {
         Some(Component::Normal(first)) if first == "~" => {

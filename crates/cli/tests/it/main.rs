@@ -11,6 +11,7 @@ mod pool;
 mod reap;
 mod run;
 mod session;
+mod tty;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

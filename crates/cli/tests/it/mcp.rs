@@ -87,6 +87,22 @@ impl Client {
         }
     }
 
+    /// One request written as `line` (JSON text, which `json!` could not spell, such as a
+    /// key twice) with id `id`; the whole answer, result or error.
+    fn raw(&mut self, id: u64, line: &str) -> Value {
+        writeln!(self.stdin, "{line}").expect("write to the server");
+        self.stdin.flush().expect("flush");
+        loop {
+            let mut answer = String::new();
+            let n = self.stdout.read_line(&mut answer).expect("read from the server");
+            assert!(n > 0, "the server closed stdout before answering {line}");
+            let v: Value = serde_json::from_str(&answer).expect("JSON-RPC");
+            if v["id"] == id {
+                return v;
+            }
+        }
+    }
+
     /// A tool call's structured result and whether it is an error.
     fn call(&mut self, tool: &str, arguments: Value) -> (Value, bool) {
         let result = self.request("tools/call", json!({"name": tool, "arguments": arguments}));
@@ -152,7 +168,7 @@ fn mcp_over_stdio() {
     // A run on the default engine: its exit code, output (capped), files written.
     let code = "import sys\nprint(6 * 7)\nprint('x' * 70000, file=sys.stderr)\nopen('out.txt', 'w').write('hi')\nsys.exit(3)\n";
     let (v, is_error) = client.call("run_script", json!({"code": code}));
-    if is_error && v["error"].as_str().is_some_and(|e| e.starts_with("no isolation engine")) {
+    if no_engine(&v, is_error) {
         println!("SKIPPED: mcp run_script: no engine here");
         return;
     }
@@ -312,4 +328,291 @@ fn mcp_answers_note_a_network_that_is_http_only() {
     assert!(!is_error && noted(&v), "{v}");
     let (stopped, is_error) = client.call("session_stop", json!({"id": v["id"]}));
     assert!(!is_error, "{stopped}");
+}
+
+/// Whether a run's answer says no engine works here (a gated test then skips).
+fn no_engine(v: &Value, is_error: bool) -> bool {
+    is_error && v["error"].as_str().is_some_and(|e| e.starts_with("no isolation engine"))
+}
+
+/// The crossing in a `needs_approval` answer with `key` (`path` or `variable`) `value`, if
+/// the answer is one and nothing ran.
+fn crossing<'a>(v: &'a Value, key: &str, value: &str) -> Option<&'a Value> {
+    if v["status"] != "needs_approval" || v.get("exit_code").is_some() {
+        return None;
+    }
+    v["crossings"].as_array()?.iter().find(|c| c[key] == value)
+}
+
+/// Item 6 of issue 30: a script `path` outside the workspace (through `~`, `..` or a link
+/// in the workspace) is a crossing, as is a read-only mount there and a `check_script` of
+/// such a file; the agent learns nothing of the file until the user approves. A `path` that
+/// is no regular file (the server's own stdin) is refused; a script in the workspace needs
+/// nothing.
+#[test]
+#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
+fn mcp_script_paths_outside_the_workspace_need_approval() {
+    let ctx = Ctx::new();
+    let home = tempfile::tempdir().expect("home");
+    std::fs::create_dir(home.path().join(".ssh")).expect("fake ~/.ssh");
+    let key = home.path().join(".ssh/id_rsa");
+    std::fs::write(&key, "PRIVATE KEY hunter2-secret-material\n").expect("key");
+    let outside = tempfile::tempdir().expect("outside");
+    let elsewhere = outside.path().canonicalize().expect("real").join("x.py");
+    std::fs::write(&elsewhere, "print('outside ran')\n").expect("script outside");
+    std::os::unix::fs::symlink(&elsewhere, ctx.path().join("link.py")).expect("link");
+    ctx.write("ok.py", "print('inside ran')\n");
+    let dotdot =
+        format!("../{}/x.py", outside.path().file_name().and_then(|n| n.to_str()).expect("name"));
+    let (mut client, _) = Client::start(&ctx, home.path());
+    let key = key.display().to_string();
+    let far = elsewhere.display().to_string();
+    let cases = [
+        ("run_script", json!({"path": "~/.ssh/id_rsa"}), &key, "secret"),
+        ("run_script", json!({"path": key}), &key, "secret"),
+        ("run_script", json!({"path": far}), &far, "outside-workspace"),
+        ("run_script", json!({"path": "link.py"}), &far, "outside-workspace"),
+        ("run_script", json!({"path": dotdot}), &far, "outside-workspace"),
+        ("check_script", json!({"path": "~/.ssh/id_rsa"}), &key, "secret"),
+        ("check_script", json!({"path": "link.py"}), &far, "outside-workspace"),
+    ];
+    for (tool, arguments, path, kind) in cases {
+        let (v, is_error) = client.call(tool, arguments.clone());
+        assert!(!is_error, "{tool} {arguments}: {v}");
+        let found = crossing(&v, "path", path);
+        assert!(found.is_some_and(|c| c["kind"] == kind), "{tool} {arguments}: {v}");
+        assert!(!v.to_string().contains("hunter2"), "{v}");
+    }
+    let dir = outside.path().canonicalize().expect("real").display().to_string();
+    let (v, _) =
+        client.call("run_script", json!({"code": "print(1)", "mounts": [format!("{dir}:ro")]}));
+    assert!(crossing(&v, "path", &dir).is_some_and(|c| c["kind"] == "outside-workspace"), "{v}");
+    let (v, is_error) = client.call("run_script", json!({"path": "/dev/stdin"}));
+    assert!(
+        is_error && v["error"].as_str().is_some_and(|e| e.contains("not a regular file")),
+        "{v}"
+    );
+    let (v, is_error) = client.call("check_script", json!({"path": "ok.py"}));
+    assert!(!is_error && v.get("status") != Some(&json!("needs_approval")), "{v}");
+
+    let (v, is_error) = client.call("run_script", json!({"path": "ok.py"}));
+    if no_engine(&v, is_error) {
+        println!("SKIPPED: mcp script paths, the runs: no engine here");
+        return;
+    }
+    assert!(!is_error && v["exit_code"] == 0 && v["stdout"] == "inside ran\n", "{v}");
+    let (v, is_error) = client.call("run_script", json!({"path": "link.py", "approve": true}));
+    assert!(!is_error && v["exit_code"] == 0 && v["stdout"] == "outside ran\n", "{v}");
+}
+
+/// Item 7 of issue 30: a host variable copied by name into a sandbox (`env: ["NAME"]`, or the
+/// script's own `env = ["NAME"]`) needs approval, a secret-looking one as any other; nothing
+/// runs, so no encoding of the value can come back. A value the agent gives needs none.
+#[test]
+#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
+fn mcp_host_variables_copied_by_name_need_approval() {
+    let ctx = Ctx::new();
+    let home = tempfile::tempdir().expect("home");
+    let secret = "wJalrXUtnFEMI-server-own-secret";
+    let env = [("AWS_SECRET_ACCESS_KEY", secret), ("PLAIN_SETTING", "abc")];
+    let (mut client, _) = Client::start_with(&ctx, home.path(), &env);
+    let leak = "import base64, os\nprint(base64.b64encode(os.environ['AWS_SECRET_ACCESS_KEY'].encode()).decode(), os.environ['AWS_SECRET_ACCESS_KEY'][::-1])\n";
+    let inline = format!(
+        "# /// script\n# [tool.python-sandbox]\n# env = [\"AWS_SECRET_ACCESS_KEY\"]\n# ///\n{leak}"
+    );
+    let cases = [
+        (
+            "run_script",
+            json!({"code": leak, "env": ["AWS_SECRET_ACCESS_KEY"]}),
+            "AWS_SECRET_ACCESS_KEY",
+            "secret-variable",
+        ),
+        ("run_script", json!({"code": inline}), "AWS_SECRET_ACCESS_KEY", "secret-variable"),
+        (
+            "run_script",
+            json!({"code": "print(1)", "env": ["PLAIN_SETTING"]}),
+            "PLAIN_SETTING",
+            "host-variable",
+        ),
+        (
+            "session_start",
+            json!({"env": ["AWS_SECRET_ACCESS_KEY"]}),
+            "AWS_SECRET_ACCESS_KEY",
+            "secret-variable",
+        ),
+    ];
+    for (tool, arguments, name, kind) in cases {
+        let (v, is_error) = client.call(tool, arguments.clone());
+        assert!(!is_error, "{tool} {arguments}: {v}");
+        let found = crossing(&v, "variable", name);
+        assert!(found.is_some_and(|c| c["kind"] == kind), "{tool} {arguments}: {v}");
+    }
+    let (v, is_error) = client.call(
+        "run_script",
+        json!({"code": "import os\nprint(os.environ['GIVEN'])", "env": ["GIVEN=from-the-agent"]}),
+    );
+    if no_engine(&v, is_error) {
+        println!("SKIPPED: mcp host variables, the run: no engine here");
+        return;
+    }
+    assert!(!is_error && v["stdout"] == "from-the-agent\n", "{v}");
+}
+
+/// Item 8 of issue 30: a key twice in one object of a call, `approve` among the tool's
+/// arguments or the tool's `name`, is a JSON-RPC error naming the key; nothing runs, and
+/// the server goes on answering.
+#[test]
+fn mcp_duplicate_keys_are_refused() {
+    let ctx = Ctx::new();
+    let home = tempfile::tempdir().expect("home");
+    std::fs::create_dir(home.path().join(".ssh")).expect("fake ~/.ssh");
+    let ssh = home.path().join(".ssh").display().to_string();
+    let (mut client, _) = Client::start(&ctx, home.path());
+    let code = "open('ran.txt', 'w').write('ran')";
+    let approve = format!(
+        r#"{{"jsonrpc":"2.0","id":90,"method":"tools/call","params":{{"name":"run_script","arguments":{{"code":"{code}","mounts":["{ssh}:ro"],"approve":false,"approve":true}}}}}}"#
+    );
+    let name = format!(
+        r#"{{"jsonrpc":"2.0","id":91,"method":"tools/call","params":{{"name":"detect","name":"run_script","arguments":{{"code":"{code}"}}}}}}"#
+    );
+    for (id, line, key, at) in
+        [(90, approve, "approve", "`params.arguments`"), (91, name, "name", "`params`")]
+    {
+        let v = client.raw(id, &line);
+        assert_eq!(v["error"]["code"], -32602, "{v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(&format!("duplicate key `{key}` in {at}")), "{v}");
+        assert!(v.get("result").is_none(), "{v}");
+    }
+    let tools = client.request("tools/list", json!({}));
+    assert!(tools["tools"].as_array().is_some_and(|t| t.len() == TOOLS.len()), "{tools}");
+    assert!(!ctx.ls().contains(&"ran.txt".to_owned()), "nothing ran: {:?}", ctx.ls());
+}
+
+/// Item 9 of issue 30: the schemas say what the tools do: every engine of the registry
+/// (`native` too) in the `engine` arguments, the network's real default, and a handler that
+/// never asks for an argument its schema calls optional: each tool called with only what
+/// its schema requires (and `code` where `path` or `code` is wanted) never answers with a
+/// missing argument.
+#[test]
+fn mcp_tool_schemas_say_what_the_tools_do() {
+    let ctx = Ctx::new();
+    let home = tempfile::tempdir().expect("home");
+    let (mut client, _) = Client::start(&ctx, home.path());
+    let tools = client.request("tools/list", json!({}));
+    let tools = tools["tools"].as_array().cloned().expect("tools");
+    let schema = |name: &str| -> Value {
+        let tool = tools.iter().find(|t| t["name"] == name).expect("tool");
+        tool["inputSchema"].clone()
+    };
+    let run = schema("run_script");
+    let engines = run["properties"]["engine"]["enum"].clone();
+    for name in ["auto", "native", "bwrap", "docker", "podman", "k8s"] {
+        assert!(engines.as_array().is_some_and(|e| e.contains(&json!(name))), "{engines}");
+    }
+    let net = run["properties"]["net"]["description"].as_str().unwrap_or_default();
+    assert!(net.contains("default: `on`") && !net.contains("default is off"), "{net}");
+    assert_eq!(schema("read_file")["required"], json!(["id", "path"]));
+
+    for tool in &tools {
+        let name = tool["name"].as_str().expect("name");
+        let props = &tool["inputSchema"]["properties"];
+        let mut arguments = serde_json::Map::new();
+        for field in tool["inputSchema"]["required"].as_array().into_iter().flatten() {
+            let field = field.as_str().expect("field");
+            let kind = &props[field]["type"];
+            let dummy = match kind.as_str() {
+                Some("array") => json!([]),
+                Some("integer") => json!(1),
+                _ if field == "id" => json!("psbx-no-such-session"),
+                _ => json!("x"),
+            };
+            arguments.insert(field.to_owned(), dummy);
+        }
+        if props.get("code").is_some() {
+            arguments.insert("code".into(), json!("print(1)"));
+        }
+        let (v, is_error) = client.call(name, Value::Object(arguments.clone()));
+        let text = v.to_string();
+        let asks = ["give the", "give exactly one", "missing field", "invalid type"];
+        assert!(!asks.iter().any(|a| text.contains(a)), "{name} {arguments:?}: {v}");
+        if name == "session_start" && !is_error {
+            let (stopped, _) = client.call("session_stop", json!({"id": v["id"]}));
+            assert_eq!(stopped["stopped"], true, "{stopped}");
+        }
+    }
+}
+
+/// Issue 30, the sessions an agent names by id: one started in another workspace is a
+/// crossing for every tool that uses it (not for `session_stop`); what goes into one of the
+/// server's own (a script `path` outside the workspace, a host variable copied by name, in
+/// `env` or the script's table) needs approval as in a run.
+#[test]
+#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
+fn mcp_sessions_of_another_workspace_and_what_goes_in_need_approval() {
+    let ours = Ctx::new();
+    if let Err(reason) = crate::session::available(&ours, "native") {
+        println!("SKIPPED: mcp sessions and approval on native: {reason}");
+        return;
+    }
+    let theirs = Ctx::new();
+    // One home for both, so that the server finds the session the command line started.
+    let home = tempfile::tempdir().expect("home");
+    let home_var = [("HOME", home.path().to_str().expect("utf-8 home"))];
+    let start = ["session", "start", "--engine", "native", "--ttl", "2m"];
+    let started = theirs.run_with_env(&start, &home_var);
+    let text = String::from_utf8_lossy(&started.stdout);
+    let id = text.lines().last().expect("an id").trim().to_owned();
+    let env = [("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI-server-own-secret")];
+    let (mut client, _) = Client::start_with(&ours, home.path(), &env);
+    let their_dir = theirs.path().canonicalize().expect("real").display().to_string();
+    let calls = [
+        ("session_exec", json!({"id": id, "command": ["true"]})),
+        ("session_run", json!({"id": id, "code": "print(1)"})),
+        ("read_file", json!({"id": id, "path": "x.txt"})),
+        ("write_file", json!({"id": id, "path": "planted.txt", "content": "x"})),
+        ("list_files", json!({"id": id})),
+        ("start_service", json!({"id": id, "command": ["true"], "port": 8000})),
+    ];
+    for (tool, arguments) in calls {
+        let (v, is_error) = client.call(tool, arguments.clone());
+        assert!(!is_error, "{tool} {arguments}: {v}");
+        let found = crossing(&v, "path", &their_dir);
+        assert!(found.is_some_and(|c| c["kind"] == "writable-outside-workspace"), "{tool}: {v}");
+    }
+    assert!(!theirs.ls().contains(&"planted.txt".to_owned()), "{:?}", theirs.ls());
+    let approved = json!({"id": id, "path": "planted.txt", "content": "x", "approve": true});
+    let (v, is_error) = client.call("write_file", approved);
+    assert!(!is_error && v["size"] == 1, "{v}");
+    assert!(theirs.ls().contains(&"planted.txt".to_owned()), "{:?}", theirs.ls());
+    let (v, is_error) = client.call("session_stop", json!({"id": id}));
+    assert!(!is_error && v["stopped"] == true, "{v}");
+
+    let (v, is_error) = client.call("session_start", json!({"engine": "native", "ttl": "2m"}));
+    assert!(!is_error, "{v}");
+    let own = v["id"].as_str().expect("id").to_owned();
+    let (v, is_error) = client.call("session_exec", json!({"id": own, "command": ["true"]}));
+    assert!(!is_error && v["exit_code"] == 0, "{v}");
+    let outside = tempfile::tempdir().expect("outside");
+    let far = outside.path().canonicalize().expect("real").join("x.py");
+    std::fs::write(&far, "print('outside ran')\n").expect("script");
+    let inline = "# /// script\n# [tool.python-sandbox]\n# env = [\"AWS_SECRET_ACCESS_KEY\"]\n# ///\nprint(1)\n";
+    let far = far.display().to_string();
+    let runs = [
+        (
+            json!({"id": own, "code": "print(1)", "env": ["AWS_SECRET_ACCESS_KEY"]}),
+            "variable",
+            "AWS_SECRET_ACCESS_KEY",
+        ),
+        (json!({"id": own, "code": inline}), "variable", "AWS_SECRET_ACCESS_KEY"),
+        (json!({"id": own, "path": far}), "path", far.as_str()),
+    ];
+    for (arguments, key, value) in runs {
+        let (v, is_error) = client.call("session_run", arguments.clone());
+        assert!(!is_error && crossing(&v, key, value).is_some(), "{arguments}: {v}");
+    }
+    let (v, is_error) = client.call("session_run", json!({"id": own, "code": "print(6 * 7)"}));
+    assert!(!is_error && v["stdout"] == "42\n", "{v}");
+    let (v, is_error) = client.call("session_stop", json!({"id": own}));
+    assert!(!is_error && v["stopped"] == true, "{v}");
 }

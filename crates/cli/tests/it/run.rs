@@ -456,3 +456,44 @@ fn bwrap_found_through_a_link_below_tmp_runs() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "hi from bwrap\n");
 }
+
+/// A script file in a credential location crosses the boundary as a read-only mount of it
+/// would, named directly or through a link in the workspace (exit 4, the crossing named);
+/// `--approve` takes it past the check (it runs, on native, or stops at "no engine"). A
+/// script elsewhere outside the workspace is the user's own choice on the command line (the
+/// MCP server asks).
+#[test]
+fn a_script_in_a_secret_location_needs_approval() {
+    let ctx = Ctx::new();
+    let home = tempfile::tempdir().expect("home");
+    std::fs::create_dir(home.path().join(".ssh")).expect("~/.ssh");
+    let secret = home.path().join(".ssh/run_me.py");
+    std::fs::write(&secret, "print(1)\n").expect("script");
+    std::os::unix::fs::symlink(&secret, ctx.path().join("link.py")).expect("link");
+    let elsewhere = tempfile::tempdir().expect("elsewhere");
+    let other = elsewhere.path().join("x.py");
+    std::fs::write(&other, "print(1)\n").expect("script");
+    let none = "unix:///nonexistent/engine.sock";
+    let home_dir = home.path().to_str().expect("utf-8");
+    let env = [
+        ("PATH", "/nonexistent"),
+        ("DOCKER_HOST", none),
+        ("CONTAINER_HOST", none),
+        ("HOME", home_dir),
+    ];
+    let secret = secret.to_str().expect("utf-8");
+    for script in [secret, "link.py", "~/.ssh/run_me.py"] {
+        let out = ctx.run_with_env(&["run", script], &env);
+        let text = transcript(&out);
+        assert_eq!(out.status.code(), Some(4), "{script}: {text}");
+        assert!(
+            text.contains("the script: it is inside ~/.ssh, which holds credentials"),
+            "{text}"
+        );
+        let approved = ctx.run_with_env(&["run", "--approve", script], &env);
+        let past = [Some(0), Some(3)].contains(&approved.status.code());
+        assert!(past, "{script}: {}", transcript(&approved));
+    }
+    let out = ctx.run_with_env(&["run", other.to_str().expect("utf-8")], &env);
+    assert!([Some(0), Some(3)].contains(&out.status.code()), "{}", transcript(&out));
+}

@@ -265,3 +265,81 @@ proptest! {
         prop_assert!(crossings.iter().all(|c| c.kind != CrossingKind::WritableOutsideWorkspace));
     }
 }
+
+// ---- who asked ----------------------------------------------------------------------------
+
+use sandbox_core::{Asker, classify_as, classify_copied_env, classify_script, classify_session};
+
+/// What the user types is their decision; an agent's host path outside the workspace (a
+/// read-only mount, the script file) is a crossing, and so is every variable it copies.
+#[test]
+fn an_agent_crosses_where_the_user_does_not() {
+    let home = Some(Path::new("/home/me"));
+    let kinds = |asker, mounts: &str| -> Vec<&'static str> {
+        classify_as(&spec("/home/me/proj", mounts), home, asker)
+            .iter()
+            .map(|c| c.kind.as_str())
+            .collect()
+    };
+    assert_eq!(kinds(Asker::User, "/data:ro|/home/me/proj/in:ro"), Vec::<&str>::new());
+    assert_eq!(kinds(Asker::Agent, "/data:ro|/home/me/proj/in:ro"), ["outside-workspace"]);
+    assert_eq!(kinds(Asker::Agent, "/home/me/.ssh:ro"), ["secret"], "counted once");
+    assert_eq!(kinds(Asker::Agent, "/data:rw"), ["writable-outside-workspace"]);
+
+    let script = |asker, path: &str| {
+        classify_script(Path::new(path), Path::new("/home/me/proj"), home, asker)
+            .map(|c| format!("[{}] {c}", c.kind.as_str()))
+            .unwrap_or_else(|| "fine".to_owned())
+    };
+    let table = [
+        script(Asker::User, "/home/me/proj/s.py"),
+        script(Asker::Agent, "s.py"),
+        script(Asker::Agent, "sub/../s.py"),
+        script(Asker::User, "/home/me/.ssh/id_rsa"),
+        script(Asker::Agent, "/home/me/.ssh/id_rsa"),
+        script(Asker::Agent, "../.aws/credentials"),
+        script(Asker::User, "/tmp/x.py"),
+        script(Asker::Agent, "/tmp/x.py"),
+        script(Asker::Agent, "../other/x.py"),
+    ];
+    insta::assert_snapshot!(table.join("\n"), @r"
+    fine
+    fine
+    fine
+    [secret] `/home/me/.ssh/id_rsa` (ro): the script: it is inside ~/.ssh, which holds credentials
+    [secret] `/home/me/.ssh/id_rsa` (ro): the script: it is inside ~/.ssh, which holds credentials
+    [secret] `/home/me/.aws/credentials` (ro): the script: it is inside ~/.aws, which holds credentials
+    fine
+    [outside-workspace] `/tmp/x.py` (ro): the script is outside the workspace `/home/me/proj`: the sandbox would see host files the user did not choose to show it
+    [outside-workspace] `/home/me/other/x.py` (ro): the script is outside the workspace `/home/me/proj`: the sandbox would see host files the user did not choose to show it
+    ");
+
+    let names = ["AWS_SECRET_ACCESS_KEY", "LANG", "LANG"];
+    assert_eq!(classify_copied_env(names, Asker::User), []);
+    let copied: Vec<(String, &str)> = classify_copied_env(names, Asker::Agent)
+        .iter()
+        .map(|c| (c.name.clone(), c.kind()))
+        .collect();
+    assert_eq!(
+        copied,
+        [("AWS_SECRET_ACCESS_KEY".into(), "secret-variable"), ("LANG".into(), "host-variable")]
+    );
+}
+
+/// A session of the server's own workspace (or below it) is the agent's to use; one started
+/// elsewhere writes outside the workspace, and one started in the home exposes it.
+#[test]
+fn a_session_of_another_workspace_crosses() {
+    let home = Some(Path::new("/home/me"));
+    let kinds = |theirs: &str| -> Vec<&'static str> {
+        classify_session("s1", Path::new(theirs), Path::new("/home/me/proj"), home)
+            .iter()
+            .map(|c| c.kind.as_str())
+            .collect()
+    };
+    assert_eq!(kinds("/home/me/proj"), Vec::<&str>::new());
+    assert_eq!(kinds("/home/me/proj/sub"), Vec::<&str>::new());
+    assert_eq!(kinds("/home/me/other"), ["writable-outside-workspace"]);
+    assert_eq!(kinds("/home/me/proj2"), ["writable-outside-workspace"]);
+    assert_eq!(kinds("/home/me"), ["home", "writable-outside-workspace"]);
+}
