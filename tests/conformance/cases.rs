@@ -790,7 +790,9 @@ fn run_cases() -> Vec<Case> {
             name: "env-contract",
             script: Script::Inline(
                 "import socket\n\
-                 names = sorted(set(os.environ) - {'LC_ALL', 'TERM', 'TZ'})\n\
+                 names = sorted(set(os.environ) - {'LC_ALL', 'TERM', 'TZ', 'LD_LIBRARY_PATH'})\n\
+                 lib = os.environ.get('LD_LIBRARY_PATH', '/opt/python-sandbox/python/lib')\n\
+                 print('LIBRARY', lib.startswith('/opt/python-sandbox/'))\n\
                  print('NAMES', ' '.join(names))\n\
                  print('HOME', os.environ.get('HOME'))\n\
                  print('HOSTNAME', os.environ.get('HOSTNAME'), socket.gethostname())\n\
@@ -810,7 +812,16 @@ fn run_cases() -> Vec<Case> {
                     .has("CA True")
                     .has("VENV True")
                     .has("PWD True")
+                    .has("LIBRARY True")
             },
+            ..BASE
+        },
+        Case {
+            // A relocated interpreter (a pyenv build under the caller's home) still finds its
+            // library: `LD_LIBRARY_PATH`, set only where its run path is absolute, is the one
+            // variable the contract allows beyond the list above.
+            name: "own-paths-reveal-no-host-home",
+            script: Script::File("own_paths.py"),
             ..BASE
         },
         // The one seccomp wall (sandbox_core::WALL), and the kernel knobs and tmpfs caps every

@@ -98,6 +98,9 @@ pub struct PreparedEnv {
     pub python_version: String,
     /// Interpreter prefixes mounted read-only at run time.
     pub prefixes: Vec<PathBuf>,
+    /// The interpreter finds its library through an absolute run path into its host prefix,
+    /// so a sandbox that shows the prefix elsewhere sets `LD_LIBRARY_PATH` (`plan::Relocation`).
+    pub library_path: bool,
     /// The uv version that built it.
     pub uv_version: String,
     /// False when an existing environment was reused (the warm path).
@@ -283,7 +286,7 @@ impl BwrapEngine {
                     command: install,
                     extra_env: downloads,
                 };
-                self.run_prepare_step(&uv.path, &[], step, spec.tmpfs_size).map_err(
+                self.run_prepare_step(&uv.path, Base::NONE, step, spec.tmpfs_size).map_err(
                     |e| match e {
                         Error::Prepare { stderr, .. } => Error::PythonNotFound {
                             request: request.unwrap_or("any python").to_owned(),
@@ -318,13 +321,13 @@ impl BwrapEngine {
             vec![uv.path.clone().into(), "venv".into(), "--quiet".into(), "--no-config".into()];
         venv.extend(["--python".into(), interpreter.executable.clone().into(), dir.clone().into()]);
         let step = Step::trusted(&dir, venv);
-        self.run_prepare_step(&uv.path, &interpreter.prefixes, step, spec.tmpfs_size)?;
+        self.run_prepare_step(&uv.path, interpreter.base(), step, spec.tmpfs_size)?;
         if !spec.dependencies.is_empty() {
-            self.install_dependencies(&uv.path, &interpreter.prefixes, &dir, spec)?;
+            self.install_dependencies(&uv.path, interpreter.base(), &dir, spec)?;
         }
 
         let identity = fsutil::identity(&interpreter.executable).unwrap_or_default();
-        let marker = Marker::new(
+        let mut marker = Marker::new(
             interpreter.executable.clone(),
             identity,
             interpreter.prefixes.clone(),
@@ -332,6 +335,7 @@ impl BwrapEngine {
             uv.version.clone(),
             spec.dependencies.clone(),
         );
+        marker.library_path = interpreter.library_path;
         let bytes = serde_json::to_vec_pretty(&marker)
             .map_err(|e| Error::io("encoding the environment marker")(std::io::Error::other(e)))?;
         fsutil::write_atomic(&marker_path, &bytes)?;
@@ -342,6 +346,7 @@ impl BwrapEngine {
             python: interpreter.executable,
             python_version: interpreter.version,
             prefixes: interpreter.prefixes,
+            library_path: interpreter.library_path,
             uv_version: uv.version,
             fresh: true,
             lease,
@@ -369,6 +374,7 @@ impl BwrapEngine {
             python: marker.python,
             python_version: marker.python_version,
             prefixes: marker.prefixes,
+            library_path: marker.library_path,
             uv_version: marker.uv_version,
             fresh: false,
             lease: lease.clone(),
@@ -393,7 +399,7 @@ impl BwrapEngine {
     fn install_dependencies(
         &self,
         uv: &Path,
-        prefixes: &[PathBuf],
+        base: Base<'_>,
         dir: &Path,
         spec: &RunSpec,
     ) -> Result<()> {
@@ -425,7 +431,7 @@ impl BwrapEngine {
             command: resolve,
             extra_env: Vec::new(),
         };
-        self.run_prepare_step(uv, prefixes, step, spec.tmpfs_size)?;
+        self.run_prepare_step(uv, base, step, spec.tmpfs_size)?;
         let lock = read_untrusted(&io.join("lock.txt"))?;
         let pinned = lockfile::parse(&lock).map_err(|e| Error::Prepare {
             code: 2,
@@ -439,7 +445,7 @@ impl BwrapEngine {
         let mut wheels_only = install.clone();
         wheels_only.extend(["--no-build".into(), "--require-hashes".into()]);
         let step = Step { ro: vec![checked.clone()], ..Step::trusted(dir, wheels_only) };
-        if self.run_prepare_step(uv, prefixes, step, spec.tmpfs_size).is_err() {
+        if self.run_prepare_step(uv, base, step, spec.tmpfs_size).is_err() {
             let step = Step {
                 dir,
                 ro: vec![checked.clone()],
@@ -449,7 +455,7 @@ impl BwrapEngine {
                 command: install,
                 extra_env: Vec::new(),
             };
-            self.run_prepare_step(uv, prefixes, step, spec.tmpfs_size)?;
+            self.run_prepare_step(uv, base, step, spec.tmpfs_size)?;
         }
 
         let compile: Vec<OsString> = vec![
@@ -474,7 +480,7 @@ impl BwrapEngine {
         };
         // Bytecode is an optimization: files a package ships for other Python versions fail
         // to compile and are simply left to the interpreter.
-        match self.run_prepare_step(uv, prefixes, step, spec.tmpfs_size) {
+        match self.run_prepare_step(uv, base, step, spec.tmpfs_size) {
             Err(Error::Prepare { .. }) | Ok(()) => Ok(()),
             Err(e) => Err(e),
         }
@@ -483,7 +489,7 @@ impl BwrapEngine {
     fn run_prepare_step(
         &self,
         uv: &Path,
-        prefixes: &[PathBuf],
+        base: Base<'_>,
         step: Step<'_>,
         tmpfs_size: u64,
     ) -> Result<()> {
@@ -494,8 +500,15 @@ impl BwrapEngine {
         };
         let mut rw_dirs: Vec<PathBuf> = cache.iter().cloned().collect();
         rw_dirs.push(step.dir.to_owned());
-        let mut ro_dirs = prefixes.to_vec();
+        let mut ro_dirs = base.prefixes.to_vec();
         ro_dirs.extend(step.ro.iter().cloned());
+        // The environment being built is seen where runs see it (its `pyvenv.cfg`, links and
+        // entry points name that path).
+        let envs = self.layout.envs_dir();
+        let env = std::iter::once(step.dir)
+            .chain(step.ro.iter().map(PathBuf::as_path))
+            .find(|d| d.starts_with(&envs));
+        let relocation = self.relocation(env, base, Some(uv))?;
         if step.python_dir_rw {
             rw_dirs.push(self.layout.python_dir());
         }
@@ -518,6 +531,7 @@ impl BwrapEngine {
             extra_env: step.extra_env,
             tmpfs_size,
             net: step.net,
+            relocation,
         };
         let plan = plan::prepare_plan(&self.host, &layout, None);
         let mut output = Vec::new();
@@ -603,6 +617,36 @@ impl BwrapEngine {
         // share the protocol (as `reaper::acl`'s grants do).
         let state = reaper::protect::state_dir(&self.config.cache_dir);
         Ok(protect(&trees, &state)?)
+    }
+
+    /// Where a sandbox sees the environment `env`, the interpreter of `base` and `uv`
+    /// (`plan::Relocation`), with the interpreter's own site-packages covered by an empty
+    /// directory of the cache.
+    pub(crate) fn relocation(
+        &self,
+        env: Option<&Path>,
+        base: Base<'_>,
+        uv: Option<&Path>,
+    ) -> Result<plan::Relocation> {
+        let empty = self.layout.root().join("empty");
+        let mut masks = Vec::new();
+        for prefix in base.prefixes {
+            let Ok(entries) = std::fs::read_dir(prefix.join("lib")) else { continue };
+            for entry in entries.flatten() {
+                let site = entry.path().join("site-packages");
+                let versioned = entry.file_name().to_str().is_some_and(|n| n.starts_with("python"));
+                if versioned && site.is_dir() {
+                    masks.push((empty.clone(), site));
+                }
+            }
+        }
+        if !masks.is_empty() && !empty.is_dir() {
+            fsutil::create_dir_all(&empty)?;
+            // Shown in place of a site-packages: an empty directory the sandbox user may list.
+            std::fs::set_permissions(&empty, std::os::unix::fs::PermissionsExt::from_mode(0o555))
+                .map_err(Error::io(format!("making {} readable", empty.display())))?;
+        }
+        Ok(plan::Relocation::new(env, base.prefixes, uv, masks, base.library_path))
     }
 
     /// uv and the base environment (no dependencies) of a session: its interpreter is the
@@ -716,7 +760,8 @@ impl BwrapEngine {
         {
             prefixes.push(bin_parent.to_owned());
         }
-        Ok(Interpreter { executable, prefixes, version: (*version).to_owned() })
+        let library_path = needs_library_path(&executable, &prefixes);
+        Ok(Interpreter { executable, prefixes, version: (*version).to_owned(), library_path })
     }
 
     fn host_command(&self, program: &Path) -> Command {
@@ -796,6 +841,11 @@ impl BwrapEngine {
             interactive,
             tmpfs_size: spec.tmpfs_size,
             publish: pick_host_ports(&spec.publish)?,
+            relocation: self.relocation(
+                Some(&env.dir),
+                Base { prefixes: &env.prefixes, library_path: env.library_path },
+                None,
+            )?,
         };
         let writable = writable_dirs(&layout.workspace, &layout.mounts);
         let (idmapped, grant) = self.lend_writable(&layout.workspace, &layout.mounts)?;
@@ -911,6 +961,41 @@ struct Interpreter {
     executable: PathBuf,
     prefixes: Vec<PathBuf>,
     version: String,
+    /// See [`PreparedEnv::library_path`].
+    library_path: bool,
+}
+
+impl Interpreter {
+    fn base(&self) -> Base<'_> {
+        Base { prefixes: &self.prefixes, library_path: self.library_path }
+    }
+}
+
+/// What a sandbox must show of the base interpreter: its prefixes, and whether it needs its
+/// library directory on the loader's path once they are relocated.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Base<'a> {
+    pub(crate) prefixes: &'a [PathBuf],
+    pub(crate) library_path: bool,
+}
+
+impl Base<'_> {
+    /// No interpreter (`uv python install`).
+    const NONE: Base<'static> = Base { prefixes: &[], library_path: false };
+}
+
+/// Whether the executable at `python` names `<prefix>/lib` in its run path (read as bytes: an
+/// absolute `RPATH`/`RUNPATH` is a string in its dynamic section; `$ORIGIN/../lib`, the
+/// relocatable form, is not a match). Executables larger than 64 MiB (a static build, which
+/// loads no library) are not read.
+fn needs_library_path(python: &Path, prefixes: &[PathBuf]) -> bool {
+    let small = std::fs::metadata(python).is_ok_and(|m| m.len() <= 64 << 20);
+    let Some(bytes) = small.then(|| std::fs::read(python).ok()).flatten() else { return false };
+    prefixes.iter().any(|prefix| {
+        let lib = prefix.join("lib");
+        let needle = lib.as_os_str().as_encoded_bytes();
+        bytes.windows(needle.len()).any(|w| w == needle)
+    })
 }
 
 /// Runs a host command; `Ok(Err(stderr))` when it ran and failed.

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::fsutil::sha256_hex;
 
 /// Bumped whenever the layout of a prepared environment changes.
-const FORMAT: &str = "python-sandbox-bwrap-env-v1";
+const FORMAT: &str = "python-sandbox-bwrap-env-v2";
 
 /// Pure: the directory name of the environment for these inputs. Dependencies are
 /// order-insensitive; the interpreter request is either an explicit choice or
@@ -54,6 +54,9 @@ pub(crate) struct Marker {
     pub(crate) python_version: String,
     pub(crate) uv_version: String,
     pub(crate) dependencies: Vec<String>,
+    /// See `PreparedEnv::library_path`.
+    #[serde(default)]
+    pub(crate) library_path: bool,
 }
 
 impl Marker {
@@ -73,6 +76,7 @@ impl Marker {
             python_version,
             uv_version,
             dependencies,
+            library_path: false,
         }
     }
 

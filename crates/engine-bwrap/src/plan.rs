@@ -321,6 +321,120 @@ pub(crate) fn sandbox_home() -> PathBuf {
     PathBuf::from(sandbox_core::SANDBOX_HOME)
 }
 
+/// Where a sandbox sees the prepared environment: the same path as on the container engines.
+pub(crate) const SANDBOX_ENV: &str = "/opt/python-sandbox/env";
+/// Where a sandbox sees a relocated interpreter prefix (the second one gets `-2`, ...).
+const SANDBOX_PYTHON: &str = "/opt/python-sandbox/python";
+/// Where a sandbox sees uv (prepare steps and sessions).
+pub(crate) const SANDBOX_TOOLS: &str = "/opt/python-sandbox/bin";
+
+/// Where python-sandbox's own host paths appear inside a sandbox. The environment, the
+/// interpreter and uv live under the caller's home on most machines (a pyenv interpreter, the
+/// cache in `~/.cache`); at their host paths they would show the sandbox the home directory's
+/// path and the user's name, so they are mounted at fixed paths below `/opt/python-sandbox`
+/// instead, and every path of theirs a plan names (the command, `PATH`, `VIRTUAL_ENV`, the
+/// working directory) is translated. Interpreters below `/usr` stay where they are (the
+/// base layout shows `/usr` anyway). An environment is built at the path it is run at, so
+/// the paths uv writes into it (`pyvenv.cfg`, `bin/python`, entry points) hold inside.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Relocation {
+    /// (host, sandbox), deeper host paths first.
+    pairs: Vec<(PathBuf, PathBuf)>,
+    /// (an empty host directory, a host directory it covers read-only): a relocated
+    /// interpreter's own site-packages, which nothing of a run uses.
+    masks: Vec<(PathBuf, PathBuf)>,
+    /// `LD_LIBRARY_PATH` inside: the relocated library directory of an interpreter linked with
+    /// an absolute run path into its host prefix (a pyenv `--enable-shared` build).
+    library_path: Option<PathBuf>,
+}
+
+impl Relocation {
+    /// `env`: the environment directory; `prefixes`: the interpreter's (canonical); `uv`:
+    /// its binary. `masks` are (empty directory, site-packages) pairs of the interpreter's;
+    /// `library_path`: the interpreter needs its first prefix's `lib` on the loader's path.
+    pub(crate) fn new(
+        env: Option<&Path>,
+        prefixes: &[PathBuf],
+        uv: Option<&Path>,
+        masks: Vec<(PathBuf, PathBuf)>,
+        library_path: bool,
+    ) -> Relocation {
+        let mut pairs: Vec<(PathBuf, PathBuf)> = Vec::new();
+        if let Some(env) = env {
+            pairs.push((env.to_owned(), PathBuf::from(SANDBOX_ENV)));
+        }
+        let mut moved = 0;
+        for prefix in prefixes {
+            let inside_another = prefixes.iter().any(|p| p != prefix && prefix.starts_with(p));
+            if covered_by_base(prefix) || inside_another || pairs.iter().any(|(h, _)| h == prefix) {
+                continue;
+            }
+            moved += 1;
+            let dest = match moved {
+                1 => PathBuf::from(SANDBOX_PYTHON),
+                n => PathBuf::from(format!("{SANDBOX_PYTHON}-{n}")),
+            };
+            pairs.push((prefix.clone(), dest));
+        }
+        if let Some(uv) = uv {
+            let name = uv.file_name().map_or_else(|| "uv".into(), |n| n.to_owned());
+            pairs.push((uv.to_owned(), Path::new(SANDBOX_TOOLS).join(name)));
+        }
+        pairs.sort_by_key(|(host, _)| std::cmp::Reverse(host.components().count()));
+        let mut out = Relocation { pairs, masks: Vec::new(), library_path: None };
+        out.masks = masks.into_iter().filter(|(_, site)| out.moves(site)).collect();
+        out.library_path = prefixes
+            .first()
+            .filter(|p| library_path && out.moves(p))
+            .map(|p| out.path(&p.join("lib")));
+        out
+    }
+
+    fn moves(&self, host: &Path) -> bool {
+        self.pairs.iter().any(|(h, _)| host.starts_with(h))
+    }
+
+    /// Where the sandbox sees the host path `host`.
+    pub(crate) fn path(&self, host: &Path) -> PathBuf {
+        for (h, dest) in &self.pairs {
+            if let Ok(rest) = host.strip_prefix(h) {
+                return if rest.as_os_str().is_empty() { dest.clone() } else { dest.join(rest) };
+            }
+        }
+        host.to_owned()
+    }
+
+    /// A command-line argument: an absolute path is translated, anything else kept.
+    fn arg(&self, arg: &OsStr) -> OsString {
+        if arg.as_encoded_bytes().starts_with(b"/") {
+            self.path(Path::new(arg)).into_os_string()
+        } else {
+            arg.to_owned()
+        }
+    }
+
+    /// A bind of the host path `host` at its place in the sandbox.
+    fn bind(&self, host: &Path, access: Access) -> Bind {
+        Bind { src: host.to_owned(), dest: self.path(host), access }
+    }
+
+    /// The binds that hide the relocated interpreters' own site-packages.
+    fn mask_binds(&self) -> impl Iterator<Item = Bind> + '_ {
+        self.masks.iter().map(|(empty, site)| Bind {
+            src: empty.clone(),
+            dest: self.path(site),
+            access: Access::ReadOnly,
+        })
+    }
+
+    /// Sets `LD_LIBRARY_PATH` where the interpreter needs it.
+    fn set_library_path(&self, env: &mut Vec<(String, OsString)>) {
+        if let Some(lib) = &self.library_path {
+            set_env(env, "LD_LIBRARY_PATH", lib.clone().into_os_string());
+        }
+    }
+}
+
 /// Already visible read-only through the base layout.
 fn covered_by_base(path: &Path) -> bool {
     path.starts_with("/usr")
@@ -386,6 +500,9 @@ pub(crate) struct PrepareLayout {
     pub(crate) tmpfs_size: u64,
     /// Network (every step but the bytecode compile).
     pub(crate) net: bool,
+    /// Where the environment, the interpreter and uv are seen (paths in `command` and
+    /// `chdir` are the host's, translated here).
+    pub(crate) relocation: Relocation,
 }
 
 /// Prepare: network on, no workspace, no home; uv writes only to its cache and the env.
@@ -396,11 +513,14 @@ pub(crate) fn prepare_plan(
 ) -> Plan {
     let home = sandbox_home();
     let (uid, gid) = host.sandbox_ids();
-    let mut binds = vec![Bind::same(&layout.uv, Access::ReadOnly)];
-    binds.extend(layout.ro_dirs.iter().map(|d| Bind::same(d, Access::ReadOnly)));
-    binds.extend(layout.rw_dirs.iter().map(|d| Bind::same(d, Access::ReadWrite)));
+    let r = &layout.relocation;
+    let mut binds = vec![r.bind(&layout.uv, Access::ReadOnly)];
+    binds.extend(layout.ro_dirs.iter().map(|d| r.bind(d, Access::ReadOnly)));
+    binds.extend(layout.rw_dirs.iter().map(|d| r.bind(d, Access::ReadWrite)));
+    binds.extend(r.mask_binds());
 
     let mut env = base_env(host, "/usr/local/bin:/usr/bin:/bin".to_owned());
+    r.set_library_path(&mut env);
     for (name, value) in [
         ("UV_CACHE_DIR", layout.uv_cache.as_os_str()),
         ("UV_PYTHON_INSTALL_DIR", layout.python_install_dir.as_os_str()),
@@ -437,9 +557,9 @@ pub(crate) fn prepare_plan(
         gid,
         home,
         binds: order_binds(binds),
-        chdir: layout.chdir.clone(),
+        chdir: r.path(&layout.chdir),
         env,
-        command: layout.command.clone(),
+        command: layout.command.iter().map(|a| r.arg(a)).collect(),
         status_fd,
         publish: Vec::new(),
         seccomp_fd: None,
@@ -479,6 +599,8 @@ pub(crate) struct RunLayout {
     pub(crate) tmpfs_size: u64,
     /// Published ports (net on).
     pub(crate) publish: Vec<sandbox_core::PublishedPort>,
+    /// Where the environment and the interpreter are seen.
+    pub(crate) relocation: Relocation,
 }
 
 /// Run: the prepared interpreter runs the script directly; no uv, nothing writable but the
@@ -486,8 +608,10 @@ pub(crate) struct RunLayout {
 pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout, status_fd: Option<i32>) -> Plan {
     let home = sandbox_home();
     let (uid, gid) = host.sandbox_ids();
-    let mut binds = vec![Bind::same(&layout.env_dir, Access::ReadOnly)];
-    binds.extend(layout.ro_dirs.iter().map(|d| Bind::same(d, Access::ReadOnly)));
+    let r = &layout.relocation;
+    let mut binds = vec![r.bind(&layout.env_dir, Access::ReadOnly)];
+    binds.extend(layout.ro_dirs.iter().map(|d| r.bind(d, Access::ReadOnly)));
+    binds.extend(r.mask_binds());
     binds.push(Bind::same(&layout.workspace, Access::ReadWrite));
     binds.extend(layout.mounts.iter().cloned());
     let mut pinned = vec![layout.workspace.clone()];
@@ -498,9 +622,10 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout, status_fd: Option<i
         pinned.push(layout.script.clone());
     }
 
-    let bin = layout.env_dir.join("bin");
+    let bin = r.path(&layout.env_dir).join("bin");
     let mut env = base_env(host, format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()));
-    set_env(&mut env, "VIRTUAL_ENV", layout.env_dir.clone().into_os_string());
+    set_env(&mut env, "VIRTUAL_ENV", r.path(&layout.env_dir).into_os_string());
+    r.set_library_path(&mut env);
     for (name, value) in &layout.user_env {
         set_env(&mut env, name, value.into());
     }
@@ -556,6 +681,8 @@ pub(crate) struct SessionLayout {
     pub(crate) publish: Vec<sandbox_core::PublishedPort>,
     /// Idle seconds after which the agent ends the session.
     pub(crate) ttl_secs: u64,
+    /// Where the interpreter and uv are seen.
+    pub(crate) relocation: Relocation,
 }
 
 /// Session: the same wall as a run, with the agent (`sandbox_core::agent::AGENT_PY`) as the
@@ -565,8 +692,10 @@ pub(crate) struct SessionLayout {
 pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Plan {
     let home = sandbox_home();
     let (uid, gid) = host.sandbox_ids();
-    let mut binds = vec![Bind::same(&layout.uv, Access::ReadOnly)];
-    binds.extend(layout.ro_dirs.iter().map(|d| Bind::same(d, Access::ReadOnly)));
+    let r = &layout.relocation;
+    let mut binds = vec![r.bind(&layout.uv, Access::ReadOnly)];
+    binds.extend(layout.ro_dirs.iter().map(|d| r.bind(d, Access::ReadOnly)));
+    binds.extend(r.mask_binds());
     binds.push(Bind::same(&layout.workspace, Access::ReadWrite));
     binds.extend(layout.mounts.iter().cloned());
     let mut pinned = vec![layout.workspace.clone()];
@@ -574,9 +703,11 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Plan {
     protect(&mut binds, &mut pinned, &layout.protected);
 
     let venv_bin = Path::new(sandbox_core::shell::SESSION_VENV).join("bin");
-    let uv_dir = layout.uv.parent().unwrap_or(Path::new("/usr/bin"));
+    let uv = r.path(&layout.uv);
+    let uv_dir = uv.parent().unwrap_or(Path::new("/usr/bin"));
     let path = format!("{}:/usr/local/bin:/usr/bin:/bin:{}", venv_bin.display(), uv_dir.display());
     let mut env = base_env(host, path);
+    r.set_library_path(&mut env);
     for (name, value) in sandbox_core::shell::SESSION_UV_ENV {
         set_env(&mut env, name, value.into());
     }
@@ -590,7 +721,7 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Plan {
     }
     // `-I -S`: nothing of the workspace or of a site directory steers the agent.
     let command = vec![
-        layout.python.clone().into_os_string(),
+        r.path(&layout.python).into_os_string(),
         "-I".into(),
         "-S".into(),
         "-c".into(),

@@ -245,6 +245,11 @@ impl SessionEngine for BwrapEngine {
         let python = base.python.clone();
         let ttl_secs = config.ttl.as_secs().max(1);
         let (placeholders, protected) = self.protect(&workspace, &mounts)?;
+        let relocation = self.relocation(
+            None,
+            crate::engine::Base { prefixes: &base.prefixes, library_path: base.library_path },
+            Some(&uv),
+        )?;
         let layout = SessionLayout {
             python: python.clone(),
             ro_dirs: base.prefixes.clone(),
@@ -257,6 +262,7 @@ impl SessionEngine for BwrapEngine {
             tmpfs_size: config.tmpfs_size,
             publish: crate::engine::pick_host_ports(&config.publish)?,
             ttl_secs,
+            relocation,
         };
         let mut plan = plan::session_plan(self.host(), &layout);
         // As for a run: rlimits on the sandbox's first process (inherited by all of the
@@ -317,7 +323,7 @@ impl SessionEngine for BwrapEngine {
             created,
             ttl: ttl_secs,
             last_used: created,
-            python: python.display().to_string(),
+            python: layout.relocation.path(&python).display().to_string(),
             net: config.net == Net::On,
             mounts: mounts.iter().map(|m| (m.src.clone(), m.access == Access::ReadWrite)).collect(),
             publish: plan.publish.iter().map(|p| (p.port, p.url())).collect(),

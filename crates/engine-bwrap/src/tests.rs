@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use crate::host::{HostFacts, RootEntry, user_database};
 use crate::key::env_key;
 use crate::paths::{Use, check_policy};
-use crate::plan::{Access, Bind, Plan, PrepareLayout, RunLayout, prepare_plan, run_plan};
+use crate::plan::{
+    Access, Bind, Plan, PrepareLayout, Relocation, RunLayout, prepare_plan, run_plan,
+};
 
 fn host() -> HostFacts {
     let merged =
@@ -59,6 +61,7 @@ fn run_layout() -> RunLayout {
         interactive: false,
         tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
         publish: vec![],
+        relocation: Relocation::new(Some(Path::new(ENV)), &["/usr".into()], None, vec![], false),
     }
 }
 
@@ -205,8 +208,24 @@ fn run_binds_pinned_sources_from_descriptors() {
 #[test]
 fn run_with_pyenv_interpreter_under_home() {
     let mut layout = run_layout();
-    layout.ro_dirs = vec!["/home/alice/.pyenv/versions/3.12.4".into()];
-    check_run("run_pyenv_interpreter", &host(), &layout);
+    let prefix = PathBuf::from("/home/alice/.pyenv/versions/3.12.4");
+    layout.ro_dirs = vec![prefix.clone()];
+    layout.workspace = "/srv/project".into();
+    layout.script = "/srv/project/main.py".into();
+    let site = prefix.join("lib/python3.12/site-packages");
+    let empty = PathBuf::from("/home/alice/.cache/python-sandbox/bwrap/empty");
+    layout.relocation =
+        Relocation::new(Some(Path::new(ENV)), &[prefix], None, vec![(empty, site)], true);
+    let plan = run_plan(&host(), &layout, None);
+    // Nothing of the caller's home is shown at its path: not the interpreter (a pyenv build
+    // under it), not the environment in its cache, not the user's name.
+    let rendered = render(&plan, &host());
+    for bind in &plan.binds {
+        assert!(!bind.dest.starts_with("/home/alice"), "{} is shown", bind.dest.display());
+    }
+    assert!(!plan.env.iter().any(|(_, v)| v.to_string_lossy().contains("alice")), "{rendered}");
+    assert!(!plan.command.iter().any(|a| a.to_string_lossy().contains("alice")), "{rendered}");
+    insta::assert_snapshot!("run_pyenv_interpreter", rendered);
 }
 
 #[test]
@@ -248,6 +267,13 @@ fn prepare_has_network_no_workspace_and_only_cache_writable() {
         extra_env: Vec::new(),
         tmpfs_size: 64 << 20,
         net: true,
+        relocation: Relocation::new(
+            Some(Path::new(ENV)),
+            &["/home/alice/.pyenv/versions/3.12.4".into()],
+            Some(Path::new("/home/alice/.cache/python-sandbox/bwrap/uv/0.13.9-x86_64/uv")),
+            vec![],
+            false,
+        ),
     };
     let plan = prepare_plan(&host(), &layout, None);
     assert!(plan.net);
@@ -418,6 +444,13 @@ fn session_is_the_run_wall_with_the_agent_and_no_die_with_parent() {
         tmpfs_size: sandbox_core::DEFAULT_TMPFS_SIZE,
         publish: Vec::new(),
         ttl_secs: 1800,
+        relocation: Relocation::new(
+            None,
+            &[PathBuf::from("/usr")],
+            Some(Path::new("/opt/uv/bin/uv")),
+            vec![],
+            false,
+        ),
     };
     let plan = crate::plan::session_plan(&host, &layout);
     let rendered = render(&plan, &host).replace(sandbox_core::agent::AGENT_PY, "<agent.py>");

@@ -163,8 +163,10 @@ pub fn input(plan: &Plan, host: &HostFacts, cache_root: &Path) -> Input {
                     Access::ReadWrite => MountMode::ReadWrite,
                 },
             )),
-            (false, Access::ReadOnly) => input.ro_dirs.push(bind.src.clone()),
-            (false, Access::ReadWrite) => input.own_writable.push(bind.src.clone()),
+            (false, Access::ReadOnly) => input.ro_dirs.push((bind.src.clone(), bind.dest.clone())),
+            (false, Access::ReadWrite) => {
+                input.own_writable.push((bind.src.clone(), bind.dest.clone()));
+            }
         }
         // The pipeline lent these to nobody with an ACL instead (no idmapped mounts there).
         if caller && !plan.idmapped.contains(&bind.src) {

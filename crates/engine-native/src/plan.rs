@@ -67,16 +67,19 @@ pub struct Input {
     pub group: PathBuf,
     /// The host's canonical CA bundle, shown at [`sandbox_core::SANDBOX_CA_BUNDLE`].
     pub ca_bundle: Option<PathBuf>,
-    /// Interpreter prefixes and the prepared environment: read-only at their own paths.
-    pub ro_dirs: Vec<PathBuf>,
+    /// Interpreter prefixes and the prepared environment, read-only: (host path, where the
+    /// sandbox sees it), the same path or one below `/opt/python-sandbox`
+    /// (`engine_bwrap`'s relocation, which keeps the caller's home out of sight).
+    pub ro_dirs: Vec<(PathBuf, PathBuf)>,
     /// The canonical workspace: read-write at its own path, the working directory. `None` for
     /// a prepare step, which sees no caller path at all.
     pub workspace: Option<PathBuf>,
     /// Declared extra mounts (canonical), each at its own path.
     pub mounts: Vec<(PathBuf, MountMode)>,
     /// The engine's own directories a prepare step writes (the uv cache, the environment being
-    /// built): read-write at their own paths, and refused unless inside [`Input::own`].
-    pub own_writable: Vec<PathBuf>,
+    /// built): (host path, where the sandbox sees it) as for [`Input::ro_dirs`], read-write, and
+    /// refused unless the host path lies inside [`Input::own`].
+    pub own_writable: Vec<(PathBuf, PathBuf)>,
     /// A root caller's caller paths that are mounted as they are rather than idmapped (on a
     /// filesystem without idmapped mounts the engine lends them to nobody with an ACL).
     pub not_idmapped: Vec<PathBuf>,
@@ -211,7 +214,7 @@ pub fn plan(input: &Input) -> Result<Plan> {
     for (path, _) in &input.mounts {
         refuse(path, PathUse::Mount)?;
     }
-    for path in &input.own_writable {
+    for (path, _) in &input.own_writable {
         if !path.starts_with(&input.own.0) || path == &input.own.0 {
             return Err(Error::Refused {
                 path: path.clone(),
@@ -219,12 +222,22 @@ pub fn plan(input: &Input) -> Result<Plan> {
             });
         }
     }
+    let own_dests =
+        input.ro_dirs.iter().chain(&input.own_writable).filter(|(src, dest)| src != dest);
+    for (_, dest) in own_dests {
+        if !dest.starts_with(RELOCATED) {
+            return Err(Error::Refused {
+                path: dest.clone(),
+                reason: format!("it is shown at another path only below {RELOCATED}"),
+            });
+        }
+    }
     for path in input
         .workspace
         .iter()
         .chain(input.mounts.iter().map(|(p, _)| p))
-        .chain(&input.ro_dirs)
-        .chain(&input.own_writable)
+        .chain(input.ro_dirs.iter().flat_map(|(s, d)| [s, d]))
+        .chain(input.own_writable.iter().flat_map(|(s, d)| [s, d]))
         .chain(&input.chdir)
     {
         if !path.is_absolute() || path.components().any(|c| c == std::path::Component::ParentDir) {
@@ -324,41 +337,52 @@ pub fn plan(input: &Input) -> Result<Plan> {
         owner: Some(ids.builder()),
     });
 
-    let mut binds: Vec<(PathBuf, Access, bool)> =
-        input.ro_dirs.iter().map(|d| (d.clone(), Access::ReadOnly, false)).collect();
-    binds.extend(input.own_writable.iter().map(|d| (d.clone(), Access::ReadWrite, false)));
-    binds.extend(input.workspace.iter().map(|w| (w.clone(), Access::ReadWrite, true)));
+    let mut binds: Vec<Bound> = input
+        .ro_dirs
+        .iter()
+        .map(|(src, dest)| Bound {
+            src: src.clone(),
+            dest: dest.clone(),
+            access: Access::ReadOnly,
+            caller: false,
+        })
+        .collect();
+    binds.extend(input.own_writable.iter().map(|(src, dest)| Bound {
+        src: src.clone(),
+        dest: dest.clone(),
+        access: Access::ReadWrite,
+        caller: false,
+    }));
+    binds.extend(input.workspace.iter().map(|w| Bound::same(w, Access::ReadWrite, true)));
     binds.extend(input.mounts.iter().map(|(p, mode)| {
         let access = match mode {
             MountMode::ReadOnly => Access::ReadOnly,
             MountMode::ReadWrite => Access::ReadWrite,
         };
-        (p.clone(), access, true)
+        Bound::same(p, access, true)
     }));
     for bind in &mut binds {
-        bind.2 &= !input.not_idmapped.contains(&bind.0);
+        bind.caller &= !input.not_idmapped.contains(&bind.src);
     }
     let binds = order_binds(binds);
     let writable_roots = [home.as_path(), tmp.as_path()];
     let mut earlier: Vec<PathBuf> = Vec::new();
-    for (path, access, caller) in &binds {
-        scaffold_under(&mut ops, &mut made, path, &writable_roots, &earlier);
+    for bind in &binds {
+        scaffold_under(&mut ops, &mut made, &bind.dest, &writable_roots, &earlier);
         ops.push(Op::Bind {
-            src: path.clone(),
-            dest: path.clone(),
-            access: *access,
-            caller: *caller,
+            src: bind.src.clone(),
+            dest: bind.dest.clone(),
+            access: bind.access,
+            caller: bind.caller,
         });
-        earlier.push(path.clone());
+        earlier.push(bind.dest.clone());
     }
     ops.push(Op::RootReadOnly);
 
     let mut writable = vec![tmp, home.clone(), "/dev/shm".into()];
     writable
         .extend(["/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/pts"].map(PathBuf::from));
-    writable.extend(
-        binds.iter().filter(|(_, a, _)| *a == Access::ReadWrite).map(|(p, _, _)| p.clone()),
-    );
+    writable.extend(binds.iter().filter(|b| b.access == Access::ReadWrite).map(|b| b.dest.clone()));
     let chdir = input
         .chdir
         .clone()
@@ -372,21 +396,42 @@ fn covered_by_base(path: &Path) -> bool {
     path.starts_with("/usr")
 }
 
-/// Parents before children; the later of two entries for one path wins (a declared mount
-/// overrides the same read-only dir); read-only dirs under `/usr` are already there.
-fn order_binds(binds: Vec<(PathBuf, Access, bool)>) -> Vec<(PathBuf, Access, bool)> {
-    let mut out: Vec<(PathBuf, Access, bool)> = Vec::new();
+/// Where python-sandbox's own trees are shown when not at their host path.
+const RELOCATED: &str = "/opt/python-sandbox";
+
+/// One bind of the tree being planned.
+#[derive(Debug, Clone)]
+struct Bound {
+    src: PathBuf,
+    dest: PathBuf,
+    access: Access,
+    /// A caller's path (see [`Op::Bind::caller`]).
+    caller: bool,
+}
+
+impl Bound {
+    fn same(path: &Path, access: Access, caller: bool) -> Bound {
+        Bound { src: path.to_owned(), dest: path.to_owned(), access, caller }
+    }
+}
+
+/// Parents before children; the later of two entries for one destination wins (a declared
+/// mount overrides the same read-only dir); read-only dirs under `/usr` are already there.
+fn order_binds(binds: Vec<Bound>) -> Vec<Bound> {
+    let mut out: Vec<Bound> = Vec::new();
     for bind in binds {
-        if bind.1 == Access::ReadOnly && !bind.2 && covered_by_base(&bind.0) {
+        let at_home = bind.src == bind.dest;
+        if bind.access == Access::ReadOnly && !bind.caller && at_home && covered_by_base(&bind.dest)
+        {
             continue;
         }
-        if let Some(existing) = out.iter_mut().find(|b| b.0 == bind.0) {
+        if let Some(existing) = out.iter_mut().find(|b| b.dest == bind.dest) {
             *existing = bind;
         } else {
             out.push(bind);
         }
     }
-    out.sort_by_key(|b| b.0.components().count());
+    out.sort_by_key(|b| b.dest.components().count());
     out
 }
 

@@ -28,8 +28,8 @@ fn input(uid: u32) -> Input {
         group: "/home/alice/.cache/python-sandbox/etc/group-1".into(),
         ca_bundle: Some("/etc/ssl/certs/ca-certificates.crt".into()),
         ro_dirs: vec![
-            "/home/alice/.cache/python-sandbox/envs/abc".into(),
-            "/usr/lib/python3.11".into(),
+            ("/home/alice/.cache/python-sandbox/envs/abc".into(), "/opt/python-sandbox/env".into()),
+            ("/usr/lib/python3.11".into(), "/usr/lib/python3.11".into()),
         ],
         workspace: Some("/home/alice/proj".into()),
         mounts: vec![],
@@ -177,7 +177,7 @@ proptest! {
     ) {
         let mut i = input(uid);
         i.workspace = Some(workspace.clone());
-        i.ro_dirs = ro_dirs;
+        i.ro_dirs = ro_dirs.into_iter().map(|d| (d.clone(), d)).collect();
         i.mounts = mounts
             .iter()
             .map(|(p, rw)| (p.clone(), if *rw { MountMode::ReadWrite } else { MountMode::ReadOnly }))

@@ -182,8 +182,21 @@ fn mcp_over_stdio() {
         stderr.len()
     );
     assert_eq!(v["files_written"], json!(["out.txt"]));
+    assert_eq!(v["files_deleted"], json!([]));
     assert!(v["duration_ms"].is_u64());
     assert_eq!(ctx.read("out.txt"), "hi");
+
+    // A protected path stays read-only; the answer names it, and says how to widen. Deleting a
+    // file is reported as such.
+    let code = "import os\nos.remove('out.txt')\nopen('.claude/settings.json', 'w').write('{}')\n";
+    let (v, is_error) = client.call("run_script", json!({"code": code}));
+    assert!(!is_error, "{v}");
+    assert_eq!(v["exit_code"], 1, "{v}");
+    assert_eq!(v["protected_refused"], json!([".claude/settings.json"]), "{v}");
+    assert_eq!(v["files_deleted"], json!(["out.txt"]), "{v}");
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("--mount ./.claude:rw --approve"), "{v}");
+    assert!(!ctx.path().join(".claude").exists(), "the placeholder is gone");
 
     // A secret-looking variable's value is masked in what the script prints.
     let (v, _) = client.call(
