@@ -46,6 +46,15 @@ const BROKEN_BWRAP: &str = "#!/bin/sh\n\
 const CLOSED_READER: &str = "import itertools, signal\nsignal.signal(signal.SIGPIPE, signal.SIG_DFL)\n\
     for i in itertools.count():\n    print(f\"line {i}\", flush=True)\n";
 
+/// 192 MiB on stdout in 1 MiB writes with no newline, then the secret (masked) and a line.
+const BIG_OUTPUT: &str = "out = sys.stdout.buffer\nchunk = b\"x\" * (1 << 20)\n\
+    for _ in range(192):\n    out.write(chunk)\n    out.flush()\n\
+    print(\"\\n\" + os.environ[\"API_TOKEN\"] + \"\\nend big-output\")\ndone()\n";
+
+/// The most resident memory the CLI may reach relaying [`BIG_OUTPUT`]: its own size and a few
+/// chunks, far below the 192 MiB it relays.
+const CLI_PEAK_MIB: u64 = 96;
+
 /// Runs the CLI in a user namespace of its own whose `user.max_user_namespaces` is 0: no
 /// sandbox can make the user namespace it needs there, as on a host with the sysctl set (the
 /// setting is per user namespace, so this needs no privilege and changes nothing outside).
@@ -453,6 +462,17 @@ fn run_cases() -> Vec<Case> {
             ),
             stdout_lines: Some(1),
             expect: |_| Expect::exit(7).or_exit(141).has("line 0").within(60),
+            ..BASE
+        },
+        Case {
+            // Through the scrubber, output without a newline: what the CLI holds stays a few
+            // chunks, not the whole output (a scrubbed gigabyte once queued in it whole).
+            name: "scrubbed-output-keeps-the-cli-small",
+            script: Script::Inline(BIG_OUTPUT),
+            flags: |_| strings(&["--env", "API_TOKEN=big-output-token"]),
+            during: Some(|_, running| cli_memory_stays_under(running, CLI_PEAK_MIB)),
+            expect: |_| Expect::ok().has("end big-output").lacks("big-output-token").within(240),
+            deadline_secs: 300,
             ..BASE
         },
         Case {
@@ -1094,6 +1114,28 @@ fn signal_when_running(fx: &Fixture, running: &Running<'_>, signal: &str) -> Res
         .status()
         .map_err(|e| format!("cannot run kill: {e}"))?;
     if status.success() { Ok(()) } else { Err(format!("kill -{signal} {pid} failed ({status})")) }
+}
+
+/// Samples the CLI's peak resident memory (`VmHWM`) until it exits: the last sample before the
+/// exit is the run's peak.
+fn cli_memory_stays_under(running: &Running<'_>, mib: u64) -> Result<(), String> {
+    let status = format!("/proc/{}/status", running.pid);
+    let mut peak_kib = 0u64;
+    while !running.exited.load(Ordering::SeqCst) {
+        let text = fs::read_to_string(&status).unwrap_or_default();
+        let hwm = text.lines().find_map(|l| l.strip_prefix("VmHWM:"));
+        if let Some(kib) = hwm.and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()) {
+            peak_kib = peak_kib.max(kib);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if peak_kib > mib << 10 {
+        return Err(format!(
+            "the CLI reached {} MiB of resident memory (at most {mib})",
+            peak_kib >> 10
+        ));
+    }
+    Ok(())
 }
 
 /// A host port in use for the whole case: the fixture's loopback listener.

@@ -56,6 +56,9 @@ pub(crate) struct Finished {
 
 const SIGINT_GRACE: Duration = Duration::from_secs(2);
 
+/// Chunks (of at most 32 KiB) read from the sandbox's pipes and not yet written to the sink.
+const OUTPUT_QUEUE: usize = 8;
+
 /// The host programs a sandbox start needs.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Tools<'a> {
@@ -181,7 +184,11 @@ pub(crate) fn execute(
     let stdout = stdout.map(|p| Box::new(p) as Box<dyn Read + Send>);
     let stderr = stderr.map(|p| Box::new(p) as Box<dyn Read + Send>);
     if stdout.is_some() || stderr.is_some() {
-        let (tx, rx) = mpsc::channel::<(Stream, Vec<u8>)>();
+        // Bounded: a sink slower than the pipes (the secret scrubber, a terminal, a slow
+        // reader of ours) holds the readers, the full pipes then hold the script, and our
+        // memory stays at a few chunks however much the script writes. Unbounded, a scrubbed
+        // gigabyte of output queued here whole.
+        let (tx, rx) = mpsc::sync_channel::<(Stream, Vec<u8>)>(OUTPUT_QUEUE);
         let readers: Vec<_> = [(Stream::Stdout, stdout), (Stream::Stderr, stderr)]
             .into_iter()
             .filter_map(|(stream, pipe)| pipe.map(|p| (stream, p)))
