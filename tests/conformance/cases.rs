@@ -824,6 +824,10 @@ fn run_cases() -> Vec<Case> {
             expect: |_| Expect::ok().changes(&["+ws/f", "+ws/h"]).host(no_set_id_bits),
             ..BASE
         },
+        // The wall's rules hold for the native syscall table; a call through another (i386,
+        // x32) kills the caller on every engine (on docker and podman the runtime kills the
+        // calling thread: the profile lists the native architecture alone).
+        Case { name: "wall-foreign-abi-killed", script: Script::File("foreign_abi.py"), ..BASE },
         Case {
             name: "wall-proc-sys-and-sysrq-read-only",
             script: Script::File("proc_sys.py"),
