@@ -860,10 +860,61 @@ fn run_cases() -> Vec<Case> {
             name: "limit-pids-16-stops-a-fork-bomb",
             script: Script::File("limit_pids.py"),
             flags: |_| strings(&["--pids-limit", "16"]),
+            args: |_| strings(&["64", "--pids-limit 16", "16"]),
             expect: |fx| match crate::engines::limit_mechanism(&fx.engine, "pids") {
                 Some(_) => Expect::ok().has("ok fork bomb of 64 under --pids-limit 16 stopped"),
                 None => refused_limit(),
             },
+            ..BASE
+        },
+        // The defaults (2 GiB, 512 processes) hold where nothing is asked, by what holds an
+        // asked limit (`detect --json`); both scripts are bounded, and the host keeps forking.
+        Case {
+            name: "limit-default-memory-stops-a-memory-hog",
+            script: Script::File("default_memory.py"),
+            flags: |_| strings(&["--timeout", "120"]),
+            during: Some(host_stays_usable),
+            expect: |fx| match crate::engines::limit_mechanism(&fx.engine, "memory").as_deref() {
+                Some("rlimit") => Expect::ok().has("ok memory hog stopped by the default"),
+                Some(_) => Expect::exit(137).lacks("unbounded"),
+                // Nothing holds memory there (rootless podman on cgroup v1): no default either.
+                None => Expect::ok().has("unbounded"),
+            },
+            deadline_secs: 180,
+            ..BASE
+        },
+        Case {
+            name: "limit-default-pids-stops-a-fork-bomb",
+            script: Script::File("limit_pids.py"),
+            flags: |_| strings(&["--timeout", "120"]),
+            args: |_| strings(&["600", "the default", "512"]),
+            during: Some(host_stays_usable),
+            expect: |fx| match crate::engines::limit_mechanism(&fx.engine, "pids") {
+                Some(_) => Expect::ok()
+                    .has("ok fork bomb of 600 under the default stopped")
+                    .lacks("unbounded"),
+                // A pod's processes are the node's to limit (`podPidsLimit`).
+                None => Expect::ok(),
+            },
+            deadline_secs: 180,
+            ..BASE
+        },
+        Case {
+            // `none` lifts a default: the same hog, bounded at 3 GiB, gets it all.
+            name: "limit-memory-none-lifts-the-default",
+            script: Script::File("default_memory.py"),
+            flags: |_| strings(&["--memory", "none", "--timeout", "120"]),
+            expect: memory_default_lifted,
+            deadline_secs: 180,
+            ..BASE
+        },
+        Case {
+            name: "limit-inline-memory-none-lifts-the-default",
+            script: Script::File("default_memory.py"),
+            meta: Some("[tool.python-sandbox]\nmemory = \"none\""),
+            flags: |_| strings(&["--timeout", "120"]),
+            expect: memory_default_lifted,
+            deadline_secs: 180,
             ..BASE
         },
         Case {
@@ -930,11 +981,19 @@ fn run_cases() -> Vec<Case> {
 /// A 1 GiB allocation under a 256 MiB limit, by how the engine holds it (`detect --json`).
 fn memory_256m(fx: &Fixture) -> Expect {
     match crate::engines::limit_mechanism(&fx.engine, "memory").as_deref() {
-        // RLIMIT_AS: the allocation fails and the script carries on.
+        // RLIMIT_DATA: the allocation fails and the script carries on.
         Some("rlimit") => Expect::ok().has("ok 1 GiB under --memory 256m: MemoryError"),
         // A cgroup's memory.max: the kernel's OOM killer, SIGKILL.
         Some(_) => Expect::exit(137).lacks("LEAK"),
         None => refused_limit(),
+    }
+}
+
+/// `none` for memory: the bounded hog gets all it asks for; a pod always has a memory limit.
+fn memory_default_lifted(fx: &Fixture) -> Expect {
+    match fx.engine.as_str() {
+        "k8s" => Expect::exit(2).err("`--memory none` is not supported"),
+        _ => Expect::ok().has("unbounded: the memory hog got 3072 MiB"),
     }
 }
 
@@ -1138,6 +1197,22 @@ fn cli_memory_stays_under(running: &Running<'_>, mib: u64) -> Result<(), String>
             "the CLI reached {} MiB of resident memory (at most {mib})",
             peak_kib >> 10
         ));
+    }
+    Ok(())
+}
+
+/// While the run goes on, this host still starts a process every 200 ms: a fork bomb or a
+/// memory hog inside took nothing the host needs.
+fn host_stays_usable(_: &Fixture, running: &Running<'_>) -> Result<(), String> {
+    while !running.exited.load(Ordering::SeqCst) {
+        let started = Instant::now();
+        let status = std::process::Command::new("/bin/true")
+            .status()
+            .map_err(|e| format!("the host could not start a process: {e}"))?;
+        if !status.success() || started.elapsed() > Duration::from_secs(10) {
+            return Err(format!("the host barely starts a process ({:?})", started.elapsed()));
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
     Ok(())
 }

@@ -917,6 +917,12 @@ fn asked_limits_fill_in_the_defaults() {
     let limits = Limits::asked_or_default(&asked);
     assert_eq!(limits, Limits { memory: Limits::DEFAULT.memory, cpus: Some(0.5), pids: Some(16) });
     assert_eq!(Limits::asked_or_default(&sandbox_core::Limits::NONE), Limits::DEFAULT);
+    // `none` lifts a default: docker's and podman's containers then have no such limit.
+    let off = sandbox_core::Limits {
+        off: sandbox_core::LimitsOff { memory: true, pids: true, cpus: false },
+        ..sandbox_core::Limits::NONE
+    };
+    assert_eq!(Limits::asked_or_default(&off), Limits { cpus: Some(2.0), ..Limits::NONE });
 }
 
 #[test]
