@@ -1,5 +1,5 @@
 """`--memory 256m`: a 1 GiB allocation (every page touched) must not succeed. Under an rlimit
-(`RLIMIT_AS`) Python gets MemoryError and goes on; under a cgroup the kernel kills it (137)."""
+(`RLIMIT_DATA`) Python gets MemoryError and goes on; under a cgroup the kernel kills it (137)."""
 try:
     block = bytearray(1 << 30)
 except MemoryError:

@@ -46,6 +46,15 @@ const BROKEN_BWRAP: &str = "#!/bin/sh\n\
 const CLOSED_READER: &str = "import itertools, signal\nsignal.signal(signal.SIGPIPE, signal.SIG_DFL)\n\
     for i in itertools.count():\n    print(f\"line {i}\", flush=True)\n";
 
+/// 192 MiB on stdout in 1 MiB writes with no newline, then the secret (masked) and a line.
+const BIG_OUTPUT: &str = "out = sys.stdout.buffer\nchunk = b\"x\" * (1 << 20)\n\
+    for _ in range(192):\n    out.write(chunk)\n    out.flush()\n\
+    print(\"\\n\" + os.environ[\"API_TOKEN\"] + \"\\nend big-output\")\ndone()\n";
+
+/// The most resident memory the CLI may reach relaying [`BIG_OUTPUT`]: its own size and a few
+/// chunks, far below the 192 MiB it relays.
+const CLI_PEAK_MIB: u64 = 96;
+
 /// Runs the CLI in a user namespace of its own whose `user.max_user_namespaces` is 0: no
 /// sandbox can make the user namespace it needs there, as on a host with the sysctl set (the
 /// setting is per user namespace, so this needs no privilege and changes nothing outside).
@@ -509,6 +518,17 @@ fn run_cases() -> Vec<Case> {
             ..BASE
         },
         Case {
+            // Through the scrubber, output without a newline: what the CLI holds stays a few
+            // chunks, not the whole output (a scrubbed gigabyte once queued in it whole).
+            name: "scrubbed-output-keeps-the-cli-small",
+            script: Script::Inline(BIG_OUTPUT),
+            flags: |_| strings(&["--env", "API_TOKEN=big-output-token"]),
+            during: Some(|_, running| cli_memory_stays_under(running, CLI_PEAK_MIB)),
+            expect: |_| Expect::ok().has("end big-output").lacks("big-output-token").within(240),
+            deadline_secs: 300,
+            ..BASE
+        },
+        Case {
             name: "exit-uncaught-exception-1",
             script: Script::Inline("raise RuntimeError(\"boom from the script\")\n"),
             expect: |_| Expect::exit(1).err("RuntimeError: boom from the script"),
@@ -870,6 +890,10 @@ fn run_cases() -> Vec<Case> {
             expect: |_| Expect::ok().changes(&["+ws/f", "+ws/h"]).host(no_set_id_bits),
             ..BASE
         },
+        // The wall's rules hold for the native syscall table; a call through another (i386,
+        // x32) kills the caller on every engine (on docker and podman the runtime kills the
+        // calling thread: the profile lists the native architecture alone).
+        Case { name: "wall-foreign-abi-killed", script: Script::File("foreign_abi.py"), ..BASE },
         Case {
             name: "wall-proc-sys-and-sysrq-read-only",
             script: Script::File("proc_sys.py"),
@@ -902,10 +926,61 @@ fn run_cases() -> Vec<Case> {
             name: "limit-pids-16-stops-a-fork-bomb",
             script: Script::File("limit_pids.py"),
             flags: |_| strings(&["--pids-limit", "16"]),
+            args: |_| strings(&["64", "--pids-limit 16", "16"]),
             expect: |fx| match crate::engines::limit_mechanism(&fx.engine, "pids") {
                 Some(_) => Expect::ok().has("ok fork bomb of 64 under --pids-limit 16 stopped"),
                 None => refused_limit(),
             },
+            ..BASE
+        },
+        // The defaults (2 GiB, 512 processes) hold where nothing is asked, by what holds an
+        // asked limit (`detect --json`); both scripts are bounded, and the host keeps forking.
+        Case {
+            name: "limit-default-memory-stops-a-memory-hog",
+            script: Script::File("default_memory.py"),
+            flags: |_| strings(&["--timeout", "120"]),
+            during: Some(host_stays_usable),
+            expect: |fx| match crate::engines::limit_mechanism(&fx.engine, "memory").as_deref() {
+                Some("rlimit") => Expect::ok().has("ok memory hog stopped by the default"),
+                Some(_) => Expect::exit(137).lacks("unbounded"),
+                // Nothing holds memory there (rootless podman on cgroup v1): no default either.
+                None => Expect::ok().has("unbounded"),
+            },
+            deadline_secs: 180,
+            ..BASE
+        },
+        Case {
+            name: "limit-default-pids-stops-a-fork-bomb",
+            script: Script::File("limit_pids.py"),
+            flags: |_| strings(&["--timeout", "120"]),
+            args: |_| strings(&["600", "the default", "512"]),
+            during: Some(host_stays_usable),
+            expect: |fx| match crate::engines::limit_mechanism(&fx.engine, "pids") {
+                Some(_) => Expect::ok()
+                    .has("ok fork bomb of 600 under the default stopped")
+                    .lacks("unbounded"),
+                // A pod's processes are the node's to limit (`podPidsLimit`).
+                None => Expect::ok(),
+            },
+            deadline_secs: 180,
+            ..BASE
+        },
+        Case {
+            // `none` lifts a default: the same hog, bounded at 3 GiB, gets it all.
+            name: "limit-memory-none-lifts-the-default",
+            script: Script::File("default_memory.py"),
+            flags: |_| strings(&["--memory", "none", "--timeout", "120"]),
+            expect: memory_default_lifted,
+            deadline_secs: 180,
+            ..BASE
+        },
+        Case {
+            name: "limit-inline-memory-none-lifts-the-default",
+            script: Script::File("default_memory.py"),
+            meta: Some("[tool.python-sandbox]\nmemory = \"none\""),
+            flags: |_| strings(&["--timeout", "120"]),
+            expect: memory_default_lifted,
+            deadline_secs: 180,
             ..BASE
         },
         Case {
@@ -972,11 +1047,19 @@ fn run_cases() -> Vec<Case> {
 /// A 1 GiB allocation under a 256 MiB limit, by how the engine holds it (`detect --json`).
 fn memory_256m(fx: &Fixture) -> Expect {
     match crate::engines::limit_mechanism(&fx.engine, "memory").as_deref() {
-        // RLIMIT_AS: the allocation fails and the script carries on.
+        // RLIMIT_DATA: the allocation fails and the script carries on.
         Some("rlimit") => Expect::ok().has("ok 1 GiB under --memory 256m: MemoryError"),
         // A cgroup's memory.max: the kernel's OOM killer, SIGKILL.
         Some(_) => Expect::exit(137).lacks("LEAK"),
         None => refused_limit(),
+    }
+}
+
+/// `none` for memory: the bounded hog gets all it asks for; a pod always has a memory limit.
+fn memory_default_lifted(fx: &Fixture) -> Expect {
+    match fx.engine.as_str() {
+        "k8s" => Expect::exit(2).err("`--memory none` is not supported"),
+        _ => Expect::ok().has("unbounded: the memory hog got 3072 MiB"),
     }
 }
 
@@ -1215,6 +1298,44 @@ fn signal_when_running(fx: &Fixture, running: &Running<'_>, signal: &str) -> Res
         .status()
         .map_err(|e| format!("cannot run kill: {e}"))?;
     if status.success() { Ok(()) } else { Err(format!("kill -{signal} {pid} failed ({status})")) }
+}
+
+/// Samples the CLI's peak resident memory (`VmHWM`) until it exits: the last sample before the
+/// exit is the run's peak.
+fn cli_memory_stays_under(running: &Running<'_>, mib: u64) -> Result<(), String> {
+    let status = format!("/proc/{}/status", running.pid);
+    let mut peak_kib = 0u64;
+    while !running.exited.load(Ordering::SeqCst) {
+        let text = fs::read_to_string(&status).unwrap_or_default();
+        let hwm = text.lines().find_map(|l| l.strip_prefix("VmHWM:"));
+        if let Some(kib) = hwm.and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()) {
+            peak_kib = peak_kib.max(kib);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if peak_kib > mib << 10 {
+        return Err(format!(
+            "the CLI reached {} MiB of resident memory (at most {mib})",
+            peak_kib >> 10
+        ));
+    }
+    Ok(())
+}
+
+/// While the run goes on, this host still starts a process every 200 ms: a fork bomb or a
+/// memory hog inside took nothing the host needs.
+fn host_stays_usable(_: &Fixture, running: &Running<'_>) -> Result<(), String> {
+    while !running.exited.load(Ordering::SeqCst) {
+        let started = Instant::now();
+        let status = std::process::Command::new("/bin/true")
+            .status()
+            .map_err(|e| format!("the host could not start a process: {e}"))?;
+        if !status.success() || started.elapsed() > Duration::from_secs(10) {
+            return Err(format!("the host barely starts a process ({:?})", started.elapsed()));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(())
 }
 
 /// A host port in use for the whole case: the fixture's loopback listener.

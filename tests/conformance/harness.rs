@@ -514,10 +514,17 @@ fn transcript(args: &[String], out: &Output) -> String {
             t += &format!("    ... {skip} lines before\n");
         }
         for l in &lines[skip..] {
-            t += &format!("    {l}\n");
+            // A case that writes megabytes on one line shows its start.
+            match l.char_indices().nth(LINE_CHARS) {
+                Some((cut, _)) => {
+                    t += &format!("    {}... {} more bytes\n", &l[..cut], l.len() - cut)
+                }
+                None => t += &format!("    {l}\n"),
+            }
         }
         t
     }
+    const LINE_CHARS: usize = 400;
     let quoted: Vec<String> = args
         .iter()
         .map(|a| {

@@ -115,17 +115,18 @@ pub(crate) struct ContainerArgs {
     pub(crate) image: Option<String>,
 }
 
-/// Resource limits shared by `run` and `session start`, on every engine: each is enforced or
-/// the run is refused with a hint (see `python-sandbox detect` for how each engine holds them).
+/// Resource limits shared by `run` and `session start`, on every engine: each one asked for is
+/// enforced or the run is refused with a hint; one left out gets its default where the engine
+/// can hold it; `none` lifts it (see `python-sandbox detect` for what holds each one here).
 #[derive(Debug, Clone, Args)]
 pub(crate) struct LimitArgs {
-    /// Memory limit, e.g. `512m`, `2g` (docker and podman default to 2g).
+    /// Memory limit, e.g. `512m`, `2g`, or `none` (default 2g).
     #[arg(long, value_name = "SIZE")]
     pub(crate) memory: Option<String>,
-    /// CPU limit, e.g. `0.5`, `2` (docker and podman default to 2).
+    /// CPU limit, e.g. `0.5`, `2`, or `none` (default 2).
     #[arg(long, value_name = "CPUS", allow_hyphen_values = true)]
     pub(crate) cpus: Option<String>,
-    /// Maximum number of processes and threads (docker and podman default to 512).
+    /// Maximum number of processes and threads, or `none` (default 512).
     #[arg(long = "pids-limit", value_name = "N", allow_hyphen_values = true)]
     pub(crate) pids_limit: Option<String>,
 }
@@ -419,11 +420,11 @@ pub(crate) enum MetaCmd {
 impl LimitArgs {
     /// The flags as the command line's limits layer; checked by `sandbox_core`'s one parser,
     /// so a flag and an inline key are refused with the same words.
-    pub(crate) fn layer(&self) -> Result<sandbox_core::Limits, sandbox_core::Error> {
-        Ok(sandbox_core::Limits {
-            memory: self.memory.as_deref().map(sandbox_core::parse_memory).transpose()?,
-            cpus: self.cpus.as_deref().map(sandbox_core::parse_cpus).transpose()?,
-            pids: self.pids_limit.as_deref().map(sandbox_core::parse_pids).transpose()?,
+    pub(crate) fn layer(&self) -> Result<sandbox_core::LayerLimits, sandbox_core::Error> {
+        Ok(sandbox_core::LayerLimits {
+            memory: self.memory.as_deref().map(sandbox_core::parse_memory_setting).transpose()?,
+            cpus: self.cpus.as_deref().map(sandbox_core::parse_cpus_setting).transpose()?,
+            pids: self.pids_limit.as_deref().map(sandbox_core::parse_pids_setting).transpose()?,
         })
     }
 }

@@ -52,10 +52,16 @@ fn print_table(detection: &Detection) {
             println!("{:<22}{rest}", "");
         }
         // What holds `--memory`, `--cpus` and `--pids-limit` here; `none` is refused if asked.
+        // Then the defaults a run gets without them, and what holds each here.
         if probe.available {
             println!("{:<22}limits: {}", "", probe.limits.summary());
+            println!("{:<22}defaults: {}", "", probe.defaults.summary());
         }
     }
+    println!(
+        "defaults apply where no flag or inline key sets a limit; `--memory none` (or `--cpus`, \
+         `--pids-limit`, or the inline key) lifts one"
+    );
     match detection.selected {
         Some(name) => println!("selected: {}{name}{:#}", ui::BOLD, ui::BOLD),
         None => {

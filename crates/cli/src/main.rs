@@ -4,6 +4,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod args;
+mod cmdline;
 mod config;
 mod detect;
 mod exit;
@@ -67,6 +68,8 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    // Parsed: the values now live in `cli` alone, and no thread or child exists yet.
+    cmdline::mask_env_values();
     let result = match cli.command {
         Command::Meta(cmd) => meta::run(cmd),
         Command::Detect { json } => detect::detect(json),

@@ -104,13 +104,11 @@ impl Probes {
     fn probe(&self, name: engine_detect::EngineName) -> engine_detect::Probe {
         match self.detection().probe(name) {
             Some(probe) => probe.clone(),
-            None => engine_detect::Probe {
+            None => engine_detect::Probe::new(
                 name,
-                available: false,
-                reason: "not probed".to_owned(),
-                state: engine_detect::ProbeState::Failed,
-                limits: engine_detect::LimitSupport::NONE,
-            },
+                engine_detect::ProbeState::Failed,
+                "not probed".to_owned(),
+            ),
         }
     }
 }

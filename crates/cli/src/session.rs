@@ -422,12 +422,22 @@ fn script_asks(
         net: cli.net.or(inline.net),
         publish: spec.publish.iter().map(|p| p.port).collect(),
         tmpfs_size: cli.tmpfs_size.or(inline.tmpfs_size),
+        // A limit turned off (`none`) asks for no cap: only a value is a tightening.
         limits: sandbox_core::Limits {
-            memory: set.memory.or(by.memory),
-            cpus: set.cpus.or(by.cpus),
-            pids: set.pids.or(by.pids),
+            memory: asked(set.memory.or(by.memory)),
+            cpus: asked(set.cpus.or(by.cpus)),
+            pids: asked(set.pids.or(by.pids)),
+            off: sandbox_core::LimitsOff::default(),
         },
         dependencies: !spec.dependencies.is_empty(),
+    }
+}
+
+/// The cap a layer's setting asks for: a value, not `none`.
+fn asked<T>(setting: Option<sandbox_core::LimitSetting<T>>) -> Option<T> {
+    match setting {
+        Some(sandbox_core::LimitSetting::Set(value)) => Some(value),
+        Some(sandbox_core::LimitSetting::Off) | None => None,
     }
 }
 

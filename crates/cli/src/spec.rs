@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anstream::{eprintln, println};
 use anyhow::{Context, Result};
-use pep723_meta::Metadata;
+use pep723_meta::{LimitSetting, Metadata};
 use sandbox_core::{
     Asker, Crossing, EnvCrossing, EnvVar, Layer, LayerMount, MissingMount, Mount, MountMode, Net,
     Publish, ResolveCtx, RunSpec,
@@ -279,12 +279,14 @@ pub(crate) fn inline_layer(meta: &Metadata) -> Layer {
         layer.timeout = sb.timeout.as_ref().map(|t| Duration::from_secs(t.value));
         layer.tmpfs_size = sb.tmpfs_size.as_ref().map(|t| t.value);
         // Validated by pep723-meta with the flags' own checks, so these cannot fail.
-        layer.limits = sandbox_core::Limits {
+        layer.limits = sandbox_core::LayerLimits {
             memory: sb.memory.as_ref().map(|m| m.value),
-            cpus: sb
-                .cpu_millis
-                .as_ref()
-                .and_then(|c| sandbox_core::Cpus::from_millis(c.value).ok()),
+            cpus: sb.cpu_millis.as_ref().and_then(|c| match c.value {
+                LimitSetting::Set(millis) => {
+                    sandbox_core::Cpus::from_millis(millis).ok().map(LimitSetting::Set)
+                }
+                LimitSetting::Off => Some(LimitSetting::Off),
+            }),
             pids: sb.pids_limit.as_ref().map(|p| p.value),
         };
     }

@@ -999,12 +999,8 @@ fn needs_library_path(python: &Path, prefixes: &[PathBuf]) -> bool {
 }
 
 /// Runs a host command; `Ok(Err(stderr))` when it ran and failed.
-/// How this host holds the spec's limits under bwrap, or the refusal; reads the cgroupfs only
-/// when a limit was asked for.
+/// How this host holds the spec's limits and the defaults under bwrap, or the refusal.
 pub(crate) fn limits_for(spec: &RunSpec) -> Result<crate::limits::SandboxLimits> {
-    if spec.limits.is_empty() {
-        return Ok(crate::limits::SandboxLimits::default());
-    }
     crate::limits::decide(&spec.limits, &engine_detect::bwrap_limits())
 }
 

@@ -1,7 +1,10 @@
-//! `--memory`, `--cpus` and `--pids-limit` under bwrap, which has no limit flags of its own.
+//! `--memory`, `--cpus` and `--pids-limit` under bwrap, which has no limit flags of its own,
+//! and the defaults of the limits nobody set (`sandbox_core::Limits::defaults`).
 //! [`decide`] is pure: from what was asked and what this host offers
 //! (`engine_detect::bwrap_limits`) to what a run sets up, or a refusal with a `hint:`; never a
-//! limit silently dropped. Only the script's sandbox gets them: prepare steps (uv) never do.
+//! limit silently dropped. A default is held by the same means where there are any, and left
+//! out where there are none (`cpus` without a cgroup: `detect` says so). Only the script's
+//! sandbox gets them: prepare steps (uv) never do.
 //!
 //! - **cgroup v2** (a delegated subtree): the sandbox gets a cgroup of its own next to the
 //!   caller's, with `memory.max` (and no swap), `pids.max` and `cpu.max`; the bwrap child
@@ -18,12 +21,15 @@
 //!   for a non-root caller (whose own processes are outside) and for a root caller's sandbox
 //!   running as 65534 alike (other sandboxes of 65534 live in other namespaces). The hard limit
 //!   is set too, and raising it needs `CAP_SYS_RESOURCE` in the initial namespace.
-//!   `RLIMIT_AS` caps each process's address space, the one rlimit that stops an allocation:
-//!   the script sees `MemoryError` (exit 1 unless it catches it). It is not resident memory:
-//!   numpy/OpenBLAS reserve about 1 GiB of address space, so such scripts need a higher
-//!   `--memory` here than under a cgroup, and a forking script gets it per process.
-//!   `RLIMIT_DATA` would break the same imports and measure no more. `--cpus` has no rlimit,
-//!   and a CPU affinity mask the script could widen again is no limit: refused.
+//!   Memory is `RLIMIT_DATA`, per process: the private writable memory it maps (heap,
+//!   anonymous maps, thread stacks), so an allocation past it fails and the script sees
+//!   `MemoryError` (exit 1 unless it catches it). Not `RLIMIT_AS`: address space counts code,
+//!   mapped files and reservations never touched (64 MiB per malloc arena, gigabytes for V8 or
+//!   Chromium), which ordinary scripts would run into. It is not resident memory either: an
+//!   OpenBLAS thread's buffer and stack count whole, so the default gets
+//!   `engine_detect::DATA_PER_CPU` more per CPU ([`engine_detect::rlimit_memory_default`]);
+//!   an asked `--memory` is the limit itself. `--cpus` has no rlimit, and a CPU affinity mask
+//!   the script could widen again is no limit: refused when asked, no default.
 
 #![allow(unsafe_code)]
 
@@ -43,8 +49,8 @@ use crate::error::{Error, Result};
 /// The kernel limits set on the sandbox's first process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rlim {
-    /// `RLIMIT_AS`, bytes.
-    AddressSpace(u64),
+    /// `RLIMIT_DATA`, bytes.
+    Data(u64),
     /// `RLIMIT_NPROC`, processes and threads of the sandbox's user in its namespace.
     Processes(u64),
 }
@@ -69,12 +75,18 @@ pub struct CgroupPlan {
     pub files: Vec<(&'static str, String)>,
 }
 
-/// Pure: what enforces each asked limit, or why it cannot be enforced here.
-pub(crate) fn decide(asked: &Limits, here: &BwrapLimits) -> Result<SandboxLimits> {
+/// Pure: what enforces each asked limit, or why it cannot be enforced here, and each default
+/// (`limits.defaults()`) where something can hold it.
+pub(crate) fn decide(limits: &Limits, here: &BwrapLimits) -> Result<SandboxLimits> {
+    let defaults = limits.defaults();
+    // (value, asked): what the user set, else the default.
+    let pick = |asked: Option<u64>, default: Option<u64>| {
+        asked.map(|v| (v, true)).or(default.map(|v| (v, false)))
+    };
     let mut out = SandboxLimits::default();
     let mut files = Vec::new();
     let mut used = Vec::new();
-    if let Some(bytes) = asked.memory {
+    if let Some((bytes, asked)) = pick(limits.memory, defaults.memory) {
         match here.support.memory {
             Some(Mechanism::CgroupV2) => {
                 files.push(("memory.max", bytes.to_string()));
@@ -82,17 +94,27 @@ pub(crate) fn decide(asked: &Limits, here: &BwrapLimits) -> Result<SandboxLimits
                 files.push(("memory.swap.max", "0".to_owned()));
                 used.push("memory");
             }
-            _ => out.rlimits.push(Rlim::AddressSpace(bytes)),
+            Some(_) if asked => out.rlimits.push(Rlim::Data(bytes)),
+            Some(_) => out
+                .rlimits
+                .push(Rlim::Data(engine_detect::rlimit_memory_default(bytes, here.host_cpus))),
+            None if asked => {
+                return Err(Error::LimitUnsupported {
+                    flag: "--memory",
+                    reason: "nothing holds a memory limit here".to_owned(),
+                });
+            }
+            None => {}
         }
     }
-    if let Some(pids) = asked.pids {
+    if let Some((pids, asked)) = pick(limits.pids, defaults.pids) {
         match here.support.pids {
             Some(Mechanism::CgroupV2) => {
                 files.push(("pids.max", pids.to_string()));
                 used.push("pids");
             }
             Some(_) => out.rlimits.push(Rlim::Processes(pids)),
-            None => {
+            None if asked => {
                 return Err(Error::LimitUnsupported {
                     flag: "--pids-limit",
                     reason: "there is no delegated cgroup v2 here, and this kernel (before 5.14) \
@@ -101,10 +123,16 @@ pub(crate) fn decide(asked: &Limits, here: &BwrapLimits) -> Result<SandboxLimits
                         .to_owned(),
                 });
             }
+            None => {}
         }
     }
-    if let Some(cpus) = asked.cpus {
-        if here.support.cpus != Some(Mechanism::CgroupV2) {
+    let cpus = limits.cpus.map(|c| (c, true)).or(defaults.cpus.map(|c| (c, false)));
+    if let Some((cpus, asked)) = cpus {
+        if here.support.cpus == Some(Mechanism::CgroupV2) {
+            // `cpu.max` is "QUOTA PERIOD" in microseconds: 1000 millis of a CPU = one period.
+            files.push(("cpu.max", format!("{} 100000", u64::from(cpus.millis()) * 100)));
+            used.push("cpu");
+        } else if asked {
             return Err(Error::LimitUnsupported {
                 flag: "--cpus",
                 reason: "a CPU quota needs a cgroup v2 subtree delegated to you (cgroup v1 or \
@@ -112,9 +140,6 @@ pub(crate) fn decide(asked: &Limits, here: &BwrapLimits) -> Result<SandboxLimits
                     .to_owned(),
             });
         }
-        // `cpu.max` is "QUOTA PERIOD" in microseconds: 1000 millis of a CPU = one period.
-        files.push(("cpu.max", format!("{} 100000", u64::from(cpus.millis()) * 100)));
-        used.push("cpu");
     }
     if !files.is_empty() {
         let delegation = here.delegation.as_ref().ok_or_else(|| Error::LimitUnsupported {
@@ -142,7 +167,7 @@ pub(crate) fn set_rlimits(pid: i32, rlimits: &[Rlim], run_as: Option<(u32, u32)>
     let resources: Vec<(libc::c_int, u64, &str)> = rlimits
         .iter()
         .map(|limit| match *limit {
-            Rlim::AddressSpace(v) => (libc::RLIMIT_AS as libc::c_int, v, "RLIMIT_AS"),
+            Rlim::Data(v) => (libc::RLIMIT_DATA as libc::c_int, v, "RLIMIT_DATA"),
             Rlim::Processes(v) => (libc::RLIMIT_NPROC as libc::c_int, v, "RLIMIT_NPROC"),
         })
         .collect();
@@ -331,6 +356,11 @@ mod tests {
             let mut l = Limits::NONE;
             for part in text.split_whitespace() {
                 match part.split_once('=') {
+                    Some((name, "none")) => match name {
+                        "memory" => l.off.memory = true,
+                        "cpus" => l.off.cpus = true,
+                        _ => l.off.pids = true,
+                    },
                     Some(("memory", v)) => l.memory = sandbox_core::parse_memory(v).ok(),
                     Some(("cpus", v)) => l.cpus = sandbox_core::parse_cpus(v).ok(),
                     Some(("pids", v)) => l.pids = sandbox_core::parse_pids(v).ok(),
@@ -339,22 +369,27 @@ mod tests {
             }
             l
         };
-        let v1 = bwrap_limits_from(None, "6.18.0");
-        let v1_old = bwrap_limits_from(None, "5.10.0");
+        let v1 = bwrap_limits_from(None, "6.18.0", 4);
+        let v1_old = bwrap_limits_from(None, "5.10.0", 4);
         let delegated = Delegation {
             dir: "/sys/fs/cgroup/user.slice/app.slice".into(),
             controllers: vec!["memory", "pids", "cpu"],
             enable: vec!["cpu"],
         };
-        let v2 = bwrap_limits_from(Some(delegated), "6.18.0");
+        let v2 = bwrap_limits_from(Some(delegated), "6.18.0", 4);
         let rows = [
-            ("v1, nothing", &v1, ""),
+            ("v1, nothing asked: the defaults as rlimits", &v1, ""),
+            ("v1 before 5.14, nothing asked", &v1_old, ""),
+            ("v1, all off", &v1, "memory=none cpus=none pids=none"),
+            ("v1, memory off", &v1, "memory=none"),
             ("v1, memory and pids", &v1, "memory=256m pids=16"),
             ("v1, cpus", &v1, "cpus=0.5"),
             ("v1 before 5.14, pids", &v1_old, "pids=16"),
             ("v1 before 5.14, memory", &v1_old, "memory=1g"),
             ("v2, all three", &v2, "memory=256m cpus=1.5 pids=16"),
             ("v2, memory only", &v2, "memory=256m"),
+            ("v2, nothing asked: the defaults in the cgroup", &v2, ""),
+            ("v2, cpus off", &v2, "cpus=none"),
         ];
         let out: Vec<String> = rows
             .iter()

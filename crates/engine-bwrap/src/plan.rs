@@ -3,7 +3,8 @@
 //! is snapshot-tested (see `tests.rs`).
 //!
 //! The environment is not put on the argv (`--setenv`) on purpose: argv is world-readable in
-//! /proc, and `--env TOKEN=…` values must not be.
+//! /proc, and `--env TOKEN=…` values must not be. The launcher hands it over through
+//! `--args FD` (`crate::process`), not as bwrap's own environment either.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};

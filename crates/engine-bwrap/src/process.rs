@@ -56,6 +56,9 @@ pub(crate) struct Finished {
 
 const SIGINT_GRACE: Duration = Duration::from_secs(2);
 
+/// Chunks (of at most 32 KiB) read from the sandbox's pipes and not yet written to the sink.
+const OUTPUT_QUEUE: usize = 8;
+
 /// The host programs a sandbox start needs.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Tools<'a> {
@@ -187,7 +190,11 @@ pub(crate) fn execute(
     let stdout = stdout.map(|p| Box::new(p) as Box<dyn Read + Send>);
     let stderr = stderr.map(|p| Box::new(p) as Box<dyn Read + Send>);
     if stdout.is_some() || stderr.is_some() {
-        let (tx, rx) = mpsc::channel::<(Stream, Vec<u8>)>();
+        // Bounded: a sink slower than the pipes (the secret scrubber, a terminal, a slow
+        // reader of ours) holds the readers, the full pipes then hold the script, and our
+        // memory stays at a few chunks however much the script writes. Unbounded, a scrubbed
+        // gigabyte of output queued here whole.
+        let (tx, rx) = mpsc::sync_channel::<(Stream, Vec<u8>)>(OUTPUT_QUEUE);
         let readers: Vec<_> = [(Stream::Stdout, stdout), (Stream::Stderr, stderr)]
             .into_iter()
             .filter_map(|(stream, pipe)| pipe.map(|p| (stream, p)))
@@ -358,7 +365,10 @@ pub(crate) fn launch(
     };
     plan.bind_fds =
         pins.iter().map(|(src, fd)| (src.clone(), std::os::fd::AsRawFd::as_raw_fd(fd))).collect();
-    let argv: Vec<OsString> = plan.argv(host);
+    let env = env_args(&plan.env)?;
+    let mut argv: Vec<OsString> =
+        vec!["--args".into(), std::os::fd::AsRawFd::as_raw_fd(&env).to_string().into()];
+    argv.extend(plan.argv(host));
     // The binary itself, not a link to it: for a root caller the path is looked up in bwrap's
     // own mount namespace, where the stage's tmpfs covers /tmp (a `PATH` entry there holding a
     // link to /usr/bin/bwrap would be gone).
@@ -381,7 +391,8 @@ pub(crate) fn launch(
     };
 
     let mut command = Command::new(&binary);
-    command.args(&argv).env_clear().envs(plan.env.iter().map(|(k, v)| (k, v))).current_dir("/");
+    // No environment of bwrap's own: the sandbox's comes through `--args` (see `env_args`).
+    command.args(&argv).env_clear().current_dir("/");
     // Before the stage's pre_exec: a root caller's child moves itself while still root.
     if let Some(cgroup) = &cgroup {
         cgroup.apply(&mut command);
@@ -397,7 +408,7 @@ pub(crate) fn launch(
 
     let mut child = {
         let _guard = crate::fds::spawn_guard();
-        let mut inherited = vec![status_write.as_fd(), seccomp.as_fd()];
+        let mut inherited = vec![status_write.as_fd(), seccomp.as_fd(), env.as_fd()];
         inherited.extend(block.as_ref().map(|(read, _)| read.as_fd()));
         inherited.extend(pins.iter().map(|(_, fd)| fd.as_fd()));
         crate::fds::close_on_exec_all_but(&inherited);
@@ -410,6 +421,7 @@ pub(crate) fn launch(
         drop(command);
         drop(status_write);
         drop(seccomp);
+        drop(env);
         drop(stage);
         drop(pins);
         if let Some((read, _)) = &block {
@@ -484,6 +496,30 @@ pub(crate) fn launch(
         child_pid = read_child_pid(Some(&status_read), &mut early_status);
     }
     Ok(Launched { child, pidfd, status_read, early_status, net, proxy, child_pid, _cgroup: cgroup })
+}
+
+/// The sandbox's environment as `--setenv NAME VALUE` arguments in a memory file, for bwrap's
+/// `--args FD`. Not bwrap's own environment: bwrap lives as long as the sandbox, and a root
+/// caller's runs as nobody and stays dumpable, so its `/proc/PID/environ` (`--env TOKEN=…`
+/// values among it) would be readable by every process of that shared uid. Parsed arguments
+/// live in bwrap's heap, which `/proc` does not show, and bwrap closes the descriptor once
+/// read. Not argv either: that is world-readable.
+fn env_args(env: &[(String, OsString)]) -> Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let fail = |e: std::io::Error| Error::io("handing the environment to bwrap")(e);
+    let mut bytes = Vec::new();
+    for (name, value) in env {
+        for word in [b"--setenv".as_slice(), name.as_bytes(), value.as_bytes()] {
+            bytes.extend_from_slice(word);
+            bytes.push(0);
+        }
+    }
+    let fd = rustix::fs::memfd_create("python-sandbox-env", rustix::fs::MemfdFlags::CLOEXEC)
+        .map_err(|e| fail(e.into()))?;
+    let file = std::fs::File::from(fd);
+    // At offset 0 without moving the file's offset, where bwrap starts reading.
+    std::os::unix::fs::FileExt::write_all_at(&file, &bytes, 0).map_err(fail)?;
+    Ok(file.into())
 }
 
 /// A pipe holding the compiled seccomp wall, write end closed, for bwrap's `--seccomp`.

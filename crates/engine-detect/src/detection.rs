@@ -22,7 +22,10 @@ pub struct Detection {
 impl Detection {
     /// Selects the first available probe of the ladder ([`EngineName::in_auto`]); `probes`
     /// must be in ladder order.
-    pub fn from_probes(engines: Vec<Probe>) -> Detection {
+    pub fn from_probes(mut engines: Vec<Probe>) -> Detection {
+        for probe in &mut engines {
+            probe.defaults = limits::DefaultLimits::of(&probe.limits);
+        }
         let selected = engines.iter().find(|p| p.available && p.name.in_auto()).map(|p| p.name);
         Detection { selected, engines }
     }

@@ -39,8 +39,9 @@ pub use bwrap::{
 pub use detection::{Detection, detect, detect_with};
 pub use host::ca_bundle;
 pub use limits::{
-    BwrapLimits, CONTROLLERS, Delegation, LimitSupport, Mechanism, bwrap_limits, bwrap_limits_from,
-    controllers_for_containers, delegation_in, nproc_per_userns, rootless_cgroup_limits,
+    BwrapLimits, CONTROLLERS, DATA_PER_CPU, DefaultLimit, DefaultLimits, Delegation, LimitSupport,
+    Mechanism, bwrap_limits, bwrap_limits_from, controllers_for_containers, cpu_count,
+    delegation_in, nproc_per_userns, rlimit_memory_default, rootless_cgroup_limits,
 };
 pub use mkdir::{CreateDirError, create_dir_all_nofollow, open_nofollow, open_nofollow_in};
 pub use os::{Distro, OsInfo, OsKind, Wsl};

@@ -7,12 +7,22 @@
 //!   user; elsewhere none (asked-for limits are refused).
 //! - bwrap: a cgroup v2 subtree the caller may write (a *delegated* one) gives real limits:
 //!   `memory.max` (resident memory), `pids.max`, `cpu.max`. Without one, the kernel's rlimits,
-//!   which always work but mean less: `RLIMIT_AS` caps each process's address space (not
-//!   resident memory; numpy/OpenBLAS reserve about 1 GiB of it), and `RLIMIT_NPROC` caps the
+//!   which always work but mean less: `RLIMIT_DATA` caps each process's private writable
+//!   memory (not resident memory: untouched thread stacks and BLAS buffers count), and `RLIMIT_NPROC` caps the
 //!   processes of the sandbox's user *in its own user namespace* (per sandbox since Linux 5.14,
 //!   which counts them per namespace; before, it counted every process of that uid host-wide,
 //!   so it is not used there). CPU time has no rlimit that means "N CPUs", and an affinity mask
 //!   the script could widen again is no limit, so `--cpus` needs the cgroup.
+//!
+//! A limit nobody asked for gets its default (`sandbox_core::Limits::DEFAULT`) from the same
+//! mechanism ([`DefaultLimits::of`]), where there is one; where there is none, that default does
+//! not apply, and `detect` says so. One exception, memory under rlimits: a default must not
+//! break ordinary scripts, and an address-space cap does (glibc reserves 64 MiB of address
+//! space per malloc arena, OpenBLAS a buffer and a stack per CPU, Chromium and V8 gigabytes of
+//! never-touched reservations), so the default is held by `RLIMIT_DATA` (the private writable
+//! memory a process maps: heap, anonymous maps, thread stacks; not code, files or
+//! reservations) at the default plus [`DATA_PER_CPU`] per CPU of the host
+//! ([`rlimit_memory_default`]), room for one BLAS buffer and one thread stack per CPU.
 //!
 //! The cgroup detection is a pure function over what it reads ([`delegation_in`]), so it is
 //! tested with a fake cgroupfs; [`bwrap_limits`] is the thin IO edge.
@@ -67,6 +77,98 @@ impl LimitSupport {
     pub fn summary(&self) -> String {
         let show = |m: Option<Mechanism>| m.map_or("none", Mechanism::as_str);
         format!("memory {}, cpus {}, pids {}", show(self.memory), show(self.cpus), show(self.pids))
+    }
+}
+
+/// A default limit on one engine here: its value and what holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DefaultLimit {
+    /// The default, spelt as its flag takes it (`2g`, `2`, `512`).
+    pub value: String,
+    /// What holds it here; `None`: nothing can, so this default does not apply.
+    pub held_by: Option<Mechanism>,
+    /// How, where the mechanism alone does not say: the rlimit that stands for memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub how: Option<String>,
+}
+
+/// The defaults (`sandbox_core::Limits::DEFAULT`) on one engine here, for `detect`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DefaultLimits {
+    pub memory: DefaultLimit,
+    pub cpus: DefaultLimit,
+    pub pids: DefaultLimit,
+}
+
+/// Room per host CPU above the memory default under `RLIMIT_DATA`: an OpenBLAS thread's buffer
+/// (32 MiB) and its stack (8 MiB), rounded up. OpenBLAS starts one thread per CPU.
+pub const DATA_PER_CPU: u64 = 64 << 20;
+
+/// Pure: the `RLIMIT_DATA` that holds a default memory limit of `bytes` on a host with
+/// `host_cpus` CPUs (see the module header).
+pub fn rlimit_memory_default(bytes: u64, host_cpus: u32) -> u64 {
+    bytes.saturating_add(u64::from(host_cpus).saturating_mul(DATA_PER_CPU))
+}
+
+/// Pure: a size as `--memory` takes it (`2g`, `512m`, or bytes).
+fn size_flag(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{}g", b >> 30),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}m", b >> 20),
+        b => b.to_string(),
+    }
+}
+
+impl DefaultLimits {
+    /// Pure: the defaults held by what holds asked limits on an engine (`support`); memory
+    /// under rlimits by `RLIMIT_DATA` (see the module header).
+    pub fn of(support: &LimitSupport) -> DefaultLimits {
+        let d = sandbox_core::Limits::DEFAULT;
+        let memory = d.memory.unwrap_or_default();
+        let memory_how = (support.memory == Some(Mechanism::Rlimit)).then(|| {
+            format!(
+                "RLIMIT_DATA of {} plus {} per CPU, per process",
+                size_flag(memory),
+                size_flag(DATA_PER_CPU)
+            )
+        });
+        let pids_how = (support.pids == Some(Mechanism::Rlimit))
+            .then(|| "RLIMIT_NPROC in the sandbox's own user namespace".to_owned());
+        DefaultLimits {
+            memory: DefaultLimit {
+                value: size_flag(memory),
+                held_by: support.memory,
+                how: memory_how,
+            },
+            cpus: DefaultLimit {
+                value: d.cpus.map(|c| c.to_string()).unwrap_or_default(),
+                held_by: support.cpus,
+                how: None,
+            },
+            pids: DefaultLimit {
+                value: d.pids.map(|p| p.to_string()).unwrap_or_default(),
+                held_by: support.pids,
+                how: pids_how,
+            },
+        }
+    }
+
+    /// One line for humans: `memory 2g (rlimit: ...), cpus 2 (not held here), pids 512 (...)`.
+    pub fn summary(&self) -> String {
+        let show = |name: &str, d: &DefaultLimit| {
+            let by = match (d.held_by, &d.how) {
+                (None, _) => "not held here".to_owned(),
+                (Some(m), None) => m.as_str().to_owned(),
+                (Some(m), Some(how)) => format!("{}: {how}", m.as_str()),
+            };
+            format!("{name} {} ({by})", d.value)
+        };
+        format!(
+            "{}, {}, {}",
+            show("memory", &self.memory),
+            show("cpus", &self.cpus),
+            show("pids", &self.pids)
+        )
     }
 }
 
@@ -148,11 +250,18 @@ pub fn nproc_per_userns(release: &str) -> bool {
 pub struct BwrapLimits {
     pub support: LimitSupport,
     pub delegation: Option<Delegation>,
+    /// The host's CPUs, which size the memory default under rlimits
+    /// ([`rlimit_memory_default`]).
+    pub host_cpus: u32,
 }
 
 /// Pure: bwrap's mechanism per limit from the delegation found and the kernel release. Each
 /// limit takes the cgroup when its controller is there, else the rlimit when one means it.
-pub fn bwrap_limits_from(delegation: Option<Delegation>, release: &str) -> BwrapLimits {
+pub fn bwrap_limits_from(
+    delegation: Option<Delegation>,
+    release: &str,
+    host_cpus: u32,
+) -> BwrapLimits {
     let has = |name: &str| delegation.as_ref().is_some_and(|d| d.controllers.contains(&name));
     let cgroup_or = |name: &str, fallback: Option<Mechanism>| {
         if has(name) { Some(Mechanism::CgroupV2) } else { fallback }
@@ -163,7 +272,7 @@ pub fn bwrap_limits_from(delegation: Option<Delegation>, release: &str) -> Bwrap
         cpus: cgroup_or("cpu", None),
         pids: cgroup_or("pids", nproc),
     };
-    BwrapLimits { support, delegation }
+    BwrapLimits { support, delegation, host_cpus }
 }
 
 /// The IO edge: reads `/proc/self/cgroup`, `/sys/fs/cgroup` and the kernel release.
@@ -174,7 +283,23 @@ pub fn bwrap_limits() -> BwrapLimits {
     let writable = |path: &Path| rustix::fs::access(path, rustix::fs::Access::WRITE_OK).is_ok();
     let delegation = delegation_in(root, &self_cgroup, &read, &writable);
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    bwrap_limits_from(delegation, release.trim())
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let host_cpus = cpu_count(&online).unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(1))
+    });
+    bwrap_limits_from(delegation, release.trim(), host_cpus)
+}
+
+/// Pure: how many CPUs a cpu list (`/sys/devices/system/cpu/online`: `0-3,8,10-11`) names.
+/// Every online CPU, not this process's affinity or quota: OpenBLAS sizes its threads so.
+pub fn cpu_count(list: &str) -> Option<u32> {
+    let mut count = 0u32;
+    for part in list.trim().split(',') {
+        let (low, high) = part.split_once('-').unwrap_or((part, part));
+        let (low, high): (u32, u32) = (low.trim().parse().ok()?, high.trim().parse().ok()?);
+        count = count.checked_add(high.checked_sub(low)?.checked_add(1)?)?;
+    }
+    (count > 0).then_some(count)
 }
 
 /// Whether rootless podman can hold limits here: cgroup v2 with memory, cpu and pids in this

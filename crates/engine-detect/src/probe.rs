@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use crate::api::ApiEndpoint;
-use crate::limits::LimitSupport;
+use crate::limits::{DefaultLimits, LimitSupport};
 
 /// The engines, in ladder order (first available wins), then those off the ladder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -57,7 +57,7 @@ pub const APPARMOR_USERNS_RESTRICTED: &str = "kernel.apparmor_restrict_unprivile
 pub const NO_SECCOMP_FILTERS: &str = "this kernel takes no seccomp filters";
 
 /// Why a probe came out the way it did, beyond the human `reason`. Not serialized: the JSON
-/// shape is fixed to `{"name","available","reason","limits"}`.
+/// shape is fixed to `{"name","available","reason","limits","defaults"}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProbeState {
     /// Works; for docker/podman, the endpoint that answered `/_ping`.
@@ -84,12 +84,16 @@ pub struct Probe {
     /// What holds `--memory`, `--cpus` and `--pids-limit` on this engine here (all `null`
     /// when the engine is unusable).
     pub limits: LimitSupport,
+    /// The default limits and what holds each here (`held_by: null`: that default does not
+    /// apply on this engine here); filled from `limits` by [`crate::Detection::from_probes`].
+    pub defaults: DefaultLimits,
 }
 
 impl Probe {
     /// A probe's result as its prober found it (engines probed outside this crate: k8s).
     pub fn new(name: EngineName, state: ProbeState, reason: String) -> Probe {
         let available = matches!(state, ProbeState::Available { .. });
-        Probe { name, available, reason, state, limits: LimitSupport::NONE }
+        let limits = LimitSupport::NONE;
+        Probe { name, available, reason, state, limits, defaults: DefaultLimits::of(&limits) }
     }
 }

@@ -204,6 +204,20 @@ fn detection_json_shape() {
             "memory": null,
             "cpus": null,
             "pids": null
+          },
+          "defaults": {
+            "memory": {
+              "value": "2g",
+              "held_by": null
+            },
+            "cpus": {
+              "value": "2",
+              "held_by": null
+            },
+            "pids": {
+              "value": "512",
+              "held_by": null
+            }
           }
         },
         {
@@ -214,6 +228,20 @@ fn detection_json_shape() {
             "memory": null,
             "cpus": null,
             "pids": null
+          },
+          "defaults": {
+            "memory": {
+              "value": "2g",
+              "held_by": null
+            },
+            "cpus": {
+              "value": "2",
+              "held_by": null
+            },
+            "pids": {
+              "value": "512",
+              "held_by": null
+            }
           }
         },
         {
@@ -224,6 +252,20 @@ fn detection_json_shape() {
             "memory": null,
             "cpus": null,
             "pids": null
+          },
+          "defaults": {
+            "memory": {
+              "value": "2g",
+              "held_by": null
+            },
+            "cpus": {
+              "value": "2",
+              "held_by": null
+            },
+            "pids": {
+              "value": "512",
+              "held_by": null
+            }
           }
         }
       ]
@@ -457,11 +499,11 @@ fn bwrap_limit_mechanisms() {
         Some(Delegation { dir: "/sys/fs/cgroup/x".into(), controllers, enable: Vec::new() })
     };
     let rows = [
-        ("v1, 6.18", bwrap_limits_from(None, "6.18.44-fc-v769")),
-        ("v1, 5.10", bwrap_limits_from(None, "5.10.0-28-amd64")),
-        ("v1, garbage release", bwrap_limits_from(None, "")),
-        ("v2 memory pids, 6.1", bwrap_limits_from(cgroup(vec!["memory", "pids"]), "6.1.0")),
-        ("v2 all, 5.4", bwrap_limits_from(cgroup(vec!["memory", "pids", "cpu"]), "5.4.0")),
+        ("v1, 6.18", bwrap_limits_from(None, "6.18.44-fc-v769", 2)),
+        ("v1, 5.10", bwrap_limits_from(None, "5.10.0-28-amd64", 2)),
+        ("v1, garbage release", bwrap_limits_from(None, "", 2)),
+        ("v2 memory pids, 6.1", bwrap_limits_from(cgroup(vec!["memory", "pids"]), "6.1.0", 2)),
+        ("v2 all, 5.4", bwrap_limits_from(cgroup(vec!["memory", "pids", "cpu"]), "5.4.0", 2)),
     ];
     let out: Vec<String> =
         rows.iter().map(|(name, got)| format!("{name}: {}", got.support.summary())).collect();
@@ -474,6 +516,39 @@ fn bwrap_limit_mechanisms() {
     "#);
     assert!(crate::limits::nproc_per_userns("5.14.0"));
     assert!(!crate::limits::nproc_per_userns("5.13.19"));
+    let summaries: Vec<String> = rows
+        .iter()
+        .map(|(name, got)| format!("{name}: {}", crate::DefaultLimits::of(&got.support).summary()))
+        .collect();
+    insta::assert_snapshot!(summaries.join("\n"), @r"
+    v1, 6.18: memory 2g (rlimit: RLIMIT_DATA of 2g plus 64m per CPU, per process), cpus 2 (not held here), pids 512 (rlimit: RLIMIT_NPROC in the sandbox's own user namespace)
+    v1, 5.10: memory 2g (rlimit: RLIMIT_DATA of 2g plus 64m per CPU, per process), cpus 2 (not held here), pids 512 (not held here)
+    v1, garbage release: memory 2g (rlimit: RLIMIT_DATA of 2g plus 64m per CPU, per process), cpus 2 (not held here), pids 512 (not held here)
+    v2 memory pids, 6.1: memory 2g (cgroup v2), cpus 2 (not held here), pids 512 (cgroup v2)
+    v2 all, 5.4: memory 2g (cgroup v2), cpus 2 (cgroup v2), pids 512 (cgroup v2)
+    ");
+}
+
+/// The defaults are every engine's one set, each held by what holds an asked limit there.
+#[test]
+fn defaults_are_held_by_the_engines_own_means() {
+    let runtime = crate::DefaultLimits::of(&crate::LimitSupport::RUNTIME);
+    let nothing = crate::DefaultLimits::of(&crate::LimitSupport::NONE);
+    insta::assert_snapshot!(format!("{}\n{}", runtime.summary(), nothing.summary()), @r"
+    memory 2g (container runtime), cpus 2 (container runtime), pids 512 (container runtime)
+    memory 2g (not held here), cpus 2 (not held here), pids 512 (not held here)
+    ");
+    // The memory default under rlimits leaves room for a BLAS buffer and a stack per CPU.
+    assert_eq!(crate::rlimit_memory_default(2 << 30, 4), (2 << 30) + (256 << 20));
+}
+
+#[test]
+fn online_cpu_lists_are_counted() {
+    assert_eq!(crate::cpu_count("0-3\n"), Some(4));
+    assert_eq!(crate::cpu_count("0-3,8,10-11"), Some(7));
+    assert_eq!(crate::cpu_count("0"), Some(1));
+    assert_eq!(crate::cpu_count(""), None);
+    assert_eq!(crate::cpu_count("3-1"), None);
 }
 
 #[test]

@@ -260,8 +260,18 @@ pub fn plan(
     })
 }
 
-/// Memory and cpus as the container's limits, requests lowered to fit; pids refused.
+/// Memory and cpus as the container's limits, requests lowered to fit; pids refused. A pod
+/// always has memory and cpu limits (the restricted namespace's policy requires them: the
+/// config's `resources` are the defaults), so `none` for either is refused; `none` for pids
+/// asks for what a pod already is.
 fn apply_limits(config: &mut SandboxConfig, limits: &sandbox_core::Limits) -> Result<()> {
+    if limits.off.memory || limits.off.cpus {
+        let flag = if limits.off.memory { "`--memory none`" } else { "`--cpus none`" };
+        return Err(unsupported(
+            flag,
+            "a pod always has memory and cpu limits (the namespace's policy requires them); give a size or a number of CPUs instead",
+        ));
+    }
     if limits.pids.is_some() {
         return Err(unsupported(
             "a process limit (`--pids`)",

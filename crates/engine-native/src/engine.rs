@@ -313,7 +313,7 @@ impl Launcher for NativeLauncher {
                 .iter()
                 // `as`: glibc gives `RLIMIT_*` a type of its own, musl an `int`.
                 .map(|r| match *r {
-                    Rlim::AddressSpace(v) => (libc::RLIMIT_AS as libc::c_int, v),
+                    Rlim::Data(v) => (libc::RLIMIT_DATA as libc::c_int, v),
                     Rlim::Processes(v) => (libc::RLIMIT_NPROC as libc::c_int, v),
                 })
                 .collect(),

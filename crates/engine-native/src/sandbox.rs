@@ -1907,7 +1907,7 @@ fn command_main(args: &CommandArgs<'_>) -> ! {
             libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32);
         }
         prep.check(S_CHDIR, libc::chdir(prep.chdir.as_ptr()).into());
-        // Last before the exec: `RLIMIT_AS` must not starve this process, which still lives in
+        // Last before the exec: `RLIMIT_DATA` must not starve this process, which still lives in
         // the init's address space; in the sandbox's user namespace `RLIMIT_NPROC` counts only
         // the sandbox's processes.
         for (resource, value) in &prep.rlimits {

@@ -53,21 +53,23 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The defaults: 2 GiB, 2 CPUs, 512 processes. Enough for data work, small enough that
-    /// a runaway script cannot take the host down.
+    /// The defaults of every engine (`sandbox_core::Limits::DEFAULT`): 2 GiB, 2 CPUs, 512
+    /// processes. A test holds the two equal.
     pub const DEFAULT: Limits =
         Limits { memory: Some(2 * 1024 * 1024 * 1024), cpus: Some(2.0), pids: Some(512) };
 
     /// No limits: the engine's defaults.
     pub const NONE: Limits = Limits { memory: None, cpus: None, pids: None };
 
-    /// What the user asked for, and [`Limits::DEFAULT`] for what they did not.
+    /// What the user asked for, and the default for what they neither asked for nor turned
+    /// off (`none`).
     pub fn asked_or_default(asked: &sandbox_core::Limits) -> Limits {
+        let defaults = asked.defaults();
         Limits {
-            memory: asked.memory.or(Limits::DEFAULT.memory),
-            cpus: asked.cpus.map(sandbox_core::Cpus::as_f64).or(Limits::DEFAULT.cpus),
+            memory: asked.memory.or(defaults.memory),
+            cpus: asked.cpus.or(defaults.cpus).map(sandbox_core::Cpus::as_f64),
             // `sandbox_core::MAX_PIDS` fits an i64.
-            pids: asked.pids.and_then(|p| i64::try_from(p).ok()).or(Limits::DEFAULT.pids),
+            pids: asked.pids.or(defaults.pids).and_then(|p| i64::try_from(p).ok()),
         }
     }
 }

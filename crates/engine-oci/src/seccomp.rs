@@ -228,7 +228,32 @@ pub(crate) fn with_rules(base: &str, rules: &[SeccompRule]) -> Result<String, St
             && rule.get("name").is_none_or(|n| !ours(n))
     });
     syscalls.extend(entries(rules));
+    native_abi_only(&mut profile);
     serde_json::to_string_pretty(&profile).map_err(|e| e.to_string())
+}
+
+/// The 32-bit and x32 ABIs a 64-bit architecture's process can still call into (`int 0x80` on
+/// x86-64, bit 30 of the number for x32; AArch32 beside AArch64).
+const COMPAT_ABIS: [&str; 3] = ["SCMP_ARCH_X86", "SCMP_ARCH_X32", "SCMP_ARCH_ARM"];
+
+/// Pure: the profile filters the daemon's own architecture alone. A base lists the compat ABIs
+/// beside each (`archMap`'s `subArchitectures`), and the runtime applies every rule, by name,
+/// to each: i386 and x32 calls reached the kernel, by another table the wall was never checked
+/// against. Without them the runtime's libseccomp kills the calling thread with `SIGSYS` on
+/// any call of another ABI, as the wall itself kills the process elsewhere. Which architecture
+/// is native stays the daemon's to pick (it may run on another machine): every `archMap`
+/// entry is kept, without its compat ABIs.
+fn native_abi_only(profile: &mut Value) {
+    if let Some(map) = profile.get_mut("archMap").and_then(Value::as_array_mut) {
+        for entry in map {
+            if let Some(sub) = entry.get_mut("subArchitectures") {
+                *sub = json!([]);
+            }
+        }
+    }
+    if let Some(list) = profile.get_mut("architectures").and_then(Value::as_array_mut) {
+        list.retain(|arch| arch.as_str().is_none_or(|arch| !COMPAT_ABIS.contains(&arch)));
+    }
 }
 
 /// Pure: the wall on top of `base`.

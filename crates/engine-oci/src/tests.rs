@@ -649,6 +649,11 @@ fn the_wall_takes_over_the_syscalls_it_names_from_the_base_profile() {
     let walled = crate::seccomp::with_wall(base).expect("walled");
     let value: serde_json::Value = serde_json::from_str(&walled).expect("json");
     assert_eq!(value["defaultErrnoRet"], 38, "the rest of the base is kept");
+    let flat =
+        r#"{"architectures":["SCMP_ARCH_X86_64","SCMP_ARCH_X86","SCMP_ARCH_X32"],"syscalls":[]}"#;
+    let flat: serde_json::Value =
+        serde_json::from_str(&crate::seccomp::with_wall(flat).expect("flat")).expect("json");
+    assert_eq!(flat["architectures"], serde_json::json!(["SCMP_ARCH_X86_64"]));
     let entries = value["syscalls"].as_array().expect("syscalls");
     let kept =
         compact(&entries[..entries.len() - crate::seccomp::entries(sandbox_core::WALL).len()]);
@@ -681,6 +686,11 @@ fn the_installed_default_profile_gets_the_wall_too() {
             serde_json::from_str(&crate::seccomp::with_wall(&text).expect(path)).expect("json");
         // Deny by default: a syscall the host's libseccomp cannot name still fails.
         assert_eq!(walled["defaultAction"], "SCMP_ACT_ERRNO", "{path}");
+        // No compat ABI beside an architecture: i386 and x32 calls are killed, not filtered
+        // by another syscall table.
+        let map = walled["archMap"].as_array().expect("archMap");
+        assert!(map.iter().any(|a| a["architecture"] == "SCMP_ARCH_X86_64"), "{path}");
+        assert!(map.iter().all(|a| a["subArchitectures"] == serde_json::json!([])), "{path}");
         for rule in sandbox_core::WALL {
             // Calls the base allows only with capabilities are decided like the rest (the
             // containers have none), so check with and without `includes`.
@@ -913,6 +923,12 @@ fn asked_limits_fill_in_the_defaults() {
     let limits = Limits::asked_or_default(&asked);
     assert_eq!(limits, Limits { memory: Limits::DEFAULT.memory, cpus: Some(0.5), pids: Some(16) });
     assert_eq!(Limits::asked_or_default(&sandbox_core::Limits::NONE), Limits::DEFAULT);
+    // `none` lifts a default: docker's and podman's containers then have no such limit.
+    let off = sandbox_core::Limits {
+        off: sandbox_core::LimitsOff { memory: true, pids: true, cpus: false },
+        ..sandbox_core::Limits::NONE
+    };
+    assert_eq!(Limits::asked_or_default(&off), Limits { cpus: Some(2.0), ..Limits::NONE });
 }
 
 #[test]

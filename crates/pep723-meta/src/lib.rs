@@ -26,7 +26,8 @@ pub use crate::edit::{Edit, EditOutcome, SandboxKey, edit};
 pub use crate::error::EditError;
 pub use crate::line_index::{LineEnding, LineIndex, Position, PositionEncoding, PositionRange};
 pub use crate::model::{
-    CLAIM_SCHEME, EnvVar, Metadata, MountMode, MountSpec, Net, SandboxConfig, Spanned, TomlValue,
+    CLAIM_SCHEME, EnvVar, LimitSetting, Metadata, MountMode, MountSpec, Net, SandboxConfig,
+    Spanned, TomlValue,
 };
 pub use crate::scan::Block;
 

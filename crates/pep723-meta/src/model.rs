@@ -3,6 +3,8 @@
 use std::fmt;
 use std::ops::Range;
 
+pub use sandbox_core::LimitSetting;
+
 /// A value with the byte span (in the source file) it came from, so callers can point at it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -47,12 +49,14 @@ pub struct SandboxConfig {
     pub timeout: Option<Spanned<u64>>,
     /// `tmpfs-size`: the size cap of each tmpfs in the sandbox, in bytes (at least 1 MiB).
     pub tmpfs_size: Option<Spanned<u64>>,
-    /// `memory`: the memory limit in bytes (at least 4 MiB; `sandbox_core::parse_memory`).
-    pub memory: Option<Spanned<u64>>,
-    /// `cpus`: the CPU limit in thousandths of a CPU (`0.5` is 500), so the model stays `Eq`.
-    pub cpu_millis: Option<Spanned<u32>>,
-    /// `pids-limit`: the most processes and threads (positive).
-    pub pids_limit: Option<Spanned<u64>>,
+    /// `memory`: the memory limit in bytes (at least 4 MiB; `sandbox_core::parse_memory`), or
+    /// `"none"`: no limit, not even the default.
+    pub memory: Option<Spanned<LimitSetting<u64>>>,
+    /// `cpus`: the CPU limit in thousandths of a CPU (`0.5` is 500), so the model stays `Eq`;
+    /// or `"none"`.
+    pub cpu_millis: Option<Spanned<LimitSetting<u32>>>,
+    /// `pids-limit`: the most processes and threads (positive), or `"none"`.
+    pub pids_limit: Option<Spanned<LimitSetting<u64>>>,
     /// `image`: the runtime image the script needs (engines with images: docker, podman, k8s).
     pub image: Option<Spanned<String>>,
     /// `runtime-class`: a Kubernetes RuntimeClass the pod must run under (e.g. `gvisor`), a

@@ -9,7 +9,7 @@ use toml_edit::{Document, Item, Key, TableLike, Value};
 
 use crate::diagnostic::{Diagnostic, TextEdit, codes};
 use crate::model::{
-    CLAIM_SCHEME, EnvVar, Metadata, MountSpec, Net, SandboxConfig, Spanned, TomlValue,
+    CLAIM_SCHEME, EnvVar, LimitSetting, Metadata, MountSpec, Net, SandboxConfig, Spanned, TomlValue,
 };
 use crate::scan::{self, Block, opener_kind};
 
@@ -944,11 +944,11 @@ impl Cx<'_> {
 
     /// `memory`: bytes as an integer, or a size string in the `--memory` spelling; the same
     /// check as the flag (`sandbox_core::parse_memory`), so the same words.
-    fn memory(&mut self, key: &Key, item: &Item) -> Option<Spanned<u64>> {
+    fn memory(&mut self, key: &Key, item: &Item) -> Option<Spanned<LimitSetting<u64>>> {
         let span = self.item_span(key, item);
         let checked = match item.as_value() {
-            Some(Value::Integer(i)) => sandbox_core::parse_memory(&i.value().to_string()),
-            Some(Value::String(s)) => sandbox_core::parse_memory(s.value()),
+            Some(Value::Integer(i)) => sandbox_core::parse_memory_setting(&i.value().to_string()),
+            Some(Value::String(s)) => sandbox_core::parse_memory_setting(s.value()),
             _ => {
                 return self.limit_type(span, "memory", "a size string or a number of bytes", item);
             }
@@ -956,30 +956,43 @@ impl Cx<'_> {
         self.limit(span, "memory", checked)
     }
 
-    /// `cpus`: a positive number (integer or float), as `--cpus` takes it.
-    fn cpus(&mut self, key: &Key, item: &Item) -> Option<Spanned<u32>> {
+    /// `cpus`: a positive number (integer or float), as `--cpus` takes it, or `"none"`.
+    fn cpus(&mut self, key: &Key, item: &Item) -> Option<Spanned<LimitSetting<u32>>> {
         let span = self.item_span(key, item);
         let checked = match item.as_value() {
-            Some(Value::Integer(i)) => sandbox_core::parse_cpus(&i.value().to_string()),
-            Some(Value::Float(f)) => sandbox_core::parse_cpus(&f.value().to_string()),
+            Some(Value::Integer(i)) => sandbox_core::parse_cpus_setting(&i.value().to_string()),
+            Some(Value::Float(f)) => sandbox_core::parse_cpus_setting(&f.value().to_string()),
+            Some(Value::String(s)) if s.value() == sandbox_core::NO_LIMIT => Ok(LimitSetting::Off),
             _ => {
                 return self.limit_type(
                     span,
                     "cpus",
-                    "a number of CPUs such as `0.5` or `2`",
+                    "a number of CPUs such as `0.5` or `2`, or `\"none\"`",
                     item,
                 );
             }
         };
-        self.limit(span, "cpus", checked.map(sandbox_core::Cpus::millis))
+        let millis = checked.map(|setting| match setting {
+            LimitSetting::Set(cpus) => LimitSetting::Set(cpus.millis()),
+            LimitSetting::Off => LimitSetting::Off,
+        });
+        self.limit(span, "cpus", millis)
     }
 
-    /// `pids-limit`: a positive whole number, as `--pids-limit` takes it.
-    fn pids_limit(&mut self, key: &Key, item: &Item) -> Option<Spanned<u64>> {
+    /// `pids-limit`: a positive whole number, as `--pids-limit` takes it, or `"none"`.
+    fn pids_limit(&mut self, key: &Key, item: &Item) -> Option<Spanned<LimitSetting<u64>>> {
         let span = self.item_span(key, item);
         let checked = match item.as_value() {
-            Some(Value::Integer(i)) => sandbox_core::parse_pids(&i.value().to_string()),
-            _ => return self.limit_type(span, "pids-limit", "a whole number of processes", item),
+            Some(Value::Integer(i)) => sandbox_core::parse_pids_setting(&i.value().to_string()),
+            Some(Value::String(s)) if s.value() == sandbox_core::NO_LIMIT => Ok(LimitSetting::Off),
+            _ => {
+                return self.limit_type(
+                    span,
+                    "pids-limit",
+                    "a whole number of processes, or `\"none\"`",
+                    item,
+                );
+            }
         };
         self.limit(span, "pids-limit", checked)
     }

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::paths::{absolutize, is_within, normalize};
-use crate::{EnvVar, Error, Limits, Mount, MountMode, Net, Publish, RunSpec};
+use crate::{EnvVar, Error, LayerLimits, Mount, MountMode, Net, Publish, RunSpec};
 
 /// One source of configuration. Every field is optional: `None` and empty lists mean "this
 /// layer says nothing".
@@ -44,8 +44,8 @@ pub struct Layer {
     pub timeout: Option<Duration>,
     /// Size cap of each tmpfs, in bytes.
     pub tmpfs_size: Option<u64>,
-    /// Resource limits; each of the three resolves on its own.
-    pub limits: Limits,
+    /// Resource limits; each of the three resolves on its own, `none` included.
+    pub limits: LayerLimits,
 }
 
 /// A mount as a layer spells it, before resolution.
@@ -86,7 +86,7 @@ impl Layer {
             env: spec.env.clone(),
             timeout: spec.timeout,
             tmpfs_size: Some(spec.tmpfs_size),
-            limits: spec.limits,
+            limits: spec.limits.layer(),
         }
     }
 }
@@ -140,11 +140,7 @@ pub fn resolve(
             hint: "give at least 1m (one MiB), e.g. `512m` or `2g`",
         });
     }
-    let limits = Limits {
-        memory: last_set(&layers, |layer| layer.limits.memory.as_ref()).copied(),
-        cpus: last_set(&layers, |layer| layer.limits.cpus.as_ref()).copied(),
-        pids: last_set(&layers, |layer| layer.limits.pids.as_ref()).copied(),
-    };
+    let limits = crate::limits::resolve(&layers.map(|layer| &layer.limits));
     crate::limits::check(&limits)?;
 
     let mut dependencies = Merged::default();

@@ -49,7 +49,9 @@ pub use interactive::{Input, Interactive, InteractiveExec, TtySize};
 pub use io::{Captured, EXIT_CLOSED_PIPE, OutputSink, Stream, same_file_out_err};
 pub use layer::{Layer, LayerMount, MIN_TMPFS_SIZE, ResolveCtx, check_publish_net, resolve};
 pub use limits::{
-    Cpus, Limits, MAX_CPUS, MAX_PIDS, MIN_MEMORY, parse_cpus, parse_memory, parse_pids,
+    Cpus, LayerLimits, LimitSetting, Limits, LimitsOff, MAX_CPUS, MAX_PIDS, MIN_MEMORY, NO_LIMIT,
+    parse_cpus, parse_cpus_setting, parse_memory, parse_memory_setting, parse_pids,
+    parse_pids_setting,
 };
 pub use missing::{MissingMount, missing_mount};
 pub use parse::{MountSpellingError, mount_mode_hint, parse_size, split_mount};

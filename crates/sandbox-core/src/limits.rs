@@ -1,17 +1,23 @@
 //! Resource limits of a run (`--memory`, `--cpus`, `--pids-limit`, or the inline `memory`,
-//! `cpus` and `pids-limit` keys): their one parser and their one validation. Every layer's
-//! value passes the same checks, so a flag and an inline key are refused with the same words.
+//! `cpus` and `pids-limit` keys): their one parser, their one validation and their one set of
+//! defaults. Every layer's value passes the same checks, so a flag and an inline key are
+//! refused with the same words.
 //!
-//! A limit that is `None` was not asked for: an engine may apply its own default (docker and
-//! podman do, see `engine_oci::Limits::DEFAULT`) or none, but an engine that cannot enforce a
-//! limit that *was* asked for refuses the run (exit 2, with a `hint:`), never runs without it.
+//! A limit nobody set gets its default ([`Limits::DEFAULT`]: 2 GiB, 2 CPUs, 512 processes, as
+//! docker's and podman's containers always had) on every engine, held by what the engine has
+//! there (`engine_detect::LimitSupport`: a cgroup, rlimits, the container runtime); where
+//! nothing can hold one, that default is not applied and `detect` says so. A limit that *was*
+//! asked for is different: an engine that cannot enforce it refuses the run (exit 2, with a
+//! `hint:`), never runs without it. `none` (`--memory none`, inline `memory = "none"`) turns a
+//! limit off, default included.
 
 use std::fmt;
 
 use crate::Error;
 
-/// What the user asked to cap. Each field resolves on its own: the highest layer that sets it
-/// wins (see [`crate::resolve`]).
+/// What the user asked to cap, and which limits they turned off. Each limit resolves on its
+/// own: the highest layer that sets it (to a value or to `none`) wins (see [`crate::resolve`]).
+/// One that is neither asked for nor off gets its default ([`Limits::defaults`]).
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
 )]
@@ -22,15 +28,67 @@ pub struct Limits {
     pub cpus: Option<Cpus>,
     /// Processes and threads together (at least 1, at most [`MAX_PIDS`]).
     pub pids: Option<u64>,
+    /// The limits turned off (`none`): no default for them either.
+    #[serde(default)]
+    pub off: LimitsOff,
+}
+
+/// Which limits a run turned off with `none`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub struct LimitsOff {
+    pub memory: bool,
+    pub cpus: bool,
+    pub pids: bool,
+}
+
+impl LimitsOff {
+    /// Nothing turned off.
+    pub const NONE: LimitsOff = LimitsOff { memory: false, cpus: false, pids: false };
 }
 
 impl Limits {
-    /// Nothing asked for.
-    pub const NONE: Limits = Limits { memory: None, cpus: None, pids: None };
+    /// Nothing asked for, nothing turned off: the defaults apply.
+    pub const NONE: Limits = Limits { memory: None, cpus: None, pids: None, off: LimitsOff::NONE };
 
-    /// Whether any limit was asked for.
+    /// What a run gets for a limit nobody set, on every engine: 2 GiB of memory, 2 CPUs and
+    /// 512 processes, docker's and podman's defaults. Enough for data work (numpy, pandas),
+    /// small enough that a runaway script or a fork bomb leaves the host usable.
+    pub const DEFAULT: Limits = Limits {
+        memory: Some(2 << 30),
+        cpus: Some(Cpus { millis: 2000 }),
+        pids: Some(512),
+        off: LimitsOff::NONE,
+    };
+
+    /// Whether any limit was asked for (a value; `none` asks for nothing).
     pub fn is_empty(&self) -> bool {
-        *self == Limits::NONE
+        self.memory.is_none() && self.cpus.is_none() && self.pids.is_none()
+    }
+
+    /// The defaults that apply: [`Limits::DEFAULT`] for each limit neither asked for nor off.
+    pub fn defaults(&self) -> Limits {
+        let default = Limits::DEFAULT;
+        let keep = |asked: bool, off: bool| !asked && !off;
+        Limits {
+            memory: default.memory.filter(|_| keep(self.memory.is_some(), self.off.memory)),
+            cpus: default.cpus.filter(|_| keep(self.cpus.is_some(), self.off.cpus)),
+            pids: default.pids.filter(|_| keep(self.pids.is_some(), self.off.pids)),
+            off: LimitsOff::NONE,
+        }
+    }
+
+    /// The layer that resolves back to exactly these limits.
+    pub fn layer(&self) -> LayerLimits {
+        fn setting<T>(value: Option<T>, off: bool) -> Option<LimitSetting<T>> {
+            value.map(LimitSetting::Set).or(off.then_some(LimitSetting::Off))
+        }
+        LayerLimits {
+            memory: setting(self.memory, self.off.memory),
+            cpus: setting(self.cpus, self.off.cpus),
+            pids: setting(self.pids, self.off.pids),
+        }
     }
 
     /// The flags of the limits that were asked for, in flag order (for messages).
@@ -47,6 +105,37 @@ impl Limits {
         }
         out
     }
+}
+
+/// The word that turns a limit off: `--memory none`, inline `memory = "none"`.
+pub const NO_LIMIT: &str = "none";
+
+/// A limit as one layer sets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LimitSetting<T> {
+    /// This value.
+    Set(T),
+    /// [`NO_LIMIT`]: no limit at all, not even the default.
+    Off,
+}
+
+impl<T: serde::Serialize> serde::Serialize for LimitSetting<T> {
+    /// As written: the value, or `"none"`.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            LimitSetting::Set(value) => value.serialize(serializer),
+            LimitSetting::Off => serializer.serialize_str(NO_LIMIT),
+        }
+    }
+}
+
+/// One layer's limits (the flags, the inline table): each set, turned off, or left to the
+/// layers below (`None`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct LayerLimits {
+    pub memory: Option<LimitSetting<u64>>,
+    pub cpus: Option<LimitSetting<Cpus>>,
+    pub pids: Option<LimitSetting<u64>>,
 }
 
 /// A CPU quota in thousandths of a CPU (`0.5` is 500), so specs stay `Eq` and every engine
@@ -142,6 +231,29 @@ pub fn parse_pids(text: &str) -> Result<u64, Error> {
     check_pids(pids, text)
 }
 
+/// `text` is [`NO_LIMIT`], or a value `parse` takes.
+fn setting<T>(
+    text: &str,
+    parse: impl Fn(&str) -> Result<T, Error>,
+) -> Result<LimitSetting<T>, Error> {
+    if text.trim() == NO_LIMIT { Ok(LimitSetting::Off) } else { parse(text).map(LimitSetting::Set) }
+}
+
+/// `--memory`: [`parse_memory`], or [`NO_LIMIT`].
+pub fn parse_memory_setting(text: &str) -> Result<LimitSetting<u64>, Error> {
+    setting(text, parse_memory)
+}
+
+/// `--cpus`: [`parse_cpus`], or [`NO_LIMIT`].
+pub fn parse_cpus_setting(text: &str) -> Result<LimitSetting<Cpus>, Error> {
+    setting(text, parse_cpus)
+}
+
+/// `--pids-limit`: [`parse_pids`], or [`NO_LIMIT`].
+pub fn parse_pids_setting(text: &str) -> Result<LimitSetting<u64>, Error> {
+    setting(text, parse_pids)
+}
+
 pub(crate) fn check_memory(bytes: u64, text: &str) -> Result<u64, Error> {
     if bytes < MIN_MEMORY { Err(invalid_memory(text)) } else { Ok(bytes) }
 }
@@ -172,6 +284,29 @@ pub(crate) fn check(limits: &Limits) -> Result<(), Error> {
     Ok(())
 }
 
+/// Pure: the limits of `layers` (lowest first), each from the highest layer that sets it.
+pub(crate) fn resolve(layers: &[&LayerLimits]) -> Limits {
+    fn top<T: Copy>(
+        layers: &[&LayerLimits],
+        field: impl Fn(&LayerLimits) -> Option<LimitSetting<T>>,
+    ) -> (Option<T>, bool) {
+        match layers.iter().rev().find_map(|layer| field(layer)) {
+            Some(LimitSetting::Set(value)) => (Some(value), false),
+            Some(LimitSetting::Off) => (None, true),
+            None => (None, false),
+        }
+    }
+    let (memory, memory_off) = top(layers, |l| l.memory);
+    let (cpus, cpus_off) = top(layers, |l| l.cpus);
+    let (pids, pids_off) = top(layers, |l| l.pids);
+    Limits {
+        memory,
+        cpus,
+        pids,
+        off: LimitsOff { memory: memory_off, cpus: cpus_off, pids: pids_off },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,7 +330,43 @@ mod tests {
         for text in ["16", "1", "0", "-1", "4194305", "1.5"] {
             out.push(format!("pids {text:?}: {}", show(parse_pids(text))));
         }
+        out.push(format!("memory \"none\": {}", show(parse_memory_setting("none"))));
+        out.push(format!("cpus \"none\": {}", show(parse_cpus_setting("none"))));
+        out.push(format!("pids \"none\": {}", show(parse_pids_setting(" none"))));
+        out.push(format!("pids \"None\": {}", show(parse_pids_setting("None"))));
+        out.push(format!("memory \"1g\" setting: {}", show(parse_memory_setting("1g"))));
         insta::assert_snapshot!(out.join("\n"));
+    }
+
+    /// A default applies to each limit neither asked for nor turned off, and a limit resolves
+    /// from the highest layer that says anything about it, `none` included.
+    #[test]
+    fn defaults_and_off() {
+        assert_eq!(Limits::NONE.defaults(), Limits::DEFAULT);
+        let asked = Limits { memory: Some(1 << 30), ..Limits::NONE };
+        assert_eq!(asked.defaults(), Limits { memory: None, ..Limits::DEFAULT });
+        let off = Limits { off: LimitsOff { pids: true, ..LimitsOff::NONE }, ..Limits::NONE };
+        assert_eq!(off.defaults(), Limits { pids: None, ..Limits::DEFAULT });
+        let user =
+            LayerLimits { memory: Some(LimitSetting::Set(4 << 30)), ..LayerLimits::default() };
+        let inline = LayerLimits {
+            memory: Some(LimitSetting::Off),
+            pids: Some(LimitSetting::Set(64)),
+            ..LayerLimits::default()
+        };
+        let flags = LayerLimits { pids: Some(LimitSetting::Off), ..LayerLimits::default() };
+        let resolved = resolve(&[&user, &inline, &flags]);
+        assert_eq!(
+            resolved,
+            Limits {
+                memory: None,
+                cpus: None,
+                pids: None,
+                off: LimitsOff { memory: true, cpus: false, pids: true },
+            }
+        );
+        assert_eq!(resolved.defaults(), Limits { cpus: Limits::DEFAULT.cpus, ..Limits::NONE });
+        assert_eq!(resolve(&[&resolved.layer()]), resolved);
     }
 
     #[test]

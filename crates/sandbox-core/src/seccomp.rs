@@ -14,8 +14,9 @@
 //! (whose flags live in memory seccomp cannot read) reports `ENOSYS` so libc falls back to
 //! `clone`. io_uring runs file operations outside the syscall layer this filter sees. `TIOCSTI`
 //! and `TIOCLINUX` type into a terminal the sandbox shares with its caller. A foreign
-//! architecture's syscall table (i386 via `int 0x80`, x32) would bypass every rule, so it kills
-//! the process.
+//! architecture's syscall table (i386 via `int 0x80`, x32: an x86-64 number with bit 30 set)
+//! would bypass every rule, so either kills the process (`SIGSYS`): no Python program makes
+//! one, and code that does is probing the wall.
 //!
 //! The rest is what a Python program never needs and Docker's default profile refuses, each
 //! with `EPERM` (what Docker answers, and what code that probes a feature expects): other
@@ -368,7 +369,7 @@ pub const FAMILIES: &[SeccompFamily] = &[
 /// An architecture the wall can be compiled for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arch {
-    /// x86-64 (`AUDIT_ARCH_X86_64`); x32 syscalls are refused.
+    /// x86-64 (`AUDIT_ARCH_X86_64`); an x32 syscall kills the process, as an i386 one does.
     X86_64,
     /// 64-bit ARM (`AUDIT_ARCH_AARCH64`).
     Aarch64,
@@ -589,7 +590,7 @@ fn load(offset: u32) -> Insn {
 }
 
 /// Compiles `rules` for `arch`. Layout: check the architecture (kill on mismatch), load the
-/// syscall number, refuse x32 on x86-64, then a balanced search over the numbers that have
+/// syscall number, kill on an x32 number on x86-64, then a balanced search over the numbers that have
 /// rules (`jge` splits down to runs of at most three blocks, each a `jeq nr` over its
 /// block, and `ret allow` after a run), one block per syscall: its rules in order (each a run
 /// of argument checks that skip to the next rule on failure, then the rule's return), and
@@ -610,7 +611,7 @@ pub fn compile(rules: &[SeccompRule], arch: Arch) -> Vec<Insn> {
     ];
     if arch == Arch::X86_64 {
         program.push(Insn { code: JSET_K, jt: 0, jf: 1, k: X32_SYSCALL_BIT });
-        program.push(ret(SeccompAction::Errno(ENOSYS)));
+        program.push(ret(SeccompAction::KillProcess));
     }
     let mut seen: Vec<&str> = Vec::new();
     let mut blocks: Vec<(u32, Vec<Insn>)> = Vec::new();

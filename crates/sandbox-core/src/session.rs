@@ -698,7 +698,7 @@ mod tests {
             ],
             publish: vec![],
             tmpfs_size: Some(1 << 30),
-            limits: Limits { memory: Some(1 << 30), cpus: None, pids: Some(256) },
+            limits: Limits { memory: Some(1 << 30), pids: Some(256), ..Limits::default() },
         };
         let asks = ScriptAsks {
             mounts: vec![
@@ -716,6 +716,7 @@ mod tests {
                 memory: Some(512 << 20),
                 cpus: Some(crate::Cpus::from_millis(500).expect("cpus")),
                 pids: Some(256),
+                ..Limits::default()
             },
             dependencies: false,
         };
@@ -740,6 +741,7 @@ mod tests {
                 memory: Some(256 << 20),
                 cpus: Some(crate::Cpus::from_millis(500).expect("cpus")),
                 pids: Some(100),
+                ..Limits::default()
             },
             ..SessionPolicy::default()
         };

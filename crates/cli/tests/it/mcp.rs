@@ -629,3 +629,44 @@ fn mcp_sessions_of_another_workspace_and_what_goes_in_need_approval() {
     let (v, is_error) = client.call("session_stop", json!({"id": own}));
     assert!(!is_error && v["stopped"] == true, "{v}");
 }
+
+/// A script's output without a newline, through the secret scrubber and the 64 KiB cap: the
+/// server's peak resident memory stays far below what the script wrote (a scrubbed gigabyte
+/// once queued in it whole while the answer kept 64 KiB).
+#[test]
+#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
+fn mcp_scrubbed_output_keeps_the_server_small() {
+    let ctx = Ctx::new();
+    if let Err(reason) = crate::session::available(&ctx, "native") {
+        println!("SKIPPED: mcp output memory on native: {reason}");
+        return;
+    }
+    let home = tempfile::tempdir().expect("home");
+    let (mut client, _) = Client::start(&ctx, home.path());
+    let code = "import os, sys\nout = sys.stdout.buffer\nchunk = b'x' * (1 << 20)\n\
+                for _ in range(192):\n    out.write(chunk)\n    out.flush()\n\
+                print('\\n' + os.environ['API_TOKEN'])\n";
+    let (v, is_error) = client.call(
+        "run_script",
+        json!({"code": code, "engine": "native", "env": ["API_TOKEN=mcp-big-output-token"],
+               "approve": true}),
+    );
+    assert!(
+        !is_error && v["exit_code"] == 0,
+        "{}",
+        v.to_string().chars().take(2000).collect::<String>()
+    );
+    let stdout = v["stdout"].as_str().unwrap_or_default();
+    assert!(
+        !stdout.contains("mcp-big-output-token") && stdout.contains("bytes dropped"),
+        "{stdout:.2000}"
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", client.child.id()))
+        .expect("the server's status");
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    assert!(peak_kib < 96 << 10, "the server reached {} MiB of resident memory", peak_kib >> 10);
+}

@@ -241,18 +241,28 @@ print(urllib.request.urlopen('https://pypi.org/simple/six/', timeout=60).status)
 try:\n    socket.create_connection(('pypi.org', 443), timeout=10)\n    print('direct: connected')\n\
 except OSError:\n    print('direct: refused')\n";
 
-/// The keepers of built-in proxies started with `path` on their `PATH` (so by this test).
-fn keepers(path: &str) -> Vec<i32> {
+/// The pids in `/proc`.
+fn pids() -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
+}
+
+/// `/proc/PID/WHAT`, empty when it cannot be read.
+fn proc_file(pid: u32, what: &str) -> Vec<u8> {
+    std::fs::read(format!("/proc/{pid}/{what}")).unwrap_or_default()
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The keepers of built-in proxies started with `path` on their `PATH` (so by this test).
+fn keepers(path: &str) -> Vec<u32> {
+    pids()
+        .into_iter()
         .filter(|pid| {
-            let read =
-                |what: &str| std::fs::read(format!("/proc/{pid}/{what}")).unwrap_or_default();
-            let cmdline = read("cmdline");
-            let environ = read("environ");
-            let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
-            has(&cmdline, b"__python-sandbox-proxy-keeper")
-                && has(&environ, format!("PATH={path}").as_bytes())
+            contains(&proc_file(*pid, "cmdline"), b"__python-sandbox-proxy-keeper")
+                && contains(&proc_file(*pid, "environ"), format!("PATH={path}").as_bytes())
         })
         .collect()
 }
@@ -409,4 +419,90 @@ fn a_docker_session_refuses_tightenings_it_cannot_give() {
 #[test]
 fn a_podman_session_refuses_tightenings_it_cannot_give() {
     tightenings_a_session_cannot_give("podman");
+}
+
+/// Where `secret` shows on this host outside a sandbox: the command line of any process (what
+/// every local user reads in `/proc`), or the environment of a process in our own pid namespace
+/// (a sandbox's own processes, in theirs, hold it by design). Processes we may not inspect
+/// are not ours to worry about: their environment is closed to us as to every other user.
+fn shown(secret: &str) -> Vec<String> {
+    let our_ns = std::fs::read_link("/proc/self/ns/pid").ok();
+    let mut found = Vec::new();
+    for pid in pids().into_iter().filter(|pid| *pid != std::process::id()) {
+        let comm = String::from_utf8_lossy(&proc_file(pid, "comm")).trim().to_owned();
+        if contains(&proc_file(pid, "cmdline"), secret.as_bytes()) {
+            found.push(format!("the command line of {pid} ({comm})"));
+        }
+        let same_ns = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok() == our_ns;
+        if same_ns && contains(&proc_file(pid, "environ"), secret.as_bytes()) {
+            found.push(format!("the environment of {pid} ({comm})"));
+        }
+    }
+    found
+}
+
+/// A warm session lives for its TTL: no process of it shows a `--env NAME=VALUE` value to other
+/// users (the native session's monitor and init are forked from `session start` and once kept
+/// its command line; bwrap kept the sandbox's environment in its own, readable by every process
+/// of nobody's uid for a root caller), and neither does a running `run`.
+#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
+fn no_secret_in_host_processes(engine: &str) {
+    let ctx = Ctx::new();
+    if let Err(reason) = available(&ctx, engine) {
+        println!("SKIPPED: secrets in host processes on {engine}: {reason}");
+        return;
+    }
+    let secret = format!("argv-secret-{engine}-{}", std::process::id());
+    let env = format!("API_TOKEN={secret}");
+    for net in ["on", "off"] {
+        let args =
+            ["session", "start", "--engine", engine, "--net", net, "--ttl", "5m", "--env", &env];
+        let start = ctx.run(&args);
+        assert!(start.status.success(), "{engine}: start: {}", text(&start.stderr));
+        let id = text(&start.stdout).lines().last().unwrap_or_default().trim().to_owned();
+        let exec = ctx.run(&["session", "exec", &id, "--", "sh", "-c", "echo $API_TOKEN"]);
+        let seen = shown(&secret);
+        let _ = ctx.run(&["session", "stop", &id]);
+        assert_eq!(text(&exec.stdout), "****\n", "{engine}: the session has the value, masked");
+        assert!(seen.is_empty(), "{engine}, net {net}: the session's value shows in {seen:?}");
+    }
+
+    ctx.write("wait.py", "import time\nprint('ready', flush=True)\ntime.sleep(30)\n");
+    let mut run = Command::new(bin())
+        .args(["run", "--engine", engine, "--net", "on", "--env", &env, "wait.py"])
+        .current_dir(ctx.path())
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run");
+    let mut line = String::new();
+    let stdout = run.stdout.take().expect("stdout");
+    let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
+    let seen = shown(&secret);
+    let _ = run.kill();
+    let _ = run.wait();
+    assert_eq!(line, "ready\n", "{engine}: the run started");
+    assert!(seen.is_empty(), "{engine}: a running `run`'s value shows in {seen:?}");
+}
+
+#[test]
+fn no_native_session_shows_a_secret() {
+    no_secret_in_host_processes("native");
+}
+
+#[test]
+fn no_bwrap_session_shows_a_secret() {
+    no_secret_in_host_processes("bwrap");
+}
+
+#[test]
+fn no_docker_session_shows_a_secret() {
+    no_secret_in_host_processes("docker");
+}
+
+#[test]
+fn no_podman_session_shows_a_secret() {
+    no_secret_in_host_processes("podman");
 }

@@ -29,6 +29,10 @@ use crate::error::Result;
 /// `argv[1]` of a keeper.
 pub const KEEPER_ARG: &str = "__python-sandbox-proxy-keeper";
 
+/// The caller's variables a keeper keeps (either case): the upstream proxies the built-in
+/// proxy honours (`super::Upstreams`), and `PATH`.
+const KEEPER_ENV: [&str; 4] = ["HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "PATH"];
+
 /// The descriptors a keeper is started with: what it serves (the proxy's listener or the
 /// relay's tun device), the sandbox's pidfd, the ready pipe, then the relay's doors.
 const SERVED_FD: i32 = 3;
@@ -148,6 +152,11 @@ pub(crate) fn start(served: Served, sandbox: BorrowedFd<'_>) -> Result<reaper::P
     fds.extend(doors.iter().map(|(door, _)| door.as_raw_fd()));
     let mut command = Command::new("/proc/self/exe");
     command.args(&args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    // It lives as long as the session: of the caller's environment (which may hold the very
+    // secrets passed with `--env NAME`) only what the proxy reads, and `PATH`.
+    command.env_clear().envs(std::env::vars_os().filter(|(name, _)| {
+        name.to_str().is_some_and(|name| KEEPER_ENV.contains(&name.to_ascii_uppercase().as_str()))
+    }));
     let mut high = vec![0; fds.len()];
     // SAFETY: after the fork, before exec: fcntl and dup2 only, on descriptors open in the
     // child and memory allocated before the fork. Moved high first, so that no dup2

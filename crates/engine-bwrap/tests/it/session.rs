@@ -315,7 +315,11 @@ fn reap_removes_orphaned_and_expired_sessions() {
 #[test]
 fn a_session_holds_its_limits() {
     let Some(fx) = fixture() else { return };
-    let limits = sandbox_core::Limits { memory: Some(256 << 20), cpus: None, pids: Some(64) };
+    let limits = sandbox_core::Limits {
+        memory: Some(256 << 20),
+        pids: Some(64),
+        ..sandbox_core::Limits::NONE
+    };
     let config = SessionConfig { limits, ..config(&fx, Duration::from_secs(600)) };
     let info = fx.engine.start_session(&config, &mut |_| {}).expect("a session with limits");
     let session = fx.engine.open_session(&info.id).expect("open");

@@ -46,9 +46,11 @@ fn ladder_order_and_json_shape() {
     for engine in json["engines"].as_array().unwrap() {
         let mut keys: Vec<&String> = engine.as_object().unwrap().keys().collect();
         keys.sort();
-        assert_eq!(keys, ["available", "limits", "name", "reason"]);
+        assert_eq!(keys, ["available", "defaults", "limits", "name", "reason"]);
         let limits: Vec<&String> = engine["limits"].as_object().unwrap().keys().collect();
         assert_eq!(limits, ["cpus", "memory", "pids"]);
+        let defaults: Vec<&String> = engine["defaults"].as_object().unwrap().keys().collect();
+        assert_eq!(defaults, ["cpus", "memory", "pids"]);
     }
     assert_eq!(detection.selected, detection.engines.iter().find(|p| p.available).map(|p| p.name));
 }

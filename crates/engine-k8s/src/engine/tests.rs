@@ -193,6 +193,7 @@ fn limits_become_the_containers_and_what_a_pod_cannot_do_is_refused() {
         memory: Some(sandbox_core::parse_memory("128m").expect("memory")),
         cpus: Some(sandbox_core::parse_cpus("0.5").expect("cpus")),
         pids: None,
+        off: sandbox_core::LimitsOff { pids: true, ..sandbox_core::LimitsOff::NONE },
     };
     let plan =
         plan(&SandboxConfig::default(), &config, "abc123", &owner(), 0, &key()).expect("plan");
@@ -210,6 +211,13 @@ fn limits_become_the_containers_and_what_a_pod_cannot_do_is_refused() {
             ..session(&[], &[])
         },
         SessionConfig { limits: Limits { pids: Some(64), ..Limits::NONE }, ..session(&[], &[]) },
+        SessionConfig {
+            limits: Limits {
+                off: sandbox_core::LimitsOff { memory: true, ..sandbox_core::LimitsOff::NONE },
+                ..Limits::NONE
+            },
+            ..session(&[], &[])
+        },
         SessionConfig {
             env: vec![EnvVar { name: "UNSET".to_owned(), value: None }],
             ..session(&[], &[])

@@ -92,7 +92,7 @@ fn holds_limits() {
     let f = engine_fixture();
     let mut s = spec(
         &f,
-        "import resource\nprint(resource.getrlimit(resource.RLIMIT_AS)[0] if resource.getrlimit(resource.RLIMIT_AS)[0] > 0 else 'cgroup')\nx = bytearray(400 << 20)\nprint('allocated')\n",
+        "import resource\nprint(resource.getrlimit(resource.RLIMIT_DATA)[0] if resource.getrlimit(resource.RLIMIT_DATA)[0] > 0 else 'cgroup')\nx = bytearray(400 << 20)\nprint('allocated')\n",
     );
     s.limits.memory = Some(200 << 20);
     let (outcome, captured) = run(&f, &s);

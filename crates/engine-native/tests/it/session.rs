@@ -263,7 +263,11 @@ fn reaps() {
 
     // Limits hold as in a run: 1 GiB under 256 MiB fails, the process cap holds.
     f.engine.stop_session(fresh.id()).unwrap();
-    let limits = sandbox_core::Limits { memory: Some(256 << 20), cpus: None, pids: Some(64) };
+    let limits = sandbox_core::Limits {
+        memory: Some(256 << 20),
+        pids: Some(64),
+        ..sandbox_core::Limits::NONE
+    };
     let session = start_with(&f, &SessionConfig { limits, ..config });
     let (code, out, err) = exec(&session, &["python3", "-c", "b = bytearray(1 << 30); print(1)"]);
     assert_ne!(code, 0, "1 GiB under a 256 MiB limit: {out}");

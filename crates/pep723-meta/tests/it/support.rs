@@ -65,6 +65,19 @@ fn spanned<T: std::fmt::Debug>(index: &LineIndex, v: &Spanned<T>) -> String {
     format!("{:?}@{}", v.value, pos(index, v.span.start))
 }
 
+/// A limit as its value, or `none`, with where it was written.
+fn limit<T: std::fmt::Debug>(
+    index: &LineIndex,
+    v: &Spanned<pep723_meta::LimitSetting<T>>,
+) -> String {
+    let at = pos(index, v.span.start);
+    let shown = match &v.value {
+        pep723_meta::LimitSetting::Set(value) => format!("{value:?}@{at}"),
+        pep723_meta::LimitSetting::Off => format!("none@{at}"),
+    };
+    format!("{shown:?}")
+}
+
 pub(crate) fn toml(v: &TomlValue) -> String {
     match v {
         TomlValue::String(s) => format!("{s:?}"),
@@ -118,13 +131,13 @@ fn metadata(out: &mut String, index: &LineIndex, m: &Metadata) {
         let _ = writeln!(out, "    tmpfs-size: {size:?}");
         // Only when set, so the snapshots of scripts without limits stay as they were.
         if let Some(m) = &s.memory {
-            let _ = writeln!(out, "    memory: {:?}", spanned(index, m));
+            let _ = writeln!(out, "    memory: {}", limit(index, m));
         }
         if let Some(c) = &s.cpu_millis {
-            let _ = writeln!(out, "    cpu-millis: {:?}", spanned(index, c));
+            let _ = writeln!(out, "    cpu-millis: {}", limit(index, c));
         }
         if let Some(p) = &s.pids_limit {
-            let _ = writeln!(out, "    pids-limit: {:?}", spanned(index, p));
+            let _ = writeln!(out, "    pids-limit: {}", limit(index, p));
         }
         if let Some(i) = &s.image {
             let _ = writeln!(out, "    image: {:?}", spanned(index, i));

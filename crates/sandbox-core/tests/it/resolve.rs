@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use sandbox_core::{
-    Cpus, EnvVar, Layer, LayerMount, Limits, MountMode, Net, Publish, ResolveCtx, RunSpec, resolve,
+    Cpus, EnvVar, Layer, LayerLimits, LayerMount, LimitSetting, MountMode, Net, Publish,
+    ResolveCtx, RunSpec, resolve,
 };
 
 use crate::support::{ctx, layer, render_result};
@@ -123,6 +124,13 @@ const CASES: &[(&str, &str, &str, &str)] = &[
         "script=s.py & memory=256m",
     ),
     ("limits: inline alone", "", "cpus=2 & pids=64", "script=s.py"),
+    (
+        "limits: none beats a lower value",
+        "memory=1g",
+        "memory=none & pids=64",
+        "script=s.py & pids=none",
+    ),
+    ("limits: a value beats a lower none", "", "cpus=none", "script=s.py & cpus=1"),
     ("limits: memory below 4m refused", "", "memory=1m", "script=s.py"),
     ("limits: zero pids refused", "", "", "script=s.py & pids=0"),
     ("limits: pids above pid_max refused", "", "pids=4194305", "script=s.py"),
@@ -284,14 +292,24 @@ fn arb_layer() -> impl Strategy<Value = Layer> {
         )
 }
 
-/// Valid limits, each present or not on its own.
-fn limits() -> impl Strategy<Value = Limits> {
+/// A setting of one limit: left out, a value, or `none`.
+fn setting<T: std::fmt::Debug + Clone + 'static>(
+    value: impl Strategy<Value = T>,
+) -> impl Strategy<Value = Option<LimitSetting<T>>> {
+    prop::option::of(prop_oneof![
+        3 => value.prop_map(LimitSetting::Set),
+        1 => Just(LimitSetting::Off),
+    ])
+}
+
+/// Valid limits, each left out, set or turned off on its own.
+fn limits() -> impl Strategy<Value = LayerLimits> {
     (
-        prop::option::of((4u64..64).prop_map(|mib| mib << 20)),
-        prop::option::of((1u32..4000).prop_map(|m| Cpus::from_millis(m).expect("in range"))),
-        prop::option::of(1u64..1024),
+        setting((4u64..64).prop_map(|mib| mib << 20)),
+        setting((1u32..4000).prop_map(|m| Cpus::from_millis(m).expect("in range"))),
+        setting(1u64..1024),
     )
-        .prop_map(|(memory, cpus, pids)| Limits { memory, cpus, pids })
+        .prop_map(|(memory, cpus, pids)| LayerLimits { memory, cpus, pids })
 }
 
 /// Three layers, the top one always naming a script so resolution succeeds.
@@ -364,9 +382,16 @@ proptest! {
             spec.args.clone(),
             top(|l| l.args.is_some()).and_then(|l| l.args.clone()).unwrap_or_default()
         );
-        prop_assert_eq!(spec.limits.memory, top(|l| l.limits.memory.is_some()).and_then(|l| l.limits.memory));
-        prop_assert_eq!(spec.limits.cpus, top(|l| l.limits.cpus.is_some()).and_then(|l| l.limits.cpus));
-        prop_assert_eq!(spec.limits.pids, top(|l| l.limits.pids.is_some()).and_then(|l| l.limits.pids));
+        fn value<T: Copy>(s: Option<LimitSetting<T>>) -> Option<T> {
+            match s { Some(LimitSetting::Set(v)) => Some(v), _ => None }
+        }
+        fn off<T>(s: Option<LimitSetting<T>>) -> bool { matches!(s, Some(LimitSetting::Off)) }
+        let memory = top(|l| l.limits.memory.is_some()).and_then(|l| l.limits.memory);
+        prop_assert_eq!((spec.limits.memory, spec.limits.off.memory), (value(memory), off(memory)));
+        let cpus = top(|l| l.limits.cpus.is_some()).and_then(|l| l.limits.cpus);
+        prop_assert_eq!((spec.limits.cpus, spec.limits.off.cpus), (value(cpus), off(cpus)));
+        let pids = top(|l| l.limits.pids.is_some()).and_then(|l| l.limits.pids);
+        prop_assert_eq!((spec.limits.pids, spec.limits.off.pids), (value(pids), off(pids)));
         let script = c.script.clone().expect("cli always has a script");
         prop_assert_eq!(spec.script.file_name(), script.file_name());
     }

@@ -38,13 +38,28 @@ pub(crate) fn layer(notation: &str) -> Layer {
                 layer.timeout = Some(Duration::from_secs(value.parse().expect("timeout secs")))
             }
             // Raw numbers, so values out of range reach `resolve`, which checks every layer.
-            "memory" => layer.limits.memory = Some(sandbox_core::parse_size(value).expect("size")),
-            "cpus" => layer.limits.cpus = Some(sandbox_core::parse_cpus(value).expect("cpus")),
-            "pids" => layer.limits.pids = Some(value.parse().expect("pids")),
+            // `none` turns the limit off.
+            "memory" => {
+                layer.limits.memory =
+                    Some(setting(value, |v| sandbox_core::parse_size(v).expect("size")))
+            }
+            "cpus" => {
+                layer.limits.cpus =
+                    Some(setting(value, |v| sandbox_core::parse_cpus(v).expect("cpus")))
+            }
+            "pids" => layer.limits.pids = Some(setting(value, |v| v.parse().expect("pids"))),
             other => panic!("unknown key `{other}`"),
         }
     }
     layer
+}
+
+/// `none`, or what `parse` makes of `value`.
+fn setting<T>(value: &str, parse: impl Fn(&str) -> T) -> sandbox_core::LimitSetting<T> {
+    match value {
+        sandbox_core::NO_LIMIT => sandbox_core::LimitSetting::Off,
+        _ => sandbox_core::LimitSetting::Set(parse(value)),
+    }
 }
 
 /// `NAME[=VALUE]` without validation, so invalid names reach `resolve`.
@@ -96,14 +111,16 @@ pub(crate) fn render_spec(spec: &RunSpec) -> String {
         format!("workspace: {}", spec.workspace.display()),
     ]
     .into_iter()
-    .chain((!spec.limits.is_empty()).then(|| {
+    .chain((spec.limits != sandbox_core::Limits::NONE).then(|| {
         let l = &spec.limits;
-        let show = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
+        let show = |v: Option<String>, off: bool| {
+            v.unwrap_or_else(|| if off { "none" } else { "-" }.to_owned())
+        };
         format!(
             "limits: memory {} cpus {} pids {}",
-            show(l.memory.map(|m| m.to_string())),
-            show(l.cpus.map(|c| c.to_string())),
-            show(l.pids.map(|p| p.to_string()))
+            show(l.memory.map(|m| m.to_string()), l.off.memory),
+            show(l.cpus.map(|c| c.to_string()), l.off.cpus),
+            show(l.pids.map(|p| p.to_string()), l.off.pids)
         )
     }))
     .collect::<Vec<_>>()

@@ -1,0 +1,6 @@
+# /// script
+# [tool.python-sandbox]
+# memory = "none"
+# cpus = "none"
+# pids-limit = "none"
+# ///
