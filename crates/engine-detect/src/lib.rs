@@ -25,6 +25,7 @@ mod detection;
 mod host;
 mod limits;
 mod mkdir;
+pub mod netlink;
 mod os;
 mod probe;
 mod suggest;
@@ -36,7 +37,7 @@ pub use bwrap::{
     probe_bwrap_cached,
 };
 pub use detection::{Detection, detect, detect_with};
-pub use host::ca_bundle;
+pub use host::{ca_bundle, proxy_addresses};
 pub use limits::{
     BwrapLimits, CONTROLLERS, Delegation, LimitSupport, Mechanism, bwrap_limits, bwrap_limits_from,
     controllers_for_containers, delegation_in, nproc_per_userns, rootless_cgroup_limits,
