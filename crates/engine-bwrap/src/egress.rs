@@ -129,6 +129,14 @@ mod tests {
         }
     }
 
+    /// Only a caller with `CAP_NET_ADMIN` over this namespace may ask the connection tracker
+    /// (root here; an unprivileged caller is the documented residual).
+    #[test]
+    fn only_root_sees_where_the_hosts_nat_sends_a_flow() {
+        let egress = Egress::new(Lan::Refused, Vec::new());
+        assert_eq!(egress.sees_nat(), rustix::process::geteuid().is_root());
+    }
+
     /// The host's own addresses are refused by the kernel's answer, loopback and private
     /// ranges by the policy; a private nameserver of the host's on port 53 only.
     #[test]
