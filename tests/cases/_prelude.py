@@ -91,6 +91,14 @@ def attempt(fn):
         return f"failed ({type(e).__name__} errno={e.errno})"
 
 
+def host_addresses():
+    """`failed`, or which of the host's own addresses (a docker bridge's, its LAN address) a
+    connect to the runner's listener reached: a bridge or pasta would carry it to the host."""
+    port = CTX["tcp_port"]
+    reached = [ip for ip in CTX["host_addresses"] if attempt(lambda: connect_tcp(ip, port)) == "connected"]
+    return f"connected {reached}" if reached else "failed"
+
+
 def done():
     print("DONE")
 

@@ -17,4 +17,7 @@ while True:
         except OSError:
             pass
 print("served")
+# A published port's connections come from the container's gateway, the host: it stays out of
+# reach for connections the script opens.
+print("host-addresses:", host_addresses())
 done()

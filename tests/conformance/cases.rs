@@ -322,6 +322,7 @@ fn run_cases() -> Vec<Case> {
                 let p = fx.publish_port;
                 Expect::ok()
                     .has("served")
+                    .has("host-addresses: failed")
                     .err(format!("port {p} is published at http://127.0.0.1:{p}"))
             },
             skip_on: &[K8S_NO_HOST_PORT],
@@ -1138,13 +1139,16 @@ fn net_off(fx: &Fixture) -> Expect {
         .has("abstract: failed")
         .has("dns: failed")
         .has("metadata: failed")
+        .has("host-addresses: failed")
         .loopback(false)
         .abstract_socket(false);
     if fx.engine == "k8s" { e } else { e.has("interfaces: lo-only") }
 }
 
-/// Net on is outbound only on every engine: an external interface, never the host's loopback
-/// or abstract sockets, and no route to link-local (metadata) addresses. How a refused
+/// Net on is outbound only on every engine: an external interface, never the host's loopback,
+/// its own addresses (a bridge's gateway, a docker or podman bridge, its LAN address: private
+/// ranges and the host's addresses are walled off) or abstract sockets, and no route to
+/// link-local (metadata) addresses. How a refused
 /// metadata connect ends is the host's rule here (no route, EHOSTUNREACH); on a pod it is the
 /// CNI's enforcement of the NetworkPolicy (a drop times out, a reject refuses).
 fn net_on(fx: &Fixture) -> Expect {
@@ -1152,6 +1156,7 @@ fn net_on(fx: &Fixture) -> Expect {
         .has("interfaces: external")
         .has("loopback: failed")
         .has("metadata: failed")
+        .has("host-addresses: failed")
         .loopback(false)
         .abstract_socket(false);
     if fx.engine == "k8s" { e } else { e.has("metadata: failed (OSError errno=113)") }

@@ -162,9 +162,11 @@ impl Fixture {
             .and_then(|a| UnixListener::bind_addr(&a))
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .map_err(|e| format!("cannot bind the abstract socket @{abstract_name}: {e}"))?;
-        let tcp = TcpListener::bind("127.0.0.1:0")
+        // On every address of the host: its loopback, and each of its own addresses, which a
+        // net-on sandbox must not reach either (`host_addresses`).
+        let tcp = TcpListener::bind("0.0.0.0:0")
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
-            .map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
+            .map_err(|e| format!("cannot listen on 0.0.0.0: {e}"))?;
         // A free port for --publish: bind, note, release; a race with other processes is unlikely.
         let publish_port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -241,6 +243,8 @@ impl Fixture {
             "host_tmp_secret": self.host_tmp.join("secret.txt"),
             "sockets": sockets,
             "tcp_port": self.tcp.local_addr().map(|a| a.port()).unwrap_or(0),
+            // A pod is not on this host (a cluster's nodes are its own business).
+            "host_addresses": if self.engine == "k8s" { Vec::new() } else { host_addresses() },
             "abstract_name": self.abstract_name,
             "publish_port": self.publish_port,
             "mnt_ro": self.mnt_ro,
@@ -283,6 +287,26 @@ impl Fixture {
     pub(crate) fn keep(mut self) -> Vec<PathBuf> {
         self.dirs.drain(..).map(TempDir::keep).collect()
     }
+}
+
+/// The host's own IPv4 addresses but its loopback, from the kernel's local table
+/// (`/proc/net/fib_trie`: an address followed by `/32 host LOCAL`), each once.
+pub(crate) fn host_addresses() -> Vec<String> {
+    local_addresses(&fs::read_to_string("/proc/net/fib_trie").unwrap_or_default())
+}
+
+/// Pure: [`host_addresses`] of a `fib_trie` listing.
+pub(crate) fn local_addresses(fib_trie: &str) -> Vec<String> {
+    let lines: Vec<&str> = fib_trie.lines().map(str::trim).collect();
+    let mut out: Vec<String> = Vec::new();
+    for pair in lines.windows(2) {
+        let addr = pair[0].trim_start_matches("|-- ");
+        let local = pair[1].contains("/32 host LOCAL");
+        if local && !addr.starts_with("127.") && !out.iter().any(|a| a == addr) {
+            out.push(addr.to_owned());
+        }
+    }
+    out
 }
 
 /// The k8s engine is reached through the caller's kube config and `[engine.k8s]` settings,

@@ -440,7 +440,10 @@ fn evaluate(expect: &Expect, fx: &Fixture, run: &Run, changes: &[String]) -> Vec
         && loopback != want
     {
         let port = fx.tcp_port();
-        f.push(format!("host 127.0.0.1:{port} listener connected: {loopback}, expected {want}"));
+        f.push(format!(
+            "host listener (0.0.0.0:{port}: loopback and the host's addresses) connected: \
+             {loopback}, expected {want}"
+        ));
     }
     let mut sockets = fx.unix_connections();
     let abstract_hit =

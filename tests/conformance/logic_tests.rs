@@ -148,3 +148,11 @@ fn the_cases_a_pod_cannot_apply_to_are_these() {
         }
     }
 }
+
+/// The host's own addresses, from the kernel's local table: every `/32 host LOCAL` entry but
+/// loopback, once each (a `fib_trie` lists the main and local tables both).
+#[test]
+fn the_hosts_addresses_come_from_its_local_table() {
+    let fib_trie = "Main:\n  +-- 0.0.0.0/0 3 0 5\n     |-- 0.0.0.0\n        /0 universe UNICAST\n     +-- 127.0.0.0/8 2 0 2\n        +-- 127.0.0.0/31 1 0 0\n           |-- 127.0.0.1\n              /32 host LOCAL\n     |-- 172.17.0.1\n        /32 host LOCAL\n     |-- 192.0.2.2\n        /32 host LOCAL\n     |-- 192.0.2.255\n        /32 link BROADCAST\nLocal:\n     |-- 172.17.0.1\n        /32 host LOCAL\n";
+    assert_eq!(crate::fixture::local_addresses(fib_trie), ["172.17.0.1", "192.0.2.2"]);
+}

@@ -47,6 +47,7 @@ impl Ci {
             None => engines.push("bwrap".to_owned()),
             Some(reason) => crate::skipped("bwrap tier", &reason),
         }
+        ensure_iptables(sh)?;
         // Starts docker and podman, builds or refreshes the image, prints SKIPPED for the others.
         for engine in Image::all().ready_engines(sh)? {
             engines.push(engine.to_string());
@@ -150,6 +151,20 @@ fn readme_without_bwrap(sh: &Shell) -> Result<()> {
         "the README's first command did not run on native with bwrap off PATH:\n{out}{err}"
     );
     println!("ran on native without bwrap on PATH");
+    Ok(())
+}
+
+/// Installs iptables when missing: engine-bwrap's network lab (`tests/it/lab.rs`) sets DNAT
+/// rules with it, in a network namespace of its own, to check that the built-in relay and
+/// proxy hold after the host's NAT; without it those tests print SKIPPED.
+fn ensure_iptables(sh: &Shell) -> Result<()> {
+    let found = services::on_path(sh, "iptables")
+        || ["/usr/sbin/iptables", "/sbin/iptables"]
+            .iter()
+            .any(|p| std::path::Path::new(p).exists());
+    if !found && let Some(reason) = services::apt_install(sh, &["iptables"])? {
+        crate::skipped("network lab (DNAT rules)", &reason);
+    }
     Ok(())
 }
 

@@ -1,7 +1,9 @@
 //! The user config file, `$XDG_CONFIG_HOME/python-sandbox/config.toml` (default
 //! `~/.config/python-sandbox/config.toml`): settings beyond flags, the cluster's
-//! (`[engine.k8s]`) and each engine's warm pool size (`pool = N` in `[engine.docker]`,
-//! `[engine.podman]`, `[engine.k8s]`). Flags beat the file, the file beats the defaults. Parsing is pure
+//! (`[engine.k8s]`), each engine's warm pool size (`pool = N` in `[engine.docker]`,
+//! `[engine.podman]`, `[engine.k8s]`) and whether net-on sandboxes may reach the user's LAN
+//! (`[net] lan = true`: the private ranges; a widening only the user's own file can ask for,
+//! never a script or an agent). Flags beat the file, the file beats the defaults. Parsing is pure
 //! ([`parse`]) and strict: an unknown key is an error with a did-you-mean, a bad value one with
 //! its `file:line:col`, as the inline table's diagnostics are. Which engines a key reaches is
 //! the registry's business: this module names none.
@@ -58,6 +60,10 @@ pub(crate) const K8S_KEYS: &[&str] = &[
 ];
 /// The engines the file has a table for.
 const ENGINE_TABLES: &[&str] = &["k8s", "docker", "podman"];
+/// The top-level tables.
+const TABLES: &[&str] = &["engine", "net"];
+/// The keys of `[net]`.
+const NET_KEYS: &[&str] = &["lan"];
 /// The keys of `[engine.docker]` and `[engine.podman]`.
 const OCI_KEYS: &[&str] = &["pool"];
 /// The largest warm pool (`pool = N`) an engine may keep: each member is a running sandbox.
@@ -103,6 +109,8 @@ pub(crate) struct UserConfig {
     pub(crate) k8s: Option<K8sSettings>,
     /// `pool = N` of each `[engine.NAME]` that sets it.
     pub(crate) pools: Vec<(String, usize)>,
+    /// `[net] lan`: whether net-on sandboxes may reach the private ranges.
+    pub(crate) lan: sandbox_core::Lan,
 }
 
 impl UserConfig {
@@ -119,6 +127,8 @@ pub(crate) struct FileSettings {
     pub(crate) k8s: Option<K8sSettings>,
     /// `pool = N` of each engine table that sets it.
     pub(crate) pools: Vec<(String, usize)>,
+    /// `[net] lan`.
+    pub(crate) lan: sandbox_core::Lan,
 }
 
 /// An error at a place in the file.
@@ -203,10 +213,15 @@ pub(crate) fn parse(text: &str) -> Result<FileSettings, ConfigError> {
     let mut out = FileSettings::default();
     for (key, item) in doc.as_table().iter() {
         let key_span = doc.as_table().key(key).and_then(|k| k.span());
-        if key != "engine" {
-            return Err(unknown(text, key_span, key, "the config file", &["engine"]));
+        if !TABLES.contains(&key) {
+            return Err(unknown(text, key_span, key, "the config file", TABLES));
         }
-        let engine_key = doc.as_table().key(key).cloned().unwrap_or_else(|| key.into());
+        let table_key = doc.as_table().key(key).cloned().unwrap_or_else(|| key.into());
+        if key == "net" {
+            out.lan = net_settings(text, table(text, item, &table_key, "net")?)?;
+            continue;
+        }
+        let engine_key = table_key;
         let engines = table(text, item, &engine_key, "engine")?;
         for (name, item) in engines.iter() {
             let name_key = engines.key(name).cloned().unwrap_or_else(|| name.into());
@@ -226,6 +241,29 @@ pub(crate) fn parse(text: &str) -> Result<FileSettings, ConfigError> {
         }
     }
     Ok(out)
+}
+
+/// Pure: `[net]`: `lan = true` or `false`.
+fn net_settings(text: &str, table: &dyn TableLike) -> Result<sandbox_core::Lan, ConfigError> {
+    let mut lan = sandbox_core::Lan::Refused;
+    for (key, item) in table.iter() {
+        let key_span = table.key(key).and_then(|k| k.span());
+        if !NET_KEYS.contains(&key) {
+            return Err(unknown(text, key_span, key, "[net]", NET_KEYS));
+        }
+        let allowed = item.as_bool().ok_or_else(|| {
+            error_at(
+                text,
+                item.span().or(key_span),
+                "`lan` must be true or false".to_owned(),
+                "write `lan = true` to let net-on sandboxes reach private addresses (your LAN; \
+                 never this machine), or remove the line"
+                    .to_owned(),
+            )
+        })?;
+        lan = if allowed { sandbox_core::Lan::Allowed } else { sandbox_core::Lan::Refused };
+    }
+    Ok(lan)
 }
 
 /// Pure: `pool = N`, a whole number from 0 to [`MAX_POOL`].
@@ -303,7 +341,7 @@ pub(crate) fn load_from(path: Option<PathBuf>) -> Result<UserConfig, (String, St
         }
     };
     let parsed = parse(&text).map_err(|e| e.located(&path))?;
-    Ok(UserConfig { path: Some(path), k8s: parsed.k8s, pools: parsed.pools })
+    Ok(UserConfig { path: Some(path), k8s: parsed.k8s, pools: parsed.pools, lan: parsed.lan })
 }
 
 /// This user's config, read once per command.

@@ -252,7 +252,8 @@ pub(crate) const ENGINES: &[Entry] = &[
 /// for every command, and what ends a session whose agent was replaced by code that never
 /// exits).
 fn bwrap(options: &Options<'_>) -> Result<Box<engine_bwrap::BwrapEngine>> {
-    let config = engine_bwrap::BwrapConfig::from_env().map_err(EngineError::new)?;
+    let mut config = engine_bwrap::BwrapConfig::from_env().map_err(EngineError::new)?;
+    config.lan = crate::config::user()?.lan;
     if options.purpose != Purpose::Maintain {
         let _ = engine_bwrap::reap_sessions(&config, "bwrap", false);
     }
@@ -270,7 +271,8 @@ pub(crate) fn net_note(engine: &str) -> Option<String> {
 /// The native engine: bwrap's pipeline and configuration, the sandbox built in-process; its
 /// session records swept on the way, as bwrap's are.
 fn native(options: &Options<'_>) -> Result<Box<engine_native::NativeEngine>> {
-    let config = engine_bwrap::BwrapConfig::from_env().map_err(EngineError::new)?;
+    let mut config = engine_bwrap::BwrapConfig::from_env().map_err(EngineError::new)?;
+    config.lan = crate::config::user()?.lan;
     if options.purpose != Purpose::Maintain {
         let _ = engine_native::reap_sessions(&config, false);
     }
@@ -289,6 +291,7 @@ fn sweep_due(last: Option<std::time::SystemTime>, now: std::time::SystemTime) ->
 /// docker or podman, connected for `options.purpose` (sweeping on connect as it asks).
 fn oci(flavor: engine_oci::Flavor, options: &Options<'_>) -> Result<Box<engine_oci::OciEngine>> {
     let mut config = engine_oci::OciConfig::from_env(flavor);
+    config.lan = crate::config::user()?.lan;
     let mut stamp = None;
     match options.purpose {
         Purpose::Start => {
@@ -426,7 +429,8 @@ fn k8s_config(
 fn k8s(options: &Options<'_>) -> Result<Box<engine_k8s::K8sEngine>> {
     let user = crate::config::user()?;
     let file = user.k8s.clone().unwrap_or_default();
-    let (config, context) = k8s_config(&file, user.path.as_deref(), options)?;
+    let (mut config, context) = k8s_config(&file, user.path.as_deref(), options)?;
+    config.lan = user.lan;
     let engine = engine_k8s::K8sEngine::with_context(config, context.as_deref())
         .map_err(EngineError::new)?;
     if options.purpose == Purpose::Start {

@@ -49,6 +49,9 @@ pub struct BwrapConfig {
     /// Net-on runs without pasta may get the built-in relay (full TCP/UDP, where the engine
     /// supports it and a tun device can be opened); off, they get the built-in HTTP(S) proxy.
     pub builtin_relay: bool,
+    /// Whether net-on sandboxes may reach private ranges (the user's LAN; the host's own
+    /// addresses never): off unless the user config says `[net] lan = true`.
+    pub lan: sandbox_core::Lan,
 }
 
 impl BwrapConfig {
@@ -81,6 +84,7 @@ impl BwrapConfig {
             python: None,
             handle_signals: true,
             builtin_relay: true,
+            lan: sandbox_core::Lan::Refused,
         })
     }
 }
@@ -684,6 +688,7 @@ impl BwrapEngine {
             cache_root: self.layout.root(),
             pasta: self.pasta.as_deref(),
             relay: self.config.builtin_relay,
+            lan: self.config.lan,
             stdio: crate::SandboxStdio {
                 stdin: Some(null()?),
                 stdout: Some(null()?),
@@ -699,6 +704,7 @@ impl BwrapEngine {
             cache_root: self.layout.root(),
             pasta: self.pasta.as_deref(),
             relay: self.config.builtin_relay,
+            lan: self.config.lan,
         }
     }
 

@@ -43,6 +43,9 @@ pub struct Start<'a> {
     /// launcher supports it: both do): the configuration's
     /// [`crate::BwrapConfig::builtin_relay`].
     pub relay: bool,
+    /// Whether a net-on sandbox may reach private ranges: the configuration's
+    /// [`crate::BwrapConfig::lan`].
+    pub lan: sandbox_core::Lan,
     /// The sandbox's stdio.
     pub stdio: SandboxStdio,
 }
@@ -202,7 +205,8 @@ impl Launcher for BwrapLauncher {
     fn start(&self, start: Start<'_>) -> Result<Box<dyn Sandboxed>> {
         let stdio = |fd: Option<OwnedFd>| fd.map_or_else(Stdio::inherit, Stdio::from);
         let SandboxStdio { stdin, stdout, stderr } = start.stdio;
-        let tools = Tools { bwrap: &self.bwrap, pasta: start.pasta, relay: start.relay };
+        let tools =
+            Tools { bwrap: &self.bwrap, pasta: start.pasta, relay: start.relay, lan: start.lan };
         let launched = crate::process::launch(
             tools,
             start.plan,

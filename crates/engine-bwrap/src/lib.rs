@@ -52,6 +52,7 @@
 //! The argv builder (`plan.rs`) is pure and snapshot-tested; `host.rs` gathers the facts it needs.
 
 mod cache;
+mod egress;
 mod engine;
 mod envs;
 mod error;
@@ -62,6 +63,7 @@ mod key;
 mod launcher;
 mod limits;
 mod lockfile;
+mod nat;
 mod net;
 mod paths;
 mod pin;

@@ -14,8 +14,13 @@
 //! address is not mapped to the host's loopback, so host loopback services stay unreachable.
 //! No inbound port is forwarded except published ones (`-t ADDR/HOSTPORT:PORT`, 127.0.0.1
 //! unless an address was given, the same port on the host unless `0:PORT` or `HOSTPORT:PORT`).
-//! Link-local and metadata addresses (169.254.0.0/16, fe80::/10) get an unreachable route
-//! inside the namespace before the script starts ([`block_link_local`]).
+//! pasta reaches whatever the host's sockets reach, so the namespace is walled in before the
+//! script starts ([`wall_in`], [`sandbox_core::net_wall`]): unreachable routes to link-local
+//! and metadata addresses, to the private ranges unless the user allows the LAN, and to every
+//! address of the host's own (its local table: other interfaces' addresses, AnyIP ranges,
+//! which pasta would otherwise connect to on the host), the host's nameservers and the caller's
+//! proxies left reachable (on every port: a route cannot say which). What remains is the host's NAT: a DNAT rule on
+//! a public destination rewrites pasta's socket too, where nothing here can see it.
 //!
 //! **Order.** bwrap is started with `--block-fd`: it sets the sandbox up, reports the child's
 //! pid on the status pipe, and waits. Then pasta joins the child's network namespace (through
@@ -35,7 +40,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use sandbox_core::PublishedPort;
+use sandbox_core::{Lan, PublishedPort};
 
 use crate::error::{Error, Result};
 
@@ -217,16 +222,17 @@ unsafe fn watch(read: i32, pidfd: i32, devnull: i32) -> ! {
 
 impl UserNet {
     /// Attaches pasta to the network namespace of `child` (bwrap's sandbox process, blocked
-    /// before exec) and blocks link-local addresses there. Returns once the namespace has its
-    /// interface, routes and forwarded ports.
+    /// before exec) and walls it in ([`wall_in`]; private ranges stay reachable when `lan`
+    /// allows them). Returns once the namespace has its interface, routes and forwarded ports.
     pub(crate) fn attach(
         pasta: &Path,
         child: i32,
         publish: &[PublishedPort],
         run_as: Option<(u32, u32)>,
+        lan: Lan,
     ) -> Result<UserNet> {
         wait_for_loopback(child);
-        UserNet::attach_blocked(pasta, child, publish, run_as)
+        UserNet::attach_blocked(pasta, child, publish, run_as, lan)
     }
 
     /// `UserNet::attach` for a sandbox that sets nothing up in its network namespace until
@@ -239,11 +245,12 @@ impl UserNet {
         child: i32,
         publish: &[PublishedPort],
         run_as: Option<(u32, u32)>,
+        lan: Lan,
     ) -> Result<UserNet> {
         let netns_path = PathBuf::from(format!("/proc/{child}/ns/net"));
         let netns = std::fs::File::open(&netns_path)
             .map_err(Error::io(format!("opening {}", netns_path.display())))?;
-        UserNet::attach_netns(pasta, netns, publish, run_as)
+        UserNet::attach_netns(pasta, netns, publish, run_as, lan)
     }
 
     /// [`UserNet::attach_blocked`] for the network namespace `netns` (a descriptor of it,
@@ -254,6 +261,7 @@ impl UserNet {
         netns: std::fs::File,
         publish: &[PublishedPort],
         run_as: Option<(u32, u32)>,
+        lan: Lan,
     ) -> Result<UserNet> {
         let owner = owning_userns(&netns)?;
         let owner = (!is_own_userns(&owner)).then_some(owner);
@@ -328,7 +336,7 @@ impl UserNet {
         let pasta = read_pid(&pid_read).and_then(reaper::ProcPin::of_pid);
         let leash = pasta.as_ref().and_then(Leash::new);
         let net = UserNet { pasta, leash };
-        block_link_local(&netns, owner.as_ref())?;
+        wall_in(&netns, lan)?;
         Ok(net)
     }
 
@@ -441,45 +449,28 @@ pub(crate) fn owning_userns(netns: &std::fs::File) -> Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Adds the [`sandbox_core::LINK_LOCAL`] unreachable routes inside `netns`, from a short-lived child that
-/// joins the namespace's owning user namespace (which gives it `CAP_NET_ADMIN` there; `None`:
-/// ours, where we hold it already) and the network namespace ([`in_netns`]).
-fn block_link_local(netns: &std::fs::File, owner: Option<&OwnedFd>) -> Result<()> {
-    let messages = sandbox_core::link_local_messages();
-    let (netns_fd, userns_fd) = (netns.as_raw_fd(), owner.map_or(-1, AsRawFd::as_raw_fd));
-    // SAFETY: raw syscalls on memory allocated before the fork only.
-    let status = in_netns(netns_fd, userns_fd, move || unsafe {
+/// Walls the network namespace `netns` in, once pasta has configured it: the unreachable
+/// routes of [`sandbox_core::net_wall`] for the namespace's own routes, the host's own
+/// addresses (its local table) and the host's nameservers and proxies (kept reachable), private ranges
+/// left reachable when `lan` allows them. A netlink socket made inside by a short-lived child
+/// ([`made_in`], which joins the namespace's owning user namespace and so may change its
+/// routes) carries the dump and the routes; everything else runs here.
+pub(crate) fn wall_in(netns: &std::fs::File, lan: Lan) -> Result<()> {
+    // SAFETY: raw syscalls on descriptors open in the child.
+    let (sock, _) = made_in(netns, "the network wall's netlink socket", 0, |chan| unsafe {
         let sock = libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0);
         if sock < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        for msg in &messages {
-            if libc::send(sock, msg.as_ptr().cast(), msg.len(), 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The ack: an NLMSG_ERROR whose error field is 0 on success.
-            let mut ack = [0u8; 256];
-            let n = libc::recv(sock, ack.as_mut_ptr().cast(), ack.len(), 0);
-            if n < 20 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let error = i32::from_ne_bytes([ack[16], ack[17], ack[18], ack[19]]);
-            // No IPv6 in the namespace: nothing to block there.
-            if error != 0 && error != -libc::EAFNOSUPPORT {
-                return Err(std::io::Error::from_raw_os_error(-error));
-            }
-        }
-        libc::close(sock);
-        Ok(())
-    });
-    let status =
-        status.map_err(Error::io("blocking link-local addresses in the sandbox's network"))?;
-    if !status.success() {
-        return Err(Error::UserNetwork {
-            reason: "could not add the link-local routes (`/bin/true` failed)".to_owned(),
-        });
-    }
-    Ok(())
+        send_fd(chan, sock)
+    })?;
+    let failed = || Error::io("walling the sandbox's network in");
+    let inside = engine_detect::netlink::routes(&sock).map_err(failed())?;
+    let host = engine_detect::netlink::host_local_ranges().map_err(failed())?;
+    let mut keep = crate::egress::host_nameservers();
+    keep.extend(engine_detect::proxy_addresses());
+    let walled = sandbox_core::net_wall(&inside.own(), &host, &keep, lan);
+    engine_detect::netlink::apply(&sock, &sandbox_core::wall_messages(&walled)).map_err(failed())
 }
 
 /// Runs `body` in a short-lived child that first joins `userns_fd` (when not -1: the network
@@ -518,10 +509,11 @@ pub(crate) fn in_netns(
 pub(crate) fn serve_proxy(
     child: i32,
     session: Option<BorrowedFd<'_>>,
+    lan: Lan,
 ) -> Result<crate::proxy::ProxyServer> {
     wait_for_loopback(child);
     let listener = listen_in(child, crate::proxy::PROXY_PORT)?;
-    crate::proxy::ProxyServer::serve(listener, session)
+    crate::proxy::ProxyServer::serve(listener, session, lan)
 }
 
 /// The built-in relay for bwrap's sandbox process `child` (blocked before exec), once bwrap's
@@ -530,9 +522,10 @@ pub(crate) fn serve_proxy(
 pub(crate) fn serve_relay(
     child: i32,
     session: Option<BorrowedFd<'_>>,
+    lan: Lan,
 ) -> Result<crate::proxy::ProxyServer> {
     wait_for_loopback(child);
-    relay_in(child, &host_loopback_nameservers(), session)
+    relay_in(child, &host_loopback_nameservers(), session, lan)
 }
 
 /// The built-in relay for the network namespace of `child` (a process of a sandbox that waits
@@ -542,8 +535,9 @@ pub fn relay_in(
     child: i32,
     nameservers: &[std::net::SocketAddr],
     outlived_by: Option<BorrowedFd<'_>>,
+    lan: Lan,
 ) -> Result<crate::proxy::ProxyServer> {
-    crate::proxy::ProxyServer::relay(&netns_of(child)?, nameservers, outlived_by)
+    crate::proxy::ProxyServer::relay(&netns_of(child)?, nameservers, outlived_by, lan)
 }
 
 /// The network namespace of process `child`.

@@ -67,6 +67,8 @@ pub(crate) struct Tools<'a> {
     pub(crate) pasta: Result<&'a Path, &'a engine_detect::NoPasta>,
     /// Without pasta, whether the built-in relay may serve (`Start::relay`).
     pub(crate) relay: bool,
+    /// Whether the sandbox may reach private ranges (`Start::lan`).
+    pub(crate) lan: sandbox_core::Lan,
 }
 
 /// What `execute` needs besides the plan: the launcher and what it is given.
@@ -78,6 +80,8 @@ pub(crate) struct Launch<'a> {
     pub(crate) pasta: Result<&'a Path, &'a engine_detect::NoPasta>,
     /// Whether a run without pasta may get the built-in relay ([`crate::Relay`]).
     pub(crate) relay: bool,
+    /// Whether the sandbox may reach private ranges ([`crate::BwrapConfig::lan`]).
+    pub(crate) lan: sandbox_core::Lan,
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
@@ -142,6 +146,7 @@ pub(crate) fn execute(
         cache_root: launch.cache_root,
         pasta: launch.pasta,
         relay: launch.relay,
+        lan: launch.lan,
         stdio,
     })?;
     if let Some(placeholders) = placeholders {
@@ -320,7 +325,7 @@ pub(crate) fn launch(
     stdio: [Stdio; 3],
     detach: bool,
 ) -> Result<Launched> {
-    let Tools { bwrap, pasta, relay } = tools;
+    let Tools { bwrap, pasta, relay, lan } = tools;
     // Net on, or rlimits to set: bwrap waits on this pipe until pasta has connected the
     // sandbox's namespace and the sandbox's first process has its limits (`crate::limits`).
     // Without pasta: the built-in relay (`crate::relay`) where a tun device can be opened,
@@ -457,15 +462,17 @@ pub(crate) fn launch(
             let attached = limited.and_then(|pid| match (plan.net, pasta) {
                 (false, _) => Ok((None, None)),
                 (true, Ok(pasta)) => {
-                    crate::net::UserNet::attach(pasta, pid, &plan.publish, plan.run_as)
+                    crate::net::UserNet::attach(pasta, pid, &plan.publish, plan.run_as, lan)
                         .map(|net| (Some(net), None))
                 }
                 (true, Err(_)) if relay => {
-                    crate::net::serve_relay(pid, detach.then_some(pidfd.as_fd()))
+                    crate::net::serve_relay(pid, detach.then_some(pidfd.as_fd()), lan)
                         .map(|relay| (None, Some(relay)))
                 }
-                (true, Err(_)) => crate::net::serve_proxy(pid, detach.then_some(pidfd.as_fd()))
-                    .map(|proxy| (None, Some(proxy))),
+                (true, Err(_)) => {
+                    crate::net::serve_proxy(pid, detach.then_some(pidfd.as_fd()), lan)
+                        .map(|proxy| (None, Some(proxy)))
+                }
             });
             match attached {
                 Ok(net) => {

@@ -11,14 +11,17 @@
 //!
 //! **What it allows.** `CONNECT host:port` (https and any other TCP tunnel a client asks for)
 //! and plain `http://` requests in absolute form, sent on as origin-form with
-//! `Connection: close`. The name is resolved here, every address is checked by [`refusal`]
-//! (never the host's loopback, its own interface addresses, unspecified, link-local, metadata
-//! or multicast addresses: what pasta's `--no-map-gw` and the link-local routes keep out), and
-//! the connection goes to a checked address, never to the name again (no DNS rebinding). A
-//! host that reaches the world only through its own proxy (`HTTPS_PROXY`/`HTTP_PROXY` in the
-//! caller's environment, `NO_PROXY` honoured) is chained through: the tunnel to the checked
-//! address is asked of that proxy (by name only when the name does not resolve here), with its
-//! credentials added here; they never enter the sandbox or a message.
+//! `Connection: close`. The name is resolved here, every address is checked
+//! ([`crate::egress`]: never the host's loopback or any address the kernel routes to the host
+//! itself, unspecified, link-local, metadata or multicast addresses, nor private ranges unless
+//! the user allows the LAN), the connection goes to a checked address, never to the name again
+//! (no DNS rebinding), and where the host's NAT sent it is checked before anything is sent on.
+//! A host that reaches the world only through its own proxy (`HTTPS_PROXY`/`HTTP_PROXY` in
+//! the caller's environment, `NO_PROXY` honoured) is chained through: the tunnel to the
+//! checked address is asked of that proxy, and a plain request is sent to it in absolute form
+//! with that address and the request's `Host` (by name only when the name does not resolve
+//! here, so that proxy resolves it), with its credentials added here; they never enter the
+//! sandbox or a message.
 //!
 //! **Limits.** HTTP(S) through clients that honour `HTTPS_PROXY` (uv, pip, urllib, requests,
 //! curl): no raw sockets, no UDP, no DNS inside the sandbox, no published ports. pasta gives
@@ -29,11 +32,16 @@
 
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+use sandbox_core::Lan;
+
+use crate::egress::Egress;
+use crate::nat::Proto;
 
 /// The proxy's port on the sandbox's loopback (the namespace is the sandbox's own, so no other
 /// process holds it; squid's port, which clients and users recognise).
@@ -58,61 +66,6 @@ pub fn proxy_env() -> Vec<(String, OsString)> {
         env.push((name.to_owned(), OsString::from("localhost,127.0.0.1,::1")));
     }
     env
-}
-
-/// Pure: why the proxy refuses to connect to `ip`, or `None` when it may. `host` is the
-/// host's own interface addresses: reaching them from the host is reaching its services
-/// bound to every address, which a pasta sandbox cannot either (pasta copies the host's
-/// address into the namespace, so there it is the sandbox itself).
-pub(crate) fn refusal(ip: IpAddr, host: &[IpAddr]) -> Option<&'static str> {
-    // `::ffff:127.0.0.1` is 127.0.0.1 to the kernel.
-    let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    };
-    let octets: Vec<u8> = match ip {
-        IpAddr::V4(v4) => v4.octets().to_vec(),
-        IpAddr::V6(v6) => v6.octets().to_vec(),
-    };
-    let family = if ip.is_ipv4() { libc::AF_INET as u8 } else { libc::AF_INET6 as u8 };
-    let metadata = sandbox_core::LINK_LOCAL
-        .iter()
-        .any(|(f, dest, prefix)| *f == family && in_prefix(&octets, dest, *prefix));
-    let reason = match ip {
-        _ if ip.is_unspecified() => "an unspecified address",
-        _ if ip.is_loopback() => "the host's loopback",
-        _ if metadata => "a link-local or metadata address",
-        _ if ip.is_multicast() => "a multicast address",
-        IpAddr::V4(v4) if v4.is_broadcast() => "a broadcast address",
-        IpAddr::V4(v4) if v4.octets()[0] == 0 => "an unspecified address",
-        IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => "a link-local or metadata address",
-        _ if host.iter().any(|h| canonical(*h) == ip) => "one of the host's own addresses",
-        _ => return None,
-    };
-    Some(reason)
-}
-
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
-}
-
-/// Whether the first `prefix` bits of `addr` are those of `net`.
-fn in_prefix(addr: &[u8], net: &[u8], prefix: u8) -> bool {
-    let bits = usize::from(prefix);
-    if addr.len() != net.len() || bits > addr.len() * 8 {
-        return false;
-    }
-    let (whole, rest) = (bits / 8, bits % 8);
-    if addr[..whole] != net[..whole] {
-        return false;
-    }
-    rest == 0 || {
-        let mask = 0xffu8 << (8 - rest);
-        addr[whole] & mask == net[whole] & mask
-    }
 }
 
 /// A request the proxy serves, parsed from its head.
@@ -251,24 +204,41 @@ impl Request {
     }
 
     /// Pure: the head to send on for a plain http request: origin-form to the server, or
-    /// absolute-form to an upstream proxy with its `auth` (`Proxy-Authorization` value).
-    pub(crate) fn forward_head(&self, upstream: Option<Option<&str>>) -> Vec<u8> {
-        let target = match upstream {
-            Some(_) => {
-                format!("http://{}{}", Request::authority_of(&self.host, self.port), self.path)
-            }
+    /// absolute-form to an upstream proxy, for the checked address `via` (`host:port`, the
+    /// request's own authority when the name did not resolve here) with the request's
+    /// `Host` (so the upstream never resolves the name again), and its `auth`
+    /// (`Proxy-Authorization` value).
+    pub(crate) fn forward_head(&self, upstream: Option<Forward<'_>>) -> Vec<u8> {
+        let target = match &upstream {
+            Some(forward) => format!("http://{}{}", forward.via, self.path),
             None => self.path.clone(),
         };
         let mut head = format!("{} {target} HTTP/1.1\r\n", self.method);
+        if !self.headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("host")) {
+            let host = match self.port {
+                80 => Request::authority_of(&self.host, 80).trim_end_matches(":80").to_owned(),
+                port => Request::authority_of(&self.host, port),
+            };
+            head.push_str(&format!("Host: {host}\r\n"));
+        }
         for (name, value) in &self.headers {
             head.push_str(&format!("{name}: {value}\r\n"));
         }
-        if let Some(Some(auth)) = upstream {
+        if let Some(Forward { auth: Some(auth), .. }) = upstream {
             head.push_str(&format!("Proxy-Authorization: {auth}\r\n"));
         }
         head.push_str("Connection: close\r\n\r\n");
         head.into_bytes()
     }
+}
+
+/// A plain request sent on through an upstream proxy: for `via`, with `auth`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Forward<'a> {
+    /// `host:port` of the checked address (a name only when it did not resolve here).
+    pub(crate) via: &'a str,
+    /// The upstream's `Proxy-Authorization` value.
+    pub(crate) auth: Option<&'a str>,
 }
 
 /// Pure: the answer to a request the proxy does not carry out, closing the connection.
@@ -427,19 +397,25 @@ pub struct BuiltinProxy {
 
 impl BuiltinProxy {
     /// Serves the listening socket `listener` (made in the sandbox's network namespace by
-    /// [`crate::net::listen_in`]) from a thread of this process.
-    pub fn serve(listener: OwnedFd) -> io::Result<BuiltinProxy> {
-        BuiltinProxy::serve_with(listener, Upstreams::from_env())
+    /// [`crate::net::listen_in`]) from a thread of this process; private ranges are reached
+    /// only when `lan` allows them.
+    pub fn serve(listener: OwnedFd, lan: Lan) -> io::Result<BuiltinProxy> {
+        let egress = Egress::new(lan, crate::egress::host_nameservers());
+        BuiltinProxy::serve_with(listener, Upstreams::from_env(), egress)
     }
 
-    /// [`BuiltinProxy::serve`] chaining through `upstreams`.
-    pub(crate) fn serve_with(listener: OwnedFd, upstreams: Upstreams) -> io::Result<BuiltinProxy> {
+    /// [`BuiltinProxy::serve`] chaining through `upstreams`, checking with `egress`.
+    pub(crate) fn serve_with(
+        listener: OwnedFd,
+        upstreams: Upstreams,
+        egress: Egress,
+    ) -> io::Result<BuiltinProxy> {
         let listener = Arc::new(TcpListener::from(listener));
-        let upstreams = Arc::new(upstreams);
+        let shared = Arc::new((upstreams, egress));
         let served = Arc::clone(&listener);
         let accept = std::thread::Builder::new()
             .name("sandbox-proxy".into())
-            .spawn(move || accept_loop(&served, &upstreams))?;
+            .spawn(move || accept_loop(&served, &shared))?;
         Ok(BuiltinProxy { listener, accept: Some(accept) })
     }
 }
@@ -454,7 +430,7 @@ impl Drop for BuiltinProxy {
     }
 }
 
-fn accept_loop(listener: &TcpListener, upstreams: &Arc<Upstreams>) {
+fn accept_loop(listener: &TcpListener, shared: &Arc<(Upstreams, Egress)>) {
     let active = Arc::new(AtomicUsize::new(0));
     loop {
         let mut client = match listener.accept() {
@@ -481,11 +457,11 @@ fn accept_loop(listener: &TcpListener, upstreams: &Arc<Upstreams>) {
             let _ = client.write_all(&error_response(503, "too many connections at once"));
             continue;
         }
-        let upstreams = Arc::clone(upstreams);
+        let shared = Arc::clone(shared);
         let spawned = std::thread::Builder::new().name("sandbox-proxy-conn".into()).spawn({
             let active = Arc::clone(&active);
             move || {
-                let _ = serve_connection(client, &upstreams);
+                let _ = serve_connection(client, &shared.0, &shared.1);
                 active.fetch_sub(1, Ordering::SeqCst);
             }
         });
@@ -518,7 +494,11 @@ fn read_head(stream: &mut TcpStream) -> io::Result<Head> {
     }
 }
 
-fn serve_connection(mut client: TcpStream, upstreams: &Upstreams) -> io::Result<()> {
+fn serve_connection(
+    mut client: TcpStream,
+    upstreams: &Upstreams,
+    egress: &Egress,
+) -> io::Result<()> {
     client.set_read_timeout(Some(HEAD_TIMEOUT))?;
     let (head, rest) = match read_head(&mut client)? {
         Ok(read) => read,
@@ -543,13 +523,17 @@ fn serve_connection(mut client: TcpStream, upstreams: &Upstreams) -> io::Result<
         Ok(addrs) => addrs.collect(),
         Err(_) => Vec::new(),
     };
-    let host_addrs = host_addresses();
     let allowed: Vec<SocketAddr> =
-        resolved.iter().copied().filter(|a| refusal(a.ip(), &host_addrs).is_none()).collect();
+        resolved.iter().copied().filter(|a| egress.refusal(*a).is_none()).collect();
     if let (Some(first), true) = (resolved.first(), allowed.is_empty()) {
-        let why = refusal(first.ip(), &host_addrs).unwrap_or("refused");
+        let why = egress.refusal(*first).unwrap_or("refused");
         return client.write_all(&error_response(403, &format!("refusing {target}: {why}")));
     }
+    // The checked address an upstream is asked for (the name only when it does not resolve
+    // here: then only the upstream can resolve it).
+    let via = allowed
+        .first()
+        .map_or(target.clone(), |a| Request::authority_of(&a.ip().to_string(), a.port()));
     let mut server = match (&upstream, allowed.is_empty()) {
         // Unresolvable here: only an upstream can resolve it (and it cannot reach our loopback
         // by a name that we could not resolve to it).
@@ -558,38 +542,42 @@ fn serve_connection(mut client: TcpStream, upstreams: &Upstreams) -> io::Result<
                 .write_all(&error_response(502, &format!("cannot resolve {}", request.host)));
         }
         (None, false) => match connect_any(&allowed) {
-            Ok(server) => server,
+            Ok((server, addr)) => {
+                // Nothing of the sandbox's goes out before the host's NAT is known to have
+                // left the destination alone (or sent it nowhere refused).
+                if let Some(why) = egress.after_nat(Proto::Tcp, &server, addr) {
+                    let refused = format!("refusing {target}: {why}");
+                    return client.write_all(&error_response(403, &refused));
+                }
+                server
+            }
             Err(e) => {
                 return client
                     .write_all(&error_response(502, &format!("cannot connect to {target}: {e}")));
             }
         },
-        (Some(upstream), _) => {
-            let via = allowed
-                .first()
-                .map_or(target.clone(), |a| Request::authority_of(&a.ip().to_string(), a.port()));
-            match through_upstream(upstream, &request, &via) {
-                Ok(server) => server,
-                Err(reason) => return client.write_all(&error_response(502, &reason)),
-            }
-        }
+        (Some(upstream), _) => match through_upstream(upstream, &request, &via) {
+            Ok(server) => server,
+            Err(reason) => return client.write_all(&error_response(502, &reason)),
+        },
     };
     if request.connect {
         client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")?;
     } else {
-        let auth = upstream.map(|u| u.auth.as_deref());
-        server.write_all(&request.forward_head(auth))?;
+        let forward = upstream.map(|u| Forward { via: &via, auth: u.auth.as_deref() });
+        server.write_all(&request.forward_head(forward))?;
     }
     server.write_all(&rest)?;
     client.set_read_timeout(None)?;
     splice(client, server)
 }
 
-fn connect_any(addrs: &[SocketAddr]) -> io::Result<TcpStream> {
+/// A connection to the first of `addrs` that answers, and which one it is.
+fn connect_any(addrs: &[SocketAddr]) -> io::Result<(TcpStream, SocketAddr)> {
     let mut last = io::Error::other("no address");
     for addr in addrs {
         match TcpStream::connect_timeout(addr, CONNECT_TIMEOUT) {
-            Ok(stream) => return Ok(stream),
+            Ok(stream) => return Ok((stream, *addr)),
             Err(e) => last = e,
         }
     }
@@ -606,7 +594,7 @@ fn through_upstream(
     let failed = |e: io::Error| format!("cannot reach the host's proxy: {e}");
     let addrs: Vec<SocketAddr> =
         (upstream.host.as_str(), upstream.port).to_socket_addrs().map_err(failed)?.collect();
-    let mut stream = connect_any(&addrs).map_err(failed)?;
+    let (mut stream, _) = connect_any(&addrs).map_err(failed)?;
     if !request.connect {
         return Ok(stream);
     }
@@ -652,40 +640,6 @@ fn splice(client: TcpStream, server: TcpStream) -> io::Result<()> {
     Ok(())
 }
 
-/// The host's own interface addresses (`getifaddrs`), asked per connection (they change).
-pub(crate) fn host_addresses() -> Vec<IpAddr> {
-    let mut out = Vec::new();
-    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    #[allow(unsafe_code)]
-    // SAFETY: getifaddrs fills a list we walk read-only and free once; every `ifa_addr` is
-    // checked for null and read as the family it says it is.
-    unsafe {
-        if libc::getifaddrs(&mut list) != 0 {
-            return out;
-        }
-        let mut cur = list;
-        while !cur.is_null() {
-            let addr = (*cur).ifa_addr;
-            if !addr.is_null() {
-                match i32::from((*addr).sa_family) {
-                    libc::AF_INET => {
-                        let sin = &*addr.cast::<libc::sockaddr_in>();
-                        out.push(IpAddr::from(sin.sin_addr.s_addr.to_ne_bytes()));
-                    }
-                    libc::AF_INET6 => {
-                        let sin6 = &*addr.cast::<libc::sockaddr_in6>();
-                        out.push(IpAddr::from(sin6.sin6_addr.s6_addr));
-                    }
-                    _ => {}
-                }
-            }
-            cur = (*cur).ifa_next;
-        }
-        libc::freeifaddrs(list);
-    }
-    out
-}
-
 mod keeper;
 #[cfg(test)]
 mod tests;
@@ -708,16 +662,16 @@ pub enum ProxyServer {
 impl ProxyServer {
     /// Serves `listener` (from [`crate::net::listen_in`]): from a thread of this process, or,
     /// given the pidfd of a sandbox that outlives this process, from a keeper that ends once
-    /// that process has.
+    /// that process has. Private ranges are reached only when `lan` allows them.
     pub fn serve(
         listener: OwnedFd,
         outlived_by: Option<std::os::fd::BorrowedFd<'_>>,
+        lan: Lan,
     ) -> crate::error::Result<ProxyServer> {
         match outlived_by {
-            Some(sandbox) => {
-                keeper::start(keeper::Served::Proxy(listener), sandbox).map(ProxyServer::Keeper)
-            }
-            None => BuiltinProxy::serve(listener).map(ProxyServer::Thread).map_err(|e| {
+            Some(sandbox) => keeper::start(keeper::Served::Proxy(listener), sandbox, lan)
+                .map(ProxyServer::Keeper),
+            None => BuiltinProxy::serve(listener, lan).map(ProxyServer::Thread).map_err(|e| {
                 crate::Error::BuiltinNetwork { reason: format!("starting the built-in proxy: {e}") }
             }),
         }
@@ -726,17 +680,19 @@ impl ProxyServer {
     /// The built-in relay ([`crate::Relay`]) for the network namespace `netns` (a sandbox's,
     /// blocked before its command), serving `nameservers` ([`crate::loopback_nameservers`]) at
     /// its doors: from a thread of this process, or, given the pidfd of a sandbox that outlives
-    /// this process (a warm session), from a keeper that ends once that process has.
+    /// this process (a warm session), from a keeper that ends once that process has. Private
+    /// ranges are reached only when `lan` allows them.
     pub fn relay(
         netns: &std::fs::File,
         nameservers: &[std::net::SocketAddr],
         outlived_by: Option<std::os::fd::BorrowedFd<'_>>,
+        lan: Lan,
     ) -> crate::error::Result<ProxyServer> {
         let Some(sandbox) = outlived_by else {
-            return crate::Relay::attach(netns, nameservers).map(ProxyServer::Relay);
+            return crate::Relay::attach(netns, nameservers, lan).map(ProxyServer::Relay);
         };
         let (tun, doors) = crate::relay::tun_in(netns, nameservers)?;
-        keeper::start(keeper::Served::Relay { tun, doors }, sandbox).map(ProxyServer::Keeper)
+        keeper::start(keeper::Served::Relay { tun, doors }, sandbox, lan).map(ProxyServer::Keeper)
     }
 
     /// A keeper's pin, for the session's record (it then lives on with the session); `None`

@@ -23,13 +23,15 @@
 //! - anything else (ICMP, IPv6, fragments) is dropped: the script sees no route or a timeout.
 //!
 //! **The wall.** The sandbox still has its own network namespace with nothing of the host in
-//! it. Every destination is checked against [`crate::proxy`]'s policy (unspecified, loopback,
-//! link-local and metadata, multicast, broadcast and the host's own addresses refused; private
-//! ranges allowed, as pasta allows them) before a host socket is made for it, and each host
-//! socket is connected to that one checked address, so nothing the script sends later can
-//! redirect it. Nothing inbound reaches the sandbox but replies on its own flows. No host
-//! descriptor enters the sandbox: the tun is this process's, and the device lives in the
-//! sandbox's namespace only. The one way to the host's loopback is a door: well-formed DNS
+//! it. Every destination is checked ([`crate::egress`], the proxy's checks: unspecified,
+//! loopback, link-local and metadata, multicast, broadcast, any address the kernel routes to
+//! the host itself, and private ranges unless the user allows the LAN, refused; the host's
+//! nameservers reachable on port 53) before a host socket is made for it, each host socket is
+//! connected to that one checked address, so nothing the script sends later can redirect it,
+//! and where the host's NAT sent the first packet is checked before the flow is opened to the
+//! sandbox (a TCP flow's `SYN` answered; a UDP flow sends an empty datagram first). Nothing
+//! inbound reaches the sandbox but replies on its own flows. No host descriptor enters the
+//! sandbox: the tun is this process's, and the device lives in the sandbox's namespace only. The one way to the host's loopback is a door: well-formed DNS
 //! queries ([`is_dns_query`]) to the port-53 address of a nameserver the host's `resolv.conf`
 //! names there, nothing else (the host's own lookups, which the proxy makes for the sandbox
 //! too, go the same way).
@@ -42,7 +44,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant as Clock};
 
@@ -57,7 +59,11 @@ use smoltcp::wire::{
     TcpPacket, UdpPacket, UdpRepr,
 };
 
+use sandbox_core::Lan;
+
+use crate::egress::Egress;
 use crate::error::{Error, Result};
+use crate::nat::Proto;
 
 /// The sandbox's address on its tun device (QEMU's and slirp4netns's guest address, which
 /// users may recognise).
@@ -99,14 +105,15 @@ impl Relay {
     /// Gives the network namespace `netns` (a sandbox's, holding nothing but its loopback) a
     /// tun device and serves it (see the module docs). Each of `nameservers` (on the host's
     /// loopback: [`loopback_nameservers`]) is served at the same address on the sandbox's
-    /// loopback, its datagrams forwarded to the host's.
-    pub fn attach(netns: &std::fs::File, nameservers: &[SocketAddr]) -> Result<Relay> {
+    /// loopback, its datagrams forwarded to the host's. Private ranges are reached only when
+    /// `lan` allows them.
+    pub fn attach(netns: &std::fs::File, nameservers: &[SocketAddr], lan: Lan) -> Result<Relay> {
         let (tun, doors) = tun_in(netns, nameservers)?;
         let (stop_read, stop_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| Error::io("creating the relay's stop pipe")(e.into()))?;
         let thread = std::thread::Builder::new()
             .name("builtin-relay".into())
-            .spawn(move || serve(tun, doors, stop_read))
+            .spawn(move || serve(tun, doors, stop_read, lan))
             .map_err(Error::io("starting the relay's thread"))?;
         Ok(Relay { stop: Some(stop_write), thread: Some(thread) })
     }
@@ -137,14 +144,8 @@ const IFF_NO_PI: u16 = 0x1000;
 /// port 53: the sandbox's own loopback would answer for them, so the relay serves them there.
 /// At most three, as the resolver reads.
 pub fn loopback_nameservers(resolv_conf: &str) -> Vec<SocketAddr> {
-    resolv_conf
-        .lines()
-        .filter_map(|line| {
-            let mut words = line.split_whitespace();
-            (words.next() == Some("nameserver")).then(|| words.next())?
-        })
-        .take(3)
-        .filter_map(|ip| ip.parse::<IpAddr>().ok())
+    sandbox_core::nameservers(resolv_conf)
+        .into_iter()
         .filter(|ip| ip.is_loopback())
         .map(|ip| SocketAddr::new(ip, 53))
         .collect()
@@ -379,26 +380,40 @@ struct Door {
 /// One client of a [`Door`] (its index): a host socket connected to the door's upstream.
 type DnsKey = (usize, SocketAddr);
 
-/// Pure: why the relay refuses to reach `dest` for the sandbox (`None`: it may), given the
-/// host's own addresses. The built-in proxy's policy, and port 0.
-pub(crate) fn refusal(dest: SocketAddrV4, host: &[IpAddr]) -> Option<&'static str> {
+/// Why the relay refuses to reach `dest` for the sandbox (`None`: it may): port 0, then
+/// `egress`'s checks.
+pub(crate) fn refusal(dest: SocketAddrV4, egress: &Egress) -> Option<&'static str> {
     if dest.port() == 0 {
         return Some("port 0");
     }
-    crate::proxy::refusal(IpAddr::V4(*dest.ip()), host)
+    egress.refusal(SocketAddr::V4(dest))
 }
 
-/// A host socket of `kind` connecting (non-blocking) to `dest`, if the policy allows it.
-fn connect_out(dest: SocketAddrV4, kind: rustix::net::SocketType) -> Option<OwnedFd> {
-    if refusal(dest, &crate::proxy::host_addresses()).is_some() {
+/// A host socket of `kind` connecting (non-blocking) to `dest`, if `egress` allows it, and
+/// the host's NAT did not send its first packet somewhere refused (a UDP flow's first packet
+/// is an empty datagram, sent only to ask where it went).
+fn connect_out(
+    dest: SocketAddrV4,
+    kind: rustix::net::SocketType,
+    egress: &Egress,
+) -> Option<OwnedFd> {
+    if refusal(dest, egress).is_some() {
         return None;
     }
     let flags = rustix::net::SocketFlags::NONBLOCK | rustix::net::SocketFlags::CLOEXEC;
     let sock =
         rustix::net::socket_with(rustix::net::AddressFamily::INET, kind, flags, None).ok()?;
     match rustix::net::connect(&sock, &dest) {
-        Ok(()) | Err(Errno::INPROGRESS) => Some(sock),
-        Err(_) => None,
+        Ok(()) | Err(Errno::INPROGRESS) => {}
+        Err(_) => return None,
+    }
+    let proto = if kind == rustix::net::SocketType::STREAM { Proto::Tcp } else { Proto::Udp };
+    if proto == Proto::Udp && egress.sees_nat() {
+        rustix::net::send(&sock, &[], rustix::net::SendFlags::DONTWAIT).ok()?;
+    }
+    match egress.after_nat(proto, &sock, SocketAddr::V4(dest)) {
+        Some(_) => None,
+        None => Some(sock),
     }
 }
 
@@ -414,11 +429,12 @@ struct Flows {
     doors_ready: Vec<bool>,
     dns: HashMap<DnsKey, UdpFlow>,
     start: Clock,
+    egress: Egress,
 }
 
 /// The relay's loop (see the module docs) over `tun` and `doors` (bound inside, and their
 /// upstream), until `stop` reports EOF (or, a session keeper's pidfd, its process's exit).
-pub(crate) fn serve(tun: OwnedFd, doors: Vec<(OwnedFd, SocketAddr)>, stop: OwnedFd) {
+pub(crate) fn serve(tun: OwnedFd, doors: Vec<(OwnedFd, SocketAddr)>, stop: OwnedFd, lan: Lan) {
     let doors: Vec<Door> =
         doors.into_iter().map(|(inside, upstream)| Door { inside, upstream }).collect();
     let start = Clock::now();
@@ -440,6 +456,7 @@ pub(crate) fn serve(tun: OwnedFd, doors: Vec<(OwnedFd, SocketAddr)>, stop: Owned
         doors,
         dns: HashMap::new(),
         start,
+        egress: Egress::new(lan, crate::egress::host_nameservers()),
     };
     let mut packet = vec![0u8; MTU];
     let mut timeout = Some(Duration::ZERO);
@@ -578,7 +595,9 @@ impl Flows {
                     Some(TcpFlow { state: TcpState::Connecting { .. }, .. }) => {}
                     None if tcp.syn() && !tcp.ack() => {
                         let host = (self.tcp.len() < TCP_FLOWS)
-                            .then(|| connect_out(key.1, rustix::net::SocketType::STREAM))
+                            .then(|| {
+                                connect_out(key.1, rustix::net::SocketType::STREAM, &self.egress)
+                            })
                             .flatten();
                         match host {
                             Some(host) => {
@@ -618,7 +637,10 @@ impl Flows {
             {
                 self.udp.remove(&oldest);
             }
-            let Some(host) = connect_out(key.1, rustix::net::SocketType::DGRAM) else { return };
+            let Some(host) = connect_out(key.1, rustix::net::SocketType::DGRAM, &self.egress)
+            else {
+                return;
+            };
             self.udp.insert(key, UdpFlow { host, last: Clock::now(), ready: PollFlags::empty() });
         }
         if let Some(flow) = self.udp.get_mut(&key) {
@@ -896,26 +918,31 @@ pub(crate) fn datagram(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> 
 
 #[cfg(test)]
 mod tests {
+    use std::net::IpAddr;
+
     use super::*;
 
     #[test]
     fn the_relay_refuses_what_the_proxy_refuses() {
-        let host = [IpAddr::from([192, 168, 1, 7])];
+        let refused = Egress::new(Lan::Refused, vec![IpAddr::from([10, 255, 255, 53])]);
+        let allowed = Egress::new(Lan::Allowed, Vec::new());
         let at = |ip: [u8; 4], port| SocketAddrV4::new(Ipv4Addr::from(ip), port);
-        for (dest, refused) in [
-            (at([93, 184, 215, 14], 443), false),
-            (at([10, 1, 2, 3], 5432), false),
-            (at([10, 0, 2, 2], 80), false),
-            (at([127, 0, 0, 1], 22), true),
-            (at([127, 0, 0, 53], 53), true),
-            (at([0, 0, 0, 0], 80), true),
-            (at([169, 254, 169, 254], 80), true),
-            (at([224, 0, 0, 251], 5353), true),
-            (at([255, 255, 255, 255], 67), true),
-            (at([192, 168, 1, 7], 8080), true),
-            (at([93, 184, 215, 14], 0), true),
+        for (dest, by_default, with_lan) in [
+            (at([93, 184, 215, 14], 443), false, false),
+            (at([10, 1, 2, 3], 5432), true, false),
+            (at([10, 0, 2, 2], 80), true, false),
+            (at([10, 255, 255, 53], 53), false, false),
+            (at([10, 255, 255, 53], 80), true, false),
+            (at([127, 0, 0, 1], 22), true, true),
+            (at([127, 0, 0, 53], 53), true, true),
+            (at([0, 0, 0, 0], 80), true, true),
+            (at([169, 254, 169, 254], 80), true, true),
+            (at([224, 0, 0, 251], 5353), true, true),
+            (at([255, 255, 255, 255], 67), true, true),
+            (at([93, 184, 215, 14], 0), true, true),
         ] {
-            assert_eq!(refusal(dest, &host).is_some(), refused, "{dest}");
+            assert_eq!(refusal(dest, &refused).is_some(), by_default, "{dest}");
+            assert_eq!(refusal(dest, &allowed).is_some(), with_lan, "{dest} with the LAN");
         }
     }
 

@@ -417,19 +417,6 @@ fn pasta_arguments_forward_only_published_ports() {
 }
 
 #[test]
-fn link_local_route_message() {
-    // RTM_NEWROUTE for unreachable 169.254.0.0/16: header, rtmsg, RTA_DST.
-    let msg = sandbox_core::unreachable_route(1, libc::AF_INET as u8, &[169, 254, 0, 0], 16);
-    assert_eq!(msg.len(), 36);
-    assert_eq!(u32::from_ne_bytes([msg[0], msg[1], msg[2], msg[3]]), 36);
-    assert_eq!(u16::from_ne_bytes([msg[4], msg[5]]), 24);
-    assert_eq!(&msg[16..24], &[libc::AF_INET as u8, 16, 0, 0, 254, 4, 0, 7]);
-    assert_eq!(&msg[28..36], &[8, 0, 1, 0, 169, 254, 0, 0]);
-    let v6 = sandbox_core::unreachable_route(2, libc::AF_INET6 as u8, &[0xfd; 16], 128);
-    assert_eq!(v6.len(), 48);
-}
-
-#[test]
 fn session_is_the_run_wall_with_the_agent_and_no_die_with_parent() {
     let host = host();
     let layout = crate::plan::SessionLayout {

@@ -25,6 +25,7 @@ mod detection;
 mod host;
 mod limits;
 mod mkdir;
+pub mod netlink;
 mod os;
 mod probe;
 pub mod protect;
@@ -37,7 +38,7 @@ pub use bwrap::{
     probe_bwrap_cached,
 };
 pub use detection::{Detection, detect, detect_with};
-pub use host::ca_bundle;
+pub use host::{ca_bundle, proxy_addresses};
 pub use limits::{
     BwrapLimits, CONTROLLERS, DATA_PER_CPU, DefaultLimit, DefaultLimits, Delegation, LimitSupport,
     Mechanism, bwrap_limits, bwrap_limits_from, controllers_for_containers, cpu_count,

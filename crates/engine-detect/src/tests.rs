@@ -603,3 +603,27 @@ fn tun_is_usable_only_read_write_by_the_user_pasta_runs_as() {
     assert!(tun_verdict(Some((CHR | 0o644, 0, 0)), 1000, &[1000]).is_err());
     assert_eq!(tun_verdict(None, 1000, &[]).unwrap_err(), "there is no /dev/net/tun");
 }
+
+/// The kernel's own answers, read without privilege: the host's loopback is in its local
+/// table, `ip route get` calls it `local`, and a public address (no packet is sent) is routed
+/// or unroutable, never the host's.
+#[test]
+fn the_kernel_says_which_addresses_are_the_hosts() {
+    use std::net::IpAddr;
+    let local = crate::netlink::host_local_ranges().unwrap();
+    let loopback: IpAddr = "127.0.0.1".parse().unwrap();
+    assert!(local.iter().any(|c| c.contains(loopback)), "{local:?}");
+    let sock = crate::netlink::socket().unwrap();
+    assert_eq!(crate::netlink::route_kind(&sock, loopback).unwrap(), sandbox_core::RTN_LOCAL);
+    for range in local.iter().filter(|c| c.addr.is_ipv4()) {
+        assert_eq!(crate::netlink::route_kind(&sock, range.addr).unwrap(), sandbox_core::RTN_LOCAL);
+    }
+    let public: IpAddr = "192.0.2.200".parse().unwrap();
+    if !local.iter().any(|c| c.contains(public)) {
+        let kind = crate::netlink::route_kind(&sock, public);
+        assert!(kind.as_ref().map_or(true, |k| *k != sandbox_core::RTN_LOCAL), "{kind:?}");
+    }
+    // A dump holds both families' main tables.
+    let routes = crate::netlink::routes(&sock).unwrap();
+    assert!(routes.done && routes.routes.iter().any(|r| r.table == sandbox_core::RT_TABLE_MAIN));
+}

@@ -154,6 +154,9 @@ pub struct SandboxConfig {
     /// Cluster-internal ranges outside RFC 1918 and 100.64.0.0/10 (pod and service CIDRs of
     /// clusters on other ranges), denied to net-on sandboxes like the private ranges.
     pub cluster_cidrs: Vec<String>,
+    /// Whether net-on sandboxes may reach the private ranges (pods and nodes on them; the
+    /// `cluster_cidrs` stay denied): off unless the user config says `[net] lan = true`.
+    pub lan: sandbox_core::Lan,
     /// Container requests and limits.
     pub resources: Resources,
     /// The emptyDirs' size caps.
@@ -191,6 +194,7 @@ impl Default for SandboxConfig {
             ingress_namespace: DEFAULT_INGRESS_NAMESPACE.to_owned(),
             preview: Preview::Auto,
             cluster_cidrs: Vec::new(),
+            lan: sandbox_core::Lan::Refused,
             resources: Resources::default(),
             volume_sizes: VolumeSizes::default(),
             runtime_class: None,

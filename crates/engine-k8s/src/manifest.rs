@@ -41,20 +41,23 @@ pub const INIT: [&str; 2] = ["/usr/bin/tini", "--"];
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// The label ingress-nginx's namespace carries by itself (set by the apiserver since 1.21).
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
-/// Egress a net-on sandbox never gets: private (RFC 1918), carrier-grade NAT (100.64.0.0/10,
-/// where some clusters put pods), link-local with the cloud metadata address, loopback and
-/// "this network".
-pub const DENIED_V4: [&str; 7] = [
-    "0.0.0.0/8",
-    "10.0.0.0/8",
-    "100.64.0.0/10",
-    "127.0.0.0/8",
-    "169.254.0.0/16",
-    "172.16.0.0/12",
-    "192.168.0.0/16",
-];
-/// The IPv6 equivalents: unique-local, link-local, loopback.
-pub const DENIED_V6: [&str; 3] = ["::1/128", "fc00::/7", "fe80::/10"];
+/// Pure: the egress a net-on sandbox never gets, IPv4 and IPv6, each sorted: every engine's
+/// refused ranges ([`sandbox_core::refused_ranges`]: "this network", loopback, link-local
+/// with the cloud metadata addresses, and the private ranges, RFC 1918, carrier-grade NAT
+/// where some clusters put pods, and unique-local, unless `lan` allows them), a range inside
+/// another one left out.
+pub fn denied_ranges(lan: sandbox_core::Lan) -> (Vec<String>, Vec<String>) {
+    let mut ranges = sandbox_core::refused_ranges(lan);
+    ranges.sort();
+    let kept: Vec<sandbox_core::Cidr> = ranges
+        .iter()
+        .filter(|r| !ranges.iter().any(|other| other != *r && other.covers(r)))
+        .copied()
+        .collect();
+    let (v4, v6): (Vec<sandbox_core::Cidr>, Vec<_>) =
+        kept.into_iter().partition(|r| r.addr.is_ipv4());
+    (v4.iter().map(ToString::to_string).collect(), v6.iter().map(ToString::to_string).collect())
+}
 
 /// One sandbox, as the pod builder needs it.
 #[derive(Debug, Clone, PartialEq)]
@@ -345,8 +348,8 @@ fn sandbox_selector(id: &str) -> BTreeMap<String, String> {
 
 /// The sandbox's NetworkPolicy. Ingress only from the ingress controller's namespace, only to
 /// `ports` (none: no ingress at all). Egress: nothing with `net` off; with `net` on public
-/// addresses (every range in [`DENIED_V4`], [`DENIED_V6`] and `config.cluster_cidrs` excepted)
-/// plus the cluster DNS on port 53.
+/// addresses (every range of [`denied_ranges`] for `config.lan`, and `config.cluster_cidrs`,
+/// excepted) plus the cluster DNS on port 53.
 pub fn network_policy(
     config: &SandboxConfig,
     id: &str,
@@ -368,10 +371,7 @@ pub fn network_policy(
         }]
     });
     let egress = if net {
-        let (mut v4, mut v6): (Vec<String>, Vec<String>) = (
-            DENIED_V4.iter().map(|s| (*s).to_owned()).collect(),
-            DENIED_V6.iter().map(|s| (*s).to_owned()).collect(),
-        );
+        let (mut v4, mut v6) = denied_ranges(config.lan);
         for cidr in &config.cluster_cidrs {
             match crate::config::parse_cidr(cidr) {
                 Some((addr, _)) if addr.is_ipv4() => v4.push(cidr.clone()),

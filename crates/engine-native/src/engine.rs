@@ -272,7 +272,7 @@ impl Launcher for NativeLauncher {
     }
 
     fn start(&self, start: Start<'_>) -> Result<Box<dyn Sandboxed>, Error> {
-        let Start { plan, host, cache_root, pasta, relay, stdio } = start;
+        let Start { plan, host, cache_root, pasta, relay, lan, stdio } = start;
         // Net on without pasta: the built-in relay (full TCP/UDP) where a tun device can be
         // had (a run's attached on demand, a session's served by a keeper); else the built-in
         // HTTP(S) proxy. What only pasta gives is refused by name.
@@ -333,7 +333,7 @@ impl Launcher for NativeLauncher {
             Err(_) => None,
         };
         if let Some(network) = network {
-            match crate::net::connect_on_demand(&mut child, network) {
+            match crate::net::connect_on_demand(&mut child, network, lan) {
                 Ok(None) => {}
                 Ok(on_demand) => {
                     return Ok(Box::new(NativeSandbox {
@@ -360,12 +360,14 @@ impl Launcher for NativeLauncher {
         let attached = match (plan.net, pasta) {
             (false, _) => Ok((None, None)),
             (true, Ok(pasta)) => {
-                crate::net::attach(&child, pasta, &plan.publish).map(|n| (Some(n), None))
+                crate::net::attach(&child, pasta, &plan.publish, lan).map(|n| (Some(n), None))
             }
             (true, Err(_)) if relay => {
-                crate::net::serve_relay(&child, &nameservers, session).map(|r| (None, Some(r)))
+                crate::net::serve_relay(&child, &nameservers, session, lan).map(|r| (None, Some(r)))
             }
-            (true, Err(_)) => crate::net::serve_proxy(&child, session).map(|p| (None, Some(p))),
+            (true, Err(_)) => {
+                crate::net::serve_proxy(&child, session, lan).map(|p| (None, Some(p)))
+            }
         };
         let (net, proxy) = match attached {
             Ok(attached) => attached,

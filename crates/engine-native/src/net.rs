@@ -2,8 +2,9 @@
 //! bwrap engine gives it, by the same code ([`engine_bwrap::UserNet`]): pasta joins the
 //! sandbox's network namespace from outside while the sandbox waits (the init blocks right
 //! after its `unshare`, see [`crate::sandbox::spawn`]; a run's script instead waits in its
-//! first network call, [`connect_on_demand`] and [`crate::demand`]), the [`sandbox_core::LINK_LOCAL`]
-//! ranges get unreachable routes inside, and pasta forwards neither the host's loopback
+//! first network call, [`connect_on_demand`] and [`crate::demand`]), the namespace is walled in
+//! (unreachable routes to link-local, private unless the user allows the LAN, and the host's own
+//! addresses: `engine_bwrap`'s `wall_in`), and pasta forwards neither the host's loopback
 //! (`--no-map-gw`, `-T none`) nor anything inbound but published ports. The sandbox's abstract
 //! unix sockets are its own network namespace's, so the host's are out of reach too.
 //!
@@ -25,7 +26,7 @@
 use std::path::Path;
 
 use engine_bwrap::BwrapConfig;
-use sandbox_core::PublishedPort;
+use sandbox_core::{Lan, PublishedPort};
 
 use crate::error::{Error, Result};
 use crate::plan::NOBODY;
@@ -37,8 +38,9 @@ pub fn connect(
     child: &mut Child,
     pasta: &Path,
     publish: &[PublishedPort],
+    lan: Lan,
 ) -> Result<engine_bwrap::UserNet> {
-    let net = attach(child, pasta, publish).map_err(|e| Error::Network(e.to_string()))?;
+    let net = attach(child, pasta, publish, lan).map_err(|e| Error::Network(e.to_string()))?;
     child.release()?;
     Ok(net)
 }
@@ -64,8 +66,12 @@ pub enum Attached {
 /// Net on, connected on demand ([`crate::demand`]): a thread waits for the sandbox's first
 /// network call and attaches `network` then. `Ok(None)` when `child` was not spawned so (net
 /// off, [`crate::Command::net_on_demand`] unset, or a kernel without user notifications: then
-/// [`connect`] it).
-pub fn connect_on_demand(child: &mut Child, network: Network<'_>) -> Result<Option<OnDemand>> {
+/// [`connect`] it). Private ranges are reached only when `lan` allows them.
+pub fn connect_on_demand(
+    child: &mut Child,
+    network: Network<'_>,
+    lan: Lan,
+) -> Result<Option<OnDemand>> {
     let Some(demand) = child.take_net_demand() else { return Ok(None) };
     let (pasta, nameservers) = match network {
         Network::Pasta(pasta) => (Some(pasta.to_owned()), Vec::new()),
@@ -76,9 +82,11 @@ pub fn connect_on_demand(child: &mut Child, network: Network<'_>) -> Result<Opti
         .spawn(move || {
             let Some(netns) = demand.wait() else { return Ok(None) };
             let attached = match &pasta {
-                Some(pasta) => engine_bwrap::UserNet::attach_netns(pasta, netns, &[], run_as())
-                    .map(Attached::Pasta),
-                None => engine_bwrap::Relay::attach(&netns, &nameservers).map(Attached::Relay),
+                Some(pasta) => {
+                    engine_bwrap::UserNet::attach_netns(pasta, netns, &[], run_as(), lan)
+                        .map(Attached::Pasta)
+                }
+                None => engine_bwrap::Relay::attach(&netns, &nameservers, lan).map(Attached::Relay),
             };
             // Attached or not, the held calls go on (without a network they find no route).
             demand.release();
@@ -119,8 +127,9 @@ pub(crate) fn attach(
     child: &Child,
     pasta: &Path,
     publish: &[PublishedPort],
+    lan: Lan,
 ) -> std::result::Result<engine_bwrap::UserNet, engine_bwrap::Error> {
-    engine_bwrap::UserNet::attach_blocked(pasta, child.netns_pid(), publish, run_as())
+    engine_bwrap::UserNet::attach_blocked(pasta, child.netns_pid(), publish, run_as(), lan)
 }
 
 /// The host user pasta runs as: the sandbox's (host nobody for a root caller), `None` for ours.
@@ -169,8 +178,9 @@ pub(crate) fn serve_relay(
     child: &Child,
     nameservers: &[std::net::SocketAddr],
     session: bool,
+    lan: Lan,
 ) -> std::result::Result<engine_bwrap::ProxyServer, engine_bwrap::Error> {
-    engine_bwrap::relay_in(child.netns_pid(), nameservers, session.then(|| child.pidfd()))
+    engine_bwrap::relay_in(child.netns_pid(), nameservers, session.then(|| child.pidfd()), lan)
 }
 
 /// The built-in proxy for a sandbox spawned with net on (blocked before its setup): its
@@ -179,7 +189,8 @@ pub(crate) fn serve_relay(
 pub(crate) fn serve_proxy(
     child: &Child,
     session: bool,
+    lan: Lan,
 ) -> std::result::Result<engine_bwrap::ProxyServer, engine_bwrap::Error> {
     let listener = engine_bwrap::listen_in(child.netns_pid(), engine_bwrap::PROXY_PORT)?;
-    engine_bwrap::ProxyServer::serve(listener, session.then(|| child.pidfd()))
+    engine_bwrap::ProxyServer::serve(listener, session.then(|| child.pidfd()), lan)
 }

@@ -189,8 +189,8 @@ impl Signals {
 }
 
 /// Attaches, starts, streams, waits. The caller removes the container (via the guard). The
-/// command waits at its gate (`crate::gate`) while the host walls off link-local addresses
-/// (`net`: `crate::netwall`) and, with `gate` (the pinned sources), checks the started
+/// command waits at its gate (`crate::gate`) while the host walls its network in (`net`:
+/// `crate::netwall`, private ranges left reachable when it says the LAN is allowed) and, with `gate` (the pinned sources), checks the started
 /// container's mounts against those pins, and tells `published` where its ports are bound;
 /// only then does the go line let it run.
 #[allow(clippy::too_many_arguments)]
@@ -198,7 +198,7 @@ pub(crate) async fn attach_and_run(
     docker: &Docker,
     connection: &Connection,
     name: &str,
-    net: bool,
+    net: Option<crate::netwall::Wall>,
     stdin: &Stdin,
     mut sink: Sink<'_>,
     timeout: Option<Duration>,
@@ -227,7 +227,9 @@ pub(crate) async fn attach_and_run(
         .start_container(name, None::<bollard::query_parameters::StartContainerOptions>)
         .await
         .map_err(|e| start_error(engine, name, e))?;
-    if net && let Err(e) = crate::netwall::apply(docker, connection, name).await {
+    if let Some(wall) = net
+        && let Err(e) = crate::netwall::apply(docker, connection, name, wall).await
+    {
         kill(docker, name).await;
         return Err(e);
     }

@@ -58,6 +58,9 @@ pub struct OciConfig {
     pub sweep_on_start: bool,
     /// Environment volumes unused for this long go in the daily automatic prune.
     pub env_max_age: Duration,
+    /// Whether net-on containers may reach private ranges (the user's LAN; the host's own
+    /// addresses never): off unless the user config says `[net] lan = true`.
+    pub lan: sandbox_core::Lan,
 }
 
 impl OciConfig {
@@ -93,6 +96,7 @@ impl OciConfig {
             handle_signals: true,
             sweep_on_start: true,
             env_max_age: envs::DEFAULT_ENV_MAX_AGE,
+            lan: sandbox_core::Lan::Refused,
         }
     }
 }
@@ -320,6 +324,12 @@ impl OciEngine {
         &self.connection
     }
 
+    /// The network wall of `container` (with the network on): the LAN as the user config
+    /// says, its gateway's replies let out when it publishes ports.
+    pub(crate) fn wall(&self, container: &crate::plan::ContainerPlan) -> crate::netwall::Wall {
+        crate::netwall::Wall { lan: self.config.lan, inbound: !container.publish.is_empty() }
+    }
+
     /// What the start-up sweep removed.
     pub fn swept(&self) -> &[Swept] {
         &self.swept
@@ -520,7 +530,7 @@ impl OciEngine {
             &self.docker,
             &self.connection,
             &name,
-            container.net,
+            container.net.then_some(self.wall(&container)),
             &sandbox_core::Stdin::Null,
             Sink::Collect(&mut output),
             Some(Duration::from_secs(1800)),
@@ -639,7 +649,7 @@ impl OciEngine {
                 &self.docker,
                 &self.connection,
                 &name,
-                container.net,
+                container.net.then_some(self.wall(&container)),
                 &io.stdin,
                 sink,
                 spec.timeout,

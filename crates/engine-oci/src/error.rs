@@ -42,9 +42,9 @@ pub enum Error {
         /// The image's `io.python-sandbox.image-abi`, if any.
         found: Option<u32>,
     },
-    /// The link-local / metadata block of a container with the network on failed.
+    /// The network wall of a container with the network on (`crate::netwall`) failed.
     #[error(
-        "cannot wall off link-local and metadata addresses (169.254.0.0/16) in the container: {reason}\nhint: python-sandbox needs a privileged exec into its own container for this; `--net off` needs none"
+        "cannot wall the container's network in (link-local and metadata addresses, private ranges, the host's own addresses): {reason}\nhint: python-sandbox needs a privileged exec into its own container for this; `--net off` needs none"
     )]
     NetworkWall {
         /// What failed.

@@ -6,9 +6,9 @@
 //!   takes exactly that line and leaves the rest to the script) and goes on only if it is
 //!   [`GO`], which the host writes after checking the mounts;
 //! * **network wall** (every container with a network, see `crate::netwall`): the
-//!   unreachable link-local route must be in the container's namespace. Behind a go line one
-//!   check suffices (the host walls before it writes the line); without one (prepare,
-//!   sessions) the shell waits for it, 20 s at most. Either way the container checks the wall
+//!   unreachable link-local route, the wall's last, must be in the container's namespace.
+//!   Behind a go line one check suffices (the host walls before it writes the line); without
+//!   one (prepare, sessions) the shell waits for it, 20 s at most. Either way the container checks the wall
 //!   itself, so a script never starts without it whatever happens to the CLI in between;
 //! * **merged output**: stderr joined to stdout, for callers that need the order between them.
 //!

@@ -67,7 +67,13 @@ pub use publish::{
     DEFAULT_PUBLISH_ADDR, HostPort, PublishedPort, asked as asked_host_ports, busy_host_port,
     check_free as check_host_ports_free, choose as choose_host_ports, port_in_use,
 };
-pub use route::{LINK_LOCAL, ack_error, link_local_messages, unreachable_route};
+pub use route::{
+    Cidr, LINK_LOCAL, Lan, NEVER, PRIVATE, PROXY_VARS, RT_TABLE_LOCAL, RT_TABLE_MAIN,
+    RTN_BROADCAST, RTN_LOCAL, RTN_MULTICAST, RTN_UNICAST, Route, Routes, ack_errors, acks_asked,
+    canonical as canonical_ip, nameservers, netlink_attr, netlink_message, parse_routes,
+    proxy_authority, refusal as net_refusal, refused_ranges, route_dump_request, route_get_request,
+    unreachable_route, wall as net_wall, wall_messages,
+};
 pub use sandbox::{
     DirEntry, EntryKind, ExecRequest, PutSource, Sandbox, Service, ServiceSpec, SessionConfig,
 };

@@ -73,10 +73,28 @@ fn bad_files_are_errors_at_their_line_and_column_with_a_hint() {
     config.toml:2:15: invalid TOML: invalid basic string, expected `"`
     hint: see https://toml.io
     "#);
+    insta::assert_snapshot!(error("[net]\nlan = \"yes\"\n"), @r"
+    config.toml:2:7: `lan` must be true or false
+    hint: write `lan = true` to let net-on sandboxes reach private addresses (your LAN; never this machine), or remove the line
+    ");
+    insta::assert_snapshot!(error("[net]\nlna = true\n"), @r"
+    config.toml:2:1: unknown key `lna` in `[net]`
+    hint: the keys of `[net]` are `lan`
+    ");
     insta::assert_snapshot!(error("engine = 3\n"), @r"
     config.toml:1:10: `engine` must be a table
     hint: write it as `[engine]`
     ");
+}
+
+/// The LAN is refused unless the file says `[net] lan = true`.
+#[test]
+fn the_lan_is_allowed_only_by_the_users_own_file() {
+    assert_eq!(parse("").expect("empty").lan, sandbox_core::Lan::Refused);
+    assert_eq!(parse("[net]\n").expect("empty table").lan, sandbox_core::Lan::Refused);
+    assert_eq!(parse("[net]\nlan = false\n").expect("off").lan, sandbox_core::Lan::Refused);
+    assert_eq!(parse("[net]\nlan = true\n").expect("on").lan, sandbox_core::Lan::Allowed);
+    assert_eq!(parse("net = { lan = true }\n").expect("inline").lan, sandbox_core::Lan::Allowed);
 }
 
 #[test]

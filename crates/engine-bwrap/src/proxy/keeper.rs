@@ -4,8 +4,8 @@
 //! sessions recognises first thing in `main` ([`keeper_main_if_asked`]).
 //!
 //! The keeper gets what it serves (the proxy's listening socket, or the relay's tun device and
-//! its doors, each made in the sandbox's namespace as for a run; `relay` and the doors'
-//! upstream addresses in its arguments), a pidfd of the sandbox's own long-lived process, and
+//! its doors, each made in the sandbox's namespace as for a run; whether the LAN is allowed,
+//! and `relay` with the doors' upstream addresses, in its arguments), a pidfd of the sandbox's own long-lived process, and
 //! a pipe. It forks once (its parent exits
 //! at once and is reaped here, so a long-lived caller such as the MCP server collects no
 //! zombies), starts its own session (no terminal signal of the caller reaches it), serves, and
@@ -23,6 +23,8 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
+use sandbox_core::Lan;
+
 use crate::Error;
 use crate::error::Result;
 
@@ -32,6 +34,10 @@ pub const KEEPER_ARG: &str = "__python-sandbox-proxy-keeper";
 /// The caller's variables a keeper keeps (either case): the upstream proxies the built-in
 /// proxy honours (`super::Upstreams`), and `PATH`.
 const KEEPER_ENV: [&str; 4] = ["HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "PATH"];
+
+/// The keeper's first argument: whether the sandbox may reach private ranges.
+const LAN_ALLOWED: &str = "lan";
+const LAN_REFUSED: &str = "no-lan";
 
 /// The descriptors a keeper is started with: what it serves (the proxy's listener or the
 /// relay's tun device), the sandbox's pidfd, the ready pipe, then the relay's doors.
@@ -58,8 +64,14 @@ pub fn keeper_main_if_asked() {
 }
 
 fn keeper_main() -> i32 {
-    // `relay` and its doors' upstream addresses, or nothing: the proxy.
-    let args: Vec<String> = std::env::args().skip(2).collect();
+    // `lan` or `no-lan`, then `relay` and its doors' upstream addresses, or nothing: the proxy.
+    let mut args: Vec<String> = std::env::args().skip(2).collect();
+    let lan = match args.first().map(String::as_str) {
+        Some(LAN_ALLOWED) => Lan::Allowed,
+        Some(LAN_REFUSED) => Lan::Refused,
+        _ => return 1,
+    };
+    args.remove(0);
     let relay = args.first().map(String::as_str) == Some("relay");
     let upstreams: Vec<SocketAddr> = args.iter().skip(1).filter_map(|a| a.parse().ok()).collect();
     if relay && upstreams.len() + 1 != args.len() {
@@ -103,10 +115,10 @@ fn keeper_main() -> i32 {
             return 1;
         }
         // Until the sandbox's process has exited (its pidfd readable).
-        crate::relay::serve(served, doors, sandbox);
+        crate::relay::serve(served, doors, sandbox, lan);
         return 0;
     }
-    let proxy = match super::BuiltinProxy::serve(served) {
+    let proxy = match super::BuiltinProxy::serve(served, lan) {
         Ok(proxy) => proxy,
         Err(_) => return 1,
     };
@@ -128,7 +140,7 @@ fn keeper_main() -> i32 {
 
 /// Starts a keeper serving `served` until the process behind `sandbox` (a pidfd) exits; the
 /// keeper, pinned for the session's record.
-pub(crate) fn start(served: Served, sandbox: BorrowedFd<'_>) -> Result<reaper::ProcPin> {
+pub(crate) fn start(served: Served, sandbox: BorrowedFd<'_>, lan: Lan) -> Result<reaper::ProcPin> {
     let which = match &served {
         Served::Proxy(_) => "proxy",
         Served::Relay { .. } => "relay",
@@ -139,7 +151,11 @@ pub(crate) fn start(served: Served, sandbox: BorrowedFd<'_>) -> Result<reaper::P
     let sandbox = sandbox.try_clone_to_owned().map_err(|e| failed(e.to_string()))?;
     let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| failed(e.to_string()))?;
-    let mut args = vec![OsString::from(KEEPER_ARG)];
+    let lan = match lan {
+        Lan::Allowed => LAN_ALLOWED,
+        Lan::Refused => LAN_REFUSED,
+    };
+    let mut args = vec![OsString::from(KEEPER_ARG), OsString::from(lan)];
     let (first, doors) = match served {
         Served::Proxy(listener) => (listener, Vec::new()),
         Served::Relay { tun, doors } => {

@@ -10,7 +10,9 @@ mod builtin_net;
 mod escapes;
 #[path = "../../../sandbox-core/tests/shared/interactive.rs"]
 mod interactive;
+mod lab;
 mod lifecycle;
+mod netlab;
 mod poison;
 mod prune;
 mod publish;

@@ -66,7 +66,8 @@ fn a_nameserver_on_the_hosts_loopback_answers_through_the_relays_door() {
     out.read_line(&mut line).expect("up");
     assert_eq!(line, "up\n");
     let netns = std::fs::File::open(format!("/proc/{}/ns/net", inside.id())).expect("netns");
-    let relay = engine_bwrap::Relay::attach(&netns, &[addr]).expect("attach the relay");
+    let relay = engine_bwrap::Relay::attach(&netns, &[addr], sandbox_core::Lan::Refused)
+        .expect("attach the relay");
     inside.stdin.take().expect("stdin").write_all(b"go\n").expect("go");
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut out, &mut rest).expect("output");

@@ -58,6 +58,7 @@ pub(crate) fn fixture_with(handle_signals: bool) -> Option<Fixture> {
         handle_signals,
         runtime_dir: cache_dir().join("run"),
         builtin_relay: true,
+        lan: sandbox_core::Lan::Refused,
     };
     let engine = BwrapEngine::new(config).expect("engine");
     Some(Fixture { engine, home, workspace })

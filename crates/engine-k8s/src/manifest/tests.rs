@@ -9,7 +9,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{PodOwner, PodRequest, ingress, network_policy, pod, service};
+use super::{PodOwner, PodRequest, denied_ranges, ingress, network_policy, pod, service};
 use crate::{Error, SandboxConfig};
 
 fn labels() -> BTreeMap<String, String> {
@@ -105,6 +105,34 @@ fn network_policies() {
         "netpol_on_cluster_cidrs",
         network_policy(&config, "example", &labels(), &owner(), true, &[])
     );
+    // The user's LAN allowed: the private ranges are reachable, never loopback, link-local,
+    // the metadata addresses or the cluster's own ranges.
+    config.lan = sandbox_core::Lan::Allowed;
+    insta::assert_yaml_snapshot!(
+        "netpol_on_lan_allowed",
+        network_policy(&config, "example", &labels(), &owner(), true, &[])
+    );
+}
+
+#[test]
+fn the_denied_ranges_are_every_engines() {
+    let (v4, v6) = denied_ranges(sandbox_core::Lan::Refused);
+    assert_eq!(
+        v4,
+        [
+            "0.0.0.0/8",
+            "10.0.0.0/8",
+            "100.64.0.0/10",
+            "127.0.0.0/8",
+            "169.254.0.0/16",
+            "172.16.0.0/12",
+            "192.168.0.0/16"
+        ]
+    );
+    assert_eq!(v6, ["::1/128", "fc00::/7", "fe80::/10"]);
+    for private in sandbox_core::PRIVATE {
+        assert!(v4.contains(&private.to_string()) || v6.contains(&private.to_string()));
+    }
 }
 
 #[test]

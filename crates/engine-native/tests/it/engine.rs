@@ -30,6 +30,7 @@ pub(crate) fn engine_fixture() -> EngineFixture {
         python: Some(super::PYTHON.into()),
         handle_signals: false,
         builtin_relay: true,
+        lan: sandbox_core::Lan::Refused,
     };
     let engine = NativeEngine::new(config).unwrap();
     EngineFixture { _base: base, workspace, engine }

@@ -412,6 +412,9 @@ print(json.dumps({
     "metadata": connect(("169.254.169.254", 80)),
     "host_loopback": connect(("127.0.0.1", HOST_PORT)),
     "host_address": connect((HOST_IP, HOST_PORT)) if HOST_IP != "-" else "none",
+    # Every IPv4 address of the host's own (a docker bridge's too): pasta would connect to
+    # them on the host, were they not walled off.
+    "host_addresses": {ip: connect((ip, HOST_PORT)) for ip in HOST_ADDRESSES},
     "host_abstract": connect(b"\0" + HOST_ABSTRACT, socket.AF_UNIX),
 }))
 "#;
@@ -429,6 +432,17 @@ pub(crate) fn pasta() -> Option<std::path::PathBuf> {
     }
 }
 
+/// The host's own IPv4 addresses but its loopback (its local table's: every interface's,
+/// a link that is down included).
+fn host_addresses() -> Vec<String> {
+    let ranges = engine_detect::netlink::host_local_ranges().unwrap();
+    ranges
+        .iter()
+        .filter(|c| c.addr.is_ipv4() && !c.addr.is_loopback() && c.prefix == 32)
+        .map(|c| c.addr.to_string())
+        .collect()
+}
+
 /// The network a net-on test run gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TestNet {
@@ -442,7 +456,8 @@ enum TestNet {
 
 /// Net on: PyPI over TLS with the mounted CA bundle, a DNS query over UDP answered; the
 /// metadata address unroutable (pasta: 113) or refused (the relay: 111); neither the host's
-/// loopback ports, its own addresses nor its abstract unix sockets reachable. Connected up
+/// loopback ports, any of its own addresses (walled off inside pasta's namespace) nor its
+/// abstract unix sockets reachable; the host's nameserver answers, private or not. Connected up
 /// front, or on demand (the script's first call held until the network is attached).
 fn net_on_reaches_pypi_only(network: TestNet) {
     let pasta = match network {
@@ -474,6 +489,7 @@ fn net_on_reaches_pypi_only(network: TestNet) {
     let code = NET_FACTS
         .replace("HOST_PORT", &port.to_string())
         .replace("HOST_IP", &format!("{host_ip:?}"))
+        .replace("HOST_ADDRESSES", &format!("{:?}", host_addresses()))
         .replace("HOST_ABSTRACT", &format!("b{abstract_name:?}"));
     let plan = engine_native::plan(&f.input).unwrap();
     let (r, w) = rustix::pipe::pipe().unwrap();
@@ -493,7 +509,8 @@ fn net_on_reaches_pypi_only(network: TestNet) {
         Some(pasta) => engine_native::Network::Pasta(pasta),
         None => engine_native::Network::Relay { nameservers: &[] },
     };
-    let demand = engine_native::connect_on_demand(&mut child, how).unwrap();
+    let demand =
+        engine_native::connect_on_demand(&mut child, how, sandbox_core::Lan::Refused).unwrap();
     let supported = engine_native::demand::supported();
     if network == TestNet::Relay && !supported {
         eprintln!("SKIPPED: native net on through the relay: no user notifications here");
@@ -503,7 +520,7 @@ fn net_on_reaches_pypi_only(network: TestNet) {
     let up_front = match (demand.is_some(), &pasta) {
         (true, _) => None,
         (false, Some(pasta)) => Some(engine_native::Attached::Pasta(
-            engine_native::connect(&mut child, pasta, &[]).unwrap(),
+            engine_native::connect(&mut child, pasta, &[], sandbox_core::Lan::Refused).unwrap(),
         )),
         (false, None) => unreachable!(),
     };
@@ -570,7 +587,7 @@ fn a_dropped_network_handle_leaves_no_pasta() {
         Command { argv: vec!["/bin/true".into()], env: env(), ..Command::default() },
     )
     .unwrap();
-    let net = engine_native::connect(&mut child, &pasta, &[]).unwrap();
+    let net = engine_native::connect(&mut child, &pasta, &[], sandbox_core::Lan::Refused).unwrap();
     // The init's: the process of the sandbox's network namespace, gone once the run has ended
     // (the monitor may still be finishing its exit then).
     let pid = child.netns_pid();
@@ -598,7 +615,13 @@ fn a_failed_network_attach_runs_nothing() {
         },
     )
     .unwrap();
-    let err = engine_native::connect(&mut child, Path::new("/nonexistent/pasta"), &[]).unwrap_err();
+    let err = engine_native::connect(
+        &mut child,
+        Path::new("/nonexistent/pasta"),
+        &[],
+        sandbox_core::Lan::Refused,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("cannot give the native sandbox its network"), "{err}");
     child.release_abandoned();
     let err = child.wait().unwrap_err();

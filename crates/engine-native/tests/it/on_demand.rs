@@ -70,6 +70,7 @@ fn run_without_pasta(code: &str) -> (i32, String, engine_native::OnDemand) {
     let demand = engine_native::connect_on_demand(
         &mut child,
         engine_native::Network::Pasta(Path::new("/nonexistent/pasta")),
+        sandbox_core::Lan::Refused,
     )
     .unwrap()
     .unwrap();

@@ -287,7 +287,9 @@ impl OciEngine {
             // (`crate::netwall`); no script runs before the mounts are checked.
             let started = match started {
                 Ok(()) if container.net => {
-                    match crate::netwall::apply(self.docker(), self.connection(), &name).await {
+                    let wall = self.wall(&container);
+                    match crate::netwall::apply(self.docker(), self.connection(), &name, wall).await
+                    {
                         Ok(()) => crate::verify::started(self.docker(), engine, &name, &pins).await,
                         Err(e) => Err(e),
                     }

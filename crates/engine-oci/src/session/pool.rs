@@ -70,9 +70,10 @@ pub(super) fn identity(engine: &OciEngine) -> Option<String> {
     let image = &engine.config().image;
     (!image.is_empty()).then(|| {
         format!(
-            "{} {image} rootless={}",
+            "{} {image} rootless={} lan={:?}",
             engine.config().flavor.as_str(),
-            engine.rootless().is_some()
+            engine.rootless().is_some(),
+            engine.config().lan
         )
     })
 }
