@@ -24,10 +24,12 @@ const MAX_ENTRIES: usize = 50_000;
 
 /// The workspace before the run: every directory's entries, and when the run started.
 pub(crate) struct Snapshot {
-    /// Relative directory path (`""` for the top) → its entries (name, is a directory).
-    dirs: BTreeMap<String, Vec<(String, bool)>>,
+    /// Relative directory path (`""` for the top) → its modification time and its entries
+    /// (name, is a directory). A directory whose time is the same after the run had no entry
+    /// added, removed or renamed.
+    dirs: BTreeMap<String, (Stamp, Vec<(String, bool)>)>,
     /// The run's start on the coarse real-time clock, which stamps change times.
-    start: (i64, i64),
+    start: Stamp,
     own: Vec<(u64, u64)>,
 }
 
@@ -43,11 +45,9 @@ pub(crate) struct Changes {
 pub(crate) fn snapshot(root: &Path) -> Snapshot {
     let start = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
     let mut dirs = BTreeMap::new();
-    walk(root, false, &mut |rel, entries| {
-        dirs.insert(
-            rel.to_owned(),
-            entries.iter().map(|(n, t, _)| (n.clone(), *t == FileType::Directory)).collect(),
-        );
+    walk(root, false, &mut |rel, mtime, entries| {
+        let names = entries.iter().map(|(n, t, _)| (n.clone(), *t == FileType::Directory));
+        dirs.insert(rel.to_owned(), (mtime, names.collect()));
     });
     Snapshot { dirs, start: (start.tv_sec, start.tv_nsec), own: own_outputs() }
 }
@@ -55,25 +55,29 @@ pub(crate) fn snapshot(root: &Path) -> Snapshot {
 /// Files written and deleted since `before`.
 pub(crate) fn changes_since(before: &Snapshot, root: &Path) -> Changes {
     let mut written = Vec::new();
-    let mut now: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    walk(root, true, &mut |rel, entries| {
+    let mut deleted = Vec::new();
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    walk(root, true, &mut |rel, mtime, entries| {
         for (name, kind, ctime) in entries {
-            let path = join(rel, name);
             if *kind == FileType::RegularFile && ctime.is_some_and(|c| c >= before.start) {
-                written.push(path);
+                written.push(join(rel, name));
             }
         }
-        now.insert(rel.to_owned(), entries.iter().map(|(n, _, _)| n.clone()).collect());
+        seen.insert(rel.to_owned());
+        // Only a directory whose entries changed is compared name by name: its time moved,
+        // or lies in the tick the run started in (a change then would leave it the same).
+        if let Some((was, old)) = before.dirs.get(rel)
+            && (*was != mtime || mtime >= before.start)
+        {
+            let now: BTreeSet<&str> = entries.iter().map(|(n, _, _)| n.as_str()).collect();
+            let gone = old.iter().filter(|(n, is_dir)| !is_dir && !now.contains(n.as_str()));
+            deleted.extend(gone.map(|(n, _)| join(rel, n)));
+        }
     });
     written.retain(|p| !before.own.iter().any(|own| is_own(root, p, *own)));
-    let mut deleted = Vec::new();
-    for (dir, entries) in &before.dirs {
-        for (name, is_dir) in entries {
-            let gone = now.get(dir).is_none_or(|names| !names.contains(name));
-            if gone && !is_dir {
-                deleted.push(join(dir, name));
-            }
-        }
+    // A directory that is gone took its files with it.
+    for (dir, (_, entries)) in before.dirs.iter().filter(|(dir, _)| !seen.contains(*dir)) {
+        deleted.extend(entries.iter().filter(|(_, is_dir)| !is_dir).map(|(n, _)| join(dir, n)));
     }
     written.sort();
     deleted.sort();
@@ -89,18 +93,23 @@ fn is_own(root: &Path, rel: &str, own: (u64, u64)) -> bool {
 }
 
 /// One directory's entries as the walk saw them: name, type, and a regular file's change time.
-type Entries = [(String, FileType, Option<(i64, i64)>)];
+type Entries = [(String, FileType, Option<Stamp>)];
+
+/// A time as the kernel stamps it: seconds and nanoseconds.
+type Stamp = (i64, i64);
 
 /// Reads every directory below `root` (not following links, not leaving its filesystem),
 /// calling `each` with its relative path and entries; stats regular files only with
 /// `change_times` (the second walk).
-fn walk(root: &Path, change_times: bool, each: &mut dyn FnMut(&str, &Entries)) {
+fn walk(root: &Path, change_times: bool, each: &mut dyn FnMut(&str, Stamp, &Entries)) {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let Ok(top) = rustix::fs::open(root, flags, Mode::empty()) else { return };
     let Ok(dev) = rustix::fs::fstat(&top).map(|s| s.st_dev) else { return };
     let mut stack = vec![(top, String::new())];
     let mut seen = 0usize;
     while let Some((fd, rel)) = stack.pop() {
+        let Ok(st) = rustix::fs::fstat(&fd) else { continue };
+        let mtime = (st.st_mtime, i64::try_from(st.st_mtime_nsec).unwrap_or(0));
         let Ok(dir) = rustix::fs::Dir::read_from(&fd) else { continue };
         let mut entries = Vec::new();
         for entry in dir.flatten() {
@@ -132,7 +141,7 @@ fn walk(root: &Path, change_times: bool, each: &mut dyn FnMut(&str, &Entries)) {
             }
             entries.push((name.to_owned(), kind, ctime));
         }
-        each(&rel, &entries);
+        each(&rel, mtime, &entries);
         if seen > MAX_ENTRIES {
             return;
         }

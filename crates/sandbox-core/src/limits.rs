@@ -28,8 +28,9 @@ pub struct Limits {
     pub cpus: Option<Cpus>,
     /// Processes and threads together (at least 1, at most [`MAX_PIDS`]).
     pub pids: Option<u64>,
-    /// The limits turned off (`none`): no default for them either.
-    #[serde(default)]
+    /// The limits turned off (`none`): no default for them either. Left out of records and
+    /// labels when nothing is off, so those of earlier versions read the same.
+    #[serde(default, skip_serializing_if = "LimitsOff::is_none")]
     pub off: LimitsOff,
 }
 
@@ -46,6 +47,11 @@ pub struct LimitsOff {
 impl LimitsOff {
     /// Nothing turned off.
     pub const NONE: LimitsOff = LimitsOff { memory: false, cpus: false, pids: false };
+
+    /// Whether nothing is turned off.
+    pub fn is_none(&self) -> bool {
+        *self == LimitsOff::NONE
+    }
 }
 
 impl Limits {
