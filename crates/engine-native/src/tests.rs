@@ -236,8 +236,9 @@ fn userns_reasons_name_the_setting() {
     "#);
 }
 
+/// `binds`: host path, where the sandbox sees it, access.
 fn bwrap_plan(
-    binds: &[(&str, engine_bwrap::Access)],
+    binds: &[(&str, &str, engine_bwrap::Access)],
     pinned: &[&str],
     chdir: &str,
 ) -> engine_bwrap::Plan {
@@ -250,9 +251,9 @@ fn bwrap_plan(
         home: sandbox_core::SANDBOX_HOME.into(),
         binds: binds
             .iter()
-            .map(|(p, access)| engine_bwrap::Bind {
-                src: p.into(),
-                dest: p.into(),
+            .map(|(src, dest, access)| engine_bwrap::Bind {
+                src: src.into(),
+                dest: dest.into(),
                 access: *access,
             })
             .collect(),
@@ -296,25 +297,31 @@ fn host() -> engine_bwrap::HostFacts {
 fn the_pipelines_plans_as_native_input() {
     use engine_bwrap::Access::{ReadOnly, ReadWrite};
     let cache = Path::new("/root/.cache/python-sandbox");
+    // Our own trees as the pipeline relocates them (`engine_bwrap`'s `Relocation`).
+    let env = "/root/.cache/python-sandbox/bwrap/envs/k";
     let run = bwrap_plan(
         &[
-            ("/root/.cache/python-sandbox/bwrap/envs/k", ReadOnly),
-            ("/opt/python", ReadOnly),
-            ("/root/proj", ReadWrite),
-            ("/data/out", ReadWrite),
-            ("/srv/script.py", ReadOnly),
+            (env, "/opt/python-sandbox/env", ReadOnly),
+            ("/opt/python", "/opt/python-sandbox/python", ReadOnly),
+            ("/root/proj", "/root/proj", ReadWrite),
+            ("/data/out", "/data/out", ReadWrite),
+            ("/srv/script.py", "/srv/script.py", ReadOnly),
         ],
         &["/root/proj", "/data/out", "/srv/script.py"],
         "/root/proj",
     );
     let prepare = bwrap_plan(
         &[
-            ("/root/.cache/python-sandbox/bwrap/uv/uv", ReadOnly),
-            ("/root/.cache/python-sandbox/bwrap/uv-cache", ReadWrite),
-            ("/root/.cache/python-sandbox/bwrap/envs/k", ReadWrite),
+            ("/root/.cache/python-sandbox/bwrap/uv/uv", "/opt/python-sandbox/bin/uv", ReadOnly),
+            (
+                "/root/.cache/python-sandbox/bwrap/uv-cache",
+                "/root/.cache/python-sandbox/bwrap/uv-cache",
+                ReadWrite,
+            ),
+            (env, "/opt/python-sandbox/env", ReadWrite),
         ],
         &[],
-        "/root/.cache/python-sandbox/bwrap/envs/k",
+        "/opt/python-sandbox/env",
     );
     let show = |plan: &engine_bwrap::Plan| {
         let input = crate::input(plan, &host(), cache);
