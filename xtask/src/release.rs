@@ -183,6 +183,36 @@ mod tests {
         );
     }
 
+    /// The lines of the workspace manifest's `[profile.NAME]` table.
+    fn profile(manifest: &str, name: &str) -> String {
+        let header = format!("[profile.{name}]");
+        let after = manifest.split_once(&header).map(|(_, rest)| rest).unwrap_or_default();
+        after.split("\n[").next().unwrap_or_default().to_owned()
+    }
+
+    #[test]
+    fn cargo_install_builds_without_cross_crate_lto_and_what_ships_keeps_it() {
+        let manifest =
+            std::fs::read_to_string(crate::project_root().join("Cargo.toml")).expect("read");
+        // Thin LTO over 4 codegen units left the CLI's crate compiling on one core for most of
+        // a build from source; the shipped binary keeps the settings its benchmarks were met with.
+        let release = profile(&manifest, "release");
+        assert!(release.contains("strip = true"), "{release}");
+        assert!(!release.contains("lto") && !release.contains("codegen-units"), "{release}");
+        let ship = profile(&manifest, PROFILE);
+        for line in ["inherits = \"release\"", "lto = \"thin\"", "codegen-units = 4"] {
+            assert!(ship.contains(line), "[profile.{PROFILE}] has no `{line}`: {ship}");
+        }
+    }
+
+    #[test]
+    fn kubes_unused_runtime_stays_out_of_the_build() {
+        // kube's `runtime` feature (watchers, controllers; engine-k8s uses none) brought 28
+        // crates into every build of the CLI.
+        let lock = std::fs::read_to_string(crate::project_root().join("Cargo.lock")).expect("read");
+        assert!(!lock.contains("name = \"kube-runtime\""), "kube-runtime is back in Cargo.lock");
+    }
+
     #[test]
     fn the_build_paths_are_remapped() {
         let flags = remap(Path::new("/work/x"), Path::new("/root/.cargo"));
