@@ -25,7 +25,8 @@ commands:
                      benchmarks, printed side by side with their baselines; `--engine k8s`: the
                      pod engine against kubectl on the cluster KUBECONFIG names; `docker`/`podman`:
                      only that engine's rows (runs, warm session, time to interactive with a pool);
-                     `native`/`bwrap`: only that engine's rows against bare `uv run`
+                     `native`/`bwrap`: only that engine's rows against bare `uv run` (native,
+                     and the whole run: also the release's first use from target/dist)
   fuzz [--seconds N] [TARGET]
                      run cargo-fuzz targets on nightly (default 30 s each)
   test-engines [--engine NAME]... [FILTER]...
