@@ -206,11 +206,14 @@ mod tests {
     }
 
     #[test]
-    fn kubes_unused_runtime_stays_out_of_the_build() {
+    fn unused_and_duplicate_crates_stay_out_of_the_build() {
+        let lock = std::fs::read_to_string(crate::project_root().join("Cargo.lock")).expect("read");
         // kube's `runtime` feature (watchers, controllers; engine-k8s uses none) brought 28
         // crates into every build of the CLI.
-        let lock = std::fs::read_to_string(crate::project_root().join("Cargo.lock")).expect("read");
         assert!(!lock.contains("name = \"kube-runtime\""), "kube-runtime is back in Cargo.lock");
+        // The vendored pep508 fork was the only user of thiserror 1 (and its proc macro).
+        let versions = lock.matches("name = \"thiserror\"\n").count();
+        assert_eq!(versions, 1, "two thiserror versions in Cargo.lock");
     }
 
     #[test]
