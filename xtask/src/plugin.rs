@@ -8,7 +8,8 @@
 //! within Claude Code's 30 s, from the download checked against the plugin's pinned sums; the
 //! skill's Bash call then finds the MCP server's install; a tampered tarball is refused.
 //!
-//! Without npm, or when the npm registry cannot be reached, it prints `SKIPPED: plugin: reason`.
+//! First, shellcheck lints the launcher as POSIX sh. Without npm, or when the npm registry
+//! cannot be reached, it prints `SKIPPED: plugin: reason`.
 
 use std::path::{Path, PathBuf};
 
@@ -32,6 +33,7 @@ const INSTALL_DIR: &str = ".local/share/python-sandbox/plugin";
 
 impl Plugin {
     pub(crate) fn run(self, sh: &Shell) -> Result<()> {
+        lint_launcher(sh)?;
         crate::section("plugin: claude code");
         let claude = match claude_code(sh) {
             Ok(claude) => claude,
@@ -89,6 +91,20 @@ impl Plugin {
         }
         Ok(())
     }
+}
+
+/// The launcher is POSIX sh that runs on machines we never see: shellcheck it as `sh` (Debian's
+/// package, installed as root when missing; SKIPPED where it cannot be).
+fn lint_launcher(sh: &Shell) -> Result<()> {
+    crate::section("plugin: shellcheck the launcher");
+    if !crate::services::on_path(sh, "shellcheck")
+        && let Some(reason) = crate::services::apt_install(sh, &["shellcheck"])?
+    {
+        crate::skipped("plugin shellcheck", &reason);
+        return Ok(());
+    }
+    cmd!(sh, "shellcheck --shell=sh plugin/bin/python-sandbox").run()?;
+    Ok(())
 }
 
 /// A new user's first use, from the release in `target/dist` served on loopback.
