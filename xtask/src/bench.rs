@@ -18,16 +18,72 @@ impl Bench {
             Some(oci @ ("docker" | "podman")) => {
                 return crate::bench_run::oci_vs_raw(sh, Some(oci));
             }
-            Some(local @ ("native" | "bwrap")) => {
-                return crate::bench_run::local_vs_uv(sh, &[local]);
+            Some("native") => {
+                first_use(sh)?;
+                return crate::bench_run::local_vs_uv(sh, &["native"]);
             }
+            Some("bwrap") => return crate::bench_run::local_vs_uv(sh, &["bwrap"]),
             _ => {}
         }
         meta(sh)?;
+        first_use(sh)?;
         crate::bench_run::local_vs_uv(sh, &["native", "bwrap"])?;
         crate::bench_run::oci_vs_raw(sh, None)?;
         Ok(())
     }
+}
+
+/// What a new user waits for at most: Claude Code's MCP server start limit.
+const FIRST_USE_TARGET: f64 = 30.0;
+
+/// The release's first use through the plugin's launcher, as a new user meets it: the tarball
+/// `cargo xtask dist` built, served on loopback, downloaded, checked against the plugin's pinned
+/// sums and installed (timed as the launcher's first `--version`), then the first `run
+/// examples/hello.py` in that clean `HOME` (the CLI fetches its pinned uv first). No cargo, uv or
+/// CLI on `PATH`.
+fn first_use(sh: &Shell) -> Result<()> {
+    crate::section("bench: the release's first use (download + verify + install, first run)");
+    let root = crate::project_root();
+    let dist = match crate::dist::local_tarball(sh) {
+        Ok((dist, _)) => dist,
+        Err(reason) => {
+            crate::skipped("bench first use", &reason);
+            return Ok(());
+        }
+    };
+    let base = crate::serve::releases(dist, env!("CARGO_PKG_VERSION"))?;
+    let home = root.join("target/bench-first-use");
+    sh.remove_path(&home)?;
+    sh.create_dir(&home)?;
+    let path = crate::plugin::without(&sh.var("PATH")?, &["python-sandbox", "cargo", "uv", "uvx"]);
+    let env = crate::plugin::launcher_env(&path, &home, &base);
+    // A project directory inside that HOME: the HOME itself as the workspace is a boundary.
+    let work = home.join("work");
+    sh.create_dir(&work)?;
+    let launcher = root.join("plugin/bin/python-sandbox");
+    let hello = root.join("examples/hello.py");
+    let timed = |args: &[&std::path::Path]| -> Result<f64> {
+        let mut c = std::process::Command::new(&launcher);
+        c.args(args).env_clear().current_dir(&work);
+        for (key, value) in &env {
+            c.env(key, value);
+        }
+        let start = std::time::Instant::now();
+        let out = c.output().context("running the plugin's launcher")?;
+        if !out.status.success() {
+            bail!("{} failed:\n{}", launcher.display(), String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(start.elapsed().as_secs_f64())
+    };
+    let install = timed(&[std::path::Path::new("--version")])?;
+    let first = timed(&[std::path::Path::new("run"), &hello])?;
+    let total = install + first;
+    let verdict = if total <= FIRST_USE_TARGET { "" } else { " (missed)" };
+    println!(
+        "| release first use: download + verify + install / first `run hello.py` (clean HOME, served on loopback) | {install:.2} s / {first:.2} s | | | ≤ {FIRST_USE_TARGET:.0} s{verdict} |"
+    );
+    sh.remove_path(&home)?;
+    Ok(())
 }
 
 /// Debian's interpreter: the `python3` on PATH is a slow pyenv shim that would distort timings.

@@ -5,10 +5,11 @@
 //! cross-engine conformance suite on each (and on podman as an unprivileged user: the
 //! `podman-rootless` tier), the Kubernetes tiers on the cluster `KUBECONFIG` names (SKIPPED
 //! without one), `cargo package` of the library crates, the WASM build with its node
-//! tests and the packaged VS Code extension (`vsix`), the Claude Code plugin installed
-//! with the real `claude` CLI (its launcher provisioning the CLI), the wheel and release tarball
-//! (`dist`, installed with `uv tool install`, then the conformance suite on native and bwrap run
-//! by that release build), and a fuzz smoke
+//! tests and the packaged VS Code extension (`vsix`),
+//! the release (`dist`: tarballs, wheels and sums, the wheel installed with `uv tool install`),
+//! the Claude Code plugin installed with the real `claude` CLI (its launcher downloading that
+//! release from a loopback server), the conformance suite on native and bwrap run by the
+//! release build, and a fuzz smoke
 //! run. A tier that cannot run prints `SKIPPED: tier: reason` and CI goes on; a tier that runs
 //! and fails stops CI.
 
@@ -88,13 +89,15 @@ impl Ci {
         crate::wasm::Wasm { check: true }.run(sh)?;
         crate::vsix::Vsix.run(sh)?;
 
-        step("plugin");
-        // The plugin installed with the real Claude Code CLI; its launcher builds the CLI.
-        crate::plugin::Plugin { provision: true }.run(sh)?;
-
         step("dist");
-        // The wheel and the tarball: the static musl build (`release.rs`), what ships.
+        // The release: tarballs and wheels of the static musl builds (`release.rs`), for this
+        // machine's architecture and cross-built for the other, their sums pinned in the plugin.
         crate::dist::Dist { check: true }.run(sh)?;
+
+        step("plugin");
+        // The plugin installed with the real Claude Code CLI; its launcher downloads the release
+        // that `dist` built, served on loopback, and refuses a tampered one.
+        crate::plugin::Plugin { provision: true }.run(sh)?;
 
         step("conformance of the release build");
         release_conformance(sh)?;

@@ -12,16 +12,21 @@ commands:
   plugin [--provision]
                      the Claude Code plugin with the real `claude` CLI (npm) in a scratch HOME:
                      validate, marketplace add, install, `detect --json` through its launcher;
-                     `--provision`: the launcher also builds the CLI with cargo (minutes)
-  dist [--check]     the CLI's wheel (maturin) and release tarball into target/dist; `--check`:
-                     `uv tool install` the wheel into a scratch dir and run examples/hello.py
+                     `--provision` (after `dist`): a first use from target/dist served on
+                     loopback, in a clean HOME with no cargo or uv, within 30 s; a tampered
+                     tarball refused
+  dist [--check]     the release into target/dist: x86_64 and aarch64 musl tarballs, wheels,
+                     SHA256SUMS, and the tarballs' sums pinned in plugin/SHA256SUMS; `--check`:
+                     the binaries' checks, and `uv tool install` this machine's wheel into a
+                     scratch dir and run examples/hello.py
   package            `cargo package` (with its verify build) and warning-free docs of the library
                      crates meant for crates.io (nothing is published)
   bench [--engine k8s|docker|podman|native|bwrap]
                      benchmarks, printed side by side with their baselines; `--engine k8s`: the
                      pod engine against kubectl on the cluster KUBECONFIG names; `docker`/`podman`:
                      only that engine's rows (runs, warm session, time to interactive with a pool);
-                     `native`/`bwrap`: only that engine's rows against bare `uv run`
+                     `native`/`bwrap`: only that engine's rows against bare `uv run` (native,
+                     and the whole run: also the release's first use from target/dist)
   fuzz [--seconds N] [TARGET]
                      run cargo-fuzz targets on nightly (default 30 s each)
   test-engines [--engine NAME]... [FILTER]...

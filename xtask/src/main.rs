@@ -15,10 +15,13 @@ mod package;
 mod plugin;
 mod release;
 mod rootless;
+mod serve;
 mod services;
 mod test_engines;
 mod vsix;
 mod wasm;
+#[cfg(test)]
+mod workflow_check;
 
 use std::path::{Path, PathBuf};
 

@@ -9,6 +9,8 @@ mod config;
 mod detect;
 mod exit;
 mod files;
+#[cfg(test)]
+mod launcher_check;
 mod mcp;
 mod meta;
 #[cfg(test)]
