@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use reaper::protect::{Entry, Placeholder, Placeholders, Walk};
+use reaper::protect::{Entry, Made, Placeholder, Placeholders, Walk};
 use sandbox_core::protect::{Found, Kind};
 
 /// One tree a sandbox may write: the workspace or a read-write directory mount.
@@ -124,7 +124,9 @@ pub fn protect(
                     Kind::Dir => Placeholder::Dir,
                     Kind::File => Placeholder::File,
                 };
-                held.make(&tree.top, &guard.rel, kind)?;
+                if held.make(&tree.top, &guard.rel, kind)? == Made::Unwritable {
+                    continue;
+                }
             }
             let path = tree.top.join(&guard.rel);
             if !paths.contains(&path) {

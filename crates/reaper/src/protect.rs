@@ -132,6 +132,19 @@ pub enum Placeholder {
     File,
 }
 
+/// What [`Placeholders::make`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Made {
+    /// The placeholder was made (and recorded).
+    Created,
+    /// Something is there already (made meanwhile by another run, or the user's): it holds
+    /// the mount as well.
+    There,
+    /// The caller may not create anything there, and so neither may its sandbox: nothing to
+    /// hold.
+    Unwritable,
+}
+
 /// One tree whose placeholders this process relies on.
 #[derive(Debug)]
 struct Tree {
@@ -174,10 +187,8 @@ impl Placeholders {
         Ok(())
     }
 
-    /// Creates the placeholder `name` at the top of the locked tree `top`. `Ok(false)` when
-    /// something is there already (made meanwhile by another run or the user): it holds the
-    /// mount as well.
-    pub fn make(&mut self, top: &Path, name: &str, kind: Placeholder) -> Result<bool, Error> {
+    /// Creates the placeholder `name` at the top of the locked tree `top`.
+    pub fn make(&mut self, top: &Path, name: &str, kind: Placeholder) -> Result<Made, Error> {
         let Some(tree) = self.trees.iter().find(|t| t.top == top) else {
             return Err(state_error(top, "the tree is not locked"));
         };
@@ -199,7 +210,10 @@ impl Placeholders {
         };
         match made {
             Ok(()) => {}
-            Err(Errno::EXIST) => return Ok(false),
+            Err(Errno::EXIST) => return Ok(Made::There),
+            // A tree the caller cannot add to (a read-only filesystem, a directory of someone
+            // else's): the sandbox, which writes as the caller or less, cannot either.
+            Err(Errno::ROFS | Errno::ACCESS | Errno::PERM) => return Ok(Made::Unwritable),
             Err(e) => return Err(errno(&at)(e)),
         }
         let stat =
@@ -224,7 +238,7 @@ impl Placeholders {
         if let Some(tree) = self.trees.iter_mut().find(|t| t.top == top) {
             tree.made.push((name.to_owned(), stat.st_dev, stat.st_ino, kind == 'd'));
         }
-        Ok(true)
+        Ok(Made::Created)
     }
 
     /// Puts this run's placeholders on a leash: a forked janitor removes them if this process

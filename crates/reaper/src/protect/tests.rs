@@ -49,11 +49,11 @@ fn placeholders_are_made_once_and_removed_by_the_last_user() {
     let (_tmp, top, state) = tree();
     let mut first = Placeholders::new(&state).unwrap();
     first.lock(&top).unwrap();
-    assert!(first.make(&top, ".claude", Placeholder::Dir).unwrap());
-    assert!(first.make(&top, ".envrc", Placeholder::File).unwrap());
+    assert_eq!(first.make(&top, ".claude", Placeholder::Dir).unwrap(), Made::Created);
+    assert_eq!(first.make(&top, ".envrc", Placeholder::File).unwrap(), Made::Created);
     let mut second = Placeholders::new(&state).unwrap();
     second.lock(&top).unwrap();
-    assert!(!second.make(&top, ".claude", Placeholder::Dir).unwrap(), "already there");
+    assert_eq!(second.make(&top, ".claude", Placeholder::Dir).unwrap(), Made::There);
     first.release().unwrap();
     assert!(top.join(".claude").is_dir(), "the second run still mounts it");
     second.release().unwrap();
@@ -144,4 +144,20 @@ fn only_records_name_a_tree() {
     assert_eq!(record_key(".fe00-e0a005.p..claude.4242.0.tmp"), None, "a writer's temporary file");
     assert_eq!(record_key("fe00-e0a005.lock"), None);
     assert_eq!(record_key("fe00-e0a005.hold.native-ab12"), None);
+}
+
+#[test]
+fn a_tree_the_caller_cannot_write_needs_no_placeholder() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if rustix::process::geteuid().is_root() {
+        // Root writes through any mode; a read-only filesystem is what stops it, and making
+        // one needs a mount.
+        return;
+    }
+    let (_tmp, top, state) = tree();
+    std::fs::set_permissions(&top, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let mut run = Placeholders::new(&state).unwrap();
+    run.lock(&top).unwrap();
+    assert_eq!(run.make(&top, ".claude", Placeholder::Dir).unwrap(), Made::Unwritable);
+    std::fs::set_permissions(&top, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
