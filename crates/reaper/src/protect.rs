@@ -241,10 +241,11 @@ impl Placeholders {
         Ok(Made::Created)
     }
 
-    /// Puts this run's placeholders on a leash: a forked janitor removes them if this process
-    /// dies without releasing them (SIGKILL), once `sandbox` (a pidfd of the sandbox's first
-    /// process) has ended too (see [`janitor`]). Without placeholders, or when the janitor
-    /// cannot be forked, nothing happens: the next sweep removes what a killed run left.
+    /// Puts this run's placeholders on a leash: a forked janitor (`protect/janitor.rs`)
+    /// removes them if this process dies without releasing them (SIGKILL), once `sandbox` (a
+    /// pidfd of the sandbox's first process) has ended too. Without placeholders, or when the
+    /// janitor cannot be forked, nothing happens: the next sweep removes what a killed run
+    /// left.
     pub fn leash(&mut self, sandbox: std::os::fd::BorrowedFd<'_>) {
         if self.janitor.is_some() || self.trees.iter().all(|t| t.made.is_empty()) {
             return;
