@@ -43,13 +43,32 @@ pub(crate) struct Changes {
 }
 
 pub(crate) fn snapshot(root: &Path) -> Snapshot {
-    let start = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
+    let before = coarse_now();
     let mut dirs = BTreeMap::new();
     walk(root, false, &mut |rel, mtime, entries| {
         let names = entries.iter().map(|(n, t, _)| (n.clone(), *t == FileType::Directory));
         dirs.insert(rel.to_owned(), (mtime, names.collect()));
     });
-    Snapshot { dirs, start: (start.tv_sec, start.tv_nsec), own: own_outputs() }
+    Snapshot { dirs, start: next_tick(before), own: own_outputs() }
+}
+
+fn coarse_now() -> Stamp {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
+    (t.tv_sec, t.tv_nsec)
+}
+
+/// The first tick of the coarse clock after `before`, waited for when the walk was quicker
+/// than one tick (1 to 10 ms, the kernel's HZ). A file written just before the run, in the
+/// tick the snapshot began (`cat > s.py && python-sandbox run --json s.py`), is stamped with
+/// that tick, so the run's start must lie past it for the file not to count as written.
+fn next_tick(before: Stamp) -> Stamp {
+    loop {
+        let now = coarse_now();
+        if now > before {
+            return now;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(250));
+    }
 }
 
 /// Files written and deleted since `before`.
@@ -257,10 +276,9 @@ mod tests {
         for f in ["keep.txt", "edit.txt", "gone.txt", "data/old/a", "data/old/b", ".git/config"] {
             std::fs::write(root.join(f), "x").unwrap();
         }
-        // The coarse clock ticks every few milliseconds: start after a tick.
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        // No pause: the files above were stamped in the tick the snapshot begins in, and
+        // the writes below come right after it; neither may be mistaken for the other.
         let before = snapshot(root);
-        std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::write(root.join("edit.txt"), "y").unwrap();
         std::fs::write(root.join("new.txt"), "n").unwrap();
         std::fs::write(root.join(".git/hooks/pre-commit"), "#!/bin/sh").unwrap();
