@@ -1203,6 +1203,89 @@ mod tests {
         assert!(serde_json::from_value::<ReadFileArgs>(json!({"id": "x"})).is_err());
     }
 
+    const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+
+    #[test]
+    fn a_file_is_answered_as_what_it_is() {
+        let image = file_reply("p.png", PNG).expect("an image");
+        assert_eq!(
+            image.value,
+            json!({ "path": "p.png", "size": PNG.len(), "mime_type": "image/png" })
+        );
+        assert!(
+            matches!(&image.attached[..], [Attached::Image { mime: "image/png", data }] if data == &content::base64(PNG))
+        );
+        let result = serde_json::to_value(image.result()).expect("json");
+        assert!(result.get("structuredContent").is_none(), "{result}");
+        assert_eq!(result["content"][1]["type"], "image", "{result}");
+
+        let mut big = PNG.to_vec();
+        big.resize(IMAGE_CAP + 1, 0);
+        let refused = file_reply("big.png", &big).err().expect("too big");
+        assert!(ui::has_hint(&refused), "{refused}");
+
+        let svg = file_reply("d.svg", b"<svg/>").expect("svg");
+        assert_eq!(
+            (svg.value["mime_type"].as_str(), svg.value["content"].as_str()),
+            (Some("image/svg+xml"), Some("<svg/>"))
+        );
+        let blob: Vec<u8> = (0..=255u8).cycle().take(BINARY_CAP + 10).collect();
+        let binary = file_reply("b.bin", &blob).expect("binary");
+        assert_eq!(binary.value["encoding"], "base64");
+        assert_eq!(binary.value["truncated"], true);
+        assert_eq!(binary.value["content"].as_str().map(str::len), Some(OUTPUT_CAP));
+        assert!(binary.attached.is_empty());
+    }
+
+    #[test]
+    fn a_run_returns_the_images_it_wrote_within_the_caps_and_never_through_a_link() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ws = dir.path();
+        let secret = "s3cr3t-in-a-picture";
+        let with_secret = [PNG, secret.as_bytes()].concat();
+        let mut written = Vec::new();
+        for name in ["z1.png", "z2.png", "z3.png", "z4.png", "z5.png"] {
+            std::fs::write(ws.join(name), &with_secret).expect("write");
+            written.push(name.to_owned());
+        }
+        std::fs::write(ws.join("big.jpg"), vec![0xff; IMAGE_CAP + 1]).expect("write");
+        std::fs::write(ws.join("fake.png"), "not a picture").expect("write");
+        std::fs::write(ws.join("data.csv"), "a,b").expect("write");
+        std::os::unix::fs::symlink("/etc/hostname", ws.join("link.png")).expect("link");
+        std::fs::create_dir(ws.join("sub")).expect("dir");
+        std::os::unix::fs::symlink(ws.join("sub"), ws.join("via")).expect("link");
+        std::fs::write(ws.join("sub/s.png"), PNG).expect("write");
+        written
+            .extend(["big.jpg", "data.csv", "fake.png", "link.png", "via/s.png"].map(String::from));
+        written.sort();
+        let secrets = sandbox_core::Secrets::of_env([("API_TOKEN", secret)]);
+        let (shown, skipped) = written_images(ws, &written, &secrets);
+        let paths: Vec<&str> = shown.iter().filter_map(|(v, _)| v["path"].as_str()).collect();
+        assert_eq!(paths, ["z1.png", "z2.png", "z3.png", "z4.png"]);
+        for (_, attached) in &shown {
+            let Attached::Image { data, .. } = attached else { panic!("not an image") };
+            use base64::Engine as _;
+            let bytes = base64::engine::general_purpose::STANDARD.decode(data).expect("base64");
+            assert!(bytes.starts_with(PNG));
+            let text = String::from_utf8_lossy(&bytes);
+            assert!(!text.contains(secret) && text.contains("***"), "{text}");
+        }
+        let reasons: Vec<String> =
+            skipped.iter().map(|v| format!("{} {}", v["path"], v["reason"])).collect();
+        assert_eq!(
+            reasons,
+            [
+                "\"big.jpg\" \"larger than the 1 MiB an answer carries\"".to_owned(),
+                "\"fake.png\" \"named as an image, but its bytes are not one\"".to_owned(),
+                "\"link.png\" \"cannot be read: Too many levels of symbolic links (os error 40)\""
+                    .to_owned(),
+                "\"via/s.png\" \"cannot be read: Too many levels of symbolic links (os error 40)\""
+                    .to_owned(),
+                "\"z5.png\" \"only the first 4 images are returned\"".to_owned(),
+            ]
+        );
+    }
+
     #[test]
     fn output_is_capped_per_stream_with_a_marker() {
         let mut capped = Capped::default();
