@@ -180,57 +180,106 @@ fn own_outputs() -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// A sink that passes everything on and keeps the protected paths the script's error output
-/// says it was refused (`sandbox_core::protect::refusals_in`), reading whole lines: at most
-/// [`LINE_LIMIT`] bytes of an unfinished line are kept per stream, so a script printing
-/// without newlines costs no memory.
+/// A sink that passes everything on and reads the script's output as it goes, whole lines
+/// at a time: the protected paths its error output says it was refused
+/// (`sandbox_core::protect::refusals_in`) and, in a run whose network is off, whether it
+/// failed on a name lookup or a connect (`crate::netoff::symptom`). At most [`LINE_LIMIT`]
+/// bytes of an unfinished line are kept per stream, so a script printing without newlines
+/// costs no memory.
 pub(crate) struct Watch<S> {
     inner: S,
     partial: [Vec<u8>; 2],
-    refused: Vec<String>,
+    seen: Seen,
+    net_off: bool,
+}
+
+/// What a [`Watch`] read in the script's output.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Seen {
+    /// The protected paths the script was refused, in order of appearance.
+    pub(crate) refused: Vec<String>,
+    /// The run's network is off and the script's output shows a lookup or connect failing.
+    pub(crate) net_failure: bool,
 }
 
 /// Longer lines are cut to this (an error message naming a path is far shorter).
 const LINE_LIMIT: usize = 4096;
 
 impl<S> Watch<S> {
-    pub(crate) fn new(inner: S) -> Watch<S> {
-        Watch { inner, partial: [Vec::new(), Vec::new()], refused: Vec::new() }
+    /// A watch of a run with network `net`.
+    pub(crate) fn new(inner: S, net: sandbox_core::Net) -> Watch<S> {
+        let net_off = net == sandbox_core::Net::Off;
+        Watch { inner, partial: [Vec::new(), Vec::new()], seen: Seen::default(), net_off }
     }
 
-    /// The inner sink and the refused protected paths, in order of appearance.
-    pub(crate) fn finish(mut self) -> (S, Vec<String>) {
+    /// The inner sink and what was read.
+    pub(crate) fn finish(mut self) -> (S, Seen) {
         for i in 0..2 {
             let tail = std::mem::take(&mut self.partial[i]);
-            sandbox_core::protect::refusals_in(&String::from_utf8_lossy(&tail), &mut self.refused);
+            self.line(&tail);
         }
-        (self.inner, self.refused)
+        (self.inner, self.seen)
+    }
+
+    fn line(&mut self, line: &[u8]) {
+        let text = String::from_utf8_lossy(line);
+        sandbox_core::protect::refusals_in(&text, &mut self.seen.refused);
+        if self.net_off && !self.seen.net_failure {
+            self.seen.net_failure = crate::netoff::symptom(&text);
+        }
     }
 }
 
 impl<S: OutputSink> OutputSink for Watch<S> {
     fn write(&mut self, stream: Stream, chunk: &[u8]) {
         self.inner.write(stream, chunk);
-        let partial = &mut self.partial[usize::from(stream == Stream::Stderr)];
+        let i = usize::from(stream == Stream::Stderr);
         let mut rest = chunk;
         while let Some(end) = rest.iter().position(|b| *b == b'\n') {
-            let take = end.min(LINE_LIMIT.saturating_sub(partial.len()));
-            partial.extend_from_slice(&rest[..take]);
-            sandbox_core::protect::refusals_in(
-                &String::from_utf8_lossy(partial),
-                &mut self.refused,
-            );
-            partial.clear();
+            let take = end.min(LINE_LIMIT.saturating_sub(self.partial[i].len()));
+            self.partial[i].extend_from_slice(&rest[..take]);
+            let line = std::mem::take(&mut self.partial[i]);
+            self.line(&line);
+            self.partial[i] = line;
+            self.partial[i].clear();
             rest = &rest[end + 1..];
         }
-        let take = rest.len().min(LINE_LIMIT.saturating_sub(partial.len()));
-        partial.extend_from_slice(&rest[..take]);
+        let take = rest.len().min(LINE_LIMIT.saturating_sub(self.partial[i].len()));
+        self.partial[i].extend_from_slice(&rest[..take]);
     }
 
     fn closed(&self) -> bool {
         self.inner.closed()
     }
+
+    fn status(&mut self, line: &str) {
+        self.inner.status(line);
+    }
 }
+
+/// The closing line of a run off a terminal (without `--json`, whose summary lists them): the
+/// files it wrote and deleted, at most [`CLOSING_NAMES`] of each; `None` when it changed
+/// nothing, so a run that writes nothing prints nothing.
+pub(crate) fn closing_line(changes: &Changes) -> Option<String> {
+    let list = |names: &[String]| {
+        let mut text = names.iter().take(CLOSING_NAMES).cloned().collect::<Vec<_>>().join(", ");
+        if names.len() > CLOSING_NAMES {
+            text.push_str(&format!(" and {} more", names.len() - CLOSING_NAMES));
+        }
+        text
+    };
+    let parts: Vec<String> =
+        [("files written", &changes.written), ("files deleted", &changes.deleted)]
+            .into_iter()
+            .filter(|(_, names)| !names.is_empty())
+            .map(|(what, names)| format!("{what}: {}", list(names)))
+            .collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// Names listed of each kind in [`closing_line`]: the line stays short (Claude Code's Bash
+/// shows both streams, and `run --json` lists them all).
+const CLOSING_NAMES: usize = 10;
 
 /// The `note:` for the protected paths a script was refused, and the `hint:` that widens.
 pub(crate) fn refusal_note(refused: &[String]) -> Option<(String, String)> {
@@ -308,14 +357,55 @@ mod tests {
             (Stream::Stdout, &[b'a'; 1 << 20]),
             (Stream::Stderr, b" [Errno 30] Read-only file system: '.envrc'"),
         ];
-        let mut watch = Watch::new(|_: Stream, chunk: &[u8]| seen.extend_from_slice(chunk));
+        let mut watch = Watch::new(
+            |_: Stream, chunk: &[u8]| seen.extend_from_slice(chunk),
+            sandbox_core::Net::On,
+        );
         for (stream, chunk) in chunks {
             watch.write(stream, chunk);
             assert!(watch.partial.iter().all(|p| p.len() <= LINE_LIMIT));
         }
-        let (_, refused) = watch.finish();
-        assert_eq!(refused, [".git/config", ".envrc"]);
+        let (_, found) = watch.finish();
+        assert_eq!(found.refused, [".git/config", ".envrc"]);
+        assert!(!found.net_failure);
         assert_eq!(seen.len(), chunks.iter().map(|(_, c)| c.len()).sum::<usize>());
+    }
+
+    #[test]
+    fn the_watch_finds_a_failed_lookup_only_with_the_network_off() {
+        let chunks: [(Stream, &[u8]); 3] = [
+            (Stream::Stdout, b"fetching\n"),
+            (Stream::Stderr, b"socket.gaierror: [Errno -3] Temporary fail"),
+            (Stream::Stderr, b"ure in name resolution\n"),
+        ];
+        for (net, expected) in [(sandbox_core::Net::Off, true), (sandbox_core::Net::On, false)] {
+            let mut watch = Watch::new(|_: Stream, _: &[u8]| {}, net);
+            for (stream, chunk) in chunks {
+                watch.write(stream, chunk);
+            }
+            assert_eq!(watch.finish().1.net_failure, expected, "{net:?}");
+        }
+        // The last line, without its newline, is read too.
+        let mut watch = Watch::new(|_: Stream, _: &[u8]| {}, sandbox_core::Net::Off);
+        watch.write(Stream::Stdout, b"OSError: [Errno 101] Network is unreachable");
+        assert!(watch.finish().1.net_failure);
+    }
+
+    #[test]
+    fn the_closing_line_names_what_changed_and_only_that() {
+        let names = |n: usize| (0..n).map(|i| format!("f{i}.txt")).collect::<Vec<_>>();
+        assert_eq!(closing_line(&Changes::default()), None);
+        let written = Changes { written: names(2), deleted: Vec::new() };
+        assert_eq!(closing_line(&written).as_deref(), Some("files written: f0.txt, f1.txt"));
+        let deleted = Changes { written: Vec::new(), deleted: names(1) };
+        assert_eq!(closing_line(&deleted).as_deref(), Some("files deleted: f0.txt"));
+        let many = Changes { written: names(12), deleted: names(1) };
+        assert_eq!(
+            closing_line(&many).as_deref(),
+            Some(
+                "files written: f0.txt, f1.txt, f2.txt, f3.txt, f4.txt, f5.txt, f6.txt, f7.txt, f8.txt, f9.txt and 2 more; files deleted: f0.txt"
+            )
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod files;
 mod launcher_check;
 mod mcp;
 mod meta;
+mod netoff;
 #[cfg(test)]
 mod plugin_check;
 mod pool;

@@ -17,14 +17,21 @@
 //! stdout is the protocol: nothing here prints to it, scripts get no stdin, and the engines'
 //! blocking work runs on tokio's blocking pool so the protocol loop keeps answering.
 
+mod content;
 mod wire;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
-use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerInfo};
-use rmcp::{ErrorData, ServerHandler, ServiceExt as _, tool, tool_handler, tool_router};
+use rmcp::model::{
+    CallToolResult, Content, Implementation, ProgressNotificationParam, ServerCapabilities,
+    ServerInfo,
+};
+use rmcp::service::RequestContext;
+use rmcp::{
+    ErrorData, RoleServer, ServerHandler, ServiceExt as _, tool, tool_handler, tool_router,
+};
 use sandbox_core::{
     Asker, Crossing, DynSession, EngineError, EnvCrossing, ExecRequest, Layer, Net, OutputSink,
     RunOutcome, ScrubbingSink, ServiceSpec, Stream,
@@ -33,11 +40,21 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::{files, meta, registry, run, script, session, spec, ui};
+use crate::{files, meta, netoff, registry, run, script, session, spec, ui};
 
 /// Bytes kept of each output stream (and of a file read): enough for a model to read, small
 /// enough not to flood its context. What is cut is replaced by [`truncation_marker`].
 pub(crate) const OUTPUT_CAP: usize = 64 * 1024;
+
+/// Bytes of one image an answer carries: a plot saved at a usual size is far smaller, and a
+/// model sees an image scaled down anyway.
+const IMAGE_CAP: usize = 1 << 20;
+
+/// Images `run_script` returns at most (`return_images`).
+const MAX_IMAGES: usize = 4;
+
+/// Bytes of a binary file `read_file` returns, so that its base64 is at most [`OUTPUT_CAP`].
+const BINARY_CAP: usize = OUTPUT_CAP / 4 * 3;
 
 /// The approval rule, told to clients in the server instructions.
 const APPROVAL: &str = "A call that crosses a boundary (a mount or script path outside the workspace, a secret or home directory, a host socket, a host environment variable copied by name, a session of another workspace) returns {\"status\": \"needs_approval\", \"crossings\": [...]} and runs nothing; repeat it with `approve: true` only after the user confirmed each crossing.";
@@ -98,6 +115,10 @@ struct RunScriptArgs {
     /// Allow the boundary crossings a previous call named: only after the user confirmed them.
     #[serde(default)]
     approve: bool,
+    /// Also return the images the script wrote in the workspace (PNG, JPEG, GIF, WebP as
+    /// images, SVG as text), so they can be looked at: at most 4, each at most 1 MiB.
+    #[serde(default)]
+    return_images: bool,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
@@ -282,13 +303,14 @@ impl Server {
     }
 
     #[tool(
-        description = "Run a Python (PEP 723) script in a throwaway sandbox with the server's working directory as the workspace. Returns exit_code, stdout, stderr (each capped at 64 KiB, secrets masked), files_written, files_deleted, protected_refused (protected paths such as `.git` or `.claude` are read-only in every sandbox), duration_ms, and notes (such as a network that is HTTP(S) only, through a proxy). A call that crosses a boundary (a script or mount outside the workspace, a secret or home directory, a host socket, a host environment variable copied by name, a protected path made writable) returns {\"status\": \"needs_approval\", \"crossings\": [...]} and runs nothing; repeat it with `approve: true` only after the user confirmed each crossing."
+        description = "Run a Python (PEP 723) script in a throwaway sandbox with the server's working directory as the workspace. Returns exit_code, stdout, stderr (each capped at 64 KiB, secrets masked), files_written, files_deleted, protected_refused (protected paths such as `.git` or `.claude` are read-only in every sandbox), duration_ms, and notes (such as a network that is off or HTTP(S) only). With `return_images: true`, the images the script wrote come back as images to look at. Installing dependencies is reported as progress when the call has a progress token. A call that crosses a boundary (a script or mount outside the workspace, a secret or home directory, a host socket, a host environment variable copied by name, a protected path made writable) returns {\"status\": \"needs_approval\", \"crossings\": [...]} and runs nothing; repeat it with `approve: true` only after the user confirmed each crossing."
     )]
     async fn run_script(
         &self,
         Parameters(a): Parameters<RunScriptArgs>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        blocking(move || run_script(a)).await
+        with_progress(&context, move |status| run_script(a, status)).await
     }
 
     #[tool(
@@ -315,8 +337,9 @@ impl Server {
     async fn session_start(
         &self,
         Parameters(a): Parameters<SessionStartArgs>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        blocking(move || session_start(a)).await
+        with_progress(&context, move |status| session_start(a, status)).await
     }
 
     #[tool(
@@ -345,30 +368,36 @@ impl Server {
     }
 
     #[tool(
-        description = "Run a Python (PEP 723) script in a session's venv, installing its dependencies there; returns exit_code, stdout, stderr (capped, secrets masked), duration_ms. A script `path` outside the workspace or a host environment variable copied by name (in `env` or the script's own table) needs approval."
+        description = "Run a Python (PEP 723) script in a session's venv, installing its dependencies there (reported as progress when the call has a progress token); returns exit_code, stdout, stderr (capped, secrets masked), duration_ms, notes. A script `path` outside the workspace or a host environment variable copied by name (in `env` or the script's own table) needs approval."
     )]
     async fn session_run(
         &self,
         Parameters(a): Parameters<SessionRunArgs>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        blocking(move || session_run(a)).await
+        with_progress(&context, move |status| session_run(a, status)).await
     }
 
-    #[tool(description = "Read a text file in a session (capped at 64 KiB, secrets masked).")]
+    #[tool(
+        description = "Read a file in a session (secrets masked). An image (PNG, JPEG, GIF, WebP, at most 1 MiB) comes back as an image to look at; text, SVG included, as `content` (capped at 64 KiB); other bytes as base64 `content` with their `mime_type` (the first 48 KiB)."
+    )]
     async fn read_file(
         &self,
         Parameters(a): Parameters<ReadFileArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         blocking(move || {
-            on_session(&a.id, a.engine.as_deref(), a.approve, |s| {
+            let mut read = None;
+            let answer = on_session(&a.id, a.engine.as_deref(), a.approve, |s| {
                 let path = in_session(s, &a.path);
-                let bytes = s.read_file(&path)?;
-                let mut sink =
-                    ScrubbingSink::new(&session::session_secrets(s, &[]), Capped::default());
-                sink.write(Stream::Stdout, &bytes);
-                let capped = sink.finish();
-                Ok(json!({ "path": path, "size": bytes.len(), "content": capped.text(Stream::Stdout) }))
-            })
+                // Masked before anything looks at the bytes: an image's own too.
+                let bytes = session::session_secrets(s, &[]).scrub_bytes(&s.read_file(&path)?);
+                read = Some((path, bytes));
+                Ok(Value::Null)
+            })?;
+            match read {
+                Some((path, bytes)) => file_reply(&path, &bytes),
+                None => Ok(Reply::from(answer)),
+            }
         })
         .await
     }
@@ -481,16 +510,91 @@ impl ServerHandler for Server {
 /// What a tool body gives: a JSON result, or an error shown as `run --json` shows it.
 type Answer = Result<Value>;
 
+/// A tool's answer: a JSON value, and what goes with it for the model to see.
+struct Reply {
+    value: Value,
+    attached: Vec<Attached>,
+}
+
+/// An image (base64 and MIME type), or an SVG's text, beside a JSON answer.
+enum Attached {
+    Image { data: String, mime: &'static str },
+    Text(String),
+}
+
+impl From<Value> for Reply {
+    fn from(value: Value) -> Reply {
+        Reply { value, attached: Vec::new() }
+    }
+}
+
+impl Reply {
+    fn result(self) -> CallToolResult {
+        if self.attached.is_empty() {
+            return CallToolResult::structured(self.value);
+        }
+        // The JSON as text, without `structuredContent`: Claude Code passes on only that when
+        // both are there, and the images would never reach the model
+        // (anthropics/claude-code#54737).
+        let mut content = vec![Content::text(self.value.to_string())];
+        content.extend(self.attached.into_iter().map(|a| match a {
+            Attached::Image { data, mime } => Content::image(data, mime),
+            Attached::Text(text) => Content::text(text),
+        }));
+        CallToolResult::success(content)
+    }
+}
+
 /// Runs a tool body on the blocking pool (the engines block) and turns its answer into a
-/// tool result: a structured value, or a structured error the model can read.
-async fn blocking(
-    work: impl FnOnce() -> Answer + Send + 'static,
+/// tool result: a structured value (with its images), or a structured error the model can
+/// read.
+async fn blocking<R: Into<Reply> + Send + 'static>(
+    work: impl FnOnce() -> Result<R> + Send + 'static,
 ) -> Result<CallToolResult, ErrorData> {
     match tokio::task::spawn_blocking(work).await {
-        Ok(Ok(value)) => Ok(CallToolResult::structured(value)),
+        Ok(Ok(reply)) => Ok(reply.into().result()),
         Ok(Err(e)) => Ok(CallToolResult::structured_error(ui::error_json(&e))),
         Err(e) => Err(ErrorData::internal_error(format!("the tool stopped: {e}"), None)),
     }
+}
+
+/// [`blocking`], with the status lines the body gives (`status`: installing dependencies,
+/// starting a pod) sent as MCP progress notifications when the call carries a progress token,
+/// in order, all of them before the answer.
+async fn with_progress<R: Into<Reply> + Send + 'static>(
+    context: &RequestContext<RoleServer>,
+    work: impl FnOnce(&mut (dyn FnMut(&str) + Send)) -> Result<R> + Send + 'static,
+) -> Result<CallToolResult, ErrorData> {
+    let Some(token) = context.meta.get_progress_token() else {
+        return blocking(move || work(&mut |_| {})).await;
+    };
+    let (lines, mut received) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let peer = context.peer.clone();
+    let forward = tokio::spawn(async move {
+        let mut progress = 0.0;
+        while let Some(message) = received.recv().await {
+            progress += 1.0;
+            let param = ProgressNotificationParam {
+                progress_token: token.clone(),
+                progress,
+                total: None,
+                message: Some(message),
+            };
+            // A client gone away gets its answer (or nothing) the same way.
+            let _ = peer.notify_progress(param).await;
+        }
+    });
+    let answer = blocking(move || {
+        work(&mut |line: &str| {
+            if !line.is_empty() {
+                let _ = lines.send(line.to_owned());
+            }
+        })
+    })
+    .await;
+    // The sender went with the body: the forwarder ends after the last line.
+    let _ = forward.await;
+    answer
 }
 
 /// A script named by path or given inline.
@@ -609,7 +713,7 @@ fn script_crossings(script: &script::Script) -> Result<Vec<Crossing>> {
     Ok(spec::script_crossings(script, &workspace, spec::home().as_ref(), Asker::Agent))
 }
 
-fn run_script(a: RunScriptArgs) -> Answer {
+fn run_script(a: RunScriptArgs, status: &mut (dyn FnMut(&str) + Send)) -> Result<Reply> {
     let script = Source::of(a.path, a.code)?.load()?;
     let cli = |path: &Path| -> Result<Layer> {
         Ok(Layer {
@@ -631,7 +735,7 @@ fn run_script(a: RunScriptArgs) -> Answer {
     };
     let run::Planned { spec, crossings, env, keys } = run::plan(&script, Asker::Agent, cli)?;
     if (!crossings.is_empty() || !env.is_empty()) && !a.approve {
-        return Ok(needs_approval(&crossings, &env, "run"));
+        return Ok(needs_approval(&crossings, &env, "run").into());
     }
     let engine = a.engine.as_deref().unwrap_or("auto");
     let claims = registry::claim_mounts(&a.mounts, &keys.claims, engine)?;
@@ -653,23 +757,154 @@ fn run_script(a: RunScriptArgs) -> Answer {
     registry::script_keys(engine.name(), &keys)?;
     let before = files::snapshot(&spec.workspace);
     let mut urls = Vec::new();
-    let (outcome, capped, refused) =
-        run::run_captured(&*engine, &spec, Capped::default(), &mut urls)?;
+    let (outcome, capped, seen) =
+        run::run_captured(&*engine, &spec, Capped::default(), &mut urls, status)?;
     let code =
         if outcome.timed_out { crate::exit::TIMEOUT } else { crate::exit::of_script(&outcome) };
     let mut v = outcome_json(&outcome, code, &capped);
     v["engine"] = engine.name().into();
     let changes = files::changes_since(&before, &spec.workspace);
+    let mut attached = Vec::new();
+    if a.return_images {
+        let (shown, skipped) =
+            written_images(&spec.workspace, &changes.written, &run::secrets_of(&spec));
+        v["images"] = shown.iter().map(|(meta, _)| meta.clone()).collect();
+        v["images_skipped"] = skipped.into();
+        attached = shown.into_iter().map(|(_, a)| a).collect();
+    }
     v["files_written"] = changes.written.into();
     v["files_deleted"] = changes.deleted.into();
     v["urls"] = ui::urls_json(&urls);
     let mut notes = notes(engine.name(), spec.net);
-    if let Some((note, hint)) = files::refusal_note(&refused) {
+    if let Some((note, hint)) = files::refusal_note(&seen.refused) {
         notes.push(format!("{note}; {hint} (the user must approve)"));
     }
-    v["protected_refused"] = refused.into();
+    if run::failed_offline(&outcome, &seen) {
+        notes.push(format!("{}; {}", netoff::NOTE, netoff::hint(netoff::Where::RunTool)));
+    }
+    v["protected_refused"] = seen.refused.into();
     v["notes"] = notes.into();
-    Ok(v)
+    Ok(Reply { value: v, attached })
+}
+
+/// The images among the files a run wrote (`written`, relative to `workspace`), for the
+/// model to see: each with its JSON (path, MIME type, size) and what is attached, at most
+/// [`MAX_IMAGES`] of at most [`IMAGE_CAP`] bytes (an SVG's text at most [`OUTPUT_CAP`]), their
+/// secrets masked; and the images left out, each with the reason. A file is opened below the
+/// workspace without following any link, so a link the script left cannot show another file.
+fn written_images(
+    workspace: &Path,
+    written: &[String],
+    secrets: &sandbox_core::Secrets,
+) -> (Vec<(Value, Attached)>, Vec<Value>) {
+    let mut shown = Vec::new();
+    let mut skipped = Vec::new();
+    for path in written.iter().filter(|p| content::image_name(p)) {
+        let mut skip = |reason: String| skipped.push(json!({ "path": path, "reason": reason }));
+        if shown.len() == MAX_IMAGES {
+            skip(format!("only the first {MAX_IMAGES} images are returned"));
+            continue;
+        }
+        let bytes = match read_beneath(workspace, path, IMAGE_CAP) {
+            Ok(Some(bytes)) => secrets.scrub_bytes(&bytes),
+            Ok(None) => {
+                skip(format!("larger than the {} an answer carries", human(IMAGE_CAP)));
+                continue;
+            }
+            Err(e) => {
+                skip(format!("cannot be read: {e}"));
+                continue;
+            }
+        };
+        let size = bytes.len();
+        let (mime, attached) = match content::kind(path, &bytes) {
+            content::Kind::Image(mime) => {
+                (mime, Attached::Image { data: content::base64(&bytes), mime })
+            }
+            content::Kind::Svg if size <= OUTPUT_CAP => {
+                (content::SVG, Attached::Text(String::from_utf8_lossy(&bytes).into_owned()))
+            }
+            content::Kind::Svg => {
+                skip(format!(
+                    "an SVG larger than the {} of text an answer carries",
+                    human(OUTPUT_CAP)
+                ));
+                continue;
+            }
+            content::Kind::Text | content::Kind::Binary(_) => {
+                skip("named as an image, but its bytes are not one".to_owned());
+                continue;
+            }
+        };
+        shown.push((json!({ "path": path, "mime_type": mime, "size": size }), attached));
+    }
+    (shown, skipped)
+}
+
+/// At most `cap` bytes of the regular file `rel` below `root`, reached without following a
+/// link or leaving the directory; `None` when it is larger.
+fn read_beneath(root: &Path, rel: &str, cap: usize) -> std::io::Result<Option<Vec<u8>>> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    use std::io::Read as _;
+    let dir = rustix::fs::open(
+        root,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
+    let file = std::fs::File::from(rustix::fs::openat2(&dir, rel, flags, Mode::empty(), resolve)?);
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.take(u64::try_from(cap).unwrap_or(u64::MAX) + 1).read_to_end(&mut bytes)?;
+    Ok((bytes.len() <= cap).then_some(bytes))
+}
+
+/// `1 MiB`, `64 KiB`.
+fn human(bytes: usize) -> String {
+    sandbox_core::shell::human_bytes(bytes)
+}
+
+/// The answer of `read_file` for the file at `path` in a session, holding `bytes` (secrets
+/// already masked): see [`content::kind`].
+fn file_reply(path: &str, bytes: &[u8]) -> Result<Reply> {
+    let size = bytes.len();
+    let text = |mime: &str| {
+        let mut capped = Capped::default();
+        capped.write(Stream::Stdout, bytes);
+        json!({ "path": path, "size": size, "mime_type": mime, "content": capped.text(Stream::Stdout) })
+    };
+    Ok(match content::kind(path, bytes) {
+        content::Kind::Image(mime) if size <= IMAGE_CAP => Reply {
+            value: json!({ "path": path, "size": size, "mime_type": mime }),
+            attached: vec![Attached::Image { data: content::base64(bytes), mime }],
+        },
+        content::Kind::Image(mime) => {
+            return Err(ui::hinted(
+                format!(
+                    "`{path}` is a {mime} image of {size} bytes, larger than the {} an answer carries",
+                    human(IMAGE_CAP)
+                ),
+                "save it smaller in the session (a lower `dpi` in `savefig`, or Pillow's `Image.thumbnail`) and read that",
+            ));
+        }
+        content::Kind::Svg => text(content::SVG).into(),
+        content::Kind::Text => text("text/plain").into(),
+        content::Kind::Binary(mime) => {
+            let kept = &bytes[..size.min(BINARY_CAP)];
+            json!({
+                "path": path,
+                "size": size,
+                "mime_type": mime,
+                "encoding": "base64",
+                "content": content::base64(kept),
+                "truncated": size > BINARY_CAP,
+            })
+            .into()
+        }
+    })
 }
 
 /// What the CLI says on stderr as a `note:` about a sandbox started on `engine`, for a tool's
@@ -679,7 +914,7 @@ fn notes(engine: &str, net: Net) -> Vec<String> {
     if net == Net::On { registry::net_note(engine).into_iter().collect() } else { Vec::new() }
 }
 
-fn session_start(a: SessionStartArgs) -> Answer {
+fn session_start(a: SessionStartArgs, status: &mut (dyn FnMut(&str) + Send)) -> Answer {
     let workspace = spec::workspace()?;
     let ttl_text = a.ttl.as_deref().unwrap_or("30m");
     let ttl = session::parse_ttl(ttl_text).ok_or_else(|| {
@@ -711,8 +946,8 @@ fn session_start(a: SessionStartArgs) -> Answer {
         claims: &[],
     };
     let net = resolved.spec.net;
-    let info =
-        session::start_resolved(resolved.spec, workspace, ttl, a.engine.as_deref(), &options)?;
+    let engine = a.engine.as_deref();
+    let info = session::start_resolved(resolved.spec, workspace, ttl, engine, &options, status)?;
     Ok(json!({
         "id": info.id,
         "engine": info.engine,
@@ -724,7 +959,7 @@ fn session_start(a: SessionStartArgs) -> Answer {
     }))
 }
 
-fn session_run(a: SessionRunArgs) -> Answer {
+fn session_run(a: SessionRunArgs, status: &mut (dyn FnMut(&str) + Send)) -> Answer {
     let script = Source::of(a.path, a.code)?.load()?;
     let parsed = meta::parse_for_run(&script)?;
     let inline = parsed.metadata.as_ref().map(spec::inline_layer).unwrap_or_default();
@@ -756,10 +991,12 @@ fn session_run(a: SessionRunArgs) -> Answer {
         if (!crossings.is_empty() || !env.is_empty()) && !a.approve {
             return Ok(needs_approval(&crossings, &env, "run"));
         }
-        let mut capped = Capped::default();
+        let net = if s.policy().is_some_and(|p| !p.net) { Net::Off } else { Net::On };
+        let mut sink =
+            Reported { inner: files::Watch::new(Capped::default(), net), status: &mut *status };
         let mut warnings = Vec::new();
-        let (outcome, _) =
-            planned.run(s, home.clone(), &mut capped, &mut |w, _| warnings.push(w))?;
+        let (outcome, _) = planned.run(s, home.clone(), &mut sink, &mut |w, _| warnings.push(w))?;
+        let (capped, seen) = sink.inner.finish();
         let code =
             if outcome.timed_out { crate::exit::TIMEOUT } else { crate::exit::of_script(&outcome) };
         let mut v = outcome_json(&outcome, code, &capped);
@@ -767,8 +1004,33 @@ fn session_run(a: SessionRunArgs) -> Answer {
             let warnings = key_warnings.iter().cloned().chain(warnings);
             list.splice(0..0, warnings.map(Value::from));
         }
+        let mut notes = Vec::new();
+        if run::failed_offline(&outcome, &seen) {
+            notes.push(format!("{}; {}", netoff::NOTE, netoff::hint(netoff::Where::SessionTool)));
+        }
+        v["notes"] = notes.into();
         Ok(v)
     })
+}
+
+/// A sink that passes the output on to `inner` and the status lines to `status`.
+struct Reported<'a, S> {
+    inner: S,
+    status: &'a mut (dyn FnMut(&str) + Send),
+}
+
+impl<S: OutputSink> OutputSink for Reported<'_, S> {
+    fn write(&mut self, stream: Stream, chunk: &[u8]) {
+        self.inner.write(stream, chunk);
+    }
+
+    fn closed(&self) -> bool {
+        self.inner.closed()
+    }
+
+    fn status(&mut self, line: &str) {
+        (self.status)(line);
+    }
 }
 
 /// `work` on session `id`, found through the registry as `session exec` finds it. A session
@@ -939,6 +1201,89 @@ mod tests {
         assert_eq!(required("list_files"), ["id"]);
         assert_eq!(required("write_file"), ["id", "path", "content"]);
         assert!(serde_json::from_value::<ReadFileArgs>(json!({"id": "x"})).is_err());
+    }
+
+    const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+
+    #[test]
+    fn a_file_is_answered_as_what_it_is() {
+        let image = file_reply("p.png", PNG).expect("an image");
+        assert_eq!(
+            image.value,
+            json!({ "path": "p.png", "size": PNG.len(), "mime_type": "image/png" })
+        );
+        assert!(
+            matches!(&image.attached[..], [Attached::Image { mime: "image/png", data }] if data == &content::base64(PNG))
+        );
+        let result = serde_json::to_value(image.result()).expect("json");
+        assert!(result.get("structuredContent").is_none(), "{result}");
+        assert_eq!(result["content"][1]["type"], "image", "{result}");
+
+        let mut big = PNG.to_vec();
+        big.resize(IMAGE_CAP + 1, 0);
+        let refused = file_reply("big.png", &big).err().expect("too big");
+        assert!(ui::has_hint(&refused), "{refused}");
+
+        let svg = file_reply("d.svg", b"<svg/>").expect("svg");
+        assert_eq!(
+            (svg.value["mime_type"].as_str(), svg.value["content"].as_str()),
+            (Some("image/svg+xml"), Some("<svg/>"))
+        );
+        let blob: Vec<u8> = (0..=255u8).cycle().take(BINARY_CAP + 10).collect();
+        let binary = file_reply("b.bin", &blob).expect("binary");
+        assert_eq!(binary.value["encoding"], "base64");
+        assert_eq!(binary.value["truncated"], true);
+        assert_eq!(binary.value["content"].as_str().map(str::len), Some(OUTPUT_CAP));
+        assert!(binary.attached.is_empty());
+    }
+
+    #[test]
+    fn a_run_returns_the_images_it_wrote_within_the_caps_and_never_through_a_link() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ws = dir.path();
+        let secret = "s3cr3t-in-a-picture";
+        let with_secret = [PNG, secret.as_bytes()].concat();
+        let mut written = Vec::new();
+        for name in ["z1.png", "z2.png", "z3.png", "z4.png", "z5.png"] {
+            std::fs::write(ws.join(name), &with_secret).expect("write");
+            written.push(name.to_owned());
+        }
+        std::fs::write(ws.join("big.jpg"), vec![0xff; IMAGE_CAP + 1]).expect("write");
+        std::fs::write(ws.join("fake.png"), "not a picture").expect("write");
+        std::fs::write(ws.join("data.csv"), "a,b").expect("write");
+        std::os::unix::fs::symlink("/etc/hostname", ws.join("link.png")).expect("link");
+        std::fs::create_dir(ws.join("sub")).expect("dir");
+        std::os::unix::fs::symlink(ws.join("sub"), ws.join("via")).expect("link");
+        std::fs::write(ws.join("sub/s.png"), PNG).expect("write");
+        written
+            .extend(["big.jpg", "data.csv", "fake.png", "link.png", "via/s.png"].map(String::from));
+        written.sort();
+        let secrets = sandbox_core::Secrets::of_env([("API_TOKEN", secret)]);
+        let (shown, skipped) = written_images(ws, &written, &secrets);
+        let paths: Vec<&str> = shown.iter().filter_map(|(v, _)| v["path"].as_str()).collect();
+        assert_eq!(paths, ["z1.png", "z2.png", "z3.png", "z4.png"]);
+        for (_, attached) in &shown {
+            let Attached::Image { data, .. } = attached else { panic!("not an image") };
+            use base64::Engine as _;
+            let bytes = base64::engine::general_purpose::STANDARD.decode(data).expect("base64");
+            assert!(bytes.starts_with(PNG));
+            let text = String::from_utf8_lossy(&bytes);
+            assert!(!text.contains(secret) && text.contains("***"), "{text}");
+        }
+        let reasons: Vec<String> =
+            skipped.iter().map(|v| format!("{} {}", v["path"], v["reason"])).collect();
+        assert_eq!(
+            reasons,
+            [
+                "\"big.jpg\" \"larger than the 1 MiB an answer carries\"".to_owned(),
+                "\"fake.png\" \"named as an image, but its bytes are not one\"".to_owned(),
+                "\"link.png\" \"cannot be read: Too many levels of symbolic links (os error 40)\""
+                    .to_owned(),
+                "\"via/s.png\" \"cannot be read: Too many levels of symbolic links (os error 40)\""
+                    .to_owned(),
+                "\"z5.png\" \"only the first 4 images are returned\"".to_owned(),
+            ]
+        );
     }
 
     #[test]

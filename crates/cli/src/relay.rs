@@ -39,6 +39,10 @@ impl<S: OutputSink + ?Sized> OutputSink for Forward<'_, S> {
     fn closed(&self) -> bool {
         self.0.closed()
     }
+
+    fn status(&mut self, line: &str) {
+        self.0.status(line);
+    }
 }
 
 impl OutputSink for Relay {

@@ -2,6 +2,7 @@
 //! Everything that decides is pure and lives in the library crates; this module gathers host
 //! facts, picks the engine, shows progress and turns the outcome into our exit code.
 
+use std::io::IsTerminal as _;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -15,7 +16,7 @@ use sandbox_core::{
 use crate::args::{NetFlag, RunArgs};
 use crate::exit::{NO_ENGINE as EXIT_NO_ENGINE, TIMEOUT as EXIT_TIMEOUT};
 use crate::relay::Relay;
-use crate::{files, meta, progress, registry, script, spec, ui};
+use crate::{files, meta, netoff, progress, registry, script, spec, ui};
 
 pub(crate) fn run(args: RunArgs) -> Result<ExitCode> {
     // The script may be given our terminal and change its modes: they are put back on the
@@ -71,9 +72,12 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
     {
         ui::note(&note);
     }
-    let before = args.json.then(|| files::snapshot(&spec.workspace));
+    // Off a terminal (Claude Code's Bash, a log) a closing line names the files the run wrote
+    // and deleted, as `--json` lists them: both need the workspace's listing before the run.
+    let plain = !args.json && !std::io::stderr().is_terminal();
+    let before = (args.json || plain).then(|| files::snapshot(&spec.workspace));
     let mut urls = Vec::new();
-    let (outcome, refused) = match run_on(&*engine, &spec, args.json, &mut urls) {
+    let (outcome, seen) = match run_on(&*engine, &spec, args.json, &mut urls) {
         Ok(ran) => ran,
         // The engine turned out unable to sandbox here (a bwrap blocked after its cached probe,
         // a daemon gone): that is "no engine" for tools, and the script never started.
@@ -86,8 +90,12 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
     for warning in &outcome.warnings {
         ui::warn(warning);
     }
-    if let Some((note, hint)) = files::refusal_note(&refused) {
+    if let Some((note, hint)) = files::refusal_note(&seen.refused) {
         ui::note(&format!("{note}\nhint: {hint}"));
+    }
+    if failed_offline(&outcome, &seen) {
+        let place = netoff::Where::Run { flag: args.net == Some(NetFlag::Off) };
+        ui::note(&format!("{}\nhint: {}", netoff::NOTE, netoff::hint(place)));
     }
     let code = if outcome.timed_out {
         let secs = spec.timeout.map_or(0.0, |t| t.as_secs_f64());
@@ -100,8 +108,11 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
     } else {
         crate::exit::of_script(&outcome)
     };
+    let changes = before.map(|b| files::changes_since(&b, &spec.workspace)).unwrap_or_default();
+    if plain && let Some(line) = files::closing_line(&changes) {
+        ui::note(&line);
+    }
     if args.json {
-        let changes = before.map(|b| files::changes_since(&b, &spec.workspace)).unwrap_or_default();
         let summary = serde_json::json!({
             "engine": engine.name(),
             "exit_code": code,
@@ -109,7 +120,7 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
             "timed_out": outcome.timed_out,
             "files_written": changes.written,
             "files_deleted": changes.deleted,
-            "protected_refused": refused,
+            "protected_refused": seen.refused,
             "urls": ui::urls_json(&urls),
         });
         println!("{summary}");
@@ -148,33 +159,40 @@ pub(crate) fn plan(
     Ok(Planned { spec: resolved.spec, crossings, env, keys })
 }
 
+/// Whether the script failed (not stopped by its timeout) and its output shows a lookup or
+/// connect that failed for want of the network its run does not have.
+pub(crate) fn failed_offline(outcome: &RunOutcome, seen: &files::Seen) -> bool {
+    seen.net_failure && outcome.exit_code != 0 && !outcome.timed_out
+}
+
 /// A run whose output is kept rather than relayed (the MCP server's `run_script`): the
 /// engine's checks, prepare, then the run with no stdin and both streams scrubbed into
-/// `output`. The engine's warnings are returned with the outcome's own, and the protected
-/// paths the script was refused after `output` (`files::Watch`).
+/// `output`. The engines' status lines go to `status`. The engine's warnings are returned with
+/// the outcome's own, and what the script's output showed after `output` (`files::Watch`).
 pub(crate) fn run_captured<S: OutputSink>(
     engine: &dyn DynEngine,
     spec: &RunSpec,
     output: S,
     urls: &mut Vec<(u16, String)>,
-) -> Result<(RunOutcome, S, Vec<String>)> {
+    status: &mut (dyn FnMut(&str) + Send),
+) -> Result<(RunOutcome, S, files::Seen)> {
     refuse_unsupported(engine.name(), engine.capability(), spec)?;
     let warnings = engine.check_dyn(spec)?;
-    let prepared = engine.prepare_dyn(spec, &mut |_| {})?;
+    let prepared = engine.prepare_dyn(spec, &mut |line| status(line))?;
     let mut published = |ports: &[sandbox_core::PublishedPort]| {
         urls.extend(ports.iter().map(|p| (p.port, p.url())));
     };
-    let mut sink = ScrubbingSink::new(&secrets_of(spec), files::Watch::new(output));
+    let mut sink = ScrubbingSink::new(&secrets_of(spec), files::Watch::new(output, spec.net));
     let io = RunIo {
         stdin: Stdin::Null,
         output: Output::Sink(&mut sink),
-        status: None,
+        status: Some(status),
         published: Some(&mut published),
     };
     let mut outcome = engine.run_prepared_dyn(spec, &prepared, io)?;
     outcome.warnings.splice(0..0, warnings);
-    let (output, refused) = sink.finish().finish();
-    Ok((outcome, output, refused))
+    let (output, seen) = sink.finish().finish();
+    Ok((outcome, output, seen))
 }
 
 /// The command line's layer. Flags that do not parse are errors before anything starts.
@@ -264,15 +282,16 @@ pub(crate) fn refuse_unsupported(engine: &str, cap: Capability, spec: &RunSpec) 
     ))
 }
 
-/// Prepares (with a progress indicator on a terminal), then runs, through the seam. Where the
-/// published ports are is noted as soon as the sandbox is up, and kept in `urls`. With the
-/// outcome, the protected paths the script was refused, where its output passed through us.
+/// Prepares (with a progress indicator on a terminal, a line per step off one), then runs,
+/// through the seam. Where the published ports are is noted as soon as the sandbox is up, and
+/// kept in `urls`. With the outcome, what the script's output showed, where it passed
+/// through us.
 fn run_on(
     engine: &dyn DynEngine,
     spec: &RunSpec,
     json: bool,
     urls: &mut Vec<(u16, String)>,
-) -> Result<(RunOutcome, Vec<String>)> {
+) -> Result<(RunOutcome, files::Seen)> {
     for warning in engine.check_dyn(spec)? {
         ui::warn(&warning);
     }
@@ -286,14 +305,14 @@ fn run_on(
 }
 
 /// The shape every engine shares: prepare behind the progress indicator, then run with output
-/// inherited or scrubbed (and watched for refused protected paths: `files::Watch`).
+/// inherited or scrubbed (and watched: `files::Watch`).
 fn two_phase<P>(
     spec: &RunSpec,
     json: bool,
     urls: &mut Vec<(u16, String)>,
     prepare: impl FnOnce(&mut dyn FnMut(&str)) -> Result<P>,
     run: impl FnOnce(&P, RunIo<'_>) -> Result<RunOutcome>,
-) -> Result<(RunOutcome, Vec<String>)> {
+) -> Result<(RunOutcome, files::Seen)> {
     let prepared = {
         let mut progress = progress::Progress::start();
         let result = prepare(&mut |line| progress.set(line));
@@ -305,8 +324,9 @@ fn two_phase<P>(
         ui::note_published(urls);
     };
     let secrets = secrets_of(spec);
-    // Output passes through us only when it must (JSON mode or secrets to mask), so
-    // that a script on a terminal keeps its terminal.
+    // Output passes through us only when it must (JSON mode, secrets to mask, or a run
+    // without a network off a terminal, whose failure to connect is explained from its output:
+    // `netoff`), so that a script on a terminal keeps its terminal.
     // Status lines of the run phase (a cluster's workspace sync) get the indicator again; an
     // empty line ends it, before the script's output starts.
     let mut indicator: Option<progress::Progress> = None;
@@ -314,11 +334,14 @@ fn two_phase<P>(
         "" => drop(indicator.take()),
         line => indicator.get_or_insert_with(progress::Progress::start).set(line),
     };
-    if !json && secrets.is_empty() {
+    let explain_offline = spec.net == Net::Off
+        && !std::io::stdout().is_terminal()
+        && !std::io::stderr().is_terminal();
+    if !json && secrets.is_empty() && !explain_offline {
         let outcome = run(&prepared, stdio(Output::Inherit, &mut published, &mut status))?;
-        return Ok((outcome, Vec::new()));
+        return Ok((outcome, files::Seen::default()));
     }
-    let mut sink = ScrubbingSink::new(&secrets, files::Watch::new(Relay::plain(json)));
+    let mut sink = ScrubbingSink::new(&secrets, files::Watch::new(Relay::plain(json), spec.net));
     // One place for both (our stderr with --json, or one file behind both of ours): one stream
     // from the source, so the order between the script's stdout and stderr survives.
     let output = if json || sandbox_core::same_file_out_err() {
@@ -327,8 +350,8 @@ fn two_phase<P>(
         Output::Sink(&mut sink)
     };
     let outcome = run(&prepared, stdio(output, &mut published, &mut status))?;
-    let (_, refused) = sink.finish().finish();
-    Ok((outcome, refused))
+    let (_, seen) = sink.finish().finish();
+    Ok((outcome, seen))
 }
 
 fn stdio<'a>(

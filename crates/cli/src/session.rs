@@ -2,6 +2,7 @@
 //! sessions, through the registry and the `sandbox_core` session seam only (`DynSessionEngine`,
 //! `DynSession`): this module names no engine.
 
+use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use sandbox_core::{
 };
 
 use crate::args::{NetFlag, SessionCmd, SessionShape, SessionStartArgs};
+use crate::progress::Stepped;
 use crate::relay::{Forward, Relay};
 use crate::{meta, registry, ui};
 
@@ -85,7 +87,13 @@ fn start_session(args: SessionStartArgs, json: bool) -> Result<ExitCode> {
         claims: &[],
     };
     let net_on = spec.net == Net::On;
-    let info = start_resolved(spec, workspace, ttl, args.engine.as_deref(), &options)?;
+    let mut progress = crate::progress::Progress::start();
+    let started =
+        start_resolved(spec, workspace, ttl, args.engine.as_deref(), &options, &mut |line| {
+            progress.set(line)
+        });
+    progress.finish();
+    let info = started?;
     for warning in &info.warnings {
         ui::warn(warning);
     }
@@ -172,13 +180,15 @@ pub(crate) fn plan(args: &SessionShape) -> Result<Planned> {
 }
 
 /// Starts a session of a spec already resolved and checked at the boundary (by `session
-/// start` or the MCP server's `session_start`) on `engine` (`None`: the first that can).
+/// start` or the MCP server's `session_start`) on `engine` (`None`: the first that can). The
+/// engine's status lines go to `status`.
 pub(crate) fn start_resolved(
     spec: sandbox_core::RunSpec,
     workspace: PathBuf,
     ttl: Duration,
     engine: Option<&str>,
     options: &registry::Options<'_>,
+    status: &mut dyn FnMut(&str),
 ) -> Result<SessionInfo> {
     let Some(engine) = registry::select_sessions(engine, options)? else {
         return Err(ui::hinted(
@@ -190,10 +200,7 @@ pub(crate) fn start_resolved(
     if let Some(claimed) = crate::pool::claim(&*engine, &config, options) {
         return Ok(claimed);
     }
-    let mut progress = crate::progress::Progress::start();
-    let started = engine.start_session_dyn(&config, &mut |line| progress.set(line));
-    progress.finish();
-    Ok(started?)
+    Ok(engine.start_session_dyn(&config, status)?)
 }
 
 fn config_of(spec: sandbox_core::RunSpec, workspace: PathBuf, ttl: Duration) -> SessionConfig {
@@ -286,20 +293,41 @@ fn run_script(
     };
     let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
     let timed_out = std::cell::Cell::new(None);
+    // Off a terminal, a closing line names the files the script wrote and deleted, where the
+    // session's workspace is the host directory we are in (not a pod's own).
+    let plain = !std::io::stderr().is_terminal();
+    let here = std::env::current_dir().ok();
+    let mut seen = crate::files::Seen::default();
+    let mut changes = crate::files::Changes::default();
     let outcome = registry::with_session(id, choice, |session| {
         let planned = ScriptInSession { script: &script.path, inline: &inline, cli: &cli, args };
-        let mut relay = Relay::plain(false);
-        let outcome = planned.run(session, home.clone(), &mut relay, &mut |warning, hint| {
+        let workspace = Path::new(session.workspace());
+        let before = (plain && here.as_ref().is_some_and(|h| h.starts_with(workspace)))
+            .then(|| crate::files::snapshot(workspace));
+        let net = if session.policy().is_some_and(|p| !p.net) { Net::Off } else { Net::On };
+        let mut sink = Stepped::new(crate::files::Watch::new(Relay::plain(false), net));
+        let outcome = planned.run(session, home.clone(), &mut sink, &mut |warning, hint| {
             ui::warn(&warning);
             if let Some(hint) = hint {
                 ui::print_hint(&hint);
             }
         });
+        seen = sink.into_inner().finish().1;
+        if let Some(before) = before {
+            changes = crate::files::changes_since(&before, workspace);
+        }
         if let Ok((_, timeout)) = &outcome {
             timed_out.set(*timeout);
         }
         outcome.map(|(outcome, _)| outcome)
     })?;
+    if crate::run::failed_offline(&outcome, &seen) {
+        let hint = crate::netoff::hint(crate::netoff::Where::Session);
+        ui::note(&format!("{}\nhint: {hint}", crate::netoff::NOTE));
+    }
+    if let Some(line) = crate::files::closing_line(&changes) {
+        ui::note(&line);
+    }
     if outcome.timed_out {
         let secs = timed_out.get().map_or(0.0, |t| t.as_secs_f64());
         anstream::eprintln!(

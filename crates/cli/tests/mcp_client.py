@@ -23,6 +23,16 @@ def structured(result):
     return value, bool(is_error)
 
 
+async def start_session(session, arguments, what):
+    """A session's id, or None (after the `SKIPPED:` line) when no engine can hold one."""
+    v, err = structured(await session.call_tool("session_start", arguments))
+    if err and v.get("error", "").startswith("no engine that can hold a session"):
+        print(f"SKIPPED: {what}: no session engine here")
+        return None
+    assert not err, v
+    return v["id"]
+
+
 async def main(binary, workspace, home):
     env = dict(os.environ, HOME=home, NO_COLOR="1")
     params = StdioServerParameters(command=binary, args=["mcp"], env=env, cwd=workspace)
@@ -47,12 +57,9 @@ async def main(binary, workspace, home):
                 return
             assert not err and v["exit_code"] == 0 and v["stdout"] == "42\n", v
 
-            v, err = structured(await session.call_tool("session_start", {"ttl": "5m"}))
-            if err and v.get("error", "").startswith("no engine that can hold a session"):
-                print("SKIPPED: mcp sdk client sessions: no session engine here")
+            sid = await start_session(session, {"ttl": "5m"}, "mcp sdk client sessions")
+            if sid is None:
                 return
-            assert not err, v
-            sid = v["id"]
             try:
                 v, err = structured(await session.call_tool(
                     "session_exec", {"id": sid, "command": ["sh", "-c", "echo hi from exec"]}))

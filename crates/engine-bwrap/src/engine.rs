@@ -327,7 +327,7 @@ impl BwrapEngine {
         let step = Step::trusted(&dir, venv);
         self.run_prepare_step(&uv.path, interpreter.base(), step, spec.tmpfs_size)?;
         if !spec.dependencies.is_empty() {
-            self.install_dependencies(&uv.path, interpreter.base(), &dir, spec)?;
+            self.install_dependencies(&uv.path, interpreter.base(), &dir, spec, status)?;
         }
 
         let identity = fsutil::identity(&interpreter.executable).unwrap_or_default();
@@ -406,6 +406,7 @@ impl BwrapEngine {
         base: Base<'_>,
         dir: &Path,
         spec: &RunSpec,
+        status: &mut dyn FnMut(&str),
     ) -> Result<()> {
         let scratch = Scratch::create(&self.layout.root().join("scratch"))?;
         let input = lockfile::requirements_in(&spec.dependencies)
@@ -435,6 +436,10 @@ impl BwrapEngine {
             command: resolve,
             extra_env: Vec::new(),
         };
+        status(&match spec.dependencies.len() {
+            1 => "resolving 1 dependency".to_owned(),
+            n => format!("resolving {n} dependencies"),
+        });
         self.run_prepare_step(uv, base, step, spec.tmpfs_size)?;
         let lock = read_untrusted(&io.join("lock.txt"))?;
         let pinned = lockfile::parse(&lock).map_err(|e| Error::Prepare {
@@ -449,7 +454,14 @@ impl BwrapEngine {
         let mut wheels_only = install.clone();
         wheels_only.extend(["--no-build".into(), "--require-hashes".into()]);
         let step = Step { ro: vec![checked.clone()], ..Step::trusted(dir, wheels_only) };
+        let packages = match pinned.len() {
+            1 => "1 package".to_owned(),
+            n => format!("{n} packages"),
+        };
+        // One uv step downloads what its cache lacks and installs.
+        status(&format!("downloading and installing {packages}"));
         if self.run_prepare_step(uv, base, step, spec.tmpfs_size).is_err() {
+            status(&format!("building {packages} where only sources are published"));
             let step = Step {
                 dir,
                 ro: vec![checked.clone()],

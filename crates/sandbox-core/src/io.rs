@@ -24,6 +24,11 @@ pub trait OutputSink: Send {
     fn closed(&self) -> bool {
         false
     }
+
+    /// One line saying which long step of getting the command going is under way (a
+    /// session installing a script's dependencies): not output of the command, for a
+    /// progress display. Ignored unless the sink shows progress.
+    fn status(&mut self, _line: &str) {}
 }
 
 /// The exit code of a command whose output reader went away: 128 + SIGPIPE, what a shell

@@ -281,4 +281,8 @@ impl<S: OutputSink> OutputSink for ScrubbingSink<S> {
     fn closed(&self) -> bool {
         self.inner.closed()
     }
+
+    fn status(&mut self, line: &str) {
+        self.inner.status(line);
+    }
 }

@@ -150,6 +150,10 @@ impl OutputSink for NotReadyGate<'_> {
     fn closed(&self) -> bool {
         self.inner.closed()
     }
+
+    fn status(&mut self, line: &str) {
+        self.inner.status(line);
+    }
 }
 
 /// Pure: a byte count as `16 MiB`.
@@ -490,6 +494,9 @@ pub async fn run_script<S: AgentShell>(
     if let Some(outcome) = run_if_ready(shell, marker.as_deref(), place, options, output).await? {
         return Ok(outcome);
     }
+    if let Some(line) = install_status(&options.dependencies) {
+        output.status(&line);
+    }
     prepare_venv(shell, place.python, &options.dependencies, marker.as_deref()).await?;
     run_if_ready(shell, marker.as_deref(), place, options, output).await?.ok_or_else(|| {
         Error::SessionCommand {
@@ -498,6 +505,16 @@ pub async fn run_script<S: AgentShell>(
         }
         .into()
     })
+}
+
+/// Pure: the status line of the slow path's install, `None` when there is nothing to install
+/// (a venv alone is made in a moment).
+fn install_status(dependencies: &[String]) -> Option<String> {
+    match dependencies.len() {
+        0 => None,
+        1 => Some("installing 1 dependency in the session".to_owned()),
+        n => Some(format!("installing {n} dependencies in the session")),
+    }
 }
 
 /// One exec: the script runs if the venv (and `marker`) exist; `None` when they do not.

@@ -7,6 +7,7 @@ mod k8s;
 mod mcp;
 mod mcp_rmcp;
 mod meta;
+mod offterm;
 mod pool;
 mod reap;
 mod run;

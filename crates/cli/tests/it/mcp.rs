@@ -232,28 +232,45 @@ fn python_sdk() -> Result<std::path::PathBuf, String> {
 const PYTHON: &str = "/usr/bin/python3.11";
 
 #[test]
-#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
 fn mcp_python_sdk_client() {
+    let ctx = Ctx::new();
+    let home = tempfile::tempdir().expect("home");
+    std::fs::create_dir(home.path().join(".ssh")).expect("fake ~/.ssh");
+    sdk_client(&ctx, home.path(), "mcp_client.py", "mcp sdk client");
+}
+
+/// What an agent sees, through the real SDK client (`tests/mcp_agent_view.py`, which says what
+/// it checks): progress notifications while a run or a session installs a dependency, the
+/// images a script wrote and `read_file`'s kinds of content, the note of a run that failed
+/// because its network is off. The home is fresh, so the first run installs.
+#[test]
+fn mcp_python_sdk_sees_progress_pictures_and_the_network_note() {
+    let ctx = Ctx::new();
+    let home = tempfile::tempdir().expect("home");
+    sdk_client(&ctx, home.path(), "mcp_agent_view.py", "mcp agent view");
+}
+
+/// Runs the SDK client `tests/SCRIPT` against the binary in `ctx` with `home` as `HOME`; it
+/// must end with `ok: WHAT` (or say why it skipped).
+#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
+fn sdk_client(ctx: &Ctx, home: &std::path::Path, script: &str, what: &str) {
     if !std::path::Path::new(PYTHON).exists() {
-        println!("SKIPPED: mcp sdk client: no {PYTHON}");
+        println!("SKIPPED: {what}: no {PYTHON}");
         return;
     }
     let sdk = match python_sdk() {
         Ok(dir) => dir,
         Err(reason) => {
-            println!("SKIPPED: mcp sdk client: {reason}");
+            println!("SKIPPED: {what}: {reason}");
             return;
         }
     };
-    let ctx = Ctx::new();
-    let home = tempfile::tempdir().expect("home");
-    std::fs::create_dir(home.path().join(".ssh")).expect("fake ~/.ssh");
-    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_client.py");
+    let client = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(script);
     let out = Command::new(PYTHON)
         .arg(client)
         .arg(env!("CARGO_BIN_EXE_python-sandbox"))
         .arg(ctx.path())
-        .arg(home.path())
+        .arg(home)
         .env("PYTHONPATH", &sdk)
         .stdin(Stdio::null())
         .output()
@@ -265,7 +282,7 @@ fn mcp_python_sdk_client() {
         "the sdk client failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("ok: mcp sdk client") || stdout.contains("SKIPPED:"), "{stdout}");
+    assert!(stdout.contains(&format!("ok: {what}")) || stdout.contains("SKIPPED:"), "{stdout}");
 }
 
 /// `pvc:NAME:/path[:ro]` in the run tool's `mounts` and in the script's own table: refused
