@@ -67,13 +67,15 @@ fn secs(start: Instant) -> f64 {
     start.elapsed().as_secs_f64()
 }
 
-/// `mdbook` at the pinned version: on `PATH` or in `~/.cargo/bin`, else installed there.
+/// `mdbook` at the pinned version: on `PATH` or where `cargo install` puts it (`~/.cargo/bin`),
+/// else installed there.
 fn ensure_mdbook(sh: &Shell) -> Result<PathBuf> {
-    let home = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
+    let root = ["CARGO_INSTALL_ROOT", "CARGO_HOME"]
+        .iter()
+        .find_map(|v| std::env::var_os(v).map(PathBuf::from))
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
-        .context("neither CARGO_HOME nor HOME is set")?;
-    let installed = home.join("bin/mdbook");
+        .context("none of CARGO_INSTALL_ROOT, CARGO_HOME and HOME is set")?;
+    let installed = root.join("bin/mdbook");
     let version = |bin: &Path| {
         cmd!(sh, "{bin} --version").quiet().ignore_stderr().read().ok().filter(|v| {
             v.split_whitespace().nth(1).map(|v| v.trim_start_matches('v')) == Some(MDBOOK)

@@ -85,19 +85,22 @@ fn documented_command_lines_parse_with_the_real_cli() {
     assert!(checked >= 5, "only {checked} command lines checked");
 }
 
-/// The fenced `python-sandbox …` lines of the README or a page of the book, as a shell would split them: a leading `$ `
-/// prompt, a trailing `# comment`, redirections and pipes dropped, `"$id"` a plain word.
+/// The fenced `python-sandbox …` lines of the README or a page of the book, as a shell would
+/// split them: a leading `$ ` prompt, a trailing `# comment`, redirections and pipes dropped,
+/// `"$id"` a plain word. A ```` ```text ```` fence is a synopsis (`[--net on|off]`), not a
+/// command line.
 fn readme_command_lines(markdown: &str) -> Vec<String> {
-    let mut in_fence = false;
+    let (mut in_fence, mut synopsis) = (false, false);
     let mut out = Vec::new();
     for line in markdown.lines() {
         let t = line.trim();
-        if t.starts_with("```") {
+        if let Some(info) = t.strip_prefix("```") {
             in_fence = !in_fence;
+            synopsis = in_fence && info.trim() == "text";
             continue;
         }
         let t = t.strip_prefix("$ ").unwrap_or(t);
-        if !in_fence || !t.starts_with("python-sandbox ") {
+        if !in_fence || synopsis || !t.starts_with("python-sandbox ") {
             continue;
         }
         let end = [" #", " < ", " | "].iter().filter_map(|m| t.find(m)).min().unwrap_or(t.len());
