@@ -1,6 +1,6 @@
 //! `cargo xtask ci`: the README's test command and the only thing `.ci/run` calls.
 //!
-//! Tiers run least powerful first: formatting and lints, the pure tests, then the engines that
+//! Tiers run least powerful first: formatting and lints, the book and its links, the pure tests, then the engines that
 //! can run here (bubblewrap, docker, podman: installed and started when possible), the
 //! cross-engine conformance suite on each (and on podman as an unprivileged user: the
 //! `podman-rootless` tier), the Kubernetes tiers on the cluster `KUBECONFIG` names (SKIPPED
@@ -40,6 +40,10 @@ impl Ci {
 
         step("clippy");
         cmd!(sh, "cargo clippy --workspace --all-targets --locked -- -D warnings").run()?;
+
+        step("docs");
+        // The book and its links: cheap (a second or two once mdBook is installed), so early.
+        crate::docs::Docs.run(sh)?;
 
         step("engines");
         // Built in: it works here or the suite prints `SKIPPED: native: <the probe's reason>`.

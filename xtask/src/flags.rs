@@ -6,7 +6,7 @@ pub(crate) const USAGE: &str = "\
 usage: cargo xtask <command> [options]
 
 commands:
-  ci                 everything CI checks: fmt, clippy, tests, wasm, fuzz smoke, engine tiers
+  ci                 everything CI checks: fmt, clippy, docs, tests, wasm, fuzz smoke, engine tiers
   wasm [--check]     build the pep723-meta npm package into target/wasm/pep723-meta
   vsix               the VS Code extension as a .vsix (@vscode/vsce) into target/vsix, tested unpacked
   plugin [--provision]
@@ -19,6 +19,9 @@ commands:
                      SHA256SUMS, and the tarballs' sums pinned in plugin/SHA256SUMS; `--check`:
                      the binaries' checks, and `uv tool install` this machine's wheel into a
                      scratch dir and run examples/hello.py
+  docs               the book (docs/) built with mdBook, installed with cargo if missing (a
+                     warning fails it), and every internal link and anchor in the book,
+                     README.md and ARCHITECTURE.md checked (outside addresses never fetched)
   package            `cargo package` (with its verify build) and warning-free docs of the library
                      crates meant for crates.io (nothing is published)
   bench [--engine k8s|docker|podman|native|bwrap]
@@ -48,6 +51,7 @@ pub(crate) enum Cmd {
     Wasm(crate::wasm::Wasm),
     Plugin(crate::plugin::Plugin),
     Dist(crate::dist::Dist),
+    Docs(crate::docs::Docs),
     Package(crate::package::Package),
     Vsix(crate::vsix::Vsix),
     Bench(crate::bench::Bench),
@@ -89,6 +93,10 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
             [flag] if flag == "--check" => Cmd::Dist(crate::dist::Dist { check: true }),
             _ => bail!("`dist` takes nothing or `--check`\n\n{USAGE}"),
         },
+        "docs" => {
+            no_args(&cmd, &rest)?;
+            Cmd::Docs(crate::docs::Docs)
+        }
         "vsix" => {
             no_args(&cmd, &rest)?;
             Cmd::Vsix(crate::vsix::Vsix)

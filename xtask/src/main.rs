@@ -7,6 +7,7 @@ mod bench;
 mod bench_run;
 mod ci;
 mod dist;
+mod docs;
 mod flags;
 mod fuzz;
 mod image;
@@ -58,6 +59,7 @@ fn main() -> anyhow::Result<()> {
         flags::Cmd::Wasm(c) => c.run(&sh),
         flags::Cmd::Plugin(c) => c.run(&sh),
         flags::Cmd::Dist(c) => c.run(&sh),
+        flags::Cmd::Docs(c) => c.run(&sh),
         flags::Cmd::Package(c) => c.run(&sh),
         flags::Cmd::Vsix(c) => c.run(&sh),
         flags::Cmd::Bench(c) => c.run(&sh),

@@ -17,7 +17,11 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Run a PEP 723 script in a throwaway sandbox; the current directory is the workspace.
     Run(RunArgs),
-    /// Report which isolation engines (bwrap, docker, podman) work here (exit 3 when none does).
+    // The engines are named by the registry, the one list of them.
+    #[command(
+        about = "Report which isolation engines work here (exit 3 when none does)",
+        long_about = crate::registry::detect_about()
+    )]
     Detect {
         /// Print `{"selected": NAME|null, "engines": [...]}`.
         #[arg(long)]
@@ -28,8 +32,7 @@ pub(crate) enum Command {
     /// Check and edit a script's inline `# /// script` metadata.
     #[command(subcommand)]
     Meta(MetaCmd),
-    /// Warm sandboxes that stay up between runs (native, bwrap, docker, podman, k8s).
-    #[command(subcommand)]
+    #[command(subcommand, about = crate::registry::session_about())]
     Session(SessionCmd),
     /// Remove expired and orphaned python-sandbox containers, and environments nobody used for a
     /// while, now.
@@ -285,10 +288,10 @@ pub(crate) struct ReapArgs {
 /// Flags of `run`. Every flag beats the script's inline `[tool.python-sandbox]` table.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// The isolation engine; `auto` takes the first that works of bwrap, docker, podman.
     #[arg(
         long,
         default_value = "auto",
+        help = crate::registry::run_engine_help(),
         value_parser = clap::builder::PossibleValuesParser::new(crate::registry::choices())
     )]
     pub(crate) engine: String,

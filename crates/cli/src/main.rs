@@ -7,6 +7,8 @@ mod args;
 mod cmdline;
 mod config;
 mod detect;
+#[cfg(test)]
+mod engine_docs_check;
 mod exit;
 mod files;
 #[cfg(test)]

@@ -85,19 +85,22 @@ fn documented_command_lines_parse_with_the_real_cli() {
     assert!(checked >= 5, "only {checked} command lines checked");
 }
 
-/// The README's fenced `python-sandbox …` lines, as a shell would split them: a leading `$ `
-/// prompt, a trailing `# comment`, redirections and pipes dropped, `"$id"` a plain word.
+/// The fenced `python-sandbox …` lines of the README or a page of the book, as a shell would
+/// split them: a leading `$ ` prompt, a trailing `# comment`, redirections and pipes dropped,
+/// `"$id"` a plain word. A ```` ```text ```` fence is a synopsis (`[--net on|off]`), not a
+/// command line.
 fn readme_command_lines(markdown: &str) -> Vec<String> {
-    let mut in_fence = false;
+    let (mut in_fence, mut synopsis) = (false, false);
     let mut out = Vec::new();
     for line in markdown.lines() {
         let t = line.trim();
-        if t.starts_with("```") {
+        if let Some(info) = t.strip_prefix("```") {
             in_fence = !in_fence;
+            synopsis = in_fence && info.trim() == "text";
             continue;
         }
         let t = t.strip_prefix("$ ").unwrap_or(t);
-        if !in_fence || !t.starts_with("python-sandbox ") {
+        if !in_fence || synopsis || !t.starts_with("python-sandbox ") {
             continue;
         }
         let end = [" #", " < ", " | "].iter().filter_map(|m| t.find(m)).min().unwrap_or(t.len());
@@ -107,11 +110,22 @@ fn readme_command_lines(markdown: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_readmes_command_lines_parse_with_the_real_cli() {
-    let lines = readme_command_lines(&read(&repo_root().join("README.md")));
-    for line in &lines {
-        if let Err(e) = Cli::try_parse_from(argv(line)) {
-            panic!("README.md: `{line}` does not parse:\n{e}");
+fn the_readmes_and_the_books_command_lines_parse_with_the_real_cli() {
+    // The README and every page of the book under docs/src.
+    let root = repo_root();
+    let mut files = vec![root.join("README.md")];
+    let pages = std::fs::read_dir(root.join("docs/src")).expect("docs/src");
+    let mut pages: Vec<PathBuf> = pages.map(|e| e.expect("docs/src entry").path()).collect();
+    pages.retain(|p| p.extension().is_some_and(|e| e == "md"));
+    pages.sort();
+    files.extend(pages);
+    let mut lines = Vec::new();
+    for file in &files {
+        for line in readme_command_lines(&read(file)) {
+            if let Err(e) = Cli::try_parse_from(argv(&line)) {
+                panic!("{}: `{line}` does not parse:\n{e}", file.display());
+            }
+            lines.push(line);
         }
     }
     assert!(lines.iter().any(|l| l.contains("--engine k8s")), "no k8s line checked: {lines:?}");

@@ -625,6 +625,31 @@ pub(crate) fn ladder_names() -> Vec<&'static str> {
     ENGINES.iter().filter(|e| e.in_auto && e.open.is_some()).map(|e| e.name).collect()
 }
 
+/// `detect`'s line in `--help`: every engine, and the `auto` ladder.
+pub(crate) fn detect_about() -> String {
+    format!(
+        "Report which isolation engines ({}) work here and which one `auto` picks: the first \
+         that works of {} (exit 3 when none does)",
+        names().join(", "),
+        ladder_names().join(", ")
+    )
+}
+
+/// `session`'s line in `--help`.
+pub(crate) fn session_about() -> String {
+    format!("Warm sandboxes that stay up between runs ({})", session_choices().join(", "))
+}
+
+/// `run --engine`'s help.
+pub(crate) fn run_engine_help() -> String {
+    let off: Vec<_> = names().into_iter().filter(|n| !ladder_names().contains(n)).collect();
+    format!(
+        "The isolation engine; `auto` takes the first that works of {} (never {})",
+        ladder_names().join(", "),
+        off.join(", ")
+    )
+}
+
 /// `--engine` values of the session commands: the engines with sessions.
 pub(crate) fn session_choices() -> Vec<&'static str> {
     ENGINES.iter().filter(|e| e.sessions.is_some()).map(|e| e.name).collect()
