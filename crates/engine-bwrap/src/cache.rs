@@ -19,7 +19,21 @@ impl CacheLayout {
     pub(crate) fn uv_dir(&self) -> PathBuf {
         self.root.join("uv")
     }
+    /// The package store: the shared uv cache and, for the length of a wheels-only install,
+    /// the environment it installs into. One directory, so one mount in the prepare sandbox:
+    /// `link(2)` never crosses mounts, and uv hard-links from its cache only within one.
+    pub(crate) fn store(&self) -> PathBuf {
+        self.root.join("store")
+    }
     pub(crate) fn uv_cache(&self) -> PathBuf {
+        self.store().join("uv")
+    }
+    /// Where an environment is while uv installs into it (see [`CacheLayout::store`]).
+    pub(crate) fn building(&self, key: &str) -> PathBuf {
+        self.store().join("building").join(key)
+    }
+    /// The uv cache of versions before the package store: removed by `reap`.
+    pub(crate) fn legacy_uv_cache(&self) -> PathBuf {
         self.root.join("uv-cache")
     }
     pub(crate) fn python_dir(&self) -> PathBuf {

@@ -398,9 +398,10 @@ impl BwrapEngine {
     /// 1. **resolve** (`uv pip compile --generate-hashes`, may build sdists for their
     ///    metadata): a private cache, the venv read-only, the result into a scratch directory;
     ///    the result is untrusted and checked line by line (`lockfile`);
-    /// 2. **install** the exact pins with `--no-build --require-hashes` and the shared cache:
-    ///    uv alone, nothing of a package runs (no build, no bytecode compile: that starts the
-    ///    venv's Python, whose `.pth` files are package code);
+    /// 2. **install** the exact pins with `--no-build --require-hashes` and the shared cache,
+    ///    hard-linked from it (`Cache::Linked`): uv alone, nothing of a package runs (no build,
+    ///    no bytecode compile: that starts the venv's Python, whose `.pth` files are package
+    ///    code);
     /// 3. only when that fails (a pin exists only as an sdist, or a URL without a hash):
     ///    **build** the same pins with a second private cache, thrown away afterwards;
     /// 4. **compile** the bytecode with `python -I -S -m compileall` (no site, so no `.pth`
@@ -458,7 +459,11 @@ impl BwrapEngine {
         install.extend(["--no-deps".into(), "-r".into(), checked.join("pinned.txt").into()]);
         let mut wheels_only = install.clone();
         wheels_only.extend(["--no-build".into(), "--require-hashes".into()]);
-        let step = Step { ro: vec![checked.clone()], ..Step::trusted(dir, wheels_only) };
+        let step = Step {
+            ro: vec![checked.clone()],
+            cache: Cache::Linked,
+            ..Step::trusted(dir, wheels_only)
+        };
         let packages = match pinned.len() {
             1 => "1 package".to_owned(),
             n => format!("{n} packages"),
@@ -517,12 +522,24 @@ impl BwrapEngine {
         tmpfs_size: u64,
     ) -> Result<()> {
         let cache = match &step.cache {
-            Cache::Shared => Some(self.layout.uv_cache()),
+            Cache::Shared | Cache::Linked => Some(self.layout.uv_cache()),
             Cache::Private(dir) => Some(dir.clone()),
             Cache::None => None,
         };
-        let mut rw_dirs: Vec<PathBuf> = cache.iter().cloned().collect();
-        rw_dirs.push(step.dir.to_owned());
+        let mut links = Vec::new();
+        let mut extra_env = step.extra_env;
+        let (mut rw_dirs, moved) = if matches!(step.cache, Cache::Linked) {
+            // The store is one mount holding the cache and the environment; the environment
+            // is still seen at its own path, through a link.
+            let moved = Moved::into_store(step.dir, &self.layout)?;
+            links.push((PathBuf::from(plan::SANDBOX_ENV), moved.building.clone()));
+            extra_env.push(("UV_LINK_MODE".to_owned(), OsString::from("hardlink")));
+            (vec![self.layout.store()], Some(moved))
+        } else {
+            let mut rw: Vec<PathBuf> = cache.iter().cloned().collect();
+            rw.push(step.dir.to_owned());
+            (rw, None)
+        };
         let mut ro_dirs = base.prefixes.to_vec();
         ro_dirs.extend(step.ro.iter().cloned());
         // The environment being built is seen where runs see it (its `pyvenv.cfg`, links and
@@ -537,8 +554,13 @@ impl BwrapEngine {
         }
         if let Some((uid, gid)) = self.host.run_as() {
             // The prepare sandbox writes these as nobody; nothing else on the host can reach
-            // them (the cache root is 0700, see `new`).
-            for rw in &rw_dirs {
+            // them (the cache root is 0700, see `new`). In the store, only what uv writes: the
+            // store itself stays the caller's, like every directory of the cache root.
+            let written = match &moved {
+                Some(moved) => vec![self.layout.uv_cache(), moved.building.clone()],
+                None => rw_dirs.clone(),
+            };
+            for rw in &written {
                 fsutil::hand_over(rw, uid, gid)?;
             }
         }
@@ -551,16 +573,25 @@ impl BwrapEngine {
             python_install_dir: self.layout.python_dir(),
             chdir: step.dir.to_owned(),
             command: step.command,
-            extra_env: step.extra_env,
+            extra_env,
             tmpfs_size,
             net: step.net,
             relocation,
+            links,
         };
         let plan = plan::prepare_plan(&self.host, &layout, None);
+        let ran = self.run_prepare_plan(&plan);
+        match moved {
+            Some(moved) => moved.back().and(ran),
+            None => ran,
+        }
+    }
+
+    fn run_prepare_plan(&self, plan: &plan::Plan) -> Result<()> {
         let mut output = Vec::new();
         let finished = process::execute(
             self.launch(),
-            &plan,
+            plan,
             &Stdin::Null,
             Outputs::Collect(&mut output),
             None,
@@ -1043,10 +1074,61 @@ fn capture(command: &mut Command) -> std::io::Result<std::result::Result<String,
 enum Cache {
     /// The shared one: only for steps in which nothing but uv runs.
     Shared,
+    /// The shared one, with the environment moved into the package store for the step, so uv
+    /// hard-links files from its cache instead of copying them (`CacheLayout::store`). Only
+    /// uv ever writes that cache, and it never rewrites a file in place: a linked file of an
+    /// environment stays what uv checked.
+    Linked,
     /// One of its own, removed with the prepare's scratch directory.
     Private(PathBuf),
     /// None at all.
     None,
+}
+
+/// An environment moved into the package store for one step (`Cache::Linked`), and moved back
+/// when the step ends, however it ends. Only under the environment's exclusive lock.
+struct Moved {
+    home: PathBuf,
+    building: PathBuf,
+    back: bool,
+}
+
+impl Moved {
+    fn into_store(dir: &Path, layout: &CacheLayout) -> Result<Moved> {
+        let key = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let building = layout.building(key);
+        // What an interrupted install of this key left (its lock is ours now).
+        if std::fs::symlink_metadata(&building).is_ok() {
+            std::fs::remove_dir_all(&building)
+                .map_err(Error::io(format!("removing {}", building.display())))?;
+        }
+        if let Some(parent) = building.parent() {
+            fsutil::create_dir_all(parent)?;
+            // A root caller's step runs as nobody and must pass through both to reach what it
+            // writes; listing them is not needed, and the cache root (0700) keeps out the rest.
+            for dir in [parent, &layout.store()] {
+                std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o711))
+                    .map_err(Error::io(format!("opening {} to the prepare", dir.display())))?;
+            }
+        }
+        std::fs::rename(dir, &building)
+            .map_err(Error::io(format!("moving {} into the package store", dir.display())))?;
+        Ok(Moved { home: dir.to_owned(), building, back: false })
+    }
+
+    fn back(mut self) -> Result<()> {
+        self.back = true;
+        std::fs::rename(&self.building, &self.home)
+            .map_err(Error::io(format!("moving {} back", self.home.display())))
+    }
+}
+
+impl Drop for Moved {
+    fn drop(&mut self) {
+        if !self.back {
+            let _ = std::fs::rename(&self.building, &self.home);
+        }
+    }
 }
 
 /// One sandboxed prepare step: what it writes and runs.

@@ -118,10 +118,11 @@ fn busy(path: &Path) -> bool {
 /// and not in use: removed, or with `dry_run` only reported. Needs no bwrap: only the cache.
 pub fn prune_envs(cache_dir: &Path, max_age: Duration, dry_run: bool) -> Result<Vec<PrunedEnv>> {
     let layout = CacheLayout::new(cache_dir);
+    let mut out = leftovers(&layout, dry_run);
     let envs_dir = layout.envs_dir();
     let entries = match std::fs::read_dir(&envs_dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
         Err(e) => return Err(Error::io(format!("reading {}", envs_dir.display()))(e)),
     };
     // Keys are hex: anything else here (temporary files) is not an environment.
@@ -144,7 +145,6 @@ pub fn prune_envs(cache_dir: &Path, max_age: Duration, dry_run: bool) -> Result<
             reaper::EnvUse::owned(key, last.map_or(now, secs), busy(&lock_of(key)))
         })
         .collect();
-    let mut out = Vec::new();
     for action in reaper::stale_envs(now, max_age.as_secs(), &uses) {
         let dir = envs_dir.join(&action.id);
         let mut pruned =
@@ -159,6 +159,34 @@ pub fn prune_envs(cache_dir: &Path, max_age: Duration, dry_run: bool) -> Result<
         out.push(pruned);
     }
     Ok(out)
+}
+
+/// What no environment uses any more: the uv cache of versions before the package store, and
+/// an environment an install was interrupted in (left in the store, its lock free again; the
+/// next prepare of its key builds it anew).
+fn leftovers(layout: &CacheLayout, dry_run: bool) -> Vec<PrunedEnv> {
+    let mut found = vec![(layout.legacy_uv_cache(), "the package cache of an older version")];
+    let building = layout.building("");
+    for entry in std::fs::read_dir(&building).into_iter().flatten().flatten() {
+        let key = entry.file_name().to_string_lossy().into_owned();
+        if !busy(&layout.locks_dir().join(format!("{key}.lock"))) {
+            found.push((entry.path(), "an interrupted install"));
+        }
+    }
+    found
+        .into_iter()
+        .filter(|(dir, _)| std::fs::symlink_metadata(dir).is_ok())
+        .map(|(dir, reason)| {
+            let removed =
+                if dry_run { Ok(false) } else { std::fs::remove_dir_all(&dir).map(|()| true) };
+            PrunedEnv {
+                dir,
+                reason: reason.to_owned(),
+                removed: removed.as_ref().is_ok_and(|r| *r),
+                error: removed.err().map(|e| e.to_string()),
+            }
+        })
+        .collect()
 }
 
 /// Removes one environment under its exclusive lock: marker first, then the directory, then the

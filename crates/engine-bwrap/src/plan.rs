@@ -57,6 +57,10 @@ pub struct Plan {
     pub home: PathBuf,
     /// Applied after the base layout, parents before children.
     pub binds: Vec<Bind>,
+    /// (path, target) of symlinks made after the binds, below `/opt/python-sandbox` (a prepare
+    /// step's view of the environment it builds inside the package store, so uv can hard-link
+    /// from its cache: `BwrapEngine::install_dependencies`).
+    pub links: Vec<(PathBuf, PathBuf)>,
     /// The command's working directory.
     pub chdir: PathBuf,
     /// The complete environment of bwrap and therefore of the sandboxed command.
@@ -264,6 +268,11 @@ impl Plan {
                 }
             }
             a.arg(bind.dest.as_os_str());
+        }
+        for (path, target) in &self.links {
+            a.arg("--symlink");
+            a.arg(target.as_os_str());
+            a.arg(path.as_os_str());
         }
         // The root tmpfs holds only mount points and the /etc skeleton; nothing may be added.
         a.flags(&["--remount-ro", "/"]);
@@ -504,6 +513,8 @@ pub(crate) struct PrepareLayout {
     /// Where the environment, the interpreter and uv are seen (paths in `command` and
     /// `chdir` are the host's, translated here).
     pub(crate) relocation: Relocation,
+    /// See [`Plan::links`].
+    pub(crate) links: Vec<(PathBuf, PathBuf)>,
 }
 
 /// Prepare: network on, no workspace, no home; uv writes only to its cache and the env.
@@ -529,9 +540,9 @@ pub(crate) fn prepare_plan(
         ("UV_NO_CONFIG", OsStr::new("1")),
         // The interpreter was chosen on the host; never download another one here.
         ("UV_PYTHON_DOWNLOADS", OsStr::new("never")),
-        // Copies, not hardlinks: nothing written into the shared cache later may alter files
-        // of existing environments (package code never runs with it writable:
-        // `BwrapEngine::install_dependencies`).
+        // Copies by default: a step whose cache is private (a build) must leave nothing of it
+        // behind. The wheels-only install links from the shared cache instead, which only uv
+        // ever writes (`BwrapEngine::install_dependencies`).
         ("UV_LINK_MODE", OsStr::new("copy")),
         // Trust the system CA store, so TLS-intercepting corporate proxies work. Newer uv
         // reads UV_SYSTEM_CERTS, older uv UV_NATIVE_TLS; the deprecation note is never shown
@@ -558,6 +569,7 @@ pub(crate) fn prepare_plan(
         gid,
         home,
         binds: order_binds(binds),
+        links: layout.links.clone(),
         chdir: r.path(&layout.chdir),
         env,
         command: layout.command.iter().map(|a| r.arg(a)).collect(),
@@ -642,6 +654,7 @@ pub(crate) fn run_plan(host: &HostFacts, layout: &RunLayout, status_fd: Option<i
         gid,
         home,
         binds: order_binds(binds),
+        links: Vec::new(),
         chdir: layout.workspace.clone(),
         env,
         command,
@@ -737,6 +750,7 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Plan {
         gid,
         home,
         binds: order_binds(binds),
+        links: Vec::new(),
         chdir: layout.workspace.clone(),
         env,
         command,

@@ -274,6 +274,7 @@ fn prepare_has_network_no_workspace_and_only_cache_writable() {
             vec![],
             false,
         ),
+        links: Vec::new(),
     };
     let plan = prepare_plan(&host(), &layout, None);
     assert!(plan.net);
@@ -285,6 +286,46 @@ fn prepare_has_network_no_workspace_and_only_cache_writable() {
         .map(|b| b.dest.as_path())
         .collect();
     assert_eq!(writable.len(), 3);
+    insta::assert_snapshot!(render(&plan, &host()));
+}
+
+/// The wheels-only install: the package store (uv cache and the environment being built) is
+/// one writable mount, and the environment is seen where runs see it, through a link.
+#[test]
+fn the_linked_install_sees_the_environment_in_the_store_through_a_link() {
+    let store = "/home/alice/.cache/python-sandbox/bwrap/store";
+    let building = format!("{store}/building/abc");
+    let layout = PrepareLayout {
+        uv: "/home/alice/.cache/python-sandbox/bwrap/uv/0.13.9-x86_64/uv".into(),
+        ro_dirs: vec!["/usr/lib/python3.11".into()],
+        rw_dirs: vec![store.into()],
+        uv_cache: format!("{store}/uv").into(),
+        python_install_dir: "/home/alice/.cache/python-sandbox/bwrap/python".into(),
+        chdir: ENV.into(),
+        command: ["uv", "pip", "install", "--python", &format!("{ENV}/bin/python")]
+            .map(OsString::from)
+            .to_vec(),
+        extra_env: vec![("UV_LINK_MODE".into(), "hardlink".into())],
+        tmpfs_size: 64 << 20,
+        net: true,
+        relocation: Relocation::new(
+            Some(Path::new(ENV)),
+            &[],
+            Some(Path::new("/home/alice/.cache/python-sandbox/bwrap/uv/0.13.9-x86_64/uv")),
+            vec![],
+            false,
+        ),
+        links: vec![(PathBuf::from(crate::plan::SANDBOX_ENV), PathBuf::from(&building))],
+    };
+    let plan = prepare_plan(&host(), &layout, None);
+    let writable: Vec<&Path> = plan
+        .binds
+        .iter()
+        .filter(|b| b.access == Access::ReadWrite)
+        .map(|b| b.dest.as_path())
+        .collect();
+    assert_eq!(writable, [Path::new(store)], "the store alone is writable");
+    assert!(!plan.binds.iter().any(|b| b.src == Path::new(ENV)), "the environment is not bound");
     insta::assert_snapshot!(render(&plan, &host()));
 }
 

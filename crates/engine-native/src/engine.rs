@@ -149,6 +149,7 @@ pub fn input(plan: &Plan, host: &HostFacts, cache_root: &Path) -> Input {
         chdir: Some(plan.chdir.clone()),
         net: plan.net,
         tmpfs_size: plan.tmpfs_size,
+        links: plan.links.clone(),
     };
     for bind in &plan.binds {
         let caller = plan.pinned.contains(&bind.src);

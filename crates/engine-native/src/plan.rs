@@ -89,6 +89,9 @@ pub struct Input {
     pub net: bool,
     /// Size cap in bytes of each tmpfs (`/tmp`, home).
     pub tmpfs_size: u64,
+    /// (path, target) of symlinks below `/opt/python-sandbox` into one of
+    /// [`Input::own_writable`]'s destinations (`engine_bwrap::Plan::links`).
+    pub links: Vec<(PathBuf, PathBuf)>,
 }
 
 /// One step of building the tree, in order. Paths are the sandbox's.
@@ -376,6 +379,19 @@ pub fn plan(input: &Input) -> Result<Plan> {
             caller: bind.caller,
         });
         earlier.push(bind.dest.clone());
+    }
+    for (path, target) in &input.links {
+        let inside = input.own_writable.iter().any(|(_, dest)| target.starts_with(dest));
+        if !path.starts_with(RELOCATED) || !inside {
+            return Err(Error::Unsupported {
+                what: format!("refusing to link `{}` to `{}`", path.display(), target.display()),
+                hint:
+                    "a link lies below /opt/python-sandbox and points into a tree the step writes"
+                        .into(),
+            });
+        }
+        scaffold_under(&mut ops, &mut made, path, &writable_roots, &earlier);
+        ops.push(Op::Symlink { target: target.clone(), path: path.clone() });
     }
     ops.push(Op::RootReadOnly);
 

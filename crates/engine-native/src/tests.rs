@@ -38,6 +38,7 @@ fn input(uid: u32) -> Input {
         chdir: None,
         net: false,
         tmpfs_size: 1 << 20,
+        links: Vec::new(),
     }
 }
 
@@ -104,6 +105,40 @@ fn plan_net_on_with_mounts() {
         ("/home/alice/proj/sub".into(), MountMode::ReadOnly),
     ];
     insta::assert_snapshot!(render(&i));
+}
+
+/// A prepare's wheels-only install: the package store is the one writable tree, and the
+/// environment inside it is seen at `/opt/python-sandbox/env` through a link made after the
+/// binds; a link anywhere else, or into a tree the step does not write, is refused.
+#[test]
+fn plan_links_only_into_what_the_step_writes() {
+    let store = "/home/alice/.cache/python-sandbox/bwrap/store";
+    let linked = |path: &str, target: &str| {
+        let mut i = input(1000);
+        i.workspace = None;
+        i.ro_dirs.retain(|(_, dest)| !dest.ends_with("env"));
+        i.own_writable = vec![(store.into(), store.into())];
+        i.links = vec![(path.into(), target.into())];
+        i
+    };
+    let ok = render(&linked("/opt/python-sandbox/env", &format!("{store}/building/abc")));
+    let tail: Vec<&str> = ok.lines().rev().take(4).collect();
+    insta::assert_snapshot!(tail.into_iter().rev().collect::<Vec<_>>().join("\n"), @r#"
+    dir /opt/python-sandbox 755
+    symlink /opt/python-sandbox/env -> /home/alice/.cache/python-sandbox/bwrap/store/building/abc
+    read-only /
+    writable: ["/tmp", "/home/sandbox", "/dev/shm", "/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/pts", "/home/alice/.cache/python-sandbox/bwrap/store"]
+    "#);
+    let refused = [
+        linked("/usr/bin/python3", &format!("{store}/building/abc")),
+        linked("/opt/python-sandbox/env", "/home/alice"),
+    ];
+    insta::assert_snapshot!(refused.iter().map(render).collect::<Vec<_>>().join("\n"), @r"
+    error: refusing to link `/usr/bin/python3` to `/home/alice/.cache/python-sandbox/bwrap/store/building/abc`
+    hint: a link lies below /opt/python-sandbox and points into a tree the step writes
+    error: refusing to link `/opt/python-sandbox/env` to `/home/alice`
+    hint: a link lies below /opt/python-sandbox and points into a tree the step writes
+    ");
 }
 
 #[test]
@@ -257,6 +292,7 @@ fn bwrap_plan(
                 access: *access,
             })
             .collect(),
+        links: Vec::new(),
         chdir: chdir.into(),
         env: vec![("PATH".into(), "/usr/bin".into())],
         command: vec!["/usr/bin/python3".into()],

@@ -1,6 +1,8 @@
 //! Exit codes, timeouts, process-tree teardown, dependencies and the warm path.
 
-use std::time::{Duration, Instant};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sandbox_core::Net;
 
@@ -172,4 +174,35 @@ fn a_sandbox_that_cannot_start_is_an_error_not_an_exit_code() {
     println!("{err}");
     assert!(captured.stderr_lossy().contains("uid map"));
     assert!(!captured.stdout_lossy().contains("must not run"));
+}
+
+/// A new environment's files are hard links into the shared package cache, not copies: the
+/// install step sees the environment inside the package store (one mount with the cache) at
+/// `/opt/python-sandbox/env` through a link, and the environment is back in place afterwards,
+/// with bytecode of its own and entry points that name the path runs see.
+#[test]
+fn a_new_environment_links_its_files_from_the_package_cache() {
+    let Some(f) = fixture() else { return };
+    let nonce = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_nanos();
+    let mut spec = f.spec("import idna\nprint(idna.encode('ドメイン.テスト').decode())\n");
+    // A spelling no earlier run used: this environment is built now.
+    spec.dependencies = vec![format!("idna>=3,!=0.0.{nonce}"), "pip!=0.0.1".to_owned()];
+    spec.net = Net::Off;
+    let env = f.prepare(&spec);
+    assert!(env.fresh);
+    assert!(env.dir.ends_with(format!("envs/{}", env.key)), "{}", env.dir.display());
+    let store = env.dir.parent().and_then(Path::parent).expect("cache root").join("store");
+    assert!(!store.join("building").join(&env.key).exists(), "moved back after the install");
+    let site = std::fs::read_dir(env.dir.join("lib"))
+        .expect("lib")
+        .flatten()
+        .map(|e| e.path().join("site-packages"))
+        .find(|p| p.join("idna").is_dir())
+        .expect("idna installed");
+    let module = std::fs::metadata(site.join("idna/__init__.py")).expect("idna/__init__.py");
+    assert!(module.nlink() >= 2, "a copy, not a link into the package cache");
+    assert!(site.join("idna/__pycache__").is_dir(), "the modules are compiled");
+    let entry = std::fs::read_to_string(env.dir.join("bin/pip")).expect("bin/pip");
+    assert!(entry.starts_with("#!/opt/python-sandbox/env/bin/python"), "{entry}");
+    assert_eq!(f.run_ok(&spec), "xn--eckwd4c7c.xn--zckzah\n");
 }

@@ -21,7 +21,10 @@ struct PackageHost {
 
 impl PackageHost {
     fn start(dir: &std::path::Path) -> Result<(PackageHost, String), String> {
-        let tag = std::process::id() % 10_000;
+        // Tests of one process start hosts of their own in parallel: a count tells them apart.
+        static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 2;
+        let tag = std::process::id() % 1_000 * 10 + n;
         let host = PackageHost {
             ns: format!("psbx-pkg-{tag}"),
             veth: format!("psbxp{tag}"),
@@ -30,7 +33,7 @@ impl PackageHost {
         let peer = format!("psbxq{tag}");
         // 198.18.X.0/30 per process, so parallel runs do not collide: the benchmarking range,
         // neither private (net on refuses those) nor routed anywhere.
-        let net = format!("198.18.{}", tag % 250);
+        let net = format!("198.18.{}", (std::process::id() % 125 * 2 + n) % 250);
         let ip = |args: &[&str]| -> Result<(), String> {
             let out = Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
             if out.status.success() {
@@ -95,7 +98,7 @@ fn a_build_script_cannot_touch_the_shared_cache_or_the_managed_pythons() {
     // Creates the cache directories.
     f.prepare(&f.spec(""));
     let bwrap = cache_dir().join("bwrap");
-    let (shared, pythons) = (bwrap.join("uv-cache"), bwrap.join("python"));
+    let (shared, pythons) = (bwrap.join("store/uv"), bwrap.join("python"));
     let sentinel = shared.join("psbx-sentinel");
     std::fs::write(&sentinel, "original").expect("sentinel");
     for planted in [shared.join("psbx-planted"), pythons.join("psbx-planted")] {

@@ -90,3 +90,26 @@ fn aged_env_is_pruned_unless_held_and_rebuilt_on_next_use() {
     let pruned = prune_envs(cache.path(), Duration::ZERO, false).expect("prune all");
     assert!(pruned.len() == 1 && pruned[0].removed, "{pruned:?}");
 }
+
+/// What no environment uses is removed too: the uv cache of versions before the package store,
+/// and an environment an install was interrupted in (its lock free); a dry run only lists them.
+#[test]
+fn leftovers_of_older_versions_and_interrupted_installs_go() {
+    let cache = tempfile::tempdir().expect("cache");
+    let bwrap = cache.path().join("bwrap");
+    let legacy = bwrap.join("uv-cache/wheels-v5");
+    let interrupted = bwrap.join("store/building/0123abcd/lib");
+    for dir in [&legacy, &interrupted] {
+        std::fs::create_dir_all(dir).expect("mkdir");
+    }
+    let listed = prune_envs(cache.path(), MONTH, true).expect("dry run");
+    let mut reasons: Vec<&str> = listed.iter().map(|p| p.reason.as_str()).collect();
+    reasons.sort_unstable();
+    assert_eq!(reasons, ["an interrupted install", "the package cache of an older version"]);
+    assert!(legacy.is_dir() && interrupted.is_dir(), "a dry run removes nothing");
+    let pruned = prune_envs(cache.path(), MONTH, false).expect("prune");
+    assert!(pruned.iter().all(|p| p.removed), "{pruned:?}");
+    assert!(!bwrap.join("uv-cache").exists());
+    assert!(!bwrap.join("store/building/0123abcd").exists());
+    assert_eq!(prune_envs(cache.path(), MONTH, false).expect("again").len(), 0);
+}

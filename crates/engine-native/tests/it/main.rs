@@ -79,6 +79,7 @@ fn fixture() -> Fixture {
         chdir: None,
         net: false,
         tmpfs_size: 16 << 20,
+        links: Vec::new(),
     };
     Fixture { _dir: dir, home, workspace, input }
 }
