@@ -239,6 +239,11 @@ fn run_on_a_host_without_merged_usr_and_odd_home() {
     check_run("run_unmerged_usr_root_home", &host, &run_layout());
 }
 
+/// Where a plan's read-write binds land.
+fn writable_dests(plan: &Plan) -> Vec<&Path> {
+    plan.binds.iter().filter(|b| b.access == Access::ReadWrite).map(|b| b.dest.as_path()).collect()
+}
+
 #[test]
 fn prepare_has_network_no_workspace_and_only_cache_writable() {
     let layout = PrepareLayout {
@@ -279,12 +284,7 @@ fn prepare_has_network_no_workspace_and_only_cache_writable() {
     let plan = prepare_plan(&host(), &layout, None);
     assert!(plan.net);
     assert!(!plan.binds.iter().any(|b| b.dest.starts_with("/home/alice/project")));
-    let writable: Vec<&Path> = plan
-        .binds
-        .iter()
-        .filter(|b| b.access == Access::ReadWrite)
-        .map(|b| b.dest.as_path())
-        .collect();
+    let writable = writable_dests(&plan);
     assert_eq!(writable.len(), 3);
     insta::assert_snapshot!(render(&plan, &host()));
 }
@@ -318,12 +318,7 @@ fn the_linked_install_sees_the_environment_in_the_store_through_a_link() {
         links: vec![(PathBuf::from(crate::plan::SANDBOX_ENV), PathBuf::from(&building))],
     };
     let plan = prepare_plan(&host(), &layout, None);
-    let writable: Vec<&Path> = plan
-        .binds
-        .iter()
-        .filter(|b| b.access == Access::ReadWrite)
-        .map(|b| b.dest.as_path())
-        .collect();
+    let writable = writable_dests(&plan);
     assert_eq!(writable, [Path::new(store)], "the store alone is writable");
     assert!(!plan.binds.iter().any(|b| b.src == Path::new(ENV)), "the environment is not bound");
     insta::assert_snapshot!(render(&plan, &host()));
