@@ -160,8 +160,15 @@ fn new_dependency_sets(
     // Spellings no earlier bench used: this run's time in the excluded version.
     let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
     let script = |set: &[&str], import: &str, round: usize| -> Result<PathBuf> {
-        let deps: Vec<String> =
-            set.iter().map(|d| format!("\"{d},!=0.0.{nonce}{round}\"")).collect();
+        let deps: Vec<String> = set
+            .iter()
+            .map(|d| {
+                format!(
+                    "\"{d}{}!=0.0.{nonce}{round}\"",
+                    if d.contains(['>', '<', '=']) { "," } else { "" }
+                )
+            })
+            .collect();
         let path = dir.join(format!("new_{round}.py"));
         std::fs::write(
             &path,

@@ -261,7 +261,18 @@ impl PrivateDir {
     /// Replaces `name` with `bytes` through a temporary file and a rename in this directory, so
     /// readers see the old or the new content, never a torn one.
     pub fn replace(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
-        let tmp = self.write_temp(name, bytes)?;
+        self.replace_with(name, bytes, true)
+    }
+
+    /// [`PrivateDir::replace`] without flushing the content to the disk first: for records
+    /// written on a run's hot path whose loss in a host crash costs little (each flush took 3
+    /// to 10 ms here). Readers still never see a torn record.
+    pub fn replace_unflushed(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        self.replace_with(name, bytes, false)
+    }
+
+    fn replace_with(&self, name: &str, bytes: &[u8], flush: bool) -> Result<(), Error> {
+        let tmp = self.write_temp(name, bytes, flush)?;
         rustix::fs::renameat(&self.fd, &tmp, &self.fd, name).map_err(|e| {
             let _ = rustix::fs::unlinkat(&self.fd, &tmp, AtFlags::empty());
             file_error(&self.path.join(name), e)
@@ -272,7 +283,7 @@ impl PrivateDir {
     /// wins: a link, not a rename, so a reader holding the first copy keeps it). `Ok(false)`
     /// when it existed. `mode` is for files another uid must read (a sandbox's `/etc/passwd`).
     pub fn write_once(&self, name: &str, bytes: &[u8], mode: u32) -> Result<bool, Error> {
-        let tmp = self.write_temp(name, bytes)?;
+        let tmp = self.write_temp(name, bytes, true)?;
         if mode != FILE_MODE {
             let chmod =
                 rustix::fs::chmodat(&self.fd, &tmp, Mode::from_raw_mode(mode), AtFlags::empty());
@@ -300,14 +311,15 @@ impl PrivateDir {
         }
     }
 
-    fn write_temp(&self, name: &str, bytes: &[u8]) -> Result<String, Error> {
+    fn write_temp(&self, name: &str, bytes: &[u8], flush: bool) -> Result<String, Error> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let tmp =
             format!(".{name}.{}.{}.tmp", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
         let path = self.path.join(&tmp);
         let mut file =
             self.create_new(&tmp)?.ok_or_else(|| file_error(&path, "temporary name taken"))?;
-        file.write_all(bytes).and_then(|()| file.sync_all()).map_err(|e| {
+        let written = file.write_all(bytes);
+        written.and_then(|()| if flush { file.sync_all() } else { Ok(()) }).map_err(|e| {
             let _ = rustix::fs::unlinkat(&self.fd, &tmp, AtFlags::empty());
             file_error(&path, e)
         })?;
