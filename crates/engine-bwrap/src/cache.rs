@@ -32,6 +32,11 @@ impl CacheLayout {
     pub(crate) fn building(&self, key: &str) -> PathBuf {
         self.store().join("building").join(key)
     }
+    /// `<lock key>` → the key of a ready environment with exactly those packages installed
+    /// (`key::lock_key`): a new dependency list that resolves alike links its files.
+    pub(crate) fn by_lock(&self, lock: &str) -> PathBuf {
+        self.root.join("by-lock").join(lock)
+    }
     /// The uv cache of versions before the package store: removed by `reap`.
     pub(crate) fn legacy_uv_cache(&self) -> PathBuf {
         self.root.join("uv-cache")

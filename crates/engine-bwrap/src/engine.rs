@@ -331,11 +331,14 @@ impl BwrapEngine {
         venv.extend(["--python".into(), interpreter.executable.clone().into(), dir.clone().into()]);
         let step = Step::trusted(&dir, venv);
         self.run_prepare_step(&uv.path, interpreter.base(), step, spec.tmpfs_size)?;
-        if !spec.dependencies.is_empty() {
-            self.install_dependencies(&uv.path, interpreter.base(), &dir, spec, status)?;
-        }
-
         let identity = fsutil::identity(&interpreter.executable).unwrap_or_default();
+        let installed = Installed { uv: &uv.path, uv_version: &uv.version, identity: &identity };
+        let lock = if spec.dependencies.is_empty() {
+            None
+        } else {
+            Some(self.install_dependencies(installed, interpreter.base(), &dir, spec, status)?)
+        };
+
         let mut marker = Marker::new(
             interpreter.executable.clone(),
             identity,
@@ -345,9 +348,19 @@ impl BwrapEngine {
             spec.dependencies.clone(),
         );
         marker.library_path = interpreter.library_path;
+        marker.lock.clone_from(&lock);
         let bytes = serde_json::to_vec_pretty(&marker)
             .map_err(|e| Error::io("encoding the environment marker")(std::io::Error::other(e)))?;
         fsutil::write_atomic(&marker_path, &bytes)?;
+        if let Some(lock) = &lock {
+            // Best effort: without the entry a list that resolves alike installs anew.
+            let entry = self.layout.by_lock(lock);
+            if let Some(parent) = entry.parent()
+                && fsutil::create_dir_all(parent).is_ok()
+            {
+                let _ = fsutil::write_atomic(&entry, key.as_bytes());
+            }
+        }
         lease.share()?;
         Ok(PreparedEnv {
             key,
@@ -406,14 +419,19 @@ impl BwrapEngine {
     ///    **build** the same pins with a second private cache, thrown away afterwards;
     /// 4. **compile** the bytecode with `python -I -S -m compileall` (no site, so no `.pth`
     ///    runs), no cache, no network; test suites left out (see [`NOT_COMPILED`]).
+    ///
+    /// A list that resolves to the packages of a ready environment (same pins and hashes, same
+    /// interpreter, same uv: `key::lock_key`) installs nothing: that environment's files are
+    /// hard-linked instead, bytecode included. Returns the lock key.
     fn install_dependencies(
         &self,
-        uv: &Path,
+        installed: Installed<'_>,
         base: Base<'_>,
         dir: &Path,
         spec: &RunSpec,
         status: &mut dyn FnMut(&str),
-    ) -> Result<()> {
+    ) -> Result<String> {
+        let uv = installed.uv;
         let scratch = Scratch::create(&self.layout.root().join("scratch"))?;
         let input = lockfile::requirements_in(&spec.dependencies)
             .map_err(|reason| Error::Prepare { code: 2, stderr: reason })?;
@@ -452,8 +470,31 @@ impl BwrapEngine {
             code: 2,
             stderr: format!("the resolution is not a list of pinned requirements ({e})"),
         })?;
-        std::fs::write(checked.join("pinned.txt"), lockfile::render(&pinned))
+        let rendered = lockfile::render(&pinned);
+        std::fs::write(checked.join("pinned.txt"), &rendered)
             .map_err(Error::io("writing the checked resolution"))?;
+        let lock = crate::key::lock_key(&rendered, installed.identity, installed.uv_version);
+        if let Some((source, _hold)) = self.same_packages(&lock) {
+            status(&format!(
+                "linking {} of an environment with the same versions",
+                match pinned.len() {
+                    1 => "1 package".to_owned(),
+                    n => format!("{n} packages"),
+                }
+            ));
+            std::fs::remove_dir_all(dir)
+                .map_err(Error::io(format!("emptying {}", dir.display())))?;
+            fsutil::create_dir_all(dir)?;
+            fsutil::link_tree(&source, dir).map_err(Error::io(format!(
+                "linking {} into {}",
+                source.display(),
+                dir.display()
+            )))?;
+            if let Some((uid, gid)) = self.host.run_as() {
+                fsutil::hand_over(dir, uid, gid)?;
+            }
+            return Ok(lock);
+        }
 
         let mut install = uv_pip("install");
         install.extend(["--no-deps".into(), "-r".into(), checked.join("pinned.txt").into()]);
@@ -509,9 +550,27 @@ impl BwrapEngine {
         // Bytecode is an optimization: files a package ships for other Python versions fail
         // to compile and are simply left to the interpreter.
         match self.run_prepare_step(uv, base, step, spec.tmpfs_size) {
-            Err(Error::Prepare { .. }) | Ok(()) => Ok(()),
+            Err(Error::Prepare { .. }) | Ok(()) => Ok(lock),
             Err(e) => Err(e),
         }
+    }
+
+    /// The ready environment the lock index names for `lock`, held shared so it is not pruned
+    /// while its files are linked; none when it is gone, changed, or being built or pruned.
+    fn same_packages(&self, lock: &str) -> Option<(PathBuf, Lease)> {
+        let key = std::fs::read_to_string(self.layout.by_lock(lock)).ok()?;
+        let key = key.trim();
+        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let hold =
+            Lease::try_shared(&self.layout.locks_dir().join(format!("{key}.lock"))).ok()??;
+        let envs = self.layout.envs_dir();
+        let marker = Marker::read(&envs.join(format!("{key}.json")))?;
+        let dir = envs.join(key);
+        let whole = std::fs::symlink_metadata(dir.join("bin/python")).is_ok();
+        (marker.lock.as_deref() == Some(lock) && marker.is_current() && whole)
+            .then_some((dir, hold))
     }
 
     fn run_prepare_step(
@@ -1068,6 +1127,14 @@ fn capture(command: &mut Command) -> std::io::Result<std::result::Result<String,
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
     Ok(if out.status.success() { Ok(stdout) } else { Err(stderr) })
+}
+
+/// uv and what a set of installed packages is tied to (`key::lock_key`).
+#[derive(Clone, Copy)]
+struct Installed<'a> {
+    uv: &'a Path,
+    uv_version: &'a str,
+    identity: &'a str,
 }
 
 /// Which uv cache a prepare step gets (see `BwrapEngine::install_dependencies`).

@@ -41,6 +41,11 @@ impl Lease {
         Ok(Lease::stamped(file))
     }
 
+    /// The lock shared if nobody holds it exclusive, without waiting; stamps the last use.
+    pub(crate) fn try_shared(path: &Path) -> Result<Option<Lease>> {
+        Ok(lock(path, LockMode::TryShared)?.map(Lease::stamped))
+    }
+
     /// The exclusive lock if nobody holds the lock at all, without waiting; stamps the last use.
     pub(crate) fn try_exclusive(path: &Path) -> Result<Option<Lease>> {
         Ok(lock(path, LockMode::TryExclusive)?.map(Lease::stamped))

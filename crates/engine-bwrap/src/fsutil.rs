@@ -121,3 +121,24 @@ pub(crate) fn hand_over(dir: &Path, uid: u32, gid: u32) -> Result<()> {
     }
     chown(dir).map_err(|e| Error::io(format!("handing {} to uid {uid}", dir.display()))(e.into()))
 }
+
+/// Recreates the tree `src` in the existing directory `dst`: directories anew (with their
+/// modes, set once filled), files as hard links, symlinks as they are. For environments,
+/// whose files nothing ever writes in place once built.
+pub(crate) fn link_tree(src: &Path, dst: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(src)? {
+        let entry = entry?;
+        let (from, to) = (entry.path(), dst.join(entry.file_name()));
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            std::fs::create_dir(&to)?;
+            link_tree(&from, &to)?;
+            std::fs::set_permissions(&to, entry.metadata()?.permissions())?;
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&from)?, &to)?;
+        } else if kind.is_file() {
+            std::fs::hard_link(&from, &to)?;
+        }
+    }
+    Ok(())
+}

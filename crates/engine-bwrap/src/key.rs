@@ -57,6 +57,21 @@ pub(crate) struct Marker {
     /// See `PreparedEnv::library_path`.
     #[serde(default)]
     pub(crate) library_path: bool,
+    /// The [`lock_key`] of its installed packages (none without dependencies).
+    #[serde(default)]
+    pub(crate) lock: Option<String>,
+}
+
+/// Pure: what a set of installed packages is, for reuse across dependency lists that resolve
+/// alike (`numpy` and `numpy>=1.20` today): the checked resolution (`lockfile::render`), the
+/// interpreter it was installed for (its identity) and uv's version.
+pub(crate) fn lock_key(rendered_lock: &str, python_identity: &str, uv_version: &str) -> String {
+    let mut text = String::new();
+    for part in [FORMAT, std::env::consts::ARCH, python_identity, uv_version, rendered_lock] {
+        text.push_str(part);
+        text.push('\0');
+    }
+    sha256_hex(text.as_bytes())[..32].to_owned()
 }
 
 impl Marker {
@@ -77,6 +92,7 @@ impl Marker {
             uv_version,
             dependencies,
             library_path: false,
+            lock: None,
         }
     }
 

@@ -206,3 +206,33 @@ fn a_new_environment_links_its_files_from_the_package_cache() {
     assert!(entry.starts_with("#!/opt/python-sandbox/env/bin/python"), "{entry}");
     assert_eq!(f.run_ok(&spec), "xn--eckwd4c7c.xn--zckzah\n");
 }
+
+/// A dependency list spelled anew that resolves to the packages of a ready environment (the
+/// same pins and hashes, interpreter and uv) installs nothing: that environment's files are
+/// linked, bytecode included, and the script runs the same.
+#[test]
+fn a_list_that_resolves_alike_links_the_packages_of_a_ready_environment() {
+    let Some(f) = fixture() else { return };
+    let nonce = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_nanos();
+    let mut spec = f.spec("import idna\nprint(idna.encode('ドメイン.テスト').decode())\n");
+    spec.net = Net::Off;
+    let mut built = |spelling: String| {
+        spec.dependencies = vec![spelling];
+        let mut lines = Vec::new();
+        let env = f.engine.prepare(&spec, &mut |l| lines.push(l.to_owned())).expect("prepare");
+        assert!(env.fresh);
+        let module =
+            env.dir.join("lib").read_dir().expect("lib").flatten().next().expect("lib/python3.x");
+        let meta = std::fs::metadata(module.path().join("site-packages/idna/__init__.py"))
+            .expect("idna installed");
+        assert!(module.path().join("site-packages/idna/__pycache__").is_dir());
+        (env, meta.ino(), lines)
+    };
+    // The first may link too: other tests build idna's environment.
+    let (first, first_ino, _) = built(format!("idna>=3,!=0.0.{nonce}"));
+    let (second, second_ino, second_lines) = built(format!("idna>=3.0,!=0.0.{nonce}"));
+    assert_ne!(first.dir, second.dir, "two lists, two environments");
+    assert!(second_lines.iter().any(|l| l.starts_with("linking 1 package")), "{second_lines:?}");
+    assert_eq!(first_ino, second_ino, "the same files, linked");
+    assert_eq!(f.run_ok(&spec), "xn--eckwd4c7c.xn--zckzah\n");
+}
