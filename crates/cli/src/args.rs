@@ -221,6 +221,10 @@ pub(crate) struct SessionStartArgs {
     /// Print `{"id", "engine", "sandbox", "urls"}` instead of the bare id (an error as JSON too).
     #[arg(long)]
     pub(crate) json: bool,
+    /// Install a dependency (a PEP 508 requirement: `numpy`, `rich>=13`) into the session's
+    /// environment before it is handed out (repeatable; needs net on).
+    #[arg(long = "with", value_name = "DEP")]
+    pub(crate) with: Vec<String>,
     #[command(flatten)]
     pub(crate) shape: SessionShape,
 }

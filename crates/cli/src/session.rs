@@ -88,10 +88,10 @@ fn start_session(args: SessionStartArgs, json: bool) -> Result<ExitCode> {
     };
     let net_on = spec.net == Net::On;
     let mut progress = crate::progress::Progress::start();
-    let started =
-        start_resolved(spec, workspace, ttl, args.engine.as_deref(), &options, &mut |line| {
-            progress.set(line)
-        });
+    let engine = args.engine.as_deref();
+    let started = start_resolved(spec, workspace, ttl, engine, &options, &args.with, &mut |line| {
+        progress.set(line)
+    });
     progress.finish();
     let info = started?;
     for warning in &info.warnings {
@@ -180,16 +180,25 @@ pub(crate) fn plan(args: &SessionShape) -> Result<Planned> {
 }
 
 /// Starts a session of a spec already resolved and checked at the boundary (by `session
-/// start` or the MCP server's `session_start`) on `engine` (`None`: the first that can). The
-/// engine's status lines go to `status`.
+/// start` or the MCP server's `session_start`) on `engine` (`None`: the first that can), its
+/// environment made and `dependencies` installed there before it is handed out. The engine's
+/// status lines go to `status`.
 pub(crate) fn start_resolved(
     spec: sandbox_core::RunSpec,
     workspace: PathBuf,
     ttl: Duration,
     engine: Option<&str>,
     options: &registry::Options<'_>,
-    status: &mut dyn FnMut(&str),
+    dependencies: &[String],
+    status: &mut (dyn FnMut(&str) + Send),
 ) -> Result<SessionInfo> {
+    // They install inside, with the session's own network: refused before anything starts.
+    if !dependencies.is_empty() && spec.net == Net::Off {
+        return Err(ui::hinted(
+            "a session with the network off cannot install its dependencies, so nothing was started",
+            "start it with the network on (dependencies install inside the session), or use `python-sandbox run`, whose environment is prepared with a network even when the script's is off",
+        ));
+    }
     let Some(engine) = registry::select_sessions(engine, options)? else {
         return Err(ui::hinted(
             "no engine that can hold a session works here, so nothing was started",
@@ -197,10 +206,55 @@ pub(crate) fn start_resolved(
         ));
     };
     let config = config_of(spec, workspace, ttl);
-    if let Some(claimed) = crate::pool::claim(&*engine, &config, options) {
-        return Ok(claimed);
+    let info = match crate::pool::claim(&*engine, &config, options) {
+        Some(claimed) => claimed,
+        None => engine.start_session_dyn(&config, status)?,
+    };
+    // Nothing half-done: a session whose environment could not be made is stopped.
+    if let Err(e) = prepare(&*engine, &info.id, dependencies, status) {
+        let _ = engine.stop_session_dyn(&info.id);
+        return Err(e);
     }
-    Ok(engine.start_session_dyn(&config, status)?)
+    Ok(info)
+}
+
+/// Makes session `id`'s environment (its venv, first on every engine's `PATH`, so `python3`
+/// there is the environment's from the start, not the image's or the host's) and installs
+/// `dependencies` into it: the script contract of `session run`
+/// (`sandbox_core::shell::run_script`), with an empty script.
+fn prepare(
+    engine: &dyn sandbox_core::DynSessionEngine,
+    id: &str,
+    dependencies: &[String],
+    status: &mut (dyn FnMut(&str) + Send),
+) -> Result<()> {
+    /// Status lines go on; the empty script prints nothing, and an install's own error
+    /// comes back as an error.
+    struct Preparing<'a>(&'a mut (dyn FnMut(&str) + Send));
+    impl sandbox_core::OutputSink for Preparing<'_> {
+        fn write(&mut self, _: sandbox_core::Stream, _: &[u8]) {}
+        fn status(&mut self, line: &str) {
+            (self.0)(line);
+        }
+    }
+    let session = engine.open_session_dyn(id)?;
+    let script = tempfile::Builder::new()
+        .prefix("python-sandbox-prepare-")
+        .suffix(".py")
+        .tempfile()
+        .context("cannot create the empty script that prepares the session")?;
+    let options = sandbox_core::ScriptOptions {
+        dependencies: dependencies.to_vec(),
+        ..sandbox_core::ScriptOptions::default()
+    };
+    let outcome = session.run_script(script.path(), &options, &mut Preparing(status))?;
+    if outcome.exit_code != 0 {
+        anyhow::bail!(
+            "the session's environment could not be made (python exited with {})",
+            outcome.exit_code
+        );
+    }
+    Ok(())
 }
 
 fn config_of(spec: sandbox_core::RunSpec, workspace: PathBuf, ttl: Duration) -> SessionConfig {
