@@ -164,8 +164,8 @@ struct SessionStartArgs {
     #[serde(default)]
     publish: Vec<String>,
     /// Packages (PEP 508 requirements) installed into the session's environment before it is
-    /// handed out, with its network (needs `net` on); later scripts and `session_exec`'s
-    /// `python3` use them.
+    /// handed out (with `net` off too: they install with a network apart from the workspace
+    /// and are copied in); later scripts and `session_exec`'s `python3` use them.
     #[serde(default)]
     dependencies: Vec<String>,
     #[schemars(description = ENV_DESCRIPTION)]

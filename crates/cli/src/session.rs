@@ -192,13 +192,6 @@ pub(crate) fn start_resolved(
     dependencies: &[String],
     status: &mut (dyn FnMut(&str) + Send),
 ) -> Result<SessionInfo> {
-    // They install inside, with the session's own network: refused before anything starts.
-    if !dependencies.is_empty() && spec.net == Net::Off {
-        return Err(ui::hinted(
-            "a session with the network off cannot install its dependencies, so nothing was started",
-            "start it with the network on (dependencies install inside the session), or use `python-sandbox run`, whose environment is prepared with a network even when the script's is off",
-        ));
-    }
     let Some(engine) = registry::select_sessions(engine, options)? else {
         return Err(ui::hinted(
             "no engine that can hold a session works here, so nothing was started",
@@ -211,11 +204,112 @@ pub(crate) fn start_resolved(
         None => engine.start_session_dyn(&config, status)?,
     };
     // Nothing half-done: a session whose environment could not be made is stopped.
-    if let Err(e) = prepare(&*engine, &info.id, dependencies, status) {
+    let made = match config.net {
+        Net::Off if !dependencies.is_empty() => {
+            install_apart(&*engine, &info.id, &config, dependencies, status)
+        }
+        _ => prepare(&*engine, &info.id, dependencies, status),
+    };
+    if let Err(e) = made {
         let _ = engine.stop_session_dyn(&info.id);
         return Err(e);
     }
     Ok(info)
+}
+
+/// The dependencies of a session without a network (`id`, started with `config`): installed
+/// as a run's are, with a network but apart from the workspace: in a sibling session of the
+/// same engine with the network on and nothing of the caller's (an empty workspace, no
+/// mounts, no environment), whose environment is then copied into session `id` as a tar
+/// (untrusted bytes for the host, held on disk and capped at the session's tmpfs size, and
+/// unpacked inside the session with its own rights). The sibling is stopped either way.
+fn install_apart(
+    engine: &dyn sandbox_core::DynSessionEngine,
+    id: &str,
+    config: &SessionConfig,
+    dependencies: &[String],
+    status: &mut (dyn FnMut(&str) + Send),
+) -> Result<()> {
+    /// The sibling's tar of its venv, into a host file, refused past `cap` bytes.
+    struct Spool {
+        file: std::fs::File,
+        written: u64,
+        cap: u64,
+        failed: Option<String>,
+    }
+    impl sandbox_core::OutputSink for Spool {
+        fn write(&mut self, stream: sandbox_core::Stream, chunk: &[u8]) {
+            if stream != sandbox_core::Stream::Stdout || self.failed.is_some() {
+                return;
+            }
+            self.written += chunk.len() as u64;
+            if self.written > self.cap {
+                self.failed =
+                    Some(format!("it is larger than the session's tmpfs ({} bytes)", self.cap));
+            } else if let Err(e) = std::io::Write::write_all(&mut self.file, chunk) {
+                self.failed = Some(e.to_string());
+            }
+        }
+        fn closed(&self) -> bool {
+            self.failed.is_some()
+        }
+    }
+    let empty = tempfile::tempdir().context("cannot create the installing session's workspace")?;
+    let sibling = SessionConfig {
+        workspace: empty.path().canonicalize().context("the installing session's workspace")?,
+        mounts: Vec::new(),
+        net: Net::On,
+        publish: Vec::new(),
+        env: Vec::new(),
+        ttl: Duration::from_secs(15 * 60),
+        tmpfs_size: config.tmpfs_size,
+        limits: config.limits,
+    };
+    status("installing the dependencies with a network, apart from the session");
+    let helper = engine.start_session_dyn(&sibling, status)?;
+    let spooled = (|| {
+        prepare(engine, &helper.id, dependencies, status)?;
+        let mut spool = Spool {
+            file: tempfile::tempfile().context("cannot spool the session's environment")?,
+            written: 0,
+            cap: config.tmpfs_size,
+            failed: None,
+        };
+        let pack =
+            sandbox_core::ExecRequest::new(&["tar", "-C", "/home/sandbox", "-cf", "-", ".venv"]);
+        let outcome = engine.open_session_dyn(&helper.id)?.exec(&pack, &mut spool)?;
+        if let Some(why) = spool.failed {
+            anyhow::bail!("cannot copy the installed environment into the session: {why}");
+        }
+        if outcome.exit_code != 0 {
+            anyhow::bail!(
+                "cannot pack the installed environment (tar exited with {})",
+                outcome.exit_code
+            );
+        }
+        Ok(spool.file)
+    })();
+    let _ = engine.stop_session_dyn(&helper.id);
+    let mut file = spooled?;
+    let mut archive = Vec::new();
+    std::io::Seek::rewind(&mut file)
+        .and_then(|()| std::io::Read::read_to_end(&mut file, &mut archive))
+        .context("cannot read the spooled environment")?;
+    let unpack = "rm -rf /home/sandbox/.venv && exec tar -x -f - -C /home/sandbox --no-same-owner";
+    let request = sandbox_core::ExecRequest {
+        stdin: archive,
+        ..sandbox_core::ExecRequest::new(&["sh", "-c", unpack])
+    };
+    let mut captured = sandbox_core::Captured::default();
+    let outcome = engine.open_session_dyn(id)?.exec(&request, &mut captured)?;
+    if outcome.exit_code != 0 {
+        anyhow::bail!(
+            "cannot unpack the installed environment in the session: {}",
+            captured.stderr_lossy().trim_end()
+        );
+    }
+    // The warm path now: the marker is there, nothing is installed, no network is needed.
+    prepare(engine, id, dependencies, status)
 }
 
 /// Makes session `id`'s environment (its venv, first on every engine's `PATH`, so `python3`

@@ -777,5 +777,22 @@ fn session_tools(client: &mut Client, engine: &str) -> Result<(), String> {
     if is_error || v["stopped"] != true {
         return Err(format!("session_stop: {v}"));
     }
-    result
+    result?;
+    // With the network off, the dependencies are installed apart and copied in: the session
+    // imports them and still has no route anywhere.
+    let start = json!({"engine": engine, "net": "off", "dependencies": ["six"], "ttl": "5m"});
+    let (v, is_error) = client.call("session_start", start);
+    let id = match v["id"].as_str() {
+        Some(id) if !is_error => id.to_owned(),
+        _ => return Err(format!("session_start with the network off: {v}")),
+    };
+    // No IPv4 route at all (asked of the kernel, nothing is contacted).
+    let probe = "import six, sys\nprint(sys.prefix)\nroutes = open('/proc/net/route').read().splitlines()[1:]\nprint('no route' if not routes else routes)";
+    let (v, _) =
+        client.call("session_exec", json!({"id": id, "command": ["python3", "-c", probe]}));
+    let _ = client.call("session_stop", json!({"id": id}));
+    if v["exit_code"] != 0 || v["stdout"] != "/home/sandbox/.venv\nno route\n" {
+        return Err(format!("a session with the network off and dependencies: {v}"));
+    }
+    Ok(())
 }
