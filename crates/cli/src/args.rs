@@ -224,6 +224,11 @@ pub(crate) struct SessionStartArgs {
     /// Print `{"id", "engine", "sandbox", "urls"}` instead of the bare id (an error as JSON too).
     #[arg(long)]
     pub(crate) json: bool,
+    /// Install a dependency (a PEP 508 requirement: `numpy`, `rich>=13`) into the session's
+    /// environment before it is handed out (repeatable; with `--net off` too: it installs
+    /// with a network apart from the workspace and is copied in).
+    #[arg(long = "with", value_name = "DEP")]
+    pub(crate) with: Vec<String>,
     #[command(flatten)]
     pub(crate) shape: SessionShape,
 }

@@ -163,6 +163,11 @@ struct SessionStartArgs {
     /// Ports to publish (for `start_service`).
     #[serde(default)]
     publish: Vec<String>,
+    /// Packages (PEP 508 requirements) installed into the session's environment before it is
+    /// handed out (with `net` off too: they install with a network apart from the workspace
+    /// and are copied in); later scripts and `session_exec`'s `python3` use them.
+    #[serde(default)]
+    dependencies: Vec<String>,
     #[schemars(description = ENV_DESCRIPTION)]
     #[serde(default)]
     env: Vec<String>,
@@ -466,6 +471,17 @@ impl Server {
                 .collect::<Result<Vec<_>>>()?;
             let service = ServiceSpec { argv: a.command, port: a.port, env };
             on_session(&a.id, a.engine.as_deref(), a.approve, |s| {
+                // The engines' own refusal names `session start`'s flag; an agent has a parameter.
+                if s.policy().is_some_and(|p| !p.publish.contains(&service.port)) {
+                    return Err(EngineError::new(sandbox_core::Error::Unsupported {
+                        what: format!("a service on port {}", service.port),
+                        by: format!("session `{}`", s.id()),
+                        hint: format!(
+                            "start a session whose `session_start` call has `publish: [\"{}\"]`",
+                            service.port
+                        ),
+                    }));
+                }
                 let started = s.start_service(&service)?;
                 Ok(json!({ "service": started.id, "port": started.port, "url": started.url }))
             })
@@ -947,7 +963,15 @@ fn session_start(a: SessionStartArgs, status: &mut (dyn FnMut(&str) + Send)) -> 
     };
     let net = resolved.spec.net;
     let engine = a.engine.as_deref();
-    let info = session::start_resolved(resolved.spec, workspace, ttl, engine, &options, status)?;
+    let info = session::start_resolved(
+        resolved.spec,
+        workspace,
+        ttl,
+        engine,
+        &options,
+        &a.dependencies,
+        status,
+    )?;
     Ok(json!({
         "id": info.id,
         "engine": info.engine,

@@ -88,10 +88,10 @@ fn start_session(args: SessionStartArgs, json: bool) -> Result<ExitCode> {
     };
     let net_on = spec.net == Net::On;
     let mut progress = crate::progress::Progress::start();
-    let started =
-        start_resolved(spec, workspace, ttl, args.engine.as_deref(), &options, &mut |line| {
-            progress.set(line)
-        });
+    let engine = args.engine.as_deref();
+    let started = start_resolved(spec, workspace, ttl, engine, &options, &args.with, &mut |line| {
+        progress.set(line)
+    });
     progress.finish();
     let info = started?;
     for warning in &info.warnings {
@@ -180,15 +180,17 @@ pub(crate) fn plan(args: &SessionShape) -> Result<Planned> {
 }
 
 /// Starts a session of a spec already resolved and checked at the boundary (by `session
-/// start` or the MCP server's `session_start`) on `engine` (`None`: the first that can). The
-/// engine's status lines go to `status`.
+/// start` or the MCP server's `session_start`) on `engine` (`None`: the first that can), its
+/// environment made and `dependencies` installed there before it is handed out. The engine's
+/// status lines go to `status`.
 pub(crate) fn start_resolved(
     spec: sandbox_core::RunSpec,
     workspace: PathBuf,
     ttl: Duration,
     engine: Option<&str>,
     options: &registry::Options<'_>,
-    status: &mut dyn FnMut(&str),
+    dependencies: &[String],
+    status: &mut (dyn FnMut(&str) + Send),
 ) -> Result<SessionInfo> {
     let Some(engine) = registry::select_sessions(engine, options)? else {
         return Err(ui::hinted(
@@ -197,10 +199,156 @@ pub(crate) fn start_resolved(
         ));
     };
     let config = config_of(spec, workspace, ttl);
-    if let Some(claimed) = crate::pool::claim(&*engine, &config, options) {
-        return Ok(claimed);
+    let info = match crate::pool::claim(&*engine, &config, options) {
+        Some(claimed) => claimed,
+        None => engine.start_session_dyn(&config, status)?,
+    };
+    // Nothing half-done: a session whose environment could not be made is stopped.
+    let made = match config.net {
+        Net::Off if !dependencies.is_empty() => {
+            install_apart(&*engine, &info.id, &config, dependencies, status)
+        }
+        _ => prepare(&*engine, &info.id, dependencies, status),
+    };
+    if let Err(e) = made {
+        let _ = engine.stop_session_dyn(&info.id);
+        return Err(e);
     }
-    Ok(engine.start_session_dyn(&config, status)?)
+    Ok(info)
+}
+
+/// The dependencies of a session without a network (`id`, started with `config`): installed
+/// as a run's are, with a network but apart from the workspace: in a sibling session of the
+/// same engine with the network on and nothing of the caller's (an empty workspace, no
+/// mounts, no environment), whose environment is then copied into session `id` as a tar
+/// (untrusted bytes for the host, held on disk and capped at the session's tmpfs size, and
+/// unpacked inside the session with its own rights). The sibling is stopped either way.
+fn install_apart(
+    engine: &dyn sandbox_core::DynSessionEngine,
+    id: &str,
+    config: &SessionConfig,
+    dependencies: &[String],
+    status: &mut (dyn FnMut(&str) + Send),
+) -> Result<()> {
+    /// The sibling's tar of its venv, into a host file, refused past `cap` bytes.
+    struct Spool {
+        file: std::fs::File,
+        written: u64,
+        cap: u64,
+        failed: Option<String>,
+    }
+    impl sandbox_core::OutputSink for Spool {
+        fn write(&mut self, stream: sandbox_core::Stream, chunk: &[u8]) {
+            if stream != sandbox_core::Stream::Stdout || self.failed.is_some() {
+                return;
+            }
+            self.written += chunk.len() as u64;
+            if self.written > self.cap {
+                self.failed =
+                    Some(format!("it is larger than the session's tmpfs ({} bytes)", self.cap));
+            } else if let Err(e) = std::io::Write::write_all(&mut self.file, chunk) {
+                self.failed = Some(e.to_string());
+            }
+        }
+        fn closed(&self) -> bool {
+            self.failed.is_some()
+        }
+    }
+    let empty = tempfile::tempdir().context("cannot create the installing session's workspace")?;
+    let sibling = SessionConfig {
+        workspace: empty.path().canonicalize().context("the installing session's workspace")?,
+        mounts: Vec::new(),
+        net: Net::On,
+        publish: Vec::new(),
+        env: Vec::new(),
+        ttl: Duration::from_secs(15 * 60),
+        tmpfs_size: config.tmpfs_size,
+        limits: config.limits,
+    };
+    status("installing the dependencies with a network, apart from the session");
+    let helper = engine.start_session_dyn(&sibling, status)?;
+    let spooled = (|| {
+        prepare(engine, &helper.id, dependencies, status)?;
+        let mut spool = Spool {
+            file: tempfile::tempfile().context("cannot spool the session's environment")?,
+            written: 0,
+            cap: config.tmpfs_size,
+            failed: None,
+        };
+        let pack =
+            sandbox_core::ExecRequest::new(&["tar", "-C", "/home/sandbox", "-cf", "-", ".venv"]);
+        let outcome = engine.open_session_dyn(&helper.id)?.exec(&pack, &mut spool)?;
+        if let Some(why) = spool.failed {
+            anyhow::bail!("cannot copy the installed environment into the session: {why}");
+        }
+        if outcome.exit_code != 0 {
+            anyhow::bail!(
+                "cannot pack the installed environment (tar exited with {})",
+                outcome.exit_code
+            );
+        }
+        Ok(spool.file)
+    })();
+    let _ = engine.stop_session_dyn(&helper.id);
+    let mut file = spooled?;
+    let mut archive = Vec::new();
+    std::io::Seek::rewind(&mut file)
+        .and_then(|()| std::io::Read::read_to_end(&mut file, &mut archive))
+        .context("cannot read the spooled environment")?;
+    let unpack = "rm -rf /home/sandbox/.venv && exec tar -x -f - -C /home/sandbox --no-same-owner";
+    let request = sandbox_core::ExecRequest {
+        stdin: archive,
+        ..sandbox_core::ExecRequest::new(&["sh", "-c", unpack])
+    };
+    let mut captured = sandbox_core::Captured::default();
+    let outcome = engine.open_session_dyn(id)?.exec(&request, &mut captured)?;
+    if outcome.exit_code != 0 {
+        anyhow::bail!(
+            "cannot unpack the installed environment in the session: {}",
+            captured.stderr_lossy().trim_end()
+        );
+    }
+    // The warm path now: the marker is there, nothing is installed, no network is needed.
+    prepare(engine, id, dependencies, status)
+}
+
+/// Makes session `id`'s environment (its venv, first on every engine's `PATH`, so `python3`
+/// there is the environment's from the start, not the image's or the host's) and installs
+/// `dependencies` into it: the script contract of `session run`
+/// (`sandbox_core::shell::run_script`), with an empty script.
+fn prepare(
+    engine: &dyn sandbox_core::DynSessionEngine,
+    id: &str,
+    dependencies: &[String],
+    status: &mut (dyn FnMut(&str) + Send),
+) -> Result<()> {
+    /// Status lines go on; the empty script prints nothing, and an install's own error
+    /// comes back as an error.
+    struct Preparing<'a>(&'a mut (dyn FnMut(&str) + Send));
+    impl sandbox_core::OutputSink for Preparing<'_> {
+        fn write(&mut self, _: sandbox_core::Stream, _: &[u8]) {}
+        fn status(&mut self, line: &str) {
+            (self.0)(line);
+        }
+    }
+    let session = engine.open_session_dyn(id)?;
+    let script = tempfile::Builder::new()
+        .prefix("python-sandbox-prepare-")
+        .suffix(".py")
+        .tempfile()
+        .context("cannot create the empty script that prepares the session")?;
+    let options = sandbox_core::ScriptOptions {
+        dependencies: dependencies.to_vec(),
+        ..sandbox_core::ScriptOptions::default()
+    };
+    let outcome = session.run_script(script.path(), &options, &mut Preparing(status))?;
+    if outcome.exit_code != 0 {
+        anyhow::bail!(
+            "the session's environment could not be made (python exited with {})",
+            outcome.exit_code
+        );
+    }
+    Ok(())
 }
 
 fn config_of(spec: sandbox_core::RunSpec, workspace: PathBuf, ttl: Duration) -> SessionConfig {

@@ -907,7 +907,9 @@ impl BwrapEngine {
             if !self.launcher.builtin_net() {
                 return Err(Error::PastaNotFound { why: no.why(), hint: no.hint() });
             }
-            if !spec.publish.is_empty() {
+            // The relay carries published ports in; the proxy cannot.
+            let relay = self.config.builtin_relay && crate::relay_available();
+            if !spec.publish.is_empty() && !relay {
                 return Err(Error::needs_pasta("publishing a port", no));
             }
         }

@@ -95,9 +95,11 @@ pub enum Error {
     /// The built-in proxy (net on without pasta) could not be set up.
     #[error("the sandbox's built-in proxy could not be set up: {reason}")]
     BuiltinNetwork { reason: String },
-    /// What the built-in proxy (net on without pasta) cannot give.
+    /// What the built-in proxy (net on without pasta, where the relay cannot be had) cannot
+    /// give. An engine that works here cannot do this one thing: a setup error (exit 2), not
+    /// "no engine".
     #[error(
-        "{what} needs pasta, but {why} (without it a sandbox gets HTTP(S) through the built-in proxy only)\nhint: {hint}"
+        "{what} needs pasta or the built-in relay, but {why}, and the relay needs a tun device this user may open and no `HTTPS_PROXY`/`HTTP_PROXY` of the host's own (this sandbox gets HTTP(S) through the built-in proxy only)\nhint: {hint}; or use an engine that publishes ports: `--engine docker` (or `--engine podman`)"
     )]
     NeedsPasta { what: &'static str, why: String, hint: &'static str },
     #[error(
@@ -145,8 +147,7 @@ impl sandbox_core::Classify for Error {
             | Error::BwrapTooOld { .. }
             | Error::SandboxSetup { .. }
             | Error::LauncherSetup { .. }
-            | Error::PastaNotFound { .. }
-            | Error::NeedsPasta { .. } => ErrorClass::Unavailable,
+            | Error::PastaNotFound { .. } => ErrorClass::Unavailable,
             Error::MountChanged { .. } => ErrorClass::Refused,
             Error::NoSession { .. } => ErrorClass::NotFound,
             _ => ErrorClass::Setup,

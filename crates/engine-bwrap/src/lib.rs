@@ -88,7 +88,9 @@ pub use plan::{Access, Bind, Plan};
 pub use proxy::{
     BuiltinProxy, KEEPER_ARG, PROXY_PORT, ProxyServer, keeper_main_if_asked, proxy_env,
 };
-pub use relay::{Relay, SANDBOX_IP, loopback_nameservers, relay_available};
+pub use relay::{
+    Inbound, Relay, SANDBOX_IP, listen_published, loopback_nameservers, relay_available,
+};
 pub use seam::{Immediate, local_session};
 pub use session::{Session, SessionConfig, SessionInfo, reap_sessions};
 pub use uv::{

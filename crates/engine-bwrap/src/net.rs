@@ -521,23 +521,26 @@ pub(crate) fn serve_proxy(
 /// bwrap, `session`'s pidfd (a session).
 pub(crate) fn serve_relay(
     child: i32,
+    publish: &[PublishedPort],
     session: Option<BorrowedFd<'_>>,
     lan: Lan,
 ) -> Result<crate::proxy::ProxyServer> {
     wait_for_loopback(child);
-    relay_in(child, &host_loopback_nameservers(), session, lan)
+    relay_in(child, &host_loopback_nameservers(), publish, session, lan)
 }
 
 /// The built-in relay for the network namespace of `child` (a process of a sandbox that waits
-/// before its command), serving `nameservers` at its doors: from this process, or by a keeper
-/// that lives as long as the process behind `outlived_by` ([`crate::ProxyServer::relay`]).
+/// before its command), serving `nameservers` at its doors and carrying `publish` in: from
+/// this process, or by a keeper that lives as long as the process behind `outlived_by`
+/// ([`crate::ProxyServer::relay`]).
 pub fn relay_in(
     child: i32,
     nameservers: &[std::net::SocketAddr],
+    publish: &[PublishedPort],
     outlived_by: Option<BorrowedFd<'_>>,
     lan: Lan,
 ) -> Result<crate::proxy::ProxyServer> {
-    crate::proxy::ProxyServer::relay(&netns_of(child)?, nameservers, outlived_by, lan)
+    crate::proxy::ProxyServer::relay(&netns_of(child)?, nameservers, publish, outlived_by, lan)
 }
 
 /// The network namespace of process `child`.

@@ -330,10 +330,11 @@ pub(crate) fn launch(
     // sandbox's namespace and the sandbox's first process has its limits (`crate::limits`).
     // Without pasta: the built-in relay (`crate::relay`) where a tun device can be opened,
     // else the built-in HTTP(S) proxy (`crate::proxy`), a session's served by a keeper; what
-    // only pasta gives is refused by name.
+    // only pasta or the relay gives (published ports) is refused by name.
     let builtin = plan.net && pasta.is_err();
-    let relay = builtin && relay && plan.publish.is_empty() && crate::relay_available();
+    let relay = builtin && relay && crate::relay_available();
     if builtin
+        && !relay
         && let Err(no) = pasta
         && !plan.publish.is_empty()
     {
@@ -466,7 +467,8 @@ pub(crate) fn launch(
                         .map(|net| (Some(net), None))
                 }
                 (true, Err(_)) if relay => {
-                    crate::net::serve_relay(pid, detach.then_some(pidfd.as_fd()), lan)
+                    let session = detach.then_some(pidfd.as_fd());
+                    crate::net::serve_relay(pid, &plan.publish, session, lan)
                         .map(|relay| (None, Some(relay)))
                 }
                 (true, Err(_)) => {

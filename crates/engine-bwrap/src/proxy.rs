@@ -681,18 +681,23 @@ impl ProxyServer {
     /// blocked before its command), serving `nameservers` ([`crate::loopback_nameservers`]) at
     /// its doors: from a thread of this process, or, given the pidfd of a sandbox that outlives
     /// this process (a warm session), from a keeper that ends once that process has. Private
-    /// ranges are reached only when `lan` allows them.
+    /// ranges are reached only when `lan` allows them. Each of `publish` is listened for on
+    /// the host first (a busy port fails here, before anything runs) and carried in.
     pub fn relay(
         netns: &std::fs::File,
         nameservers: &[std::net::SocketAddr],
+        publish: &[sandbox_core::PublishedPort],
         outlived_by: Option<std::os::fd::BorrowedFd<'_>>,
         lan: Lan,
     ) -> crate::error::Result<ProxyServer> {
+        let inbound = crate::relay::listen_published(publish)?;
         let Some(sandbox) = outlived_by else {
-            return crate::Relay::attach(netns, nameservers, lan).map(ProxyServer::Relay);
+            return crate::Relay::attach_publishing(netns, nameservers, inbound, lan)
+                .map(ProxyServer::Relay);
         };
         let (tun, doors) = crate::relay::tun_in(netns, nameservers)?;
-        keeper::start(keeper::Served::Relay { tun, doors }, sandbox, lan).map(ProxyServer::Keeper)
+        keeper::start(keeper::Served::Relay { tun, doors, inbound }, sandbox, lan)
+            .map(ProxyServer::Keeper)
     }
 
     /// A keeper's pin, for the session's record (it then lives on with the session); `None`

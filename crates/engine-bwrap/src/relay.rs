@@ -21,6 +21,11 @@
 //!   helper also binds a datagram socket at that address inside (a door), and the relay
 //!   forwards what arrives there to the host's nameserver and the answers back.
 //! - anything else (ICMP, IPv6, fragments) is dropped: the script sees no route or a timeout.
+//! - a published port (`--publish`) is a listening socket on the host, bound by the caller
+//!   before the sandbox starts (a busy port is refused with nothing run). A connection
+//!   accepted there becomes a smoltcp socket connecting from the relay's address to the
+//!   sandbox's address at the declared port, spliced with the accepted one. A server in the
+//!   sandbox listens on `0.0.0.0` (or [`SANDBOX_IP`]), as in a container.
 //!
 //! **The wall.** The sandbox still has its own network namespace with nothing of the host in
 //! it. Every destination is checked ([`crate::egress`], the proxy's checks: unspecified,
@@ -30,15 +35,16 @@
 //! connected to that one checked address, so nothing the script sends later can redirect it,
 //! and where the host's NAT sent the first packet is checked before the flow is opened to the
 //! sandbox (a TCP flow's `SYN` answered; a UDP flow sends an empty datagram first). Nothing
-//! inbound reaches the sandbox but replies on its own flows. No host descriptor enters the
+//! inbound reaches the sandbox but replies on its own flows and connections to the ports it
+//! published, each only to its declared port. No host descriptor enters the
 //! sandbox: the tun is this process's, and the device lives in the sandbox's namespace only. The one way to the host's loopback is a door: well-formed DNS
 //! queries ([`is_dns_query`]) to the port-53 address of a nameserver the host's `resolv.conf`
 //! names there, nothing else (the host's own lookups, which the proxy makes for the sandbox
 //! too, go the same way).
 //!
 //! **Limits.** IPv4 only (a script's IPv6 connects find no route, and clients fall back to
-//! IPv4), no ICMP, no published ports, and a door takes DNS over UDP only (an answer too big
-//! for a datagram, which the resolver would ask again over TCP, fails).
+//! IPv4), no ICMP, published ports TCP only, and a door takes DNS over UDP only (an answer too
+//! big for a datagram, which the resolver would ask again over TCP, fails).
 
 #![allow(unsafe_code)]
 
@@ -86,6 +92,20 @@ const UDP_FLOWS: usize = 128;
 const TCP_FLOWS: usize = 256;
 /// A TCP flow whose sandbox side leaves sent data unacknowledged this long is reset.
 const TCP_STALLED: Duration = Duration::from_secs(120);
+/// The relay's source ports for connections into the sandbox (the ephemeral range).
+const INBOUND_PORTS: (u16, u16) = (49_152, 65_535);
+
+/// A smoltcp socket for one flow, either way.
+fn flow_socket() -> tcp::Socket<'static> {
+    let mut socket = tcp::Socket::new(
+        tcp::SocketBuffer::new(vec![0; TCP_BUFFER]),
+        tcp::SocketBuffer::new(vec![0; TCP_BUFFER]),
+    );
+    socket.set_nagle_enabled(false);
+    socket.set_ack_delay(None);
+    socket.set_timeout(Some(smoltcp::time::Duration::from_secs(TCP_STALLED.as_secs())));
+    socket
+}
 
 /// Whether this process gives a sandbox without pasta the relay: a tun device it may open (a
 /// root caller's helper opens it as host root, anyone else's as the caller), and no proxy of
@@ -108,12 +128,23 @@ impl Relay {
     /// loopback, its datagrams forwarded to the host's. Private ranges are reached only when
     /// `lan` allows them.
     pub fn attach(netns: &std::fs::File, nameservers: &[SocketAddr], lan: Lan) -> Result<Relay> {
+        Relay::attach_publishing(netns, nameservers, Vec::new(), lan)
+    }
+
+    /// [`Relay::attach`] that also carries connections to each of `inbound` (from
+    /// [`listen_published`]) into the sandbox, to its port.
+    pub fn attach_publishing(
+        netns: &std::fs::File,
+        nameservers: &[SocketAddr],
+        inbound: Vec<Inbound>,
+        lan: Lan,
+    ) -> Result<Relay> {
         let (tun, doors) = tun_in(netns, nameservers)?;
         let (stop_read, stop_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| Error::io("creating the relay's stop pipe")(e.into()))?;
         let thread = std::thread::Builder::new()
             .name("builtin-relay".into())
-            .spawn(move || serve(tun, doors, stop_read, lan))
+            .spawn(move || serve(tun, doors, inbound, stop_read, lan))
             .map_err(Error::io("starting the relay's thread"))?;
         Ok(Relay { stop: Some(stop_write), thread: Some(thread) })
     }
@@ -127,6 +158,50 @@ impl Drop for Relay {
             let _ = thread.join();
         }
     }
+}
+
+/// A published port as the relay serves it: the host's listening socket and the port inside.
+#[derive(Debug)]
+pub struct Inbound {
+    pub(crate) listener: OwnedFd,
+    pub(crate) port: u16,
+}
+
+/// The host side of each of `publish`: a non-blocking socket listening on its host address
+/// and port, for the relay to accept from. Made by the caller before the sandbox's command
+/// starts, so a port taken meanwhile is the one error every engine gives for it.
+pub fn listen_published(publish: &[sandbox_core::PublishedPort]) -> Result<Vec<Inbound>> {
+    publish
+        .iter()
+        .map(|p| {
+            let addr = SocketAddr::new(p.addr, p.host_port);
+            let failed = |e: Errno| -> Error {
+                if e == Errno::ADDRINUSE
+                    && let Some(busy) = sandbox_core::busy_host_port(
+                        &format!("address already in use: {addr}"),
+                        publish,
+                    )
+                {
+                    return busy.into();
+                }
+                Error::io(format!("listening on {addr} for published port {}", p.port))(e.into())
+            };
+            let family = if p.addr.is_ipv4() {
+                rustix::net::AddressFamily::INET
+            } else {
+                rustix::net::AddressFamily::INET6
+            };
+            let flags = rustix::net::SocketFlags::NONBLOCK | rustix::net::SocketFlags::CLOEXEC;
+            let listener =
+                rustix::net::socket_with(family, rustix::net::SocketType::STREAM, flags, None)
+                    .map_err(failed)?;
+            // As any server: a port whose last connection is in TIME_WAIT can be bound again.
+            rustix::net::sockopt::set_socket_reuseaddr(&listener, true).map_err(failed)?;
+            rustix::net::bind(&listener, &addr).map_err(failed)?;
+            rustix::net::listen(&listener, 128).map_err(failed)?;
+            Ok(Inbound { listener, port: p.port })
+        })
+        .collect()
 }
 
 /// `struct ifreq`: a name, then a union (flags, an MTU or an address).
@@ -428,13 +503,25 @@ struct Flows {
     /// Doors with datagrams waiting.
     doors_ready: Vec<bool>,
     dns: HashMap<DnsKey, UdpFlow>,
+    /// The published ports' host listeners.
+    inbound: Vec<Inbound>,
+    /// Listeners with connections waiting.
+    inbound_ready: Vec<bool>,
+    /// The relay's next source port for a connection into the sandbox.
+    next_port: u16,
     start: Clock,
     egress: Egress,
 }
 
 /// The relay's loop (see the module docs) over `tun` and `doors` (bound inside, and their
 /// upstream), until `stop` reports EOF (or, a session keeper's pidfd, its process's exit).
-pub(crate) fn serve(tun: OwnedFd, doors: Vec<(OwnedFd, SocketAddr)>, stop: OwnedFd, lan: Lan) {
+pub(crate) fn serve(
+    tun: OwnedFd,
+    doors: Vec<(OwnedFd, SocketAddr)>,
+    inbound: Vec<Inbound>,
+    stop: OwnedFd,
+    lan: Lan,
+) {
     let doors: Vec<Door> =
         doors.into_iter().map(|(inside, upstream)| Door { inside, upstream }).collect();
     let start = Clock::now();
@@ -455,6 +542,9 @@ pub(crate) fn serve(tun: OwnedFd, doors: Vec<(OwnedFd, SocketAddr)>, stop: Owned
         doors_ready: vec![false; doors.len()],
         doors,
         dns: HashMap::new(),
+        inbound_ready: vec![false; inbound.len()],
+        inbound,
+        next_port: INBOUND_PORTS.0,
         start,
         egress: Egress::new(lan, crate::egress::host_nameservers()),
     };
@@ -465,6 +555,7 @@ pub(crate) fn serve(tun: OwnedFd, doors: Vec<(OwnedFd, SocketAddr)>, stop: Owned
             return;
         }
         relay.read_device(&mut packet);
+        relay.accept_inbound();
         relay.complete_connects();
         relay.poll();
         relay.pump_tcp();
@@ -526,6 +617,7 @@ impl Flows {
         let udp_keys: Vec<Key> = self.udp.keys().copied().collect();
         fds.extend(self.udp.values().map(|flow| PollFd::new(&flow.host, PollFlags::IN)));
         fds.extend(self.doors.iter().map(|door| PollFd::new(&door.inside, PollFlags::IN)));
+        fds.extend(self.inbound.iter().map(|i| PollFd::new(&i.listener, PollFlags::IN)));
         let dns_keys: Vec<DnsKey> = self.dns.keys().copied().collect();
         fds.extend(self.dns.values().map(|flow| PollFd::new(&flow.host, PollFlags::IN)));
         let timespec = timeout.map(|t| Timespec {
@@ -543,9 +635,13 @@ impl Flows {
         drop(fds);
         let (tcp_ready, rest) = ready.split_at(tcp_keys.len());
         let (udp_ready, rest) = rest.split_at(udp_keys.len());
-        let (doors_ready, dns_ready) = rest.split_at(self.doors.len());
+        let (doors_ready, rest) = rest.split_at(self.doors.len());
+        let (inbound_ready, dns_ready) = rest.split_at(self.inbound.len());
         for (door, ready) in self.doors_ready.iter_mut().zip(doors_ready) {
             *door = !ready.is_empty();
+        }
+        for (listener, ready) in self.inbound_ready.iter_mut().zip(inbound_ready) {
+            *listener = !ready.is_empty();
         }
         for (key, ready) in dns_keys.iter().zip(dns_ready) {
             if let Some(flow) = self.dns.get_mut(key) {
@@ -667,13 +763,7 @@ impl Flows {
                 failed.push(*key);
                 continue;
             }
-            let mut socket = tcp::Socket::new(
-                tcp::SocketBuffer::new(vec![0; TCP_BUFFER]),
-                tcp::SocketBuffer::new(vec![0; TCP_BUFFER]),
-            );
-            socket.set_nagle_enabled(false);
-            socket.set_ack_delay(None);
-            socket.set_timeout(Some(smoltcp::time::Duration::from_secs(TCP_STALLED.as_secs())));
+            let mut socket = flow_socket();
             let endpoint =
                 IpListenEndpoint { addr: Some(IpAddress::Ipv4(*key.1.ip())), port: key.1.port() };
             if socket.listen(endpoint).is_err() {
@@ -688,6 +778,65 @@ impl Flows {
         for key in failed {
             self.tcp.remove(&key);
         }
+    }
+
+    /// Connections to a published port: each accepted one becomes a flow whose smoltcp socket
+    /// connects from the relay's address to the sandbox's, at the port declared for that
+    /// listener and nowhere else.
+    fn accept_inbound(&mut self) {
+        let mut accepted = Vec::new();
+        for (inbound, ready) in self.inbound.iter().zip(self.inbound_ready.iter_mut()) {
+            if !std::mem::take(ready) {
+                continue;
+            }
+            for _ in 0..64 {
+                let flags = rustix::net::SocketFlags::NONBLOCK | rustix::net::SocketFlags::CLOEXEC;
+                match rustix::net::accept_with(&inbound.listener, flags) {
+                    Ok(host) => accepted.push((host, inbound.port)),
+                    Err(Errno::INTR) => {}
+                    Err(_) => break,
+                }
+            }
+        }
+        for (host, port) in accepted {
+            // Over the limit the connection is closed at once (dropped), as a full backlog.
+            if self.tcp.len() >= TCP_FLOWS {
+                continue;
+            }
+            let inside = SocketAddrV4::new(SANDBOX_IP, port);
+            let Some(local) = self.free_port(inside) else { continue };
+            let mut socket = flow_socket();
+            let local_end =
+                IpListenEndpoint { addr: Some(IpAddress::Ipv4(RELAY_IP)), port: local.port() };
+            let remote = (IpAddress::Ipv4(SANDBOX_IP), port);
+            if socket.connect(self.iface.context(), remote, local_end).is_err() {
+                continue;
+            }
+            let handle = self.sockets.add(socket);
+            let flow = TcpFlow {
+                host,
+                state: TcpState::Open { handle },
+                host_eof: false,
+                shut: false,
+                ready: PollFlags::empty(),
+            };
+            // Keyed as the sandbox's packets of it will be: from its port, to the relay's.
+            self.tcp.insert((inside, local), flow);
+        }
+    }
+
+    /// A source port of the relay's for a new connection to `inside`, not in use for it.
+    fn free_port(&mut self, inside: SocketAddrV4) -> Option<SocketAddrV4> {
+        let (first, last) = INBOUND_PORTS;
+        for _ in first..=last {
+            let port = self.next_port;
+            self.next_port = if port >= last { first } else { port + 1 };
+            let local = SocketAddrV4::new(RELAY_IP, port);
+            if !self.tcp.contains_key(&(inside, local)) {
+                return Some(local);
+            }
+        }
+        None
     }
 
     /// Moves what each open flow can move, both ways, and passes FINs and resets on.

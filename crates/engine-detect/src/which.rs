@@ -61,7 +61,7 @@ impl NoPasta {
     pub fn relay_network(&self) -> String {
         format!(
             "network: the built-in relay (full TCP/UDP over IPv4, {})\nhint: for pasta's \
-             network, with IPv6 and published ports: {}",
+             network, with IPv6: {}",
             self.why(),
             self.hint()
         )

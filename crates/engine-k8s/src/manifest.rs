@@ -301,6 +301,14 @@ fn base_env(config: &SandboxConfig) -> Vec<(String, String)> {
         env.retain(|(k, _)| k != name);
         env.push((name.to_owned(), value.to_owned()));
     }
+    // `python3` is the session's venv's (made at `session start`), as on every engine; a
+    // run's exec sets its own `PATH`.
+    let venv_bin = format!("{}/bin", sandbox_core::shell::SESSION_VENV);
+    for (name, value) in &mut env {
+        if name == "PATH" {
+            *value = format!("{venv_bin}:{value}");
+        }
+    }
     env
 }
 

@@ -278,13 +278,13 @@ impl Launcher for NativeLauncher {
         // had (a run's attached on demand, a session's served by a keeper); else the built-in
         // HTTP(S) proxy. What only pasta gives is refused by name.
         let builtin = plan.net && pasta.is_err();
-        let relay = relay && builtin && plan.publish.is_empty() && engine_bwrap::relay_available();
+        let relay = relay && builtin && engine_bwrap::relay_available();
         let proxy = builtin && !relay;
         // The sandbox reads the host's resolv.conf: a nameserver there on the host's loopback
         // is served on the sandbox's by the relay.
         let nameservers =
             if relay { engine_bwrap::host_loopback_nameservers() } else { Vec::new() };
-        if builtin
+        if proxy
             && let Err(no) = pasta
             && !plan.publish.is_empty()
         {
@@ -322,7 +322,7 @@ impl Launcher for NativeLauncher {
             detach: !plan.die_with_parent,
             // pasta or the relay (the built-in proxy listens before the script runs); not for
             // a session, whose caller is gone before its script needs anything, nor with a
-            // published port, which must be pasta's before the script runs (a busy one fails
+            // published port, which must be bound before the script runs (a busy one fails
             // with nothing run).
             net_on_demand: !proxy && plan.die_with_parent && plan.publish.is_empty(),
             net_doors: nameservers.clone(),
@@ -364,7 +364,8 @@ impl Launcher for NativeLauncher {
                 crate::net::attach(&child, pasta, &plan.publish, lan).map(|n| (Some(n), None))
             }
             (true, Err(_)) if relay => {
-                crate::net::serve_relay(&child, &nameservers, session, lan).map(|r| (None, Some(r)))
+                crate::net::serve_relay(&child, &nameservers, &plan.publish, session, lan)
+                    .map(|r| (None, Some(r)))
             }
             (true, Err(_)) => {
                 crate::net::serve_proxy(&child, session, lan).map(|p| (None, Some(p)))

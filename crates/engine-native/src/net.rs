@@ -21,7 +21,7 @@
 //! [`BwrapConfig::builtin_relay`] off): the built-in proxy ([`engine_bwrap::BuiltinProxy`]). The namespace keeps no route, only its loopback, where a
 //! socket made from outside listens on [`engine_bwrap::PROXY_PORT`]; this process serves it,
 //! and the sandbox's environment points `HTTPS_PROXY` and friends there, so uv's installs and a
-//! script's HTTP(S) work. Raw sockets, UDP and published ports then need pasta.
+//! script's HTTP(S) work. Raw sockets, UDP and published ports then need pasta or the relay.
 
 use std::path::Path;
 
@@ -177,10 +177,12 @@ pub fn builtin_net_note(config: &BwrapConfig) -> Option<String> {
 pub(crate) fn serve_relay(
     child: &Child,
     nameservers: &[std::net::SocketAddr],
+    publish: &[PublishedPort],
     session: bool,
     lan: Lan,
 ) -> std::result::Result<engine_bwrap::ProxyServer, engine_bwrap::Error> {
-    engine_bwrap::relay_in(child.netns_pid(), nameservers, session.then(|| child.pidfd()), lan)
+    let outlived_by = session.then(|| child.pidfd());
+    engine_bwrap::relay_in(child.netns_pid(), nameservers, publish, outlived_by, lan)
 }
 
 /// The built-in proxy for a sandbox spawned with net on (blocked before its setup): its

@@ -479,6 +479,9 @@ pub(crate) fn session_plan(host: &HostFacts, layout: &SessionLayout) -> Containe
     for (name, value) in sandbox_core::shell::SESSION_UV_ENV {
         set_env(&mut env, name, value);
     }
+    // `python3` is the session's venv's (made at `session start`), as on every engine.
+    let venv_bin = format!("{}/bin", sandbox_core::shell::SESSION_VENV);
+    set_env(&mut env, "PATH", &format!("{venv_bin}:{PATH}"));
     set_env(&mut env, "PWD", &layout.workspace.display().to_string());
     for (name, value) in &layout.user_env {
         set_env(&mut env, name, value);

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The unprivileged user CI makes (`cargo xtask ci`, `xtask/src/rootless.rs`).
-const ROOTLESS: &str = "psbx-rootless";
+pub(crate) const ROOTLESS: &str = "psbx-rootless";
 
 /// Leaves a detached grandchild (its own session, reparented to the sandbox's init), writes
 /// its network namespace to `ready`, then sleeps.
@@ -123,7 +123,7 @@ pub(crate) fn path_without_pasta(bin: &Path) -> String {
 
 /// The CLI as `user` (`None`: as we are), exec'd in place (setpriv and env replace
 /// themselves), so the child's pid is the CLI's.
-fn cli(user: Option<&str>, workspace: &Path, path: &str, args: &[&str]) -> Command {
+pub(crate) fn cli(user: Option<&str>, workspace: &Path, path: &str, args: &[&str]) -> Command {
     let exe = env!("CARGO_BIN_EXE_python-sandbox");
     let mut cmd = match user {
         Some(user) => {
@@ -157,20 +157,7 @@ fn killed_run_leaves_nothing(engine: &str, user: Option<&str>, path: &str) -> Re
     let workspace = tempfile::tempdir().map_err(|e| e.to_string())?;
     let ws: PathBuf = workspace.path().to_owned();
     std::fs::write(ws.join("s.py"), DETACHING).map_err(|e| e.to_string())?;
-    if let Some(user) = user {
-        let home = format!("/tmp/{user}-home");
-        let owned = Command::new("chown")
-            .args(["-R", &format!("{user}:{user}")])
-            .arg(&ws)
-            .status()
-            .is_ok_and(|s| s.success())
-            && std::fs::create_dir_all(&home).is_ok()
-            && Command::new("chown").args([&format!("{user}:{user}"), &home]).status().is_ok();
-        if !owned {
-            return Err(format!("could not hand the workspace to {user}"));
-        }
-        let _ = std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700));
-    }
+    hand_to(user, &ws)?;
     let mut child = cli(user, &ws, path, &["run", "--engine", engine, "--net", "on", "s.py"])
         .spawn()
         .map_err(|e| format!("spawn: {e}"))?;
@@ -220,13 +207,31 @@ fn killed_run_leaves_nothing(engine: &str, user: Option<&str>, path: &str) -> Re
     Err(format!("alive 10 s after the CLI was SIGKILLed: {described:?}"))
 }
 
-fn runs_here(engine: &str) -> bool {
+/// Gives `user` (`None`: nobody else) the workspace `ws` and the home [`cli`] gives it.
+pub(crate) fn hand_to(user: Option<&str>, ws: &Path) -> Result<(), String> {
+    let Some(user) = user else { return Ok(()) };
+    let home = format!("/tmp/{user}-home");
+    let owned = Command::new("chown")
+        .args(["-R", &format!("{user}:{user}")])
+        .arg(ws)
+        .status()
+        .is_ok_and(|s| s.success())
+        && std::fs::create_dir_all(&home).is_ok()
+        && Command::new("chown").args([&format!("{user}:{user}"), &home]).status().is_ok();
+    if !owned {
+        return Err(format!("could not hand the workspace to {user}"));
+    }
+    let _ = std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700));
+    Ok(())
+}
+
+pub(crate) fn runs_here(engine: &str) -> bool {
     let ctx = super::Ctx::new();
     ctx.write("empty.py", "\n");
     ctx.run(&["run", "--engine", engine, "--net", "off", "empty.py"]).status.success()
 }
 
-fn user_exists(user: &str) -> bool {
+pub(crate) fn user_exists(user: &str) -> bool {
     Command::new("id")
         .arg(user)
         .stdout(Stdio::null())

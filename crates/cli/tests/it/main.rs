@@ -11,6 +11,7 @@ mod offterm;
 mod pool;
 mod reap;
 mod run;
+mod serve;
 mod session;
 mod tty;
 

@@ -687,3 +687,112 @@ fn mcp_scrubbed_output_keeps_the_server_small() {
         .expect("VmHWM");
     assert!(peak_kib < 96 << 10, "the server reached {} MiB of resident memory", peak_kib >> 10);
 }
+
+/// Greets every connection on the port in `argv[1]` (a service for `start_service`).
+const GREETER: &str = "import socket, sys\ns = socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('0.0.0.0', int(sys.argv[1])))\ns.listen(8)\nwhile True:\n    c, _ = s.accept()\n    c.sendall(b'hello\\n')\n    c.close()\n";
+
+/// Issue 31: what an agent does with a session, on each session engine here (native and bwrap
+/// without pasta, so through the built-in relay; docker and podman, whose `start_service` was
+/// an internal error, "no engine connection"): `session_start` installs its `dependencies`
+/// before it answers, `python3` is the session's environment's from the start (it was the
+/// image's or the host's before the first script), a service on a published port answers the
+/// host at the URL given, and one on a port not published is refused naming the parameter an
+/// agent has (`publish`), not the command line's flag.
+#[test]
+#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
+fn mcp_sessions_install_serve_and_run_their_own_python_on_every_engine() {
+    let bin = tempfile::tempdir().expect("bin");
+    let without_pasta = crate::fault::path_without_pasta(bin.path());
+    let mut failures = Vec::new();
+    for engine in ["native", "bwrap", "docker", "podman"] {
+        let ctx = Ctx::new();
+        if let Err(reason) = crate::session::available(&ctx, engine) {
+            println!("SKIPPED: mcp sessions on {engine}: {reason}");
+            continue;
+        }
+        let local = matches!(engine, "native" | "bwrap");
+        if local && !engine_bwrap::relay_available() {
+            println!("SKIPPED: mcp sessions on {engine} without pasta: no tun device to open");
+            continue;
+        }
+        let home = tempfile::tempdir().expect("home");
+        let path = std::env::var("PATH").unwrap_or_default();
+        let path = if local { without_pasta.as_str() } else { path.as_str() };
+        let (mut client, _) = Client::start_with(&ctx, home.path(), &[("PATH", path)]);
+        if let Err(e) = session_tools(&mut client, engine) {
+            failures.push(format!("{engine}: {e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The calls of [`mcp_sessions_install_serve_and_run_their_own_python_on_every_engine`] on
+/// `engine`; the session is stopped however they end.
+fn session_tools(client: &mut Client, engine: &str) -> Result<(), String> {
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port())
+    };
+    let (port, other) = (free().expect("port"), free().expect("port"));
+    let start = json!({"engine": engine, "net": "on", "publish": [port.to_string()],
+        "dependencies": ["six"], "ttl": "5m"});
+    let (v, is_error) = client.call("session_start", start);
+    let id = match v["id"].as_str() {
+        Some(id) if !is_error => id.to_owned(),
+        _ => return Err(format!("session_start: {v}")),
+    };
+    let result = (|| {
+        let probe = "import six, sys; print(sys.prefix)";
+        let (v, _) =
+            client.call("session_exec", json!({"id": id, "command": ["python3", "-c", probe]}));
+        if v["exit_code"] != 0 || v["stdout"] != "/home/sandbox/.venv\n" {
+            return Err(format!("python3 is not the session's environment's: {v}"));
+        }
+        let service = json!({"id": id, "command": ["python3", "-c", GREETER, port.to_string()],
+            "port": port});
+        let (v, is_error) = client.call("start_service", service);
+        let url = v["url"].as_str().unwrap_or_default();
+        let at = url.strip_prefix("http://").unwrap_or_default().to_owned();
+        if is_error || at.is_empty() {
+            return Err(format!("start_service: {v}"));
+        }
+        let mut greeting = String::new();
+        std::net::TcpStream::connect(&at)
+            .and_then(|mut s| {
+                s.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+                std::io::Read::read_to_string(&mut s, &mut greeting)
+            })
+            .map_err(|e| format!("{url}: {e}"))?;
+        if greeting != "hello\n" {
+            return Err(format!("{url} answered {greeting:?}"));
+        }
+        let unpublished = json!({"id": id, "command": ["true"], "port": other});
+        let (v, is_error) = client.call("start_service", unpublished);
+        let said = format!("{} {}", v["error"], v["hint"]);
+        if !is_error || !said.contains("publish: [") || said.contains("--publish") {
+            return Err(format!("an unpublished port: {v}"));
+        }
+        Ok(())
+    })();
+    let (v, is_error) = client.call("session_stop", json!({"id": id}));
+    if is_error || v["stopped"] != true {
+        return Err(format!("session_stop: {v}"));
+    }
+    result?;
+    // With the network off, the dependencies are installed apart and copied in: the session
+    // imports them and still has no route anywhere.
+    let start = json!({"engine": engine, "net": "off", "dependencies": ["six"], "ttl": "5m"});
+    let (v, is_error) = client.call("session_start", start);
+    let id = match v["id"].as_str() {
+        Some(id) if !is_error => id.to_owned(),
+        _ => return Err(format!("session_start with the network off: {v}")),
+    };
+    // No IPv4 route at all (asked of the kernel, nothing is contacted).
+    let probe = "import six, sys\nprint(sys.prefix)\nroutes = open('/proc/net/route').read().splitlines()[1:]\nprint('no route' if not routes else routes)";
+    let (v, _) =
+        client.call("session_exec", json!({"id": id, "command": ["python3", "-c", probe]}));
+    let _ = client.call("session_stop", json!({"id": id}));
+    if v["exit_code"] != 0 || v["stdout"] != "/home/sandbox/.venv\nno route\n" {
+        return Err(format!("a session with the network off and dependencies: {v}"));
+    }
+    Ok(())
+}

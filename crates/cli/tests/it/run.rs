@@ -399,38 +399,6 @@ fn native_without_pasta() -> Option<(Ctx, tempfile::TempDir, String)> {
     Some((ctx, bin, path))
 }
 
-/// A published port without pasta is refused for what it needs, and that alone: exit 3 (no
-/// engine can run this here) with the refusal's own hint, not the ladder's table, which would
-/// call native fine ("nothing to fix"). `--json` carries the same error and hint.
-#[test]
-fn native_without_pasta_refuses_a_published_port_for_that_reason_alone() {
-    let Some((ctx, _bin, path)) = native_without_pasta() else { return };
-    ctx.write("p.py", "open('ran', 'w')\n");
-    let args = ["run", "--engine", "native", "--publish", "8000", "p.py"];
-    let out = ctx.run_with_env(&args, &[("PATH", &path)]);
-    let text = transcript(&out);
-    assert_eq!(out.status.code(), Some(3), "{text}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.starts_with("error: publishing a port needs pasta"), "{text}");
-    assert!(stderr.contains("\nhint: install the `passt` package"), "{text}");
-    assert!(!stderr.contains("no isolation engine works here"), "{text}");
-    assert!(!stderr.contains("nothing to fix"), "{text}");
-    assert!(!ctx.path().join("ran").exists(), "the script ran: {text}");
-
-    let json = ctx.run_with_env(
-        &["run", "--json", "--engine", "native", "--publish", "8000", "p.py"],
-        &[("PATH", &path)],
-    );
-    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("one JSON object");
-    assert_eq!(v["exit_code"], 3, "{v}");
-    assert!(
-        v["error"].as_str().is_some_and(|e| e.starts_with("publishing a port needs pasta")),
-        "{v}"
-    );
-    assert!(v["hint"].as_str().is_some_and(|h| h.contains("passt")), "{v}");
-    assert!(v["detection"].is_array() || v["detection"].is_object(), "{v}");
-}
-
 /// A bwrap found through a link in a `PATH` directory below /tmp runs: a root caller's bwrap
 /// starts in a mount namespace whose /tmp is the stage's tmpfs, so the CLI runs the binary the
 /// link names (it failed with "No such file or directory" before).

@@ -506,3 +506,44 @@ fn no_docker_session_shows_a_secret() {
 fn no_podman_session_shows_a_secret() {
     no_secret_in_host_processes("podman");
 }
+
+/// `session start --with DEP`, with the network off: the dependency is in the session's
+/// environment when `start` returns (installed with a network apart from the session and
+/// copied in), and `python3` in it is that environment's before any `session run` (it was the
+/// image's or the host's interpreter until the first script made the venv).
+#[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
+fn started_with_a_dependency(engine: &str) {
+    let ctx = Ctx::new();
+    if let Err(reason) = available(&ctx, engine) {
+        println!("SKIPPED: session start --with on {engine}: {reason}");
+        return;
+    }
+    let start = ["session", "start", "--engine", engine, "--net", "off", "--with", "six"];
+    let out = ctx.run(&[&start[..], &["--ttl", "5m"]].concat());
+    assert!(out.status.success(), "{engine}: start: {}", text(&out.stderr));
+    let id = text(&out.stdout).lines().last().unwrap_or_default().trim().to_owned();
+    let probe = "import six, sys; print(sys.prefix, sys.executable)";
+    let ran = ctx.run(&["session", "exec", &id, "--", "python3", "-c", probe]);
+    let _ = ctx.run(&["session", "stop", &id]);
+    assert_eq!(
+        text(&ran.stdout),
+        "/home/sandbox/.venv /home/sandbox/.venv/bin/python3\n",
+        "{engine}: {}",
+        text(&ran.stderr)
+    );
+}
+
+#[test]
+fn a_native_session_starts_with_its_dependency_and_its_own_python() {
+    started_with_a_dependency("native");
+}
+
+#[test]
+fn a_docker_session_starts_with_its_dependency_and_its_own_python() {
+    started_with_a_dependency("docker");
+}
+
+#[test]
+fn a_podman_session_starts_with_its_dependency_and_its_own_python() {
+    started_with_a_dependency("podman");
+}

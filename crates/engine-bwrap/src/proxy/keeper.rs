@@ -5,7 +5,8 @@
 //!
 //! The keeper gets what it serves (the proxy's listening socket, or the relay's tun device and
 //! its doors, each made in the sandbox's namespace as for a run; whether the LAN is allowed,
-//! and `relay` with the doors' upstream addresses, in its arguments), a pidfd of the sandbox's own long-lived process, and
+//! and `relay` with the doors' upstream addresses and the published ports, in its arguments;
+//! the published ports' host listeners after the doors), a pidfd of the sandbox's own long-lived process, and
 //! a pipe. It forks once (its parent exits
 //! at once and is reaped here, so a long-lived caller such as the MCP server collects no
 //! zombies), starts its own session (no terminal signal of the caller reaches it), serves, and
@@ -35,12 +36,16 @@ pub const KEEPER_ARG: &str = "__python-sandbox-proxy-keeper";
 /// proxy honours (`super::Upstreams`), and `PATH`.
 const KEEPER_ENV: [&str; 4] = ["HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "PATH"];
 
+/// Marks a published port in a relay keeper's arguments (`in=PORT`).
+const INBOUND_ARG: &str = "in=";
+
 /// The keeper's first argument: whether the sandbox may reach private ranges.
 const LAN_ALLOWED: &str = "lan";
 const LAN_REFUSED: &str = "no-lan";
 
 /// The descriptors a keeper is started with: what it serves (the proxy's listener or the
-/// relay's tun device), the sandbox's pidfd, the ready pipe, then the relay's doors.
+/// relay's tun device), the sandbox's pidfd, the ready pipe, then the relay's doors and its
+/// published ports' listeners.
 const SERVED_FD: i32 = 3;
 const SANDBOX_FD: i32 = 4;
 const READY_FD: i32 = 5;
@@ -50,8 +55,8 @@ const DOORS_FD: i32 = 6;
 pub(crate) enum Served {
     /// The built-in proxy's listening socket.
     Proxy(OwnedFd),
-    /// The relay's tun device and doors (bound inside, and their upstream).
-    Relay { tun: OwnedFd, doors: Vec<(OwnedFd, SocketAddr)> },
+    /// The relay's tun device, doors (bound inside, and their upstream) and published ports.
+    Relay { tun: OwnedFd, doors: Vec<(OwnedFd, SocketAddr)>, inbound: Vec<crate::Inbound> },
 }
 
 /// Serves as a session's proxy keeper and exits when this process was started as one
@@ -64,7 +69,8 @@ pub fn keeper_main_if_asked() {
 }
 
 fn keeper_main() -> i32 {
-    // `lan` or `no-lan`, then `relay` and its doors' upstream addresses, or nothing: the proxy.
+    // `lan` or `no-lan`, then `relay`, its doors' upstream addresses and its published ports
+    // (`in=PORT`), or nothing: the proxy.
     let mut args: Vec<String> = std::env::args().skip(2).collect();
     let lan = match args.first().map(String::as_str) {
         Some(LAN_ALLOWED) => Lan::Allowed,
@@ -74,7 +80,9 @@ fn keeper_main() -> i32 {
     args.remove(0);
     let relay = args.first().map(String::as_str) == Some("relay");
     let upstreams: Vec<SocketAddr> = args.iter().skip(1).filter_map(|a| a.parse().ok()).collect();
-    if relay && upstreams.len() + 1 != args.len() {
+    let ports: Vec<u16> =
+        args.iter().skip(1).filter_map(|a| a.strip_prefix(INBOUND_ARG)?.parse().ok()).collect();
+    if relay && upstreams.len() + ports.len() + 1 != args.len() {
         return 1;
     }
     // SAFETY: single-threaded here (first thing in main); the parent only exits.
@@ -98,9 +106,19 @@ fn keeper_main() -> i32 {
         // SAFETY: `start` placed one descriptor per upstream from DOORS_FD on.
         .map(|(upstream, fd)| (unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }, upstream))
         .collect();
+    let listeners = DOORS_FD + i32::try_from(doors.len()).unwrap_or(0);
+    let inbound: Vec<crate::Inbound> = ports
+        .into_iter()
+        .zip(listeners..)
+        // SAFETY: `start` placed one listener per published port after the doors.
+        .map(|(port, fd)| crate::Inbound {
+            listener: unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) },
+            port,
+        })
+        .collect();
     // Nothing else of the caller's: a descriptor it leaked to us would live as long as the
     // session.
-    let last = DOORS_FD + i32::try_from(doors.len()).unwrap_or(0);
+    let last = listeners + i32::try_from(inbound.len()).unwrap_or(0);
     // SAFETY: closes descriptors no Rust object owns (the ones above are below `last`).
     unsafe { libc::syscall(libc::SYS_close_range, last, u32::MAX, 0) };
     let _ = rustix::process::setsid();
@@ -115,7 +133,7 @@ fn keeper_main() -> i32 {
             return 1;
         }
         // Until the sandbox's process has exited (its pidfd readable).
-        crate::relay::serve(served, doors, sandbox, lan);
+        crate::relay::serve(served, doors, inbound, sandbox, lan);
         return 0;
     }
     let proxy = match super::BuiltinProxy::serve(served, lan) {
@@ -156,16 +174,18 @@ pub(crate) fn start(served: Served, sandbox: BorrowedFd<'_>, lan: Lan) -> Result
         Lan::Refused => LAN_REFUSED,
     };
     let mut args = vec![OsString::from(KEEPER_ARG), OsString::from(lan)];
-    let (first, doors) = match served {
-        Served::Proxy(listener) => (listener, Vec::new()),
-        Served::Relay { tun, doors } => {
+    let (first, doors, inbound) = match served {
+        Served::Proxy(listener) => (listener, Vec::new(), Vec::new()),
+        Served::Relay { tun, doors, inbound } => {
             args.push("relay".into());
             args.extend(doors.iter().map(|(_, upstream)| OsString::from(upstream.to_string())));
-            (tun, doors)
+            args.extend(inbound.iter().map(|i| OsString::from(format!("{INBOUND_ARG}{}", i.port))));
+            (tun, doors, inbound)
         }
     };
     let mut fds = vec![first.as_raw_fd(), sandbox.as_raw_fd(), ready_w.as_raw_fd()];
     fds.extend(doors.iter().map(|(door, _)| door.as_raw_fd()));
+    fds.extend(inbound.iter().map(|i| i.listener.as_raw_fd()));
     let mut command = Command::new("/proc/self/exe");
     command.args(&args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     // It lives as long as the session: of the caller's environment (which may hold the very
@@ -200,7 +220,7 @@ pub(crate) fn start(served: Served, sandbox: BorrowedFd<'_>, lan: Lan) -> Result
     drop(guard);
     let mut child = spawned.map_err(|e| failed(e.to_string()))?;
     drop(ready_w);
-    drop((first, doors));
+    drop((first, doors, inbound));
     // The keeper's first process exits right after its fork.
     let _ = child.wait();
     let mut pid = [0u8; 4];

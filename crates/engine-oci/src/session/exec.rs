@@ -187,23 +187,38 @@ impl Session {
         })
     }
 
+    /// Where the host reaches the session's `port`: asked of the engine when connected, else
+    /// what `session start` recorded (a handle opened from its record has no connection).
     pub(super) async fn host_port(&self, port: u16) -> Result<Option<String>> {
-        let inspect = self
-            .api("finding a published port")?
-            .inspect_container(&self.container, None::<InspectContainerOptions>)
-            .await
-            .map_err(api(self.engine, "inspecting the session"))?;
-        let ports = inspect.network_settings.and_then(|n| n.ports).unwrap_or_default();
-        let binding = ports.get(&format!("{port}/tcp")).cloned().flatten().and_then(|b| {
-            b.into_iter().find(|b| b.host_port.as_deref().is_some_and(|p| !p.is_empty()))
-        });
-        Ok(binding.map(|b| {
-            let ip = b
-                .host_ip
-                .filter(|ip| !ip.is_empty() && ip != "0.0.0.0")
-                .unwrap_or_else(|| "127.0.0.1".to_owned());
-            let ip = if ip.contains(':') { format!("[{ip}]") } else { ip };
-            format!("http://{ip}:{}", b.host_port.unwrap_or_default())
-        }))
+        let Some(docker) = &self.docker else {
+            return Ok(self.ports.iter().find(|(p, _)| *p == port).map(|(_, url)| url.clone()));
+        };
+        published_url(docker, self.engine, &self.container, port).await
     }
+}
+
+/// Where the host reaches `port` of `container`, as the engine published it; `None` when the
+/// port is not published.
+pub(super) async fn published_url(
+    docker: &Docker,
+    engine: &'static str,
+    container: &str,
+    port: u16,
+) -> Result<Option<String>> {
+    let inspect = docker
+        .inspect_container(container, None::<InspectContainerOptions>)
+        .await
+        .map_err(api(engine, "inspecting the session"))?;
+    let ports = inspect.network_settings.and_then(|n| n.ports).unwrap_or_default();
+    let binding = ports.get(&format!("{port}/tcp")).cloned().flatten().and_then(|b| {
+        b.into_iter().find(|b| b.host_port.as_deref().is_some_and(|p| !p.is_empty()))
+    });
+    Ok(binding.map(|b| {
+        let ip = b
+            .host_ip
+            .filter(|ip| !ip.is_empty() && ip != "0.0.0.0")
+            .unwrap_or_else(|| "127.0.0.1".to_owned());
+        let ip = if ip.contains(':') { format!("[{ip}]") } else { ip };
+        format!("http://{ip}:{}", b.host_port.unwrap_or_default())
+    }))
 }

@@ -92,7 +92,9 @@ impl SessionEngine for OciEngine {
             .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
             .collect();
         let record = record_path(&self.config().runtime_dir, &id);
-        let scripts = record.as_deref().and_then(read_record).map_or(0, |r| r.scripts);
+        let recorded = record.as_deref().and_then(read_record);
+        let scripts = recorded.as_ref().map_or(0, |r| r.scripts);
+        let ports = recorded.map(|r| r.ports).unwrap_or_default();
         Ok(Session {
             docker: Some(self.docker().clone()),
             engine,
@@ -100,6 +102,7 @@ impl SessionEngine for OciEngine {
             holds: Some(self.config().cache_dir.clone()),
             secrets: secret_values(&env),
             scripts,
+            ports,
             id,
             container: name,
             workspace: labels.get(WORKSPACE_LABEL).cloned().unwrap_or_else(|| "/tmp".to_owned()),
@@ -323,6 +326,15 @@ impl OciEngine {
             let addr = init_pid(self.docker(), &name).await.and_then(AgentAddr::of_pid)?;
             agent::wait_listening(&addr, Duration::from_secs(5)).await.then_some(addr)
         });
+        // A port not found here is looked up again by a connected handle.
+        let ports = self.block_on(async {
+            let mut ports = Vec::new();
+            for port in config.publish.iter().map(|p| p.port) {
+                let url = super::exec::published_url(self.docker(), engine, &name, port).await;
+                ports.extend(url.ok().flatten().map(|url| (port, url)));
+            }
+            ports
+        });
         let record = Record {
             id,
             container: name,
@@ -332,6 +344,7 @@ impl OciEngine {
             policy,
             secrets: secret_values(&user_env_kept),
             scripts: 0,
+            ports,
         };
         Ok((record, warning))
     }

@@ -76,6 +76,9 @@ pub struct Session {
     secrets: Vec<String>,
     /// Scripts run in the session so far, as its record says.
     scripts: u64,
+    /// (port inside, URL on the host) of its published ports, as its record says: what a
+    /// handle without an engine connection answers services from.
+    ports: Vec<(u16, String)>,
     stopped: AtomicBool,
     /// Tests only: the agent's socket at a plain path (a fake agent outside any container).
     #[cfg(test)]
@@ -112,6 +115,7 @@ impl Session {
             holds: None,
             secrets: record.secrets,
             scripts: record.scripts,
+            ports: record.ports,
             stopped: AtomicBool::new(false),
             #[cfg(test)]
             test_socket: None,
@@ -177,6 +181,7 @@ impl Session {
             holds: None,
             secrets: Vec::new(),
             scripts: 0,
+            ports: Vec::new(),
             stopped: AtomicBool::new(false),
             test_socket: Some(socket),
         }
@@ -361,6 +366,7 @@ impl sandbox_core::WarmSession for Session {
                     policy,
                     secrets: self.secrets.clone(),
                     scripts: 0,
+                    ports: self.ports.clone(),
                 }
             }
         };

@@ -28,6 +28,10 @@ pub(super) struct Record {
     /// the earlier ones left behind).
     #[serde(default)]
     pub(super) scripts: u64,
+    /// (port inside, URL on the host) of each published port, so a service can be started
+    /// through a handle opened from this record, without an engine connection.
+    #[serde(default)]
+    pub(super) ports: Vec<(u16, String)>,
 }
 
 /// Pure: the record file of session `id` (an id may also be given as the container name); `None`
