@@ -226,11 +226,7 @@ fn find_uv() -> Result<PathBuf> {
             }
         }
     }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .context("neither XDG_CACHE_HOME nor HOME is set")?;
-    let pinned = cache.join("python-sandbox/bwrap/uv");
+    let pinned = bwrap_cache()?.join("uv");
     for entry in std::fs::read_dir(&pinned)
         .with_context(|| format!("no uv on PATH and none in {}", pinned.display()))?
     {
@@ -509,11 +505,7 @@ fn warm_session(cli: &Path, engine: &str, dir: &Path, hello: &Path) -> Result<()
 /// The host interpreter of the environment without dependencies that the last run used: its
 /// marker (`<cache>/bwrap/envs/<key>.json`) names it, as runs see it at a path of their own.
 fn host_python_of_empty_env() -> Result<PathBuf> {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .context("neither XDG_CACHE_HOME nor HOME is set")?;
-    let envs = cache.join("python-sandbox/bwrap/envs");
+    let envs = bwrap_cache()?.join("envs");
     let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
     for entry in std::fs::read_dir(&envs).with_context(|| format!("reading {}", envs.display()))? {
         let path = entry?.path();
@@ -535,4 +527,14 @@ fn host_python_of_empty_env() -> Result<PathBuf> {
     newest
         .map(|(_, p)| p)
         .with_context(|| format!("no environment without dependencies in {}", envs.display()))
+}
+
+/// python-sandbox's engine cache, `$XDG_CACHE_HOME/python-sandbox/bwrap` (else under
+/// `~/.cache`), where the CLI keeps the pinned uv and the environments.
+fn bwrap_cache() -> Result<PathBuf> {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .context("neither XDG_CACHE_HOME nor HOME is set")?;
+    Ok(cache.join("python-sandbox/bwrap"))
 }

@@ -474,14 +474,12 @@ impl BwrapEngine {
         std::fs::write(checked.join("pinned.txt"), &rendered)
             .map_err(Error::io("writing the checked resolution"))?;
         let lock = crate::key::lock_key(&rendered, installed.identity, installed.uv_version);
+        let packages = match pinned.len() {
+            1 => "1 package".to_owned(),
+            n => format!("{n} packages"),
+        };
         if let Some((source, _hold)) = self.same_packages(&lock) {
-            status(&format!(
-                "linking {} of an environment with the same versions",
-                match pinned.len() {
-                    1 => "1 package".to_owned(),
-                    n => format!("{n} packages"),
-                }
-            ));
+            status(&format!("linking {packages} of an environment with the same versions"));
             std::fs::remove_dir_all(dir)
                 .map_err(Error::io(format!("emptying {}", dir.display())))?;
             fsutil::create_dir_all(dir)?;
@@ -504,10 +502,6 @@ impl BwrapEngine {
             ro: vec![checked.clone()],
             cache: Cache::Linked,
             ..Step::trusted(dir, wheels_only)
-        };
-        let packages = match pinned.len() {
-            1 => "1 package".to_owned(),
-            n => format!("{n} packages"),
         };
         // One uv step downloads what its cache lacks and installs.
         status(&format!("downloading and installing {packages}"));
