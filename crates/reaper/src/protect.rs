@@ -319,6 +319,16 @@ impl Placeholders {
         let mut first = None;
         for mut tree in std::mem::take(&mut self.trees) {
             drop(tree.lock.take());
+            // A child that another thread of this process forks holds a copy of our lock until
+            // its exec closes it (a sandbox's spawn, milliseconds): give such a copy that long
+            // before taking the tree to be someone else's still.
+            let lock = format!("{}.lock", tree.key);
+            for _ in 0..10 {
+                match lock_in(&self.state, &lock, LockMode::TryExclusive) {
+                    Ok(None) => std::thread::sleep(std::time::Duration::from_millis(2)),
+                    Ok(Some(_)) | Err(_) => break,
+                }
+            }
             if let Err(e) = give_back(&self.state, &tree.key, &|_| true, false) {
                 first.get_or_insert(e);
             }
