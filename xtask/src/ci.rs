@@ -25,14 +25,37 @@ use crate::test_engines::TestEngines;
 /// Seconds per fuzz target in CI: a smoke run, not a campaign.
 const FUZZ_SECONDS: u64 = 30;
 
+/// What a CI run from a fresh clone writes, with room to spare (about 14 GiB measured: debug,
+/// release, musl, WASM and fuzz builds, images, the rootless user's target directory).
+const MIN_FREE_GIB: f64 = 20.0;
+
+/// Free space on the disk holding the target directory, in GiB; `None` where `df` cannot say.
+fn free_disk(sh: &Shell) -> Option<f64> {
+    let root = crate::project_root();
+    let out = cmd!(sh, "df --output=avail -B1 {root}").quiet().ignore_status().read().ok()?;
+    let bytes: f64 = out.lines().nth(1)?.trim().parse().ok()?;
+    Some(bytes / f64::from(1u32 << 30))
+}
+
 pub(crate) struct Ci;
 
 impl Ci {
     pub(crate) fn run(self, sh: &Shell) -> Result<()> {
         let start = Instant::now();
+        // A fresh clone gains nothing from incremental artifacts, and they were a third of the
+        // target directory when a CI run ran out of disk in its WASM tier.
+        sh.set_var("CARGO_INCREMENTAL", "0");
         let step = |name: &str| {
-            crate::section(&format!("{name} [{:.0} s]", start.elapsed().as_secs_f64()));
+            let disk = free_disk(sh).map(|gib| format!(", {gib:.1} GiB free")).unwrap_or_default();
+            crate::section(&format!("{name} [{:.0} s{disk}]", start.elapsed().as_secs_f64()));
         };
+        if let Some(gib) = free_disk(sh)
+            && gib < MIN_FREE_GIB
+        {
+            println!(
+                "warning: {gib:.1} GiB free on the target directory's disk; a fresh CI run needs about {MIN_FREE_GIB} GiB\nhint: remove old target directories (`cargo clean`) or free space elsewhere"
+            );
+        }
 
         step("fmt");
         cmd!(sh, "cargo fmt --all -- --check").run()?;
