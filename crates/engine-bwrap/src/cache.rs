@@ -41,6 +41,10 @@ impl CacheLayout {
     pub(crate) fn legacy_uv_cache(&self) -> PathBuf {
         self.root.join("uv-cache")
     }
+    /// What each host interpreter said about itself, per identity of its file.
+    pub(crate) fn interpreters_dir(&self) -> PathBuf {
+        self.root.join("interpreters")
+    }
     pub(crate) fn python_dir(&self) -> PathBuf {
         self.root.join("python")
     }

@@ -408,9 +408,10 @@ impl BwrapEngine {
     /// script would otherwise rewrite cached wheels or plant entries for every later
     /// environment on the machine):
     ///
-    /// 1. **resolve** (`uv pip compile --generate-hashes`, may build sdists for their
-    ///    metadata): a private cache, the venv read-only, the result into a scratch directory;
-    ///    the result is untrusted and checked line by line (`lockfile`);
+    /// 1. **resolve** (`uv pip compile --generate-hashes`), the venv read-only, the result
+    ///    into a scratch directory: first with `--no-build` and the shared cache (nothing but
+    ///    uv runs); when that fails, with sdists built for their metadata in a private cache.
+    ///    The result is untrusted and checked line by line (`lockfile`);
     /// 2. **install** the exact pins with `--no-build --require-hashes` and the shared cache,
     ///    hard-linked from it (`Cache::Linked`): uv alone, nothing of a package runs (no build,
     ///    no bytecode compile: that starts the venv's Python, whose `.pth` files are package
@@ -451,20 +452,35 @@ impl BwrapEngine {
         resolve.extend(["--generate-hashes".into(), "--no-header".into(), "--no-annotate".into()]);
         resolve.extend(["--output-file".into(), io.join("lock.txt").into()]);
         resolve.push(checked.join("requirements.in").into());
-        let step = Step {
-            dir: &io,
-            ro: vec![checked.clone(), dir.to_owned()],
-            cache: Cache::Private(scratch.dir("cache-resolve")?),
-            python_dir_rw: false,
-            net: true,
-            command: resolve,
-            extra_env: Vec::new(),
-        };
         status(&match spec.dependencies.len() {
             1 => "resolving 1 dependency".to_owned(),
             n => format!("resolving {n} dependencies"),
         });
-        self.run_prepare_step(uv, base, step, spec.tmpfs_size)?;
+        // Wheels only first: then no package code runs (no sdist is built for its metadata),
+        // so the resolve may read and fill the shared cache: index pages and wheel metadata
+        // already fetched are revalidated, not fetched again, and what it fetches the install
+        // finds. uv picks the newest version that has a wheel for this interpreter.
+        let mut wheels_only = resolve.clone();
+        wheels_only.push("--no-build".into());
+        let step = |cache: Cache, command: Vec<OsString>| Step {
+            dir: &io,
+            ro: vec![checked.clone(), dir.to_owned()],
+            cache,
+            python_dir_rw: false,
+            net: true,
+            command,
+            extra_env: Vec::new(),
+        };
+        if self
+            .run_prepare_step(uv, base, step(Cache::Shared, wheels_only), spec.tmpfs_size)
+            .is_err()
+        {
+            // Some version needs a build (only an sdist, a git or path requirement), or the
+            // list does not resolve at all: today's private path gives the answer, or the error.
+            let _ = std::fs::remove_file(io.join("lock.txt"));
+            let private = Cache::Private(scratch.dir("cache-resolve")?);
+            self.run_prepare_step(uv, base, step(private, resolve), spec.tmpfs_size)?;
+        }
         let lock = read_untrusted(&io.join("lock.txt"))?;
         let pinned = lockfile::parse(&lock).map_err(|e| Error::Prepare {
             code: 2,
@@ -841,9 +857,30 @@ impl BwrapEngine {
         let python = PathBuf::from(found.trim());
 
         const QUERY: &str = "import sys\nprint(sys.executable)\nprint(sys.base_prefix)\nprint(sys.base_exec_prefix)\nprint('%d.%d.%d' % sys.version_info[:3])";
-        let mut query = self.host_command(&python);
-        query.args(["-I", "-S", "-c", QUERY]);
-        let out = capture(&mut query).map_err(|e| not_found(e.to_string()))?.map_err(not_found)?;
+        // The answer depends on the binary alone: kept per identity of the file uv found
+        // (path, size, mtime, inode), it saves starting Python on every new environment.
+        let answers = self.layout.interpreters_dir();
+        let answer = fsutil::identity(&python)
+            .map(|id| answers.join(&fsutil::sha256_hex(id.as_bytes())[..32]));
+        let cached = answer.as_deref().and_then(|path| std::fs::read_to_string(path).ok());
+        let out = match cached {
+            Some(out) if out.lines().count() == 4 => out,
+            _ => {
+                let mut query = self.host_command(&python);
+                query.args(["-I", "-S", "-c", QUERY]);
+                let out = capture(&mut query)
+                    .map_err(|e| not_found(e.to_string()))?
+                    .map_err(not_found)?;
+                if let Some(path) = &answer
+                    && out.lines().count() == 4
+                    && fsutil::create_dir_all(&answers).is_ok()
+                {
+                    // Best effort: without it the next prepare asks again.
+                    let _ = fsutil::write_atomic(path, out.as_bytes());
+                }
+                out
+            }
+        };
         let lines: Vec<&str> = out.lines().collect();
         let [executable, prefix, exec_prefix, version] = lines.as_slice() else {
             return Err(not_found(format!("unexpected answer from {}: {out:?}", python.display())));

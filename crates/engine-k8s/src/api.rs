@@ -215,11 +215,12 @@ pub async fn start(
     pod: &Pod,
     network_policy: NetworkPolicy,
     timeout: Duration,
+    status: &mut dyn FnMut(&str),
 ) -> Result<Pod> {
     let created = create(client, namespace, pod).await?;
     let started = async {
         create_owned(client, namespace, &created, network_policy).await?;
-        wait_ready(client, namespace, &created, timeout).await
+        wait_ready(client, namespace, &created, timeout, status).await
     }
     .await;
     match started {
@@ -242,17 +243,19 @@ pub async fn start(
 /// Waits, with a watch from the pod's resourceVersion, until `created` is Running and Ready
 /// ([`failure::progress`]), failing fast when its status says it never will be; after `timeout`
 /// fails with where it was and the latest Warning event.
+/// A pod the scheduler cannot place yet for a reason that clears (`failure::unschedulable_clears`)
+/// is waited for like any other, and `status` says so, once per distinct reason.
 pub async fn wait_ready(
     client: &Client,
     namespace: &str,
     created: &Pod,
     timeout: Duration,
+    status: &mut dyn FnMut(&str),
 ) -> Result<Pod> {
     let name = created.metadata.name.clone().unwrap_or_default();
     let mut last = created.clone();
-    match tokio::time::timeout(timeout, watch_until_ready(client, namespace, &name, &mut last))
-        .await
-    {
+    let watch = watch_until_ready(client, namespace, &name, &mut last, status);
+    match tokio::time::timeout(timeout, watch).await {
         Ok(result) => result,
         Err(_elapsed) => {
             // Best effort: the timeout is the error; what the events add only explains it.
@@ -272,10 +275,22 @@ async fn watch_until_ready(
     namespace: &str,
     name: &str,
     last: &mut Pod,
+    status: &mut dyn FnMut(&str),
 ) -> Result<Pod> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let op = Op::new("watch", "pod", Some(name), namespace);
     let mut version = last.metadata.resource_version.clone().unwrap_or_else(|| "0".to_owned());
+    let mut told = String::new();
+    let mut settled = |name: &str, pod: &Pod| -> Result<Option<Pod>> {
+        if let Progress::Waiting(text) = failure::progress(pod)
+            && text.starts_with(failure::NOT_SCHEDULED_YET)
+            && text != told
+        {
+            status(&format!("pod `{name}` {text}; waiting"));
+            told = text;
+        }
+        settled(name, pod)
+    };
     if let Some(done) = settled(name, last)? {
         return Ok(done);
     }

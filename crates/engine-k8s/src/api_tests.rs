@@ -215,7 +215,7 @@ fn deleted_ok() -> Reply {
 }
 
 async fn start(client: Client, timeout: Duration) -> Result<Pod, Error> {
-    api::start(&client, NS, &the_pod(), the_policy(), timeout).await
+    api::start(&client, NS, &the_pod(), the_policy(), timeout, &mut |_| {}).await
 }
 
 #[tokio::test]
@@ -233,6 +233,74 @@ async fn start_creates_the_pod_and_its_policy_then_watches_it_to_ready() {
     let pod = result.expect("ready");
     assert_eq!(pod.metadata.resource_version.as_deref(), Some("110"));
     insta::assert_snapshot!(transcript);
+}
+
+/// What the live cluster showed: the ~0.3 s before the provisioner binds an `Immediate`
+/// claim, and 20 parallel runs on a 2-CPU node. Both clear by themselves: the start waits,
+/// says why once per reason, and goes on when the pod is placed.
+#[tokio::test]
+async fn a_pod_not_scheduled_for_a_reason_that_clears_is_waited_for() {
+    let not_yet = |rv: &str, message: &str| {
+        pod_with(
+            rv,
+            json!({"phase": "Pending", "conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": message}]}),
+        )
+    };
+    let cpu = "0/1 nodes are available: 1 Insufficient cpu.";
+    let replies = vec![
+        created(pending("100")),
+        echo("NetworkPolicy", "networking.k8s.io/v1", POD),
+        Reply::Watch(vec![
+            event("MODIFIED", not_yet("101", "pod has unbound immediate PersistentVolumeClaims")),
+            event("MODIFIED", not_yet("102", cpu)),
+            event("MODIFIED", not_yet("103", cpu)),
+            event("MODIFIED", running_ready("110")),
+        ]),
+    ];
+    let mut said = Vec::new();
+    let (result, _) = scripted(replies, |c| async move {
+        api::start(&c, NS, &the_pod(), the_policy(), Duration::from_secs(5), &mut |line| {
+            said.push(line.to_owned())
+        })
+        .await
+        .map(|pod| (pod, said))
+    })
+    .await;
+    let (pod, said) = result.expect("ready once placed");
+    assert_eq!(pod.metadata.resource_version.as_deref(), Some("110"));
+    insta::assert_snapshot!(said.join("\n"), @r"
+    pod `psbx-abc` not scheduled yet: pod has unbound immediate PersistentVolumeClaims; waiting
+    pod `psbx-abc` not scheduled yet: 0/1 nodes are available: 1 Insufficient cpu.; waiting
+    ");
+}
+
+#[test]
+fn what_a_scheduler_says_clears_or_not() {
+    for (message, clears) in [
+        ("pod has unbound immediate PersistentVolumeClaims", true),
+        ("0/1 nodes are available: 1 Insufficient cpu.", true),
+        (
+            "0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't match node selector.",
+            true,
+        ),
+        ("0/1 nodes are available: 1 Too many pods.", true),
+        (
+            "0/1 nodes are available: 1 node(s) had taint {node.kubernetes.io/not-ready: }, that the pod didn't tolerate.",
+            true,
+        ),
+        ("0/2 nodes are available: 2 node(s) were unschedulable.", true),
+        ("no nodes available to schedule pods", true),
+        ("0/1 nodes are available: 1 node(s) didn't match node selector.", false),
+        ("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity.", false),
+        (
+            "0/1 nodes are available: 1 node(s) had taint {dedicated: gpu}, that the pod didn't tolerate.",
+            false,
+        ),
+    ] {
+        assert_eq!(crate::failure::unschedulable_clears(message), clears, "{message}");
+    }
 }
 
 #[tokio::test]
@@ -375,7 +443,7 @@ fn failure_cases() -> Vec<Case> {
         "104",
         json!({"phase": "Pending", "conditions": [{
         "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-        "message": "0/1 nodes are available: 1 Insufficient memory. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."}]}),
+        "message": "0/1 nodes are available: 1 node(s) didn't match node selector."}]}),
     );
     vec![
         Case {

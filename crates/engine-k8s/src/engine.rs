@@ -509,7 +509,8 @@ impl K8sEngine {
         let ns = &self.config.namespace;
         let policy = plan.network_policy();
         status(&format!("starting pod `{}` in namespace `{ns}`", manifest::pod_name(&id)));
-        let pod = self.block_on(api::start(&self.client, ns, &plan.pod, policy, START_TIMEOUT))?;
+        let pod =
+            self.block_on(api::start(&self.client, ns, &plan.pod, policy, START_TIMEOUT, status))?;
         let finished = self.block_on(async {
             self.publish_all(&plan, &pod).await?;
             if !plan.secret_env.is_empty() {

@@ -317,6 +317,42 @@ const IMAGE_REASONS: [&str; 4] =
 const CONTAINER_REASONS: [&str; 3] =
     ["CreateContainerConfigError", "CreateContainerError", "RunContainerError"];
 
+/// How [`progress`] starts the text of a pod the scheduler has not placed for a reason that
+/// can clear.
+pub const NOT_SCHEDULED_YET: &str = "not scheduled yet";
+
+/// What in a scheduler's message can clear by itself: a volume the provisioner is about to
+/// bind (for the fraction of a second a StorageClass with `Immediate` binding takes), capacity
+/// that other pods free or a cluster autoscaler adds, a node that is not ready yet or cordoned
+/// for a moment. The scheduler retries on its own; the engine waits, within its start timeout.
+const CLEARS: [&str; 9] = [
+    "unbound immediate persistentvolumeclaims",
+    "persistentvolumeclaim",
+    "insufficient ",
+    "too many pods",
+    "didn't have free ports",
+    "node(s) were unschedulable",
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "no nodes available to schedule pods",
+];
+
+/// Pure: whether a pod the scheduler reports `Unschedulable` with `message` may still be
+/// placed without anyone changing it: when any node (or the volume) is held back by something
+/// in [`CLEARS`]. A message that names only what cannot change by waiting (no node matches the
+/// selector or affinity, a taint the pod does not tolerate) is final.
+///
+/// ```
+/// use engine_k8s::failure::unschedulable_clears;
+/// assert!(unschedulable_clears("0/1 nodes are available: 1 Insufficient cpu."));
+/// assert!(unschedulable_clears("pod has unbound immediate PersistentVolumeClaims"));
+/// assert!(!unschedulable_clears("0/1 nodes are available: 1 node(s) didn't match node selector."));
+/// ```
+pub fn unschedulable_clears(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    CLEARS.iter().any(|reason| message.contains(reason))
+}
+
 /// Pure: where the pod is, from its status alone.
 pub fn progress(pod: &Pod) -> Progress {
     let Some(status) = pod.status.as_ref() else {
@@ -346,9 +382,11 @@ pub fn progress(pod: &Pod) -> Progress {
         && scheduled.status == "False"
         && scheduled.reason.as_deref() == Some("Unschedulable")
     {
-        return Progress::Failed(StartFailure::Unschedulable {
-            message: scheduled.message.clone().unwrap_or_default(),
-        });
+        let message = scheduled.message.clone().unwrap_or_default();
+        if unschedulable_clears(&message) {
+            return Progress::Waiting(format!("{NOT_SCHEDULED_YET}: {}", message.trim()));
+        }
+        return Progress::Failed(StartFailure::Unschedulable { message });
     }
     if phase == "Running" && condition("Ready").is_some_and(|c| c.status == "True") {
         return Progress::Ready;

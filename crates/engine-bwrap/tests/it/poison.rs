@@ -120,7 +120,15 @@ fn a_build_script_cannot_touch_the_shared_cache_or_the_managed_pythons() {
     std::fs::write(pkg.join("ATTACK.json"), targets).expect("w");
     std::fs::write(pkg.join("PKG-INFO"), "Metadata-Version: 2.1\nName: psbx-evil\nVersion: 1.0\n")
         .expect("w");
-    let archive = served.path().join("psbx_evil-1.0.tar.gz");
+    // A path of its own per run: the same URL would find the environment an earlier run of
+    // this test built (the test cache outlives runs) and prove nothing.
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos()
+        .to_string();
+    std::fs::create_dir(served.path().join(&nonce)).expect("mkdir");
+    let archive = served.path().join(&nonce).join("psbx_evil-1.0.tar.gz");
     let status = Command::new("/usr/bin/python3.11")
         .args(["-c", "import sys, tarfile\nwith tarfile.open(sys.argv[1], 'w:gz') as t: t.add(sys.argv[2], 'psbx_evil-1.0')"])
         .arg(&archive)
@@ -134,7 +142,7 @@ fn a_build_script_cannot_touch_the_shared_cache_or_the_managed_pythons() {
     };
 
     let mut spec = f.spec("import psbx_evil\nprint('package', psbx_evil.OK)\n");
-    spec.dependencies = vec![format!("psbx-evil @ http://{address}/psbx_evil-1.0.tar.gz")];
+    spec.dependencies = vec![format!("psbx-evil @ http://{address}/{nonce}/psbx_evil-1.0.tar.gz")];
     let out = f.run_ok(&spec);
     assert!(out.contains("package built"), "{out}");
 

@@ -221,14 +221,15 @@ impl K8sEngine {
         claim: &str,
         read_only: bool,
         user: &[claims::ClaimMount],
+        status: &mut dyn FnMut(&str),
     ) -> Result<(super::Plan, k8s_openapi::api::core::v1::Pod)> {
         let id = random_id();
         let mut plan = plan(&self.config, session, &id, &self.owner, now_secs(), &self.mark)?;
         environment::mount(&mut plan.pod, claim, read_only);
         claims::mount(&mut plan.pod, user);
         let ns = &self.config.namespace;
-        let pod =
-            api::start(&self.client, ns, &plan.pod, plan.network_policy(), START_TIMEOUT).await?;
+        let policy = plan.network_policy();
+        let pod = api::start(&self.client, ns, &plan.pod, policy, START_TIMEOUT, status).await?;
         Ok((plan, pod))
     }
 
@@ -324,7 +325,7 @@ impl K8sEngine {
             session.env.clear();
             session.mounts.clear();
             session.limits = sandbox_core::Limits::default();
-            let (_, pod) = self.start_run_pod(&session, &name, false, &[]).await?;
+            let (_, pod) = self.start_run_pod(&session, &name, false, &[], status).await?;
             let sandbox = self.handle(&pod, Vec::new());
             let request = ExecRequest {
                 argv: environment::prepare_argv(&spec.dependencies),
@@ -390,7 +391,8 @@ impl K8sEngine {
             }
         }
         let user = &self.config.run_claims;
-        let (plan, pod) = self.start_run_pod(&session, &prepared.claim, true, user).await?;
+        let (plan, pod) =
+            self.start_run_pod(&session, &prepared.claim, true, user, &mut *status).await?;
         let outcome = async {
             self.publish_all(&plan, &pod).await?;
             // Held until the run ends: dropping a forward closes it.

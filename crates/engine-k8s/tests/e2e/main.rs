@@ -60,9 +60,12 @@ fn config(publish: &[u16]) -> SessionConfig {
 /// A plain HTTP GET of a preview URL from this host.
 fn http_get(url: &str) -> Result<String, String> {
     let (host, port) = engine_k8s::preview::host_port(url).ok_or("not an http URL")?;
+    // The URL's own path: the contract asks for a file, not the listing of `/`.
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let path = after_scheme.find('/').map_or("/", |i| &after_scheme[i..]);
     let mut tcp = std::net::TcpStream::connect((host.as_str(), port)).map_err(|e| e.to_string())?;
     tcp.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-    write!(tcp, "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+    write!(tcp, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
         .map_err(|e| e.to_string())?;
     let mut response = String::new();
     tcp.read_to_string(&mut response).map_err(|e| e.to_string())?;
@@ -158,7 +161,8 @@ fn a_killed_owner_leaves_nothing_after_the_idle_ttl() {
         line.clear();
         let n = std::io::BufRead::read_line(&mut out, &mut line).expect("read the owner");
         assert!(n > 0, "the owner ended without starting a session");
-        if let Some(rest) = line.trim().strip_prefix("SESSION ") {
+        // libtest may print `test owner_child ... ` ahead of it on the same line.
+        if let Some(rest) = line.trim().split_once("SESSION ").map(|(_, rest)| rest) {
             break rest.split(' ').nth(1).expect("pod name").to_owned();
         }
     };
