@@ -128,7 +128,10 @@ fn run_cases() -> Vec<Case> {
             name: "deps-six-net-off-at-run-time",
             script: Script::File("deps.py"),
             meta: Some("dependencies = [\"six\"]\n\n[tool.python-sandbox]\nnet = \"off\""),
-            expect: |_| Expect::ok().has("six: 1.").has("dns: failed"),
+            expect: |fx| {
+                refused_net_off(fx)
+                    .unwrap_or_else(|| Expect::ok().has("six: 1.").has("dns: failed"))
+            },
             deadline_secs: 600,
             ..BASE
         },
@@ -1133,7 +1136,17 @@ fn files_written_by_the_script_only(_: &Fixture, run: &Run) -> Result<(), String
 /// No route at all: not the host's loopback, not its abstract sockets, not DNS. A pod always
 /// has its interface (its network off is a deny-all NetworkPolicy), so there the interface
 /// list is not the test; reachability is.
+/// On a cluster that does not enforce NetworkPolicy, what every net-off run gets: refused
+/// before anything runs (issue 33 item 2: the script had the network). `None` elsewhere.
+fn refused_net_off(fx: &Fixture) -> Option<Expect> {
+    (fx.engine == "k8s" && !crate::engines::k8s_enforces_network_policy())
+        .then(|| Expect::exit(2).err("does not enforce NetworkPolicy").err("hint:"))
+}
+
 fn net_off(fx: &Fixture) -> Expect {
+    if let Some(refused) = refused_net_off(fx) {
+        return refused;
+    }
     let e = Expect::ok()
         .has("loopback: failed")
         .has("abstract: failed")

@@ -154,3 +154,32 @@ pub(crate) fn skip_reason(case: Applies, engine: &Engine) -> Option<String> {
         (false, false) => Some(format!("unavailable: {}", engine.reason)),
     }
 }
+
+/// Whether the cluster the k8s engine runs on enforces NetworkPolicy, as the CLI finds out
+/// (its probe, `engine_k8s::netoff`): one `run --engine k8s --net off` of an empty script,
+/// once per suite. `true` unless the CLI refused for exactly that reason, so any other
+/// failure shows in the cases themselves.
+pub(crate) fn k8s_enforces_network_policy() -> bool {
+    static ENFORCED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENFORCED.get_or_init(|| {
+        let Ok(bin) = crate::cli::locate() else { return true };
+        let Ok(dir) = tempfile::tempdir() else { return true };
+        let script = dir.path().join("probe.py");
+        if std::fs::write(&script, "print('ok')\n").is_err() {
+            return true;
+        }
+        let out = std::process::Command::new(bin)
+            .args(["run", "--engine", "k8s", "--net", "off"])
+            .arg(&script)
+            .current_dir(dir.path())
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null())
+            .output();
+        let refused = out.is_ok_and(|o| {
+            !o.status.success()
+                && String::from_utf8_lossy(&o.stderr).contains("does not enforce NetworkPolicy")
+        });
+        eprintln!("k8s: NetworkPolicy {}", if refused { "not enforced" } else { "enforced" });
+        !refused
+    })
+}

@@ -775,6 +775,8 @@ pub(crate) fn with_session<T>(
     target: Target<'_>,
     mut work: impl FnMut(&dyn DynSession) -> Result<T, EngineError>,
 ) -> Result<T> {
+    let recorded = recorded(id, target);
+    let target = recorded.as_ref().map_or(target, Recorded::target);
     let probes = Probes::default();
     let entries = session_entries(target.engine, &probes)?;
     let not_found =
@@ -832,8 +834,77 @@ fn no_session(id: &str, choice: Option<&str>, unreachable: Option<anyhow::Error>
 
 /// Stops session `id` through its engine (which also releases what it kept on the host).
 pub(crate) fn stop_session(id: &str, target: Target<'_>) -> Result<()> {
+    let recorded = recorded(id, target);
+    let target = recorded.as_ref().map_or(target, Recorded::target);
     let entries = session_entries(target.engine, &Probes::default())?;
-    through_engines(id, target, &entries, |engine| engine.stop_session_dyn(id))
+    through_engines(id, target, &entries, |engine| engine.stop_session_dyn(id))?;
+    if recorded.is_some()
+        && let Some(dir) = session_records()
+    {
+        // Best effort: a stale record only names the engine that then says "no session".
+        let _ = dir.remove(&record_name(id));
+    }
+    Ok(())
+}
+
+/// Where a session of an engine off the ladder (a cluster) started: kept on this host at
+/// `session start`, so a command on its id goes straight to that engine and namespace, even
+/// when no user config names the cluster (`consulted` would skip it) and with no call to any
+/// other engine. Sessions of the ladder's engines need none: their own host records find them.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct Recorded {
+    engine: String,
+    namespace: Option<String>,
+}
+
+impl Recorded {
+    fn target(&self) -> Target<'_> {
+        Target { engine: Some(&self.engine), namespace: self.namespace.as_deref() }
+    }
+}
+
+/// This user's directory of [`Recorded`] sessions (`<cache>/python-sandbox/sessions`, checked
+/// to be the caller's); `None` where it cannot be had: commands then look as before.
+fn session_records() -> Option<reaper::PrivateDir> {
+    let uid = rustix::process::geteuid().as_raw();
+    let base =
+        reaper::hostfs::cache_base(&|n| std::env::var_os(n), std::path::Path::new("/tmp"), uid);
+    reaper::PrivateDir::open(&base.join("python-sandbox")).ok()?.sub("sessions").ok()
+}
+
+/// Pure: the record's file name of session `id`: its characters kept when they are a plain
+/// name, so no id names another file.
+fn record_name(id: &str) -> String {
+    let safe = id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if safe && !id.is_empty() { format!("{id}.json") } else { String::from("-.json") }
+}
+
+/// Records where session `id` started, for an engine off the ladder (see [`Recorded`]).
+pub(crate) fn record_session(id: &str, engine: &str, namespace: Option<&str>) {
+    let off_ladder = ENGINES.iter().any(|e| e.name == engine && !e.in_auto);
+    let name = record_name(id);
+    if !off_ladder || name == "-.json" {
+        return;
+    }
+    let record = Recorded { engine: engine.to_owned(), namespace: namespace.map(str::to_owned) };
+    if let (Some(dir), Ok(bytes)) = (session_records(), serde_json::to_vec(&record)) {
+        // Best effort: without it, commands on the id look through the configured engines.
+        let _ = dir.replace(&name, &bytes);
+    }
+}
+
+/// The record of session `id`, when the command names no engine (an explicit `--engine` wins).
+fn recorded(id: &str, target: Target<'_>) -> Option<Recorded> {
+    if target.engine.is_some() {
+        return None;
+    }
+    let name = record_name(id);
+    let bytes = session_records()?.read(&name).ok()??;
+    let mut record: Recorded = serde_json::from_slice(&bytes).ok()?;
+    if let Some(namespace) = target.namespace {
+        record.namespace = Some(namespace.to_owned());
+    }
+    ENGINES.iter().any(|e| e.name == record.engine).then_some(record)
 }
 
 /// Every session of the engines asked (all usable ones by default: one of the ladder that
@@ -995,6 +1066,15 @@ fn reap_oci(flavor: engine_oci::Flavor, request: &Reap) -> Result<Vec<Reaped>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A session id names its record's file and nothing else.
+    #[test]
+    fn a_record_name_is_a_plain_file_name() {
+        assert_eq!(record_name("a1b2c3d4e5f6"), "a1b2c3d4e5f6.json");
+        for odd in ["", "../config", "a/b", ".hidden", "x y"] {
+            assert_eq!(record_name(odd), "-.json", "{odd:?}");
+        }
+    }
 
     /// A cluster's environment claims are reported as environments (`"environment": NAME`,
     /// as other engines report theirs), its pool members as `pool` sandboxes.

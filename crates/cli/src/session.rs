@@ -214,6 +214,7 @@ pub(crate) fn start_resolved(
         let _ = engine.stop_session_dyn(&info.id);
         return Err(e);
     }
+    registry::record_session(&info.id, &info.engine, options.namespace);
     Ok(info)
 }
 

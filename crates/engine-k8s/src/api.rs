@@ -378,6 +378,39 @@ pub async fn delete_pod(
     delete::<Pod>(client, namespace, name, uid).await
 }
 
+/// [`delete_pod`], then waits (at most `patience`) until the apiserver no longer lists the pod
+/// of that uid: a run returns with nothing of it left. Polls with a growing interval (50 ms to
+/// 0.5 s): the kubelet needs the grace second and about as long again. `Ok(false)` when the
+/// pod was still there at the deadline (the caller's TTL and the sweep take it then).
+pub async fn delete_pod_and_wait(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+    patience: Duration,
+) -> Result<bool> {
+    if !delete_pod(client, namespace, name, uid).await? {
+        return Ok(true);
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let op = Op::new("get", "pod", Some(name), namespace);
+    let deadline = tokio::time::Instant::now() + patience;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        tokio::time::sleep(pause).await;
+        let left = pods.get_opt(name).await.map_err(|e| api_error(&op, e))?;
+        // Another pod of the same name (a later run) is not this one.
+        let same = left.is_some_and(|p| uid.is_none() || p.metadata.uid.as_deref() == uid);
+        if !same {
+            return Ok(true);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
+}
+
 /// Deletes one namespaced object; see [`delete_pod`].
 pub async fn delete<K: Object>(
     client: &Client,

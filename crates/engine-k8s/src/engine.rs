@@ -52,6 +52,13 @@ pub struct K8sEngine {
     rt: Option<tokio::runtime::Runtime>,
     mark: MarkKey,
     owner: Owner,
+    /// The apiserver's URL: with the namespace, what the net-off verdict is kept for on the
+    /// host ([`crate::netoff`]). `None` for an engine on a given client (tests): its verdicts
+    /// are never kept, and never read from the user's cache.
+    cluster: Option<String>,
+    /// Tests: the verdict a fake cluster's policies get without a probe.
+    #[cfg(test)]
+    pub(crate) assumed_policy: Option<crate::netoff::Verdict>,
 }
 
 impl std::fmt::Debug for K8sEngine {
@@ -369,12 +376,17 @@ impl K8sEngine {
                     kube::Config::from_kubeconfig(&options).await.map_err(|e| no_config(&e))?
                 }
             };
-            kube::Client::try_from(kube_config).map_err(|e| Error::Unreachable {
+            let cluster = kube_config.cluster_url.to_string();
+            let client = kube::Client::try_from(kube_config).map_err(|e| Error::Unreachable {
                 action: "connect to the cluster".to_owned(),
                 message: e.to_string(),
-            })
+            })?;
+            Ok::<_, Error>((client, cluster))
         })?;
-        K8sEngine::with_client(config, rt, client, mark_key()?)
+        let (client, cluster) = client;
+        let mut engine = K8sEngine::with_client(config, rt, client, mark_key()?)?;
+        engine.cluster = Some(cluster);
+        Ok(engine)
     }
 
     /// An engine on a given client (made inside `rt`) and key.
@@ -388,7 +400,16 @@ impl K8sEngine {
             what: "identify the owner".to_owned(),
             message: e.to_string(),
         })?;
-        Ok(K8sEngine { config, client, rt: Some(rt), mark, owner })
+        Ok(K8sEngine {
+            config,
+            client,
+            rt: Some(rt),
+            mark,
+            owner,
+            cluster: None,
+            #[cfg(test)]
+            assumed_policy: None,
+        })
     }
 
     fn rt(&self) -> &tokio::runtime::Runtime {
@@ -491,6 +512,56 @@ impl K8sEngine {
 }
 
 impl K8sEngine {
+    /// Refuses a net-off sandbox (`pod`, started under its deny-all egress policy) on a cluster
+    /// that does not enforce NetworkPolicy ([`crate::netoff`]): the verdict kept on the host
+    /// for this cluster and namespace, else the probe run in `pod` and its verdict kept.
+    pub(crate) async fn net_off_given(&self, pod: &Pod) -> Result<()> {
+        use sandbox_core::Sandbox as _;
+        let ns = &self.config.namespace;
+        let records = self.cluster.as_ref().and_then(|_| netoff_records());
+        let name = crate::netoff::record_name(self.cluster.as_deref().unwrap_or_default(), ns);
+        let now = SystemTime::now();
+        let verdict = match self.net_off_known() {
+            Some(verdict) => verdict,
+            None => {
+                let sandbox = self.handle(pod, Vec::new());
+                let request = sandbox_core::ExecRequest {
+                    argv: ["python3", "-I", "-c", crate::netoff::PROBE].map(str::to_owned).to_vec(),
+                    cwd: Some("/".to_owned()),
+                    ..Default::default()
+                };
+                let mut capped = shell::Capped::new(4096);
+                let outcome = sandbox.exec(&request, &mut capped).await?;
+                let Some(verdict) = crate::netoff::verdict(outcome.exit_code) else {
+                    return Err(unsupported(
+                        "`net = \"off\"` (whether this cluster enforces NetworkPolicy could not be checked: the pod knows no apiserver address)",
+                        "nothing was run; run with the network on explicitly (`--net on`), or on another engine",
+                    ));
+                };
+                if let Some(dir) = &records {
+                    // Best effort: without the record the next net-off sandbox checks again.
+                    let _ = dir.replace(&name, crate::netoff::render(verdict, now).as_bytes());
+                }
+                verdict
+            }
+        };
+        match verdict {
+            crate::netoff::Verdict::Enforced => Ok(()),
+            crate::netoff::Verdict::Ignored => Err(crate::netoff::refusal(ns)),
+        }
+    }
+
+    /// The net-off verdict kept on this host for this cluster and namespace, while fresh.
+    pub(crate) fn net_off_known(&self) -> Option<crate::netoff::Verdict> {
+        #[cfg(test)]
+        if self.assumed_policy.is_some() {
+            return self.assumed_policy;
+        }
+        let name = crate::netoff::record_name(self.cluster.as_deref()?, &self.config.namespace);
+        let kept = netoff_records()?.read(&name).ok()??;
+        crate::netoff::parse(&String::from_utf8_lossy(&kept), SystemTime::now())
+    }
+
     /// Starts a session pod for `config`; a warm pool member, labelled with its key and
     /// [`POOL_READY`], when `pool` is given.
     fn start_pod(
@@ -499,6 +570,9 @@ impl K8sEngine {
         status: &mut dyn FnMut(&str),
         pool: Option<&str>,
     ) -> Result<SessionInfo> {
+        if config.net == Net::Off && self.net_off_known() == Some(crate::netoff::Verdict::Ignored) {
+            return Err(crate::netoff::refusal(&self.config.namespace));
+        }
         let id = random_id();
         let mut plan = plan(&self.config, config, &id, &self.owner, now_secs(), &self.mark)?;
         if let Some(key) = pool {
@@ -512,6 +586,9 @@ impl K8sEngine {
         let pod =
             self.block_on(api::start(&self.client, ns, &plan.pod, policy, START_TIMEOUT, status))?;
         let finished = self.block_on(async {
+            if config.net == Net::Off {
+                self.net_off_given(&pod).await?;
+            }
             self.publish_all(&plan, &pod).await?;
             if !plan.secret_env.is_empty() {
                 write_secret_env(&self.handle(&pod, Vec::new()), &plan.secret_env).await?;
@@ -764,3 +841,12 @@ async fn read_secret_env(sandbox: &PodSandbox, names: &[String]) -> Result<Vec<(
 mod run;
 #[cfg(test)]
 mod tests;
+
+/// This user's directory of net-off verdicts (`<cache>/python-sandbox/k8s`, checked to be the
+/// caller's); `None` where it cannot be had, and every net-off sandbox then checks.
+fn netoff_records() -> Option<reaper::PrivateDir> {
+    let uid = rustix::process::geteuid().as_raw();
+    let base =
+        reaper::hostfs::cache_base(&|n| std::env::var_os(n), std::path::Path::new("/tmp"), uid);
+    reaper::PrivateDir::open(&base.join("python-sandbox")).ok()?.sub("k8s").ok()
+}

@@ -18,6 +18,7 @@ pub mod exec;
 pub mod failure;
 pub mod lease;
 pub mod manifest;
+pub mod netoff;
 pub mod preview;
 pub mod probe;
 pub mod rbac;

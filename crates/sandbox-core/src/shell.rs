@@ -373,8 +373,12 @@ exec find "$1" -mindepth 1 -maxdepth 1 -printf '%y %s %f\0'"#;
 }
 
 /// The script of [`put_tar`] (`$1` the destination, the archive on stdin), for engines that
-/// stream the archive themselves.
-pub const UNPACK: &str = r#"mkdir -p -- "$1" && exec tar -x -f - -C "$1" --no-same-owner"#;
+/// stream the archive themselves. Modes as archived (`umask 0` for tar alone): a workspace
+/// file the host has 0644 is 0644 in the sandbox, and comes back so, whatever the sandbox's
+/// umask (077 in a pod turned every synced file 0600). tar run by a user other than root never
+/// restores setuid, setgid or sticky bits.
+pub const UNPACK: &str =
+    r#"mkdir -p -- "$1" && umask 0 && exec tar -x -f - -C "$1" --no-same-owner"#;
 
 /// [`crate::Sandbox::put`] of a tar archive, unpacked below `dest` (created if missing).
 pub async fn put_tar<S: AgentShell>(

@@ -541,8 +541,10 @@ fn a_session_starts_lists_execs_and_stops_on_a_real_cluster() {
     let started: serde_json::Value = serde_json::from_slice(&out.stdout).expect("start json");
     let id = started["id"].as_str().expect("an id").to_owned();
     let listed = ctx.run(&["session", "list", "--engine", "k8s", "--json"]);
-    let exec = ctx.run(&["session", "exec", &id, "--engine", "k8s", "--", "echo", "hi"]);
-    let stop = ctx.run(&["session", "stop", &id, "--engine", "k8s"]);
+    // The id alone, as a user was given it: the start recorded where the session is, so no
+    // `[engine.k8s]` table is needed to find it (issue 33 item 8: "no session" before).
+    let exec = ctx.run(&["session", "exec", &id, "--", "echo", "hi"]);
+    let stop = ctx.run(&["session", "stop", &id]);
     assert!(String::from_utf8_lossy(&listed.stdout).contains(&id), "{}", transcript(&listed));
     assert_eq!(String::from_utf8_lossy(&exec.stdout), "hi\n", "{}", transcript(&exec));
     assert!(stop.status.success(), "{}", transcript(&stop));

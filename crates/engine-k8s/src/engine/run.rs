@@ -233,14 +233,17 @@ impl K8sEngine {
         Ok((plan, pod))
     }
 
+    /// Deletes a run's pod and waits until it is gone (see [`RUN_POD_GONE`]).
     async fn delete(&self, pod: &k8s_openapi::api::core::v1::Pod) {
         let name = pod.metadata.name.as_deref().unwrap_or_default();
-        // A failed delete leaves the pod to its TTL and the sweep.
-        let _ = api::delete_pod(
+        // Nothing of a run remains when it returns: the pod is waited out. A failed or slow
+        // delete leaves it to its TTL and the sweep.
+        let _ = api::delete_pod_and_wait(
             &self.client,
             &self.config.namespace,
             name,
             pod.metadata.uid.as_deref(),
+            RUN_POD_GONE,
         )
         .await;
     }
@@ -394,6 +397,9 @@ impl K8sEngine {
         let (plan, pod) =
             self.start_run_pod(&session, &prepared.claim, true, user, &mut *status).await?;
         let outcome = async {
+            if spec.net == Net::Off {
+                self.net_off_given(&pod).await?;
+            }
             self.publish_all(&plan, &pod).await?;
             // Held until the run ends: dropping a forward closes it.
             let (_forwards, ports) = self.previews(&plan, &pod).await?;
@@ -589,6 +595,11 @@ impl Engine for K8sEngine {
             now_secs(),
             &self.mark,
         )?;
+        // A cluster already found not to enforce NetworkPolicy refuses net off before any
+        // environment or pod is made.
+        if spec.net == Net::Off && self.net_off_known() == Some(crate::netoff::Verdict::Ignored) {
+            return Err(crate::netoff::refusal(&self.config.namespace));
+        }
         Ok(planned
             .warnings
             .into_iter()
@@ -632,3 +643,7 @@ impl Engine for K8sEngine {
 
 #[cfg(test)]
 mod tests;
+
+/// How long a run waits for its pod to be gone after deleting it: the grace second, the
+/// kubelet's stop and the apiserver's removal take about 2 s on the test cluster.
+const RUN_POD_GONE: std::time::Duration = std::time::Duration::from_secs(15);

@@ -112,8 +112,10 @@ fn engine(replies: Vec<Reply>) -> (K8sEngine, Seen) {
         });
         kube::Client::new(service, NS)
     });
-    let engine =
+    let mut engine =
         K8sEngine::with_client(SandboxConfig::default(), rt, client, key()).expect("engine");
+    // The fake cluster enforces its policies (the refusal is the e2e tier's, on a real one).
+    engine.assumed_policy = Some(crate::netoff::Verdict::Enforced);
     (engine, seen)
 }
 

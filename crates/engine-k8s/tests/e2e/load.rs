@@ -73,7 +73,7 @@ const WRITER: &str = "import pathlib, sys\ni = sys.argv[1]\n\
 
 #[test]
 fn twenty_parallel_runs_from_one_workspace_succeed_each_holding_one_watch() {
-    let Some(_engine) = crate::cluster() else { return };
+    let Some(engine) = crate::cluster() else { return };
     let ws = Workspace::new("load", WRITER);
     // Warm: the first run prepares the environment (its prepare pod and its run pod are
     // watched one after the other, never both at once).
@@ -96,6 +96,9 @@ fn twenty_parallel_runs_from_one_workspace_succeed_each_holding_one_watch() {
     let outputs: Vec<_> =
         children.into_iter().map(|c| c.wait_with_output().expect("wait")).collect();
     println!("{PARALLEL} parallel runs in {:.1?}", started.elapsed());
+    // Nothing of a run remains once it returned (issue 33 item 9: its pod was still listed).
+    let listed = pod_names(&engine);
+    let mut run_pods = Vec::new();
     for (i, out) in outputs.iter().enumerate() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -112,7 +115,10 @@ fn twenty_parallel_runs_from_one_workspace_succeed_each_holding_one_watch() {
             .and_then(|rest| rest.split(' ').next())
             .unwrap_or_else(|| panic!("run {i} watched no pod: {watches:?}"));
         assert_eq!(watches[0], engine_k8s::api::trace_line("pod", pod, 1), "run {i}");
+        run_pods.push(pod.to_owned());
     }
+    let left: Vec<_> = run_pods.iter().filter(|p| listed.contains(p)).collect();
+    assert!(left.is_empty(), "pods of runs that returned are still listed: {left:?}");
 }
 
 fn pod_names(engine: &K8sEngine) -> Vec<String> {
