@@ -339,7 +339,7 @@ const CLEARS: [&str; 9] = [
 
 /// Pure: whether a pod the scheduler reports `Unschedulable` with `message` may still be
 /// placed without anyone changing it: when any node (or the volume) is held back by something
-/// in [`CLEARS`]. A message that names only what cannot change by waiting (no node matches the
+/// in its list of such reasons. A message that names only what cannot change by waiting (no node matches the
 /// selector or affinity, a taint the pod does not tolerate) is final.
 ///
 /// ```
