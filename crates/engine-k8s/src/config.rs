@@ -303,8 +303,11 @@ impl SandboxConfig {
                 hint,
             ));
         }
+        // Below `/tmp` is a volume mounted on the tmpfs's own; the home holds the session's
+        // venv and is never shared.
         let clash = RESERVED_PATHS.iter().any(|p| {
-            dir == *p || dir.starts_with(&format!("{p}/")) || p.starts_with(&format!("{dir}/"))
+            let below = dir.starts_with(&format!("{p}/")) && *p != "/tmp";
+            dir == *p || below || p.starts_with(&format!("{dir}/"))
         });
         if dir.is_empty() || clash {
             return Err(bad(

@@ -29,7 +29,7 @@ fn each_bad_value_is_refused_naming_its_field() {
         ("namespace", |c| c.namespace = String::new()),
         ("ingress_namespace", |c| c.ingress_namespace = "-x".into()),
         ("workdir", |c| c.workdir = "workspace".into()),
-        ("workdir", |c| c.workdir = "/tmp/work".into()),
+        ("workdir", |c| c.workdir = "/tmp".into()),
         ("workdir", |c| c.workdir = "/home".into()),
         ("workdir", |c| c.workdir = "/".into()),
         ("workdir", |c| c.workdir = "/a/../tmp".into()),

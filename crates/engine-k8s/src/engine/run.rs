@@ -48,6 +48,40 @@ fn session_of(spec: &RunSpec, net: Net) -> SessionConfig {
     }
 }
 
+/// Where the image's own files, the environment and the pod's other volumes are: a workspace
+/// at or below one of these keeps the configured workdir.
+const NOT_A_WORKDIR: [&str; 14] = [
+    "/bin",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/opt/python-sandbox",
+    "/proc",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/usr",
+    "/var",
+    sandbox_core::SANDBOX_HOME,
+];
+
+/// Pure: the workdir of a run's pod for a host workspace: the same path, when it is a plain
+/// absolute path that names none of the image's directories ([`NOT_A_WORKDIR`]), `/`, `/tmp`
+/// itself or an ancestor of either; `None` otherwise (the configured workdir is used).
+fn run_workdir(workspace: &std::path::Path) -> Option<String> {
+    let text = workspace.to_str()?.trim_end_matches('/');
+    let plain = text.starts_with('/')
+        && text[1..].split('/').all(|c| !c.is_empty() && c != "." && c != "..")
+        && !text.chars().any(|c| c.is_control() || c == ':' || c == ',');
+    let inside = |dir: &str| text == dir || text.starts_with(&format!("{dir}/"));
+    let holds = |dir: &str| dir.starts_with(&format!("{text}/"));
+    let clashes =
+        NOT_A_WORKDIR.iter().any(|d| inside(d) || holds(d)) || text == "/tmp" || holds("/tmp");
+    (plain && text.len() > 1 && !clashes).then(|| text.to_owned())
+}
+
 /// Pure: the environment of a run's commands (its `--env` values come with the script's
 /// request): the contract of every engine ([`crate::manifest::run_env`]) with the prepared
 /// environment as `VIRTUAL_ENV` and first on `PATH`, as docker and podman give a run. Not the
@@ -224,7 +258,13 @@ impl K8sEngine {
         status: &mut dyn FnMut(&str),
     ) -> Result<(super::Plan, k8s_openapi::api::core::v1::Pod)> {
         let id = random_id();
-        let mut plan = plan(&self.config, session, &id, &self.owner, now_secs(), &self.mark)?;
+        // The script's pod has the workspace where the host has it, as every other engine
+        // does (scripts print and store paths); a prepare pod keeps the configured workdir.
+        let base = match (read_only, run_workdir(&session.workspace)) {
+            (true, Some(workdir)) => crate::SandboxConfig { workdir, ..self.config.clone() },
+            _ => self.config.clone(),
+        };
+        let mut plan = plan(&base, session, &id, &self.owner, now_secs(), &self.mark)?;
         environment::mount(&mut plan.pod, claim, read_only);
         claims::mount(&mut plan.pod, user);
         let ns = &self.config.namespace;

@@ -1145,3 +1145,30 @@ fn a_sigterm_mid_run_stops_the_script_syncs_back_and_deletes_the_pod() {
         String::from_utf8_lossy(&child.stderr)
     );
 }
+
+/// A run's pod has the workspace at its host path (issue 33 item 3: it was `/workspace`), except
+/// where that path is one of the image's directories or would hide `/tmp`.
+#[test]
+fn a_runs_workdir_is_the_host_path_where_a_pod_can_have_it() {
+    use std::path::Path;
+    for (host, workdir) in [
+        ("/home/alice/project", Some("/home/alice/project")),
+        ("/tmp/.tmpab12/ws", Some("/tmp/.tmpab12/ws")),
+        ("/work/main/", Some("/work/main")),
+        ("/root/x", Some("/root/x")),
+        ("/", None),
+        ("/tmp", None),
+        ("/usr/local/src", None),
+        ("/opt", None),
+        ("/opt/python-sandbox/env", None),
+        ("/home/sandbox/work", None),
+        ("/home", None),
+        ("/var/lib/x", None),
+        ("/proc/1", None),
+        ("relative/path", None),
+        ("/a/../b", None),
+        ("/a:b", None),
+    ] {
+        assert_eq!(super::run_workdir(Path::new(host)).as_deref(), workdir, "{host}");
+    }
+}
