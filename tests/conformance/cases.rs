@@ -237,7 +237,7 @@ fn run_cases() -> Vec<Case> {
             setup: plant_protected,
             expect: |fx| match fx.engine.as_str() {
                 // A pod writes its own copy; protected paths are never synced back.
-                "k8s" => Expect::ok().changes(&["+ws/cfg.tmp", "+ws/out.txt"]),
+                "k8s" => Expect::ok().changes(POD_PROTECTED_CHANGES),
                 _ => PROTECTED_ATTEMPTS
                     .iter()
                     .fold(Expect::ok(), |e, label| e.has(format!("refused {label}:")))
@@ -254,7 +254,7 @@ fn run_cases() -> Vec<Case> {
             setup: plant_protected,
             flags: |_| strings(&["--json"]),
             expect: |fx| match fx.engine.as_str() {
-                "k8s" => Expect::ok().changes(&["+ws/cfg.tmp", "+ws/out.txt"]),
+                "k8s" => Expect::ok().changes(POD_PROTECTED_CHANGES),
                 _ => Expect::ok()
                     .changes(&["+ws/cfg.tmp", "+ws/out.txt"])
                     .host(protected_refused_in_json),
@@ -1142,6 +1142,19 @@ fn refused_net_off(fx: &Fixture) -> Option<Expect> {
     (fx.engine == "k8s" && !crate::engines::k8s_enforces_network_policy())
         .then(|| Expect::exit(2).err("does not enforce NetworkPolicy").err("hint:"))
 }
+
+/// What `protected.py` changes on the host through a pod. The pod's `.git` is the script's
+/// own (never synced in, never back); its rename to `git-aside/` is a plain directory that
+/// comes back like any other, and no host tool runs or trusts anything under that name. What
+/// the host trusts (`.git`, `.claude`, `.envrc`, `.mcp.json`, `sub/.git`, `.vscode`) stays as
+/// it was.
+const POD_PROTECTED_CHANGES: &[&str] = &[
+    "+ws/cfg.tmp",
+    "+ws/out.txt",
+    "+ws/git-aside",
+    "+ws/git-aside/hooks",
+    "+ws/git-aside/hooks/pre-commit",
+];
 
 fn net_off(fx: &Fixture) -> Expect {
     if let Some(refused) = refused_net_off(fx) {
