@@ -101,6 +101,9 @@ fn script_env(config: &crate::SandboxConfig) -> Vec<(String, String)> {
 struct PodIo<'a, 'p> {
     stdin: Stdin,
     output: &'a mut dyn OutputSink,
+    /// Both streams to one place (`Output::Merged`): the script's stderr joins its stdout in
+    /// the pod, so their order survives (two pipes read by the agent cannot keep it).
+    merged: bool,
     status: &'a mut (dyn FnMut(&str) + Send),
     published: Option<&'a mut sandbox_core::PublishedHook<'p>>,
 }
@@ -157,6 +160,10 @@ impl<O: std::io::Write + Send, E: std::io::Write + Send> OutputSink for Inherit<
         self.closed
     }
 }
+
+/// The script's argv prefix when both streams go to one place: its stderr is its stdout from
+/// the start, one pipe in write order, as bwrap's and the OCI engines' merged output is.
+const MERGED: [&str; 4] = ["sh", "-c", "exec \"$@\" 2>&1", "sh"];
 
 /// Both streams as stdout, in arrival order (`Output::Merged`).
 struct Merged<'a>(&'a mut dyn OutputSink);
@@ -423,7 +430,7 @@ impl K8sEngine {
         io: PodIo<'_, '_>,
         warnings: &mut Vec<String>,
     ) -> Result<RunOutcome> {
-        let PodIo { stdin, output, status, published } = io;
+        let PodIo { stdin, output, merged, status, published } = io;
         let session = session_of(spec, spec.net);
         for user in &self.config.run_claims {
             if self.get_claim(&user.claim).await?.is_none() {
@@ -455,7 +462,7 @@ impl K8sEngine {
             warnings.extend(synced.warnings.iter().cloned());
             // An empty status line ends the caller's indicator before the script's output.
             status("");
-            let outcome = self.script(&sandbox, spec, &workdir, stdin, output).await;
+            let outcome = self.script(&sandbox, spec, &workdir, stdin, output, merged).await;
             // Whatever the script did or however it ended, its changes come back.
             let back = workspace::sync_out(
                 &sandbox,
@@ -534,6 +541,7 @@ impl K8sEngine {
         workdir: &str,
         stdin: Stdin,
         output: &mut dyn OutputSink,
+        merged: bool,
     ) -> Result<RunOutcome> {
         let bytes = std::fs::read(&spec.script).map_err(|e| Error::Host {
             what: format!("read the script `{}`", spec.script.display()),
@@ -545,7 +553,8 @@ impl K8sEngine {
             .map_or_else(|| "script.py".to_owned(), |n| n.to_string_lossy().into_owned());
         let inside = format!("/tmp/.scripts/{}/{name}", random_id());
         sandbox.write_file(&inside, &bytes).await?;
-        let mut argv = vec![environment::python(), inside];
+        let mut argv = if merged { MERGED.map(str::to_owned).to_vec() } else { Vec::new() };
+        argv.extend([environment::python(), inside]);
         argv.extend(spec.args.iter().cloned());
         let mut request = ExecRequest {
             argv,
@@ -660,6 +669,7 @@ impl Engine for K8sEngine {
         let RunIo { stdin, output, mut status, published } = io;
         let mut inherit = Inherit::std();
         let mut merged;
+        let joined = matches!(output, Output::Merged(_));
         let sink: &mut dyn OutputSink = match output {
             Output::Inherit => &mut inherit,
             Output::Sink(sink) => sink,
@@ -674,7 +684,7 @@ impl Engine for K8sEngine {
                 status(line);
             }
         };
-        let io = PodIo { stdin, output: sink, status: &mut report, published };
+        let io = PodIo { stdin, output: sink, merged: joined, status: &mut report, published };
         let mut outcome = self.block_on(self.run_in_pod(spec, prepared, io, &mut warnings))?;
         outcome.warnings.extend(warnings);
         Ok(outcome)
