@@ -34,9 +34,12 @@ pub const SANDBOX_UID: i64 = 65534;
 pub const CONTAINER: &str = "sandbox";
 /// Prefix of every object name, so `kubectl get pods` shows whose they are.
 pub const NAME_PREFIX: &str = "psbx-";
-/// The image's execute-only tini as pid 1 (as on docker and podman, `deploy/image/setup.sh`):
-/// it reaps orphans, and a script cannot open `/proc/1/mem` of a process it cannot read.
-pub const INIT: [&str; 2] = ["/usr/bin/tini", "--"];
+/// The pod's pid 1 is the agent itself, not tini as on docker and podman: the kernel ignores a
+/// SIGSTOP or SIGKILL sent to a pid namespace's init from inside it, so a script that stops
+/// everything it may signal cannot stop the agent that reports its end (issue 33 item 6: the
+/// run hung and the pod stayed). As pid 1 the agent reaps orphans, ends on SIGTERM and makes
+/// itself not dumpable, so `/proc/1/mem` stays closed as tini's execute-only binary kept it.
+pub const INIT: [&str; 0] = [];
 /// PATH inside the pod (the image's).
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// The label ingress-nginx's namespace carries by itself (set by the apiserver since 1.21).
@@ -117,7 +120,7 @@ pub fn check_id(id: &str) -> Result<(), Error> {
     Err(Error::InvalidId { id: id.to_owned(), max: MAX_ID_LEN })
 }
 
-/// The sandbox pod: the agent (idle watchdog and exec server) as its main process under tini,
+/// The sandbox pod: the agent (idle watchdog and exec server) as its pid 1 ([`INIT`]),
 /// hardened (see the crate's tests, one per field), resources and scheduling from `config`.
 pub fn pod(config: &SandboxConfig, request: &PodRequest) -> Result<Pod, Error> {
     check_id(&request.id)?;

@@ -47,6 +47,74 @@ INPUT_LIMIT = 1 << 20
 lock = threading.Lock()
 running = 0
 
+# The commands this agent started and has not waited for yet: as pid 1 (a pod, see
+# pid1_duties) every other zombie child is an orphan of theirs, and ours to reap.
+CHILDREN = set()
+SPAWN = threading.Lock()
+
+
+class Child(subprocess.Popen):
+    def __init__(self, *args, **kwargs):
+        with SPAWN:
+            super().__init__(*args, **kwargs)
+            CHILDREN.add(self.pid)
+
+    def wait(self, timeout=None):
+        code = super().wait(timeout)
+        with SPAWN:
+            CHILDREN.discard(self.pid)
+        return code
+
+    def poll(self):
+        code = super().poll()
+        if code is not None:
+            with SPAWN:
+                CHILDREN.discard(self.pid)
+        return code
+
+
+def reap_orphans():
+    # Zombies whose parent is us and that no relay waits for: what a command left running when
+    # it ended (a daemon, a double fork), reparented here. Once a second, under SPAWN, so a
+    # command that just started is in CHILDREN before it can be mistaken for an orphan.
+    while True:
+        time.sleep(1.0)
+        with SPAWN:
+            try:
+                names = os.listdir("/proc")
+            except OSError:
+                continue
+            for name in names:
+                if not name.isdigit() or int(name) in CHILDREN or name == "1":
+                    continue
+                try:
+                    with open("/proc/%s/stat" % name, "rb") as f:
+                        stat = f.read()
+                    # After "(comm) ": state, ppid.
+                    fields = stat[stat.rindex(b")") + 2 :].split()
+                    if fields[0] == b"Z" and int(fields[1]) == os.getpid():
+                        os.waitpid(int(name), os.WNOHANG)
+                except (OSError, ValueError, IndexError):
+                    pass
+
+
+def pid1_duties():
+    # The agent is a pod's pid 1 (engine-k8s starts it without tini): the kernel then ignores a
+    # SIGSTOP or SIGKILL sent from inside the pod, to every thread of it, so a script that
+    # stops everything it may signal (`kill -STOP -1`) cannot stop the agent that reports its
+    # end. What tini did is done here: orphans are reaped, SIGTERM (the kubelet's, on delete)
+    # ends it, and the process is not dumpable, so a command cannot open /proc/1/mem.
+    if os.getpid() != 1:
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except (OSError, AttributeError):
+        pass
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
+    threading.Thread(target=reap_orphans, daemon=True).start()
+
 
 def touch():
     try:
@@ -127,7 +195,7 @@ class Clock:
 def relay(conn, req, stdin):
     env = command_env(req)
     try:
-        proc = subprocess.Popen(
+        proc = Child(
             req["argv"],
             cwd=req.get("cwd") or "/",
             env=env,
@@ -237,7 +305,7 @@ def relay_interactive(conn, req):
             winsize(slave, int(tty["rows"]), int(tty["cols"]))
             env.setdefault("TERM", "xterm")
             try:
-                proc = subprocess.Popen(
+                proc = Child(
                     req["cmd"],
                     cwd=req.get("cwd") or "/",
                     env=env,
@@ -252,7 +320,7 @@ def relay_interactive(conn, req):
             outputs = {master: b"o"}
             sink = os.dup(master)
         else:
-            proc = subprocess.Popen(
+            proc = Child(
                 req["cmd"],
                 cwd=req.get("cwd") or "/",
                 env=env,
@@ -448,6 +516,7 @@ def listeners():
 
 
 def main():
+    pid1_duties()
     os.umask(0o077)
     os.makedirs(ACTIVE, exist_ok=True)
     touch()

@@ -37,8 +37,8 @@ fn owner() -> PodOwner {
 macro_rules! pod_snapshot {
     ($name:expr, $pod:expr) => {
         insta::assert_yaml_snapshot!($name, $pod, {
-            ".spec.containers[0].command[5]" => "[sandbox_core::agent::walled(AGENT_PY)]",
-            ".spec.containers[0].command[6]" => "[sandbox_core::agent::wall_arg()]"
+            ".spec.containers[0].command[3]" => "[sandbox_core::agent::walled(AGENT_PY)]",
+            ".spec.containers[0].command[4]" => "[sandbox_core::agent::wall_arg()]"
         })
     };
 }
@@ -47,9 +47,9 @@ macro_rules! pod_snapshot {
 fn pod_default() {
     let pod = pod(&SandboxConfig::default(), &request()).unwrap();
     let command = pod.spec.as_ref().unwrap().containers[0].command.as_ref().unwrap();
-    assert_eq!(command[5], sandbox_core::agent::walled(sandbox_core::agent::AGENT_PY));
-    assert!(command[5].starts_with(sandbox_core::agent::WALL_PY), "the wall comes first");
-    assert_eq!(command[6], sandbox_core::agent::wall_arg());
+    assert_eq!(command[3], sandbox_core::agent::walled(sandbox_core::agent::AGENT_PY));
+    assert!(command[3].starts_with(sandbox_core::agent::WALL_PY), "the wall comes first");
+    assert_eq!(command[4], sandbox_core::agent::wall_arg());
     pod_snapshot!("pod_default", pod);
 }
 
@@ -205,8 +205,9 @@ fn every_hardening_field_is_set() {
         (format!("{c}/volumeMounts/0/mountPath"), "/workspace".into()),
         (format!("{c}/volumeMounts/1/mountPath"), "/tmp".into()),
         (format!("{c}/volumeMounts/2/mountPath"), "/home/sandbox".into()),
-        (format!("{c}/command/0"), "/usr/bin/tini".into()),
-        (format!("{c}/command/7"), "1800".into()),
+        // The agent is pid 1 (`INIT`): no tini before it.
+        (format!("{c}/command/0"), "python3".into()),
+        (format!("{c}/command/5"), "1800".into()),
     ];
     let wrong: Vec<String> = rows
         .iter()
