@@ -43,7 +43,12 @@ pub(crate) struct Changes {
 }
 
 pub(crate) fn snapshot(root: &Path) -> Snapshot {
-    let before = coarse_now();
+    // The later of the coarse clock and the precise one: where the kernel stamps a change with
+    // a precise time (multigrain timestamps, once a file's times were read) while the coarse
+    // clock lags behind (no tick on an idle CPU), a file written just before the run is
+    // stamped past the coarse clock's last tick. A CI run saw `case.py`, written by the
+    // harness before it started the CLI, listed as written by the run.
+    let before = coarse_now().max(precise_now());
     let mut dirs = BTreeMap::new();
     walk(root, false, &mut |rel, mtime, entries| {
         let names = entries.iter().map(|(n, t, _)| (n.clone(), *t == FileType::Directory));
@@ -57,8 +62,14 @@ fn coarse_now() -> Stamp {
     (t.tv_sec, t.tv_nsec)
 }
 
+fn precise_now() -> Stamp {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Realtime);
+    (t.tv_sec, t.tv_nsec)
+}
+
 /// The first tick of the coarse clock after `before`, waited for when the walk was quicker
-/// than one tick (1 to 10 ms, the kernel's HZ). A file written just before the run, in the
+/// than one tick (1 to 10 ms, the kernel's HZ). Every change the run makes is stamped at or
+/// after it, by either clock. A file written just before the run, in the
 /// tick the snapshot began (`cat > s.py && python-sandbox run --json s.py`), is stamped with
 /// that tick, so the run's start must lie past it for the file not to count as written.
 fn next_tick(before: Stamp) -> Stamp {
