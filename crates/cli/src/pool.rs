@@ -139,13 +139,10 @@ fn fill_lock(engine: &str) -> Option<std::fs::File> {
 /// This user's lock file `pool-<what>-<engine>.lock`: in the runtime directory, beside the
 /// pool records of docker and podman (so one `XDG_RUNTIME_DIR` is one pool), else the cache.
 fn lock_path(what: &str, engine: &str) -> std::path::PathBuf {
-    let uid = rustix::process::geteuid().as_raw();
     let base = std::env::var_os("XDG_RUNTIME_DIR")
         .map(std::path::PathBuf::from)
         .filter(|p| p.is_absolute())
-        .unwrap_or_else(|| {
-            reaper::hostfs::cache_base(&|n| std::env::var_os(n), std::path::Path::new("/tmp"), uid)
-        });
+        .unwrap_or_else(crate::registry::cache_base);
     base.join("python-sandbox").join("locks").join(format!("pool-{what}-{engine}.lock"))
 }
 

@@ -866,10 +866,13 @@ impl Recorded {
 /// This user's directory of [`Recorded`] sessions (`<cache>/python-sandbox/sessions`, checked
 /// to be the caller's); `None` where it cannot be had: commands then look as before.
 fn session_records() -> Option<reaper::PrivateDir> {
+    reaper::PrivateDir::open(&cache_base().join("python-sandbox")).ok()?.sub("sessions").ok()
+}
+
+/// Where this user's `python-sandbox` cache directory goes (`reaper::hostfs::cache_base`).
+pub(crate) fn cache_base() -> std::path::PathBuf {
     let uid = rustix::process::geteuid().as_raw();
-    let base =
-        reaper::hostfs::cache_base(&|n| std::env::var_os(n), std::path::Path::new("/tmp"), uid);
-    reaper::PrivateDir::open(&base.join("python-sandbox")).ok()?.sub("sessions").ok()
+    reaper::hostfs::cache_base(&|n| std::env::var_os(n), std::path::Path::new("/tmp"), uid)
 }
 
 /// Pure: the record's file name of session `id`: its characters kept when they are a plain

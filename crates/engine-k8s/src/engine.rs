@@ -82,10 +82,15 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
     )
 }
 
+/// Where this user's `python-sandbox` cache directory goes (`reaper::hostfs::cache_base`).
+fn cache_base() -> std::path::PathBuf {
+    let uid = rustix::process::geteuid().as_raw();
+    reaper::hostfs::cache_base(&|n| std::env::var_os(n), &std::env::temp_dir(), uid)
+}
+
 /// This user's signing key, where the OCI engines keep theirs (one key per user).
 fn mark_key() -> Result<MarkKey> {
-    let uid = rustix::process::geteuid().as_raw();
-    let base = reaper::hostfs::cache_base(&|n| std::env::var_os(n), &std::env::temp_dir(), uid);
+    let base = cache_base();
     let host = |e: reaper::Error| Error::Host {
         what: "load the signing key".to_owned(),
         message: e.to_string(),
@@ -845,8 +850,5 @@ mod tests;
 /// This user's directory of net-off verdicts (`<cache>/python-sandbox/k8s`, checked to be the
 /// caller's); `None` where it cannot be had, and every net-off sandbox then checks.
 fn netoff_records() -> Option<reaper::PrivateDir> {
-    let uid = rustix::process::geteuid().as_raw();
-    let base =
-        reaper::hostfs::cache_base(&|n| std::env::var_os(n), std::path::Path::new("/tmp"), uid);
-    reaper::PrivateDir::open(&base.join("python-sandbox")).ok()?.sub("k8s").ok()
+    reaper::PrivateDir::open(&cache_base().join("python-sandbox")).ok()?.sub("k8s").ok()
 }

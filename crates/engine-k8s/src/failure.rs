@@ -325,8 +325,8 @@ pub const NOT_SCHEDULED_YET: &str = "not scheduled yet";
 /// bind (for the fraction of a second a StorageClass with `Immediate` binding takes), capacity
 /// that other pods free or a cluster autoscaler adds, a node that is not ready yet or cordoned
 /// for a moment. The scheduler retries on its own; the engine waits, within its start timeout.
-const CLEARS: [&str; 9] = [
-    "unbound immediate persistentvolumeclaims",
+const CLEARS: [&str; 8] = [
+    // Also "pod has unbound immediate PersistentVolumeClaims".
     "persistentvolumeclaim",
     "insufficient ",
     "too many pods",
