@@ -324,9 +324,10 @@ fn two_phase<P>(
         ui::note_published(urls);
     };
     let secrets = secrets_of(spec);
-    // Output passes through us only when it must (JSON mode, secrets to mask, or a run
-    // without a network off a terminal, whose failure to connect is explained from its output:
-    // `netoff`), so that a script on a terminal keeps its terminal.
+    // Output passes through us only when it must (JSON mode, secrets to mask, or a run off a
+    // terminal, whose refused protected paths and, without a network, failures to connect are
+    // explained from its output: `files::Watch`, `netoff`), so that a script on a terminal
+    // keeps its terminal. Off a terminal (Claude Code's Bash) there is none to keep.
     // Status lines of the run phase (a cluster's workspace sync) get the indicator again; an
     // empty line ends it, before the script's output starts.
     let mut indicator: Option<progress::Progress> = None;
@@ -334,10 +335,8 @@ fn two_phase<P>(
         "" => drop(indicator.take()),
         line => indicator.get_or_insert_with(progress::Progress::start).set(line),
     };
-    let explain_offline = spec.net == Net::Off
-        && !std::io::stdout().is_terminal()
-        && !std::io::stderr().is_terminal();
-    if !json && secrets.is_empty() && !explain_offline {
+    let off_terminal = !std::io::stdout().is_terminal() && !std::io::stderr().is_terminal();
+    if !json && secrets.is_empty() && !off_terminal {
         let outcome = run(&prepared, stdio(Output::Inherit, &mut published, &mut status))?;
         return Ok((outcome, files::Seen::default()));
     }

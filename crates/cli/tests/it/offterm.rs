@@ -234,3 +234,36 @@ fn a_session_run_off_a_terminal_prints_its_install_and_the_files_it_changed() {
         );
     });
 }
+
+/// Appends an fsmonitor to the workspace's `.git/config`, which the host would run later.
+const GIT_CONFIG: &str =
+    "with open('.git/config', 'a') as f:\n    f.write('[core]\\n\\tfsmonitor = id\\n')\n";
+
+/// Off a terminal, a script refused a protected path gets a `note:` naming it and the mount
+/// that widens, by `run` (network on, nothing to mask: the output passed through the CLI only
+/// for `--json` before) and by `session run`; the file is left as it was.
+#[test]
+fn a_refused_protected_path_is_named_off_a_terminal() {
+    const NOTE: &str = "note: the script was refused writing `.git/config`: protected paths are read-only in every sandbox";
+    const HINT: &str = "hint: to let a script write it on purpose, mount it read-write: `--mount ./.git:rw --approve`\n";
+    on_each_engine("the protected path note", |engine, ctx, home| {
+        std::fs::create_dir_all(ctx.path().join(".git")).expect(".git");
+        ctx.write(".git/config", "[core]\n\tbare = false\n");
+        ctx.write("git.py", GIT_CONFIG);
+        let out = run(ctx, home, &["run", "--engine", engine, "git.py"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{engine}: {stderr}");
+        assert!(stderr.contains(NOTE) && stderr.contains(HINT), "{engine}: {stderr}");
+
+        let start = ["session", "start", "--engine", engine, "--ttl", "5m"];
+        let started = run(ctx, home, &start);
+        assert!(started.status.success(), "{engine}: {}", text(&started.stderr));
+        let id = text(&started.stdout).lines().last().expect("an id").to_owned();
+        let out = run(ctx, home, &["session", "run", &id, "git.py"]);
+        let _ = run(ctx, home, &["session", "stop", &id]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{engine}: {stderr}");
+        assert!(stderr.contains(NOTE) && stderr.contains(HINT), "{engine}: session: {stderr}");
+        assert_eq!(ctx.read(".git/config"), "[core]\n\tbare = false\n", "{engine}");
+    });
+}
