@@ -288,6 +288,11 @@ pub(crate) struct ReapArgs {
     /// for every environment not in use.
     #[arg(long, value_name = "AGE", default_value = "30d")]
     pub(crate) env_max_age: String,
+    /// Then, while the cache of native and bwrap is larger than this (`5GiB`, `500m`, `0`),
+    /// remove its least recently used environments and packages (default: the user config's
+    /// `[cache] max-size`, else 5GiB).
+    #[arg(long, value_name = "SIZE")]
+    pub(crate) max_size: Option<String>,
 }
 
 /// Flags of `run`. Every flag beats the script's inline `[tool.python-sandbox]` table.

@@ -3,7 +3,9 @@
 //! (`[engine.k8s]`), each engine's warm pool size (`pool = N` in `[engine.docker]`,
 //! `[engine.podman]`, `[engine.k8s]`) and whether net-on sandboxes may reach the user's LAN
 //! (`[net] lan = true`: the private ranges; a widening only the user's own file can ask for,
-//! never a script or an agent). Flags beat the file, the file beats the defaults. Parsing is pure
+//! never a script or an agent) and the cache's size cap (`[cache] max-size = "5GiB"`: `reap`
+//! and a prepare that builds a new environment remove the least recently used environments and
+//! packages above it). Flags beat the file, the file beats the defaults. Parsing is pure
 //! ([`parse`]) and strict: an unknown key is an error with a did-you-mean, a bad value one with
 //! its `file:line:col`, as the inline table's diagnostics are. Which engines a key reaches is
 //! the registry's business: this module names none.
@@ -61,7 +63,9 @@ pub(crate) const K8S_KEYS: &[&str] = &[
 /// The engines the file has a table for.
 const ENGINE_TABLES: &[&str] = &["k8s", "docker", "podman"];
 /// The top-level tables.
-const TABLES: &[&str] = &["engine", "net"];
+const TABLES: &[&str] = &["cache", "engine", "net"];
+/// The keys of `[cache]`.
+const CACHE_KEYS: &[&str] = &["max-size"];
 /// The keys of `[net]`.
 const NET_KEYS: &[&str] = &["lan"];
 /// The keys of `[engine.docker]` and `[engine.podman]`.
@@ -111,9 +115,16 @@ pub(crate) struct UserConfig {
     pub(crate) pools: Vec<(String, usize)>,
     /// `[net] lan`: whether net-on sandboxes may reach the private ranges.
     pub(crate) lan: sandbox_core::Lan,
+    /// `[cache] max-size`, bytes.
+    pub(crate) cache_max_size: Option<u64>,
 }
 
 impl UserConfig {
+    /// The cache's size cap: the file's, else the default.
+    pub(crate) fn cache_max_bytes(&self) -> u64 {
+        self.cache_max_size.unwrap_or(engine_bwrap::DEFAULT_CACHE_MAX_BYTES)
+    }
+
     /// The warm pool size of engine `name` (0: no pool).
     pub(crate) fn pool(&self, name: &str) -> usize {
         self.pools.iter().find(|(engine, _)| engine == name).map_or(0, |(_, n)| *n)
@@ -129,6 +140,8 @@ pub(crate) struct FileSettings {
     pub(crate) pools: Vec<(String, usize)>,
     /// `[net] lan`.
     pub(crate) lan: sandbox_core::Lan,
+    /// `[cache] max-size`, bytes.
+    pub(crate) cache_max_size: Option<u64>,
 }
 
 /// An error at a place in the file.
@@ -221,6 +234,10 @@ pub(crate) fn parse(text: &str) -> Result<FileSettings, ConfigError> {
             out.lan = net_settings(text, table(text, item, &table_key, "net")?)?;
             continue;
         }
+        if key == "cache" {
+            out.cache_max_size = cache_settings(text, table(text, item, &table_key, "cache")?)?;
+            continue;
+        }
         let engine_key = table_key;
         let engines = table(text, item, &engine_key, "engine")?;
         for (name, item) in engines.iter() {
@@ -264,6 +281,32 @@ fn net_settings(text: &str, table: &dyn TableLike) -> Result<sandbox_core::Lan, 
         lan = if allowed { sandbox_core::Lan::Allowed } else { sandbox_core::Lan::Refused };
     }
     Ok(lan)
+}
+
+/// Pure: `[cache]`: `max-size = "5GiB"` (or a number of bytes).
+fn cache_settings(text: &str, table: &dyn TableLike) -> Result<Option<u64>, ConfigError> {
+    let mut max_size = None;
+    for (key, item) in table.iter() {
+        let key_span = table.key(key).and_then(|k| k.span());
+        if !CACHE_KEYS.contains(&key) {
+            return Err(unknown(text, key_span, key, "[cache]", CACHE_KEYS));
+        }
+        let bytes = match (item.as_str(), item.as_integer()) {
+            (Some(size), _) => sandbox_core::parse_size(size).ok(),
+            (None, Some(n)) => u64::try_from(n).ok(),
+            (None, None) => None,
+        };
+        max_size = Some(bytes.ok_or_else(|| {
+            error_at(
+                text,
+                item.span().or(key_span),
+                "`max-size` must be a size".to_owned(),
+                "write e.g. `max-size = \"5GiB\"` (units k, m, g, t; `0` keeps only what runs use)"
+                    .to_owned(),
+            )
+        })?);
+    }
+    Ok(max_size)
 }
 
 /// Pure: `pool = N`, a whole number from 0 to [`MAX_POOL`].
@@ -341,7 +384,13 @@ pub(crate) fn load_from(path: Option<PathBuf>) -> Result<UserConfig, (String, St
         }
     };
     let parsed = parse(&text).map_err(|e| e.located(&path))?;
-    Ok(UserConfig { path: Some(path), k8s: parsed.k8s, pools: parsed.pools, lan: parsed.lan })
+    Ok(UserConfig {
+        path: Some(path),
+        k8s: parsed.k8s,
+        pools: parsed.pools,
+        lan: parsed.lan,
+        cache_max_size: parsed.cache_max_size,
+    })
 }
 
 /// This user's config, read once per command.

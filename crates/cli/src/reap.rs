@@ -1,6 +1,7 @@
 //! `python-sandbox reap`: run the reaper now on every engine (through the registry: expired and
 //! orphaned containers and sessions), prune the prepared environments nobody used for longer
-//! than `--env-max-age`, and give back the directories that a root caller's killed runs (or
+//! than `--env-max-age` and, while the cache is over its cap (`--max-size`, `[cache] max-size`),
+//! the least recently used environments and packages, and give back the directories that a root caller's killed runs (or
 //! expired sessions) left lent to the sandbox user (`"kind": "acl"`).
 
 use std::process::ExitCode;
@@ -46,9 +47,19 @@ pub(crate) fn run(args: ReapArgs) -> Result<ExitCode> {
             "use `30d`, `12h`, `90m`, `45s`, or `0` for every environment not in use",
         )
     })?;
+    let max_bytes = match &args.max_size {
+        Some(text) => sandbox_core::parse_size(text).map_err(|_| {
+            crate::ui::hinted(
+                format!("invalid --max-size `{text}`"),
+                "use `5GiB`, `500m`, `0` (everything not in use), or a number of bytes",
+            )
+        })?,
+        None => crate::config::user()?.cache_max_bytes(),
+    };
     let request = registry::Reap {
         dry_run: args.dry_run,
         env_max_age: max_age,
+        max_bytes,
         namespace: args.namespace.clone(),
     };
     let mut items = Vec::new();
@@ -94,14 +105,14 @@ pub(crate) fn run(args: ReapArgs) -> Result<ExitCode> {
                     "error": error,
                 })
             }
-            Reaped::Environment { name, reason, removed, error } => {
+            Reaped::Environment { kind, name, reason, removed, error } => {
                 if !args.json {
                     let verb = verb(dry, removed, error.as_deref());
-                    println!("{verb} {engine} environment {name} ({reason}){}", err(&error));
+                    println!("{verb} {engine} {kind} {name} ({reason}){}", err(&error));
                 }
                 serde_json::json!({
                     "engine": engine,
-                    "kind": "environment",
+                    "kind": kind,
                     "environment": name,
                     "reason": reason,
                     "removed": removed,

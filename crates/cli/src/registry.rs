@@ -252,12 +252,20 @@ pub(crate) const ENGINES: &[Entry] = &[
 /// for every command, and what ends a session whose agent was replaced by code that never
 /// exits).
 fn bwrap(options: &Options<'_>) -> Result<Box<engine_bwrap::BwrapEngine>> {
-    let mut config = engine_bwrap::BwrapConfig::from_env().map_err(EngineError::new)?;
-    config.lan = crate::config::user()?.lan;
+    let config = bwrap_config()?;
     if options.purpose != Purpose::Maintain {
         let _ = engine_bwrap::reap_sessions(&config, "bwrap", false);
     }
     Ok(Box::new(engine_bwrap::BwrapEngine::new(config).map_err(EngineError::new)?))
+}
+
+/// The configuration native and bwrap share, with the user config's LAN setting and cache cap.
+fn bwrap_config() -> Result<engine_bwrap::BwrapConfig> {
+    let mut config = engine_bwrap::BwrapConfig::from_env().map_err(EngineError::new)?;
+    let user = crate::config::user()?;
+    config.lan = user.lan;
+    config.cache_max_bytes = user.cache_max_bytes();
+    Ok(config)
 }
 
 /// The `note:` of a net-on run or session on `engine` when its network is narrower than full
@@ -271,8 +279,7 @@ pub(crate) fn net_note(engine: &str) -> Option<String> {
 /// The native engine: bwrap's pipeline and configuration, the sandbox built in-process; its
 /// session records swept on the way, as bwrap's are.
 fn native(options: &Options<'_>) -> Result<Box<engine_native::NativeEngine>> {
-    let mut config = engine_bwrap::BwrapConfig::from_env().map_err(EngineError::new)?;
-    config.lan = crate::config::user()?.lan;
+    let config = bwrap_config()?;
     if options.purpose != Purpose::Maintain {
         let _ = engine_native::reap_sessions(&config, false);
     }
@@ -492,6 +499,7 @@ fn reap_k8s(request: &Reap) -> Result<Vec<Reaped>> {
 fn k8s_reaped(swept: engine_k8s::Swept) -> Reaped {
     if swept.kind == "environment" {
         return Reaped::Environment {
+            kind: "environment",
             name: swept.pod,
             reason: swept.reason,
             removed: swept.removed,
@@ -946,6 +954,8 @@ pub(crate) struct Reap {
     pub(crate) dry_run: bool,
     /// Prepared environments unused for longer than this go.
     pub(crate) env_max_age: Duration,
+    /// The cache's size cap (native and bwrap: their one cache).
+    pub(crate) max_bytes: u64,
     /// `--namespace` (clusters).
     pub(crate) namespace: Option<String>,
 }
@@ -967,8 +977,14 @@ pub(crate) enum Reaped {
     },
     /// A directory a root caller's run lent to the sandbox user (ACL and mode given back).
     Lent { path: String, restored: bool, error: Option<String> },
-    /// A prepared environment.
-    Environment { name: String, reason: String, removed: bool, error: Option<String> },
+    /// A prepared environment, or (`kind` `package`) a package of the package cache.
+    Environment {
+        kind: &'static str,
+        name: String,
+        reason: String,
+        removed: bool,
+        error: Option<String>,
+    },
 }
 
 /// The engines `reap` works on without `--engine`: every [`consulted`] one.
@@ -1023,9 +1039,15 @@ fn reap_bwrap(request: &Reap) -> Result<Vec<Reaped>> {
     let ids =
         engine_bwrap::reap_sessions(&config, "bwrap", request.dry_run).map_err(EngineError::new)?;
     let mut out = reaped_sessions(ids, request.dry_run);
-    let pruned = engine_bwrap::prune_envs(&config.cache_dir, request.env_max_age, request.dry_run)
-        .map_err(EngineError::new)?;
+    let pruned = engine_bwrap::prune_envs(
+        &config.cache_dir,
+        request.env_max_age,
+        Some(request.max_bytes),
+        request.dry_run,
+    )
+    .map_err(EngineError::new)?;
     out.extend(pruned.into_iter().map(|env| Reaped::Environment {
+        kind: env.kind,
         name: env.dir.display().to_string(),
         reason: env.reason,
         removed: env.removed,
@@ -1057,6 +1079,7 @@ fn reap_oci(flavor: engine_oci::Flavor, request: &Reap) -> Result<Vec<Reaped>> {
     let pruned = engine.prune_envs(request.env_max_age, request.dry_run);
     for pruned in pruned.map_err(EngineError::new)? {
         out.push(Reaped::Environment {
+            kind: "environment",
             name: pruned.volume,
             reason: pruned.reason,
             removed: pruned.removed,

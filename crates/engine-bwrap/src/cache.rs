@@ -57,6 +57,15 @@ impl CacheLayout {
     pub(crate) fn etc_dir(&self) -> PathBuf {
         self.root.join("etc")
     }
+    /// Held shared by every prepare step that installs from the package cache, exclusive by a
+    /// prune removing packages from it.
+    pub(crate) fn store_lock(&self) -> PathBuf {
+        self.locks_dir().join("store.lock")
+    }
+    /// The cache's size as last measured (`detect`, `reap`).
+    pub(crate) fn usage_file(&self) -> PathBuf {
+        self.root.join("usage.json")
+    }
     pub(crate) fn tools_file(&self) -> PathBuf {
         self.root.join("tools.json")
     }

@@ -57,6 +57,9 @@ pub struct BwrapConfig {
     /// Whether net-on sandboxes may reach private ranges (the user's LAN; the host's own
     /// addresses never): off unless the user config says `[net] lan = true`.
     pub lan: sandbox_core::Lan,
+    /// The cache's size cap (`[cache] max-size`): a prepare that builds a new environment
+    /// prunes to it at most once a day, and `reap` does on demand.
+    pub cache_max_bytes: u64,
 }
 
 impl BwrapConfig {
@@ -90,6 +93,7 @@ impl BwrapConfig {
             handle_signals: true,
             builtin_relay: true,
             lan: sandbox_core::Lan::Refused,
+            cache_max_bytes: crate::envs::DEFAULT_CACHE_MAX_BYTES,
         })
     }
 }
@@ -362,6 +366,8 @@ impl BwrapEngine {
             }
         }
         lease.share()?;
+        // The cache grew: keep it within its age and size (at most once a day).
+        crate::envs::auto_prune(&self.config.cache_dir, self.config.cache_max_bytes);
         Ok(PreparedEnv {
             key,
             dir,
@@ -594,6 +600,14 @@ impl BwrapEngine {
             Cache::Shared | Cache::Linked => Some(self.layout.uv_cache()),
             Cache::Private(dir) => Some(dir.clone()),
             Cache::None => None,
+        };
+        // A prune removes packages from the shared cache only while no step installs from it.
+        let _store = match &step.cache {
+            Cache::Shared | Cache::Linked => {
+                fsutil::create_dir_all(&self.layout.locks_dir())?;
+                crate::envs::lock_store(&self.layout.store_lock())?
+            }
+            Cache::Private(_) | Cache::None => None,
         };
         let mut links = Vec::new();
         let mut extra_env = step.extra_env;

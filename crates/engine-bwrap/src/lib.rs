@@ -9,7 +9,8 @@
 //!   writable. A lock file serializes concurrent prepares of the same key; a marker written
 //!   last (outside the environment, so build scripts cannot forge it) makes it visible. Runs
 //!   hold that lock shared while they use the environment and stamp its mtime as the last use;
-//!   [`prune_envs`] (`python-sandbox reap`) removes environments unused for a maximum age.
+//!   [`prune_envs`] (`python-sandbox reap`) removes environments unused for a maximum age, and
+//!   the least recently used environments and packages while the cache is over its size cap.
 //! * **Run** ([`BwrapEngine::run_prepared`]): the environment's interpreter runs the script
 //!   directly (no uv), with the configured network. Environment and interpreter are
 //!   read-only; the uv cache is not visible at all. The warm path is: key → marker → exec.
@@ -78,7 +79,9 @@ mod tools;
 mod uv;
 
 pub use engine::{BwrapConfig, BwrapEngine, PreparedEnv};
-pub use envs::{PrunedEnv, prune_envs};
+pub use envs::{
+    CacheUsage, DEFAULT_CACHE_MAX_BYTES, DEFAULT_ENV_MAX_AGE, PrunedEnv, cache_usage, prune_envs,
+};
 pub use error::Error;
 pub use host::{HostFacts, RootEntry};
 pub use launcher::{BwrapLauncher, Detached, Ended, Launcher, SandboxStdio, Sandboxed, Start};

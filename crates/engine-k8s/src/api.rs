@@ -100,10 +100,8 @@ pub fn watches() -> Watches {
 /// Counts (and, under `PYTHON_SANDBOX_K8S_TRACE`, prints) a watch of `kind` `name` about to be
 /// requested; the stream counts as open until the returned guard drops.
 pub(crate) fn watch_opened(kind: &str, name: &str) -> WatchOpen<'static> {
-    static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let open = WATCHES.open();
-    if *TRACE.get_or_init(|| std::env::var_os(TRACE_VAR).is_some_and(|v| !v.is_empty() && v != "0"))
-    {
+    if tracing() {
         use std::io::Write as _;
         let now = WATCHES.read().open;
         // A trace line lost to a closed stderr changes nothing of the run.
@@ -112,12 +110,79 @@ pub(crate) fn watch_opened(kind: &str, name: &str) -> WatchOpen<'static> {
     open
 }
 
+static REQUESTS: AtomicUsize = AtomicUsize::new(0);
+
+/// The requests this process made to the API server so far: every call, watch, exec and
+/// port-forward ([`CountRequests`]). A CLI process makes one run, so per process is per run.
+pub fn requests() -> usize {
+    REQUESTS.load(Ordering::SeqCst)
+}
+
+/// Whether `PYTHON_SANDBOX_K8S_TRACE` asks for `k8s-trace:` lines.
+fn tracing() -> bool {
+    static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TRACE.get_or_init(|| std::env::var_os(TRACE_VAR).is_some_and(|v| !v.is_empty() && v != "0"))
+}
+
+/// The client's outermost layer: counts each request ([`requests`]) and, under
+/// `PYTHON_SANDBOX_K8S_TRACE`, writes `k8s-trace: request METHOD PATH` on stderr (the path
+/// only: a query may carry an exec's command). The end-to-end tier counts these per run and
+/// per session command.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CountRequests;
+
+impl<S> tower::Layer<S> for CountRequests {
+    type Service = Counted<S>;
+
+    fn layer(&self, inner: S) -> Counted<S> {
+        Counted(inner)
+    }
+}
+
+/// A service whose requests [`CountRequests`] counts.
+#[derive(Debug, Clone)]
+pub struct Counted<S>(S);
+
+impl<S, B> tower::Service<http::Request<B>> for Counted<S>
+where
+    S: tower::Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::result::Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> S::Future {
+        REQUESTS.fetch_add(1, Ordering::SeqCst);
+        if tracing() {
+            use std::io::Write as _;
+            let line = request_line(request.method().as_str(), request.uri());
+            // A trace line lost to a closed stderr changes nothing of the run.
+            let _ = writeln!(std::io::stderr(), "{line}");
+        }
+        self.0.call(request)
+    }
+}
+
+/// The `k8s-trace:` line of a request: method and path, ` (watch)` for a watch.
+pub fn request_line(method: &str, uri: &http::Uri) -> String {
+    let watch =
+        uri.query().is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+    format!("k8s-trace: request {method} {}{}", uri.path(), if watch { " (watch)" } else { "" })
+}
+
 /// The `k8s-trace:` line of a watch request, with how many this process then holds.
 pub fn trace_line(kind: &str, name: &str, open: usize) -> String {
     format!("k8s-trace: watch {kind}/{name} (open {open})")
 }
 
-/// The variable that turns on the `k8s-trace:` lines of [`WatchGauge`].
+/// The variable that turns on the `k8s-trace:` lines of [`WatchGauge`] and [`CountRequests`].
 pub const TRACE_VAR: &str = "PYTHON_SANDBOX_K8S_TRACE";
 
 /// How long one watch request may stay open before the apiserver ends it and it is re-issued
@@ -379,9 +444,12 @@ pub async fn delete_pod(
 }
 
 /// [`delete_pod`], then waits (at most `patience`) until the apiserver no longer lists the pod
-/// of that uid: a run returns with nothing of it left. Polls with a growing interval (50 ms to
-/// 0.5 s): the kubelet needs the grace second and about as long again. `Ok(false)` when the
-/// pod was still there at the deadline (the caller's TTL and the sweep take it then).
+/// of that uid: a run returns with nothing of it left. One watch from the deleted object's
+/// version until its `DELETED` event (the kubelet needs the grace second and about as long
+/// again), not a poll: a run costs the API server one request for it, not fifteen. A watch
+/// that ends early (410 Gone, the server's own timeout) reads the pod once and watches again.
+/// `Ok(false)` when the pod was still there at the deadline (the caller's TTL and the sweep
+/// take it then).
 pub async fn delete_pod_and_wait(
     client: &Client,
     namespace: &str,
@@ -389,25 +457,56 @@ pub async fn delete_pod_and_wait(
     uid: Option<&str>,
     patience: Duration,
 ) -> Result<bool> {
-    if !delete_pod(client, namespace, name, uid).await? {
+    let Some(deleted) = delete_object::<Pod>(client, namespace, name, uid).await? else {
         return Ok(true);
-    }
+    };
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let op = Op::new("get", "pod", Some(name), namespace);
     let deadline = tokio::time::Instant::now() + patience;
-    let mut pause = Duration::from_millis(50);
+    let this = |pod: &Pod| uid.is_none() || pod.metadata.uid.as_deref() == uid;
+    let mut version = deleted.and_then(|pod| pod.metadata.resource_version);
     loop {
-        tokio::time::sleep(pause).await;
-        let left = pods.get_opt(name).await.map_err(|e| api_error(&op, e))?;
-        // Another pod of the same name (a later run) is not this one.
-        let same = left.is_some_and(|p| uid.is_none() || p.metadata.uid.as_deref() == uid);
-        if !same {
-            return Ok(true);
-        }
-        if tokio::time::Instant::now() >= deadline {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
             return Ok(false);
         }
-        pause = (pause * 2).min(Duration::from_millis(500));
+        if let Some(from) = version.take() {
+            let op = Op::new("watch", "pod", Some(name), namespace);
+            let secs = u32::try_from(left.as_secs()).unwrap_or(WATCH_SECS).clamp(1, WATCH_SECS);
+            let params =
+                WatchParams::default().fields(&format!("metadata.name={name}")).timeout(secs);
+            let _open = watch_opened("pod", name);
+            let watched = tokio::time::timeout(left, async {
+                let mut events =
+                    pods.watch(&params, &from).await.map_err(|e| api_error(&op, e))?.boxed();
+                while let Some(event) = events.try_next().await.map_err(|e| api_error(&op, e))? {
+                    match event {
+                        WatchEvent::Deleted(pod) if this(&pod) => return Ok(true),
+                        WatchEvent::Error(status) if status.code != 410 => {
+                            return Err(failure::status_error(&op, &status));
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(false)
+            })
+            .await;
+            match watched {
+                Err(_elapsed) => return Ok(false),
+                Ok(Ok(true)) => return Ok(true),
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => return Err(e),
+            }
+        }
+        let op = Op::new("get", "pod", Some(name), namespace);
+        match pods.get_opt(name).await.map_err(|e| api_error(&op, e))? {
+            // Another pod of the same name (a later run) is not this one.
+            Some(pod) if this(&pod) => version = pod.metadata.resource_version,
+            _ => return Ok(true),
+        }
+        // A pod without a version cannot be watched: look again shortly.
+        if version.is_none() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 }
 
@@ -418,6 +517,17 @@ pub async fn delete<K: Object>(
     name: &str,
     uid: Option<&str>,
 ) -> Result<bool> {
+    Ok(delete_object::<K>(client, namespace, name, uid).await?.is_some())
+}
+
+/// [`delete`], with the object as the apiserver answered: `None` when it was already gone,
+/// `Some(None)` when it went at once.
+async fn delete_object<K: Object>(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+) -> Result<Option<Option<K>>> {
     let op = Op::new("delete", kind_of::<K>(), Some(name), namespace);
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     let params = DeleteParams {
@@ -430,8 +540,10 @@ pub async fn delete<K: Object>(
         ..DeleteParams::default()
     };
     match api.delete(name, &params).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        // The object as deleted (its version: where a watch for its end starts), or a status
+        // when it went at once.
+        Ok(either) => Ok(Some(either.left())),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
         Err(e) => Err(api_error(&op, e)),
     }
 }

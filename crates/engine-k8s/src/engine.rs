@@ -382,10 +382,13 @@ impl K8sEngine {
                 }
             };
             let cluster = kube_config.cluster_url.to_string();
-            let client = kube::Client::try_from(kube_config).map_err(|e| Error::Unreachable {
-                action: "connect to the cluster".to_owned(),
-                message: e.to_string(),
+            let builder = kube::client::ClientBuilder::try_from(kube_config).map_err(|e| {
+                Error::Unreachable {
+                    action: "connect to the cluster".to_owned(),
+                    message: e.to_string(),
+                }
             })?;
+            let client = builder.with_layer(&crate::api::CountRequests).build();
             Ok::<_, Error>((client, cluster))
         })?;
         let (client, cluster) = client;

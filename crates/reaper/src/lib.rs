@@ -23,7 +23,9 @@
 //!
 //! Prepared dependency environments are caches, not sandboxes: [`stale_envs`] picks the ones unused
 //! for longer than a maximum age and not in use (see [`EnvUse`]); [`lock_env`] is the lock-file
-//! protocol that keeps a prune from racing a run.
+//! protocol that keeps a prune from racing a run. A cache over its size cap loses its least
+//! recently used entries, counted per file since environments link the package cache's files
+//! ([`over_cap`]).
 //!
 //! Labels are claims anyone with the daemon can make: engines sign what they create with the
 //! user's [`MarkKey`] and sweep only what verifies, each resource on its own (see [`MarkKey`]).
@@ -33,6 +35,7 @@
 //! it back exactly as it was, with the same kind of lock-file protocol.
 
 pub mod acl;
+mod cap;
 mod envs;
 mod error;
 pub mod hostfs;
@@ -46,6 +49,9 @@ pub mod ports;
 mod proc;
 pub mod protect;
 
+pub use cap::{
+    CacheEntry, CapAction, CapPlan, EntryKind, FileId, distinct_size, human_bytes, over_cap,
+};
 pub use envs::{EnvAction, EnvUse, human, stale_envs, unix_from_rfc3339};
 pub use error::Error;
 pub use hostfs::PrivateDir;

@@ -81,6 +81,14 @@ fn bad_files_are_errors_at_their_line_and_column_with_a_hint() {
     config.toml:2:1: unknown key `lna` in `[net]`
     hint: the keys of `[net]` are `lan`
     ");
+    insta::assert_snapshot!(error("[cache]\nmax-size = \"lots\"\n"), @r#"
+    config.toml:2:12: `max-size` must be a size
+    hint: write e.g. `max-size = "5GiB"` (units k, m, g, t; `0` keeps only what runs use)
+    "#);
+    insta::assert_snapshot!(error("[cache]\nmax_size = 1\n"), @r"
+    config.toml:2:1: unknown key `max_size` in `[cache]`
+    hint: did you mean `max-size`?
+    ");
     insta::assert_snapshot!(error("engine = 3\n"), @r"
     config.toml:1:10: `engine` must be a table
     hint: write it as `[engine]`
@@ -95,6 +103,18 @@ fn the_lan_is_allowed_only_by_the_users_own_file() {
     assert_eq!(parse("[net]\nlan = false\n").expect("off").lan, sandbox_core::Lan::Refused);
     assert_eq!(parse("[net]\nlan = true\n").expect("on").lan, sandbox_core::Lan::Allowed);
     assert_eq!(parse("net = { lan = true }\n").expect("inline").lan, sandbox_core::Lan::Allowed);
+}
+
+/// The cache's cap: a size as people write it, or bytes; the default without the key.
+#[test]
+fn the_cache_cap_reads_sizes() {
+    assert_eq!(parse("").expect("empty").cache_max_size, None);
+    assert_eq!(parse("[cache]\nmax-size = \"2GiB\"\n").expect("2g").cache_max_size, Some(2 << 30));
+    assert_eq!(parse("[cache]\nmax-size = 0\n").expect("0").cache_max_size, Some(0));
+    assert_eq!(
+        super::UserConfig::default().cache_max_bytes(),
+        engine_bwrap::DEFAULT_CACHE_MAX_BYTES
+    );
 }
 
 #[test]

@@ -162,14 +162,8 @@ fn a_sandbox_that_cannot_start_is_an_error_not_an_exit_code() {
     let mut config = f.engine.config().clone();
     config.bwrap = Some(fake);
     let engine = engine_bwrap::BwrapEngine::new(config).expect("engine");
-    let mut captured = sandbox_core::Captured::default();
-    let io = sandbox_core::RunIo {
-        stdin: sandbox_core::Stdin::Null,
-        output: sandbox_core::Output::Sink(&mut captured),
-        status: None,
-        published: None,
-    };
-    let err = engine.run_prepared(&spec, &env, io).expect_err("setup failure");
+    let (outcome, captured) = crate::support::run_prepared(&engine, &spec, &env);
+    let err = outcome.expect_err("setup failure");
     assert!(matches!(err, engine_bwrap::Error::SandboxSetup { .. }), "{err}");
     println!("{err}");
     assert!(captured.stderr_lossy().contains("uid map"));

@@ -59,6 +59,7 @@ pub(crate) fn fixture_with(handle_signals: bool) -> Option<Fixture> {
         runtime_dir: cache_dir().join("run"),
         builtin_relay: true,
         lan: sandbox_core::Lan::Refused,
+        cache_max_bytes: engine_bwrap::DEFAULT_CACHE_MAX_BYTES,
     };
     let engine = BwrapEngine::new(config).expect("engine");
     Some(Fixture { engine, home, workspace })
@@ -134,6 +135,23 @@ impl Fixture {
         assert_eq!(outcome.exit_code, 0, "stderr: {}", captured.stderr_lossy());
         captured.stdout_lossy()
     }
+}
+
+/// `engine.run_prepared` with no input, its output captured.
+pub(crate) fn run_prepared(
+    engine: &engine_bwrap::BwrapEngine,
+    spec: &RunSpec,
+    env: &PreparedEnv,
+) -> (Result<RunOutcome, engine_bwrap::Error>, Captured) {
+    let mut captured = Captured::default();
+    let io = RunIo {
+        stdin: Stdin::Null,
+        output: Output::Sink(&mut captured),
+        status: None,
+        published: None,
+    };
+    let outcome = engine.run_prepared(spec, env, io);
+    (outcome, captured)
 }
 
 pub(crate) fn env(name: &str, value: &str) -> EnvVar {

@@ -1,8 +1,10 @@
 //! The CLI under load and killed, on the cluster: 20 parallel `python-sandbox run --engine k8s`
 //! of one script from one workspace (every run succeeds, every output comes back whole, and
-//! each run holds at most one watch: the `k8s-trace:` lines of `engine_k8s::api::WatchGauge`,
-//! counted per CLI process), and a `kill -9` of the CLI mid-run, after which no pod of the run
-//! is left once its TTL has passed and a sweep ran.
+//! each run holds at most one watch at a time: the `k8s-trace:` lines of
+//! `engine_k8s::api::WatchGauge`, counted per CLI process); what a run and each session
+//! command cost the API server (`k8s-trace: request` lines, counted per CLI process); and a
+//! `kill -9` of the CLI mid-run, after which no pod of the run is left once its TTL has passed
+//! and a sweep ran.
 
 use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
@@ -108,17 +110,92 @@ fn twenty_parallel_runs_from_one_workspace_succeed_each_holding_one_watch() {
             .unwrap_or_else(|e| panic!("out-{i}.txt did not come back: {e}; stderr: {stderr}"));
         assert_eq!(written, format!("run {i}\n").repeat(2000), "out-{i}.txt is not intact");
         let watches = watch_lines(&stderr);
-        // A warm run watches its pod's start, once: never a poll, never a second stream.
-        assert_eq!(watches.len(), 1, "run {i} watches: {watches:?}");
+        // A warm run watches its pod's start, then its end: never a poll, never two streams
+        // at once.
+        assert_eq!(watches.len(), 2, "run {i} watches: {watches:?}");
         let pod = watches[0]
             .strip_prefix("k8s-trace: watch pod/")
             .and_then(|rest| rest.split(' ').next())
             .unwrap_or_else(|| panic!("run {i} watched no pod: {watches:?}"));
-        assert_eq!(watches[0], engine_k8s::api::trace_line("pod", pod, 1), "run {i}");
+        for watch in &watches {
+            assert_eq!(*watch, engine_k8s::api::trace_line("pod", pod, 1), "run {i}");
+        }
         run_pods.push(pod.to_owned());
     }
     let left: Vec<_> = run_pods.iter().filter(|p| listed.contains(p)).collect();
     assert!(left.is_empty(), "pods of runs that returned are still listed: {left:?}");
+}
+
+/// The `k8s-trace: request` lines of one CLI process's stderr, with the pod names and the
+/// session id made generic (`NAME`), so that equal requests compare equal.
+fn requests(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("k8s-trace: request "))
+        .map(|l| {
+            l.split('/')
+                .map(|part| {
+                    let generic = part.starts_with("psbx-") && part.len() > 5;
+                    if generic { "NAME" } else { part }
+                })
+                .collect::<Vec<_>>()
+                .join("/")
+        })
+        .collect()
+}
+
+/// One CLI command with the request trace; its requests, after checking it succeeded.
+fn traced(ws: &Workspace, args: &[&str]) -> (String, Vec<String>) {
+    let out = Command::new(cli())
+        .args(args)
+        .current_dir(&ws.0)
+        .env("NO_COLOR", "1")
+        .env(engine_k8s::api::TRACE_VAR, "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("the CLI");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{args:?} failed: {stderr}");
+    let made = requests(&stderr);
+    println!("{args:?}: {} requests", made.len());
+    for request in &made {
+        println!("  {request}");
+    }
+    (String::from_utf8_lossy(&out.stdout).into_owned(), made)
+}
+
+/// What a run and each session command cost the API server, counted per CLI process (the
+/// client's counting layer, `engine_k8s::api::CountRequests`). The bounds are today's counts
+/// with little room, so a poll or a second stream that creeps in fails here; ARCHITECTURE
+/// says what they mean for 1,000 sandboxes.
+#[test]
+fn a_run_and_each_session_command_cost_a_bounded_number_of_requests() {
+    let Some(_engine) = crate::cluster() else { return };
+    let ws = Workspace::new("requests", "print('hello')\n");
+    // Warm first: the first run prepares the environment.
+    let _ = traced(&ws, &["run", "--engine", "k8s", "--net", "on", "script.py"]);
+    let (out, run) = traced(&ws, &["run", "--engine", "k8s", "--net", "on", "script.py"]);
+    assert_eq!(out, "hello\n");
+    // Create the policy and the pod, one watch for its start and one for its end, the
+    // environment's claim, the workspace and output channels (port-forwards), one delete.
+    assert!(run.len() <= 14, "a warm run made {} requests: {run:#?}", run.len());
+    let watches = run.iter().filter(|r| r.ends_with("(watch)")).count();
+    assert_eq!(watches, 2, "{run:#?}");
+    let polls = run.iter().filter(|r| r.starts_with("GET ") && r.ends_with("/pods/NAME"));
+    assert_eq!(polls.count(), 0, "a run polls its pod: {run:#?}");
+
+    let (out, start) = traced(&ws, &["session", "start", "--engine", "k8s", "--net", "on"]);
+    let id = out.lines().next().unwrap_or_default().trim().to_owned();
+    assert!(!id.is_empty(), "session start printed no id");
+    assert!(start.len() <= 10, "session start made {} requests: {start:#?}", start.len());
+    let (out, run) = traced(&ws, &["session", "run", &id, "script.py"]);
+    assert_eq!(out, "hello\n");
+    // Find the pod, one channel, one activity stamp.
+    assert!(run.len() <= 3, "session run made {} requests: {run:#?}", run.len());
+    let (_, exec) = traced(&ws, &["session", "exec", &id, "--", "true"]);
+    assert!(exec.len() <= 2, "session exec made {} requests: {exec:#?}", exec.len());
+    let (_, stop) = traced(&ws, &["session", "stop", &id]);
+    assert!(stop.len() <= 2, "session stop made {} requests: {stop:#?}", stop.len());
 }
 
 fn pod_names(engine: &K8sEngine) -> Vec<String> {

@@ -31,6 +31,7 @@ pub(crate) fn engine_fixture() -> EngineFixture {
         handle_signals: false,
         builtin_relay: true,
         lan: sandbox_core::Lan::Refused,
+        cache_max_bytes: engine_bwrap::DEFAULT_CACHE_MAX_BYTES,
     };
     let engine = NativeEngine::new(config).unwrap();
     EngineFixture { _base: base, workspace, engine }

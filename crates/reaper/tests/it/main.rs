@@ -2,6 +2,7 @@
 //! against this machine's real /proc.
 
 mod acl;
+mod cap;
 mod envs;
 mod hostfs;
 mod idmap;
