@@ -537,7 +537,7 @@ fn a_cold_run_prepares_the_claim_once_and_a_warm_run_only_reads_it() {
     let echo = self::spec(&scratch, "import sys\nprint(sys.stdin.read().upper(), end='')\n");
     let (code, stdout, _) = run(&engine, &echo, Stdin::Bytes(b"piped in\n".to_vec()));
     assert_eq!((code, stdout.as_str()), (0, "PIPED IN\n"), "stdin reaches the script");
-    cluster.state.lock().expect("state").log.truncate(22);
+    cluster.state.lock().expect("state").log.truncate(24);
     assert_eq!(
         std::fs::read_to_string(scratch.host().join("output.txt")).expect("synced back"),
         "from the pod"
@@ -556,6 +556,7 @@ fn a_cold_run_prepares_the_claim_once_and_a_warm_run_only_reads_it() {
     GET /api/v1/pods/psbx-<id>/portforward
     EXEC
     DELETE /api/v1/pods/psbx-<id>
+    GET /api/v1/pods (watch)
     GET /api/v1/pods/psbx-<id>
     PATCH /api/v1/persistentvolumeclaims/psbx-env-<key>
     POST /api/v1/pods
@@ -569,6 +570,7 @@ fn a_cold_run_prepares_the_claim_once_and_a_warm_run_only_reads_it() {
     EXEC
     EXEC
     DELETE /api/v1/pods/psbx-<id>
+    GET /api/v1/pods (watch)
     GET /api/v1/pods/psbx-<id>
     ");
 
@@ -1018,9 +1020,10 @@ fn twenty_parallel_runs_from_one_workspace_all_succeed_each_holding_one_watch() 
     assert_eq!(pods.len(), RUNS, "one pod per run");
     let mut watched = pod_watches(&state.log);
     watched.sort();
-    let mut expected = pods.clone();
+    // Its start, then its end: one stream at a time (below), never a poll.
+    let mut expected: Vec<String> = pods.iter().flat_map(|p| [p.clone(), p.clone()]).collect();
     expected.sort();
-    assert_eq!(watched, expected, "each run watched its own pod, once");
+    assert_eq!(watched, expected, "each run watched its own pod, twice");
     let claim_watches = state.log.iter().filter(|l| l.contains("persistentvolumeclaims?")).count();
     assert_eq!(claim_watches, 0, "a warm run waits for no claim");
     for pod in &pods {
