@@ -286,8 +286,9 @@ fn native(options: &Options<'_>) -> Result<Box<engine_native::NativeEngine>> {
     Ok(Box::new(engine_native::NativeEngine::new(config).map_err(EngineError::new)?))
 }
 
-/// A sweep at most this often from commands on existing sessions: they are the interactive
-/// hot path, and a session's own expiry does not depend on the sweep.
+/// A sweep at most this often from commands on existing sessions (they are the interactive
+/// hot path, and a session's own expiry does not depend on the sweep), and from starts on a
+/// cluster.
 const SESSION_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Pure: whether a sweep last recorded at `last` is older than the interval at `now`.
@@ -440,7 +441,19 @@ fn k8s(options: &Options<'_>) -> Result<Box<engine_k8s::K8sEngine>> {
     config.lan = user.lan;
     let engine = engine_k8s::K8sEngine::with_context(config, context.as_deref())
         .map_err(EngineError::new)?;
-    if options.purpose == Purpose::Start {
+    // The sweep lists every managed pod and claim of the namespace: at most once a minute per
+    // cluster and namespace, so a thousand runs do not each list a thousand pods.
+    let stamp = engine.place_key().and_then(|key| {
+        let dir =
+            reaper::PrivateDir::open(&cache_base().join("python-sandbox")).ok()?.sub("k8s").ok()?;
+        Some((dir, format!("last-sweep-{key}")))
+    });
+    let last = stamp.as_ref().and_then(|(dir, name)| dir.modified(name).ok().flatten());
+    if options.purpose == Purpose::Start && sweep_due(last, std::time::SystemTime::now()) {
+        if let Some((dir, name)) = &stamp {
+            // Best effort: without the stamp the next start sweeps again.
+            let _ = dir.touch(name);
+        }
         for swept in engine.reap(false).map_err(EngineError::new)? {
             if swept.removed && !swept.exited {
                 let what = if swept.kind == "environment" { "environment claim" } else { "pod" };

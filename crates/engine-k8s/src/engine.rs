@@ -430,6 +430,12 @@ impl K8sEngine {
         &self.config
     }
 
+    /// [`crate::netoff::place_key`] of the cluster and namespace, where the engine knows its
+    /// cluster's URL (made from a kube config, not a given client).
+    pub fn place_key(&self) -> Option<String> {
+        Some(crate::netoff::place_key(self.cluster.as_deref()?, &self.config.namespace))
+    }
+
     /// The kube client (use it inside [`Executor::block_on`]).
     pub fn client(&self) -> &kube::Client {
         &self.client

@@ -69,10 +69,14 @@ pub fn verdict(exit_code: i32) -> Option<Verdict> {
 
 /// Pure: the record's file name for a cluster (its apiserver URL) and namespace.
 pub fn record_name(cluster: &str, namespace: &str) -> String {
+    format!("netpolicy-{}", place_key(cluster, namespace))
+}
+
+/// Pure: a short digest naming a cluster (its apiserver URL) and namespace in file names.
+pub fn place_key(cluster: &str, namespace: &str) -> String {
     use sha2::Digest as _;
     let digest = sha2::Sha256::digest(format!("{cluster}\n{namespace}").as_bytes());
-    let hex: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
-    format!("netpolicy-{hex}")
+    digest.iter().take(12).map(|b| format!("{b:02x}")).collect()
 }
 
 /// Pure: the record's text.
