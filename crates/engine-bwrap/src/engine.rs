@@ -246,6 +246,11 @@ impl BwrapEngine {
             return Ok(env);
         }
         drop(lease);
+        let family =
+            crate::key::family(spec.requires_python.as_deref(), python_request, &uv_version);
+        if let Some(env) = self.satisfying(&family, &spec.dependencies) {
+            return Ok(env);
+        }
         fsutil::create_dir_all(&envs)?;
         // Build under the exclusive lock. Never *wait* for it: whoever builds keeps a shared
         // hold afterwards (for its run), so waiting for exclusive would wait for that run, and
@@ -337,10 +342,12 @@ impl BwrapEngine {
         self.run_prepare_step(&uv.path, interpreter.base(), step, spec.tmpfs_size)?;
         let identity = fsutil::identity(&interpreter.executable).unwrap_or_default();
         let installed = Installed { uv: &uv.path, uv_version: &uv.version, identity: &identity };
-        let lock = if spec.dependencies.is_empty() {
-            None
+        let (lock, pins) = if spec.dependencies.is_empty() {
+            (None, Vec::new())
         } else {
-            Some(self.install_dependencies(installed, interpreter.base(), &dir, spec, status)?)
+            let (lock, pins) =
+                self.install_dependencies(installed, interpreter.base(), &dir, spec, status)?;
+            (Some(lock), pins)
         };
 
         let mut marker = Marker::new(
@@ -353,6 +360,8 @@ impl BwrapEngine {
         );
         marker.library_path = interpreter.library_path;
         marker.lock.clone_from(&lock);
+        marker.pins = pins;
+        marker.family = Some(family);
         let bytes = serde_json::to_vec_pretty(&marker)
             .map_err(|e| Error::io("encoding the environment marker")(std::io::Error::other(e)))?;
         fsutil::write_atomic(&marker_path, &bytes)?;
@@ -429,7 +438,7 @@ impl BwrapEngine {
     ///
     /// A list that resolves to the packages of a ready environment (same pins and hashes, same
     /// interpreter, same uv: `key::lock_key`) installs nothing: that environment's files are
-    /// hard-linked instead, bytecode included. Returns the lock key.
+    /// hard-linked instead, bytecode included. Returns the lock key and the pins.
     fn install_dependencies(
         &self,
         installed: Installed<'_>,
@@ -437,7 +446,7 @@ impl BwrapEngine {
         dir: &Path,
         spec: &RunSpec,
         status: &mut dyn FnMut(&str),
-    ) -> Result<String> {
+    ) -> Result<(String, Vec<String>)> {
         let uv = installed.uv;
         let scratch = Scratch::create(&self.layout.root().join("scratch"))?;
         let input = lockfile::requirements_in(&spec.dependencies)
@@ -496,6 +505,7 @@ impl BwrapEngine {
         std::fs::write(checked.join("pinned.txt"), &rendered)
             .map_err(Error::io("writing the checked resolution"))?;
         let lock = crate::key::lock_key(&rendered, installed.identity, installed.uv_version);
+        let pins: Vec<String> = pinned.iter().map(|p| p.requirement.clone()).collect();
         let packages = match pinned.len() {
             1 => "1 package".to_owned(),
             n => format!("{n} packages"),
@@ -513,7 +523,7 @@ impl BwrapEngine {
             if let Some((uid, gid)) = self.host.run_as() {
                 fsutil::hand_over(dir, uid, gid)?;
             }
-            return Ok(lock);
+            return Ok((lock, pins));
         }
 
         let mut install = uv_pip("install");
@@ -566,9 +576,39 @@ impl BwrapEngine {
         // Bytecode is an optimization: files a package ships for other Python versions fail
         // to compile and are simply left to the interpreter.
         match self.run_prepare_step(uv, base, step, spec.tmpfs_size) {
-            Err(Error::Prepare { .. }) | Ok(()) => Ok(lock),
+            Err(Error::Prepare { .. }) | Ok(()) => Ok((lock, pins)),
             Err(e) => Err(e),
         }
+    }
+
+    /// A ready environment of `family` whose packages satisfy `dependencies` as they are (a
+    /// list spelled anew, or a subset of what it has: `pep723_meta::satisfied_by`), held shared;
+    /// the one with the fewest packages, so a script sees as few it did not ask for as can be.
+    /// None when no list is given, or it needs a resolver (extras, markers, URLs).
+    fn satisfying(&self, family: &str, dependencies: &[String]) -> Option<PreparedEnv> {
+        if dependencies.is_empty() {
+            return None;
+        }
+        let envs = self.layout.envs_dir();
+        let mut found: Vec<(usize, String)> = std::fs::read_dir(&envs)
+            .ok()?
+            .filter_map(|entry| {
+                let name = entry.ok()?.file_name().into_string().ok()?;
+                let key = name.strip_suffix(".json")?.to_owned();
+                let marker = Marker::read(&envs.join(&name))?;
+                let fits = marker.family.as_deref() == Some(family)
+                    && pep723_meta::satisfied_by(dependencies, &marker.pins) == Some(true);
+                fits.then_some((marker.pins.len(), key))
+            })
+            .collect();
+        found.sort();
+        found.into_iter().find_map(|(_, key)| {
+            let lock = self.layout.locks_dir().join(format!("{key}.lock"));
+            let hold = Lease::try_shared(&lock).ok()??;
+            let marker_path = envs.join(format!("{key}.json"));
+            // As quiet as a warm run: it is one.
+            self.ready(&key, &envs.join(&key), &marker_path, &hold)
+        })
     }
 
     /// The ready environment the lock index names for `lock`, held shared so it is not pruned

@@ -60,6 +60,23 @@ pub(crate) struct Marker {
     /// The [`lock_key`] of its installed packages (none without dependencies).
     #[serde(default)]
     pub(crate) lock: Option<String>,
+    /// Its installed packages, `name==version` as resolved (empty for older environments).
+    #[serde(default)]
+    pub(crate) pins: Vec<String>,
+    /// [`family`] of what it was built for: another dependency list of the same family that
+    /// its pins satisfy may run in it.
+    #[serde(default)]
+    pub(crate) family: Option<String>,
+}
+
+/// Pure: what an environment was built for apart from its dependencies (`requires-python`,
+/// the interpreter request, uv's version): environments of one family share an interpreter.
+pub(crate) fn family(
+    requires_python: Option<&str>,
+    python_request: Option<&str>,
+    uv_version: &str,
+) -> String {
+    env_key(requires_python, &[], python_request, uv_version)
 }
 
 /// Pure: what a set of installed packages is, for reuse across dependency lists that resolve
@@ -93,6 +110,8 @@ impl Marker {
             dependencies,
             library_path: false,
             lock: None,
+            pins: Vec::new(),
+            family: None,
         }
     }
 

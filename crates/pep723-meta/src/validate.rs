@@ -295,6 +295,52 @@ pub(crate) fn requirement_name(s: &str) -> Option<String> {
     Requirement::from_str(s).ok().map(|r| r.name.to_string())
 }
 
+/// Whether packages pinned as `name==version` (a resolution's lines) satisfy every requirement
+/// in `requirements`: each names a pinned package at a version its specifiers allow. `None`
+/// when that cannot be told without a resolver: a requirement with extras, a URL or a marker,
+/// one that does not parse, or one naming a package pinned under a marker (or not as
+/// `name==version`). Pure; an environment with these pins may serve the requirements as they
+/// are, its other packages included.
+pub fn satisfied_by(requirements: &[String], pins: &[String]) -> Option<bool> {
+    let parse = |s: &str| -> Option<Requirement> {
+        name_guard(s).ok()?;
+        Requirement::from_str(s).ok()
+    };
+    let mut pinned = HashMap::new();
+    for pin in pins {
+        let Some(pin) = parse(pin) else { continue };
+        let exact = match &pin.version_or_url {
+            Some(pep508_rs::VersionOrUrl::VersionSpecifier(specs)) if specs.len() == 1 => {
+                let spec = specs.iter().next()?;
+                (*spec.operator() == pep508_rs::pep440_rs::Operator::Equal && pin.marker.is_true())
+                    .then(|| spec.version().clone())
+            }
+            _ => None,
+        };
+        pinned.insert(pin.name.to_string(), exact);
+    }
+    for requirement in requirements {
+        let requirement = parse(requirement)?;
+        if !requirement.extras.is_empty() || !requirement.marker.is_true() {
+            return None;
+        }
+        let version = match pinned.get(requirement.name.as_ref()) {
+            None => return Some(false),
+            Some(None) => return None,
+            Some(Some(version)) => version,
+        };
+        match &requirement.version_or_url {
+            None => {}
+            Some(pep508_rs::VersionOrUrl::VersionSpecifier(specs)) if !specs.contains(version) => {
+                return Some(false);
+            }
+            Some(pep508_rs::VersionOrUrl::VersionSpecifier(_)) => {}
+            Some(pep508_rs::VersionOrUrl::Url(_)) => return None,
+        }
+    }
+    Some(true)
+}
+
 /// Whether a `requires-python` value parses as PEP 440 specifiers; the error message.
 pub(crate) fn check_pep440(s: &str) -> Result<(), String> {
     match pep440_rs::VersionSpecifiers::from_str(s) {

@@ -179,8 +179,10 @@ fn a_new_environment_links_its_files_from_the_package_cache() {
     let Some(f) = fixture() else { return };
     let nonce = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_nanos();
     let mut spec = f.spec("import idna\nprint(idna.encode('ドメイン.テスト').decode())\n");
-    // A spelling no earlier run used: this environment is built now.
-    spec.dependencies = vec![format!("idna>=3,!=0.0.{nonce}"), "pip!=0.0.1".to_owned()];
+    // A spelling no earlier run used, with a marker (a ready environment's pins would serve a
+    // list without one as it is): this environment is built now.
+    spec.dependencies =
+        vec![format!("idna>=3,!=0.0.{nonce}; python_version >= '3'"), "pip!=0.0.1".to_owned()];
     spec.net = Net::Off;
     let env = f.prepare(&spec);
     assert!(env.fresh);
@@ -222,11 +224,41 @@ fn a_list_that_resolves_alike_links_the_packages_of_a_ready_environment() {
         assert!(module.path().join("site-packages/idna/__pycache__").is_dir());
         (env, meta.ino(), lines)
     };
-    // The first may link too: other tests build idna's environment.
-    let (first, first_ino, _) = built(format!("idna>=3,!=0.0.{nonce}"));
-    let (second, second_ino, second_lines) = built(format!("idna>=3.0,!=0.0.{nonce}"));
+    // The first may link too: other tests build idna's environment. A marker makes each list
+    // one a resolver must answer (the pins of a ready environment would serve it as it is).
+    let (first, first_ino, _) = built(format!("idna>=3,!=0.0.{nonce}; python_version >= '3'"));
+    let (second, second_ino, second_lines) =
+        built(format!("idna>=3.0,!=0.0.{nonce}; python_version >= '3'"));
     assert_ne!(first.dir, second.dir, "two lists, two environments");
     assert!(second_lines.iter().any(|l| l.starts_with("linking 1 package")), "{second_lines:?}");
     assert_eq!(first_ino, second_ino, "the same files, linked");
     assert_eq!(f.run_ok(&spec), "xn--eckwd4c7c.xn--zckzah\n");
+}
+
+/// A list spelled anew, or a subset of a ready environment's packages, runs in that environment
+/// when its pinned versions satisfy the list: nothing resolved, nothing built. What the pins do
+/// not satisfy builds its own.
+#[test]
+fn a_list_its_pins_satisfy_runs_in_a_ready_environment() {
+    let Some(f) = fixture() else { return };
+    let (_cache, engine) = crate::support::own_cache(&f);
+    let prepare = |deps: &[&str]| {
+        let mut spec = f.spec("import six\nprint(six.PY3)\n");
+        spec.dependencies = deps.iter().map(|d| (*d).to_owned()).collect();
+        let mut lines = Vec::new();
+        let env = engine.prepare(&spec, &mut |l| lines.push(l.to_owned())).expect("prepare");
+        (spec, env, lines)
+    };
+    let (_, both, _) = prepare(&["six", "idna>=3"]);
+    assert!(both.fresh);
+    let (spec, respelt, lines) = prepare(&["six!=0.0.1"]);
+    assert!(!respelt.fresh, "a subset spelled anew built an environment: {lines:?}");
+    assert_eq!(respelt.dir, both.dir, "{lines:?}");
+    assert!(lines.is_empty(), "as quiet as a warm run: {lines:?}");
+    let (outcome, captured) = crate::support::run_prepared(&engine, &spec, &respelt);
+    assert_eq!(outcome.expect("run").exit_code, 0, "{}", captured.stderr_lossy());
+    assert_eq!(captured.stdout_lossy(), "True\n");
+    // Not satisfied: a version the pins exclude.
+    let (_, other, _) = prepare(&["six", "idna<3"]);
+    assert!(other.fresh && other.dir != both.dir);
 }

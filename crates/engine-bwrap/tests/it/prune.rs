@@ -4,9 +4,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use engine_bwrap::{BwrapConfig, BwrapEngine, prune_envs};
+use engine_bwrap::prune_envs;
 
-use crate::support::{fixture, run_prepared};
+use crate::support::{fixture, own_cache, run_prepared};
 
 const MONTH: Duration = Duration::from_secs(30 * 86_400);
 
@@ -26,13 +26,6 @@ fn settled(prune: impl Fn() -> Vec<engine_bwrap::PrunedEnv>) -> Vec<engine_bwrap
         last = prune();
     }
     last
-}
-
-/// An engine like the fixture's with a cache of its own.
-fn own_cache(fx: &crate::support::Fixture) -> (tempfile::TempDir, BwrapEngine) {
-    let cache = tempfile::tempdir().expect("cache");
-    let config = BwrapConfig { cache_dir: cache.path().to_owned(), ..fx.engine.config().clone() };
-    (cache, BwrapEngine::new(config).expect("engine"))
 }
 
 #[test]

@@ -137,6 +137,16 @@ impl Fixture {
     }
 }
 
+/// An engine like the fixture's with a cache of its own.
+pub(crate) fn own_cache(fx: &Fixture) -> (tempfile::TempDir, engine_bwrap::BwrapEngine) {
+    let cache = tempfile::tempdir().expect("cache");
+    let config = engine_bwrap::BwrapConfig {
+        cache_dir: cache.path().to_owned(),
+        ..fx.engine.config().clone()
+    };
+    (cache, engine_bwrap::BwrapEngine::new(config).expect("engine"))
+}
+
 /// `engine.run_prepared` with no input, its output captured.
 pub(crate) fn run_prepared(
     engine: &engine_bwrap::BwrapEngine,

@@ -3,6 +3,7 @@
 
 mod cases;
 mod props;
+mod satisfy;
 #[cfg(feature = "serde")]
 mod serde;
 mod support;
