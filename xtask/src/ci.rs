@@ -1,8 +1,8 @@
 //! `cargo xtask ci`: the README's test command and the only thing `.ci/run` calls.
 //!
-//! Tiers run least powerful first: formatting and lints, the book and its links, the pure tests, then the engines that
-//! can run here (bubblewrap, docker, podman: installed and started when possible), the
-//! cross-engine conformance suite on each (and on podman as an unprivileged user: the
+//! Tiers run least powerful first: formatting and lints (actionlint for the workflows), the book
+//! and its links, the pure tests, then the engines that can run here (bubblewrap, docker,
+//! podman: installed and started when possible), the cross-engine conformance suite on each (and on podman as an unprivileged user: the
 //! `podman-rootless` tier), the Kubernetes tiers on the cluster `KUBECONFIG` names (SKIPPED
 //! without one), `cargo package` of the library crates, the WASM build with its node
 //! tests and the packaged VS Code extension (`vsix`),
@@ -63,6 +63,10 @@ impl Ci {
 
         step("clippy");
         cmd!(sh, "cargo clippy --workspace --all-targets --locked -- -D warnings").run()?;
+
+        step("actionlint");
+        // The release workflow cannot run here: actionlint reads it as GitHub would.
+        crate::actionlint::Actionlint.run(sh)?;
 
         step("docs");
         // The book and its links: cheap (a second or two once mdBook is installed), so early.

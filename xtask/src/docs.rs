@@ -365,6 +365,32 @@ pub(crate) fn heading_ids(text: &str) -> Vec<String> {
 mod tests {
     use super::*;
 
+    /// Lines of the README a newcomer reads before scrolling (a terminal's pager, the top of
+    /// the repository's page).
+    const FIRST_SCREEN: usize = 30;
+
+    #[test]
+    fn the_readmes_first_screen_has_the_install_lines_the_main_job_and_the_test_command() {
+        let readme =
+            std::fs::read_to_string(crate::project_root().join("README.md")).expect("read");
+        let screen: Vec<&str> = readme.lines().take(FIRST_SCREEN).collect();
+        let screen = screen.join("\n");
+        for (what, said) in [
+            ("the plugin's install", "/plugin install python-sandbox@python-sandbox"),
+            ("the release tarball's install", "/releases/download/v"),
+            ("uv's install", "`uv tool install python-sandbox`"),
+            ("cargo's install", "`cargo install --locked"),
+            ("the main job", "-- run examples/hello.py"),
+            ("the test command", "$ cargo xtask ci"),
+            ("the systems it runs on", "Runs on Linux"),
+        ] {
+            assert!(
+                screen.contains(said),
+                "README.md's first {FIRST_SCREEN} lines lack {what} (`{said}`)"
+            );
+        }
+    }
+
     #[test]
     fn the_repositorys_docs_have_no_broken_link() {
         let problems = check_links(&crate::project_root()).expect("check");

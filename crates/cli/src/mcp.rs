@@ -1321,4 +1321,30 @@ mod tests {
         assert!(out.ends_with(&format!("ab{}", truncation_marker(2))), "{out:?}");
         assert_eq!(capped.text(Stream::Stderr), "err");
     }
+
+    /// The skill's advice on plots names this server's tools, parameter and caps, so a renamed
+    /// parameter or a changed cap cannot leave Claude asking for what no longer exists.
+    #[test]
+    fn the_skill_tells_of_pictures_as_this_server_returns_them() {
+        let path =
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../../plugin/skills/python-sandbox/SKILL.md");
+        let skill = std::fs::read_to_string(path).expect("read the skill");
+        let section = skill
+            .split_once("## Plots and other pictures")
+            .and_then(|(_, rest)| rest.split("\n## ").next())
+            .expect("the skill has a section on plots");
+        let tools = schemas();
+        assert!(tools["run_script"]["properties"].get("return_images").is_some());
+        assert!(tools.contains_key("read_file"));
+        let caps = format!("at most {MAX_IMAGES}, each at most {} MiB", IMAGE_CAP >> 20);
+        for said in [
+            "`run_script` with `return_images: true`",
+            "`read_file`",
+            caps.as_str(),
+            "never `plt.show()`",
+            "**To show it to the user**",
+        ] {
+            assert!(section.contains(said), "the skill's section on plots has no `{said}`");
+        }
+    }
 }
