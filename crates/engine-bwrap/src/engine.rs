@@ -589,6 +589,7 @@ impl BwrapEngine {
         if dependencies.is_empty() {
             return None;
         }
+        let wanted = pep723_meta::Wanted::parse(dependencies)?;
         let envs = self.layout.envs_dir();
         let mut found: Vec<(usize, String)> = std::fs::read_dir(&envs)
             .ok()?
@@ -597,7 +598,7 @@ impl BwrapEngine {
                 let key = name.strip_suffix(".json")?.to_owned();
                 let marker = Marker::read(&envs.join(&name))?;
                 let fits = marker.family.as_deref() == Some(family)
-                    && pep723_meta::satisfied_by(dependencies, &marker.pins) == Some(true);
+                    && wanted.satisfied_by(&marker.pins) == Some(true);
                 fits.then_some((marker.pins.len(), key))
             })
             .collect();

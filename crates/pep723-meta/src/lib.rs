@@ -30,7 +30,7 @@ pub use crate::model::{
     Spanned, TomlValue,
 };
 pub use crate::scan::Block;
-pub use crate::validate::satisfied_by;
+pub use crate::validate::{Wanted, satisfied_by};
 
 /// The overall outcome of a parse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -300,45 +300,88 @@ pub(crate) fn requirement_name(s: &str) -> Option<String> {
 /// when that cannot be told without a resolver: a requirement with extras, a URL or a marker,
 /// one that does not parse, or one naming a package pinned under a marker (or not as
 /// `name==version`). Pure; an environment with these pins may serve the requirements as they
-/// are, its other packages included.
+/// are, its other packages included. See [`Wanted`] to ask of many pin lists.
 pub fn satisfied_by(requirements: &[String], pins: &[String]) -> Option<bool> {
-    let parse = |s: &str| -> Option<Requirement> {
-        name_guard(s).ok()?;
-        Requirement::from_str(s).ok()
-    };
-    let mut pinned = HashMap::new();
-    for pin in pins {
-        let Some(pin) = parse(pin) else { continue };
-        let exact = match &pin.version_or_url {
-            Some(pep508_rs::VersionOrUrl::VersionSpecifier(specs)) if specs.len() == 1 => {
-                let spec = specs.iter().next()?;
-                (*spec.operator() == pep508_rs::pep440_rs::Operator::Equal && pin.marker.is_true())
-                    .then(|| spec.version().clone())
+    Wanted::parse(requirements)?.satisfied_by(pins)
+}
+
+/// Requirements parsed once, to ask [`Wanted::satisfied_by`] of many pin lists (an engine's
+/// ready environments).
+#[derive(Debug, Clone)]
+pub struct Wanted {
+    /// Normalized name and what versions it allows (`None`: any).
+    wanted: Vec<(String, Option<pep508_rs::pep440_rs::VersionSpecifiers>)>,
+}
+
+impl Wanted {
+    /// `None` when a requirement needs a resolver (extras, a marker, a URL) or does not parse.
+    pub fn parse(requirements: &[String]) -> Option<Wanted> {
+        let mut wanted = Vec::new();
+        for requirement in requirements {
+            name_guard(requirement).ok()?;
+            let requirement = Requirement::from_str(requirement).ok()?;
+            if !requirement.extras.is_empty() || !requirement.marker.is_true() {
+                return None;
             }
-            _ => None,
-        };
-        pinned.insert(pin.name.to_string(), exact);
-    }
-    for requirement in requirements {
-        let requirement = parse(requirement)?;
-        if !requirement.extras.is_empty() || !requirement.marker.is_true() {
-            return None;
+            let specifiers = match requirement.version_or_url {
+                None => None,
+                Some(pep508_rs::VersionOrUrl::VersionSpecifier(specs)) => Some(specs),
+                Some(pep508_rs::VersionOrUrl::Url(_)) => return None,
+            };
+            wanted.push((requirement.name.to_string(), specifiers));
         }
-        let version = match pinned.get(requirement.name.as_ref()) {
-            None => return Some(false),
-            Some(None) => return None,
-            Some(Some(version)) => version,
-        };
-        match &requirement.version_or_url {
-            None => {}
-            Some(pep508_rs::VersionOrUrl::VersionSpecifier(specs)) if !specs.contains(version) => {
+        Some(Wanted { wanted })
+    }
+
+    /// [`satisfied_by`] with these requirements. Only the pins of wanted names are parsed.
+    pub fn satisfied_by(&self, pins: &[String]) -> Option<bool> {
+        let mut pinned = HashMap::new();
+        for pin in pins {
+            let end = pin.find(['=', '<', '>', '!', '~', ';', '[', ' ', '@']).unwrap_or(pin.len());
+            let name = normalize(&pin[..end]);
+            if !self.wanted.iter().any(|(wanted, _)| *wanted == name) {
+                continue;
+            }
+            let exact = name_guard(pin)
+                .ok()
+                .and_then(|()| Requirement::from_str(pin).ok())
+                .and_then(|pin| match &pin.version_or_url {
+                    Some(pep508_rs::VersionOrUrl::VersionSpecifier(specs)) if specs.len() == 1 => {
+                        let spec = specs.iter().next()?;
+                        let equal = *spec.operator() == pep508_rs::pep440_rs::Operator::Equal;
+                        (equal && pin.marker.is_true()).then(|| spec.version().clone())
+                    }
+                    _ => None,
+                });
+            pinned.insert(name, exact);
+        }
+        for (name, specifiers) in &self.wanted {
+            let version = match pinned.get(name) {
+                None => return Some(false),
+                Some(None) => return None,
+                Some(Some(version)) => version,
+            };
+            if specifiers.as_ref().is_some_and(|specs| !specs.contains(version)) {
                 return Some(false);
             }
-            Some(pep508_rs::VersionOrUrl::VersionSpecifier(_)) => {}
-            Some(pep508_rs::VersionOrUrl::Url(_)) => return None,
+        }
+        Some(true)
+    }
+}
+
+/// A package name as PEP 503 compares it: lower case, runs of `-`, `_` and `.` as one `-`.
+fn normalize(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.trim().chars() {
+        if matches!(c, '-' | '_' | '.') {
+            if !out.ends_with('-') {
+                out.push('-');
+            }
+        } else {
+            out.push(c.to_ascii_lowercase());
         }
     }
-    Some(true)
+    out
 }
 
 /// Whether a `requires-python` value parses as PEP 440 specifiers; the error message.

@@ -38,6 +38,7 @@ fn a_pin_under_a_marker_or_not_exact_is_not_taken_as_installed() {
     assert_eq!(satisfied_by(&strings(&["colorama"]), &pins), None);
     assert_eq!(satisfied_by(&strings(&["click"]), &pins), None);
     assert_eq!(satisfied_by(&strings(&["idna"]), &pins), Some(true));
-    // A pin that does not parse is ignored: its package is not there.
-    assert_eq!(satisfied_by(&strings(&["idna"]), &strings(&["idna=="])), Some(false));
+    // A pin that does not parse cannot tell; a pin of another name is not looked at.
+    assert_eq!(satisfied_by(&strings(&["idna"]), &strings(&["idna=="])), None);
+    assert_eq!(satisfied_by(&strings(&["six"]), &strings(&["idna==", "six==1.17.0"])), Some(true));
 }
