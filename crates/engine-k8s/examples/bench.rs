@@ -219,7 +219,7 @@ fn cli_hello(cli: &Path, dir: &Path, args: &[&str]) -> Result<Duration> {
         .env("NO_COLOR", "1")
         .stdin(std::process::Stdio::null())
         .output()
-        .context("python-sandbox")?;
+        .with_context(|| format!("{} {} in {}", cli.display(), args.join(" "), dir.display()))?;
     let elapsed = t.elapsed();
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() || stdout != "hello\n" {
@@ -386,7 +386,8 @@ fn measure(
         ours.push(t.elapsed());
         theirs.push(kubectl(&["exec", "-n", ns, pod, "-c", manifest::CONTAINER, "--", "true"])?);
     }
-    let dir = std::env::temp_dir().join(format!("psbx-bench-k8s-{}", std::process::id()));
+    // Not the directory of the CLI rows (`main`'s), which this one's removal would take along.
+    let dir = std::env::temp_dir().join(format!("psbx-bench-k8s-put-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let file = dir.join("fifty.bin");
     std::fs::write(&file, (0..50usize << 20).map(|i| (i % 251) as u8).collect::<Vec<u8>>())?;
