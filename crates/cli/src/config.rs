@@ -120,11 +120,6 @@ pub(crate) struct UserConfig {
 }
 
 impl UserConfig {
-    /// The cache's size cap: the file's, else the default.
-    pub(crate) fn cache_max_bytes(&self) -> u64 {
-        self.cache_max_size.unwrap_or(engine_bwrap::DEFAULT_CACHE_MAX_BYTES)
-    }
-
     /// The warm pool size of engine `name` (0: no pool).
     pub(crate) fn pool(&self, name: &str) -> usize {
         self.pools.iter().find(|(engine, _)| engine == name).map_or(0, |(_, n)| *n)

@@ -12,7 +12,7 @@ use crate::ui;
 
 pub(crate) fn detect(json: bool) -> Result<ExitCode> {
     let detection = crate::registry::detection();
-    let cache = cache();
+    let cache = crate::registry::cache_report();
     if json {
         let mut value = serde_json::to_value(&detection)?;
         if let Some(object) = value.as_object_mut() {
@@ -21,37 +21,27 @@ pub(crate) fn detect(json: bool) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print_table(&detection);
-        if let Some((usage, cap)) = &cache {
+        if let Some(cache) = &cache {
             println!(
                 "cache: {} of {} ({}; `python-sandbox reap` trims it)",
-                reaper::human_bytes(usage.bytes),
-                reaper::human_bytes(*cap),
-                usage.dir.display()
+                reaper::human_bytes(cache.bytes),
+                reaper::human_bytes(cache.max_bytes),
+                cache.dir.display()
             );
         }
     }
     Ok(exit_for(&detection))
 }
 
-/// The cache of native and bwrap (their environments and packages) and its cap: none without
-/// a home to keep it in.
-fn cache() -> Option<(engine_bwrap::CacheUsage, u64)> {
-    let config = engine_bwrap::BwrapConfig::from_env().ok()?;
-    let usage = engine_bwrap::cache_usage(&config.cache_dir, false).ok()?;
-    let cap = crate::config::user()
-        .map_or(engine_bwrap::DEFAULT_CACHE_MAX_BYTES, |u| u.cache_max_bytes());
-    Some((usage, cap))
-}
-
 /// `"cache"` of `detect --json`: where, how large (as last measured: `measured`, unix seconds)
 /// and its cap, bytes.
-fn cache_json(cache: Option<&(engine_bwrap::CacheUsage, u64)>) -> serde_json::Value {
+fn cache_json(cache: Option<&crate::registry::CacheReport>) -> serde_json::Value {
     match cache {
-        Some((usage, cap)) => serde_json::json!({
-            "dir": usage.dir.display().to_string(),
-            "bytes": usage.bytes,
-            "measured": usage.measured,
-            "max_bytes": cap,
+        Some(cache) => serde_json::json!({
+            "dir": cache.dir.display().to_string(),
+            "bytes": cache.bytes,
+            "measured": cache.measured,
+            "max_bytes": cache.max_bytes,
         }),
         None => serde_json::Value::Null,
     }

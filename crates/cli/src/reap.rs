@@ -54,7 +54,7 @@ pub(crate) fn run(args: ReapArgs) -> Result<ExitCode> {
                 "use `5GiB`, `500m`, `0` (everything not in use), or a number of bytes",
             )
         })?,
-        None => crate::config::user()?.cache_max_bytes(),
+        None => registry::cache_max_bytes(crate::config::user()?),
     };
     let request = registry::Reap {
         dry_run: args.dry_run,

@@ -264,8 +264,31 @@ fn bwrap_config() -> Result<engine_bwrap::BwrapConfig> {
     let mut config = engine_bwrap::BwrapConfig::from_env().map_err(EngineError::new)?;
     let user = crate::config::user()?;
     config.lan = user.lan;
-    config.cache_max_bytes = user.cache_max_bytes();
+    config.cache_max_bytes = cache_max_bytes(user);
     Ok(config)
+}
+
+/// The cache's size cap: the user config's `[cache] max-size`, else the engines' default.
+pub(crate) fn cache_max_bytes(user: &crate::config::UserConfig) -> u64 {
+    user.cache_max_size.unwrap_or(engine_bwrap::DEFAULT_CACHE_MAX_BYTES)
+}
+
+/// The cache of native and bwrap (their environments and packages), as last measured, and its
+/// cap: what `detect` reports; none without a home to keep it in.
+pub(crate) struct CacheReport {
+    pub(crate) dir: std::path::PathBuf,
+    pub(crate) bytes: u64,
+    /// When it was measured, unix seconds.
+    pub(crate) measured: u64,
+    pub(crate) max_bytes: u64,
+}
+
+pub(crate) fn cache_report() -> Option<CacheReport> {
+    let config = engine_bwrap::BwrapConfig::from_env().ok()?;
+    let usage = engine_bwrap::cache_usage(&config.cache_dir, false).ok()?;
+    let max_bytes =
+        crate::config::user().map_or(engine_bwrap::DEFAULT_CACHE_MAX_BYTES, cache_max_bytes);
+    Some(CacheReport { dir: usage.dir, bytes: usage.bytes, measured: usage.measured, max_bytes })
 }
 
 /// The `note:` of a net-on run or session on `engine` when its network is narrower than full
@@ -1105,6 +1128,15 @@ fn reap_oci(flavor: engine_oci::Flavor, request: &Reap) -> Result<Vec<Reaped>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Without `[cache] max-size` the engines' default cap holds.
+    #[test]
+    fn the_cache_cap_defaults_to_the_engines() {
+        assert_eq!(
+            cache_max_bytes(&crate::config::UserConfig::default()),
+            engine_bwrap::DEFAULT_CACHE_MAX_BYTES
+        );
+    }
 
     /// A session id names its record's file and nothing else.
     #[test]

@@ -111,10 +111,6 @@ fn the_cache_cap_reads_sizes() {
     assert_eq!(parse("").expect("empty").cache_max_size, None);
     assert_eq!(parse("[cache]\nmax-size = \"2GiB\"\n").expect("2g").cache_max_size, Some(2 << 30));
     assert_eq!(parse("[cache]\nmax-size = 0\n").expect("0").cache_max_size, Some(0));
-    assert_eq!(
-        super::UserConfig::default().cache_max_bytes(),
-        engine_bwrap::DEFAULT_CACHE_MAX_BYTES
-    );
 }
 
 #[test]
