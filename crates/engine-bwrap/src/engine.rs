@@ -285,7 +285,9 @@ impl BwrapEngine {
         let interpreter = match self.find_interpreter(&uv.path, request, None) {
             // A version request nothing on this machine satisfies: let uv download a managed
             // Python into our cache, inside a prepare sandbox, then use that one.
-            Err(Error::PythonNotFound { .. }) if !request.is_some_and(|r| r.contains('/')) => {
+            Err(Error::PythonNotFound { message: found, .. })
+                if !request.is_some_and(|r| r.contains('/')) =>
+            {
                 status("no matching Python on this machine; installing one with uv");
                 let python_dir = self.layout.python_dir();
                 let mut install: Vec<OsString> = vec![uv.path.clone().into()];
@@ -308,8 +310,11 @@ impl BwrapEngine {
                     |e| match e {
                         Error::Prepare { stderr, .. } => Error::PythonNotFound {
                             request: request.unwrap_or("any python").to_owned(),
+                            // What `uv python find` said too: a Python that is there but
+                            // failed uv's query is told apart from none at all.
                             message: format!(
-                                "none on this machine, and uv could not install one: {stderr}"
+                                "none on this machine ({}), and uv could not install one: {stderr}",
+                                found.trim()
                             ),
                         },
                         other => other,
