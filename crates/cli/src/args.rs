@@ -241,8 +241,9 @@ pub(crate) struct SessionShape {
     /// `python-sandbox`).
     #[arg(long, value_name = "NS")]
     pub(crate) namespace: Option<String>,
-    /// Network access of the session (default on: dependencies install inside it).
-    #[arg(long, value_enum)]
+    /// Network access of the session: `on` (default: dependencies install inside it), `off`,
+    /// or only the listed hosts: `pypi.org,*.example.com:443,10.1.2.3:5432`.
+    #[arg(long, value_name = "on|off|HOST,...")]
     pub(crate) net: Option<NetFlag>,
     /// Publish a port of the session on the same host port of 127.0.0.1: `PORT`, `0:PORT` (any
     /// free host port), `HOSTPORT:PORT`, each optionally after `ADDR:` (repeatable; needs net on).
@@ -305,8 +306,10 @@ pub(crate) struct RunArgs {
         value_parser = clap::builder::PossibleValuesParser::new(crate::registry::choices())
     )]
     pub(crate) engine: String,
-    /// Network access at run time (dependencies install with network either way).
-    #[arg(long, value_enum)]
+    /// Network access at run time: `on`, `off`, or only the listed hosts:
+    /// `pypi.org,*.example.com:443,10.1.2.3:5432` (dependencies install with their own network
+    /// either way).
+    #[arg(long, value_name = "on|off|HOST,...")]
     pub(crate) net: Option<NetFlag>,
     /// Mount a host path at its real path: `PATH`, `PATH:ro` or `PATH:rw` (repeatable); on
     /// `--engine k8s`, `pvc:NAME:/path[:ro]` mounts a PersistentVolumeClaim named `psbx-data-*`.
@@ -367,10 +370,35 @@ pub(crate) fn wants_run_json(args: &[std::ffi::OsString]) -> bool {
         && words.take_while(|w| *w != "--").any(|w| w == "--json" || w == "--json=true")
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// `--net on`, `--net off`, or `--net HOST[,HOST...]` (an allowlist).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum NetFlag {
     On,
     Off,
+    Allow(sandbox_core::Allow),
+}
+
+impl std::str::FromStr for NetFlag {
+    type Err = sandbox_core::Error;
+
+    fn from_str(text: &str) -> Result<NetFlag, sandbox_core::Error> {
+        match text {
+            "on" => Ok(NetFlag::On),
+            "off" => Ok(NetFlag::Off),
+            list => sandbox_core::Allow::parse(list.split(',').map(str::trim)).map(NetFlag::Allow),
+        }
+    }
+}
+
+impl NetFlag {
+    /// The layer's `net` and `allow`.
+    pub(crate) fn layer(&self) -> (Option<sandbox_core::Net>, Option<sandbox_core::Allow>) {
+        match self {
+            NetFlag::On => (Some(sandbox_core::Net::On), None),
+            NetFlag::Off => (Some(sandbox_core::Net::Off), None),
+            NetFlag::Allow(allow) => (Some(sandbox_core::Net::On), Some(allow.clone())),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -207,10 +207,8 @@ fn cli_layer(args: &RunArgs, script: &Path) -> Result<Layer> {
             .filter(|m| !crate::registry::is_claim_mount(m))
             .map(|m| m.parse())
             .collect::<Result<_, _>>()?,
-        net: args.net.map(|n| match n {
-            NetFlag::On => Net::On,
-            NetFlag::Off => Net::Off,
-        }),
+        net: args.net.as_ref().and_then(|n| n.layer().0),
+        allow: args.net.as_ref().and_then(|n| n.layer().1),
         publish: args.publish.iter().map(|p| p.parse()).collect::<Result<_, _>>()?,
         env: args.env.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,
         timeout,

@@ -14,7 +14,7 @@ use sandbox_core::{
     SessionConfig, SessionInfo,
 };
 
-use crate::args::{NetFlag, SessionCmd, SessionShape, SessionStartArgs};
+use crate::args::{SessionCmd, SessionShape, SessionStartArgs};
 use crate::progress::Stepped;
 use crate::relay::{Forward, Relay};
 use crate::{meta, registry, ui};
@@ -163,10 +163,8 @@ pub(crate) fn plan(args: &SessionShape) -> Result<Planned> {
     let layer = Layer {
         script: Some(workspace.join(".session")),
         mounts: args.mounts.iter().map(|m| m.parse()).collect::<Result<_, _>>()?,
-        net: args.net.map(|n| match n {
-            NetFlag::On => Net::On,
-            NetFlag::Off => Net::Off,
-        }),
+        net: args.net.as_ref().and_then(|n| n.layer().0),
+        allow: args.net.as_ref().and_then(|n| n.layer().1),
         publish: args.publish.iter().map(|p| p.parse()).collect::<Result<_, _>>()?,
         env: args.env.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,
         tmpfs_size: args.tmpfs_size.as_deref().map(sandbox_core::parse_size).transpose()?,
@@ -192,6 +190,16 @@ pub(crate) fn start_resolved(
     dependencies: &[String],
     status: &mut (dyn FnMut(&str) + Send),
 ) -> Result<SessionInfo> {
+    // A session's network is its engine's session network, which checks no names yet: the
+    // list is refused rather than widened to the whole network.
+    if let Some(allow) = &spec.allow {
+        return Err(ui::hinted(
+            format!(
+                "a session cannot hold a network allowlist yet (`--net {allow}`), so nothing was started"
+            ),
+            "run the script with `python-sandbox run --net LIST` (each run checks every flow by name), or start the session with `--net on`",
+        ));
+    }
     let Some(engine) = registry::select_sessions(engine, options)? else {
         return Err(ui::hinted(
             "no engine that can hold a session works here, so nothing was started",
@@ -600,6 +608,8 @@ fn script_asks(
     sandbox_core::ScriptAsks {
         mounts,
         net: cli.net.or(inline.net),
+        // The flag's setting beats the script's, list or not.
+        allow: if cli.net.is_some() { cli.allow.clone() } else { inline.allow.clone() },
         publish: spec.publish.iter().map(|p| p.port).collect(),
         tmpfs_size: cli.tmpfs_size.or(inline.tmpfs_size),
         // A limit turned off (`none`) asks for no cap: only a value is a tightening.

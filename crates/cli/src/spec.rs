@@ -270,6 +270,15 @@ pub(crate) fn inline_layer(meta: &Metadata) -> Layer {
             pep723_meta::Net::On => Net::On,
             pep723_meta::Net::Off => Net::Off,
         });
+        // Validated entry by entry by pep723-meta with the same parser, so this cannot fail
+        // on a script that passed validation; if it did, the run gets no network rather than
+        // more of it.
+        if !sb.net_allow.is_empty() {
+            match sandbox_core::Allow::parse(sb.net_allow.iter().map(|p| p.value.as_str())) {
+                Ok(allow) => layer.allow = Some(allow),
+                Err(_) => layer.net = Some(Net::Off),
+            }
+        }
         layer.publish = sb.publish.iter().map(|p| Publish::same(p.value)).collect();
         layer.env = sb
             .env

@@ -28,6 +28,7 @@ fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
         requires_python: None,
         mounts: Vec::new(),
         net,
+        allow: None,
         publish: Vec::new(),
         env: Vec::new(),
         timeout: None,

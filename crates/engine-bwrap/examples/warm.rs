@@ -24,6 +24,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         requires_python: None,
         mounts: Vec::new(),
         net: Net::Off,
+        allow: None,
         publish: Vec::new(),
         env: Vec::new(),
         timeout: None,

@@ -985,6 +985,7 @@ impl BwrapEngine {
     /// Checks what `run` would refuse, and returns the warnings it would report.
     pub fn check(&self, spec: &RunSpec) -> Result<Vec<String>> {
         let warnings = Vec::new();
+        sandbox_core::refuse_allowlist(spec, "bwrap", "its relay checks no names yet")?;
         if let Some(first) = spec.publish.first()
             && spec.net == Net::Off
         {

@@ -230,6 +230,7 @@ impl SessionEngine for BwrapEngine {
             requires_python: None,
             mounts: config.mounts.clone(),
             net: config.net,
+            allow: None,
             publish: config.publish.clone(),
             env: config.env.clone(),
             timeout: None,

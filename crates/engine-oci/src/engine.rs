@@ -408,6 +408,11 @@ impl OciEngine {
 
     /// Checks what `run` would refuse.
     pub fn check(&self, spec: &RunSpec) -> Result<()> {
+        sandbox_core::refuse_allowlist(
+            spec,
+            self.engine_name(),
+            "its containers sit on a bridge that checks addresses, not names",
+        )?;
         if let Some(first) = spec.publish.first()
             && spec.net == Net::Off
         {

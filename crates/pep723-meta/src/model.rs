@@ -39,8 +39,11 @@ pub struct SandboxConfig {
     pub dependencies: Vec<Spanned<String>>,
     /// Host paths to mount.
     pub mounts: Vec<Spanned<MountSpec>>,
-    /// Network access, when the script states it.
+    /// Network access, when the script states it (`on` for a list too).
     pub net: Option<Spanned<Net>>,
+    /// `net = [patterns]`: the only hosts the script may reach, each entry as written
+    /// (checked by `sandbox_core::HostPattern`'s parser).
+    pub net_allow: Vec<Spanned<String>>,
     /// Ports to publish (1–65535), in order, duplicates removed.
     pub publish: Vec<Spanned<u16>>,
     /// Environment variables passed in: a name (copied from the host) or `NAME=VALUE`.

@@ -665,7 +665,15 @@ impl Cx<'_> {
                         self.requirements(key, item, "tool.python-sandbox.dependencies")
                 }
                 "mounts" => cfg.mounts = self.mounts(key, item),
-                "net" => cfg.net = self.net(key, item),
+                "net" => {
+                    if item.is_array() {
+                        cfg.net_allow = self.net_allow(key, item);
+                        let span = self.item_span(key, item);
+                        cfg.net = Some(Spanned { value: Net::On, span });
+                    } else {
+                        cfg.net = self.net(key, item);
+                    }
+                }
                 "publish" => cfg.publish = self.publish(key, item),
                 "env" => cfg.env = self.env(key, item),
                 "timeout" => cfg.timeout = self.timeout(key, item),
@@ -830,7 +838,7 @@ impl Cx<'_> {
                 let d = Diagnostic::error(
                     codes::SANDBOX_INVALID_VALUE,
                     span.clone(),
-                    format!("`net` must be `\"on\"` or `\"off\"`, not `\"{s}\"`"),
+                    format!("`net` must be `\"on\"`, `\"off\"` or a list of hosts, not `\"{s}\"`"),
                 );
                 self.push(fixes(d, first_on));
                 None
@@ -841,7 +849,7 @@ impl Cx<'_> {
                     codes::SANDBOX_INVALID_TYPE,
                     span.clone(),
                     format!(
-                        "`net` must be the string `\"on\"` or `\"off\"`, not {}",
+                        "`net` must be `\"on\"`, `\"off\"` or a list of hosts like `[\"pypi.org\"]`, not {}",
                         type_name(item)
                     ),
                 );
@@ -849,6 +857,50 @@ impl Cx<'_> {
                 None
             }
         }
+    }
+
+    /// `net = ["pypi.org", "*.example.com:443", "10.1.2.3:5432"]`: each entry a pattern
+    /// `sandbox_core::HostPattern` parses; an empty list is an error (it allows nothing).
+    fn net_allow(&mut self, key: &Key, item: &Item) -> Vec<Spanned<String>> {
+        let span = self.item_span(key, item);
+        let Some(array) = item.as_array() else { return Vec::new() };
+        if array.is_empty() {
+            let d = Diagnostic::error(
+                codes::SANDBOX_INVALID_VALUE,
+                span.clone(),
+                "`net = []` allows nothing: write `\"off\"` for no network, or list hosts like `\"pypi.org\"`".to_owned(),
+            );
+            self.push(d);
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for value in array.iter() {
+            let span = self.src(value.span());
+            let Some(text) = value.as_str() else {
+                let d = Diagnostic::error(
+                    codes::SANDBOX_INVALID_TYPE,
+                    span,
+                    format!(
+                        "each `net` entry must be a string like `\"pypi.org\"`, not {}",
+                        value_type(value)
+                    ),
+                );
+                self.push(d);
+                continue;
+            };
+            if let Err(e) = text.parse::<sandbox_core::HostPattern>() {
+                let message = e.to_string();
+                let (first, hint) = message.split_once("\nhint: ").unwrap_or((&message, ""));
+                let mut d = Diagnostic::error(codes::SANDBOX_INVALID_VALUE, span, first.to_owned());
+                if !hint.is_empty() {
+                    d = d.with_hint(hint.to_owned());
+                }
+                self.push(d);
+                continue;
+            }
+            out.push(Spanned { value: text.to_owned(), span });
+        }
+        out
     }
 
     fn publish(&mut self, key: &Key, item: &Item) -> Vec<Spanned<u16>> {

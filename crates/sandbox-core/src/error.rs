@@ -119,6 +119,16 @@ pub enum Error {
         /// The first published port.
         port: u16,
     },
+    /// A network allowlist on an engine that cannot hold one: refused, never dropped.
+    #[error(
+        "the {engine} engine cannot hold a network allowlist (`net = [...]`): {why}\nhint: run it with `--engine native` or `--engine bwrap`, which check every flow by name, or widen it to the whole network with `--net on`"
+    )]
+    AllowlistUnsupported {
+        /// The engine's name.
+        engine: &'static str,
+        /// What it lacks.
+        why: &'static str,
+    },
     /// A zero timeout would kill every run before it starts.
     #[error("timeout must be greater than zero")]
     ZeroTimeout,

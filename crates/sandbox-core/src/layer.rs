@@ -36,6 +36,9 @@ pub struct Layer {
     pub mounts: Vec<LayerMount>,
     /// Network access.
     pub net: Option<Net>,
+    /// An allowlist (`net = [patterns]`): sets `net` to on with the list, as one setting with
+    /// `net` (the highest layer that sets either wins, whole).
+    pub allow: Option<crate::Allow>,
     /// Published ports.
     pub publish: Vec<Publish>,
     /// Environment variables.
@@ -82,6 +85,7 @@ impl Layer {
                 .map(|mount| LayerMount { path: mount.path.clone(), mode: Some(mount.mode) })
                 .collect(),
             net: Some(spec.net),
+            allow: spec.allow.clone(),
             publish: spec.publish.clone(),
             env: spec.env.clone(),
             timeout: spec.timeout,
@@ -125,7 +129,15 @@ pub fn resolve(
     let script = absolutize(script, &workspace, home)?;
     let args = last_set(&layers, |layer| layer.args.as_ref()).cloned().unwrap_or_default();
     let requires_python = last_set(&layers, |layer| layer.requires_python.as_ref()).cloned();
-    let net = last_set(&layers, |layer| layer.net.as_ref()).copied().unwrap_or_default();
+    let (net, allow) = layers
+        .iter()
+        .rev()
+        .find_map(|layer| match (&layer.allow, layer.net) {
+            (Some(allow), _) => Some((Net::On, Some(allow.clone()))),
+            (None, Some(net)) => Some((net, None)),
+            (None, None) => None,
+        })
+        .unwrap_or_default();
     let timeout = last_set(&layers, |layer| layer.timeout.as_ref()).copied();
     if timeout == Some(Duration::ZERO) {
         return Err(Error::ZeroTimeout);
@@ -185,6 +197,7 @@ pub fn resolve(
         requires_python,
         mounts: mounts.into_values(),
         net,
+        allow,
         publish,
         env: env.into_values(),
         timeout,

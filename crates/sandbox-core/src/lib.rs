@@ -8,6 +8,7 @@
 //! Paths are handled lexically; engines canonicalize.
 
 pub mod agent;
+mod allow;
 mod boundary;
 #[cfg(any(test, feature = "contract"))]
 pub mod contract;
@@ -31,10 +32,14 @@ mod scrub;
 mod seccomp;
 mod session;
 pub mod shell;
+mod sniff;
 mod spec;
 pub mod sync;
 mod tar;
 
+pub use allow::{
+    Allow, FlowName, HostPattern, NetRefused, Target as HostTarget, normal_name, refuse_allowlist,
+};
 pub use boundary::{
     Asker, Crossing, CrossingKind, EnvCrossing, HOME_SECRETS, HOST_SOCKETS, classify, classify_as,
     classify_copied_env, classify_script, classify_session,
@@ -90,4 +95,9 @@ pub use session::{
     SessionPolicy, WarmSession,
 };
 pub use shell::{AgentShell, ScriptOptions, ScriptPlace};
+pub use sniff::{
+    Body as HttpBody, Head as HttpHead, Question as DnsQuestion, RequestHead,
+    Requests as HttpRequests, SNIFF_LIMIT, Sniffed, Step as HttpStep, dns_addresses, dns_nxdomain,
+    dns_question, flow_name, http_head,
+};
 pub use spec::{DEFAULT_TMPFS_SIZE, EnvVar, Mount, MountMode, Net, Publish, RunSpec};

@@ -68,6 +68,9 @@ pub struct ScriptAsks {
     pub mounts: Vec<(PathBuf, bool)>,
     /// The network, when the script sets it (`None`: the session's own).
     pub net: Option<Net>,
+    /// The script's allowlist (`net = [...]`), when it sets one: a tightening a session
+    /// without the same list does not hold.
+    pub allow: Option<crate::Allow>,
     /// Ports to publish.
     pub publish: Vec<u16>,
     /// The tmpfs cap, when the script sets it.
@@ -121,6 +124,14 @@ impl SessionPolicy {
                 out.push("`net = \"off\"`: the session has a network".to_owned());
             }
             _ => {}
+        }
+        if let Some(allow) = &asks.allow
+            && self.net
+        {
+            out.push(format!(
+                "`net = [{}]`: the session reaches the whole network, not only these hosts",
+                allow.patterns().iter().map(|p| format!("\"{p}\"")).collect::<Vec<_>>().join(", ")
+            ));
         }
         for port in &asks.publish {
             if !self.publish.contains(port) {
@@ -686,6 +697,17 @@ mod tests {
     /// Every tightening the session does not hold is a misfit, never a warning: `net = "off"`
     /// with a network, a read-only mount it has writable, caps below its own or that it lacks.
     #[test]
+    fn an_allowlist_is_a_tightening_a_session_with_a_network_does_not_hold() {
+        let ws = PathBuf::from("/ws");
+        let policy = SessionPolicy { net: true, ..SessionPolicy::default() };
+        let allow = crate::Allow::parse(["pypi.org", "*.example.com:443"]).expect("list");
+        let asks = ScriptAsks { net: Some(Net::On), allow: Some(allow), ..ScriptAsks::default() };
+        insta::assert_snapshot!(policy.misfits(&ws, &asks).join("\n"), @r#"`net = ["pypi.org", "*.example.com:443"]`: the session reaches the whole network, not only these hosts"#);
+        let offline = SessionPolicy { net: false, ..SessionPolicy::default() };
+        assert_eq!(offline.misfits(&ws, &asks), ["`net = \"on\"`: the session has no network"]);
+    }
+
+    #[test]
     fn tightenings_a_session_cannot_give_are_misfits() {
         let ws = PathBuf::from("/ws");
         let policy = SessionPolicy {
@@ -710,6 +732,7 @@ mod tests {
                 (PathBuf::from("/my dir"), false),
             ],
             net: Some(Net::Off),
+            allow: None,
             publish: vec![],
             tmpfs_size: Some(64 << 20),
             limits: Limits {

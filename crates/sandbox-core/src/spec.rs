@@ -23,6 +23,9 @@ pub struct RunSpec {
     pub mounts: Vec<Mount>,
     /// Whether the sandbox has a network.
     pub net: Net,
+    /// With the network on: the only names and addresses it may reach (`net = [patterns]`);
+    /// `None`: everything `on` reaches. An engine that cannot enforce a list refuses the run.
+    pub allow: Option<crate::Allow>,
     /// Ports reachable from the host; needs `net = on`.
     pub publish: Vec<Publish>,
     /// Explicit environment; the sandbox starts empty plus a small allowlist.

@@ -192,7 +192,10 @@ fn json_prints_one_object_on_every_early_exit() {
     let cases: [(&[&str], &str); 4] = [
         (&["--json", "nonexist.py"], "cannot read `nonexist.py`: no such file or directory"),
         (&["--json", "bad.py"], "`bad.py` has invalid metadata; nothing was run"),
-        (&["--json", "--net", "maybe", "ok.py"], "invalid value 'maybe' for '--net <NET>'"),
+        (
+            &["--json", "--net", "maybe", "ok.py"],
+            "invalid value 'maybe' for '--net <on|off|HOST,...>'",
+        ),
         (&["--json", "--timeout", "soon", "ok.py"], "invalid timeout `soon`"),
     ];
     for (args, error) in cases {

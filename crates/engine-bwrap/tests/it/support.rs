@@ -98,6 +98,7 @@ impl Fixture {
             requires_python: None,
             mounts: Vec::new(),
             net: Net::Off,
+            allow: None,
             publish: Vec::new(),
             env: Vec::new(),
             timeout: Some(Duration::from_secs(120)),

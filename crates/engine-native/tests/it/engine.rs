@@ -47,6 +47,7 @@ pub(crate) fn spec(f: &EngineFixture, script: &str) -> RunSpec {
         requires_python: None,
         mounts: Vec::new(),
         net: Net::Off,
+        allow: None,
         publish: Vec::new(),
         env: Vec::new(),
         timeout: Some(Duration::from_secs(60)),

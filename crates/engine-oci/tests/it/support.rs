@@ -53,6 +53,7 @@ pub(crate) fn spec(ws: &Path) -> RunSpec {
         requires_python: None,
         mounts: Vec::new(),
         net: Net::Off,
+        allow: None,
         publish: Vec::new(),
         env: Vec::new(),
         timeout: Some(Duration::from_secs(120)),

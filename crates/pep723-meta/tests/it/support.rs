@@ -116,6 +116,10 @@ fn metadata(out: &mut String, index: &LineIndex, m: &Metadata) {
             .collect();
         let _ = writeln!(out, "    mounts: [{}]", mounts.join(", "));
         let _ = writeln!(out, "    net: {:?}", s.net.as_ref().map(|n| spanned(index, n)));
+        // Only when set, so the snapshots of scripts without a list stay as they were.
+        if !s.net_allow.is_empty() {
+            let _ = writeln!(out, "    net-allow: [{}]", list(&s.net_allow));
+        }
         let _ = writeln!(
             out,
             "    publish: [{}]",

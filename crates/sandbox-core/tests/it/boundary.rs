@@ -103,6 +103,7 @@ fn spec(workspace: &str, mounts: &str) -> RunSpec {
         requires_python: None,
         mounts,
         net: Default::default(),
+        allow: None,
         publish: Vec::new(),
         env: Vec::new(),
         timeout: None,

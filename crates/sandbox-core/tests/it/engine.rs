@@ -114,6 +114,7 @@ fn spec(args: &[&str]) -> RunSpec {
         requires_python: None,
         mounts: Vec::new(),
         net: Default::default(),
+        allow: None,
         publish: Vec::new(),
         env: Vec::new(),
         timeout: None,

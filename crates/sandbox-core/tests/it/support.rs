@@ -23,7 +23,11 @@ pub(crate) fn layer(notation: &str) -> Layer {
             "deps" => layer.dependencies = items().map(str::to_owned).collect(),
             "py" => layer.requires_python = Some(value.to_owned()),
             "mounts" => layer.mounts = items().map(|item| item.parse().expect("mount")).collect(),
-            "net" => layer.net = Some(value.parse().expect("net")),
+            "net" if value == "on" || value == "off" => {
+                layer.net = Some(value.parse().expect("net"));
+            }
+            // A list, `|`-separated: `net=pypi.org|*.example.com:443`.
+            "net" => layer.allow = Some(sandbox_core::Allow::parse(items()).expect("list")),
             "publish" => {
                 // Port 0 must reach `resolve`, which owns that error.
                 layer.publish = items()
@@ -101,7 +105,10 @@ pub(crate) fn render_spec(spec: &RunSpec) -> String {
         format!("dependencies: {}", list(spec.dependencies.clone())),
         format!("requires-python: {}", spec.requires_python.as_deref().unwrap_or("-")),
         format!("mounts: {}", list(mounts)),
-        format!("net: {}", if spec.net == Net::Off { "off" } else { "on" }),
+        match &spec.allow {
+            Some(allow) => format!("net: [{allow}]"),
+            None => format!("net: {}", if spec.net == Net::Off { "off" } else { "on" }),
+        },
         format!("publish: {}", list(publish)),
         format!("env: {}", list(env)),
         format!(

@@ -473,6 +473,7 @@ fn spec(scratch: &Scratch, source: &str) -> RunSpec {
         requires_python: None,
         mounts: Vec::new(),
         net: Net::Off,
+        allow: None,
         publish: Vec::new(),
         env: Vec::new(),
         timeout: Some(Duration::from_secs(60)),

@@ -1,0 +1,4 @@
+# /// script
+# [tool.python-sandbox]
+# net = []
+# ///
