@@ -17,6 +17,7 @@ pub(crate) const PUBLISHED: &[&str] = &[
     "sandbox-core",
     "pep723-meta",
     "engine-detect",
+    "sandbox-net",
     "engine-bwrap",
     "engine-oci",
     "engine-k8s",

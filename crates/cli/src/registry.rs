@@ -117,7 +117,7 @@ impl Probes {
 /// proxy's keeper of a warm native or bwrap session without pasta); returns at once for
 /// every other command line. First thing in `main`, while there is one thread.
 pub(crate) fn helper_main_if_asked() {
-    engine_bwrap::keeper_main_if_asked();
+    sandbox_net::keeper_main_if_asked();
 }
 
 /// What `detect` and `suggest` report: every engine's full probe, in ladder order.

@@ -130,7 +130,7 @@ pub struct BwrapEngine {
     config: BwrapConfig,
     layout: CacheLayout,
     launcher: Box<dyn Launcher>,
-    /// pasta, which gives sandboxes with net on their outbound network (`crate::net`), or why
+    /// pasta, which gives sandboxes with net on their outbound network ([`sandbox_net::UserNet`]), or why
     /// it cannot here (then they get the built-in proxy).
     pasta: std::result::Result<PathBuf, engine_detect::NoPasta>,
     host: HostFacts,
@@ -1000,7 +1000,7 @@ impl BwrapEngine {
                 return Err(Error::PastaNotFound { why: no.why(), hint: no.hint() });
             }
             // The relay carries published ports in; the proxy cannot.
-            let relay = self.config.builtin_relay && crate::relay_available();
+            let relay = self.config.builtin_relay && sandbox_net::relay_available();
             if !spec.publish.is_empty() && !relay {
                 return Err(Error::needs_pasta("publishing a port", no));
             }
@@ -1100,7 +1100,7 @@ impl BwrapEngine {
 
 /// The host side of each published port: pasta takes no "any", so `0:PORT` gets a port picked
 /// here (bound and released: racy, see `reaper::ports::Picker`; a port taken in between fails
-/// pasta's bind, which `crate::net` reports as the busy port it is).
+/// pasta's bind, which `sandbox_net::UserNet` reports as the busy port it is).
 pub(crate) fn pick_host_ports(
     publish: &[sandbox_core::Publish],
 ) -> Result<Vec<sandbox_core::PublishedPort>> {
@@ -1214,7 +1214,7 @@ pub(crate) fn limits_for(spec: &RunSpec) -> Result<crate::limits::SandboxLimits>
 }
 
 fn capture(command: &mut Command) -> std::io::Result<std::result::Result<String, String>> {
-    let guard = crate::fds::spawn_guard();
+    let guard = sandbox_net::spawn_guard();
     let out = command.stdout(Stdio::piped()).stderr(Stdio::piped()).output();
     drop(guard);
     let out = out?;

@@ -85,16 +85,12 @@ pub enum Error {
     #[error(transparent)]
     Workspace(#[from] reaper::Error),
     #[error(
-        "the sandbox's network could not be set up with pasta: {reason}\nhint: run with `--net off`, or check that `pasta` (package passt) works here"
-    )]
-    UserNetwork { reason: String },
-    #[error(
         "bwrap sandboxes reach the network through pasta, but {why}\nhint: {hint}, or run with `--net off`"
     )]
     PastaNotFound { why: String, hint: &'static str },
-    /// The built-in proxy (net on without pasta) could not be set up.
-    #[error("the sandbox's built-in proxy could not be set up: {reason}")]
-    BuiltinNetwork { reason: String },
+    /// The sandbox's network (pasta, the built-in relay or proxy) could not be set up.
+    #[error(transparent)]
+    Net(#[from] sandbox_net::Error),
     /// What the built-in proxy (net on without pasta, where the relay cannot be had) cannot
     /// give. An engine that works here cannot do this one thing: a setup error (exit 2), not
     /// "no engine".

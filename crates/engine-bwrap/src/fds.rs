@@ -24,14 +24,3 @@ pub(crate) fn close_on_exec_all_but(keep: &[BorrowedFd<'_>]) {
         let _ = rustix::io::fcntl_setfd(borrowed, rustix::io::FdFlags::CLOEXEC);
     }
 }
-
-/// Serializes spawns so the inheritable status-pipe end of one run never leaks into another
-/// sandbox started concurrently from this process.
-static SPAWN_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Held around every other spawn of this crate (pasta, the route helper, host tools), so none
-/// forks while a bwrap start has its pipes inheritable: a stray copy of the status pipe's write
-/// end in a long-lived process (pasta's daemon) would keep its reader waiting forever.
-pub(crate) fn spawn_guard() -> std::sync::MutexGuard<'static, ()> {
-    SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}

@@ -39,7 +39,7 @@ pub struct Start<'a> {
     pub cache_root: &'a Path,
     /// pasta, for a plan with the network on, or why it cannot be had here.
     pub pasta: Result<&'a Path, &'a engine_detect::NoPasta>,
-    /// Whether a run without pasta may get the built-in relay ([`crate::Relay`], where the
+    /// Whether a run without pasta may get the built-in relay ([`sandbox_net::Relay`], where the
     /// launcher supports it: both do): the configuration's
     /// [`crate::BwrapConfig::builtin_relay`].
     pub relay: bool,
@@ -80,14 +80,14 @@ impl Detached {
     /// What a detached sandbox keeps: its network's process (pasta, else the proxy's keeper)
     /// and its cgroup, each handed over so that dropping the handles no longer ends them.
     pub fn keep(
-        net: Option<crate::net::UserNet>,
-        proxy: Option<crate::proxy::ProxyServer>,
+        net: Option<sandbox_net::UserNet>,
+        proxy: Option<sandbox_net::ProxyServer>,
         cgroup: Option<crate::limits::Cgroup>,
     ) -> Detached {
         Detached {
             network: net
-                .and_then(crate::net::UserNet::keep)
-                .or_else(|| proxy.and_then(crate::proxy::ProxyServer::keep)),
+                .and_then(sandbox_net::UserNet::keep)
+                .or_else(|| proxy.and_then(sandbox_net::ProxyServer::keep)),
             cgroup: cgroup.map(crate::limits::Cgroup::keep),
         }
     }
@@ -130,7 +130,7 @@ pub trait Launcher: Send + Sync + std::fmt::Debug {
     fn forwards_signals(&self) -> bool;
 
     /// Whether a net-on sandbox without pasta gets the built-in HTTP(S) proxy
-    /// (`crate::ProxyServer`) instead of failing with [`Error::PastaNotFound`] (pasta missing, or
+    /// ([`sandbox_net::ProxyServer`]) instead of failing with [`Error::PastaNotFound`] (pasta missing, or
     /// unable to open `/dev/net/tun` as the user it runs as).
     fn builtin_net(&self) -> bool {
         false

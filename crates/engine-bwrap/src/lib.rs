@@ -16,7 +16,7 @@
 //!   read-only; the uv cache is not visible at all. The warm path is: key → marker → exec.
 //!
 //! The wall: `--unshare-all` always (net on is the sandbox's own namespace connected by pasta,
-//! see `net.rs`), `--unshare-user --disable-userns`, `--cap-drop ALL`, the seccomp wall
+//! see [`sandbox_net::UserNet`]), `--unshare-user --disable-userns`, `--cap-drop ALL`, the seccomp wall
 //! (`sandbox_core::WALL`), `--die-with-parent` (runs; a session outlives its starter, see
 //! `session.rs`), `--new-session` unless stdin is a terminal and
 //! the kernel blocks TIOCSTI (`dev.tty.legacy_tiocsti=0`), an unprivileged uid on the host too
@@ -53,7 +53,6 @@
 //! The argv builder (`plan.rs`) is pure and snapshot-tested; `host.rs` gathers the facts it needs.
 
 mod cache;
-mod egress;
 mod engine;
 mod envs;
 mod error;
@@ -64,14 +63,10 @@ mod key;
 mod launcher;
 mod limits;
 mod lockfile;
-mod nat;
-mod net;
 mod paths;
 mod pin;
 mod plan;
 mod process;
-mod proxy;
-mod relay;
 mod seam;
 mod session;
 mod stage;
@@ -86,14 +81,7 @@ pub use error::Error;
 pub use host::{HostFacts, RootEntry};
 pub use launcher::{BwrapLauncher, Detached, Ended, Launcher, SandboxStdio, Sandboxed, Start};
 pub use limits::{Cgroup, CgroupPlan, Rlim, SandboxLimits};
-pub use net::{UserNet, host_loopback_nameservers, listen_in, relay_in};
 pub use plan::{Access, Bind, Plan};
-pub use proxy::{
-    BuiltinProxy, KEEPER_ARG, PROXY_PORT, ProxyServer, keeper_main_if_asked, proxy_env,
-};
-pub use relay::{
-    Inbound, Relay, SANDBOX_IP, listen_published, loopback_nameservers, relay_available,
-};
 pub use seam::{Immediate, local_session};
 pub use session::{Session, SessionConfig, SessionInfo, reap_sessions};
 pub use uv::{

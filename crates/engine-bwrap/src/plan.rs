@@ -173,7 +173,7 @@ impl Plan {
         };
         let mut a = Argv::default();
         // Always a network namespace of its own: with net on, pasta connects it to the world
-        // from outside (`crate::net`) while bwrap waits on `--block-fd`.
+        // from outside ([`sandbox_net::UserNet`]) while bwrap waits on `--block-fd`.
         a.flag("--unshare-all");
         a.flag("--unshare-user");
         a.flag("--disable-userns");

@@ -63,7 +63,7 @@ const OUTPUT_QUEUE: usize = 8;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Tools<'a> {
     pub(crate) bwrap: &'a Path,
-    /// pasta, for a plan with the network on (`crate::net`).
+    /// pasta, for a plan with the network on ([`sandbox_net::UserNet`]).
     pub(crate) pasta: Result<&'a Path, &'a engine_detect::NoPasta>,
     /// Without pasta, whether the built-in relay may serve (`Start::relay`).
     pub(crate) relay: bool,
@@ -78,7 +78,7 @@ pub(crate) struct Launch<'a> {
     pub(crate) host: &'a crate::host::HostFacts,
     pub(crate) cache_root: &'a Path,
     pub(crate) pasta: Result<&'a Path, &'a engine_detect::NoPasta>,
-    /// Whether a run without pasta may get the built-in relay ([`crate::Relay`]).
+    /// Whether a run without pasta may get the built-in relay ([`sandbox_net::Relay`]).
     pub(crate) relay: bool,
     /// Whether the sandbox may reach private ranges ([`crate::BwrapConfig::lan`]).
     pub(crate) lan: sandbox_core::Lan,
@@ -304,9 +304,9 @@ pub(crate) struct Launched {
     /// What bwrap wrote to its status pipe so far.
     pub(crate) early_status: String,
     /// pasta, attached (net on).
-    pub(crate) net: Option<crate::net::UserNet>,
+    pub(crate) net: Option<sandbox_net::UserNet>,
     /// The built-in proxy or relay (net on without pasta), stopped once the tree is gone.
-    pub(crate) proxy: Option<crate::proxy::ProxyServer>,
+    pub(crate) proxy: Option<sandbox_net::ProxyServer>,
     /// The sandbox's init (bwrap's child) as reported, when it was read (net on, or `detach`).
     pub(crate) child_pid: Option<i32>,
     /// The run's own cgroup (`crate::limits`), held for its drop (which removes it): after
@@ -328,11 +328,11 @@ pub(crate) fn launch(
     let Tools { bwrap, pasta, relay, lan } = tools;
     // Net on, or rlimits to set: bwrap waits on this pipe until pasta has connected the
     // sandbox's namespace and the sandbox's first process has its limits (`crate::limits`).
-    // Without pasta: the built-in relay (`crate::relay`) where a tun device can be opened,
-    // else the built-in HTTP(S) proxy (`crate::proxy`), a session's served by a keeper; what
+    // Without pasta: the built-in relay (`sandbox_net::Relay`) where a tun device can be opened,
+    // else the built-in HTTP(S) proxy (`sandbox_net::BuiltinProxy`), a session's served by a keeper; what
     // only pasta or the relay gives (published ports) is refused by name.
     let builtin = plan.net && pasta.is_err();
-    let relay = builtin && relay && crate::relay_available();
+    let relay = builtin && relay && sandbox_net::relay_available();
     if builtin
         && !relay
         && let Err(no) = pasta
@@ -354,7 +354,7 @@ pub(crate) fn launch(
     let mut plan = plan.clone();
     if builtin && !relay {
         plan.env.retain(|(k, _)| !k.to_ascii_lowercase().ends_with("_proxy"));
-        plan.env.extend(crate::proxy::proxy_env());
+        plan.env.extend(sandbox_net::proxy_env());
     }
     plan.status_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&status_write));
     plan.seccomp_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&seccomp));
@@ -413,7 +413,7 @@ pub(crate) fn launch(
     command.stdin(stdin).stdout(stdout).stderr(stderr);
 
     let mut child = {
-        let _guard = crate::fds::spawn_guard();
+        let _guard = sandbox_net::spawn_guard();
         let mut inherited = vec![status_write.as_fd(), seccomp.as_fd(), env.as_fd()];
         inherited.extend(block.as_ref().map(|(read, _)| read.as_fd()));
         inherited.extend(pins.iter().map(|(_, fd)| fd.as_fd()));
@@ -452,8 +452,10 @@ pub(crate) fn launch(
         Some((read, write)) => {
             drop(read);
             child_pid = read_child_pid(Some(&status_read), &mut early_status);
-            let pid = child_pid.ok_or_else(|| Error::UserNetwork {
-                reason: "bwrap did not report the sandbox's process".to_owned(),
+            let pid = child_pid.ok_or_else(|| {
+                Error::Net(sandbox_net::Error::UserNetwork {
+                    reason: "bwrap did not report the sandbox's process".to_owned(),
+                })
             });
             // The limits first: nothing of the script runs before the pipe is written, and a
             // limit that cannot be set stops the run rather than being dropped.
@@ -463,17 +465,20 @@ pub(crate) fn launch(
             let attached = limited.and_then(|pid| match (plan.net, pasta) {
                 (false, _) => Ok((None, None)),
                 (true, Ok(pasta)) => {
-                    crate::net::UserNet::attach(pasta, pid, &plan.publish, plan.run_as, lan)
+                    sandbox_net::UserNet::attach(pasta, pid, &plan.publish, plan.run_as, lan)
                         .map(|net| (Some(net), None))
+                        .map_err(Error::from)
                 }
                 (true, Err(_)) if relay => {
                     let session = detach.then_some(pidfd.as_fd());
-                    crate::net::serve_relay(pid, &plan.publish, session, lan)
+                    sandbox_net::serve_relay(pid, &plan.publish, session, lan)
                         .map(|relay| (None, Some(relay)))
+                        .map_err(Error::from)
                 }
                 (true, Err(_)) => {
-                    crate::net::serve_proxy(pid, detach.then_some(pidfd.as_fd()), lan)
+                    sandbox_net::serve_proxy(pid, detach.then_some(pidfd.as_fd()), lan)
                         .map(|proxy| (None, Some(proxy)))
+                        .map_err(Error::from)
                 }
             });
             match attached {

@@ -164,21 +164,10 @@ impl Stage {
                         MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
                     )?;
                 }
-                drop_to(uid, gid)
+                sandbox_net::drop_to(uid, gid)
             });
         }
     }
-}
-
-/// Clears supplementary groups and sets gid, then uid (which drops every capability), for the
-/// calling thread only. Raw syscalls: safe in a forked child before `exec`.
-pub(crate) fn drop_to(uid: u32, gid: u32) -> std::io::Result<()> {
-    rustix::thread::set_thread_groups(&[])?;
-    let gid = rustix::process::Gid::from_raw(gid);
-    rustix::thread::set_thread_res_gid(gid, gid, gid)?;
-    let uid = rustix::process::Uid::from_raw(uid);
-    rustix::thread::set_thread_res_uid(uid, uid, uid)?;
-    Ok(())
 }
 
 fn cstring(bytes: &[u8]) -> Result<CString> {
@@ -188,9 +177,9 @@ fn cstring(bytes: &[u8]) -> Result<CString> {
 }
 
 /// Whether `dir` can be staged idmapped (`reaper::idmap::supported`); the first call makes the
-/// idmap user namespace, a spawn, so it runs under [`crate::fds::spawn_guard`].
+/// idmap user namespace, a spawn, so it runs under [`sandbox_net::spawn_guard`].
 pub(crate) fn idmap_supported(dir: &std::path::Path) -> bool {
-    let _guard = crate::fds::spawn_guard();
+    let _guard = sandbox_net::spawn_guard();
     reaper::idmap::supported(dir)
 }
 
@@ -208,8 +197,8 @@ pub(crate) fn make_idmap_userns_meanwhile() {
     drop(made);
 }
 
-/// `reaper::idmap::root_as_nobody`, made under [`crate::fds::spawn_guard`].
+/// `reaper::idmap::root_as_nobody`, made under [`sandbox_net::spawn_guard`].
 fn root_as_nobody() -> Result<BorrowedFd<'static>> {
-    let _guard = crate::fds::spawn_guard();
+    let _guard = sandbox_net::spawn_guard();
     reaper::idmap::root_as_nobody().map_err(Error::io("making the idmap user namespace"))
 }

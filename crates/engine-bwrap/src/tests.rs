@@ -418,41 +418,6 @@ fn run_workspace_and_home_under_tmp_get_read_only_scaffolding() {
 }
 
 #[test]
-fn pasta_arguments_forward_only_published_ports() {
-    use crate::net::pasta_args;
-    use sandbox_core::PublishedPort;
-    let show = |publish: &[PublishedPort]| {
-        pasta_args(Path::new("/proc/self/fd/7"), Some(Path::new("/proc/self/fd/8")), publish, true)
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
-    let v6: std::net::IpAddr = "::1".parse().expect("addr");
-    let v4_only = pasta_args(Path::new("/n"), Some(Path::new("/u")), &[], false);
-    assert!(v4_only.iter().any(|a| a == "-4"));
-    // A namespace of our own user namespace (a root caller's native sandbox): pasta joins it
-    // as it is and stays root (as nobody it could not open it).
-    let own = pasta_args(Path::new("/n"), None, &[], false);
-    assert!(!own.iter().any(|a| a == "--userns"));
-    assert!(own.windows(2).any(|w| w[0] == "--runas" && w[1] == "0:0"));
-    insta::assert_snapshot!(format!(
-        "none: {}\npublished: {}",
-        show(&[]),
-        // The same port; another host port (what `0:PORT` becomes once one is picked).
-        show(&[
-            PublishedPort {
-                port: 8000,
-                addr: sandbox_core::DEFAULT_PUBLISH_ADDR,
-                host_port: 8000,
-                preview: None
-            },
-            PublishedPort { port: 9000, addr: v6, host_port: 41234, preview: None },
-        ])
-    ));
-}
-
-#[test]
 fn session_is_the_run_wall_with_the_agent_and_no_die_with_parent() {
     let host = host();
     let layout = crate::plan::SessionLayout {
@@ -479,15 +444,6 @@ fn session_is_the_run_wall_with_the_agent_and_no_die_with_parent() {
     let rendered = render(&plan, &host).replace(sandbox_core::agent::AGENT_PY, "<agent.py>");
     assert!(!rendered.contains("--die-with-parent"), "a session outlives `session start`");
     insta::assert_snapshot!("session", rendered);
-}
-
-/// bwrap's loopback is up once 127.0.0.1 is a local address of the namespace.
-#[test]
-fn loopback_is_seen_in_the_local_table_only() {
-    let up = "Main:\n  +-- 0.0.0.0/0 3 0 5\nLocal:\n  +-- 127.0.0.0/8 2 0 2\n     +-- 127.0.0.0/31 1 0 0\n        |-- 127.0.0.0\n           /8 host LOCAL\n        |-- 127.0.0.1\n           /32 host LOCAL\n";
-    assert!(crate::net::has_loopback(up));
-    assert!(!crate::net::has_loopback("Main:\nLocal:\n"));
-    assert!(!crate::net::has_loopback("        |-- 127.0.0.1\n           /32 link UNICAST\n"));
 }
 
 /// `uv python find` searches the caller's `PATH` first, then the system's directories: a CLI

@@ -81,10 +81,10 @@ impl NoPasta {
 }
 
 /// The user pasta runs as for a sandbox of a caller with uid `caller`: the caller, or host
-/// nobody for root (engine-bwrap never runs pasta as root).
+/// nobody for root (sandbox-net never runs pasta as root).
 const NOBODY: u32 = 65_534;
 
-/// Whether sandboxes without pasta get the built-in relay here (engine-bwrap's
+/// Whether sandboxes without pasta get the built-in relay here (sandbox-net's
 /// `relay_available`): a tun device this process may open (a root caller's relay opens it as
 /// root), and no proxy of the host's own in this process's environment (`HTTPS_PROXY` or
 /// `HTTP_PROXY`, either case). A host that reaches the world through its proxy gets the

@@ -184,13 +184,13 @@ pub struct NativeLauncher;
 struct NativeSandbox {
     child: crate::Child,
     /// pasta (net on), ended with the handle once the tree is gone.
-    net: Option<engine_bwrap::UserNet>,
+    net: Option<sandbox_net::UserNet>,
     /// Net on, connected on demand: the thread that attaches pasta or the relay when the
     /// script first needs it (`crate::demand`), with that network or why it failed.
     on_demand: Option<crate::net::OnDemand>,
     /// The built-in proxy or relay (net on without pasta, not on demand): a thread stopped
     /// with the handle, or a session's keeper.
-    proxy: Option<engine_bwrap::ProxyServer>,
+    proxy: Option<sandbox_net::ProxyServer>,
     /// The run's cgroup, removed when dropped.
     cgroup: Option<engine_bwrap::Cgroup>,
 }
@@ -231,7 +231,7 @@ impl Sandboxed for NativeSandbox {
         if let Some(Err(e)) = attached
             && ended.started
         {
-            return Err(e);
+            return Err(e.into());
         }
         Ok(ended)
     }
@@ -257,7 +257,7 @@ impl Sandboxed for NativeSandbox {
 
 fn to_bwrap(e: crate::Error) -> Error {
     match e {
-        crate::Error::Network(reason) => Error::UserNetwork { reason },
+        crate::Error::Network(reason) => Error::Net(sandbox_net::Error::UserNetwork { reason }),
         other => Error::LauncherSetup { engine: "native", reason: other.to_string() },
     }
 }
@@ -278,12 +278,11 @@ impl Launcher for NativeLauncher {
         // had (a run's attached on demand, a session's served by a keeper); else the built-in
         // HTTP(S) proxy. What only pasta gives is refused by name.
         let builtin = plan.net && pasta.is_err();
-        let relay = relay && builtin && engine_bwrap::relay_available();
+        let relay = relay && builtin && sandbox_net::relay_available();
         let proxy = builtin && !relay;
         // The sandbox reads the host's resolv.conf: a nameserver there on the host's loopback
         // is served on the sandbox's by the relay.
-        let nameservers =
-            if relay { engine_bwrap::host_loopback_nameservers() } else { Vec::new() };
+        let nameservers = if relay { sandbox_net::host_loopback_nameservers() } else { Vec::new() };
         if proxy
             && let Err(no) = pasta
             && !plan.publish.is_empty()
@@ -300,7 +299,7 @@ impl Launcher for NativeLauncher {
         }
         if proxy {
             env.retain(|(k, _)| !k.to_ascii_lowercase().ends_with("_proxy"));
-            env.extend(engine_bwrap::proxy_env());
+            env.extend(sandbox_net::proxy_env());
         }
         let command = crate::Command {
             argv: plan.command.iter().map(OsString::from).collect(),
@@ -377,7 +376,7 @@ impl Launcher for NativeLauncher {
                 // Nothing of the command runs: the sandbox ends before its setup.
                 child.release_abandoned();
                 let _ = child.wait();
-                return Err(e);
+                return Err(e.into());
             }
         };
         child.release().map_err(to_bwrap)?;

@@ -1,10 +1,10 @@
 //! Net on: the outbound-only network of the "holes in the wall" issue, given exactly as the
-//! bwrap engine gives it, by the same code ([`engine_bwrap::UserNet`]): pasta joins the
+//! bwrap engine gives it, by the same code ([`sandbox_net::UserNet`]): pasta joins the
 //! sandbox's network namespace from outside while the sandbox waits (the init blocks right
 //! after its `unshare`, see [`crate::sandbox::spawn`]; a run's script instead waits in its
 //! first network call, [`connect_on_demand`] and [`crate::demand`]), the namespace is walled in
 //! (unreachable routes to link-local, private unless the user allows the LAN, and the host's own
-//! addresses: `engine_bwrap`'s `wall_in`), and pasta forwards neither the host's loopback
+//! addresses: `sandbox_net`'s `wall_in`), and pasta forwards neither the host's loopback
 //! (`--no-map-gw`, `-T none`) nor anything inbound but published ports. The sandbox's abstract
 //! unix sockets are its own network namespace's, so the host's are out of reach too.
 //!
@@ -14,12 +14,12 @@
 //! as root.
 //!
 //! **Without pasta** (a fresh machine), a sandbox gets the built-in relay
-//! ([`engine_bwrap::Relay`]): a tun device in the sandbox's namespace, full outbound TCP and
+//! ([`sandbox_net::Relay`]): a tun device in the sandbox's namespace, full outbound TCP and
 //! UDP with the proxy's policy, a run's attached on demand as pasta is ([`Network::Relay`]) and
 //! served from this process, a session's attached up front and served by a keeper
 //! (`serve_relay`). Where it cannot be had (no tun device the caller may open,
-//! [`BwrapConfig::builtin_relay`] off): the built-in proxy ([`engine_bwrap::BuiltinProxy`]). The namespace keeps no route, only its loopback, where a
-//! socket made from outside listens on [`engine_bwrap::PROXY_PORT`]; this process serves it,
+//! [`BwrapConfig::builtin_relay`] off): the built-in proxy ([`sandbox_net::BuiltinProxy`]). The namespace keeps no route, only its loopback, where a
+//! socket made from outside listens on [`sandbox_net::PROXY_PORT`]; this process serves it,
 //! and the sandbox's environment points `HTTPS_PROXY` and friends there, so uv's installs and a
 //! script's HTTP(S) work. Raw sockets, UDP and published ports then need pasta or the relay.
 
@@ -39,7 +39,7 @@ pub fn connect(
     pasta: &Path,
     publish: &[PublishedPort],
     lan: Lan,
-) -> Result<engine_bwrap::UserNet> {
+) -> Result<sandbox_net::UserNet> {
     let net = attach(child, pasta, publish, lan).map_err(|e| Error::Network(e.to_string()))?;
     child.release()?;
     Ok(net)
@@ -50,17 +50,17 @@ pub fn connect(
 pub enum Network<'a> {
     /// pasta, at this path.
     Pasta(&'a Path),
-    /// The built-in relay ([`engine_bwrap::Relay`]): full TCP and UDP without pasta, serving
+    /// The built-in relay ([`sandbox_net::Relay`]): full TCP and UDP without pasta, serving
     /// these nameservers of the host's loopback on the sandbox's
-    /// ([`engine_bwrap::loopback_nameservers`]; the same as [`crate::Command::net_doors`]).
+    /// ([`sandbox_net::loopback_nameservers`]; the same as [`crate::Command::net_doors`]).
     Relay { nameservers: &'a [std::net::SocketAddr] },
 }
 
 /// A network attached on demand: ended when dropped.
 #[derive(Debug)]
 pub enum Attached {
-    Pasta(engine_bwrap::UserNet),
-    Relay(engine_bwrap::Relay),
+    Pasta(sandbox_net::UserNet),
+    Relay(sandbox_net::Relay),
 }
 
 /// Net on, connected on demand ([`crate::demand`]): a thread waits for the sandbox's first
@@ -82,11 +82,9 @@ pub fn connect_on_demand(
         .spawn(move || {
             let Some(netns) = demand.wait() else { return Ok(None) };
             let attached = match &pasta {
-                Some(pasta) => {
-                    engine_bwrap::UserNet::attach_netns(pasta, netns, &[], run_as(), lan)
-                        .map(Attached::Pasta)
-                }
-                None => engine_bwrap::Relay::attach(&netns, &nameservers, lan).map(Attached::Relay),
+                Some(pasta) => sandbox_net::UserNet::attach_netns(pasta, netns, &[], run_as(), lan)
+                    .map(Attached::Pasta),
+                None => sandbox_net::Relay::attach(&netns, &nameservers, lan).map(Attached::Relay),
             };
             // Attached or not, the held calls go on (without a network they find no route).
             demand.release();
@@ -99,16 +97,16 @@ pub fn connect_on_demand(
 /// The network of a sandbox connected on demand ([`connect_on_demand`]).
 #[derive(Debug)]
 pub struct OnDemand {
-    thread: std::thread::JoinHandle<std::result::Result<Option<Attached>, engine_bwrap::Error>>,
+    thread: std::thread::JoinHandle<std::result::Result<Option<Attached>, sandbox_net::Error>>,
 }
 
 impl OnDemand {
     /// Once the run has ended: the network, if the script asked for it (end it by dropping
     /// the handle), or why it could not be attached. Returns at once when the script never
     /// asked (the init's end of the socket pair is closed), and after the attach otherwise.
-    pub fn finish(self) -> std::result::Result<Option<Attached>, engine_bwrap::Error> {
+    pub fn finish(self) -> std::result::Result<Option<Attached>, sandbox_net::Error> {
         self.thread.join().unwrap_or_else(|_| {
-            Err(engine_bwrap::Error::UserNetwork { reason: "the network thread panicked".into() })
+            Err(sandbox_net::Error::UserNetwork { reason: "the network thread panicked".into() })
         })
     }
 }
@@ -118,18 +116,18 @@ impl OnDemand {
 pub fn relay_applies(config: &BwrapConfig) -> bool {
     config.builtin_relay
         && engine_detect::pasta(config.path.as_deref()).is_err()
-        && engine_bwrap::relay_available()
+        && sandbox_net::relay_available()
 }
 
-/// [`connect`] without the release, in engine-bwrap's error (a busy published port is the one
+/// [`connect`] without the release, in sandbox-net's error (a busy published port is the one
 /// error every engine gives, `sandbox_core::publish`).
 pub(crate) fn attach(
     child: &Child,
     pasta: &Path,
     publish: &[PublishedPort],
     lan: Lan,
-) -> std::result::Result<engine_bwrap::UserNet, engine_bwrap::Error> {
-    engine_bwrap::UserNet::attach_blocked(pasta, child.netns_pid(), publish, run_as(), lan)
+) -> std::result::Result<sandbox_net::UserNet, sandbox_net::Error> {
+    sandbox_net::UserNet::attach_blocked(pasta, child.netns_pid(), publish, run_as(), lan)
 }
 
 /// The host user pasta runs as: the sandbox's (host nobody for a root caller), `None` for ours.
@@ -180,9 +178,9 @@ pub(crate) fn serve_relay(
     publish: &[PublishedPort],
     session: bool,
     lan: Lan,
-) -> std::result::Result<engine_bwrap::ProxyServer, engine_bwrap::Error> {
+) -> std::result::Result<sandbox_net::ProxyServer, sandbox_net::Error> {
     let outlived_by = session.then(|| child.pidfd());
-    engine_bwrap::relay_in(child.netns_pid(), nameservers, publish, outlived_by, lan)
+    sandbox_net::relay_in(child.netns_pid(), nameservers, publish, outlived_by, lan)
 }
 
 /// The built-in proxy for a sandbox spawned with net on (blocked before its setup): its
@@ -192,7 +190,7 @@ pub(crate) fn serve_proxy(
     child: &Child,
     session: bool,
     lan: Lan,
-) -> std::result::Result<engine_bwrap::ProxyServer, engine_bwrap::Error> {
-    let listener = engine_bwrap::listen_in(child.netns_pid(), engine_bwrap::PROXY_PORT)?;
-    engine_bwrap::ProxyServer::serve(listener, session.then(|| child.pidfd()), lan)
+) -> std::result::Result<sandbox_net::ProxyServer, sandbox_net::Error> {
+    let listener = sandbox_net::listen_in(child.netns_pid(), sandbox_net::PROXY_PORT)?;
+    sandbox_net::ProxyServer::serve(listener, session.then(|| child.pidfd()), lan)
 }

@@ -100,7 +100,7 @@ pub fn answers() -> Answers {
         seccomp: seccomp_filters(),
         landlock: crate::landlock_applied(),
         pasta: engine_detect::pasta(std::env::var_os("PATH").as_deref()).map(|_| ()),
-        relay: engine_bwrap::relay_available(),
+        relay: sandbox_net::relay_available(),
     }
 }
 

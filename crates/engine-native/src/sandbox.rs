@@ -103,7 +103,7 @@ pub struct Command {
     pub net_on_demand: bool,
     /// Net on demand: addresses on the sandbox's loopback that the network, once attached,
     /// serves (the relay's doors to the host's loopback nameservers,
-    /// `engine_bwrap::loopback_nameservers`): a call to one asks for the network like a call
+    /// `sandbox_net::loopback_nameservers`): a call to one asks for the network like a call
     /// outside does.
     pub net_doors: Vec<std::net::SocketAddr>,
 }

@@ -348,7 +348,7 @@ fn mcp_answers_note_a_network_that_is_http_only() {
         })
     };
     let (v, is_error) = client.call("run_script", json!({"code": "print(1)", "engine": "native"}));
-    let relay = engine_bwrap::relay_available();
+    let relay = sandbox_net::relay_available();
     let noted = |v: &Value| if relay { v["notes"] == json!([]) } else { http_only(v) };
     assert!(!is_error && v["exit_code"] == 0 && noted(&v), "{v}");
     let (v, is_error) =
@@ -711,7 +711,7 @@ fn mcp_sessions_install_serve_and_run_their_own_python_on_every_engine() {
             continue;
         }
         let local = matches!(engine, "native" | "bwrap");
-        if local && !engine_bwrap::relay_available() {
+        if local && !sandbox_net::relay_available() {
             println!("SKIPPED: mcp sessions on {engine} without pasta: no tun device to open");
             continue;
         }

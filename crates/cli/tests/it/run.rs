@@ -360,7 +360,7 @@ fn native_without_pasta_notes_when_net_on_is_http_only() {
     note: no pasta on PATH, so the network is HTTP(S) only, through the built-in proxy (`HTTPS_PROXY`); install the `passt` package for full TCP/UDP networking
     ");
     // Without: the relay, which says nothing, where a tun device can be opened.
-    if engine_bwrap::relay_available() {
+    if sandbox_net::relay_available() {
         assert_snapshot!(transcript(&on), @r"
         exit: 0
         --- stdout

@@ -134,7 +134,7 @@ fn served_through_the_relay(engine: &str, user: Option<&str>, path: &str) -> Res
 #[test]
 #[allow(clippy::print_stdout, reason = "a `SKIPPED:` line is how a gated test says it skipped")]
 fn a_published_port_without_pasta_is_carried_in_by_the_relay() {
-    if !engine_bwrap::relay_available() {
+    if !sandbox_net::relay_available() {
         println!("SKIPPED: publishing through the relay: no tun device this user may open");
         return;
     }

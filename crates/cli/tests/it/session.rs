@@ -294,7 +294,7 @@ fn session_with_the_builtin_network(engine: &str) {
     let bin = tempfile::tempdir().expect("tempdir");
     let path = crate::fault::path_without_pasta(bin.path());
     let env = [("PATH", path.as_str())];
-    let relay = engine_bwrap::relay_available();
+    let relay = sandbox_net::relay_available();
     let start = || {
         let out = ctx.run_with_env(
             &["session", "start", "--engine", engine, "--net", "on", "--ttl", "5m"],

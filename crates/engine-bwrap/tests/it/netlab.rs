@@ -23,7 +23,7 @@ fn the_relay_holds_against_the_lan_the_hosts_anyip_range_and_its_nat() {
     else {
         return;
     };
-    if !engine_bwrap::relay_available() {
+    if !sandbox_net::relay_available() {
         println!("SKIPPED: relay lab: /dev/net/tun cannot be opened");
         return;
     }
@@ -34,7 +34,7 @@ fn the_relay_holds_against_the_lan_the_hosts_anyip_range_and_its_nat() {
         "nat-address tcp ECONNREFUSED",
     ];
     each_lan(&lab, &Lab::targets(), false, "ECONNREFUSED", &lines, |netns, lan| {
-        engine_bwrap::Relay::attach(&netns, &[], lan).expect("attach the relay")
+        sandbox_net::Relay::attach(&netns, &[], lan).expect("attach the relay")
     });
 }
 
@@ -124,7 +124,7 @@ fn the_proxy_holds_against_the_lan_the_hosts_anyip_range_and_its_nat() {
     for lan in [Lan::Refused, Lan::Allowed] {
         let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
         let addr = listener.local_addr().expect("addr");
-        let proxy = engine_bwrap::BuiltinProxy::serve(OwnedFd::from(listener), lan).expect("proxy");
+        let proxy = sandbox_net::BuiltinProxy::serve(OwnedFd::from(listener), lan).expect("proxy");
         let mut answers = Vec::new();
         for target in Lab::targets() {
             let (name, at) = target.split_once('=').expect("target");
@@ -172,7 +172,7 @@ fn the_proxy_holds_against_the_lan_the_hosts_anyip_range_and_its_nat() {
     let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
     let addr = listener.local_addr().expect("addr");
     let _proxy =
-        engine_bwrap::BuiltinProxy::serve(OwnedFd::from(listener), Lan::Refused).expect("proxy");
+        sandbox_net::BuiltinProxy::serve(OwnedFd::from(listener), Lan::Refused).expect("proxy");
     let mut client = TcpStream::connect(addr).expect("the proxy");
     client.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
     write!(client, "GET http://rebind.test:{PORT}/x HTTP/1.1\r\nHost: rebind.test:{PORT}\r\n\r\n")
@@ -213,7 +213,7 @@ fn pasta_walls_the_lan_and_the_hosts_anyip_range_off() {
         Lab::targets().into_iter().filter(|t| !t.starts_with("nat-")).collect();
     let lines = ["anyip tcp EHOSTUNREACH", "anyip udp EHOSTUNREACH"];
     each_lan(&lab, &targets, true, "EHOSTUNREACH", &lines, |netns, lan| {
-        engine_bwrap::UserNet::attach_netns(&pasta, netns, &[], Some((65534, 65534)), lan)
+        sandbox_net::UserNet::attach_netns(&pasta, netns, &[], Some((65534, 65534)), lan)
             .expect("attach pasta")
     });
 }

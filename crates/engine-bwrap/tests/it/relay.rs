@@ -29,7 +29,7 @@ except OSError as e:
 
 #[test]
 fn a_nameserver_on_the_hosts_loopback_answers_through_the_relays_door() {
-    if !engine_bwrap::relay_available() {
+    if !sandbox_net::relay_available() {
         println!("SKIPPED: relay: /dev/net/tun cannot be opened");
         return;
     }
@@ -66,7 +66,7 @@ fn a_nameserver_on_the_hosts_loopback_answers_through_the_relays_door() {
     out.read_line(&mut line).expect("up");
     assert_eq!(line, "up\n");
     let netns = std::fs::File::open(format!("/proc/{}/ns/net", inside.id())).expect("netns");
-    let relay = engine_bwrap::Relay::attach(&netns, &[addr], sandbox_core::Lan::Refused)
+    let relay = sandbox_net::Relay::attach(&netns, &[addr], sandbox_core::Lan::Refused)
         .expect("attach the relay");
     inside.stdin.take().expect("stdin").write_all(b"go\n").expect("go");
     let mut rest = String::new();

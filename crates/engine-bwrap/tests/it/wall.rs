@@ -523,7 +523,7 @@ fn without_pasta_net_on_goes_through_the_builtin_proxy() {
 /// contract, `builtin_net.rs`), with a cache of their own so the install goes through it.
 #[test]
 fn without_pasta_net_on_gets_the_relay() {
-    if !engine_bwrap::relay_available() {
+    if !sandbox_net::relay_available() {
         println!("SKIPPED: bwrap relay: no tun device to open here");
         return;
     }

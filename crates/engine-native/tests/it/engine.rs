@@ -166,7 +166,7 @@ fn prepares_and_runs_through_the_builtin_proxy() {
 /// (the engine's own cache, so nothing is warm), and the script gets plain TCP and UDP, no
 /// proxy in its environment, and the host's own address refused.
 fn prepares_and_runs_through_the_relay() {
-    if !engine_bwrap::relay_available() {
+    if !sandbox_net::relay_available() {
         eprintln!("SKIPPED: native relay: no tun device to open here");
         return;
     }

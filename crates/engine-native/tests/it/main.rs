@@ -462,7 +462,7 @@ enum TestNet {
 /// front, or on demand (the script's first call held until the network is attached).
 fn net_on_reaches_pypi_only(network: TestNet) {
     let pasta = match network {
-        TestNet::Relay if !engine_bwrap::relay_available() => {
+        TestNet::Relay if !sandbox_net::relay_available() => {
             eprintln!("SKIPPED: native net on through the relay: /dev/net/tun cannot be opened");
             return;
         }

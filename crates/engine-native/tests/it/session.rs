@@ -335,9 +335,9 @@ fn without_pasta_a_session_needs_a_program_that_serves_its_proxy() {
     let config = SessionConfig { net: Net::On, ..config(&f, Duration::from_secs(60)) };
     assert_eq!(f.engine.list_sessions().unwrap().len(), 0);
     let err = f.engine.start_session(&config, &mut |_| {}).unwrap_err().to_string();
-    let which = if engine_bwrap::relay_available() { "relay" } else { "proxy" };
+    let which = if sandbox_net::relay_available() { "relay" } else { "proxy" };
     let want = format!("starting the built-in {which}'s keeper for the session");
     assert!(err.contains(&want), "{err}");
-    assert!(err.contains("engine_bwrap::keeper_main_if_asked"), "{err}");
+    assert!(err.contains("sandbox_net::keeper_main_if_asked"), "{err}");
     assert_eq!(f.engine.list_sessions().unwrap().len(), 0);
 }

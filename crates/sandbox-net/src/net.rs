@@ -222,9 +222,9 @@ unsafe fn watch(read: i32, pidfd: i32, devnull: i32) -> ! {
 
 impl UserNet {
     /// Attaches pasta to the network namespace of `child` (bwrap's sandbox process, blocked
-    /// before exec) and walls it in ([`wall_in`]; private ranges stay reachable when `lan`
+    /// before exec) and walls it in (`wall_in`; private ranges stay reachable when `lan`
     /// allows them). Returns once the namespace has its interface, routes and forwarded ports.
-    pub(crate) fn attach(
+    pub fn attach(
         pasta: &Path,
         child: i32,
         publish: &[PublishedPort],
@@ -300,12 +300,12 @@ impl UserNet {
                     }
                 }
                 match run_as {
-                    Some((uid, gid)) => crate::stage::drop_to(uid, gid),
+                    Some((uid, gid)) => crate::drop_to(uid, gid),
                     None => Ok(()),
                 }
             });
         }
-        let guard = crate::fds::spawn_guard();
+        let guard = crate::spawn_guard();
         let output = command
             .args(&args)
             .env_clear()
@@ -497,7 +497,7 @@ pub(crate) fn in_netns(
             body()
         });
     }
-    let guard = crate::fds::spawn_guard();
+    let guard = crate::spawn_guard();
     let status = command.status();
     drop(guard);
     status
@@ -506,7 +506,7 @@ pub(crate) fn in_netns(
 /// The built-in proxy for bwrap's sandbox process `child` (blocked before exec): once bwrap's
 /// own loopback setup is done, its socket in the sandbox's namespace, served from here (a
 /// run) or by a keeper that lives as long as bwrap, `session`'s pidfd (a session).
-pub(crate) fn serve_proxy(
+pub fn serve_proxy(
     child: i32,
     session: Option<BorrowedFd<'_>>,
     lan: Lan,
@@ -519,7 +519,7 @@ pub(crate) fn serve_proxy(
 /// The built-in relay for bwrap's sandbox process `child` (blocked before exec), once bwrap's
 /// own loopback setup is done: served from here (a run) or by a keeper that lives as long as
 /// bwrap, `session`'s pidfd (a session).
-pub(crate) fn serve_relay(
+pub fn serve_relay(
     child: i32,
     publish: &[PublishedPort],
     session: Option<BorrowedFd<'_>>,
@@ -668,4 +668,56 @@ pub(crate) fn receive_fd(chan: &OwnedFd) -> Option<OwnedFd> {
         rustix::net::RecvAncillaryMessage::ScmRights(mut fds) => fds.next(),
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pasta_arguments_forward_only_published_ports() {
+        let show = |publish: &[PublishedPort]| {
+            pasta_args(
+                Path::new("/proc/self/fd/7"),
+                Some(Path::new("/proc/self/fd/8")),
+                publish,
+                true,
+            )
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+        };
+        let v6: std::net::IpAddr = "::1".parse().expect("addr");
+        let v4_only = pasta_args(Path::new("/n"), Some(Path::new("/u")), &[], false);
+        assert!(v4_only.iter().any(|a| a == "-4"));
+        // A namespace of our own user namespace (a root caller's native sandbox): pasta joins it
+        // as it is and stays root (as nobody it could not open it).
+        let own = pasta_args(Path::new("/n"), None, &[], false);
+        assert!(!own.iter().any(|a| a == "--userns"));
+        assert!(own.windows(2).any(|w| w[0] == "--runas" && w[1] == "0:0"));
+        insta::assert_snapshot!(format!(
+            "none: {}\npublished: {}",
+            show(&[]),
+            // The same port; another host port (what `0:PORT` becomes once one is picked).
+            show(&[
+                PublishedPort {
+                    port: 8000,
+                    addr: sandbox_core::DEFAULT_PUBLISH_ADDR,
+                    host_port: 8000,
+                    preview: None
+                },
+                PublishedPort { port: 9000, addr: v6, host_port: 41234, preview: None },
+            ])
+        ));
+    }
+
+    /// bwrap's loopback is up once 127.0.0.1 is a local address of the namespace.
+    #[test]
+    fn loopback_is_seen_in_the_local_table_only() {
+        let up = "Main:\n  +-- 0.0.0.0/0 3 0 5\nLocal:\n  +-- 127.0.0.0/8 2 0 2\n     +-- 127.0.0.0/31 1 0 0\n        |-- 127.0.0.0\n           /8 host LOCAL\n        |-- 127.0.0.1\n           /32 host LOCAL\n";
+        assert!(has_loopback(up));
+        assert!(!has_loopback("Main:\nLocal:\n"));
+        assert!(!has_loopback("        |-- 127.0.0.1\n           /32 link UNICAST\n"));
+    }
 }

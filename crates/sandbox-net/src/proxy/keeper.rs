@@ -215,7 +215,7 @@ pub(crate) fn start(served: Served, sandbox: BorrowedFd<'_>, lan: Lan) -> Result
             Ok(())
         });
     }
-    let guard = crate::fds::spawn_guard();
+    let guard = crate::spawn_guard();
     let spawned = command.spawn();
     drop(guard);
     let mut child = spawned.map_err(|e| failed(e.to_string()))?;
@@ -227,7 +227,7 @@ pub(crate) fn start(served: Served, sandbox: BorrowedFd<'_>, lan: Lan) -> Result
     if io::Read::read_exact(&mut std::fs::File::from(ready_r), &mut pid).is_err() {
         return Err(failed(
             "it did not start serving (a program that starts sessions calls \
-             `engine_bwrap::keeper_main_if_asked` first in main)"
+             `sandbox_net::keeper_main_if_asked` first in main)"
                 .to_owned(),
         ));
     }
