@@ -70,6 +70,7 @@ const USERNS_OFF: &[&str] = &[
 
 const NET_OFF: &str = "[tool.python-sandbox]\nnet = \"off\"";
 const NET_ON: &str = "[tool.python-sandbox]\nnet = \"on\"";
+const NET_LIST: &str = "[tool.python-sandbox]\nnet = [\"pypi.org\", \"*.pythonhosted.org:443\"]";
 
 fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
@@ -313,6 +314,33 @@ fn run_cases() -> Vec<Case> {
             meta: Some(NET_ON),
             flags: |_| strings(&["--net", "off"]),
             expect: net_off,
+            ..BASE
+        },
+        Case {
+            name: "net-allowlist-inline",
+            script: Script::File("allow.py"),
+            meta: Some(NET_LIST),
+            expect: allowlist,
+            deadline_secs: 180,
+            ..BASE
+        },
+        Case {
+            name: "net-allowlist-flag",
+            script: Script::File("allow.py"),
+            flags: |_| strings(&["--net", "pypi.org,*.pythonhosted.org:443"]),
+            expect: allowlist,
+            deadline_secs: 180,
+            ..BASE
+        },
+        Case {
+            // The flag's `on` replaces the script's list whole, on every engine.
+            name: "net-allowlist-widened-by-flag-on",
+            script: Script::Inline(
+                "print('npm:', attempt(lambda: socket.getaddrinfo('registry.npmjs.org', 443) and 'resolved'))\ndone()\n",
+            ),
+            meta: Some(NET_LIST),
+            flags: |_| strings(&["--net", "on"]),
+            expect: |_| Expect::ok().has("npm: resolved"),
             ..BASE
         },
         Case {
@@ -1177,6 +1205,17 @@ fn net_off(fx: &Fixture) -> Expect {
 /// link-local (metadata) addresses. How a refused
 /// metadata connect ends is the host's rule here (no route, EHOSTUNREACH); on a pod it is the
 /// CNI's enforcement of the NetworkPolicy (a drop times out, a reject refuses).
+/// `allow.py` where the engine holds an allowlist (native, bwrap: every check `ok`, the
+/// refusals named in a note); elsewhere refused before anything runs.
+fn allowlist(fx: &Fixture) -> Expect {
+    match fx.engine.as_str() {
+        "native" | "bwrap" => Expect::ok()
+            .err("the network allowlist refused")
+            .err("registry.npmjs.org: not in the list (no DNS answer)"),
+        _ => Expect::exit(2).err("cannot hold a network allowlist").err("hint:"),
+    }
+}
+
 fn net_on(fx: &Fixture) -> Expect {
     let e = Expect::ok()
         .has("interfaces: external")

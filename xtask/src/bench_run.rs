@@ -97,6 +97,7 @@ fn engine_vs_uv(cli: &Path, engine: &str, root: &Path) -> Result<()> {
     }
 
     new_dependency_sets(&ours, &uv, &dir)?;
+    allowlist(&ours, &hello, &dir)?;
 
     // Setup alone: an empty script under the sandbox minus bare `python -c pass` of the same
     // interpreter on the host (the sandbox shows it at its own path, so the host's is read
@@ -152,6 +153,41 @@ const NEW_SETS: [(&str, &[&str], &str); 3] = [
 const NEW_ROUNDS: usize = 5;
 
 /// The rows of [`NEW_SETS`] (issue 32's target: at most 0.8x uv run).
+/// A network allowlist (`--net pypi.org`) against `--net on`, ours both: a warm hello (the
+/// list costs at most 5 ms more) and one HTTPS fetch from PyPI (at most 1.10x).
+fn allowlist(ours: &dyn Fn(&[&str], &Path) -> Command, hello: &Path, dir: &Path) -> Result<()> {
+    let fetch = dir.join("fetch_pypi.py");
+    std::fs::write(
+        &fetch,
+        "import urllib.request\nurllib.request.urlopen('https://pypi.org/simple/six/', timeout=30).read()\n",
+    )?;
+    let list: &[&str] = &["--net", "pypi.org"];
+    let on: &[&str] = &["--net", "on"];
+    for script in [hello, fetch.as_path()] {
+        run_ok(&mut ours(list, script))?;
+        run_ok(&mut ours(on, script))?;
+    }
+    let (listed, open) = medians(RUNS, || ours(list, hello), || ours(on, hello))?;
+    let extra = ms(listed) - ms(open);
+    let verdict = if extra <= 5.0 { "ok" } else { "MISSED" };
+    println!(
+        "{:<22} {:>13.1} ms (--net on {:.1} ms: {extra:+.1} ms), target ≤+5 ms {verdict}",
+        "hello --net pypi.org",
+        ms(listed),
+        ms(open)
+    );
+    let (listed, open) = medians(RUNS, || ours(list, &fetch), || ours(on, &fetch))?;
+    let ratio = listed.as_secs_f64() / open.as_secs_f64();
+    let verdict = if ratio <= 1.10 { "ok" } else { "MISSED" };
+    println!(
+        "{:<22} {:>13.1} ms (--net on {:.1} ms: {ratio:.2}x), target ≤1.10x {verdict}",
+        "fetch --net pypi.org",
+        ms(listed),
+        ms(open)
+    );
+    Ok(())
+}
+
 fn new_dependency_sets(
     ours: &dyn Fn(&[&str], &Path) -> Command,
     uv: &Path,

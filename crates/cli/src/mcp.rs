@@ -798,6 +798,10 @@ fn run_script(a: RunScriptArgs, status: &mut (dyn FnMut(&str) + Send)) -> Result
     if run::failed_offline(&outcome, &seen) {
         notes.push(format!("{}; {}", netoff::NOTE, netoff::hint(netoff::Where::RunTool)));
     }
+    if let Some((note, hint)) = netoff::allowlist_note(&outcome.net_refused) {
+        notes.push(format!("{note}; {hint} (the user must approve a wider list)"));
+    }
+    v["net_refused"] = serde_json::to_value(&outcome.net_refused).unwrap_or_default();
     v["protected_refused"] = seen.refused.into();
     v["notes"] = notes.into();
     Ok(Reply { value: v, attached })

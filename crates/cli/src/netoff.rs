@@ -95,3 +95,60 @@ mod tests {
         assert!(hint(Where::SessionTool).contains("`session_start`"));
     }
 }
+
+/// Pure: the `note:` and `hint:` for what a run's network allowlist refused (`None`: nothing).
+pub(crate) fn allowlist_note(refused: &[sandbox_core::NetRefused]) -> Option<(String, String)> {
+    if refused.is_empty() {
+        return None;
+    }
+    const SHOWN: usize = 5;
+    let mut shown: Vec<String> = refused
+        .iter()
+        .take(SHOWN)
+        .map(|r| sandbox_core::NetRefused { would_allow: None, ..r.clone() }.to_string())
+        .collect();
+    if refused.len() > SHOWN {
+        shown.push(format!("and {} more", refused.len() - SHOWN));
+    }
+    let note = format!("the network allowlist refused: {}", shown.join("; "));
+    let mut wanted: Vec<String> =
+        refused.iter().filter_map(|r| r.would_allow.as_ref()).map(|p| format!("\"{p}\"")).collect();
+    wanted.dedup();
+    if wanted.len() > SHOWN {
+        wanted.truncate(SHOWN);
+        wanted.push("…".to_owned());
+    }
+    let hint = if wanted.is_empty() {
+        "a connection keeps to the one listed host it named, and a flow without a listed name is refused: list an address for what has none".to_owned()
+    } else {
+        format!(
+            "if the script needs it, add {} to `net` (or pass them with `--net`)",
+            wanted.join(", ")
+        )
+    };
+    Some((note, hint))
+}
+
+#[cfg(test)]
+mod allowlist_tests {
+    use sandbox_core::{Allow, NetRefused};
+
+    #[test]
+    fn a_refusal_names_the_host_and_the_pattern_that_would_allow_it() {
+        assert_eq!(super::allowlist_note(&[]), None);
+        let refused = [
+            Allow::lookup_refused("evil.example"),
+            NetRefused {
+                host: "registry.npmjs.org".into(),
+                port: Some(443),
+                reason: "not in the list".into(),
+                would_allow: Some("registry.npmjs.org:443".into()),
+            },
+        ];
+        let (note, hint) = super::allowlist_note(&refused).expect("note");
+        insta::assert_snapshot!(format!("note: {note}\nhint: {hint}"), @r#"
+        note: the network allowlist refused: evil.example: not in the list (no DNS answer); registry.npmjs.org:443: not in the list
+        hint: if the script needs it, add "evil.example", "registry.npmjs.org:443" to `net` (or pass them with `--net`)
+        "#);
+    }
+}

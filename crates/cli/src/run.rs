@@ -93,6 +93,9 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
     if let Some((note, hint)) = files::refusal_note(&seen.refused) {
         ui::note(&format!("{note}\nhint: {hint}"));
     }
+    if let Some((note, hint)) = netoff::allowlist_note(&outcome.net_refused) {
+        ui::note(&format!("{note}\nhint: {hint}"));
+    }
     if failed_offline(&outcome, &seen) {
         let place = netoff::Where::Run { flag: args.net == Some(NetFlag::Off) };
         ui::note(&format!("{}\nhint: {}", netoff::NOTE, netoff::hint(place)));
@@ -121,6 +124,7 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
             "files_written": changes.written,
             "files_deleted": changes.deleted,
             "protected_refused": seen.refused,
+            "net_refused": outcome.net_refused,
             "urls": ui::urls_json(&urls),
         });
         println!("{summary}");

@@ -868,6 +868,7 @@ impl BwrapEngine {
             pasta: self.pasta.as_deref(),
             relay: self.config.builtin_relay,
             lan: self.config.lan,
+            listed: None,
             stdio: crate::SandboxStdio {
                 stdin: Some(null()?),
                 stdout: Some(null()?),
@@ -884,6 +885,7 @@ impl BwrapEngine {
             pasta: self.pasta.as_deref(),
             relay: self.config.builtin_relay,
             lan: self.config.lan,
+            listed: None,
         }
     }
 
@@ -985,7 +987,6 @@ impl BwrapEngine {
     /// Checks what `run` would refuse, and returns the warnings it would report.
     pub fn check(&self, spec: &RunSpec) -> Result<Vec<String>> {
         let warnings = Vec::new();
-        sandbox_core::refuse_allowlist(spec, "bwrap", "its relay checks no names yet")?;
         if let Some(first) = spec.publish.first()
             && spec.net == Net::Off
         {
@@ -1067,8 +1068,11 @@ impl BwrapEngine {
             Output::Sink(sink) => Outputs::Sink(sink),
             Output::Merged(sink) => Outputs::Merged(sink),
         };
+        // The allowlist's hold, shared with the relay: what it refused goes in the outcome.
+        let listed = spec.allow.clone().map(sandbox_net::Listed::new);
+        let launch = process::Launch { listed: listed.as_ref(), ..self.launch() };
         let finished = process::execute(
-            self.launch(),
+            launch,
             &plan,
             &io.stdin,
             outputs,
@@ -1094,6 +1098,7 @@ impl BwrapEngine {
             duration: finished.duration,
             timed_out: finished.timed_out,
             warnings,
+            net_refused: listed.map(|l| l.refused()).unwrap_or_default(),
         })
     }
 }

@@ -46,6 +46,9 @@ pub struct Start<'a> {
     /// Whether a net-on sandbox may reach private ranges: the configuration's
     /// [`crate::BwrapConfig::lan`].
     pub lan: sandbox_core::Lan,
+    /// A network allowlist (`net = [...]`) for the relay to hold; the run's refusals are
+    /// recorded in it. With one, pasta is not used.
+    pub listed: Option<&'a sandbox_net::Listed>,
     /// The sandbox's stdio.
     pub stdio: SandboxStdio,
 }
@@ -205,8 +208,13 @@ impl Launcher for BwrapLauncher {
     fn start(&self, start: Start<'_>) -> Result<Box<dyn Sandboxed>> {
         let stdio = |fd: Option<OwnedFd>| fd.map_or_else(Stdio::inherit, Stdio::from);
         let SandboxStdio { stdin, stdout, stderr } = start.stdio;
-        let tools =
-            Tools { bwrap: &self.bwrap, pasta: start.pasta, relay: start.relay, lan: start.lan };
+        let tools = Tools {
+            bwrap: &self.bwrap,
+            pasta: start.pasta,
+            relay: start.relay,
+            lan: start.lan,
+            listed: start.listed,
+        };
         let launched = crate::process::launch(
             tools,
             start.plan,

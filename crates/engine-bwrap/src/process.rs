@@ -69,6 +69,8 @@ pub(crate) struct Tools<'a> {
     pub(crate) relay: bool,
     /// Whether the sandbox may reach private ranges (`Start::lan`).
     pub(crate) lan: sandbox_core::Lan,
+    /// A network allowlist the relay holds (`Start::listed`).
+    pub(crate) listed: Option<&'a sandbox_net::Listed>,
 }
 
 /// What `execute` needs besides the plan: the launcher and what it is given.
@@ -82,6 +84,8 @@ pub(crate) struct Launch<'a> {
     pub(crate) relay: bool,
     /// Whether the sandbox may reach private ranges ([`crate::BwrapConfig::lan`]).
     pub(crate) lan: sandbox_core::Lan,
+    /// A network allowlist, held by the relay ([`sandbox_net::Listed`]).
+    pub(crate) listed: Option<&'a sandbox_net::Listed>,
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
@@ -147,6 +151,7 @@ pub(crate) fn execute(
         pasta: launch.pasta,
         relay: launch.relay,
         lan: launch.lan,
+        listed: launch.listed,
         stdio,
     })?;
     if let Some(placeholders) = placeholders {
@@ -325,7 +330,16 @@ pub(crate) fn launch(
     stdio: [Stdio; 3],
     detach: bool,
 ) -> Result<Launched> {
-    let Tools { bwrap, pasta, relay, lan } = tools;
+    let Tools { bwrap, pasta, relay, lan, listed } = tools;
+    // An allowlist is held by the relay alone: pasta and the proxy check no names.
+    let no_pasta;
+    let pasta = match (listed, pasta) {
+        (Some(_), Ok(_)) => {
+            no_pasta = engine_detect::NoPasta::Missing;
+            Err(&no_pasta)
+        }
+        (_, pasta) => pasta,
+    };
     // Net on, or rlimits to set: bwrap waits on this pipe until pasta has connected the
     // sandbox's namespace and the sandbox's first process has its limits (`crate::limits`).
     // Without pasta: the built-in relay (`sandbox_net::Relay`) where a tun device can be opened,
@@ -333,6 +347,11 @@ pub(crate) fn launch(
     // only pasta or the relay gives (published ports) is refused by name.
     let builtin = plan.net && pasta.is_err();
     let relay = builtin && relay && sandbox_net::relay_available();
+    if listed.is_some() && plan.net && !relay {
+        return Err(Error::Net(sandbox_net::Error::BuiltinNetwork {
+            reason: "a network allowlist needs the built-in relay (a tun device this process may open), which is not available here".to_owned(),
+        }));
+    }
     if builtin
         && !relay
         && let Err(no) = pasta
@@ -471,7 +490,7 @@ pub(crate) fn launch(
                 }
                 (true, Err(_)) if relay => {
                     let session = detach.then_some(pidfd.as_fd());
-                    sandbox_net::serve_relay(pid, &plan.publish, session, lan)
+                    sandbox_net::serve_relay(pid, &plan.publish, session, lan, listed.cloned())
                         .map(|relay| (None, Some(relay)))
                         .map_err(Error::from)
                 }

@@ -647,6 +647,7 @@ fn answer(
         duration: start.elapsed(),
         timed_out,
         warnings: Vec::new(),
+        net_refused: Vec::new(),
     };
     let arm = |stream: &std::os::unix::net::UnixStream| -> bool {
         let Some(deadline) = deadline else { return true };

@@ -484,6 +484,7 @@ async fn within_timeout<T>(
             duration: start.elapsed(),
             timed_out: true,
             warnings: Vec::new(),
+            net_refused: Vec::new(),
         }),
     }
 }
@@ -515,6 +516,7 @@ fn answer(
             duration: start.elapsed(),
             timed_out,
             warnings: Vec::new(),
+            net_refused: Vec::new(),
         }));
     }
     Ok(None)

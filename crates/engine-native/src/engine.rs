@@ -273,13 +273,21 @@ impl Launcher for NativeLauncher {
     }
 
     fn start(&self, start: Start<'_>) -> Result<Box<dyn Sandboxed>, Error> {
-        let Start { plan, host, cache_root, pasta, relay, lan, stdio } = start;
+        let Start { plan, host, cache_root, pasta, relay, lan, listed, stdio } = start;
+        // An allowlist is held by the relay alone: pasta and the proxy check no names.
+        let no_pasta = engine_detect::NoPasta::Missing;
+        let pasta = if listed.is_some() { Err(&no_pasta) } else { pasta };
         // Net on without pasta: the built-in relay (full TCP/UDP) where a tun device can be
         // had (a run's attached on demand, a session's served by a keeper); else the built-in
         // HTTP(S) proxy. What only pasta gives is refused by name.
         let builtin = plan.net && pasta.is_err();
         let relay = relay && builtin && sandbox_net::relay_available();
         let proxy = builtin && !relay;
+        if listed.is_some() && proxy {
+            return Err(Error::Net(sandbox_net::Error::BuiltinNetwork {
+                reason: "a network allowlist needs the built-in relay (a tun device this process may open), which is not available here".to_owned(),
+            }));
+        }
         // The sandbox reads the host's resolv.conf: a nameserver there on the host's loopback
         // is served on the sandbox's by the relay.
         let nameservers = if relay { sandbox_net::host_loopback_nameservers() } else { Vec::new() };
@@ -329,7 +337,9 @@ impl Launcher for NativeLauncher {
         let mut child = crate::spawn(&tree, command).map_err(to_bwrap)?;
         let network = match pasta {
             Ok(pasta) => Some(crate::net::Network::Pasta(pasta)),
-            Err(_) if relay => Some(crate::net::Network::Relay { nameservers: &nameservers }),
+            Err(_) if relay => {
+                Some(crate::net::Network::Relay { nameservers: &nameservers, listed })
+            }
             Err(_) => None,
         };
         if let Some(network) = network {
@@ -363,7 +373,7 @@ impl Launcher for NativeLauncher {
                 crate::net::attach(&child, pasta, &plan.publish, lan).map(|n| (Some(n), None))
             }
             (true, Err(_)) if relay => {
-                crate::net::serve_relay(&child, &nameservers, &plan.publish, session, lan)
+                crate::net::serve_relay(&child, &nameservers, &plan.publish, session, lan, listed)
                     .map(|r| (None, Some(r)))
             }
             (true, Err(_)) => {

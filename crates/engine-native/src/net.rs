@@ -53,7 +53,11 @@ pub enum Network<'a> {
     /// The built-in relay ([`sandbox_net::Relay`]): full TCP and UDP without pasta, serving
     /// these nameservers of the host's loopback on the sandbox's
     /// ([`sandbox_net::loopback_nameservers`]; the same as [`crate::Command::net_doors`]).
-    Relay { nameservers: &'a [std::net::SocketAddr] },
+    Relay {
+        nameservers: &'a [std::net::SocketAddr],
+        /// A network allowlist it holds.
+        listed: Option<&'a sandbox_net::Listed>,
+    },
 }
 
 /// A network attached on demand: ended when dropped.
@@ -73,9 +77,9 @@ pub fn connect_on_demand(
     lan: Lan,
 ) -> Result<Option<OnDemand>> {
     let Some(demand) = child.take_net_demand() else { return Ok(None) };
-    let (pasta, nameservers) = match network {
-        Network::Pasta(pasta) => (Some(pasta.to_owned()), Vec::new()),
-        Network::Relay { nameservers } => (None, nameservers.to_vec()),
+    let (pasta, nameservers, listed) = match network {
+        Network::Pasta(pasta) => (Some(pasta.to_owned()), Vec::new(), None),
+        Network::Relay { nameservers, listed } => (None, nameservers.to_vec(), listed.cloned()),
     };
     let thread = std::thread::Builder::new()
         .name("native-net-on-demand".into())
@@ -84,7 +88,13 @@ pub fn connect_on_demand(
             let attached = match &pasta {
                 Some(pasta) => sandbox_net::UserNet::attach_netns(pasta, netns, &[], run_as(), lan)
                     .map(Attached::Pasta),
-                None => sandbox_net::Relay::attach(&netns, &nameservers, lan).map(Attached::Relay),
+                None => match listed {
+                    Some(listed) => {
+                        sandbox_net::Relay::attach_listed(&netns, &nameservers, lan, listed)
+                    }
+                    None => sandbox_net::Relay::attach(&netns, &nameservers, lan),
+                }
+                .map(Attached::Relay),
             };
             // Attached or not, the held calls go on (without a network they find no route).
             demand.release();
@@ -178,9 +188,11 @@ pub(crate) fn serve_relay(
     publish: &[PublishedPort],
     session: bool,
     lan: Lan,
+    listed: Option<&sandbox_net::Listed>,
 ) -> std::result::Result<sandbox_net::ProxyServer, sandbox_net::Error> {
     let outlived_by = session.then(|| child.pidfd());
-    sandbox_net::relay_in(child.netns_pid(), nameservers, publish, outlived_by, lan)
+    let listed = listed.cloned();
+    sandbox_net::relay_in(child.netns_pid(), nameservers, publish, outlived_by, lan, listed)
 }
 
 /// The built-in proxy for a sandbox spawned with net on (blocked before its setup): its

@@ -154,6 +154,7 @@ async fn timed(
                 duration: start.elapsed(),
                 timed_out: true,
                 warnings: Vec::new(),
+                net_refused: Vec::new(),
             }),
         },
     }
@@ -203,6 +204,7 @@ async fn answer(
             duration: start.elapsed(),
             timed_out,
             warnings: Vec::new(),
+            net_refused: Vec::new(),
         });
     }
 }

@@ -697,6 +697,7 @@ impl OciEngine {
             duration: finished.duration,
             timed_out: finished.timed_out,
             warnings,
+            net_refused: Vec::new(),
         })
     }
 }

@@ -165,6 +165,9 @@ pub struct JsSandbox {
     /// `on` or `off` when stated.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub net: Option<JsSpanned<&'static str>>,
+    /// `net = [patterns]`: the only hosts the script may reach (`net` is then `on`).
+    #[serde(rename = "netAllow", skip_serializing_if = "Vec::is_empty")]
+    pub net_allow: Vec<JsSpanned<String>>,
     /// Ports to publish.
     pub publish: Vec<JsSpanned<u16>>,
     /// Environment variables passed in.
@@ -459,6 +462,7 @@ impl<'t> Converter<'t> {
                         Net::Off => "off",
                     })
                 }),
+                net_allow: c.net_allow.iter().map(|s| self.spanned(s, Clone::clone)).collect(),
                 publish: c.publish.iter().map(|s| self.spanned(s, |p| *p)).collect(),
                 env: c
                     .env

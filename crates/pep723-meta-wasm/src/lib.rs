@@ -55,6 +55,8 @@ export interface SandboxConfig {
   dependencies: Spanned<string>[];
   mounts: Spanned<{ path: string; mode?: "ro" | "rw" }>[];
   net?: Spanned<"on" | "off">;
+  /** `net = [patterns]`: the only hosts the script may reach (`net` is then `"on"`). */
+  netAllow?: Spanned<string>[];
   publish: Spanned<number>[];
   env: Spanned<{ name: string; value?: string }>[];
   timeout?: Spanned<number>;

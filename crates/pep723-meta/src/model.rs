@@ -43,6 +43,7 @@ pub struct SandboxConfig {
     pub net: Option<Spanned<Net>>,
     /// `net = [patterns]`: the only hosts the script may reach, each entry as written
     /// (checked by `sandbox_core::HostPattern`'s parser).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Vec::is_empty"))]
     pub net_allow: Vec<Spanned<String>>,
     /// Ports to publish (1–65535), in order, duplicates removed.
     pub publish: Vec<Spanned<u16>>,

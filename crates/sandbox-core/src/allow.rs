@@ -10,7 +10,7 @@
 //! a TLS-intercepting proxy) an address says nothing about which name a flow is for. So an
 //! engine answers DNS only for listed names ([`Allow::resolves`]), remembers which addresses
 //! it answered for which name, and lets a connection through only when the name the flow
-//! itself carries (TLS SNI, HTTP `Host`: [`crate::sniff`]) is listed for its port and the
+//! itself carries (TLS SNI, HTTP `Host`: [`crate::flow_name`]) is listed for its port and the
 //! destination is one of the addresses answered for that name ([`Allow::flow`]). Address
 //! patterns let a flow through by address alone; they are also the only way to a private
 //! or special range (the host, RFC 1918, link-local...): a name never takes a flow there.
@@ -46,6 +46,9 @@ pub enum Target {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Allow {
     patterns: Vec<HostPattern>,
+    /// Whether its address patterns may reach private ranges (RFC 1918, CGNAT, ULA): only a
+    /// list the caller gave (a flag, the user config), never a script's own.
+    private: bool,
 }
 
 /// Why a flow or a lookup was refused, for the `note:` and `--json`'s `net_refused`.
@@ -79,7 +82,7 @@ fn host_for_display(host: &str) -> String {
     if host.contains(':') { format!("[{host}]") } else { host.to_owned() }
 }
 
-/// What the first bytes of a flow said about where it goes ([`crate::sniff`]).
+/// What the first bytes of a flow said about where it goes ([`crate::flow_name`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FlowName {
     /// A TLS ClientHello's server name or an HTTP request's `Host` (lower case, no port).
@@ -102,12 +105,23 @@ impl Allow {
         }
         patterns.sort();
         patterns.dedup();
-        Ok(Allow { patterns })
+        Ok(Allow { patterns, private: false })
     }
 
     /// Parses each entry of a list (`--net a,b` split, or the inline array).
     pub fn parse<'a>(entries: impl IntoIterator<Item = &'a str>) -> Result<Allow, Error> {
         Allow::new(entries.into_iter().map(str::parse).collect::<Result<_, _>>()?)
+    }
+
+    /// This list, its address patterns reaching private ranges or not ([`Allow::opens_private`]).
+    pub fn opening_private(self, private: bool) -> Allow {
+        Allow { private, ..self }
+    }
+
+    /// Whether a listed private address is reachable: the caller gave the list. A script's
+    /// own list reaches private ranges only where the user config allows the LAN.
+    pub fn opens_private(&self) -> bool {
+        self.private
     }
 
     /// The patterns, sorted.
@@ -119,6 +133,12 @@ impl Allow {
     pub fn resolves(&self, name: &str) -> bool {
         let name = normal_name(name);
         self.patterns.iter().any(|p| p.names(&name))
+    }
+
+    /// Whether some name pattern lists `name` on `port`.
+    pub fn name_on_port(&self, name: &str, port: u16) -> bool {
+        let name = normal_name(name);
+        self.patterns.iter().any(|p| p.names(&name) && p.port_ok(port))
     }
 
     /// The address pattern that lets a flow to `ip:port` through by address alone.
@@ -200,11 +220,14 @@ impl Allow {
 
     /// The refusal of a flow to an address no DNS answer named and no pattern lists.
     pub fn address_refused(ip: IpAddr, port: u16) -> NetRefused {
+        // Loopback, link-local and the like stay refused whatever the list says: no pattern
+        // is suggested for them.
+        let never = crate::route::refusal(ip, crate::Lan::Allowed).is_some();
         NetRefused {
             host: canonical(ip).to_string(),
             port: Some(port),
             reason: "an address not in the list".to_owned(),
-            would_allow: Some(would_allow_addr(ip, port)),
+            would_allow: (!never).then(|| would_allow_addr(ip, port)),
         }
     }
 }

@@ -308,12 +308,20 @@ pub struct RunOutcome {
     /// Things the user should know that did not stop the run, lower case, no trailing period
     /// (e.g. "rootless podman cannot enforce the memory limit here").
     pub warnings: Vec<String>,
+    /// What a network allowlist refused (`net = [...]`), each once.
+    pub net_refused: Vec<crate::NetRefused>,
 }
 
 impl RunOutcome {
     /// A run that ended normally with `exit_code`.
     pub fn exited(exit_code: i32, duration: Duration) -> RunOutcome {
-        RunOutcome { exit_code, duration, timed_out: false, warnings: Vec::new() }
+        RunOutcome {
+            exit_code,
+            duration,
+            timed_out: false,
+            warnings: Vec::new(),
+            net_refused: Vec::new(),
+        }
     }
 }
 

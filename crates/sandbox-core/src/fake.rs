@@ -373,6 +373,7 @@ impl FakeSandbox {
                     duration: reply.duration,
                     timed_out: false,
                     warnings: Vec::new(),
+                    net_refused: Vec::new(),
                 });
             }
         }
@@ -381,6 +382,7 @@ impl FakeSandbox {
             duration: reply.duration,
             timed_out: reply.timed_out,
             warnings: Vec::new(),
+            net_refused: Vec::new(),
         })
     }
 

@@ -129,11 +129,17 @@ pub fn resolve(
     let script = absolutize(script, &workspace, home)?;
     let args = last_set(&layers, |layer| layer.args.as_ref()).cloned().unwrap_or_default();
     let requires_python = last_set(&layers, |layer| layer.requires_python.as_ref()).cloned();
+    // A list's address patterns open private ranges only when the caller's own layers (the
+    // command line, the user config) give it: a script can narrow `on`, never widen it.
     let (net, allow) = layers
         .iter()
+        .enumerate()
         .rev()
-        .find_map(|layer| match (&layer.allow, layer.net) {
-            (Some(allow), _) => Some((Net::On, Some(allow.clone()))),
+        .find_map(|(index, layer)| match (&layer.allow, layer.net) {
+            (Some(allow), _) => {
+                let from_caller = !std::ptr::eq(layers[index], inline);
+                Some((Net::On, Some(allow.clone().opening_private(from_caller))))
+            }
             (None, Some(net)) => Some((net, None)),
             (None, None) => None,
         })

@@ -97,7 +97,7 @@ pub use session::{
 pub use shell::{AgentShell, ScriptOptions, ScriptPlace};
 pub use sniff::{
     Body as HttpBody, Head as HttpHead, Question as DnsQuestion, RequestHead,
-    Requests as HttpRequests, SNIFF_LIMIT, Sniffed, Step as HttpStep, dns_addresses, dns_nxdomain,
-    dns_question, flow_name, http_head,
+    Requests as HttpRequests, SNIFF_LIMIT, Sniffed, Step as HttpStep, dns_addresses, dns_answer,
+    dns_nxdomain, dns_question, flow_name, http_head,
 };
 pub use spec::{DEFAULT_TMPFS_SIZE, EnvVar, Mount, MountMode, Net, Publish, RunSpec};

@@ -420,6 +420,16 @@ pub fn dns_addresses(message: &[u8]) -> Vec<IpAddr> {
     parse().unwrap_or_default()
 }
 
+/// The name a DNS response answers (its question's, lower case) and the addresses of its A
+/// and AAAA records; `None` when it is not a response with one question.
+pub fn dns_answer(message: &[u8]) -> Option<(String, Vec<IpAddr>)> {
+    if message.len() < 12 || message[2] & 0x80 == 0 || message[4..6] != [0, 1] {
+        return None;
+    }
+    let (name, _) = read_name(message, 12)?;
+    Some((name, dns_addresses(message)))
+}
+
 /// A (possibly compressed) name at `at`: the name and the offset after it in place.
 fn read_name(message: &[u8], mut at: usize) -> Option<(String, usize)> {
     let mut labels: Vec<String> = Vec::new();

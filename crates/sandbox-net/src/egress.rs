@@ -54,6 +54,11 @@ impl Egress {
         Egress { lan, nameservers, conntrack: Conntrack::open().map(Mutex::new) }
     }
 
+    /// Whether `ip` is one of the host's nameservers.
+    pub(crate) fn is_nameserver(&self, ip: IpAddr) -> bool {
+        self.nameservers.contains(&sandbox_core::canonical_ip(ip))
+    }
+
     /// Whether flows are checked after the host's NAT (this process may ask the tracker).
     pub(crate) fn sees_nat(&self) -> bool {
         self.conntrack.is_some()

@@ -524,9 +524,10 @@ pub fn serve_relay(
     publish: &[PublishedPort],
     session: Option<BorrowedFd<'_>>,
     lan: Lan,
+    listed: Option<crate::Listed>,
 ) -> Result<crate::proxy::ProxyServer> {
     wait_for_loopback(child);
-    relay_in(child, &host_loopback_nameservers(), publish, session, lan)
+    relay_in(child, &host_loopback_nameservers(), publish, session, lan, listed)
 }
 
 /// The built-in relay for the network namespace of `child` (a process of a sandbox that waits
@@ -539,8 +540,10 @@ pub fn relay_in(
     publish: &[PublishedPort],
     outlived_by: Option<BorrowedFd<'_>>,
     lan: Lan,
+    listed: Option<crate::Listed>,
 ) -> Result<crate::proxy::ProxyServer> {
-    crate::proxy::ProxyServer::relay(&netns_of(child)?, nameservers, publish, outlived_by, lan)
+    let netns = netns_of(child)?;
+    crate::proxy::ProxyServer::relay(&netns, nameservers, publish, outlived_by, lan, listed)
 }
 
 /// The network namespace of process `child`.

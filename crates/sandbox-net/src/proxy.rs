@@ -689,12 +689,18 @@ impl ProxyServer {
         publish: &[sandbox_core::PublishedPort],
         outlived_by: Option<std::os::fd::BorrowedFd<'_>>,
         lan: Lan,
+        listed: Option<crate::Listed>,
     ) -> crate::error::Result<ProxyServer> {
         let inbound = crate::relay::listen_published(publish)?;
         let Some(sandbox) = outlived_by else {
-            return crate::Relay::attach_publishing(netns, nameservers, inbound, lan)
+            return crate::Relay::attach_publishing(netns, nameservers, inbound, lan, listed)
                 .map(ProxyServer::Relay);
         };
+        if listed.is_some() {
+            return Err(crate::Error::BuiltinNetwork {
+                reason: "a session's relay cannot hold a network allowlist".to_owned(),
+            });
+        }
         let (tun, doors) = crate::relay::tun_in(netns, nameservers)?;
         keeper::start(keeper::Served::Relay { tun, doors, inbound }, sandbox, lan)
             .map(ProxyServer::Keeper)

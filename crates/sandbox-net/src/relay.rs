@@ -50,8 +50,9 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant as Clock};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
@@ -65,7 +66,7 @@ use smoltcp::wire::{
     TcpPacket, UdpPacket, UdpRepr,
 };
 
-use sandbox_core::Lan;
+use sandbox_core::{Allow, FlowName, HttpRequests, HttpStep, Lan, NetRefused, Sniffed};
 
 use crate::egress::Egress;
 use crate::error::{Error, Result};
@@ -128,7 +129,19 @@ impl Relay {
     /// loopback, its datagrams forwarded to the host's. Private ranges are reached only when
     /// `lan` allows them.
     pub fn attach(netns: &std::fs::File, nameservers: &[SocketAddr], lan: Lan) -> Result<Relay> {
-        Relay::attach_publishing(netns, nameservers, Vec::new(), lan)
+        Relay::attach_publishing(netns, nameservers, Vec::new(), lan, None)
+    }
+
+    /// [`Relay::attach`] holding an allowlist: DNS answered only for listed names, each TCP
+    /// flow let through only for a listed name (its TLS SNI or HTTP `Host`) on an address the
+    /// sandbox's DNS answered for it, or a listed address; the rest refused into `listed`.
+    pub fn attach_listed(
+        netns: &std::fs::File,
+        nameservers: &[SocketAddr],
+        lan: Lan,
+        listed: Listed,
+    ) -> Result<Relay> {
+        Relay::attach_publishing(netns, nameservers, Vec::new(), lan, Some(listed))
     }
 
     /// [`Relay::attach`] that also carries connections to each of `inbound` (from
@@ -138,13 +151,14 @@ impl Relay {
         nameservers: &[SocketAddr],
         inbound: Vec<Inbound>,
         lan: Lan,
+        listed: Option<Listed>,
     ) -> Result<Relay> {
         let (tun, doors) = tun_in(netns, nameservers)?;
         let (stop_read, stop_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| Error::io("creating the relay's stop pipe")(e.into()))?;
         let thread = std::thread::Builder::new()
             .name("builtin-relay".into())
-            .spawn(move || serve(tun, doors, inbound, stop_read, lan))
+            .spawn(move || serve(tun, doors, inbound, stop_read, lan, listed))
             .map_err(Error::io("starting the relay's thread"))?;
         Ok(Relay { stop: Some(stop_write), thread: Some(thread) })
     }
@@ -156,6 +170,41 @@ impl Drop for Relay {
         drop(self.stop.take());
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
+        }
+    }
+}
+
+/// An allowlist a relay holds (`net = [patterns]`, see [`sandbox_core::Allow`]) and what it
+/// refused, for the run's report. Cloned handles share the refusals.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    allow: Allow,
+    refused: Arc<Mutex<Vec<NetRefused>>>,
+}
+
+/// At most this many distinct refusals are kept for the report.
+const REFUSALS_KEPT: usize = 64;
+
+impl Listed {
+    /// A relay's hold of `allow`.
+    pub fn new(allow: Allow) -> Listed {
+        Listed { allow, refused: Arc::default() }
+    }
+
+    /// The list.
+    pub fn allow(&self) -> &Allow {
+        &self.allow
+    }
+
+    /// What was refused so far, each once, in order.
+    pub fn refused(&self) -> Vec<NetRefused> {
+        self.refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    fn refuse(&self, refusal: NetRefused) {
+        let mut refused = self.refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if refused.len() < REFUSALS_KEPT && !refused.contains(&refusal) {
+            refused.push(refusal);
         }
     }
 }
@@ -403,6 +452,11 @@ type Key = (SocketAddrV4, SocketAddrV4);
 struct TcpFlow {
     host: OwnedFd,
     state: TcpState,
+    /// The sandbox's bytes read from smoltcp and not yet written to the host (what a flow's
+    /// name was read from, then what a checked HTTP connection holds back).
+    pending: Vec<u8>,
+    /// With an allowlist, a plain HTTP connection: every request's `Host` must be `name`.
+    http: Option<(HttpRequests, String)>,
     /// The host's side sent its FIN (read returned 0).
     host_eof: bool,
     /// The sandbox's FIN was passed on (`shutdown(SHUT_WR)`).
@@ -442,6 +496,85 @@ impl UdpFlow {
             self.last = Clock::now();
             deliver(&buf[..n]);
         }
+    }
+}
+
+/// With an allowlist, a TCP connection the relay accepted itself to read the name it carries
+/// before any host socket is made for it.
+struct Sniff {
+    handle: SocketHandle,
+    buf: Vec<u8>,
+    since: Clock,
+}
+
+/// How long a connection may take to say where it goes (a protocol whose server speaks first
+/// never does).
+const SNIFF_WAIT: Duration = Duration::from_secs(10);
+
+/// The allowlist's state in a relay.
+struct Policy {
+    listed: Listed,
+    /// The addresses the sandbox's DNS answered, per name.
+    answered: HashMap<String, HashSet<Ipv4Addr>>,
+    /// Every address answered for any name.
+    named: HashSet<Ipv4Addr>,
+    /// The checks for a listed address: private ones reachable when the caller gave the list
+    /// (`Allow::opens_private`); the host itself, loopback and link-local stay refused.
+    listed_egress: Egress,
+    sniffing: HashMap<Key, Sniff>,
+    /// Sockets reset by the policy, removed once their reset is sent.
+    dying: Vec<SocketHandle>,
+}
+
+/// Whether what the client sent next on a checked HTTP connection to `name` keeps to it:
+/// `None`, or the refusal (naming the other host, or saying it was not HTTP).
+fn other_host(step: &HttpStep, name: &str, port: u16) -> Option<NetRefused> {
+    let (host, reason) = match step {
+        HttpStep::Hosts(hosts) => match hosts.iter().find(|h| h.as_deref() != Some(name)) {
+            None => return None,
+            Some(Some(other)) => (other.clone(), format!("asked on a connection to {name}")),
+            Some(None) => {
+                (name.to_owned(), "a request without a host on its connection".to_owned())
+            }
+        },
+        HttpStep::Invalid => {
+            (name.to_owned(), "what followed on its connection was not HTTP".to_owned())
+        }
+    };
+    Some(NetRefused { host, port: Some(port), reason, would_allow: None })
+}
+
+impl Policy {
+    fn answered(&self, name: &str, ip: IpAddr) -> bool {
+        match ip {
+            IpAddr::V4(v4) => self.answered.get(name).is_some_and(|set| set.contains(&v4)),
+            IpAddr::V6(_) => false,
+        }
+    }
+
+    /// Records the addresses of a DNS answer for the name it answers.
+    fn learn(&mut self, answer: &[u8]) {
+        let Some((name, addresses)) = sandbox_core::dns_answer(answer) else { return };
+        if !self.listed.allow.resolves(&name) {
+            return;
+        }
+        for ip in addresses {
+            if let IpAddr::V4(v4) = sandbox_core::canonical_ip(ip) {
+                self.answered.entry(name.clone()).or_default().insert(v4);
+                self.named.insert(v4);
+            }
+        }
+    }
+
+    /// The NXDOMAIN answer to a query for a name not listed (recorded as refused), `Err(())`
+    /// for what is not a query; `Ok(None)` lets it through.
+    fn screen_query(&self, query: &[u8]) -> std::result::Result<Option<Vec<u8>>, ()> {
+        let question = sandbox_core::dns_question(query).ok_or(())?;
+        if self.listed.allow.resolves(&question.name) {
+            return Ok(None);
+        }
+        self.listed.refuse(Allow::lookup_refused(&question.name));
+        sandbox_core::dns_nxdomain(query).map(Some).ok_or(())
     }
 }
 
@@ -492,6 +625,30 @@ fn connect_out(
     }
 }
 
+/// With an allowlist, the checks for a `SYN` to `dest` the relay does not read a name for: a
+/// listed address's (which may be private), or `None` (refused, and recorded).
+fn listed_syn(policy: &Policy, dest: SocketAddrV4) -> Option<&Egress> {
+    let ip = IpAddr::V4(*dest.ip());
+    if policy.listed.allow.by_address(ip, dest.port()).is_some() {
+        if let Some(why) = policy.listed_egress.refusal(SocketAddr::V4(dest)) {
+            policy.listed.refuse(NetRefused {
+                host: ip.to_string(),
+                port: Some(dest.port()),
+                reason: match sandbox_core::net_refusal(ip, Lan::Allowed) {
+                    // Private: the script's own list cannot open it; the caller's can.
+                    None => format!("{why}, which a script's own list cannot open (`--net` can)"),
+                    Some(_) => why.to_owned(),
+                },
+                would_allow: None,
+            });
+            return None;
+        }
+        return Some(&policy.listed_egress);
+    }
+    policy.listed.refuse(Allow::address_refused(ip, dest.port()));
+    None
+}
+
 /// The relay's state: the device, smoltcp's interface and sockets, and the flows through it.
 struct Flows {
     dev: Tun,
@@ -511,6 +668,7 @@ struct Flows {
     next_port: u16,
     start: Clock,
     egress: Egress,
+    policy: Option<Policy>,
 }
 
 /// The relay's loop (see the module docs) over `tun` and `doors` (bound inside, and their
@@ -521,7 +679,20 @@ pub(crate) fn serve(
     inbound: Vec<Inbound>,
     stop: OwnedFd,
     lan: Lan,
+    listed: Option<Listed>,
 ) {
+    let nameservers = crate::egress::host_nameservers();
+    let policy = listed.map(|listed| Policy {
+        listed_egress: Egress::new(
+            if listed.allow.opens_private() { Lan::Allowed } else { lan },
+            nameservers.clone(),
+        ),
+        listed,
+        answered: HashMap::new(),
+        named: HashSet::new(),
+        sniffing: HashMap::new(),
+        dying: Vec::new(),
+    });
     let doors: Vec<Door> =
         doors.into_iter().map(|(inside, upstream)| Door { inside, upstream }).collect();
     let start = Clock::now();
@@ -546,7 +717,8 @@ pub(crate) fn serve(
         inbound,
         next_port: INBOUND_PORTS.0,
         start,
-        egress: Egress::new(lan, crate::egress::host_nameservers()),
+        egress: Egress::new(lan, nameservers),
+        policy,
     };
     let mut packet = vec![0u8; MTU];
     let mut timeout = Some(Duration::ZERO);
@@ -558,6 +730,7 @@ pub(crate) fn serve(
         relay.accept_inbound();
         relay.complete_connects();
         relay.poll();
+        relay.pump_sniffs();
         relay.pump_tcp();
         relay.poll();
         relay.pump_udp(&mut packet);
@@ -596,7 +769,7 @@ impl Flows {
                 if !flow.host_eof && socket.can_send() {
                     want |= PollFlags::IN;
                 }
-                if socket.can_recv() {
+                if socket.can_recv() || !flow.pending.is_empty() {
                     want |= PollFlags::OUT;
                 }
                 want
@@ -686,21 +859,35 @@ impl Flows {
                     SocketAddrV4::new(src, tcp.src_port()),
                     SocketAddrV4::new(dst, tcp.dst_port()),
                 );
+                if tcp.syn()
+                    && !tcp.ack()
+                    && !self.tcp.contains_key(&key)
+                    && self.sniff(key, packet)
+                {
+                    return;
+                }
                 match self.tcp.get(&key) {
                     // A `SYN` sent again while the host's connect is under way.
                     Some(TcpFlow { state: TcpState::Connecting { .. }, .. }) => {}
                     None if tcp.syn() && !tcp.ack() => {
+                        let egress = match &self.policy {
+                            Some(policy) => listed_syn(policy, key.1),
+                            None => Some(&self.egress),
+                        };
                         let host = (self.tcp.len() < TCP_FLOWS)
-                            .then(|| {
-                                connect_out(key.1, rustix::net::SocketType::STREAM, &self.egress)
-                            })
-                            .flatten();
+                            .then_some(egress)
+                            .flatten()
+                            .and_then(|egress| {
+                                connect_out(key.1, rustix::net::SocketType::STREAM, egress)
+                            });
                         match host {
                             Some(host) => {
                                 let state = TcpState::Connecting { syn: packet.to_vec() };
                                 let flow = TcpFlow {
                                     host,
                                     state,
+                                    pending: Vec::new(),
+                                    http: None,
                                     host_eof: false,
                                     shut: false,
                                     ready: PollFlags::empty(),
@@ -727,14 +914,38 @@ impl Flows {
     }
 
     fn udp_out(&mut self, key: Key, payload: &[u8]) {
+        if let Some(policy) = &self.policy {
+            let dest = SocketAddr::V4(key.1);
+            let listed = policy.listed.allow.by_address(dest.ip(), dest.port()).is_some();
+            if !listed {
+                // Only DNS to the host's nameservers, and only for listed names.
+                if key.1.port() != 53 || !self.egress.is_nameserver(dest.ip()) {
+                    policy.listed.refuse(Allow::address_refused(dest.ip(), dest.port()));
+                    return;
+                }
+                match policy.screen_query(payload) {
+                    Err(()) => return,
+                    Ok(Some(nxdomain)) => {
+                        if let Some(datagram) = datagram(key.1, key.0, &nxdomain) {
+                            let _ = rustix::io::write(&self.dev.fd, &datagram);
+                        }
+                        return;
+                    }
+                    Ok(None) => {}
+                }
+            }
+        }
         if !self.udp.contains_key(&key) {
             if self.udp.len() >= UDP_FLOWS
                 && let Some(oldest) = self.udp.iter().min_by_key(|(_, f)| f.last).map(|(k, _)| *k)
             {
                 self.udp.remove(&oldest);
             }
-            let Some(host) = connect_out(key.1, rustix::net::SocketType::DGRAM, &self.egress)
-            else {
+            let egress = match &self.policy {
+                Some(policy) if key.1.port() != 53 => &policy.listed_egress,
+                _ => &self.egress,
+            };
+            let Some(host) = connect_out(key.1, rustix::net::SocketType::DGRAM, egress) else {
                 return;
             };
             self.udp.insert(key, UdpFlow { host, last: Clock::now(), ready: PollFlags::empty() });
@@ -816,6 +1027,8 @@ impl Flows {
             let flow = TcpFlow {
                 host,
                 state: TcpState::Open { handle },
+                pending: Vec::new(),
+                http: None,
                 host_eof: false,
                 shut: false,
                 ready: PollFlags::empty(),
@@ -839,9 +1052,145 @@ impl Flows {
         None
     }
 
+    /// With an allowlist, a `SYN` to an address the sandbox's DNS answered for a listed name
+    /// (and not listed itself): the relay takes the connection itself and reads its first
+    /// bytes for the name before any host socket is made ([`Flows::pump_sniffs`]). `true`
+    /// when the packet was taken so (or belongs to such a connection already).
+    fn sniff(&mut self, key: Key, packet: &[u8]) -> bool {
+        let Some(policy) = self.policy.as_mut() else { return false };
+        if policy.sniffing.contains_key(&key) {
+            self.dev.rx.push_back(packet.to_vec());
+            return true;
+        }
+        let dest = key.1;
+        let listed = policy.listed.allow.by_address(IpAddr::V4(*dest.ip()), dest.port());
+        if listed.is_some() || !policy.named.contains(dest.ip()) {
+            return false;
+        }
+        // No name answered at this address is listed on this port: refused at once, as a
+        // closed port (`ECONNREFUSED`), before anything is read.
+        let names: Vec<&String> = policy
+            .answered
+            .iter()
+            .filter(|(_, at)| at.contains(dest.ip()))
+            .map(|(name, _)| name)
+            .collect();
+        if !names.iter().any(|name| policy.listed.allow.name_on_port(name, dest.port())) {
+            if let Some(name) = names.first() {
+                policy.listed.refuse(NetRefused {
+                    host: (*name).clone(),
+                    port: Some(dest.port()),
+                    reason: "not in the list".to_owned(),
+                    would_allow: Some(format!("{name}:{}", dest.port())),
+                });
+            }
+            // No socket takes it: smoltcp resets it.
+            self.dev.rx.push_back(packet.to_vec());
+            return true;
+        }
+        if self.tcp.len() + policy.sniffing.len() >= TCP_FLOWS {
+            self.dev.rx.push_back(packet.to_vec());
+            return true;
+        }
+        let mut socket = flow_socket();
+        let endpoint =
+            IpListenEndpoint { addr: Some(IpAddress::Ipv4(*dest.ip())), port: dest.port() };
+        if socket.listen(endpoint).is_ok() {
+            let handle = self.sockets.add(socket);
+            policy.sniffing.insert(key, Sniff { handle, buf: Vec::new(), since: Clock::now() });
+        }
+        self.dev.rx.push_back(packet.to_vec());
+        true
+    }
+
+    /// Reads what each connection held for its name has sent; once its name is known (or
+    /// cannot be), the allowlist decides: a host socket to its destination, the bytes read
+    /// sent on first, or a reset (recorded).
+    fn pump_sniffs(&mut self) {
+        let Some(policy) = self.policy.as_mut() else { return };
+        let mut decided = Vec::new();
+        for (key, sniff) in &mut policy.sniffing {
+            let socket = self.sockets.get_mut::<tcp::Socket>(sniff.handle);
+            while socket.can_recv() && sniff.buf.len() < sandbox_core::SNIFF_LIMIT {
+                let room = sandbox_core::SNIFF_LIMIT - sniff.buf.len();
+                let buf = &mut sniff.buf;
+                let _ = socket.recv(|data| {
+                    let n = data.len().min(room);
+                    buf.extend_from_slice(&data[..n]);
+                    (n, ())
+                });
+            }
+            let opening = matches!(socket.state(), tcp::State::Listen | tcp::State::SynReceived);
+            let name = match sandbox_core::flow_name(&sniff.buf) {
+                Sniffed::Done(name) => Some(name),
+                Sniffed::More if sniff.since.elapsed() > SNIFF_WAIT => Some(FlowName::None),
+                // Closed before saying anything, or a listener that never took its `SYN`.
+                Sniffed::More if !opening && !socket.may_recv() => Some(FlowName::None),
+                Sniffed::More if opening && sniff.since.elapsed() > SNIFF_WAIT => {
+                    Some(FlowName::None)
+                }
+                Sniffed::More => None,
+            };
+            if let Some(name) = name {
+                decided.push((*key, name));
+            }
+        }
+        for (key, name) in decided {
+            let Some(sniff) = policy.sniffing.remove(&key) else { continue };
+            let dest = key.1;
+            let ip = IpAddr::V4(*dest.ip());
+            let verdict =
+                policy.listed.allow.flow(ip, dest.port(), &name, |n, at| policy.answered(n, at));
+            let host = match verdict {
+                // A name takes a flow to a public address only: `self.egress`.
+                Ok(_) => connect_out(dest, rustix::net::SocketType::STREAM, &self.egress),
+                Err(refusal) => {
+                    policy.listed.refuse(refusal);
+                    None
+                }
+            };
+            // A plain HTTP connection: every later request must name the same host.
+            let http = match (&name, sniff.buf.first()) {
+                (FlowName::Name(name), Some(first)) if *first != 0x16 => {
+                    let mut requests = HttpRequests::default();
+                    let step = requests.feed(&sniff.buf);
+                    match other_host(&step, name, dest.port()) {
+                        None => Some((requests, name.clone())),
+                        Some(refusal) => {
+                            policy.listed.refuse(refusal);
+                            self.sockets.get_mut::<tcp::Socket>(sniff.handle).abort();
+                            policy.dying.push(sniff.handle);
+                            continue;
+                        }
+                    }
+                }
+                _ => None,
+            };
+            match host {
+                Some(host) => {
+                    let flow = TcpFlow {
+                        host,
+                        state: TcpState::Open { handle: sniff.handle },
+                        pending: sniff.buf,
+                        http,
+                        host_eof: false,
+                        shut: false,
+                        ready: PollFlags::empty(),
+                    };
+                    self.tcp.insert(key, flow);
+                }
+                None => {
+                    self.sockets.get_mut::<tcp::Socket>(sniff.handle).abort();
+                    policy.dying.push(sniff.handle);
+                }
+            }
+        }
+    }
+
     /// Moves what each open flow can move, both ways, and passes FINs and resets on.
     fn pump_tcp(&mut self) {
-        for flow in self.tcp.values_mut() {
+        let listed = self.policy.as_ref().map(|p| &p.listed);
+        for (key, flow) in &mut self.tcp {
             let TcpState::Open { handle } = flow.state else { continue };
             let socket = self.sockets.get_mut::<tcp::Socket>(handle);
             // A listener that did not take its `SYN`: nothing will come of it.
@@ -849,8 +1198,49 @@ impl Flows {
                 socket.abort();
                 continue;
             }
+            // What was held back goes first (a connect still under way says `EAGAIN`).
+            if !flow.pending.is_empty() {
+                match rustix::io::write(&flow.host, &flow.pending) {
+                    Ok(n) => {
+                        flow.pending.drain(..n);
+                    }
+                    Err(Errno::AGAIN | Errno::INTR) => {}
+                    Err(_) => {
+                        socket.abort();
+                        continue;
+                    }
+                }
+            }
+            // A checked HTTP connection: each request is read whole before it goes on, and
+            // one that names another host resets the connection.
+            if let Some((requests, name)) = &mut flow.http {
+                let pending = &mut flow.pending;
+                let mut other = None;
+                while other.is_none() && pending.is_empty() && socket.can_recv() {
+                    let _ = socket.recv(|data| {
+                        let step = requests.feed(data);
+                        other = other_host(&step, name, key.1.port());
+                        if other.is_none() {
+                            pending.extend_from_slice(data);
+                        }
+                        (data.len(), ())
+                    });
+                    if other.is_none()
+                        && let Ok(n) = rustix::io::write(&flow.host, pending)
+                    {
+                        pending.drain(..n);
+                    }
+                }
+                if let Some(refusal) = other {
+                    if let Some(listed) = listed {
+                        listed.refuse(refusal);
+                    }
+                    socket.abort();
+                    continue;
+                }
+            }
             // The sandbox to the host.
-            while socket.can_recv() {
+            while flow.pending.is_empty() && flow.http.is_none() && socket.can_recv() {
                 let sent = socket.recv(|data| match rustix::io::write(&flow.host, data) {
                     Ok(n) => (n, Ok(n)),
                     Err(e) => (0, Err(e)),
@@ -871,7 +1261,7 @@ impl Flows {
                     | tcp::State::Closing
                     | tcp::State::TimeWait
             );
-            if sandbox_done && !flow.shut && socket.recv_queue() == 0 {
+            if sandbox_done && !flow.shut && socket.recv_queue() == 0 && flow.pending.is_empty() {
                 let _ = rustix::net::shutdown(&flow.host, rustix::net::Shutdown::Write);
                 flow.shut = true;
             }
@@ -900,8 +1290,14 @@ impl Flows {
     /// Replies from the host, written to the device as datagrams from the flow's destination.
     fn pump_udp(&mut self, buf: &mut [u8]) {
         let device = &self.dev.fd;
+        let policy = &mut self.policy;
         for (key, flow) in &mut self.udp {
             flow.drain(buf, |payload| {
+                if key.1.port() == 53
+                    && let Some(policy) = policy.as_mut()
+                {
+                    policy.learn(payload);
+                }
                 if let Some(datagram) = datagram(key.1, key.0, payload) {
                     let _ = rustix::io::write(device, &datagram);
                 }
@@ -930,6 +1326,17 @@ impl Flows {
                 if !is_dns_query(&buf[..n]) {
                     continue;
                 }
+                if let Some(policy) = &self.policy {
+                    match policy.screen_query(&buf[..n]) {
+                        Err(()) => continue,
+                        Ok(Some(nxdomain)) => {
+                            let flags = rustix::net::SendFlags::DONTWAIT;
+                            let _ = rustix::net::sendto(&door.inside, &nxdomain, flags, &client);
+                            continue;
+                        }
+                        Ok(None) => {}
+                    }
+                }
                 let key = (index, client);
                 if !self.dns.contains_key(&key) {
                     if self.dns.len() >= UDP_FLOWS
@@ -951,9 +1358,13 @@ impl Flows {
                 }
             }
         }
+        let policy = &mut self.policy;
         for ((index, client), flow) in &mut self.dns {
             let Some(door) = self.doors.get(*index) else { continue };
             flow.drain(buf, |answer| {
+                if let Some(policy) = policy.as_mut() {
+                    policy.learn(answer);
+                }
                 let flags = rustix::net::SendFlags::DONTWAIT;
                 let _ = rustix::net::sendto(&door.inside, answer, flags, client);
             });
@@ -962,6 +1373,16 @@ impl Flows {
 
     /// Flows that are over: both sides closed (or reset), or UDP left idle.
     fn sweep(&mut self) {
+        if let Some(policy) = self.policy.as_mut() {
+            let sockets = &mut self.sockets;
+            policy.dying.retain(|handle| {
+                let over = sockets.get::<tcp::Socket>(*handle).state() == tcp::State::Closed;
+                if over {
+                    sockets.remove(*handle);
+                }
+                !over
+            });
+        }
         let sockets = &mut self.sockets;
         self.tcp.retain(|_, flow| {
             let TcpState::Open { handle } = flow.state else { return true };
@@ -1070,6 +1491,59 @@ mod tests {
     use std::net::IpAddr;
 
     use super::*;
+
+    /// A DNS query for `name` (A), and an answer to it with `addr`.
+    fn query_and_answer(name: &str, addr: [u8; 4]) -> (Vec<u8>, Vec<u8>) {
+        let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        for label in name.split('.') {
+            q.push(u8::try_from(label.len()).expect("label"));
+            q.extend_from_slice(label.as_bytes());
+        }
+        q.extend_from_slice(&[0, 0, 1, 0, 1]);
+        let mut a = q.clone();
+        a[2] = 0x81;
+        a[3] = 0x80;
+        a[7] = 1;
+        a.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
+        a.extend_from_slice(&addr);
+        (q, a)
+    }
+
+    #[test]
+    fn a_policy_answers_listed_names_and_learns_their_addresses_only() {
+        let allow = Allow::parse(["pypi.org:443"]).expect("list");
+        let listed = Listed::new(allow);
+        let mut policy = Policy {
+            listed_egress: Egress::new(Lan::Refused, Vec::new()),
+            listed: listed.clone(),
+            answered: HashMap::new(),
+            named: HashSet::new(),
+            sniffing: HashMap::new(),
+            dying: Vec::new(),
+        };
+        let (q, a) = query_and_answer("pypi.org", [203, 0, 113, 80]);
+        assert_eq!(policy.screen_query(&q), Ok(None), "a listed name goes to the nameserver");
+        policy.learn(&a);
+        let at = IpAddr::from([203, 0, 113, 80]);
+        assert!(
+            policy.answered("pypi.org", at)
+                && policy.named.contains(&Ipv4Addr::from([203, 0, 113, 80]))
+        );
+        assert!(!policy.answered("registry.npmjs.org", at), "pinned per name");
+
+        let (q, a) = query_and_answer("registry.npmjs.org", [203, 0, 113, 80]);
+        let nx = policy.screen_query(&q).expect("a query").expect("answered here");
+        assert_eq!(nx[3] & 0x0f, 3, "NXDOMAIN");
+        // An answer for an unlisted name (one the relay never asked for) teaches nothing.
+        policy.learn(&a);
+        assert!(!policy.answered("registry.npmjs.org", at));
+        assert_eq!(policy.screen_query(b"not dns"), Err(()));
+        assert_eq!(
+            listed.refused(),
+            [Allow::lookup_refused("registry.npmjs.org")],
+            "the refusal is recorded once, for the run's note"
+        );
+    }
 
     #[test]
     fn the_relay_refuses_what_the_proxy_refuses() {

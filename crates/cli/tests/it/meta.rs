@@ -31,7 +31,7 @@ fn check_reports_file_line_col_with_hints_and_exits_1() {
     --- stderr
     broken.py:5:14: error[deps/invalid-pep508]: invalid requirement `requests>=`: unexpected end of version specifier, expected version
       hint: requirements follow pep 508, e.g. `requests>=2.31` or `rich[jupyter]`
-    broken.py:10:9: error[sandbox/invalid-value]: `net` must be `"on"` or `"off"`, not `"maybe"`
+    broken.py:10:9: error[sandbox/invalid-value]: `net` must be `"on"`, `"off"` or a list of hosts, not `"maybe"`
     broken.py:11:3: error[sandbox/unknown-key]: unknown key `mount` in `[tool.python-sandbox]`
       hint: did you mean `mounts`?
     broken.py:12:20: warning[sandbox/duplicate]: port 8000 is listed twice

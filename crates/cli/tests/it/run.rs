@@ -194,7 +194,7 @@ fn json_prints_one_object_on_every_early_exit() {
         (&["--json", "bad.py"], "`bad.py` has invalid metadata; nothing was run"),
         (
             &["--json", "--net", "maybe", "ok.py"],
-            "invalid value 'maybe' for '--net <on|off|HOST,...>'",
+            "invalid value 'maybe' for '--net <on|off|HOST,...>': invalid network pattern `maybe`",
         ),
         (&["--json", "--timeout", "soon", "ok.py"], "invalid timeout `soon`"),
     ];

@@ -508,7 +508,7 @@ fn net_on_reaches_pypi_only(network: TestNet) {
     let mut child = engine_native::spawn(&plan, command).unwrap();
     let how = match &pasta {
         Some(pasta) => engine_native::Network::Pasta(pasta),
-        None => engine_native::Network::Relay { nameservers: &[] },
+        None => engine_native::Network::Relay { nameservers: &[], listed: None },
     };
     let demand =
         engine_native::connect_on_demand(&mut child, how, sandbox_core::Lan::Refused).unwrap();

@@ -153,6 +153,7 @@ impl Session {
                     duration: start.elapsed(),
                     timed_out: false,
                     warnings: Vec::new(),
+                    net_refused: Vec::new(),
                 });
             }
         }
@@ -174,7 +175,13 @@ impl Session {
         let exit_code = i32::try_from(exit_code.unwrap_or(1)).unwrap_or(1);
         let duration = start.elapsed();
         let timed_out = request.timeout.is_some_and(|t| exit_code == 137 && duration >= t);
-        Ok(RunOutcome { exit_code, duration, timed_out, warnings: Vec::new() })
+        Ok(RunOutcome {
+            net_refused: Vec::new(),
+            exit_code,
+            duration,
+            timed_out,
+            warnings: Vec::new(),
+        })
     }
 
     /// The API client; sessions opened with [`Session::local`] have none.

@@ -148,4 +148,7 @@ fn dns_questions_answers_and_refusals() {
         vec![IpAddr::V4(Ipv4Addr::new(203, 0, 113, 80)), "2001:db8::1".parse().expect("v6")]
     );
     assert!(dns_addresses(&answer[..answer.len() - 3]).is_empty(), "a cut answer gives nothing");
+    let (name, addresses) = dns_answer(&answer).expect("an answer");
+    assert_eq!((name.as_str(), addresses.len()), ("pypi.org", 2));
+    assert_eq!(dns_answer(&q), None, "a query answers nothing");
 }

@@ -34,6 +34,8 @@ const CASES: &[(&str, &str, &str, &str)] = &[
     ("net: cli off beats an inline list", "", "net=pypi.org", "script=s.py & net=off"),
     ("net: a cli list beats inline on", "", "net=on", "script=s.py & net=pypi.org"),
     ("net: a list with publish", "", "net=pypi.org & publish=8000", "script=s.py"),
+    ("net: a script's list opens no private range", "", "net=10.1.2.3:5432", "script=s.py"),
+    ("net: a user config list opens private ranges", "net=10.1.2.3:5432", "", "script=s.py"),
     ("timeout: cli beats inline", "timeout=60", "timeout=30", "script=s.py & timeout=10"),
     ("timeout: inline beats defaults", "timeout=60", "timeout=30", "script=s.py"),
     ("timeout zero is refused", "", "timeout=0", "script=s.py"),

@@ -106,6 +106,7 @@ pub(crate) fn render_spec(spec: &RunSpec) -> String {
         format!("requires-python: {}", spec.requires_python.as_deref().unwrap_or("-")),
         format!("mounts: {}", list(mounts)),
         match &spec.allow {
+            Some(allow) if allow.opens_private() => format!("net: [{allow}] (opens private)"),
             Some(allow) => format!("net: [{allow}]"),
             None => format!("net: {}", if spec.net == Net::Off { "off" } else { "on" }),
         },

@@ -133,7 +133,8 @@ fn keeper_main() -> i32 {
             return 1;
         }
         // Until the sandbox's process has exited (its pidfd readable).
-        crate::relay::serve(served, doors, inbound, sandbox, lan);
+        // A session's relay holds no allowlist: sessions refuse one.
+        crate::relay::serve(served, doors, inbound, sandbox, lan, None);
         return 0;
     }
     let proxy = match super::BuiltinProxy::serve(served, lan) {
