@@ -121,20 +121,39 @@ struct RunScriptArgs {
     return_images: bool,
 }
 
+/// `net`: `on`, `off`, or the only hosts the sandbox may reach.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(untagged)]
+enum NetArg {
+    Mode(NetMode),
+    List(Vec<String>),
+}
+
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-enum NetArg {
+enum NetMode {
     On,
     Off,
 }
 
-impl From<NetArg> for Net {
-    fn from(n: NetArg) -> Net {
-        match n {
-            NetArg::On => Net::On,
-            NetArg::Off => Net::Off,
-        }
+impl NetArg {
+    /// The layer's `net` and `allow`. An agent's list never opens a private range (that is
+    /// the user's to give: `run::plan` marks it so).
+    fn layer(&self) -> Result<(Option<Net>, Option<sandbox_core::Allow>)> {
+        Ok(match self {
+            NetArg::Mode(NetMode::On) => (Some(Net::On), None),
+            NetArg::Mode(NetMode::Off) => (Some(Net::Off), None),
+            NetArg::List(list) => {
+                let allow = sandbox_core::Allow::parse(list.iter().map(String::as_str))?;
+                (Some(Net::On), Some(allow))
+            }
+        })
     }
+}
+
+/// [`NetArg::layer`] of an optional argument.
+fn net_layer(net: Option<&NetArg>) -> Result<(Option<Net>, Option<sandbox_core::Allow>)> {
+    net.map_or(Ok((None, None)), NetArg::layer)
 }
 
 /// `check_script`'s arguments.
@@ -703,7 +722,7 @@ fn net_description(other: &str) -> String {
         Net::Off => "off",
     };
     format!(
-        "`on` or `off`. Unset, {other} decides; if that says nothing either, the default: `{default}` (dependencies install with a network either way)"
+        "`on`, `off`, or a list of the only hosts it may reach (`[\"pypi.org\", \"*.example.com:443\"]`, checked by name). Unset, {other} decides; if that says nothing either, the default: `{default}` (dependencies install with a network either way)"
     )
 }
 
@@ -731,6 +750,7 @@ fn script_crossings(script: &script::Script) -> Result<Vec<Crossing>> {
 
 fn run_script(a: RunScriptArgs, status: &mut (dyn FnMut(&str) + Send)) -> Result<Reply> {
     let script = Source::of(a.path, a.code)?.load()?;
+    let (net, allow) = net_layer(a.net.as_ref())?;
     let cli = |path: &Path| -> Result<Layer> {
         Ok(Layer {
             script: Some(path.to_owned()),
@@ -742,7 +762,8 @@ fn run_script(a: RunScriptArgs, status: &mut (dyn FnMut(&str) + Send)) -> Result
                 .filter(|m| !registry::is_claim_mount(m))
                 .map(|m| m.parse())
                 .collect::<Result<_, _>>()?,
-            net: a.net.map(Net::from),
+            net,
+            allow,
             publish: a.publish.iter().map(|p| p.parse()).collect::<Result<_, _>>()?,
             env: a.env.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,
             timeout: spec::timeout_flag(a.timeout.map(|t| t.to_string()).as_deref())?,
@@ -944,10 +965,12 @@ fn session_start(a: SessionStartArgs, status: &mut (dyn FnMut(&str) + Send)) -> 
         )
     })?;
     session::refuse_claims(&a.mounts)?;
+    let (net, allow) = net_layer(a.net.as_ref())?;
     let layer = Layer {
         script: Some(workspace.join(".session")),
         mounts: a.mounts.iter().map(|m| m.parse()).collect::<Result<_, _>>()?,
-        net: a.net.map(Net::from),
+        net,
+        allow,
         publish: a.publish.iter().map(|p| p.parse()).collect::<Result<_, _>>()?,
         env: a.env.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,
         ..Layer::default()

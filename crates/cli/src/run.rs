@@ -156,7 +156,11 @@ pub(crate) fn plan(
     let parsed = meta::parse_for_run(script)?;
     let inline = parsed.metadata.as_ref().map(spec::inline_layer).unwrap_or_default();
     let keys = spec::EngineKeys::of_script(&parsed, script);
-    let resolved = spec::resolve(&inline, &cli(&script.path)?)?;
+    let mut resolved = spec::resolve(&inline, &cli(&script.path)?)?;
+    // An agent's list is no more the user's decision than the script's: no private range.
+    if asker == Asker::Agent {
+        resolved.spec.allow = resolved.spec.allow.take().map(|a| a.opening_private(false));
+    }
     let mut crossings = resolved.script_crossings(script, asker);
     crossings.extend(resolved.crossings_as(asker));
     let env = resolved.env_crossings(asker);

@@ -198,6 +198,22 @@ fn mcp_over_stdio() {
     assert!(notes.contains("--mount ./.claude:rw --approve"), "{v}");
     assert!(!ctx.path().join(".claude").exists(), "the placeholder is gone");
 
+    // An agent's list: only the listed name resolves; the refusal is named with the pattern
+    // that would allow it. (PyPI is a registry this machine reaches; nothing is connected.)
+    let code = "import socket\nfor n in ('pypi.org', 'registry.npmjs.org'):\n    try:\n        socket.getaddrinfo(n, 443)\n        print(n, 'resolved')\n    except OSError:\n        print(n, 'refused')\n";
+    let (v, is_error) = client.call("run_script", json!({"code": code, "net": ["pypi.org:443"]}));
+    assert!(!is_error, "{v}");
+    if v["exit_code"] == 2 {
+        // The default engine here cannot hold a list (docker or podman): refused, not widened.
+        assert!(v.to_string().contains("cannot hold a network allowlist"), "{v}");
+    } else {
+        assert_eq!(v["stdout"], "pypi.org resolved\nregistry.npmjs.org refused\n", "{v}");
+        assert_eq!(v["net_refused"][0]["host"], "registry.npmjs.org", "{v}");
+        assert!(v["notes"].to_string().contains("the network allowlist refused"), "{v}");
+    }
+    let (v, is_error) = client.call("run_script", json!({"code": "print(1)", "net": ["*"]}));
+    assert!(is_error && v.to_string().contains("invalid network pattern"), "{v}");
+
     // A secret-looking variable's value is masked in what the script prints.
     let (v, _) = client.call(
         "run_script",
