@@ -188,6 +188,28 @@ impl Signals {
     }
 }
 
+/// The built-in relay of container `name`'s network namespace, holding `listed`.
+async fn relay(
+    docker: &Docker,
+    engine: &'static str,
+    name: &str,
+    listed: &sandbox_net::Listed,
+    lan: sandbox_core::Lan,
+) -> Result<sandbox_net::Relay> {
+    let netns = crate::netwall::netns_of(docker, engine, name).await?;
+    let listed = listed.clone();
+    tokio::task::spawn_blocking(move || sandbox_net::Relay::attach_listed(&netns, &[], lan, listed))
+        .await
+        .map_err(|e| Error::Io {
+            context: format!("attaching the relay to {name}"),
+            source: std::io::Error::other(e.to_string()),
+        })?
+        .map_err(|e| Error::Io {
+            context: format!("attaching the relay to {name}"),
+            source: std::io::Error::other(e.to_string()),
+        })
+}
+
 /// Attaches, starts, streams, waits. The caller removes the container (via the guard). The
 /// command waits at its gate (`crate::gate`) while the host walls its network in (`net`:
 /// `crate::netwall`, private ranges left reachable when it says the LAN is allowed) and, with `gate` (the pinned sources), checks the started
@@ -199,6 +221,7 @@ pub(crate) async fn attach_and_run(
     connection: &Connection,
     name: &str,
     net: Option<crate::netwall::Wall>,
+    listed: Option<&sandbox_net::Listed>,
     stdin: &Stdin,
     mut sink: Sink<'_>,
     timeout: Option<Duration>,
@@ -227,6 +250,19 @@ pub(crate) async fn attach_and_run(
         .start_container(name, None::<bollard::query_parameters::StartContainerOptions>)
         .await
         .map_err(|e| start_error(engine, name, e))?;
+    // An allowlist: the container has no bridge; the built-in relay gives its namespace a tun
+    // device and checks every flow by name. Held until the run ends. The wall below is then
+    // added over the relay's route, and the gate waits for it as always.
+    let _relay = match (listed, &net) {
+        (Some(listed), Some(wall)) => match relay(docker, engine, name, listed, wall.lan).await {
+            Ok(relay) => Some(relay),
+            Err(e) => {
+                kill(docker, name).await;
+                return Err(e);
+            }
+        },
+        _ => None,
+    };
     if let Some(wall) = net
         && let Err(e) = crate::netwall::apply(docker, connection, name, wall).await
     {

@@ -408,11 +408,22 @@ impl OciEngine {
 
     /// Checks what `run` would refuse.
     pub fn check(&self, spec: &RunSpec) -> Result<()> {
-        sandbox_core::refuse_allowlist(
-            spec,
-            self.engine_name(),
-            "its containers sit on a bridge that checks addresses, not names",
-        )?;
+        // The relay joins the container's network namespace: root, a daemon on this machine.
+        let local = matches!(self.connection.endpoint, engine_detect::ApiEndpoint::Unix(_));
+        if !(local && rustix::process::geteuid().is_root()) {
+            sandbox_core::refuse_allowlist(
+                spec,
+                self.engine_name(),
+                "its relay must join the container's network namespace, which takes root and a daemon on this machine",
+            )?;
+        }
+        if spec.allow.is_some() && !spec.publish.is_empty() {
+            sandbox_core::refuse_allowlist(
+                spec,
+                self.engine_name(),
+                "its containers with an allowlist have no bridge to publish a port through",
+            )?;
+        }
         if let Some(first) = spec.publish.first()
             && spec.net == Net::Off
         {
@@ -536,6 +547,7 @@ impl OciEngine {
             &self.connection,
             &name,
             container.net.then_some(self.wall(&container)),
+            None,
             &sandbox_core::Stdin::Null,
             Sink::Collect(&mut output),
             Some(Duration::from_secs(1800)),
@@ -632,7 +644,14 @@ impl OciEngine {
         }
         let mut warnings: Vec<String> = self.adapt(&mut container).into_iter().collect();
         let pins = crate::verify::check_sources(&container.mounts)?;
-        let body = plan::create_body(&container, self.config.flavor);
+        let mut body = plan::create_body(&container, self.config.flavor);
+        // An allowlist: no bridge; the relay is the container's only network.
+        let listed = spec.allow.clone().map(sandbox_net::Listed::new);
+        if listed.is_some()
+            && let Some(host_config) = body.host_config.as_mut()
+        {
+            host_config.network_mode = Some("none".to_owned());
+        }
         let name = format!("python-sandbox-run-{id}");
         let engine = self.engine_name();
         let sink = match io.output {
@@ -655,6 +674,7 @@ impl OciEngine {
                 &self.connection,
                 &name,
                 container.net.then_some(self.wall(&container)),
+                listed.as_ref(),
                 &io.stdin,
                 sink,
                 spec.timeout,
@@ -697,7 +717,7 @@ impl OciEngine {
             duration: finished.duration,
             timed_out: finished.timed_out,
             warnings,
-            net_refused: Vec::new(),
+            net_refused: listed.map(|l| l.refused()).unwrap_or_default(),
         })
     }
 }

@@ -235,10 +235,35 @@ pub(crate) async fn apply(
     by_exec(docker, engine, name, &host, wall).await
 }
 
-/// The routes from a thread inside the network namespace of `pid`, which must be a process
-/// of container `id` (its cgroup path names the id) in another namespace than ours; its
-/// `resolv.conf` read through its root, never leaving it.
-fn in_namespace_of(pid: u32, id: &str, host: &HostNet, wall: Wall) -> std::io::Result<()> {
+/// The network namespace of container `name` (root, a local daemon): its init process's, as
+/// [`container_netns`] checks it. The built-in relay of a run with an allowlist serves it.
+pub(crate) async fn netns_of(
+    docker: &Docker,
+    engine: &'static str,
+    name: &str,
+) -> Result<std::fs::File> {
+    let inspect = docker
+        .inspect_container(name, None::<bollard::query_parameters::InspectContainerOptions>)
+        .await
+        .map_err(api(engine, &format!("inspecting {name}")))?;
+    let pid = inspect.state.and_then(|s| s.pid).and_then(|p| u32::try_from(p).ok());
+    let (Some(pid), Some(id)) = (pid.filter(|p| *p > 0), inspect.id) else {
+        return Err(Error::Io {
+            context: format!("finding the network namespace of {name}"),
+            source: std::io::Error::other("the container has no process"),
+        });
+    };
+    container_netns(pid, &id)
+        .map(|(_, netns)| std::fs::File::from(netns))
+        .map_err(Error::io(format!("joining the network namespace of {name}")))
+}
+
+/// `/proc/PID` of a process of container `id` (its cgroup path names the id), and its network
+/// namespace, which must not be ours.
+fn container_netns(
+    pid: u32,
+    id: &str,
+) -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
     use rustix::fs::{Mode, OFlags};
     let refuse = |why: &str| std::io::Error::other(why.to_owned());
     // Everything below goes through this one directory: a pid reused meanwhile reads ESRCH.
@@ -265,6 +290,15 @@ fn in_namespace_of(pid: u32, id: &str, host: &HostNet, wall: Wall) -> std::io::R
     if (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino) {
         return Err(refuse("the container shares our network namespace"));
     }
+    Ok((dir, netns))
+}
+
+/// The routes from a thread inside the network namespace of `pid`, which must be a process
+/// of container `id` ([`container_netns`]); its `resolv.conf` read through its root, never
+/// leaving it.
+fn in_namespace_of(pid: u32, id: &str, host: &HostNet, wall: Wall) -> std::io::Result<()> {
+    use rustix::fs::{Mode, OFlags};
+    let (dir, netns) = container_netns(pid, id)?;
     let root = rustix::fs::openat(
         &dir,
         "root",
