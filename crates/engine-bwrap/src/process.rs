@@ -347,11 +347,7 @@ pub(crate) fn launch(
     // only pasta or the relay gives (published ports) is refused by name.
     let builtin = plan.net && pasta.is_err();
     let relay = builtin && relay && sandbox_net::relay_available();
-    if listed.is_some() && plan.net && !relay {
-        return Err(Error::Net(sandbox_net::Error::BuiltinNetwork {
-            reason: "a network allowlist needs the built-in relay (a tun device this process may open), which is not available here".to_owned(),
-        }));
-    }
+
     if builtin
         && !relay
         && let Err(no) = pasta
@@ -494,11 +490,14 @@ pub(crate) fn launch(
                         .map(|relay| (None, Some(relay)))
                         .map_err(Error::from)
                 }
-                (true, Err(_)) => {
-                    sandbox_net::serve_proxy(pid, detach.then_some(pidfd.as_fd()), lan)
-                        .map(|proxy| (None, Some(proxy)))
-                        .map_err(Error::from)
-                }
+                (true, Err(_)) => sandbox_net::serve_proxy(
+                    pid,
+                    detach.then_some(pidfd.as_fd()),
+                    lan,
+                    listed.cloned(),
+                )
+                .map(|proxy| (None, Some(proxy)))
+                .map_err(Error::from),
             });
             match attached {
                 Ok(net) => {

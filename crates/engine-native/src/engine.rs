@@ -283,11 +283,7 @@ impl Launcher for NativeLauncher {
         let builtin = plan.net && pasta.is_err();
         let relay = relay && builtin && sandbox_net::relay_available();
         let proxy = builtin && !relay;
-        if listed.is_some() && proxy {
-            return Err(Error::Net(sandbox_net::Error::BuiltinNetwork {
-                reason: "a network allowlist needs the built-in relay (a tun device this process may open), which is not available here".to_owned(),
-            }));
-        }
+
         // The sandbox reads the host's resolv.conf: a nameserver there on the host's loopback
         // is served on the sandbox's by the relay.
         let nameservers = if relay { sandbox_net::host_loopback_nameservers() } else { Vec::new() };
@@ -377,7 +373,7 @@ impl Launcher for NativeLauncher {
                     .map(|r| (None, Some(r)))
             }
             (true, Err(_)) => {
-                crate::net::serve_proxy(&child, session, lan).map(|p| (None, Some(p)))
+                crate::net::serve_proxy(&child, session, lan, listed).map(|p| (None, Some(p)))
             }
         };
         let (net, proxy) = match attached {

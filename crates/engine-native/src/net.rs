@@ -202,7 +202,9 @@ pub(crate) fn serve_proxy(
     child: &Child,
     session: bool,
     lan: Lan,
+    listed: Option<&sandbox_net::Listed>,
 ) -> std::result::Result<sandbox_net::ProxyServer, sandbox_net::Error> {
     let listener = sandbox_net::listen_in(child.netns_pid(), sandbox_net::PROXY_PORT)?;
-    sandbox_net::ProxyServer::serve(listener, session.then(|| child.pidfd()), lan)
+    let listed = listed.cloned();
+    sandbox_net::ProxyServer::serve(listener, session.then(|| child.pidfd()), lan, listed)
 }

@@ -510,10 +510,11 @@ pub fn serve_proxy(
     child: i32,
     session: Option<BorrowedFd<'_>>,
     lan: Lan,
+    listed: Option<crate::Listed>,
 ) -> Result<crate::proxy::ProxyServer> {
     wait_for_loopback(child);
     let listener = listen_in(child, crate::proxy::PROXY_PORT)?;
-    crate::proxy::ProxyServer::serve(listener, session, lan)
+    crate::proxy::ProxyServer::serve(listener, session, lan, listed)
 }
 
 /// The built-in relay for bwrap's sandbox process `child` (blocked before exec), once bwrap's

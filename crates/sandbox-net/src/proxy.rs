@@ -400,18 +400,39 @@ impl BuiltinProxy {
     /// [`crate::net::listen_in`]) from a thread of this process; private ranges are reached
     /// only when `lan` allows them.
     pub fn serve(listener: OwnedFd, lan: Lan) -> io::Result<BuiltinProxy> {
-        let egress = Egress::new(lan, crate::egress::host_nameservers());
-        BuiltinProxy::serve_with(listener, Upstreams::from_env(), egress)
+        BuiltinProxy::serve_listed(listener, lan, None)
     }
 
-    /// [`BuiltinProxy::serve`] chaining through `upstreams`, checking with `egress`.
+    /// [`BuiltinProxy::serve`] holding an allowlist: a request's host must be listed for its
+    /// port, a tunnel's first bytes must name that same host (TLS SNI, HTTP `Host`), and every
+    /// request on a plain HTTP connection too; the rest refused into `listed`.
+    pub fn serve_listed(
+        listener: OwnedFd,
+        lan: Lan,
+        listed: Option<crate::Listed>,
+    ) -> io::Result<BuiltinProxy> {
+        let nameservers = crate::egress::host_nameservers();
+        let listed = listed.map(|listed| Checked {
+            egress: Egress::new(
+                if listed.allow().opens_private() { Lan::Allowed } else { lan },
+                nameservers.clone(),
+            ),
+            listed,
+        });
+        let egress = Egress::new(lan, nameservers);
+        BuiltinProxy::serve_with(listener, Upstreams::from_env(), egress, listed)
+    }
+
+    /// [`BuiltinProxy::serve`] chaining through `upstreams`, checking with `egress` (and
+    /// `listed`'s list).
     pub(crate) fn serve_with(
         listener: OwnedFd,
         upstreams: Upstreams,
         egress: Egress,
+        listed: Option<Checked>,
     ) -> io::Result<BuiltinProxy> {
         let listener = Arc::new(TcpListener::from(listener));
-        let shared = Arc::new((upstreams, egress));
+        let shared = Arc::new((upstreams, egress, listed));
         let served = Arc::clone(&listener);
         let accept = std::thread::Builder::new()
             .name("sandbox-proxy".into())
@@ -430,7 +451,15 @@ impl Drop for BuiltinProxy {
     }
 }
 
-fn accept_loop(listener: &TcpListener, shared: &Arc<(Upstreams, Egress)>) {
+/// An allowlist the proxy holds, and the checks for the addresses it lists (private ones
+/// reachable when the caller gave the list).
+#[derive(Debug)]
+pub(crate) struct Checked {
+    pub(crate) listed: crate::Listed,
+    pub(crate) egress: Egress,
+}
+
+fn accept_loop(listener: &TcpListener, shared: &Arc<(Upstreams, Egress, Option<Checked>)>) {
     let active = Arc::new(AtomicUsize::new(0));
     loop {
         let mut client = match listener.accept() {
@@ -461,7 +490,7 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<(Upstreams, Egress)>) {
         let spawned = std::thread::Builder::new().name("sandbox-proxy-conn".into()).spawn({
             let active = Arc::clone(&active);
             move || {
-                let _ = serve_connection(client, &shared.0, &shared.1);
+                let _ = serve_connection(client, &shared.0, &shared.1, shared.2.as_ref());
                 active.fetch_sub(1, Ordering::SeqCst);
             }
         });
@@ -498,6 +527,7 @@ fn serve_connection(
     mut client: TcpStream,
     upstreams: &Upstreams,
     egress: &Egress,
+    checked: Option<&Checked>,
 ) -> io::Result<()> {
     client.set_read_timeout(Some(HEAD_TIMEOUT))?;
     let (head, rest) = match read_head(&mut client)? {
@@ -513,6 +543,18 @@ fn serve_connection(
         Err(reason) => return client.write_all(&error_response(400, reason)),
     };
     let target = Request::authority_of(&request.host, request.port);
+    // An allowlist: the host asked for must be listed for its port (an address, by address).
+    let egress = match checked {
+        Some(checked) => match listed_target(checked, &request, egress) {
+            Ok(egress) => egress,
+            Err(refusal) => {
+                let answer = error_response(403, &format!("refusing {target}: {}", refusal.reason));
+                checked.listed.refuse(refusal);
+                return client.write_all(&answer);
+            }
+        },
+        None => egress,
+    };
     let upstream = match upstreams.for_request(&request).transpose() {
         Ok(upstream) => upstream,
         Err(reason) => return client.write_all(&error_response(502, &reason)),
@@ -561,15 +603,145 @@ fn serve_connection(
             Err(reason) => return client.write_all(&error_response(502, &reason)),
         },
     };
-    if request.connect {
+    let Some(checked) = checked else {
+        if request.connect {
+            client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")?;
+        } else {
+            let forward = upstream.map(|u| Forward { via: &via, auth: u.auth.as_deref() });
+            server.write_all(&request.forward_head(forward))?;
+        }
+        server.write_all(&rest)?;
+        client.set_read_timeout(None)?;
+        return splice(client, server, None);
+    };
+    let host = sandbox_core::normal_name(&request.host);
+    let by_address = request.host.parse::<std::net::IpAddr>().is_ok();
+    let (first, follow) = if request.connect {
         client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")?;
+        // The tunnel's first bytes must name the host it was opened to.
+        let mut first = rest;
+        let name = loop {
+            match sandbox_core::flow_name(&first) {
+                sandbox_core::Sniffed::Done(name) => break name,
+                sandbox_core::Sniffed::More => {
+                    let mut chunk = [0u8; 4096];
+                    match client.read(&mut chunk) {
+                        Ok(0) | Err(_) => return Ok(()),
+                        Ok(n) => first.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            }
+        };
+        let named = match &name {
+            sandbox_core::FlowName::Name(named) => *named == host,
+            // An address listed by address may carry any protocol.
+            sandbox_core::FlowName::None => by_address,
+            sandbox_core::FlowName::Hidden => false,
+        };
+        if !named {
+            let (shown, reason) = match name {
+                sandbox_core::FlowName::Name(named) => {
+                    (named, format!("named in a tunnel opened to {host}"))
+                }
+                sandbox_core::FlowName::Hidden => {
+                    (host.clone(), "the name is hidden (encrypted client hello)".to_owned())
+                }
+                sandbox_core::FlowName::None => (
+                    host.clone(),
+                    "no host name in the connection (not TLS with SNI, not HTTP)".to_owned(),
+                ),
+            };
+            checked.listed.refuse(sandbox_core::NetRefused {
+                host: shown,
+                port: Some(request.port),
+                reason,
+                would_allow: None,
+            });
+            return Ok(());
+        }
+        // Plain HTTP in the tunnel: every request must keep to the host.
+        let http = !by_address && first.first().is_some_and(|b| *b != 0x16);
+        (first, http)
     } else {
         let forward = upstream.map(|u| Forward { via: &via, auth: u.auth.as_deref() });
         server.write_all(&request.forward_head(forward))?;
+        (rest, true)
+    };
+    let mut requests = sandbox_core::HttpRequests::default();
+    if follow {
+        // A plain request's own head first, so the framing of what follows is known.
+        if !request.connect {
+            let _ = requests.feed(&head);
+        }
+        if let Some(refusal) = keeps_to(&mut requests, &first, &host, request.port) {
+            checked.listed.refuse(refusal);
+            return Ok(());
+        }
     }
-    server.write_all(&rest)?;
+    server.write_all(&first)?;
     client.set_read_timeout(None)?;
-    splice(client, server)
+    let follow =
+        follow.then_some(Follow { requests, host, port: request.port, listed: &checked.listed });
+    splice(client, server, follow)
+}
+
+/// The checks for a request's target under an allowlist: the egress to connect with, or the
+/// refusal.
+fn listed_target<'a>(
+    checked: &'a Checked,
+    request: &Request,
+    names: &'a Egress,
+) -> Result<&'a Egress, sandbox_core::NetRefused> {
+    let allow = checked.listed.allow();
+    if let Ok(ip) = request.host.parse::<std::net::IpAddr>() {
+        return match allow.by_address(ip, request.port) {
+            Some(_) => Ok(&checked.egress),
+            None => Err(sandbox_core::Allow::address_refused(ip, request.port)),
+        };
+    }
+    if allow.name_on_port(&request.host, request.port) {
+        // A name takes a flow to what `on` reaches, never to a private range.
+        return Ok(names);
+    }
+    let host = sandbox_core::normal_name(&request.host);
+    Err(sandbox_core::NetRefused {
+        would_allow: Some(format!("{host}:{}", request.port)),
+        host,
+        port: Some(request.port),
+        reason: "not in the list".to_owned(),
+    })
+}
+
+/// A plain HTTP connection under an allowlist: each request the client sends must name `host`.
+struct Follow<'a> {
+    requests: sandbox_core::HttpRequests,
+    host: String,
+    port: u16,
+    listed: &'a crate::Listed,
+}
+
+/// The refusal of the requests in `bytes` that name another host than `host`, if any.
+fn keeps_to(
+    requests: &mut sandbox_core::HttpRequests,
+    bytes: &[u8],
+    host: &str,
+    port: u16,
+) -> Option<sandbox_core::NetRefused> {
+    let (shown, reason) = match requests.feed(bytes) {
+        sandbox_core::HttpStep::Hosts(hosts) => {
+            match hosts.iter().find(|h| h.as_deref() != Some(host)) {
+                None => return None,
+                Some(Some(other)) => (other.clone(), format!("asked on a connection to {host}")),
+                Some(None) => {
+                    (host.to_owned(), "a request without a host on its connection".to_owned())
+                }
+            }
+        }
+        sandbox_core::HttpStep::Invalid => {
+            (host.to_owned(), "what followed on its connection was not HTTP".to_owned())
+        }
+    };
+    Some(sandbox_core::NetRefused { host: shown, port: Some(port), reason, would_allow: None })
 }
 
 /// A connection to the first of `addrs` that answers, and which one it is.
@@ -624,20 +796,52 @@ fn through_upstream(
     Ok(stream)
 }
 
-/// Copies both ways until both sides are done, each direction's end passed on as a shutdown.
-fn splice(client: TcpStream, server: TcpStream) -> io::Result<()> {
+/// Copies both ways until both sides are done, each direction's end passed on as a shutdown;
+/// with `follow`, each request the client sends is checked before it goes on.
+fn splice(client: TcpStream, server: TcpStream, follow: Option<Follow<'_>>) -> io::Result<()> {
     let (mut client_r, mut server_w) = (client.try_clone()?, server.try_clone()?);
-    let upload = std::thread::Builder::new().name("sandbox-proxy-up".into()).spawn(move || {
-        let _ = io::copy(&mut client_r, &mut server_w);
-        let _ = server_w.shutdown(Shutdown::Write);
-    })?;
-    let (mut server_r, mut client_w) = (server, client);
-    let _ = io::copy(&mut server_r, &mut client_w);
-    let _ = client_w.shutdown(Shutdown::Write);
-    // The server is done: a client still sending has nobody to send to.
-    let _ = server_r.shutdown(Shutdown::Both);
-    let _ = upload.join();
-    Ok(())
+    std::thread::scope(|scope| -> io::Result<()> {
+        let upload = std::thread::Builder::new().name("sandbox-proxy-up".into()).spawn_scoped(
+            scope,
+            move || {
+                match follow {
+                    None => {
+                        let _ = io::copy(&mut client_r, &mut server_w);
+                    }
+                    Some(mut follow) => {
+                        let mut chunk = vec![0u8; 16 * 1024];
+                        loop {
+                            let n = match client_r.read(&mut chunk) {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => n,
+                            };
+                            let bytes = &chunk[..n];
+                            if let Some(refusal) =
+                                keeps_to(&mut follow.requests, bytes, &follow.host, follow.port)
+                            {
+                                // Nothing of it goes on: both ends are cut.
+                                follow.listed.refuse(refusal);
+                                let _ = client_r.shutdown(Shutdown::Both);
+                                let _ = server_w.shutdown(Shutdown::Both);
+                                break;
+                            }
+                            if server_w.write_all(bytes).is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                let _ = server_w.shutdown(Shutdown::Write);
+            },
+        )?;
+        let (mut server_r, mut client_w) = (server.try_clone()?, client.try_clone()?);
+        let _ = io::copy(&mut server_r, &mut client_w);
+        let _ = client_w.shutdown(Shutdown::Write);
+        // The server is done: a client still sending has nobody to send to.
+        let _ = server_r.shutdown(Shutdown::Both);
+        let _ = upload.join();
+        Ok(())
+    })
 }
 
 mod keeper;
@@ -667,13 +871,19 @@ impl ProxyServer {
         listener: OwnedFd,
         outlived_by: Option<std::os::fd::BorrowedFd<'_>>,
         lan: Lan,
+        listed: Option<crate::Listed>,
     ) -> crate::error::Result<ProxyServer> {
-        match outlived_by {
-            Some(sandbox) => keeper::start(keeper::Served::Proxy(listener), sandbox, lan)
-                .map(ProxyServer::Keeper),
-            None => BuiltinProxy::serve(listener, lan).map(ProxyServer::Thread).map_err(|e| {
-                crate::Error::BuiltinNetwork { reason: format!("starting the built-in proxy: {e}") }
+        match (outlived_by, listed) {
+            (Some(_), Some(_)) => Err(crate::Error::BuiltinNetwork {
+                reason: "a session's proxy cannot hold a network allowlist".to_owned(),
             }),
+            (Some(sandbox), None) => keeper::start(keeper::Served::Proxy(listener), sandbox, lan)
+                .map(ProxyServer::Keeper),
+            (None, listed) => BuiltinProxy::serve_listed(listener, lan, listed)
+                .map(ProxyServer::Thread)
+                .map_err(|e| crate::Error::BuiltinNetwork {
+                    reason: format!("starting the built-in proxy: {e}"),
+                }),
         }
     }
 

@@ -201,7 +201,7 @@ impl Listed {
         self.refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
-    fn refuse(&self, refusal: NetRefused) {
+    pub(crate) fn refuse(&self, refusal: NetRefused) {
         let mut refused = self.refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if refused.len() < REFUSALS_KEPT && !refused.contains(&refusal) {
             refused.push(refusal);

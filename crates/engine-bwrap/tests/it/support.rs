@@ -6,9 +6,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use engine_bwrap::{BwrapConfig, BwrapEngine, PreparedEnv};
-use sandbox_core::{
-    Captured, Engine, EnvVar, Mount, Net, Output, RunIo, RunOutcome, RunSpec, Stdin,
-};
+use sandbox_core::{Captured, EnvVar, Mount, Net, Output, RunIo, RunOutcome, RunSpec, Stdin};
 
 pub(crate) struct Fixture {
     pub(crate) engine: BwrapEngine,
@@ -114,14 +112,7 @@ impl Fixture {
 
     /// Runs and captures; panics on engine errors.
     pub(crate) fn run(&self, spec: &RunSpec) -> (RunOutcome, Captured) {
-        let mut captured = Captured::default();
-        let io = RunIo {
-            stdin: Stdin::Null,
-            output: Output::Sink(&mut captured),
-            status: None,
-            published: None,
-        };
-        let outcome = self.engine.run(spec, io).expect("run");
+        let (outcome, captured) = run_on(&self.engine, spec);
         println!(
             "exit {} stdout {:?} stderr {:?}",
             outcome.exit_code,
@@ -146,6 +137,20 @@ pub(crate) fn own_cache(fx: &Fixture) -> (tempfile::TempDir, engine_bwrap::Bwrap
         ..fx.engine.config().clone()
     };
     (cache, engine_bwrap::BwrapEngine::new(config).expect("engine"))
+}
+
+/// `Engine::run` (prepare and run) on `engine` with no input, its output captured; panics on
+/// engine errors.
+pub(crate) fn run_on(engine: &engine_bwrap::BwrapEngine, spec: &RunSpec) -> (RunOutcome, Captured) {
+    let mut captured = Captured::default();
+    let io = RunIo {
+        stdin: Stdin::Null,
+        output: Output::Sink(&mut captured),
+        status: None,
+        published: None,
+    };
+    let outcome = sandbox_core::Engine::run(engine, spec, io).expect("run");
+    (outcome, captured)
 }
 
 /// `engine.run_prepared` with no input, its output captured.

@@ -543,18 +543,44 @@ fn without_pasta(relay: bool) {
     let engine = engine_bwrap::BwrapEngine::new(config).expect("engine");
     let service = crate::builtin_net::HostService::start();
     let spec = if relay { service.relay_spec(f.spec("")) } else { service.spec(f.spec("")) };
-    let mut captured = sandbox_core::Captured::default();
-    let io = sandbox_core::RunIo {
-        stdin: sandbox_core::Stdin::Null,
-        output: sandbox_core::Output::Sink(&mut captured),
-        status: None,
-        published: None,
-    };
-    let outcome = sandbox_core::Engine::run(&engine, &spec, io).expect("run");
+    let (outcome, captured) = crate::support::run_on(&engine, &spec);
     assert_eq!(outcome.exit_code, 0, "{}{}", captured.stdout_lossy(), captured.stderr_lossy());
     if relay {
         service.relay_check(&captured.stdout_lossy());
     } else {
         service.check(&captured.stdout_lossy());
     }
+}
+
+/// An allowlist where no tun device is used (the relay turned off, as where the host chains
+/// through its own proxy): the built-in proxy holds it. The listed name is fetched; a tunnel to
+/// another registry at the same address is a 403 and named in the outcome. PyPI and npm are
+/// registries this machine reaches by name.
+#[test]
+fn without_the_relay_the_builtin_proxy_holds_an_allowlist() {
+    let Some(f) = fixture() else { return };
+    let scratch = tempfile::tempdir().expect("scratch");
+    let mut config = f.engine.config().clone();
+    config.path = Some(crate::builtin_net::path_without_pasta(&scratch.path().join("bin")));
+    config.bwrap = engine_detect::which("bwrap", std::env::var_os("PATH").as_deref());
+    config.builtin_relay = false;
+    let engine = engine_bwrap::BwrapEngine::new(config).expect("engine");
+    let mut spec = f.spec(
+        "import urllib.request\n\
+         print('pypi', urllib.request.urlopen('https://pypi.org/simple/six/', timeout=30).status)\n\
+         try:\n    urllib.request.urlopen('https://registry.npmjs.org/', timeout=30)\n    print('npm reached')\n\
+         except OSError as e:\n    print('npm refused', e)\n",
+    );
+    spec.net = sandbox_core::Net::On;
+    spec.allow = Some(sandbox_core::Allow::parse(["pypi.org:443"]).expect("list"));
+    let (outcome, captured) = crate::support::run_on(&engine, &spec);
+    let out = captured.stdout_lossy();
+    assert_eq!(outcome.exit_code, 0, "{out}{}", captured.stderr_lossy());
+    assert!(out.contains("pypi 200") && out.contains("npm refused"), "{out}");
+    assert!(out.contains("403"), "a refused tunnel is a 403: {out}");
+    assert!(
+        outcome.net_refused.iter().any(|r| r.host == "registry.npmjs.org" && r.port == Some(443)),
+        "{:?}",
+        outcome.net_refused
+    );
 }

@@ -192,7 +192,8 @@ fn the_hosts_proxy_is_chained_through_with_its_credentials_kept_outside() {
     };
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let proxy_addr = listener.local_addr().unwrap();
-    let _proxy = BuiltinProxy::serve_with(OwnedFd::from(listener), upstreams, egress()).unwrap();
+    let _proxy =
+        BuiltinProxy::serve_with(OwnedFd::from(listener), upstreams, egress(), None).unwrap();
     let mut client = TcpStream::connect(proxy_addr).unwrap();
     client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     client.write_all(b"CONNECT 93.184.215.14:443 HTTP/1.1\r\nProxy-Authorization: Basic c2FuZGJveA==\r\n\r\n").unwrap();
@@ -235,9 +236,71 @@ fn a_refusing_upstream_is_a_bad_gateway_without_its_credentials() {
         Upstreams { https: Some(Ok(upstream_at(addr))), http: None, no_proxy: String::new() };
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let proxy_addr = listener.local_addr().unwrap();
-    let _proxy = BuiltinProxy::serve_with(OwnedFd::from(listener), upstreams, egress()).unwrap();
+    let _proxy =
+        BuiltinProxy::serve_with(OwnedFd::from(listener), upstreams, egress(), None).unwrap();
     let answer = exchange(proxy_addr, b"CONNECT 93.184.215.14:443 HTTP/1.1\r\n\r\n");
     assert!(answer.starts_with("HTTP/1.1 502 "), "{answer}");
     assert!(answer.contains("(407)"), "{answer}");
     assert!(!answer.contains("hunter2") && !answer.contains("alice") && !answer.contains("YWxp"));
+}
+
+/// OpenSSL's ClientHello naming `pypi.org` (sandbox-core's fixture).
+const HELLO_PYPI: &[u8] = include_bytes!("../../../sandbox-core/src/sniff/client-hello-pypi.bin");
+
+/// An allowlist in the proxy: a tunnel to an unlisted host is a 403 before anything is asked
+/// of anyone; a tunnel to a listed host goes through only when its first bytes name that host
+/// (a ClientHello for another listed name is domain fronting: cut, and recorded).
+#[test]
+fn a_listed_proxy_checks_the_host_and_the_name_inside_the_tunnel() {
+    let (addr, heads) = fake_upstream(200);
+    let upstreams =
+        Upstreams { https: Some(Ok(upstream_at(addr))), http: None, no_proxy: String::new() };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_addr = listener.local_addr().unwrap();
+    let allow = sandbox_core::Allow::parse(["pypi.org:443", "files.pythonhosted.org:443"]).unwrap();
+    let listed = crate::Listed::new(allow);
+    let checked = Checked { listed: listed.clone(), egress: egress() };
+    let _proxy =
+        BuiltinProxy::serve_with(OwnedFd::from(listener), upstreams, egress(), Some(checked))
+            .unwrap();
+
+    let refused = exchange(proxy_addr, b"CONNECT registry.npmjs.org:443 HTTP/1.1\r\n\r\n");
+    assert!(
+        refused.starts_with("HTTP/1.1 403 ") && refused.contains("not in the list"),
+        "{refused}"
+    );
+    let refused = exchange(proxy_addr, b"CONNECT pypi.org:80 HTTP/1.1\r\n\r\n");
+    assert!(refused.starts_with("HTTP/1.1 403 "), "another port: {refused}");
+    assert!(heads.recv_timeout(Duration::from_millis(200)).is_err(), "nothing was asked upstream");
+
+    // The listed host, and a hello naming it: through (the stand-in echoes it back).
+    let mut client = TcpStream::connect(proxy_addr).unwrap();
+    client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    client.write_all(b"CONNECT pypi.org:443 HTTP/1.1\r\n\r\n").unwrap();
+    let mut answer = [0u8; 39];
+    client.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 200 Connection established\r\n\r\n");
+    client.write_all(HELLO_PYPI).unwrap();
+    let mut echoed = vec![0u8; HELLO_PYPI.len()];
+    client.read_exact(&mut echoed).unwrap();
+    assert_eq!(echoed, HELLO_PYPI);
+    drop(client);
+    heads.recv_timeout(Duration::from_secs(10)).unwrap();
+
+    // Another listed host's tunnel carrying pypi.org's hello: cut, nothing echoed.
+    let mut client = TcpStream::connect(proxy_addr).unwrap();
+    client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    client.write_all(b"CONNECT files.pythonhosted.org:443 HTTP/1.1\r\n\r\n").unwrap();
+    client.read_exact(&mut answer).unwrap();
+    client.write_all(HELLO_PYPI).unwrap();
+    let mut rest = Vec::new();
+    let _ = client.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "the fronted hello went through: {} bytes back", rest.len());
+    let refused = listed.refused();
+    assert!(
+        refused.iter().any(|r| r.host == "pypi.org"
+            && r.reason == "named in a tunnel opened to files.pythonhosted.org"),
+        "{refused:?}"
+    );
+    assert!(refused.iter().any(|r| r.host == "registry.npmjs.org"), "{refused:?}");
 }
