@@ -245,6 +245,9 @@ impl ScriptAsks {
                 "{run}: a session installs dependencies with its own network, so one started with `--net off` cannot install them"
             );
         }
+        if self.allow.is_some() {
+            return format!("{run}, which checks every flow by name: no session holds a list yet");
+        }
         let flags = self.start_flags(workspace);
         let start = if flags.is_empty() {
             "python-sandbox session start".to_owned()
@@ -703,6 +706,10 @@ mod tests {
         let allow = crate::Allow::parse(["pypi.org", "*.example.com:443"]).expect("list");
         let asks = ScriptAsks { net: Some(Net::On), allow: Some(allow), ..ScriptAsks::default() };
         insta::assert_snapshot!(policy.misfits(&ws, &asks).join("\n"), @r#"`net = ["pypi.org", "*.example.com:443"]`: the session reaches the whole network, not only these hosts"#);
+        assert_eq!(
+            asks.misfit_hint(&ws),
+            "run it on its own with `python-sandbox run`, which checks every flow by name: no session holds a list yet"
+        );
         let offline = SessionPolicy { net: false, ..SessionPolicy::default() };
         assert_eq!(offline.misfits(&ws, &asks), ["`net = \"on\"`: the session has no network"]);
     }
