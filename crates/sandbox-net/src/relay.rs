@@ -744,6 +744,12 @@ pub(crate) fn serve(
         if !relay.udp.is_empty() || !relay.dns.is_empty() {
             timeout = Some(timeout.map_or(UDP_IDLE, |t| t.min(UDP_IDLE)));
         }
+        // A connection held for its name is given up after `SNIFF_WAIT` even if nothing
+        // else wakes the loop.
+        if relay.policy.as_ref().is_some_and(|p| !p.sniffing.is_empty()) {
+            let tick = Duration::from_secs(1);
+            timeout = Some(timeout.map_or(tick, |t| t.min(tick)));
+        }
     }
 }
 
