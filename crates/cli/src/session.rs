@@ -608,8 +608,8 @@ fn script_asks(
     sandbox_core::ScriptAsks {
         mounts,
         net: cli.net.or(inline.net),
-        // The flag's setting beats the script's, list or not.
-        allow: if cli.net.is_some() { cli.allow.clone() } else { inline.allow.clone() },
+        // Resolved like `net`: the flag's setting beats the script's, list or not.
+        allow: spec.allow.clone(),
         publish: spec.publish.iter().map(|p| p.port).collect(),
         tmpfs_size: cli.tmpfs_size.or(inline.tmpfs_size),
         // A limit turned off (`none`) asks for no cap: only a value is a tightening.

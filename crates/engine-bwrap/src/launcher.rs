@@ -46,8 +46,8 @@ pub struct Start<'a> {
     /// Whether a net-on sandbox may reach private ranges: the configuration's
     /// [`crate::BwrapConfig::lan`].
     pub lan: sandbox_core::Lan,
-    /// A network allowlist (`net = [...]`) for the relay to hold; the run's refusals are
-    /// recorded in it. With one, pasta is not used.
+    /// A network allowlist (`net = [...]`) for the relay (or the built-in proxy) to hold; the
+    /// run's refusals are recorded in it. With one, `pasta` is an `Err`.
     pub listed: Option<&'a sandbox_net::Listed>,
     /// The sandbox's stdio.
     pub stdio: SandboxStdio,

@@ -88,6 +88,9 @@ pub(crate) struct Launch<'a> {
     pub(crate) listed: Option<&'a sandbox_net::Listed>,
 }
 
+/// What a run with an allowlist is told of pasta: not to be used.
+static NO_PASTA_FOR_A_LIST: engine_detect::NoPasta = engine_detect::NoPasta::Missing;
+
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
     rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| Error::io("creating the sandbox's stdio pipes")(e.into()))
@@ -148,7 +151,8 @@ pub(crate) fn execute(
         plan,
         host: launch.host,
         cache_root: launch.cache_root,
-        pasta: launch.pasta,
+        // An allowlist is held by the relay or the built-in proxy: pasta checks no names.
+        pasta: if launch.listed.is_some() { Err(&NO_PASTA_FOR_A_LIST) } else { launch.pasta },
         relay: launch.relay,
         lan: launch.lan,
         listed: launch.listed,
@@ -331,15 +335,6 @@ pub(crate) fn launch(
     detach: bool,
 ) -> Result<Launched> {
     let Tools { bwrap, pasta, relay, lan, listed } = tools;
-    // An allowlist is held by the relay alone: pasta and the proxy check no names.
-    let no_pasta;
-    let pasta = match (listed, pasta) {
-        (Some(_), Ok(_)) => {
-            no_pasta = engine_detect::NoPasta::Missing;
-            Err(&no_pasta)
-        }
-        (_, pasta) => pasta,
-    };
     // Net on, or rlimits to set: bwrap waits on this pipe until pasta has connected the
     // sandbox's namespace and the sandbox's first process has its limits (`crate::limits`).
     // Without pasta: the built-in relay (`sandbox_net::Relay`) where a tun device can be opened,

@@ -274,9 +274,6 @@ impl Launcher for NativeLauncher {
 
     fn start(&self, start: Start<'_>) -> Result<Box<dyn Sandboxed>, Error> {
         let Start { plan, host, cache_root, pasta, relay, lan, listed, stdio } = start;
-        // An allowlist is held by the relay alone: pasta and the proxy check no names.
-        let no_pasta = engine_detect::NoPasta::Missing;
-        let pasta = if listed.is_some() { Err(&no_pasta) } else { pasta };
         // Net on without pasta: the built-in relay (full TCP/UDP) where a tun device can be
         // had (a run's attached on demand, a session's served by a keeper); else the built-in
         // HTTP(S) proxy. What only pasta gives is refused by name.

@@ -198,16 +198,16 @@ async fn relay(
 ) -> Result<sandbox_net::Relay> {
     let netns = crate::netwall::netns_of(docker, engine, name).await?;
     let listed = listed.clone();
-    tokio::task::spawn_blocking(move || sandbox_net::Relay::attach_listed(&netns, &[], lan, listed))
-        .await
-        .map_err(|e| Error::Io {
-            context: format!("attaching the relay to {name}"),
-            source: std::io::Error::other(e.to_string()),
-        })?
-        .map_err(|e| Error::Io {
-            context: format!("attaching the relay to {name}"),
-            source: std::io::Error::other(e.to_string()),
-        })
+    let attached = tokio::task::spawn_blocking(move || {
+        sandbox_net::Relay::attach_listed(&netns, &[], lan, listed).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|attached| attached);
+    attached.map_err(|e| Error::Io {
+        context: format!("attaching the relay to {name}"),
+        source: std::io::Error::other(e),
+    })
 }
 
 /// Attaches, starts, streams, waits. The caller removes the container (via the guard). The

@@ -232,6 +232,25 @@ impl Allow {
     }
 }
 
+/// Whether the requests an HTTP/1 connection to `name` carried next (`step`, from
+/// [`crate::HttpRequests::feed`]) keep to it: `None`, or the refusal (naming the other host,
+/// or saying it was not HTTP).
+pub fn other_host(step: &crate::HttpStep, name: &str, port: u16) -> Option<NetRefused> {
+    let (host, reason) = match step {
+        crate::HttpStep::Hosts(hosts) => match hosts.iter().find(|h| h.as_deref() != Some(name)) {
+            None => return None,
+            Some(Some(other)) => (other.clone(), format!("asked on a connection to {name}")),
+            Some(None) => {
+                (name.to_owned(), "a request without a host on its connection".to_owned())
+            }
+        },
+        crate::HttpStep::Invalid => {
+            (name.to_owned(), "what followed on its connection was not HTTP".to_owned())
+        }
+    };
+    Some(NetRefused { host, port: Some(port), reason, would_allow: None })
+}
+
 /// Refuses `spec`'s allowlist on an engine that cannot hold one (`why`: what it lacks).
 pub fn refuse_allowlist(
     spec: &crate::RunSpec,

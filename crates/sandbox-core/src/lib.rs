@@ -38,7 +38,8 @@ pub mod sync;
 mod tar;
 
 pub use allow::{
-    Allow, FlowName, HostPattern, NetRefused, Target as HostTarget, normal_name, refuse_allowlist,
+    Allow, FlowName, HostPattern, NetRefused, Target as HostTarget, normal_name, other_host,
+    refuse_allowlist,
 };
 pub use boundary::{
     Asker, Crossing, CrossingKind, EnvCrossing, HOME_SECRETS, HOST_SOCKETS, classify, classify_as,

@@ -412,13 +412,8 @@ impl BuiltinProxy {
         listed: Option<crate::Listed>,
     ) -> io::Result<BuiltinProxy> {
         let nameservers = crate::egress::host_nameservers();
-        let listed = listed.map(|listed| Checked {
-            egress: Egress::new(
-                if listed.allow().opens_private() { Lan::Allowed } else { lan },
-                nameservers.clone(),
-            ),
-            listed,
-        });
+        let listed = listed
+            .map(|listed| Checked { egress: listed.egress(lan, nameservers.clone()), listed });
         let egress = Egress::new(lan, nameservers);
         BuiltinProxy::serve_with(listener, Upstreams::from_env(), egress, listed)
     }
@@ -727,21 +722,7 @@ fn keeps_to(
     host: &str,
     port: u16,
 ) -> Option<sandbox_core::NetRefused> {
-    let (shown, reason) = match requests.feed(bytes) {
-        sandbox_core::HttpStep::Hosts(hosts) => {
-            match hosts.iter().find(|h| h.as_deref() != Some(host)) {
-                None => return None,
-                Some(Some(other)) => (other.clone(), format!("asked on a connection to {host}")),
-                Some(None) => {
-                    (host.to_owned(), "a request without a host on its connection".to_owned())
-                }
-            }
-        }
-        sandbox_core::HttpStep::Invalid => {
-            (host.to_owned(), "what followed on its connection was not HTTP".to_owned())
-        }
-    };
-    Some(sandbox_core::NetRefused { host: shown, port: Some(port), reason, would_allow: None })
+    sandbox_core::other_host(&requests.feed(bytes), host, port)
 }
 
 /// A connection to the first of `addrs` that answers, and which one it is.

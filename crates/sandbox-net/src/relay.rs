@@ -66,7 +66,7 @@ use smoltcp::wire::{
     TcpPacket, UdpPacket, UdpRepr,
 };
 
-use sandbox_core::{Allow, FlowName, HttpRequests, HttpStep, Lan, NetRefused, Sniffed};
+use sandbox_core::{Allow, FlowName, HttpRequests, Lan, NetRefused, Sniffed, other_host};
 
 use crate::egress::Egress;
 use crate::error::{Error, Result};
@@ -199,6 +199,13 @@ impl Listed {
     /// What was refused so far, each once, in order.
     pub fn refused(&self) -> Vec<NetRefused> {
         self.refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// The checks for the addresses the list names: private ones reachable when the caller
+    /// gave the list ([`Allow::opens_private`]), else as `lan` says; the host itself,
+    /// loopback and link-local stay refused either way.
+    pub(crate) fn egress(&self, lan: Lan, nameservers: Vec<IpAddr>) -> Egress {
+        Egress::new(if self.allow.opens_private() { Lan::Allowed } else { lan }, nameservers)
     }
 
     pub(crate) fn refuse(&self, refusal: NetRefused) {
@@ -516,32 +523,12 @@ struct Policy {
     listed: Listed,
     /// The addresses the sandbox's DNS answered, per name.
     answered: HashMap<String, HashSet<Ipv4Addr>>,
-    /// Every address answered for any name.
-    named: HashSet<Ipv4Addr>,
     /// The checks for a listed address: private ones reachable when the caller gave the list
     /// (`Allow::opens_private`); the host itself, loopback and link-local stay refused.
     listed_egress: Egress,
     sniffing: HashMap<Key, Sniff>,
     /// Sockets reset by the policy, removed once their reset is sent.
     dying: Vec<SocketHandle>,
-}
-
-/// Whether what the client sent next on a checked HTTP connection to `name` keeps to it:
-/// `None`, or the refusal (naming the other host, or saying it was not HTTP).
-fn other_host(step: &HttpStep, name: &str, port: u16) -> Option<NetRefused> {
-    let (host, reason) = match step {
-        HttpStep::Hosts(hosts) => match hosts.iter().find(|h| h.as_deref() != Some(name)) {
-            None => return None,
-            Some(Some(other)) => (other.clone(), format!("asked on a connection to {name}")),
-            Some(None) => {
-                (name.to_owned(), "a request without a host on its connection".to_owned())
-            }
-        },
-        HttpStep::Invalid => {
-            (name.to_owned(), "what followed on its connection was not HTTP".to_owned())
-        }
-    };
-    Some(NetRefused { host, port: Some(port), reason, would_allow: None })
 }
 
 impl Policy {
@@ -561,7 +548,6 @@ impl Policy {
         for ip in addresses {
             if let IpAddr::V4(v4) = sandbox_core::canonical_ip(ip) {
                 self.answered.entry(name.clone()).or_default().insert(v4);
-                self.named.insert(v4);
             }
         }
     }
@@ -683,13 +669,9 @@ pub(crate) fn serve(
 ) {
     let nameservers = crate::egress::host_nameservers();
     let policy = listed.map(|listed| Policy {
-        listed_egress: Egress::new(
-            if listed.allow.opens_private() { Lan::Allowed } else { lan },
-            nameservers.clone(),
-        ),
+        listed_egress: listed.egress(lan, nameservers.clone()),
         listed,
         answered: HashMap::new(),
-        named: HashSet::new(),
         sniffing: HashMap::new(),
         dying: Vec::new(),
     });
@@ -1070,17 +1052,19 @@ impl Flows {
         }
         let dest = key.1;
         let listed = policy.listed.allow.by_address(IpAddr::V4(*dest.ip()), dest.port());
-        if listed.is_some() || !policy.named.contains(dest.ip()) {
-            return false;
-        }
-        // No name answered at this address is listed on this port: refused at once, as a
-        // closed port (`ECONNREFUSED`), before anything is read.
+        // The names the sandbox's DNS answered with this address (none: not the relay's to
+        // read; the SYN path refuses it unless it is listed).
         let names: Vec<&String> = policy
             .answered
             .iter()
             .filter(|(_, at)| at.contains(dest.ip()))
             .map(|(name, _)| name)
             .collect();
+        if listed.is_some() || names.is_empty() {
+            return false;
+        }
+        // No name answered at this address is listed on this port: refused at once, as a
+        // closed port (`ECONNREFUSED`), before anything is read.
         if !names.iter().any(|name| policy.listed.allow.name_on_port(name, dest.port())) {
             if let Some(name) = names.first() {
                 policy.listed.refuse(NetRefused {
@@ -1523,7 +1507,6 @@ mod tests {
             listed_egress: Egress::new(Lan::Refused, Vec::new()),
             listed: listed.clone(),
             answered: HashMap::new(),
-            named: HashSet::new(),
             sniffing: HashMap::new(),
             dying: Vec::new(),
         };
@@ -1533,7 +1516,10 @@ mod tests {
         let at = IpAddr::from([203, 0, 113, 80]);
         assert!(
             policy.answered("pypi.org", at)
-                && policy.named.contains(&Ipv4Addr::from([203, 0, 113, 80]))
+                && policy
+                    .answered
+                    .values()
+                    .any(|at| at.contains(&Ipv4Addr::from([203, 0, 113, 80])))
         );
         assert!(!policy.answered("registry.npmjs.org", at), "pinned per name");
 

@@ -143,14 +143,13 @@ pub(crate) fn own_cache(fx: &Fixture) -> (tempfile::TempDir, engine_bwrap::Bwrap
 /// engine errors.
 pub(crate) fn run_on(engine: &engine_bwrap::BwrapEngine, spec: &RunSpec) -> (RunOutcome, Captured) {
     let mut captured = Captured::default();
-    let io = RunIo {
-        stdin: Stdin::Null,
-        output: Output::Sink(&mut captured),
-        status: None,
-        published: None,
-    };
-    let outcome = sandbox_core::Engine::run(engine, spec, io).expect("run");
+    let outcome = sandbox_core::Engine::run(engine, spec, quiet_io(&mut captured)).expect("run");
     (outcome, captured)
+}
+
+/// No input; the output into `captured`.
+fn quiet_io(captured: &mut Captured) -> RunIo<'_> {
+    RunIo { stdin: Stdin::Null, output: Output::Sink(captured), status: None, published: None }
 }
 
 /// `engine.run_prepared` with no input, its output captured.
@@ -160,13 +159,7 @@ pub(crate) fn run_prepared(
     env: &PreparedEnv,
 ) -> (Result<RunOutcome, engine_bwrap::Error>, Captured) {
     let mut captured = Captured::default();
-    let io = RunIo {
-        stdin: Stdin::Null,
-        output: Output::Sink(&mut captured),
-        status: None,
-        published: None,
-    };
-    let outcome = engine.run_prepared(spec, env, io);
+    let outcome = engine.run_prepared(spec, env, quiet_io(&mut captured));
     (outcome, captured)
 }
 
