@@ -214,6 +214,21 @@ fn deleted_ok() -> Reply {
     ok(pod_with("120", json!({"phase": "Running"})))
 }
 
+/// A pod's delete as a kubelet answers it: the object with its deletion time, then a watch
+/// showing its container stopped, then the delete with no grace that removes it.
+fn cleanup() -> Vec<Reply> {
+    let mut deleting = pod_with("120", json!({"phase": "Running"}));
+    deleting["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:09Z");
+    let mut stopped = pod_with(
+        "121",
+        json!({"phase": "Failed", "containerStatuses": [{"name": "sandbox",
+        "image": "python-sandbox-runtime:0.1.0", "imageID": "", "ready": false, "restartCount": 0,
+        "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}]}),
+    );
+    stopped["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:09Z");
+    vec![ok(deleting), Reply::Watch(vec![event("MODIFIED", stopped.clone())]), ok(stopped)]
+}
+
 async fn start(client: Client, timeout: Duration) -> Result<Pod, Error> {
     api::start(&client, NS, &the_pod(), the_policy(), timeout, &mut |_| {}).await
 }
@@ -398,7 +413,9 @@ fn after_create(replies: Vec<Reply>) -> Vec<Reply> {
 }
 
 fn watch_then_cleanup(events: Vec<Value>) -> Vec<Reply> {
-    after_create(vec![Reply::Watch(events), deleted_ok()])
+    let mut replies = vec![Reply::Watch(events)];
+    replies.extend(cleanup());
+    after_create(replies)
 }
 
 fn failure_cases() -> Vec<Case> {
@@ -605,16 +622,20 @@ fn failure_cases() -> Vec<Case> {
                     netpol_rbac,
                     json!({"group": "networking.k8s.io", "kind": "networkpolicies"}),
                 ),
-                deleted_ok(),
-            ],
+            ]
+            .into_iter()
+            .chain(cleanup())
+            .collect(),
         },
         Case {
             name: "watch_forbidden",
             class: ErrorClass::Setup,
-            replies: after_create(vec![
-                status(403, "Forbidden", watch_rbac, json!({"name": POD, "kind": "pods"})),
-                deleted_ok(),
-            ]),
+            replies: after_create(
+                [status(403, "Forbidden", watch_rbac, json!({"name": POD, "kind": "pods"}))]
+                    .into_iter()
+                    .chain(cleanup())
+                    .collect(),
+            ),
         },
     ]
 }
@@ -643,12 +664,16 @@ async fn a_pod_that_never_gets_ready_times_out_with_its_last_warning() {
         {"metadata": {"name": "psbx-abc.3", "namespace": NS}, "involvedObject": {"kind": "Pod", "name": POD},
          "type": "Warning", "reason": "FailedMount", "message": "older warning",
          "lastTimestamp": "2025-01-01T00:00:05Z"}]});
-    let replies = after_create(vec![
-        Reply::Watch(vec![event("MODIFIED", waiting("105", "ContainerCreating", ""))]),
-        Reply::Hang,
-        ok(events),
-        deleted_ok(),
-    ]);
+    let replies = after_create(
+        vec![
+            Reply::Watch(vec![event("MODIFIED", waiting("105", "ContainerCreating", ""))]),
+            Reply::Hang,
+            ok(events),
+        ]
+        .into_iter()
+        .chain(cleanup())
+        .collect(),
+    );
     let (result, transcript) = scripted(replies, |c| start(c, Duration::from_secs(1))).await;
     let error = result.expect_err("timeout");
     assert_eq!(error.class(), ErrorClass::Setup);
@@ -1058,4 +1083,62 @@ fn the_lease_verdict_follows_holder_and_age() {
     assert_eq!(name, crate::lease::name(&mark));
     assert_ne!(name, crate::lease::name(&MarkKey::from_bytes([8; 32])));
     assert!(name.len() <= 63 && name.starts_with("psbx-pool-serve-"), "{name}");
+}
+
+/// When a deleted pod's object may be removed at once: only once nothing of it runs, as the
+/// kubelet reports it (a container stopped, or already removed by the runtime).
+#[test]
+fn a_deleted_pod_is_removed_at_once_only_when_no_container_runs() {
+    let gone = json!({"terminated": {"exitCode": 137, "reason": "ContainerStatusUnknown"}});
+    let cases = [
+        (
+            "stopped by SIGTERM",
+            true,
+            "Failed",
+            json!({"terminated": {"exitCode": 143}}),
+            None,
+            true,
+        ),
+        ("ended by itself", true, "Succeeded", json!({"terminated": {"exitCode": 0}}), None, true),
+        // The runtime removed it before the kubelet read its state (seen on a busy node).
+        (
+            "removed",
+            true,
+            "Failed",
+            json!({"waiting": {"reason": "ContainerCreating"}}),
+            Some(gone),
+            true,
+        ),
+        ("still running", true, "Running", json!({"running": {}}), None, false),
+        ("terminal phase, container running", true, "Failed", json!({"running": {}}), None, false),
+        ("not being deleted", false, "Failed", json!({"terminated": {"exitCode": 1}}), None, false),
+    ];
+    for (what, deleting, phase, state, last, expected) in cases {
+        let mut pod = pod_with(
+            "130",
+            json!({"phase": phase, "containerStatuses": [{"name": "sandbox", "image": "x",
+                "imageID": "", "ready": false, "restartCount": 0, "state": state,
+                "lastState": last.unwrap_or_else(|| json!({}))}]}),
+        );
+        if deleting {
+            pod["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:09Z");
+        }
+        let pod: Pod = serde_json::from_value(pod).expect("pod");
+        assert_eq!(api::stopped(&pod), expected, "{what}");
+    }
+    let mut no_statuses = pod_with("131", json!({"phase": "Failed"}));
+    no_statuses["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:09Z");
+    let no_statuses: Pod = serde_json::from_value(no_statuses).expect("pod");
+    assert!(!api::stopped(&no_statuses), "a pod the kubelet has not reported on");
+    let mut init_running = pod_with(
+        "132",
+        json!({"phase": "Failed",
+            "initContainerStatuses": [{"name": "init", "image": "x", "imageID": "", "ready": false,
+                "restartCount": 0, "state": {"running": {}}}],
+            "containerStatuses": [{"name": "sandbox", "image": "x", "imageID": "", "ready": false,
+                "restartCount": 0, "state": {"terminated": {"exitCode": 0}}}]}),
+    );
+    init_running["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:09Z");
+    let init_running: Pod = serde_json::from_value(init_running).expect("pod");
+    assert!(!api::stopped(&init_running), "an init container still runs");
 }

@@ -696,9 +696,10 @@ impl Engine for K8sEngine {
 #[cfg(test)]
 mod tests;
 
-/// How long a run waits for its pod to be gone after deleting it: the grace second, the
-/// kubelet's stop and the apiserver's removal take about 2 s on the test cluster, and more than
-/// 15 s for the last of 20 runs ending together on its 2 CPUs (the kubelet stops them in turn).
+/// How long a run waits for its pod to be gone after deleting it: the kubelet's stop takes
+/// about 2.5 s on the test cluster, then the object is removed at once
+/// ([`api::delete_pod_and_wait`]); more for the last of 20 runs ending together on its 2 CPUs
+/// (the kubelet stops them in turn).
 const RUN_POD_GONE: std::time::Duration = std::time::Duration::from_secs(90);
 
 /// A NetworkPolicy names addresses only; names need the egress proxy, which this engine does

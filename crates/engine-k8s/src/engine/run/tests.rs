@@ -87,6 +87,16 @@ fn ready_status() -> Value {
             "restartCount": 0, "state": {"running": {"startedAt": "2025-01-01T00:00:02Z"}}}]})
 }
 
+/// How long the stand-in kubelet takes to remove a pod deleted with a grace period.
+const KUBELET_BATCH: Duration = Duration::from_secs(3);
+
+/// A deleted pod's status once its container was stopped.
+fn stopped_status() -> Value {
+    json!({"phase": "Failed", "containerStatuses": [{"name": "sandbox", "image": "x",
+        "imageID": "", "ready": false, "restartCount": 0, "state": {"terminated": {
+            "exitCode": 137, "reason": "Error"}}}]})
+}
+
 fn pull_failed_status() -> Value {
     json!({"phase": "Pending", "containerStatuses": [{"name": "sandbox", "image": "x",
         "imageID": "", "ready": false, "restartCount": 0, "state": {"waiting": {
@@ -222,8 +232,32 @@ fn rest(state: &Shared, method: &str, path: &str, body: Value) -> (u16, Value) {
             s.pods.insert(name, pod.clone());
             (201, pod)
         }
-        ("DELETE", "pods", name) => match s.pods.remove(name) {
-            Some(pod) => (200, pod),
+        // As a kubelet does: a graceful delete stops the containers (the pod shows them
+        // terminated) and the object goes only at its status batch (here 3 s later); a delete
+        // with no grace removes it at once.
+        ("DELETE", "pods", name) if body["gracePeriodSeconds"] == json!(0) => {
+            match s.pods.remove(name) {
+                Some(pod) => (200, pod),
+                None => (404, status(404, "NotFound", "not found")),
+            }
+        }
+        ("DELETE", "pods", name) => {
+            let Some(pod) = s.pods.get_mut(name) else {
+                return (404, status(404, "NotFound", "not found"));
+            };
+            pod["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:09Z");
+            pod["metadata"]["resourceVersion"] = json!(version);
+            pod["status"] = stopped_status();
+            let answer = pod.clone();
+            let (state, name) = (Arc::clone(state), name.to_owned());
+            tokio::spawn(async move {
+                tokio::time::sleep(KUBELET_BATCH).await;
+                state.lock().expect("state").pods.remove(&name);
+            });
+            (200, answer)
+        }
+        ("GET", "pods", name) => match s.pods.get(name) {
+            Some(pod) => (200, pod.clone()),
             None => (404, status(404, "NotFound", "not found")),
         },
         ("POST", "networkpolicies" | "services" | "ingresses", "") => (201, created(body)),
@@ -269,7 +303,9 @@ async fn answer_watch(tcp: &mut tokio::net::TcpStream, path: &str, name: &str, s
             (s.pods.get(name).cloned(), s.pull_fails)
         };
         if let Some(mut pod) = pod {
-            pod["status"] = if fails { pull_failed_status() } else { ready_status() };
+            if pod["metadata"]["deletionTimestamp"].is_null() {
+                pod["status"] = if fails { pull_failed_status() } else { ready_status() };
+            }
             let _ =
                 tcp.write_all(send(json!({"type": "MODIFIED", "object": pod})).as_bytes()).await;
         }
@@ -558,7 +594,7 @@ fn a_cold_run_prepares_the_claim_once_and_a_warm_run_only_reads_it() {
     EXEC
     DELETE /api/v1/pods/psbx-<id>
     GET /api/v1/pods (watch)
-    GET /api/v1/pods/psbx-<id>
+    DELETE /api/v1/pods/psbx-<id>
     PATCH /api/v1/persistentvolumeclaims/psbx-env-<key>
     POST /api/v1/pods
     POST /apis/networking.k8s.io/v1/networkpolicies
@@ -572,7 +608,7 @@ fn a_cold_run_prepares_the_claim_once_and_a_warm_run_only_reads_it() {
     EXEC
     DELETE /api/v1/pods/psbx-<id>
     GET /api/v1/pods (watch)
-    GET /api/v1/pods/psbx-<id>
+    DELETE /api/v1/pods/psbx-<id>
     ");
 
     cluster.state.lock().expect("state").log.clear();
