@@ -27,6 +27,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
+use crate::exec::Greeting;
 use crate::failure::{self, Op, Progress, StartFailure, api_error};
 
 /// The watches this process holds on the API server: the observable behind "a run holds at most
@@ -275,21 +276,53 @@ pub async fn create_owned<K: Object>(
     create(client, namespace, &object).await
 }
 
-/// Starts a sandbox: creates `pod`, then `network_policy` owned by it, then waits until the pod is
-/// Running and Ready, for at most `timeout`. Returns the pod as last seen. On any failure after
-/// the create the pod is deleted (its dependents go with it) and the first error returned.
-pub async fn start(
+/// What a pod's start waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Until {
+    /// Running and Ready (the readiness probe saw the agent listen).
+    Ready,
+    /// Running with every container started.
+    Started,
+}
+
+/// The `k8s-trace:` line of each ask whether a started pod's agent answers, before its name.
+pub const GREET_TRACE: &str = "k8s-trace: greet ";
+
+/// When the agent is asked whether it answers, in ms after the container started (about
+/// 1.6 s in all): it listens a few tens of ms after its start, and each ask is one request.
+pub const GREET_BACKOFF_MS: [u64; 7] = [0, 25, 50, 100, 200, 400, 800];
+
+/// Creates `pod` and its `network_policy` (owned by the pod), then waits (at most `timeout`
+/// each for the start and, where needed, the readiness) until its agent answers; on any failure
+/// the pod is deleted again and waited out. The pod is handed out as soon as its container
+/// runs and `greet` says the agent answers through a port-forward (a few hundred ms before the
+/// kubelet's readiness probe, period 1 s, would say so); where the forward never answers (RBAC
+/// without `pods/portforward`, a runtime whose forward does not reach the pod's loopback), the
+/// probe's Ready decides, as it did alone before.
+pub async fn start<G, F>(
     client: &Client,
     namespace: &str,
     pod: &Pod,
     network_policy: NetworkPolicy,
     timeout: Duration,
     status: &mut dyn FnMut(&str),
-) -> Result<Pod> {
+    greet: G,
+) -> Result<Pod>
+where
+    G: Fn(Pod) -> F,
+    F: std::future::Future<Output = Greeting>,
+{
     let created = create(client, namespace, pod).await?;
     let started = async {
         create_owned(client, namespace, &created, network_policy).await?;
-        wait_ready(client, namespace, &created, timeout, status).await
+        let running =
+            wait_until(client, namespace, &created, timeout, status, Until::Started).await?;
+        if matches!(failure::progress(&running), Progress::Ready)
+            || agent_answers(&greet, &running).await
+        {
+            return Ok(running);
+        }
+        wait_until(client, namespace, &running, timeout, status, Until::Ready).await
     }
     .await;
     match started {
@@ -310,21 +343,43 @@ pub async fn start(
     }
 }
 
-/// Waits, with a watch from the pod's resourceVersion, until `created` is Running and Ready
-/// ([`failure::progress`]), failing fast when its status says it never will be; after `timeout`
-/// fails with where it was and the latest Warning event.
-/// A pod the scheduler cannot place yet for a reason that clears (`failure::unschedulable_clears`)
-/// is waited for like any other, and `status` says so, once per distinct reason.
-pub async fn wait_ready(
+/// Asks `greet` along [`GREET_BACKOFF_MS`] until the agent answers (`true`), or the forward is
+/// refused or never reaches it (`false`).
+async fn agent_answers<G, F>(greet: &G, pod: &Pod) -> bool
+where
+    G: Fn(Pod) -> F,
+    F: std::future::Future<Output = Greeting>,
+{
+    for delay in GREET_BACKOFF_MS {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        if tracing() {
+            // Each ask is a request: the load test tells them from the run's own.
+            use std::io::Write as _;
+            let name = pod.metadata.name.as_deref().unwrap_or_default();
+            let _ = writeln!(std::io::stderr(), "{GREET_TRACE}{name}");
+        }
+        match greet(pod.clone()).await {
+            Greeting::Answered => return true,
+            Greeting::NoForward => return false,
+            Greeting::NotYet => {}
+        }
+    }
+    false
+}
+
+/// Watches `created` (at most `timeout`) until it is as far as `until`; its failure, with the
+/// cluster's reason, when it cannot get there.
+async fn wait_until(
     client: &Client,
     namespace: &str,
     created: &Pod,
     timeout: Duration,
     status: &mut dyn FnMut(&str),
+    until: Until,
 ) -> Result<Pod> {
     let name = created.metadata.name.clone().unwrap_or_default();
     let mut last = created.clone();
-    let watch = watch_until_ready(client, namespace, &name, &mut last, status);
+    let watch = watch_until_ready(client, namespace, &name, &mut last, status, until);
     match tokio::time::timeout(timeout, watch).await {
         Ok(result) => result,
         Err(_elapsed) => {
@@ -346,6 +401,7 @@ async fn watch_until_ready(
     name: &str,
     last: &mut Pod,
     status: &mut dyn FnMut(&str),
+    until: Until,
 ) -> Result<Pod> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let op = Op::new("watch", "pod", Some(name), namespace);
@@ -359,7 +415,7 @@ async fn watch_until_ready(
             status(&format!("pod `{name}` {text}; waiting"));
             told = text;
         }
-        settled(name, pod)
+        settled(name, pod, until)
     };
     if let Some(done) = settled(name, last)? {
         return Ok(done);
@@ -404,9 +460,12 @@ async fn watch_until_ready(
     }
 }
 
-fn settled(name: &str, pod: &Pod) -> Result<Option<Pod>> {
+fn settled(name: &str, pod: &Pod, until: Until) -> Result<Option<Pod>> {
     match failure::progress(pod) {
         Progress::Ready => Ok(Some(pod.clone())),
+        Progress::Waiting(_) if until == Until::Started && failure::started(pod) => {
+            Ok(Some(pod.clone()))
+        }
         Progress::Waiting(_) => Ok(None),
         Progress::Failed(failure) => Err(Error::StartFailed { pod: name.to_owned(), failure }),
     }

@@ -15,6 +15,7 @@ use reaper::{Liveness, MarkKey, Owner};
 use sandbox_core::{Classify, ErrorClass};
 use serde_json::{Value, json};
 
+use crate::exec::Greeting;
 use crate::{Error, api, failure, sweep};
 
 const NS: &str = "python-sandbox";
@@ -230,7 +231,75 @@ fn cleanup() -> Vec<Reply> {
 }
 
 async fn start(client: Client, timeout: Duration) -> Result<Pod, Error> {
-    api::start(&client, NS, &the_pod(), the_policy(), timeout, &mut |_| {}).await
+    api::start(&client, NS, &the_pod(), the_policy(), timeout, &mut |_| {}, answers).await
+}
+
+/// An agent that answers at once.
+async fn answers(_: Pod) -> Greeting {
+    Greeting::Answered
+}
+
+/// Running, its container started, not Ready yet: the readiness probe has not run.
+fn running_not_ready(rv: &str) -> Value {
+    pod_with(
+        rv,
+        json!({"phase": "Running", "conditions": [
+        {"type": "PodScheduled", "status": "True"},
+        {"type": "Ready", "status": "False"}],
+        "containerStatuses": [{"name": "sandbox", "image": "python-sandbox-runtime:0.1.0",
+            "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"running": {"startedAt": "2025-01-01T00:00:02Z"}}}]}),
+    )
+}
+
+/// The pod is handed out once its container runs and the agent answers, before the kubelet's
+/// readiness probe says so; asked again while it does not answer yet.
+#[tokio::test]
+async fn a_started_pod_whose_agent_answers_is_ready_before_its_probe() {
+    let replies = vec![
+        created(pending("100")),
+        echo("NetworkPolicy", "networking.k8s.io/v1", POD),
+        Reply::Watch(vec![
+            event("MODIFIED", waiting("105", "ContainerCreating", "")),
+            event("MODIFIED", running_not_ready("107")),
+            event("MODIFIED", running_ready("110")),
+        ]),
+    ];
+    let asked = std::sync::atomic::AtomicUsize::new(0);
+    let greet = |_: Pod| {
+        let n = asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        async move { if n < 2 { Greeting::NotYet } else { Greeting::Answered } }
+    };
+    let (result, transcript) = scripted(replies, |c| async move {
+        api::start(&c, NS, &the_pod(), the_policy(), Duration::from_secs(5), &mut |_| {}, greet)
+            .await
+    })
+    .await;
+    let pod = result.expect("started");
+    assert_eq!(pod.metadata.resource_version.as_deref(), Some("107"), "not waited for Ready");
+    assert_eq!(asked.load(std::sync::atomic::Ordering::Relaxed), 3);
+    assert!(!transcript.contains("(unexpected request)"), "{transcript}");
+}
+
+/// Where no forward can be had (RBAC without `pods/portforward`), the kubelet's Ready decides:
+/// the start watches on from the started pod's version.
+#[tokio::test]
+async fn without_a_forward_the_start_waits_for_the_probe() {
+    let replies = vec![
+        created(pending("100")),
+        echo("NetworkPolicy", "networking.k8s.io/v1", POD),
+        Reply::Watch(vec![event("MODIFIED", running_not_ready("107"))]),
+        Reply::Watch(vec![event("MODIFIED", running_ready("110"))]),
+    ];
+    let (result, transcript) = scripted(replies, |c| async move {
+        let refused = |_: Pod| async { Greeting::NoForward };
+        api::start(&c, NS, &the_pod(), the_policy(), Duration::from_secs(5), &mut |_| {}, refused)
+            .await
+    })
+    .await;
+    let pod = result.expect("ready");
+    assert_eq!(pod.metadata.resource_version.as_deref(), Some("110"));
+    insta::assert_snapshot!(transcript);
 }
 
 #[tokio::test]
@@ -276,11 +345,10 @@ async fn a_pod_not_scheduled_for_a_reason_that_clears_is_waited_for() {
     ];
     let mut said = Vec::new();
     let (result, _) = scripted(replies, |c| async move {
-        api::start(&c, NS, &the_pod(), the_policy(), Duration::from_secs(5), &mut |line| {
-            said.push(line.to_owned())
-        })
-        .await
-        .map(|pod| (pod, said))
+        let status = &mut |line: &str| said.push(line.to_owned());
+        api::start(&c, NS, &the_pod(), the_policy(), Duration::from_secs(5), status, answers)
+            .await
+            .map(|pod| (pod, said))
     })
     .await;
     let (pod, said) = result.expect("ready once placed");

@@ -510,14 +510,7 @@ impl K8sEngine {
             id,
             preview: self.config.preview,
         };
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        // gVisor's and Kata's port-forward does not reach the pod's loopback: under a runtime
-        // class every call is an exec (no failed forward first, on every CLI call).
-        let runtime_class = pod.spec.as_ref().and_then(|s| s.runtime_class_name.as_ref());
-        let exec = PodExec::new(self.client.clone(), &self.config.namespace, &name)
-            .container(manifest::CONTAINER)
-            .agent_port(runtime_class.is_none().then_some(crate::exec::AGENT_PORT));
-        PodSandbox::attach(exec, attached).with_api(
+        PodSandbox::attach(self.pod_exec(pod), attached).with_api(
             self.client.clone(),
             &self.config.namespace,
             self.rt().handle().clone(),
@@ -526,6 +519,33 @@ impl K8sEngine {
 }
 
 impl K8sEngine {
+    /// Execs in `pod`'s sandbox container, through its agent.
+    fn pod_exec(&self, pod: &Pod) -> PodExec {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        // gVisor's and Kata's port-forward does not reach the pod's loopback: under a runtime
+        // class every call is an exec (no failed forward first, on every CLI call).
+        let runtime_class = pod.spec.as_ref().and_then(|s| s.runtime_class_name.as_ref());
+        PodExec::new(self.client.clone(), &self.config.namespace, &name)
+            .container(manifest::CONTAINER)
+            .agent_port(runtime_class.is_none().then_some(crate::exec::AGENT_PORT))
+    }
+
+    /// Creates and starts `pod` with `policy` ([`api::start`]), handed out once its agent
+    /// answers.
+    pub(crate) async fn launch_pod(
+        &self,
+        pod: &Pod,
+        policy: k8s_openapi::api::networking::v1::NetworkPolicy,
+        status: &mut dyn FnMut(&str),
+    ) -> Result<Pod> {
+        let greet = |started: Pod| {
+            let exec = self.pod_exec(&started);
+            async move { exec.greet().await }
+        };
+        api::start(&self.client, &self.config.namespace, pod, policy, START_TIMEOUT, status, greet)
+            .await
+    }
+
     /// Refuses a net-off sandbox (`pod`, started under its deny-all egress policy) on a cluster
     /// that does not enforce NetworkPolicy ([`crate::netoff`]): the verdict kept on the host
     /// for this cluster and namespace, else the probe run in `pod` and its verdict kept.
@@ -597,8 +617,7 @@ impl K8sEngine {
         let ns = &self.config.namespace;
         let policy = plan.network_policy();
         status(&format!("starting pod `{}` in namespace `{ns}`", manifest::pod_name(&id)));
-        let pod =
-            self.block_on(api::start(&self.client, ns, &plan.pod, policy, START_TIMEOUT, status))?;
+        let pod = self.block_on(self.launch_pod(&plan.pod, policy, status))?;
         let finished = self.block_on(async {
             if config.net == Net::Off {
                 self.net_off_given(&pod).await?;

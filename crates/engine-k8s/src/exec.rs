@@ -245,6 +245,24 @@ impl PodExec {
         result
     }
 
+    /// Whether the agent answers on its port now: `true` run through a forward, with no exec
+    /// fallback and nothing remembered about the forward. A pod's container is started before
+    /// its agent listens, and well before the kubelet's readiness probe has seen it do so.
+    pub async fn greet(&self) -> Greeting {
+        let Some(port) = self.agent_port else { return Greeting::NoForward };
+        let request = ExecRequest { argv: vec!["true".to_owned()], ..ExecRequest::default() };
+        let header = encode_interactive_request(&request, "/", None);
+        let mut output = sandbox_core::shell::Capped::new(DIAGNOSTIC_LIMIT);
+        let answer = self
+            .forwarded(port, &header, &[], &mut None, &request, &mut output, Instant::now())
+            .await;
+        match answer {
+            Forwarded::Answered(_) => Greeting::Answered,
+            Forwarded::Unreachable { upgraded: true } => Greeting::NotYet,
+            Forwarded::Unreachable { upgraded: false } => Greeting::NoForward,
+        }
+    }
+
     async fn relayed(
         &self,
         request: &ExecRequest,
@@ -268,7 +286,9 @@ impl PodExec {
         if let Some(port) = self.agent_port.filter(|_| self.forwards()) {
             match self.forwarded(port, &header, stdin, &mut live, request, output, start).await {
                 Forwarded::Answered(result) => return result,
-                Forwarded::Unreachable => self.forward_unreachable.store(true, Ordering::Relaxed),
+                Forwarded::Unreachable { .. } => {
+                    self.forward_unreachable.store(true, Ordering::Relaxed);
+                }
             }
         }
         let ExecChannel { connection, .. } = self.connect(&self.relay_argv(), true).await?;
@@ -311,11 +331,11 @@ impl PodExec {
     ) -> Forwarded {
         let url = Pod::url_path(&(), Some(&self.namespace));
         let Ok(mut upgrade) = kube::core::Request::new(url).portforward(&self.pod, &[port]) else {
-            return Forwarded::Unreachable;
+            return Forwarded::Unreachable { upgraded: false };
         };
         upgrade.extensions_mut().insert("portforward");
         let Ok(connection) = self.client.connect(upgrade).await else {
-            return Forwarded::Unreachable;
+            return Forwarded::Unreachable { upgraded: false };
         };
         let (mut sink, mut stream) = connection.into_stream().split();
         let greeted = tokio::sync::Notify::new();
@@ -349,7 +369,7 @@ impl PodExec {
                 }
                 if ch == 1 {
                     if !received {
-                        return Forwarded::Unreachable;
+                        return Forwarded::Unreachable { upgraded: true };
                     }
                     let text = String::from_utf8_lossy(payload).trim().to_owned();
                     return failed(format!("the port-forward to the agent failed: {text}"));
@@ -371,7 +391,7 @@ impl PodExec {
             if received {
                 failed("the port-forward to the agent ended before the command's exit".to_owned())
             } else {
-                Forwarded::Unreachable
+                Forwarded::Unreachable { upgraded: true }
             }
         };
         let both = async {
@@ -460,12 +480,24 @@ fn exit_of(pod: &str, json: &[u8], start: Instant) -> Result<RunOutcome, Error> 
     }
 }
 
+/// What [`PodExec::greet`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Greeting {
+    /// The agent answered through the forward.
+    Answered,
+    /// The forward opened but reached nothing listening (yet).
+    NotYet,
+    /// No forward to try: refused by the apiserver (RBAC), or the handle has no agent port.
+    NoForward,
+}
+
 /// What a call through the port-forward came to.
 enum Forwarded {
     /// The agent answered: the call's result, whatever it is.
     Answered(Result<RunOutcome, Error>),
-    /// Not a byte came back: nothing ran.
-    Unreachable,
+    /// Not a byte came back: nothing ran. `upgraded`: the apiserver opened the forward (what
+    /// it reached in the pod answered nothing), rather than refusing it.
+    Unreachable { upgraded: bool },
 }
 
 /// `work` within the request's `timeout` and the agent's grace: past them the host gives up,

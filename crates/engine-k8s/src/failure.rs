@@ -501,3 +501,13 @@ pub fn explain_timeout(pod: Option<&Pod>, events: &[Event]) -> String {
         None => format!("{state}; no warning events"),
     }
 }
+
+/// Whether `pod` runs with every container started (the kubelet's readiness aside): its
+/// agent is about to listen, or listens already.
+pub(crate) fn started(pod: &Pod) -> bool {
+    let Some(status) = pod.status.as_ref() else { return false };
+    status.phase.as_deref() == Some("Running")
+        && status.container_statuses.as_ref().is_some_and(|c| {
+            !c.is_empty() && c.iter().all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        })
+}

@@ -216,7 +216,8 @@ pub fn pod(config: &SandboxConfig, request: &PodRequest) -> Result<Pod, Error> {
                 })
                 .collect(),
         ),
-        // Ready once the agent listens: the first exec then never races its start.
+        // Ready once the agent listens. The start hands the pod out sooner when the agent
+        // answers through a port-forward (`api::start`); this decides where none reaches it.
         readiness_probe: Some(Probe {
             exec: Some(ExecAction {
                 command: Some(vec![

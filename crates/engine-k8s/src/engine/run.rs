@@ -20,7 +20,7 @@ use sandbox_core::{
     RunIo, RunOutcome, RunSpec, Sandbox, SessionConfig, Stdin, Stream,
 };
 
-use super::{K8sEngine, START_TIMEOUT, now_secs, plan, random_id};
+use super::{K8sEngine, now_secs, plan, random_id};
 use crate::error::{Error, Result};
 use crate::failure::{Op, api_error};
 use crate::{api, workspace};
@@ -274,9 +274,8 @@ impl K8sEngine {
         let mut plan = plan(&base, session, &id, &self.owner, now_secs(), &self.mark)?;
         environment::mount(&mut plan.pod, claim, read_only);
         claims::mount(&mut plan.pod, user);
-        let ns = &self.config.namespace;
         let policy = plan.network_policy();
-        let pod = api::start(&self.client, ns, &plan.pod, policy, START_TIMEOUT, status).await?;
+        let pod = self.launch_pod(&plan.pod, policy, status).await?;
         Ok((plan, pod))
     }
 

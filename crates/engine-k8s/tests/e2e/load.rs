@@ -146,6 +146,17 @@ fn requests(stderr: &str) -> Vec<String> {
 
 /// One CLI command with the request trace; its requests, after checking it succeeded.
 fn traced(ws: &Workspace, args: &[&str]) -> (String, Vec<String>) {
+    let (out, made, _) = traced_with_stderr(ws, args);
+    (out, made)
+}
+
+/// How many times a CLI process asked a started pod's agent whether it answers.
+fn greets(stderr: &str) -> usize {
+    stderr.lines().filter(|l| l.starts_with(engine_k8s::api::GREET_TRACE)).count()
+}
+
+/// [`traced`], with the CLI's stderr.
+fn traced_with_stderr(ws: &Workspace, args: &[&str]) -> (String, Vec<String>, String) {
     let out = Command::new(cli())
         .args(args)
         .current_dir(&ws.0)
@@ -161,7 +172,7 @@ fn traced(ws: &Workspace, args: &[&str]) -> (String, Vec<String>) {
     for request in &made {
         println!("  {request}");
     }
-    (String::from_utf8_lossy(&out.stdout).into_owned(), made)
+    (String::from_utf8_lossy(&out.stdout).into_owned(), made, stderr.into_owned())
 }
 
 /// What a run and each session command cost the API server, counted per CLI process (the
@@ -174,11 +185,18 @@ fn a_run_and_each_session_command_cost_a_bounded_number_of_requests() {
     let ws = Workspace::new("requests", "print('hello')\n");
     // Warm first: the first run prepares the environment.
     let _ = traced(&ws, &["run", "--engine", "k8s", "--net", "on", "script.py"]);
-    let (out, run) = traced(&ws, &["run", "--engine", "k8s", "--net", "on", "script.py"]);
+    let (out, run, run_stderr) =
+        traced_with_stderr(&ws, &["run", "--engine", "k8s", "--net", "on", "script.py"]);
     assert_eq!(out, "hello\n");
     // Create the policy and the pod, one watch for its start and one for its end, the
-    // environment's claim, the workspace and output channels (port-forwards), one delete.
-    assert!(run.len() <= 14, "a warm run made {} requests: {run:#?}", run.len());
+    // environment's claim, the workspace and output channels (port-forwards), one delete, and
+    // the delete that removes the stopped pod. Asking a started pod's agent whether it answers
+    // takes one more port-forward, or a few while it starts on a busy node: those beyond the
+    // first are counted apart, and bounded by the backoff's length.
+    let greets = greets(&run_stderr);
+    assert!(greets <= engine_k8s::api::GREET_BACKOFF_MS.len(), "{greets} asks: {run:#?}");
+    let own = run.len() - greets.saturating_sub(1);
+    assert!(own <= 14, "a warm run made {own} requests (and {greets} asks): {run:#?}");
     let watches = run.iter().filter(|r| r.ends_with("(watch)")).count();
     assert_eq!(watches, 2, "{run:#?}");
     let polls = run.iter().filter(|r| r.starts_with("GET ") && r.ends_with("/pods/NAME"));
