@@ -28,8 +28,11 @@ pub(crate) struct Snapshot {
     /// (name, is a directory). A directory whose time is the same after the run had no entry
     /// added, removed or renamed.
     dirs: BTreeMap<String, (Stamp, Vec<(String, bool)>)>,
-    /// The run's start on the coarse real-time clock, which stamps change times.
-    start: Stamp,
+    /// When the walk began (the later of the two real-time clocks).
+    before: Stamp,
+    /// The run's start on the coarse real-time clock, which stamps change times: the first
+    /// tick after `before` ([`Snapshot::settle`]).
+    start: Option<Stamp>,
     own: Vec<(u64, u64)>,
 }
 
@@ -43,6 +46,15 @@ pub(crate) struct Changes {
 }
 
 pub(crate) fn snapshot(root: &Path) -> Snapshot {
+    let mut snapshot = unsettled(root);
+    snapshot.settle();
+    snapshot
+}
+
+/// The walk of [`snapshot`] without the wait for the clock's next tick: [`Snapshot::settle`]
+/// must follow before the script can write (a run settles between its prepare and its start,
+/// by which time the tick has mostly passed, so a warm run seldom waits for it).
+pub(crate) fn unsettled(root: &Path) -> Snapshot {
     // The later of the coarse clock and the precise one: where the kernel stamps a change with
     // a precise time (multigrain timestamps, once a file's times were read) while the coarse
     // clock lags behind (no tick on an idle CPU), a file written just before the run is
@@ -54,7 +66,23 @@ pub(crate) fn snapshot(root: &Path) -> Snapshot {
         let names = entries.iter().map(|(n, t, _)| (n.clone(), *t == FileType::Directory));
         dirs.insert(rel.to_owned(), (mtime, names.collect()));
     });
-    Snapshot { dirs, start: next_tick(before), own: own_outputs() }
+    Snapshot { dirs, before, start: None, own: own_outputs() }
+}
+
+impl Snapshot {
+    /// Waits for the first tick of the coarse clock after the walk began, if it has not come
+    /// yet: every change the run makes from now on is stamped at or after it.
+    pub(crate) fn settle(&mut self) {
+        if self.start.is_none() {
+            self.start = Some(next_tick(self.before));
+        }
+    }
+
+    /// The run's start; a snapshot never settled counts from its walk (and would miss a change
+    /// made in the walk's own tick: every caller settles).
+    fn start(&self) -> Stamp {
+        self.start.unwrap_or(self.before)
+    }
 }
 
 fn coarse_now() -> Stamp {
@@ -89,7 +117,7 @@ pub(crate) fn changes_since(before: &Snapshot, root: &Path) -> Changes {
     let mut seen: BTreeSet<String> = BTreeSet::new();
     walk(root, true, &mut |rel, mtime, entries| {
         for (name, kind, ctime) in entries {
-            if *kind == FileType::RegularFile && ctime.is_some_and(|c| c >= before.start) {
+            if *kind == FileType::RegularFile && ctime.is_some_and(|c| c >= before.start()) {
                 written.push(join(rel, name));
             }
         }
@@ -97,7 +125,7 @@ pub(crate) fn changes_since(before: &Snapshot, root: &Path) -> Changes {
         // Only a directory whose entries changed is compared name by name: its time moved,
         // or lies in the tick the run started in (a change then would leave it the same).
         if let Some((was, old)) = before.dirs.get(rel)
-            && (*was != mtime || mtime >= before.start)
+            && (*was != mtime || mtime >= before.start())
         {
             let now: BTreeSet<&str> = entries.iter().map(|(n, _, _)| n.as_str()).collect();
             let gone = old.iter().filter(|(n, is_dir)| !is_dir && !now.contains(n.as_str()));
@@ -326,6 +354,23 @@ fn protected_top(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_walk_settled_later_still_tells_writes_before_it_from_writes_after() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        std::fs::write(root.join("before.txt"), "x").unwrap();
+        // As a run does it: the walk, then the engine's choice and prepare, then the settle.
+        let mut before = unsettled(root);
+        std::fs::write(root.join("meanwhile.txt"), "x").unwrap();
+        before.settle();
+        let start = before.start.expect("settled");
+        assert!(start > before.before, "the start is a tick after the walk");
+        std::fs::write(root.join("during.txt"), "y").unwrap();
+        let changes = changes_since(&before, root);
+        assert!(changes.written.contains(&"during.txt".to_owned()), "{changes:?}");
+        assert!(!changes.written.contains(&"before.txt".to_owned()), "{changes:?}");
+    }
 
     #[test]
     fn writes_and_deletions_are_found_in_git_too() {

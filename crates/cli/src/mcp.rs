@@ -783,6 +783,8 @@ fn run_script(a: RunScriptArgs, status: &mut (dyn FnMut(&str) + Send)) -> Result
         purpose: registry::Purpose::Start,
         claims: &claims,
     };
+    // Walked before the engine is chosen, settled between the prepare and the start (as `run`).
+    let mut before = files::unsettled(&spec.workspace);
     let Some(engine) = registry::select(engine, &options)? else {
         return Err(ui::hinted(
             "no isolation engine works here, so nothing was run",
@@ -792,10 +794,15 @@ fn run_script(a: RunScriptArgs, status: &mut (dyn FnMut(&str) + Send)) -> Result
     // The warnings of keys the engine does not use are dropped here: the tool's answer has
     // no place for them, and nothing is weakened by an unused image.
     registry::script_keys(engine.name(), &keys)?;
-    let before = files::snapshot(&spec.workspace);
     let mut urls = Vec::new();
-    let (outcome, capped, seen) =
-        run::run_captured(&*engine, &spec, Capped::default(), &mut urls, status)?;
+    let (outcome, capped, seen) = run::run_captured(
+        &*engine,
+        &spec,
+        Capped::default(),
+        &mut urls,
+        status,
+        Some(&mut before),
+    )?;
     let code =
         if outcome.timed_out { crate::exit::TIMEOUT } else { crate::exit::of_script(&outcome) };
     let mut v = outcome_json(&outcome, code, &capped);

@@ -59,6 +59,12 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
         purpose: registry::Purpose::Start,
         claims: &claims,
     };
+    // Off a terminal (Claude Code's Bash, a log) a closing line names the files the run wrote
+    // and deleted, as `--json` lists them: both need the workspace's listing before the run.
+    // Walked before the engine is chosen, so the clock's next tick (settled between the
+    // prepare and the start) has mostly passed by then.
+    let plain = !args.json && !std::io::stderr().is_terminal();
+    let mut before = (args.json || plain).then(|| files::unsettled(&spec.workspace));
     let Some(engine) = registry::select(&args.engine, &options)? else {
         return Ok(no_engine(args.json, None));
     };
@@ -72,12 +78,8 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
     {
         ui::note(&note);
     }
-    // Off a terminal (Claude Code's Bash, a log) a closing line names the files the run wrote
-    // and deleted, as `--json` lists them: both need the workspace's listing before the run.
-    let plain = !args.json && !std::io::stderr().is_terminal();
-    let before = (args.json || plain).then(|| files::snapshot(&spec.workspace));
     let mut urls = Vec::new();
-    let (outcome, seen) = match run_on(&*engine, &spec, args.json, &mut urls) {
+    let (outcome, seen) = match run_on(&*engine, &spec, args.json, &mut urls, before.as_mut()) {
         Ok(ran) => ran,
         // The engine turned out unable to sandbox here (a bwrap blocked after its cached probe,
         // a daemon gone): that is "no engine" for tools, and the script never started.
@@ -183,10 +185,15 @@ pub(crate) fn run_captured<S: OutputSink>(
     output: S,
     urls: &mut Vec<(u16, String)>,
     status: &mut (dyn FnMut(&str) + Send),
+    before: Option<&mut files::Snapshot>,
 ) -> Result<(RunOutcome, S, files::Seen)> {
     refuse_unsupported(engine.name(), engine.capability(), spec)?;
     let warnings = engine.check_dyn(spec)?;
     let prepared = engine.prepare_dyn(spec, &mut |line| status(line))?;
+    // Nothing of the script has run yet: its changes are stamped from here on.
+    if let Some(before) = before {
+        before.settle();
+    }
     let mut published = |ports: &[sandbox_core::PublishedPort]| {
         urls.extend(ports.iter().map(|p| (p.port, p.url())));
     };
@@ -297,6 +304,7 @@ fn run_on(
     spec: &RunSpec,
     json: bool,
     urls: &mut Vec<(u16, String)>,
+    before: Option<&mut files::Snapshot>,
 ) -> Result<(RunOutcome, files::Seen)> {
     for warning in engine.check_dyn(spec)? {
         ui::warn(&warning);
@@ -305,7 +313,14 @@ fn run_on(
         spec,
         json,
         urls,
-        |status| Ok(engine.prepare_dyn(spec, status)?),
+        |status| {
+            let prepared = engine.prepare_dyn(spec, status)?;
+            // Nothing of the script has run yet: its changes are stamped from here on.
+            if let Some(before) = before {
+                before.settle();
+            }
+            Ok(prepared)
+        },
         |prepared, io| Ok(engine.run_prepared_dyn(spec, prepared, io)?),
     )
 }

@@ -63,4 +63,4 @@ pub use lock::{LockMode, lock_env, lock_in};
 pub use mark::{MARK, MarkKey};
 pub use owner::{Liveness, OwnerLiveness, ProcLiveness, Stat, Vantage, judge, parse_stat};
 pub use policy::{Action, Policy, Reason, Resource, State, decide};
-pub use proc::ProcPin;
+pub use proc::{ProcPin, reap_child};

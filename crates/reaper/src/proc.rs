@@ -117,6 +117,41 @@ impl ProcPin {
     }
 }
 
+/// Reaps our own child `pid`, which was just told to exit: waits for its end on a pidfd (no
+/// polling interval added to every run's end), at most `patience`. A child that does not end
+/// in time is left (a zombie until this process exits) rather than holding the caller up.
+pub fn reap_child(pid: i32, patience: std::time::Duration) {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let Some(child) = rustix::process::Pid::from_raw(pid) else { return };
+    let reap = || {
+        rustix::process::waitpid(Some(child), rustix::process::WaitOptions::NOHANG)
+            .map(|status| status.is_some())
+    };
+    let Ok(pidfd) = rustix::process::pidfd_open(child, rustix::process::PidfdFlags::empty()) else {
+        // Reaped already, or no pidfd here (a kernel before 5.3): a bounded poll of the pid.
+        let deadline = std::time::Instant::now() + patience;
+        while matches!(reap(), Ok(false)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        return;
+    };
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        match reap() {
+            Ok(true) => return,
+            Err(e) if e != rustix::io::Errno::INTR => return,
+            _ => {}
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        let timeout = Timespec::try_from(left).unwrap_or(Timespec { tv_sec: 1, tv_nsec: 0 });
+        let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
+        let _ = rustix::event::poll(&mut fds, Some(&timeout));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,5 +178,30 @@ mod tests {
         let rel = |p: &std::path::Path| p.to_string_lossy().trim_start_matches('/').to_owned();
         assert!(me.connect_in_root(&rel(&socket)).is_some(), "the real socket connects");
         assert!(me.socket_in_root(&rel(&link)).is_none(), "the planted link is refused");
+    }
+
+    #[test]
+    fn a_child_told_to_exit_is_reaped_as_it_ends_and_one_that_does_not_is_left() {
+        // Reaped by the code under test, not by `Child::wait`.
+        #[allow(clippy::zombie_processes)]
+        let quick = std::process::Command::new("sleep").arg("0.05").spawn().unwrap();
+        let pid = i32::try_from(quick.id()).unwrap();
+        let began = std::time::Instant::now();
+        super::reap_child(pid, std::time::Duration::from_secs(5));
+        assert!(began.elapsed() < std::time::Duration::from_secs(3), "{:?}", began.elapsed());
+        let gone = rustix::process::waitpid(
+            rustix::process::Pid::from_raw(pid),
+            rustix::process::WaitOptions::NOHANG,
+        );
+        assert_eq!(gone.err(), Some(rustix::io::Errno::CHILD), "reaped already");
+
+        let mut slow = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let began = std::time::Instant::now();
+        super::reap_child(i32::try_from(slow.id()).unwrap(), std::time::Duration::from_millis(100));
+        let waited = began.elapsed();
+        assert!(waited >= std::time::Duration::from_millis(100), "{waited:?}");
+        assert!(waited < std::time::Duration::from_secs(5), "{waited:?}");
+        slow.kill().unwrap();
+        slow.wait().unwrap();
     }
 }

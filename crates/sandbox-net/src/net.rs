@@ -167,16 +167,7 @@ impl Drop for Leash {
         // reaped here, waiting a second at most: a watcher someone stopped never holds up the
         // end of a run (it stays a zombie until the CLI exits).
         self.write.take();
-        for _ in 0..1000 {
-            let mut status = 0;
-            // SAFETY: polls our own child; no other code waits for this pid.
-            match unsafe { libc::waitpid(self.watcher, &mut status, libc::WNOHANG) } {
-                0 => std::thread::sleep(std::time::Duration::from_millis(1)),
-                -1 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {
-                }
-                _ => break,
-            }
-        }
+        reaper::reap_child(self.watcher, std::time::Duration::from_secs(1));
     }
 }
 

@@ -92,16 +92,7 @@ impl Janitor {
         if let Some(write) = self.write.take() {
             let _ = rustix::io::write(&write, b"k");
         }
-        for _ in 0..1000 {
-            let mut status = 0;
-            // SAFETY: polls our own child; no other code waits for this pid.
-            match unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) } {
-                0 => std::thread::sleep(std::time::Duration::from_millis(1)),
-                -1 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {
-                }
-                _ => break,
-            }
-        }
+        crate::reap_child(self.pid, std::time::Duration::from_secs(1));
     }
 }
 
