@@ -333,6 +333,19 @@ fn run_cases() -> Vec<Case> {
             ..BASE
         },
         Case {
+            // A session started with a list holds it for every script run in it (its keeper
+            // checks each flow by name, as a run's relay does); the script's own list is the
+            // same, so it fits.
+            name: "net-allowlist-session",
+            script: Script::File("allow.py"),
+            meta: Some(NET_LIST),
+            in_session: Some(|_| strings(&["--net", "pypi.org,*.pythonhosted.org:443"])),
+            expect: session_allowlist,
+            only_on: Some(SESSION_ENGINES),
+            deadline_secs: 180,
+            ..BASE
+        },
+        Case {
             // The flag's `on` replaces the script's list whole, on every engine.
             name: "net-allowlist-widened-by-flag-on",
             script: Script::Inline(
@@ -1220,6 +1233,16 @@ fn allowlist(fx: &Fixture) -> Expect {
             .err("registry.npmjs.org: not in the list (no DNS answer)")
     } else {
         Expect::exit(2).err("cannot hold a network allowlist").err("hint:")
+    }
+}
+
+/// `allow.py` in a session started with the same list: native and bwrap hold it (every check
+/// `ok`; a session's refusals are the script's errors, not a note); the other engines refuse
+/// the start, naming the list.
+fn session_allowlist(fx: &Fixture) -> Expect {
+    match fx.engine.as_str() {
+        "native" | "bwrap" => Expect::ok(),
+        _ => Expect::exit(2).err("cannot hold a network allowlist").err("hint:"),
     }
 }
 

@@ -60,6 +60,10 @@ pub(crate) struct Case {
     pub(crate) session_start: bool,
     /// Runs the CLI through this command (see `cli::Invocation::wrap`).
     pub(crate) wrap: &'static [&'static str],
+    /// The script runs in a warm session (`session run ID case.py`) started with these flags
+    /// (`session start --engine E FLAGS`), stopped after; a start that fails is what the
+    /// expectation judges.
+    pub(crate) in_session: Option<fn(&Fixture) -> Vec<String>>,
 }
 
 pub(crate) const BASE: Case = Case {
@@ -81,6 +85,7 @@ pub(crate) const BASE: Case = Case {
     stdout_lines: None,
     session_start: false,
     wrap: &[],
+    in_session: None,
 };
 
 pub(crate) fn no_strings(_: &Fixture) -> Vec<String> {
@@ -289,11 +294,66 @@ pub(crate) fn run_case(case: &Case, engine: &str, shared: &Shared, bin: &Path) -
     }
     if !script_args.is_empty() {
         args.push("--".into());
-        args.extend(script_args);
+        args.extend(script_args.iter().cloned());
     }
-    let before = fixture::snapshot(&fx);
     let mut env = fx.env.clone();
     env.extend((case.env)(&fx));
+    let mut session = None;
+    if let Some(start_flags) = case.in_session {
+        let mut start = vec!["session".into(), "start".into(), "--engine".into(), engine.into()];
+        start.extend(start_flags(&fx));
+        let inv = Invocation {
+            bin,
+            args: start.clone(),
+            wrap: &[],
+            cwd: &fx.ws,
+            env: &env,
+            deadline: Duration::from_secs(case.deadline_secs),
+            stdin: None,
+            stderr_to: None,
+            stdout_lines: None,
+        };
+        let started = match inv.run(None) {
+            Ok((out, _)) => out,
+            Err(e) => return setup_failure(e),
+        };
+        if started.code != 0 {
+            // A refused start is the outcome: nothing else runs.
+            let expect = (case.expect)(&fx);
+            let run = Run { script_out: started.stdout.clone(), out: started, json: None };
+            let failures = evaluate(&expect, &fx, &run, &expect.changes);
+            return Verdict {
+                failures,
+                elapsed: run.out.elapsed,
+                transcript: transcript(&start, &run.out),
+                kept: Vec::new(),
+            };
+        }
+        let id = started.stdout.trim().to_owned();
+        args = vec!["session".into(), "run".into(), id.clone(), "case.py".into()];
+        if !script_args.is_empty() {
+            args.push("--".into());
+            args.extend(script_args.iter().cloned());
+        }
+        session = Some(id);
+    }
+    // Stops the case's session however the case ends.
+    struct Stop<'a>(Option<String>, &'a Path, &'a Path, &'a [(String, String)]);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            if let Some(id) = self.0.take() {
+                let _ = std::process::Command::new(self.1)
+                    .args(["session", "stop", &id])
+                    .current_dir(self.2)
+                    .env_clear()
+                    .envs(self.3.iter().map(|(k, v)| (k, v)))
+                    .output();
+            }
+        }
+    }
+    let ws = fx.ws.clone();
+    let stop = Stop(session, bin, &ws, &env);
+    let before = fixture::snapshot(&fx);
     let inv = Invocation {
         bin,
         args: args.clone(),
@@ -339,6 +399,8 @@ pub(crate) fn run_case(case: &Case, engine: &str, shared: &Shared, bin: &Path) -
     if let Some(Err(e)) = during_result {
         failures.push(format!("while running: {e}"));
     }
+    // The session ends before the check for processes that outlived the run.
+    drop(stop);
     failures.extend(evaluate(&expect, &fx, &run, &fixture::diff(&before, &after)));
     for check in &expect.host {
         if let Err(e) = check(&fx, &run) {

@@ -190,16 +190,6 @@ pub(crate) fn start_resolved(
     dependencies: &[String],
     status: &mut (dyn FnMut(&str) + Send),
 ) -> Result<SessionInfo> {
-    // A session's network is its engine's session network, which checks no names yet: the
-    // list is refused rather than widened to the whole network.
-    if let Some(allow) = &spec.allow {
-        return Err(ui::hinted(
-            format!(
-                "a session cannot hold a network allowlist yet (`--net {allow}`), so nothing was started"
-            ),
-            "run the script with `python-sandbox run --net LIST` (each run checks every flow by name), or start the session with `--net on`",
-        ));
-    }
     let Some(engine) = registry::select_sessions(engine, options)? else {
         return Err(ui::hinted(
             "no engine that can hold a session works here, so nothing was started",
@@ -211,12 +201,14 @@ pub(crate) fn start_resolved(
         Some(claimed) => claimed,
         None => engine.start_session_dyn(&config, status)?,
     };
-    // Nothing half-done: a session whose environment could not be made is stopped.
-    let made = match config.net {
-        Net::Off if !dependencies.is_empty() => {
-            install_apart(&*engine, &info.id, &config, dependencies, status)
-        }
-        _ => prepare(&*engine, &info.id, dependencies, status),
+    // Nothing half-done: a session whose environment could not be made is stopped. The
+    // dependencies keep a network of their own, apart from the script's: without one, or
+    // with a list (which need not name the package index), they are installed apart.
+    let apart = config.net == Net::Off || config.allow.is_some();
+    let made = if apart && !dependencies.is_empty() {
+        install_apart(&*engine, &info.id, &config, dependencies, status)
+    } else {
+        prepare(&*engine, &info.id, dependencies, status)
     };
     if let Err(e) = made {
         let _ = engine.stop_session_dyn(&info.id);
@@ -268,6 +260,7 @@ fn install_apart(
         workspace: empty.path().canonicalize().context("the installing session's workspace")?,
         mounts: Vec::new(),
         net: Net::On,
+        allow: None,
         publish: Vec::new(),
         env: Vec::new(),
         ttl: Duration::from_secs(15 * 60),
@@ -365,6 +358,7 @@ fn config_of(spec: sandbox_core::RunSpec, workspace: PathBuf, ttl: Duration) -> 
         workspace,
         mounts: spec.mounts,
         net: spec.net,
+        allow: spec.allow,
         publish: spec.publish,
         env: spec.env,
         ttl,

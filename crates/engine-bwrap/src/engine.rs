@@ -855,8 +855,12 @@ impl BwrapEngine {
     }
 
     /// Starts a session's sandbox (`plan.die_with_parent` off: it outlives this process), its
-    /// stdio `/dev/null`.
-    pub(crate) fn start_detached(&self, plan: &plan::Plan) -> Result<Box<dyn crate::Sandboxed>> {
+    /// stdio `/dev/null`; its network holding `listed` when given.
+    pub(crate) fn start_detached(
+        &self,
+        plan: &plan::Plan,
+        listed: Option<&sandbox_net::Listed>,
+    ) -> Result<Box<dyn crate::Sandboxed>> {
         let null = || -> Result<std::os::fd::OwnedFd> {
             let file = std::fs::File::open("/dev/null").map_err(Error::io("opening /dev/null"))?;
             Ok(file.into())
@@ -865,10 +869,13 @@ impl BwrapEngine {
             plan,
             host: &self.host,
             cache_root: self.layout.root(),
-            pasta: self.pasta.as_deref(),
+            pasta: match listed {
+                Some(_) => Err(&process::NO_PASTA_FOR_A_LIST),
+                None => self.pasta.as_deref(),
+            },
             relay: self.config.builtin_relay,
             lan: self.config.lan,
-            listed: None,
+            listed,
             stdio: crate::SandboxStdio {
                 stdin: Some(null()?),
                 stdout: Some(null()?),

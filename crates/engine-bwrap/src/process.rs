@@ -89,7 +89,7 @@ pub(crate) struct Launch<'a> {
 }
 
 /// What a run with an allowlist is told of pasta: not to be used.
-static NO_PASTA_FOR_A_LIST: engine_detect::NoPasta = engine_detect::NoPasta::Missing;
+pub(crate) static NO_PASTA_FOR_A_LIST: engine_detect::NoPasta = engine_detect::NoPasta::Missing;
 
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
     rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)

@@ -92,6 +92,9 @@ struct Record {
     /// The resource limits the session was started with (none in earlier records).
     #[serde(default)]
     limits: sandbox_core::Limits,
+    /// The only hosts its network reaches (`--net LIST`), held by its keeper.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    allow: Option<sandbox_core::Allow>,
 }
 
 impl Record {
@@ -230,7 +233,7 @@ impl SessionEngine for BwrapEngine {
             requires_python: None,
             mounts: config.mounts.clone(),
             net: config.net,
-            allow: None,
+            allow: config.allow.clone(),
             publish: config.publish.clone(),
             env: config.env.clone(),
             timeout: None,
@@ -278,7 +281,10 @@ impl SessionEngine for BwrapEngine {
                 let _ = grant.release();
             }
         };
-        let sandbox = match self.start_detached(&plan) {
+        // The list is held by the session's keeper (the built-in relay, or proxy), for as
+        // long as the session lives; pasta, which checks no names, is not used with one.
+        let listed = spec.allow.clone().map(sandbox_net::Listed::new);
+        let sandbox = match self.start_detached(&plan, listed.as_ref()) {
             Ok(sandbox) => sandbox,
             Err(e) => {
                 release(grant);
@@ -339,6 +345,7 @@ impl SessionEngine for BwrapEngine {
             cgroup,
             tmpfs_size: Some(config.tmpfs_size),
             limits: config.limits,
+            allow: spec.allow.clone(),
         };
         if let Err(e) = records.write(&record) {
             end(&records, &record, &self.config().cache_dir);
@@ -806,6 +813,7 @@ impl sandbox_core::WarmSession for Session {
     fn policy(&self) -> Option<sandbox_core::SessionPolicy> {
         Some(sandbox_core::SessionPolicy {
             net: self.net(),
+            allow: self.record.allow.clone(),
             mounts: self.mounts().to_vec(),
             publish: self.ports().iter().map(|(port, _)| *port).collect(),
             tmpfs_size: self.record.tmpfs_size,

@@ -61,6 +61,7 @@ fn session_config() -> SessionConfig {
         workspace: std::env::temp_dir(),
         mounts: Vec::new(),
         net: Net::On,
+        allow: None,
         publish: Vec::new(),
         env: Vec::new(),
         ttl: Duration::from_secs(600),

@@ -245,6 +245,7 @@ pub fn plan(
     )?;
     let policy = SessionPolicy {
         net: session.net == Net::On,
+        allow: None,
         mounts: Vec::new(),
         publish: ports.clone(),
         tmpfs_size: Some(session.tmpfs_size),
@@ -604,6 +605,13 @@ impl K8sEngine {
         status: &mut dyn FnMut(&str),
         pool: Option<&str>,
     ) -> Result<SessionInfo> {
+        if config.allow.is_some() {
+            return Err(sandbox_core::Error::AllowlistUnsupported {
+                engine: "k8s",
+                why: "a NetworkPolicy names addresses, not hosts, and no egress proxy is deployed",
+            }
+            .into());
+        }
         if config.net == Net::Off && self.net_off_known() == Some(crate::netoff::Verdict::Ignored) {
             return Err(crate::netoff::refusal(&self.config.namespace));
         }

@@ -345,7 +345,7 @@ impl OciEngine {
         self.rt().block_on(future)
     }
 
-    fn engine_name(&self) -> &'static str {
+    pub(crate) fn engine_name(&self) -> &'static str {
         self.config.flavor.as_str()
     }
 

@@ -42,8 +42,10 @@ pub enum Target {
     Range(Cidr),
 }
 
-/// A non-empty list of [`HostPattern`]s: the only destinations a sandbox may reach.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// A non-empty list of [`HostPattern`]s: the only destinations a sandbox may reach. Stored
+/// (a session's record and start) as its patterns written out, parsed again when read.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(into = "StoredAllow", try_from = "StoredAllow")]
 pub struct Allow {
     patterns: Vec<HostPattern>,
     /// Whether its address patterns may reach private ranges (RFC 1918, CGNAT, ULA): only a
@@ -91,6 +93,31 @@ pub enum FlowName {
     Hidden,
     /// Nothing that names a host (another protocol, a ClientHello without SNI).
     None,
+}
+
+/// [`Allow`] as stored: the patterns as written, and whether it reaches private ranges.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredAllow {
+    patterns: Vec<String>,
+    #[serde(default)]
+    private: bool,
+}
+
+impl From<Allow> for StoredAllow {
+    fn from(allow: Allow) -> StoredAllow {
+        StoredAllow {
+            patterns: allow.patterns.iter().map(ToString::to_string).collect(),
+            private: allow.private,
+        }
+    }
+}
+
+impl TryFrom<StoredAllow> for Allow {
+    type Error = Error;
+    fn try_from(stored: StoredAllow) -> Result<Allow, Error> {
+        Ok(Allow::parse(stored.patterns.iter().map(String::as_str))?
+            .opening_private(stored.private))
+    }
 }
 
 impl Allow {

@@ -156,6 +156,10 @@ pub struct SessionConfig {
     pub mounts: Vec<crate::Mount>,
     /// Network of the session.
     pub net: crate::Net,
+    /// With `net` on: the only hosts the session reaches (`--net LIST`); an engine that cannot
+    /// hold a list refuses the start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow: Option<crate::Allow>,
     /// Ports reachable from the host, on the given address (127.0.0.1 by default).
     pub publish: Vec<crate::Publish>,
     /// Explicit environment.

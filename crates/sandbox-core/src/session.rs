@@ -47,6 +47,9 @@ pub struct SessionInfo {
 pub struct SessionPolicy {
     /// Whether the session has a network.
     pub net: bool,
+    /// With a network: the only hosts it reaches (none recorded: the whole network).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow: Option<crate::Allow>,
     /// Extra mounts (real host paths) and whether each is writable.
     pub mounts: Vec<(PathBuf, bool)>,
     /// Ports published to the host.
@@ -116,9 +119,16 @@ impl SessionPolicy {
                 (Some(true), true) => {}
             }
         }
+        let quoted = |allow: &crate::Allow| {
+            allow.patterns().iter().map(|p| format!("\"{p}\"")).collect::<Vec<_>>().join(", ")
+        };
         match asks.net {
             Some(Net::On) if !self.net => {
                 out.push("`net = \"on\"`: the session has no network".to_owned());
+            }
+            Some(Net::On) if asks.allow.is_none() && self.allow.is_some() => {
+                let have = self.allow.as_ref().map(quoted).unwrap_or_default();
+                out.push(format!("`net = \"on\"`: the session reaches only [{have}]"));
             }
             Some(Net::Off) if self.net => {
                 out.push("`net = \"off\"`: the session has a network".to_owned());
@@ -128,10 +138,37 @@ impl SessionPolicy {
         if let Some(allow) = &asks.allow
             && self.net
         {
-            out.push(format!(
-                "`net = [{}]`: the session reaches the whole network, not only these hosts",
-                allow.patterns().iter().map(|p| format!("\"{p}\"")).collect::<Vec<_>>().join(", ")
-            ));
+            // The session's list holds the script's when it names nothing the script's does
+            // not: every pattern of the session's is one of the script's.
+            match &self.allow {
+                None => out.push(format!(
+                    "`net = [{}]`: the session reaches the whole network, not only these hosts",
+                    quoted(allow)
+                )),
+                Some(have) if !have.patterns().iter().all(|p| allow.patterns().contains(p)) => {
+                    out.push(format!(
+                        "`net = [{}]`: the session reaches [{}]",
+                        quoted(allow),
+                        quoted(have)
+                    ));
+                }
+                // A caller's list reaches the private addresses it names; a script's alone
+                // would not.
+                Some(have)
+                    if have.opens_private()
+                        && !allow.opens_private()
+                        && have
+                            .patterns()
+                            .iter()
+                            .any(|p| matches!(p.target, crate::HostTarget::Range(_))) =>
+                {
+                    out.push(format!(
+                        "`net = [{}]`: the session's list reaches private addresses the script's may not",
+                        quoted(allow)
+                    ));
+                }
+                Some(_) => {}
+            }
         }
         for port in &asks.publish {
             if !self.publish.contains(port) {
@@ -206,8 +243,12 @@ impl ScriptAsks {
     /// hint of a misfit (mounts in the workspace that are writable need none).
     pub fn start_flags(&self, workspace: &Path) -> Vec<String> {
         let mut flags = Vec::new();
-        if let Some(net) = self.net {
-            flags.push(format!("--net {}", if net == Net::On { "on" } else { "off" }));
+        match (&self.allow, self.net) {
+            (Some(allow), _) => flags.push(format!("--net {}", shell_word(&allow.to_string()))),
+            (None, Some(net)) => {
+                flags.push(format!("--net {}", if net == Net::On { "on" } else { "off" }));
+            }
+            (None, None) => {}
         }
         for (path, writable) in &self.mounts {
             match (writable, path.starts_with(workspace)) {
@@ -244,9 +285,6 @@ impl ScriptAsks {
             return format!(
                 "{run}: a session installs dependencies with its own network, so one started with `--net off` cannot install them"
             );
-        }
-        if self.allow.is_some() {
-            return format!("{run}, which checks every flow by name: no session holds a list yet");
         }
         let flags = self.start_flags(workspace);
         let start = if flags.is_empty() {
@@ -708,10 +746,69 @@ mod tests {
         insta::assert_snapshot!(policy.misfits(&ws, &asks).join("\n"), @r#"`net = ["pypi.org", "*.example.com:443"]`: the session reaches the whole network, not only these hosts"#);
         assert_eq!(
             asks.misfit_hint(&ws),
-            "run it on its own with `python-sandbox run`, which checks every flow by name: no session holds a list yet"
+            "start a session that fits, `python-sandbox session start --net 'pypi.org,*.example.com:443'`, or run it on its own with `python-sandbox run`"
         );
         let offline = SessionPolicy { net: false, ..SessionPolicy::default() };
         assert_eq!(offline.misfits(&ws, &asks), ["`net = \"on\"`: the session has no network"]);
+    }
+
+    #[test]
+    fn a_sessions_list_holds_a_script_whose_list_names_all_of_it_and_nothing_wider() {
+        let ws = PathBuf::from("/ws");
+        let list = |l: &str| crate::Allow::parse(l.split(',')).unwrap();
+        let listed = SessionPolicy {
+            net: true,
+            allow: Some(list("pypi.org,files.pythonhosted.org")),
+            ..SessionPolicy::default()
+        };
+        let asking = |net: Option<Net>, allow: Option<&str>| ScriptAsks {
+            net,
+            allow: allow.map(list),
+            ..ScriptAsks::default()
+        };
+        let none: Vec<String> = Vec::new();
+        // The session's own network, the same list, or a script's list wider than the session's.
+        assert_eq!(listed.misfits(&ws, &asking(None, None)), none);
+        let same = asking(Some(Net::On), Some("files.pythonhosted.org,pypi.org"));
+        assert_eq!(listed.misfits(&ws, &same), none);
+        let wider = asking(Some(Net::On), Some("pypi.org,files.pythonhosted.org,example.com"));
+        assert_eq!(listed.misfits(&ws, &wider), none);
+        // A script that lists less than the session reaches, or asks for the whole network.
+        assert_eq!(
+            listed.misfits(&ws, &asking(Some(Net::On), Some("pypi.org"))),
+            [
+                "`net = [\"pypi.org\"]`: the session reaches [\"files.pythonhosted.org\", \"pypi.org\"]"
+            ]
+        );
+        assert_eq!(
+            listed.misfits(&ws, &asking(Some(Net::On), None)),
+            ["`net = \"on\"`: the session reaches only [\"files.pythonhosted.org\", \"pypi.org\"]"]
+        );
+        assert_eq!(
+            listed.misfits(&ws, &asking(Some(Net::Off), None)),
+            ["`net = \"off\"`: the session has a network"]
+        );
+        // A caller's list (which reaches the private addresses it names) holds a script's list
+        // of names, but not one naming an address the script alone could not reach.
+        let callers = SessionPolicy {
+            allow: listed.allow.clone().map(|a| a.opening_private(true)),
+            ..listed.clone()
+        };
+        assert_eq!(callers.misfits(&ws, &same), none);
+        let private = SessionPolicy {
+            allow: Some(list("10.1.2.3:5432").opening_private(true)),
+            ..listed.clone()
+        };
+        assert_eq!(private.misfits(&ws, &asking(Some(Net::On), Some("10.1.2.3:5432"))).len(), 1);
+        // The hint starts a session with the script's list.
+        let flags = asking(Some(Net::On), Some("pypi.org,*.example.com")).start_flags(&ws);
+        assert_eq!(flags, ["--net 'pypi.org,*.example.com'"]);
+        // Stored and read back as given (a session's record and policy annotation).
+        let stored = serde_json::to_string(&private).unwrap();
+        assert_eq!(serde_json::from_str::<SessionPolicy>(&stored).unwrap(), private, "{stored}");
+        let older: SessionPolicy =
+            serde_json::from_str(r#"{"net":true,"mounts":[],"publish":[]}"#).unwrap();
+        assert_eq!(older.allow, None, "a record without a list is the whole network");
     }
 
     #[test]
@@ -719,6 +816,7 @@ mod tests {
         let ws = PathBuf::from("/ws");
         let policy = SessionPolicy {
             net: true,
+            allow: None,
             mounts: vec![
                 (PathBuf::from("/data"), true),
                 (PathBuf::from("/ro"), false),

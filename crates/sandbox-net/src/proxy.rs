@@ -855,11 +855,13 @@ impl ProxyServer {
         listed: Option<crate::Listed>,
     ) -> crate::error::Result<ProxyServer> {
         match (outlived_by, listed) {
-            (Some(_), Some(_)) => Err(crate::Error::BuiltinNetwork {
-                reason: "a session's proxy cannot hold a network allowlist".to_owned(),
-            }),
-            (Some(sandbox), None) => keeper::start(keeper::Served::Proxy(listener), sandbox, lan)
-                .map(ProxyServer::Keeper),
+            (Some(sandbox), listed) => keeper::start(
+                keeper::Served::Proxy(listener),
+                sandbox,
+                lan,
+                listed.as_ref().map(crate::Listed::allow),
+            )
+            .map(ProxyServer::Keeper),
             (None, listed) => BuiltinProxy::serve_listed(listener, lan, listed)
                 .map(ProxyServer::Thread)
                 .map_err(|e| crate::Error::BuiltinNetwork {
@@ -887,13 +889,9 @@ impl ProxyServer {
             return crate::Relay::attach_publishing(netns, nameservers, inbound, lan, listed)
                 .map(ProxyServer::Relay);
         };
-        if listed.is_some() {
-            return Err(crate::Error::BuiltinNetwork {
-                reason: "a session's relay cannot hold a network allowlist".to_owned(),
-            });
-        }
         let (tun, doors) = crate::relay::tun_in(netns, nameservers)?;
-        keeper::start(keeper::Served::Relay { tun, doors, inbound }, sandbox, lan)
+        let allow = listed.as_ref().map(crate::Listed::allow);
+        keeper::start(keeper::Served::Relay { tun, doors, inbound }, sandbox, lan, allow)
             .map(ProxyServer::Keeper)
     }
 

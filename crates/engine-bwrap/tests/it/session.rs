@@ -26,6 +26,7 @@ fn config(fx: &Fixture, ttl: Duration) -> SessionConfig {
         workspace: fx.workspace.path().to_owned(),
         mounts: Vec::new(),
         net: Net::Off,
+        allow: None,
         publish: Vec::new(),
         env: vec![crate::support::env("GREETING", "hello")],
         ttl,

@@ -77,6 +77,7 @@ pub(crate) fn session_config(workspace: &std::path::Path, publish: &[u16]) -> Se
         workspace: workspace.to_owned(),
         mounts: Vec::new(),
         net: if publish.is_empty() { Net::Off } else { Net::On },
+        allow: None,
         // `0:PORT`: any free host port, so two examples never collide.
         publish: publish
             .iter()

@@ -40,6 +40,7 @@ fn session_of(spec: &RunSpec, net: Net) -> SessionConfig {
         workspace: spec.workspace.clone(),
         mounts: spec.mounts.clone(),
         net,
+        allow: None,
         publish: spec.publish.clone(),
         env: spec.env.clone(),
         ttl,

@@ -26,6 +26,7 @@ fn session(publish: &[u16], env: &[(&str, &str)]) -> SessionConfig {
         workspace: "/home/alice/project".into(),
         mounts: Vec::new(),
         net: Net::Off,
+        allow: None,
         publish: publish.iter().map(|p| Publish::same(*p)).collect(),
         env: env
             .iter()

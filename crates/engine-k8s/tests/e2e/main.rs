@@ -46,6 +46,7 @@ fn config(publish: &[u16]) -> SessionConfig {
         workspace: std::env::temp_dir(),
         mounts: Vec::new(),
         net: Net::On,
+        allow: None,
         publish: publish.iter().map(|p| Publish::same(*p)).collect(),
         env: vec![sandbox_core::EnvVar {
             name: "GREETING".to_owned(),

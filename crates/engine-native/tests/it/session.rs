@@ -24,6 +24,7 @@ fn config(f: &EngineFixture, ttl: Duration) -> SessionConfig {
         workspace: f.workspace.clone(),
         mounts: Vec::new(),
         net: Net::Off,
+        allow: None,
         publish: Vec::new(),
         env: vec![sandbox_core::EnvVar { name: "GREETING".into(), value: Some("hello".into()) }],
         ttl,

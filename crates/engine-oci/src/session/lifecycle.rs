@@ -192,6 +192,15 @@ impl OciEngine {
         config: &SessionConfig,
         pool: Option<&str>,
     ) -> Result<(Record, Option<String>)> {
+        if config.allow.is_some() {
+            // A run's list is held by a relay of the CLI, which ends with the run; nothing
+            // would hold one for a session that outlives its caller.
+            return Err(sandbox_core::Error::AllowlistUnsupported {
+                engine: self.engine_name(),
+                why: "its sessions have no relay that outlives the command starting them",
+            }
+            .into());
+        }
         let private = &self.config().runtime_dir;
         let home = self.config().home.as_deref();
         if let Some(first) = config.publish.first()
@@ -243,6 +252,7 @@ impl OciEngine {
         }
         let policy = SessionPolicy {
             net: config.net == Net::On,
+            allow: None,
             mounts: mounts.iter().map(|m| (m.path.clone(), m.writable)).collect(),
             publish: config.publish.iter().map(|p| p.port).collect(),
             tmpfs_size: Some(config.tmpfs_size),

@@ -24,6 +24,7 @@ fn config(ws: &std::path::Path) -> SessionConfig {
         workspace: ws.to_owned(),
         mounts: Vec::new(),
         net: Net::Off,
+        allow: None,
         publish: Vec::new(),
         env: vec![sandbox_core::EnvVar { name: "POOLED".into(), value: Some("1".into()) }],
         ttl: Duration::from_secs(300),

@@ -24,6 +24,7 @@ pub(crate) fn start(
         workspace: ws.to_owned(),
         mounts: Vec::new(),
         net,
+        allow: None,
         publish: publish.iter().map(|p| Publish::same(*p)).collect(),
         env: vec![sandbox_core::EnvVar {
             name: "GREETING".to_owned(),

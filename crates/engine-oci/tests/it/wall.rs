@@ -137,6 +137,7 @@ fn sessions_carry_the_same_wall() {
             workspace: ws.clone(),
             mounts: Vec::new(),
             net: Net::Off,
+            allow: None,
             publish: Vec::new(),
             env: Vec::new(),
             ttl: Duration::from_secs(300),

@@ -13,6 +13,7 @@ fn config() -> SessionConfig {
         workspace: PathBuf::from("/ws"),
         mounts: Vec::new(),
         net: Net::Off,
+        allow: None,
         publish: Vec::new(),
         env: Vec::new(),
         ttl: Duration::from_secs(1800),

@@ -39,6 +39,11 @@ const KEEPER_ENV: [&str; 4] = ["HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "PATH"];
 /// Marks a published port in a relay keeper's arguments (`in=PORT`).
 const INBOUND_ARG: &str = "in=";
 
+/// A keeper's allowlist, its patterns joined by commas (`allow=a,b`), or a list the caller
+/// gave that may reach private ranges (`allow-private=a,b`).
+const ALLOW_ARG: &str = "allow=";
+const ALLOW_PRIVATE_ARG: &str = "allow-private=";
+
 /// The keeper's first argument: whether the sandbox may reach private ranges.
 const LAN_ALLOWED: &str = "lan";
 const LAN_REFUSED: &str = "no-lan";
@@ -69,8 +74,8 @@ pub fn keeper_main_if_asked() {
 }
 
 fn keeper_main() -> i32 {
-    // `lan` or `no-lan`, then `relay`, its doors' upstream addresses and its published ports
-    // (`in=PORT`), or nothing: the proxy.
+    // `lan` or `no-lan`, the allowlist if any (`allow=...`), then `relay`, its doors' upstream
+    // addresses and its published ports (`in=PORT`), or nothing: the proxy.
     let mut args: Vec<String> = std::env::args().skip(2).collect();
     let lan = match args.first().map(String::as_str) {
         Some(LAN_ALLOWED) => Lan::Allowed,
@@ -78,6 +83,17 @@ fn keeper_main() -> i32 {
         _ => return 1,
     };
     args.remove(0);
+    let listed = match args.first().map(|a| parse_allow(a)) {
+        Some(Some(allow)) => {
+            args.remove(0);
+            match allow {
+                Ok(allow) => Some(crate::Listed::new(allow)),
+                // A list that does not parse is never served as no list.
+                Err(()) => return 1,
+            }
+        }
+        _ => None,
+    };
     let relay = args.first().map(String::as_str) == Some("relay");
     let upstreams: Vec<SocketAddr> = args.iter().skip(1).filter_map(|a| a.parse().ok()).collect();
     let ports: Vec<u16> =
@@ -133,11 +149,10 @@ fn keeper_main() -> i32 {
             return 1;
         }
         // Until the sandbox's process has exited (its pidfd readable).
-        // A session's relay holds no allowlist: sessions refuse one.
-        crate::relay::serve(served, doors, inbound, sandbox, lan, None);
+        crate::relay::serve(served, doors, inbound, sandbox, lan, listed);
         return 0;
     }
-    let proxy = match super::BuiltinProxy::serve(served, lan) {
+    let proxy = match super::BuiltinProxy::serve_listed(served, lan, listed) {
         Ok(proxy) => proxy,
         Err(_) => return 1,
     };
@@ -157,9 +172,34 @@ fn keeper_main() -> i32 {
     0
 }
 
+/// The allowlist of a keeper's argument: `None` when `arg` is not one, `Some(Err)` when it
+/// is one that does not parse.
+fn parse_allow(arg: &str) -> Option<Result<sandbox_core::Allow, ()>> {
+    let (patterns, private) = match arg.strip_prefix(ALLOW_PRIVATE_ARG) {
+        Some(patterns) => (patterns, true),
+        None => (arg.strip_prefix(ALLOW_ARG)?, false),
+    };
+    Some(
+        sandbox_core::Allow::parse(patterns.split(','))
+            .map(|allow| allow.opening_private(private))
+            .map_err(drop),
+    )
+}
+
+/// The keeper's argument for `allow` ([`parse_allow`] reads it back).
+fn allow_arg(allow: &sandbox_core::Allow) -> OsString {
+    let prefix = if allow.opens_private() { ALLOW_PRIVATE_ARG } else { ALLOW_ARG };
+    OsString::from(format!("{prefix}{allow}"))
+}
+
 /// Starts a keeper serving `served` until the process behind `sandbox` (a pidfd) exits; the
 /// keeper, pinned for the session's record.
-pub(crate) fn start(served: Served, sandbox: BorrowedFd<'_>, lan: Lan) -> Result<reaper::ProcPin> {
+pub(crate) fn start(
+    served: Served,
+    sandbox: BorrowedFd<'_>,
+    lan: Lan,
+    allow: Option<&sandbox_core::Allow>,
+) -> Result<reaper::ProcPin> {
     let which = match &served {
         Served::Proxy(_) => "proxy",
         Served::Relay { .. } => "relay",
@@ -175,6 +215,7 @@ pub(crate) fn start(served: Served, sandbox: BorrowedFd<'_>, lan: Lan) -> Result
         Lan::Refused => LAN_REFUSED,
     };
     let mut args = vec![OsString::from(KEEPER_ARG), OsString::from(lan)];
+    args.extend(allow.map(allow_arg));
     let (first, doors, inbound) = match served {
         Served::Proxy(listener) => (listener, Vec::new(), Vec::new()),
         Served::Relay { tun, doors, inbound } => {
@@ -234,4 +275,24 @@ pub(crate) fn start(served: Served, sandbox: BorrowedFd<'_>, lan: Lan) -> Result
     }
     let pid = u32::from_ne_bytes(pid);
     reaper::ProcPin::of_pid(pid).ok_or_else(|| failed(format!("it (pid {pid}) ended at once")))
+}
+
+#[cfg(test)]
+mod allow_tests {
+    use super::{allow_arg, parse_allow};
+
+    #[test]
+    fn a_keepers_list_reads_back_as_given_private_ranges_included() {
+        for (list, private) in [("pypi.org,*.pythonhosted.org:443", false), ("10.1.2.3:5432", true)]
+        {
+            let allow =
+                sandbox_core::Allow::parse(list.split(',')).unwrap().opening_private(private);
+            let arg = allow_arg(&allow);
+            let back = parse_allow(arg.to_str().unwrap()).expect("an allowlist").unwrap();
+            assert_eq!(back, allow, "{arg:?}");
+        }
+        assert!(parse_allow("relay").is_none());
+        assert!(parse_allow("allow=").expect("an allowlist").is_err(), "empty is refused");
+        assert!(parse_allow("allow=not a host").expect("an allowlist").is_err());
+    }
 }
