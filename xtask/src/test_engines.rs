@@ -56,6 +56,11 @@ impl TestEngines {
             // `tests` package out of its workspace run, so they run here.
             crate::section("conformance suite: its selection and skips");
             cmd!(sh, "cargo test -p tests --test conformance-logic").run()?;
+            let k8s = self.engines.is_empty() || rootful.iter().any(|e| e == K8S);
+            // Pods under the project's wall (`seccomp = "wall"`) where its profile could be
+            // put on the cluster's node; else the runtime's own profile, said so.
+            let walled = if k8s { wall_on_the_node(sh) } else { None };
+            let _config = walled.as_ref().map(|dir| sh.push_env("XDG_CONFIG_HOME", dir));
             crate::section("conformance suite");
             let _on = sh.push_env("CONFORMANCE", "1");
             let _engines = (!rootful.is_empty())
@@ -83,6 +88,58 @@ impl TestEngines {
             anyhow::bail!("{}", failed.join("; "));
         }
         Ok(())
+    }
+}
+
+/// Puts the wall's seccomp profile on the node of the private cluster `../shared/k8s/up.sh`
+/// makes (its node is this machine), through the real installer (`deploy/seccomp/wall.yaml`),
+/// and returns a config dir whose user config sets `seccomp = "wall"` for the k8s engine;
+/// `None`, with a `SKIPPED` line, where `KUBECONFIG` names another cluster or the profile did
+/// not arrive.
+fn wall_on_the_node(sh: &Shell) -> Option<std::path::PathBuf> {
+    let tier = "k8s pods under the project's seccomp wall (`seccomp = \"wall\"`)";
+    if !std::env::var("KUBECONFIG").is_ok_and(|k| k.ends_with("psbx-k8s.conf")) {
+        crate::skipped(
+            tier,
+            "KUBECONFIG names no cluster this machine runs (install `deploy/seccomp/` on yours and set the key)",
+        );
+        return None;
+    }
+    let installed = (|| -> Result<std::path::PathBuf> {
+        let yaml = sh.read_file("deploy/seccomp/wall.yaml")?;
+        cmd!(sh, "kubectl apply -f deploy/seccomp/wall.yaml").quiet().ignore_stdout().run()?;
+        let name = yaml
+            .lines()
+            .find_map(|l| l.trim().strip_suffix(": |").filter(|n| n.ends_with(".json")))
+            .context("no profile in deploy/seccomp/wall.yaml")?
+            .to_owned();
+        // Kubelet 1.20 reads profiles from its default `--seccomp-profile-root`, whatever its
+        // root dir: where the DaemonSet writes.
+        let file = std::path::Path::new("/var/lib/kubelet/seccomp/python-sandbox").join(&name);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+        while !file.is_file() {
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "{} did not appear within 90 s (`kubectl -n kube-system get pods -l app.kubernetes.io/name=python-sandbox-seccomp`)",
+                file.display()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+        let dir = services::target_dir(sh).join("k8s-wall-config");
+        std::fs::create_dir_all(dir.join("python-sandbox"))?;
+        std::fs::write(
+            dir.join("python-sandbox/config.toml"),
+            "[engine.k8s]\nseccomp = \"wall\"\n",
+        )?;
+        println!("the wall's profile is on the node: {}", file.display());
+        Ok(dir)
+    })();
+    match installed {
+        Ok(dir) => Some(dir),
+        Err(e) => {
+            crate::skipped(tier, &format!("{e:#}"));
+            None
+        }
     }
 }
 

@@ -47,6 +47,8 @@ pub(crate) struct K8sSettings {
     pub(crate) context: Option<Setting>,
     /// The most bytes `run` syncs each way (`256MiB` by default).
     pub(crate) sync_limit: Option<Setting>,
+    /// The container's seccomp profile: `runtime-default` or `wall`.
+    pub(crate) seccomp: Option<Setting>,
 }
 
 /// The keys of `[engine.k8s]`.
@@ -59,6 +61,7 @@ pub(crate) const K8S_KEYS: &[&str] = &[
     "preview",
     "context",
     "sync-limit",
+    "seccomp",
 ];
 /// The engines the file has a table for.
 const ENGINE_TABLES: &[&str] = &["k8s", "docker", "podman"];
@@ -85,6 +88,7 @@ impl K8sSettings {
             "preview" => self.preview.as_ref(),
             "context" => self.context.as_ref(),
             "sync-limit" => self.sync_limit.as_ref(),
+            "seccomp" => self.seccomp.as_ref(),
             _ => None,
         }
     }
@@ -99,6 +103,7 @@ impl K8sSettings {
             "preview" => &mut self.preview,
             "context" => &mut self.context,
             "sync-limit" => &mut self.sync_limit,
+            "seccomp" => &mut self.seccomp,
             _ => return None,
         })
     }

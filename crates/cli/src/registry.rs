@@ -391,26 +391,42 @@ fn k8s_config(
     if let Some(v) = value("runtime-class") {
         config.runtime_class = Some(v);
     }
-    if let Some(setting) = file.get("preview") {
-        config.preview = engine_k8s::config::Preview::parse(&setting.value).ok_or_else(|| {
-            let at = path.map_or_else(
-                || "`preview`".to_owned(),
-                |p| format!("{}:{}:{}: `preview`", p.display(), setting.line, setting.col),
-            );
-            ui::hinted(
-                format!("{at}: unknown preview mode `{}`", setting.value),
-                "use `auto` (the Ingress URL, else a local port-forward), `ingress` or `port-forward`",
-            )
-        })?;
+    // Where a bad value came from: the file's line and column of it.
+    let at = |key: &str, setting: &crate::config::Setting| {
+        path.map_or_else(
+            || format!("`{key}`"),
+            |p| format!("{}:{}:{}: `{key}`", p.display(), setting.line, setting.col),
+        )
+    };
+    // A key with a few spellings: an unknown one is refused at its place, with the choices.
+    let choice = |key: &'static str, what: &'static str, hint: &'static str| {
+        file.get(key).map(|setting| {
+            (setting.value.as_str(), move || {
+                ui::hinted(
+                    format!("{}: unknown {what} `{}`", at(key, setting), setting.value),
+                    hint,
+                )
+            })
+        })
+    };
+    if let Some((value, bad)) = choice(
+        "preview",
+        "preview mode",
+        "use `auto` (the Ingress URL, else a local port-forward), `ingress` or `port-forward`",
+    ) {
+        config.preview = engine_k8s::config::Preview::parse(value).ok_or_else(bad)?;
+    }
+    if let Some((value, bad)) = choice(
+        "seccomp",
+        "seccomp profile",
+        "use `wall` (the project's wall, installed on each node by `deploy/seccomp/`) or `runtime-default`",
+    ) {
+        config.seccomp = engine_k8s::config::Seccomp::parse(value).ok_or_else(bad)?;
     }
     if let Some(setting) = file.get("sync-limit") {
         config.sync_limit = sandbox_core::parse_size(&setting.value).map_err(|e| {
-            let at = path.map_or_else(
-                || "`sync-limit`".to_owned(),
-                |p| format!("{}:{}:{}: `sync-limit`", p.display(), setting.line, setting.col),
-            );
             ui::hinted(
-                format!("{at}: {}", first_line_of(&e.to_string())),
+                format!("{}: {}", at("sync-limit", setting), first_line_of(&e.to_string())),
                 "use a size such as `256MiB` or `1GiB`",
             )
         })?;
@@ -1244,6 +1260,7 @@ mod tests {
             preview: setting("port-forward", 8, 11),
             context: setting("kind-psbx", 7, 11),
             sync_limit: setting("64MiB", 9, 14),
+            seccomp: setting("wall", 10, 11),
         };
         let (config, context) = k8s_config(&file, Some(path), &none).unwrap();
         assert_eq!(
@@ -1255,6 +1272,7 @@ mod tests {
         assert_eq!(context.as_deref(), Some("kind-psbx"));
         assert_eq!(config.preview, engine_k8s::Preview::PortForward);
         assert_eq!(config.sync_limit, 64 << 20);
+        assert_eq!(config.seccomp, engine_k8s::config::Seccomp::Wall);
 
         let flags = Options { image: Some("mine:2"), namespace: Some("team-b"), ..none };
         let (config, _) = k8s_config(&file, Some(path), &flags).unwrap();
@@ -1274,6 +1292,13 @@ mod tests {
         insta::assert_snapshot!(shown(&err), @r"
         /home/u/.config/python-sandbox/config.toml:8:11: `preview`: unknown preview mode `sometimes`
         hint: use `auto` (the Ingress URL, else a local port-forward), `ingress` or `port-forward`
+        ");
+        let bad_seccomp =
+            crate::config::K8sSettings { seccomp: setting("unconfined", 10, 11), ..file.clone() };
+        let err = k8s_config(&bad_seccomp, Some(path), &none).unwrap_err();
+        insta::assert_snapshot!(shown(&err), @r"
+        /home/u/.config/python-sandbox/config.toml:10:11: `seccomp`: unknown seccomp profile `unconfined`
+        hint: use `wall` (the project's wall, installed on each node by `deploy/seccomp/`) or `runtime-default`
         ");
         let bad_flag = Options { namespace: Some("Team_B"), ..none };
         let err =

@@ -56,6 +56,31 @@ impl Preview {
     }
 }
 
+/// The seccomp profile of the sandbox container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Seccomp {
+    /// The runtime's own profile (`RuntimeDefault`): on every node, but not the project's wall
+    /// (containerd 1.6's refuses `get_mempolicy`, which numpy calls, and allows what the wall
+    /// refuses).
+    #[default]
+    RuntimeDefault,
+    /// The project's wall as a `Localhost` profile
+    /// ([`sandbox_core::oci_seccomp::wall_profile_name`]), which `deploy/seccomp/` installs on
+    /// every node: a node without it fails the pod's start, never runs it under less.
+    Wall,
+}
+
+impl Seccomp {
+    /// `runtime-default` or `wall` (what a config file says).
+    pub fn parse(name: &str) -> Option<Seccomp> {
+        match name {
+            "runtime-default" => Some(Seccomp::RuntimeDefault),
+            "wall" => Some(Seccomp::Wall),
+            _ => None,
+        }
+    }
+}
+
 /// `imagePullPolicy` of the sandbox container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PullPolicy {
@@ -163,6 +188,8 @@ pub struct SandboxConfig {
     pub volume_sizes: VolumeSizes,
     /// `runtimeClassName`, e.g. `gvisor` (deploy/gvisor).
     pub runtime_class: Option<String>,
+    /// The container's seccomp profile.
+    pub seccomp: Seccomp,
     /// `serviceAccountName`; its token is never mounted.
     pub service_account: Option<String>,
     /// `nodeSelector`.
@@ -198,6 +225,7 @@ impl Default for SandboxConfig {
             resources: Resources::default(),
             volume_sizes: VolumeSizes::default(),
             runtime_class: None,
+            seccomp: Seccomp::RuntimeDefault,
             service_account: None,
             node_selector: BTreeMap::new(),
             tolerations: Vec::new(),

@@ -282,7 +282,17 @@ impl fmt::Display for StartFailure {
                 )
             }
             StartFailure::ContainerError { container, reason, message } => {
-                write!(f, "container `{container}` could not be created ({reason}: {message})")
+                write!(f, "container `{container}` could not be created ({reason}: {message})")?;
+                if message.contains("seccomp") {
+                    // `seccomp = "wall"` on a node without the wall's profile (or another
+                    // version of it).
+                    f.write_str(
+                        "\nhint: install the wall's profile on every node (`kubectl apply -f \
+                         deploy/seccomp/`, from this version of python-sandbox), or set \
+                         `seccomp = \"runtime-default\"` in `[engine.k8s]`",
+                    )?;
+                }
+                Ok(())
             }
             StartFailure::Ended { phase, reason, message } => {
                 write!(f, "the pod ended ({phase}")?;

@@ -24,6 +24,7 @@ pub mod probe;
 pub mod rbac;
 pub mod relay;
 pub mod restricted;
+pub mod seccomp;
 pub mod session;
 pub mod sweep;
 pub mod workspace;

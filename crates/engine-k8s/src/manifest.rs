@@ -203,7 +203,7 @@ pub fn pod(config: &SandboxConfig, request: &PodRequest) -> Result<Pod, Error> {
             run_as_user: Some(SANDBOX_UID),
             run_as_group: Some(SANDBOX_UID),
             capabilities: Some(Capabilities { add: None, drop: Some(vec!["ALL".to_owned()]) }),
-            seccomp_profile: Some(runtime_default()),
+            seccomp_profile: Some(seccomp_of(config)),
             ..SecurityContext::default()
         }),
         volume_mounts: Some(
@@ -260,7 +260,7 @@ pub fn pod(config: &SandboxConfig, request: &PodRequest) -> Result<Pod, Error> {
                 run_as_user: Some(SANDBOX_UID),
                 run_as_group: Some(SANDBOX_UID),
                 fs_group: Some(SANDBOX_UID),
-                seccomp_profile: Some(runtime_default()),
+                seccomp_profile: Some(seccomp_of(config)),
                 ..PodSecurityContext::default()
             }),
             volumes: Some(
@@ -316,8 +316,16 @@ fn base_env(config: &SandboxConfig) -> Vec<(String, String)> {
     env
 }
 
-fn runtime_default() -> SeccompProfile {
-    SeccompProfile { type_: "RuntimeDefault".to_owned(), localhost_profile: None }
+fn seccomp_of(config: &SandboxConfig) -> SeccompProfile {
+    match config.seccomp {
+        crate::config::Seccomp::RuntimeDefault => {
+            SeccompProfile { type_: "RuntimeDefault".to_owned(), localhost_profile: None }
+        }
+        crate::config::Seccomp::Wall => SeccompProfile {
+            type_: "Localhost".to_owned(),
+            localhost_profile: Some(sandbox_core::oci_seccomp::wall_profile_name()),
+        },
+    }
 }
 
 /// Name, namespace, the reaper's labels plus the config's extra ones, and the owner reference.

@@ -801,25 +801,26 @@ async fn image_id(docker: &Docker, engine: &'static str, image: &str) -> Result<
 
 /// The base profile installed by containers-common, if any.
 fn default_profile() -> Option<String> {
-    crate::seccomp::DEFAULT_PROFILES.iter().find_map(|p| std::fs::read_to_string(p).ok())
+    sandbox_core::oci_seccomp::DEFAULT_PROFILES.iter().find_map(|p| std::fs::read_to_string(p).ok())
 }
 
 /// The `seccomp=` value for `flavor`: the wall on the default profile (docker without one:
-/// on [`crate::seccomp::VENDORED_DEFAULT`]).
+/// on [`sandbox_core::oci_seccomp::VENDORED_DEFAULT`]).
 fn seccomp_option(flavor: Flavor, cache_dir: &std::path::Path) -> Result<String> {
     let base = match (flavor, default_profile()) {
         (_, Some(base)) => base,
-        (Flavor::Docker, None) => crate::seccomp::VENDORED_DEFAULT.to_owned(),
+        (Flavor::Docker, None) => sandbox_core::oci_seccomp::VENDORED_DEFAULT.to_owned(),
         (Flavor::Podman, None) => {
             return Err(Error::Seccomp {
                 reason: format!(
                     "no default profile at {}",
-                    crate::seccomp::DEFAULT_PROFILES.join(" or ")
+                    sandbox_core::oci_seccomp::DEFAULT_PROFILES.join(" or ")
                 ),
             });
         }
     };
-    let walled = crate::seccomp::with_wall(&base).map_err(|reason| Error::Seccomp { reason })?;
+    let walled =
+        sandbox_core::oci_seccomp::with_wall(&base).map_err(|reason| Error::Seccomp { reason })?;
     match flavor {
         Flavor::Docker => Ok(walled),
         Flavor::Podman => Ok(write_profile(cache_dir, &walled)?.display().to_string()),

@@ -31,7 +31,7 @@
 //!   before `run` returns, and so does every Docker run. The sweep reports only leftovers that
 //!   were still running.
 //! * Every container, run or session, enforces the one seccomp wall (`sandbox_core::WALL`) on
-//!   top of the engine's default profile (`seccomp.rs`). Pid 1 is the image's execute-only
+//!   top of the engine's default profile (`sandbox_core::oci_seccomp`). Pid 1 is the image's execute-only
 //!   tini (`plan::INIT`), never the engine's own init: the script cannot open its memory.
 //! * The environment is `sandbox_core::run_env` plus `PATH`, `PWD` and `VIRTUAL_ENV` (the image
 //!   sets no `UV_*`; podman's `container=podman` is overridden); nothing of the host's
@@ -66,7 +66,6 @@ mod idmap;
 mod netwall;
 mod plan;
 mod ports;
-mod seccomp;
 mod session;
 mod sweep;
 mod verify;

@@ -606,7 +606,7 @@ fn probe_args(rules: &[sandbox_core::SeccompRule]) -> Vec<[u64; 6]> {
 
 #[test]
 fn wall_profile_entries_cover_each_syscall_disjointly_with_the_wall_s_first_match_outcome() {
-    let entries = crate::seccomp::entries(sandbox_core::WALL);
+    let entries = sandbox_core::oci_seccomp::entries(sandbox_core::WALL);
     let args = probe_args(sandbox_core::WALL);
     let mut syscalls: Vec<&str> = sandbox_core::WALL.iter().map(|r| r.syscall).collect();
     syscalls.sort_unstable();
@@ -636,7 +636,7 @@ fn wall_profile_entries_cover_each_syscall_disjointly_with_the_wall_s_first_matc
 
 #[test]
 fn wall_profile_entries() {
-    insta::assert_snapshot!(compact(&crate::seccomp::entries(sandbox_core::WALL)));
+    insta::assert_snapshot!(compact(&sandbox_core::oci_seccomp::entries(sandbox_core::WALL)));
 }
 
 #[test]
@@ -646,17 +646,19 @@ fn the_wall_takes_over_the_syscalls_it_names_from_the_base_profile() {
         {"names":["clone"],"action":"SCMP_ACT_ALLOW","includes":{"caps":["CAP_SYS_ADMIN"]}},
         {"name":"fchmod","action":"SCMP_ACT_ALLOW"},
         {"names":["sethostname"],"action":"SCMP_ACT_ERRNO","errnoRet":1}]}"#;
-    let walled = crate::seccomp::with_wall(base).expect("walled");
+    let walled = sandbox_core::oci_seccomp::with_wall(base).expect("walled");
     let value: serde_json::Value = serde_json::from_str(&walled).expect("json");
     assert_eq!(value["defaultErrnoRet"], 38, "the rest of the base is kept");
     let flat =
         r#"{"architectures":["SCMP_ARCH_X86_64","SCMP_ARCH_X86","SCMP_ARCH_X32"],"syscalls":[]}"#;
     let flat: serde_json::Value =
-        serde_json::from_str(&crate::seccomp::with_wall(flat).expect("flat")).expect("json");
+        serde_json::from_str(&sandbox_core::oci_seccomp::with_wall(flat).expect("flat"))
+            .expect("json");
     assert_eq!(flat["architectures"], serde_json::json!(["SCMP_ARCH_X86_64"]));
     let entries = value["syscalls"].as_array().expect("syscalls");
-    let kept =
-        compact(&entries[..entries.len() - crate::seccomp::entries(sandbox_core::WALL).len()]);
+    let kept = compact(
+        &entries[..entries.len() - sandbox_core::oci_seccomp::entries(sandbox_core::WALL).len()],
+    );
     insta::assert_snapshot!(kept, @r"
     read,write allow
     sethostname errno 1
@@ -670,20 +672,22 @@ fn the_wall_takes_over_the_syscalls_it_names_from_the_base_profile() {
             );
         }
     }
-    assert!(crate::seccomp::with_wall("{}").is_err());
-    assert!(crate::seccomp::with_wall("nope").is_err());
+    assert!(sandbox_core::oci_seccomp::with_wall("{}").is_err());
+    assert!(sandbox_core::oci_seccomp::with_wall("nope").is_err());
 }
 
 #[test]
 fn the_installed_default_profile_gets_the_wall_too() {
     // The real base of this machine, when containers-common is installed, and docker's fallback.
-    let installed = crate::seccomp::DEFAULT_PROFILES
+    let installed = sandbox_core::oci_seccomp::DEFAULT_PROFILES
         .iter()
         .filter_map(|path| Some((*path, std::fs::read_to_string(path).ok()?)));
-    for (path, text) in installed.chain([("vendored", crate::seccomp::VENDORED_DEFAULT.to_owned())])
+    for (path, text) in
+        installed.chain([("vendored", sandbox_core::oci_seccomp::VENDORED_DEFAULT.to_owned())])
     {
         let walled: serde_json::Value =
-            serde_json::from_str(&crate::seccomp::with_wall(&text).expect(path)).expect("json");
+            serde_json::from_str(&sandbox_core::oci_seccomp::with_wall(&text).expect(path))
+                .expect("json");
         // Deny by default: a syscall the host's libseccomp cannot name still fails.
         assert_eq!(walled["defaultAction"], "SCMP_ACT_ERRNO", "{path}");
         // No compat ABI beside an architecture: i386 and x32 calls are killed, not filtered

@@ -20,6 +20,7 @@ mod io;
 mod layer;
 mod limits;
 mod missing;
+pub mod oci_seccomp;
 mod parse;
 mod paths;
 mod policy;

@@ -54,6 +54,30 @@ fn pod_default() {
 }
 
 #[test]
+fn the_wall_is_the_pods_localhost_profile_by_its_digest_when_configured() {
+    let profile = |config: &SandboxConfig| {
+        let pod = pod(config, &request()).unwrap();
+        let spec = pod.spec.unwrap();
+        let container = spec.containers[0].security_context.clone().unwrap().seccomp_profile;
+        let whole = spec.security_context.unwrap().seccomp_profile;
+        assert_eq!(container, whole, "the pod and its container name the same profile");
+        let p = container.unwrap();
+        (p.type_, p.localhost_profile)
+    };
+    assert_eq!(profile(&SandboxConfig::default()), ("RuntimeDefault".to_owned(), None));
+    let walled =
+        SandboxConfig { seccomp: crate::config::Seccomp::Wall, ..SandboxConfig::default() };
+    let (kind, name) = profile(&walled);
+    assert_eq!(kind, "Localhost");
+    let name = name.unwrap();
+    assert_eq!(name, sandbox_core::oci_seccomp::wall_profile_name());
+    assert!(name.starts_with("python-sandbox/wall-") && name.ends_with(".json"), "{name}");
+    // Restricted Pod Security allows a Localhost profile.
+    let violations = crate::restricted::check(&pod(&walled, &request()).unwrap());
+    assert!(violations.is_empty(), "{violations:?}");
+}
+
+#[test]
 fn pod_with_runtime_class_and_scheduling() {
     let mut config = SandboxConfig {
         runtime_class: Some("gvisor".into()),

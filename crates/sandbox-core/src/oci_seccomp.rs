@@ -1,6 +1,8 @@
 //! The one seccomp wall (`sandbox_core::WALL`) as OCI/Docker seccomp JSON, so docker and podman
 //! containers refuse exactly what the bwrap engine refuses. Pure: profile text in, profile text
-//! out; engine.rs only reads the base file and hands the result to the engine.
+//! out; engine-oci reads the base file and hands the result to docker or podman, engine-k8s
+//! names the node's copy of [`wall_profile`] (installed by `deploy/seccomp/`) as a `Localhost`
+//! profile.
 //!
 //! **Translation.** The wall's rules are first-match per syscall; a JSON profile is a set of
 //! entries (one comparison list each, ANDed) that libseccomp merges into a tree. Each
@@ -31,17 +33,17 @@
 //! kernel past the wall, while deny-by-default returns ENOSYS for it. The cost is ENOSYS for
 //! syscalls newer than the copy, which libc and Python treat as "not on this kernel".
 
-use sandbox_core::{ArgCheck, SeccompAction, SeccompRule, WALL};
+use crate::{ArgCheck, SeccompAction, SeccompRule, WALL};
 use serde_json::{Value, json};
 
 /// Where podman packages put the default profile, in lookup order.
-pub(crate) const DEFAULT_PROFILES: &[&str] =
+pub const DEFAULT_PROFILES: &[&str] =
     &["/etc/containers/seccomp.json", "/usr/share/containers/seccomp.json"];
 
 const LOW: u32 = 0xffff_ffff;
 
 /// Docker's base where containers-common is not installed (see the header).
-pub(crate) const VENDORED_DEFAULT: &str = include_str!("seccomp-containers-common-0.50.1.json");
+pub const VENDORED_DEFAULT: &str = include_str!("seccomp-containers-common-0.50.1.json");
 
 /// `(args[arg] & mask) == value`, on the low 32 bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,7 +193,7 @@ fn entry(syscall: &str, term: &Term, action: SeccompAction) -> Value {
 }
 
 /// Pure: `rules` as profile entries, syscall by syscall in first-appearance order.
-pub(crate) fn entries(rules: &[SeccompRule]) -> Vec<Value> {
+pub fn entries(rules: &[SeccompRule]) -> Vec<Value> {
     let mut seen: Vec<&str> = Vec::new();
     let mut out = Vec::new();
     for first in rules {
@@ -210,7 +212,7 @@ pub(crate) fn entries(rules: &[SeccompRule]) -> Vec<Value> {
 /// Pure: `base` with `rules` in charge of every syscall they name: those names leave every
 /// base entry (an entry left without names goes), then the rules' entries follow. `Err(reason)`
 /// when `base` is not a profile we understand.
-pub(crate) fn with_rules(base: &str, rules: &[SeccompRule]) -> Result<String, String> {
+pub fn with_rules(base: &str, rules: &[SeccompRule]) -> Result<String, String> {
     let mut profile: Value = serde_json::from_str(base).map_err(|e| format!("not JSON: {e}"))?;
     let syscalls = profile
         .get_mut("syscalls")
@@ -257,6 +259,22 @@ fn native_abi_only(profile: &mut Value) {
 }
 
 /// Pure: the wall on top of `base`.
-pub(crate) fn with_wall(base: &str) -> Result<String, String> {
+pub fn with_wall(base: &str) -> Result<String, String> {
     with_rules(base, WALL)
+}
+
+/// The wall as a whole profile of its own, for a node's runtime ([`with_wall`] on
+/// [`VENDORED_DEFAULT`], deny by default): what `deploy/seccomp/` installs on each node.
+pub fn wall_profile() -> String {
+    with_wall(VENDORED_DEFAULT).expect("the vendored base profile is valid")
+}
+
+/// Where a pod names [`wall_profile`] (`localhostProfile`, below the kubelet's seccomp
+/// directory): content-addressed, so a node with another version of the wall has no file of
+/// that name and the pod fails to start rather than run under a different wall.
+pub fn wall_profile_name() -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(wall_profile().as_bytes());
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("python-sandbox/wall-{hex}.json")
 }
