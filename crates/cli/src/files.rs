@@ -52,8 +52,9 @@ pub(crate) fn snapshot(root: &Path) -> Snapshot {
 }
 
 /// The walk of [`snapshot`] without the wait for the clock's next tick: [`Snapshot::settle`]
-/// must follow before the script can write (a run settles between its prepare and its start,
-/// by which time the tick has mostly passed, so a warm run seldom waits for it).
+/// follows as the engine lets the script go (`RunIo::started`), by which time the tick has
+/// passed (the walk comes before the engine is chosen, the settle after the sandbox is set
+/// up), so a warm run does not wait for it.
 pub(crate) fn unsettled(root: &Path) -> Snapshot {
     // The later of the coarse clock and the precise one: where the kernel stamps a change with
     // a precise time (multigrain timestamps, once a file's times were read) while the coarse
@@ -78,8 +79,9 @@ impl Snapshot {
         }
     }
 
-    /// The run's start; a snapshot never settled counts from its walk (and would miss a change
-    /// made in the walk's own tick: every caller settles).
+    /// The run's start; a snapshot never settled (an engine that does not say when its script
+    /// starts: a container's or a pod's, which starts long after the walk's tick) counts from
+    /// its walk.
     fn start(&self) -> Stamp {
         self.start.unwrap_or(self.before)
     }

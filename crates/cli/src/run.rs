@@ -190,10 +190,13 @@ pub(crate) fn run_captured<S: OutputSink>(
     refuse_unsupported(engine.name(), engine.capability(), spec)?;
     let warnings = engine.check_dyn(spec)?;
     let prepared = engine.prepare_dyn(spec, &mut |line| status(line))?;
-    // Nothing of the script has run yet: its changes are stamped from here on.
-    if let Some(before) = before {
-        before.settle();
-    }
+    // As `two_phase`: dated from when the engine lets the script go.
+    let mut before = before;
+    let mut settle = move || {
+        if let Some(before) = before.as_deref_mut() {
+            before.settle();
+        }
+    };
     let mut published = |ports: &[sandbox_core::PublishedPort]| {
         urls.extend(ports.iter().map(|p| (p.port, p.url())));
     };
@@ -203,6 +206,7 @@ pub(crate) fn run_captured<S: OutputSink>(
         output: Output::Sink(&mut sink),
         status: Some(status),
         published: Some(&mut published),
+        started: Some(&mut settle),
     };
     let mut outcome = engine.run_prepared_dyn(spec, &prepared, io)?;
     outcome.warnings.splice(0..0, warnings);
@@ -313,14 +317,8 @@ fn run_on(
         spec,
         json,
         urls,
-        |status| {
-            let prepared = engine.prepare_dyn(spec, status)?;
-            // Nothing of the script has run yet: its changes are stamped from here on.
-            if let Some(before) = before {
-                before.settle();
-            }
-            Ok(prepared)
-        },
+        before,
+        |status| Ok(engine.prepare_dyn(spec, status)?),
         |prepared, io| Ok(engine.run_prepared_dyn(spec, prepared, io)?),
     )
 }
@@ -331,6 +329,7 @@ fn two_phase<P>(
     spec: &RunSpec,
     json: bool,
     urls: &mut Vec<(u16, String)>,
+    mut before: Option<&mut files::Snapshot>,
     prepare: impl FnOnce(&mut dyn FnMut(&str)) -> Result<P>,
     run: impl FnOnce(&P, RunIo<'_>) -> Result<RunOutcome>,
 ) -> Result<(RunOutcome, files::Seen)> {
@@ -356,9 +355,17 @@ fn two_phase<P>(
         "" => drop(indicator.take()),
         line => indicator.get_or_insert_with(progress::Progress::start).set(line),
     };
+    // The run's changes are dated from when the engine lets the script go (or, for an engine
+    // that does not say, from the walk: its script starts long after).
+    let mut settle = move || {
+        if let Some(before) = before.as_deref_mut() {
+            before.settle();
+        }
+    };
     let off_terminal = !std::io::stdout().is_terminal() && !std::io::stderr().is_terminal();
     if !json && secrets.is_empty() && !off_terminal {
-        let outcome = run(&prepared, stdio(Output::Inherit, &mut published, &mut status))?;
+        let io = stdio(Output::Inherit, &mut published, &mut status, &mut settle);
+        let outcome = run(&prepared, io)?;
         return Ok((outcome, files::Seen::default()));
     }
     let mut sink = ScrubbingSink::new(&secrets, files::Watch::new(Relay::plain(json), spec.net));
@@ -369,7 +376,7 @@ fn two_phase<P>(
     } else {
         Output::Sink(&mut sink)
     };
-    let outcome = run(&prepared, stdio(output, &mut published, &mut status))?;
+    let outcome = run(&prepared, stdio(output, &mut published, &mut status, &mut settle))?;
     let (_, seen) = sink.finish().finish();
     Ok((outcome, seen))
 }
@@ -378,8 +385,15 @@ fn stdio<'a>(
     output: Output<'a>,
     published: &'a mut sandbox_core::PublishedHook<'a>,
     status: &'a mut (dyn FnMut(&str) + Send),
+    started: &'a mut (dyn FnMut() + Send),
 ) -> RunIo<'a> {
-    RunIo { stdin: Stdin::Inherit, output, status: Some(status), published: Some(published) }
+    RunIo {
+        stdin: Stdin::Inherit,
+        output,
+        status: Some(status),
+        published: Some(published),
+        started: Some(started),
+    }
 }
 
 /// Values passed in through variables whose names say they are secret are masked in the output.

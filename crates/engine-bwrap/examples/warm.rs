@@ -61,8 +61,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         setup += start.elapsed();
         let env = engine.prepare(&spec, &mut |_| {})?;
         prepare += start.elapsed();
-        let io =
-            RunIo { stdin: Stdin::Null, output: Output::Inherit, status: None, published: None };
+        let io = RunIo {
+            stdin: Stdin::Null,
+            output: Output::Inherit,
+            status: None,
+            published: None,
+            started: None,
+        };
         let outcome = engine.run_prepared(&spec, &env, io)?;
         assert_eq!(outcome.exit_code, 0);
         ours += start.elapsed();

@@ -727,6 +727,7 @@ impl BwrapEngine {
             self.signals(false),
             None,
             None,
+            None,
         )?;
         let text = String::from_utf8_lossy(&output).trim_end().to_owned();
         if !finished.started {
@@ -1086,6 +1087,7 @@ impl BwrapEngine {
             spec.timeout,
             self.signals(interactive),
             io.published,
+            io.started,
             Some(&mut placeholders),
         );
         if let Some((uid, grant)) = grant {

@@ -109,6 +109,7 @@ pub(crate) fn execute(
     timeout: Option<Duration>,
     signals: Signals,
     published: Option<&mut sandbox_core::PublishedHook<'_>>,
+    started: Option<&mut (dyn FnMut() + Send)>,
     placeholders: Option<&mut reaper::protect::Placeholders>,
 ) -> Result<Finished> {
     let start = Instant::now();
@@ -158,6 +159,11 @@ pub(crate) fn execute(
         listed: launch.listed,
         stdio,
     })?;
+    // Let go (a native run's script is released at the end of `start`); Python's own start
+    // comes before anything of the script's can write.
+    if let Some(started) = started {
+        started();
+    }
     if let Some(placeholders) = placeholders {
         placeholders.leash(sandbox.pidfd());
     }

@@ -235,12 +235,23 @@ pub struct RunIo<'a> {
     /// Told once, when the sandbox is up and before the script runs, where each published port
     /// is bound on the host (`crate::publish`); not called when nothing is published.
     pub published: Option<&'a mut PublishedHook<'a>>,
+    /// Called once as the script is let go (its sandbox set up, before it can write anything):
+    /// the caller dates the run's changes from here. An engine whose script could start within
+    /// a clock tick (4 ms) of the run's call must call it; one that takes longer to get there
+    /// (a container, a pod) may leave it, and the caller counts from its own call.
+    pub started: Option<&'a mut (dyn FnMut() + Send)>,
 }
 
 impl RunIo<'_> {
     /// Inherit the caller's terminal for all three streams, no status lines.
     pub fn inherit() -> RunIo<'static> {
-        RunIo { stdin: Stdin::Inherit, output: Output::Inherit, status: None, published: None }
+        RunIo {
+            stdin: Stdin::Inherit,
+            output: Output::Inherit,
+            status: None,
+            published: None,
+            started: None,
+        }
     }
 }
 

@@ -139,6 +139,7 @@ fn inherited_output_with_a_timeout_still_ends_the_tree() {
         output: sandbox_core::Output::Inherit,
         status: None,
         published: None,
+        started: None,
     };
     let outcome = f.engine.run_prepared(&spec, &env, io).expect("run");
     assert!(outcome.timed_out);

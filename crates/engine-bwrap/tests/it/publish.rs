@@ -55,6 +55,7 @@ fn run_and_reach(f: &Fixture, spec: &RunSpec) -> Vec<PublishedPort> {
                 output: Output::Sink(&mut captured),
                 status: None,
                 published: Some(&mut published),
+                started: None,
             };
             let outcome = f.engine.run_prepared(spec, &env, io).expect("run");
             (outcome, captured)

@@ -60,6 +60,7 @@ fn a_mount_swapped_for_a_link_to_a_secret_is_never_followed() {
             output: Output::Sink(&mut captured),
             status: None,
             published: None,
+            started: None,
         };
         match fx.engine.run(&spec, io) {
             Ok(_) => {

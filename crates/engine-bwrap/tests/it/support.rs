@@ -149,7 +149,13 @@ pub(crate) fn run_on(engine: &engine_bwrap::BwrapEngine, spec: &RunSpec) -> (Run
 
 /// No input; the output into `captured`.
 fn quiet_io(captured: &mut Captured) -> RunIo<'_> {
-    RunIo { stdin: Stdin::Null, output: Output::Sink(captured), status: None, published: None }
+    RunIo {
+        stdin: Stdin::Null,
+        output: Output::Sink(captured),
+        status: None,
+        published: None,
+        started: None,
+    }
 }
 
 /// `engine.run_prepared` with no input, its output captured.

@@ -317,6 +317,7 @@ fn stdin_bytes_reach_the_script() {
         output: sandbox_core::Output::Sink(&mut captured),
         status: None,
         published: None,
+        started: None,
     };
     let outcome = sandbox_core::Engine::run(&f.engine, &spec, io).expect("run");
     assert_eq!(outcome.exit_code, 0);

@@ -668,7 +668,7 @@ impl Engine for K8sEngine {
         io: RunIo<'_>,
     ) -> Result<RunOutcome> {
         refuse_allowlist(spec)?;
-        let RunIo { stdin, output, mut status, published } = io;
+        let RunIo { stdin, output, mut status, published, .. } = io;
         let mut inherit = Inherit::std();
         let mut merged;
         let joined = matches!(output, Output::Merged(_));

@@ -64,6 +64,7 @@ fn run(f: &EngineFixture, spec: &RunSpec) -> (RunOutcome, Captured) {
         output: Output::Sink(&mut captured),
         status: None,
         published: None,
+        started: None,
     };
     let outcome = f.engine.run(spec, io).unwrap();
     (outcome, captured)

@@ -102,6 +102,7 @@ fn killed_owner_helper() {
         output: Output::Sink(&mut captured),
         status: None,
         published: None,
+        started: None,
     };
     let _ = f.engine.run(&spec(&f, DETACHING), io);
 }
@@ -173,6 +174,7 @@ open(f'out-{n}.bin', 'wb').write(data)\nprint(f'run {n}', len(data))\n";
                         output: Output::Sink(&mut captured),
                         status: None,
                         published: None,
+                        started: None,
                     };
                     let outcome = engine.run(&spec, io).unwrap();
                     (outcome.exit_code, captured.stdout_lossy(), captured.stderr_lossy())
@@ -260,6 +262,7 @@ fn fork_bomb_ends_the_run() {
             output: Output::Sink(&mut captured),
             status: None,
             published: None,
+            started: None,
         };
         let outcome = f.engine.run(&s, io);
         done.store(true, Ordering::SeqCst);

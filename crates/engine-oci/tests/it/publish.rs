@@ -50,6 +50,7 @@ fn run_and_reach(engine: &OciEngine, spec: &RunSpec) -> Vec<PublishedPort> {
                 output: Output::Sink(&mut captured),
                 status: None,
                 published: Some(&mut published),
+                started: None,
             };
             let outcome = engine.run_prepared(spec, &env, io).expect("run");
             (outcome, captured)

@@ -166,6 +166,7 @@ fn dependencies_install_once_and_work_with_net_off() {
             output: Output::Sink(&mut captured),
             status: None,
             published: None,
+            started: None,
         };
         let outcome = engine.run_prepared(&spec, &again, io).expect("run");
         assert_eq!(outcome.exit_code, 0, "{}: {}", name(&engine), captured.stderr_lossy());
@@ -234,6 +235,7 @@ fn stdin_bytes_reach_the_script() {
             output: Output::Sink(&mut captured),
             status: None,
             published: None,
+            started: None,
         };
         let outcome = engine.run_prepared(&spec, &env, io).expect("run");
         assert_eq!(
@@ -385,6 +387,7 @@ fn missing_mount_source_creates_nothing() {
             output: Output::Sink(&mut Captured::default()),
             status: None,
             published: None,
+            started: None,
         };
         let err = engine.run_prepared(&spec, &env, io).expect_err("a missing mount is an error");
         assert!(err.to_string().contains("does not exist"), "{}: {err}", name(&engine));

@@ -72,6 +72,7 @@ pub(crate) fn run(engine: &OciEngine, spec: &RunSpec) -> (RunOutcome, Captured) 
         output: Output::Sink(&mut captured),
         status: None,
         published: None,
+        started: None,
     };
     let outcome = engine.run_prepared(spec, &env, io).expect("run");
     (outcome, captured)

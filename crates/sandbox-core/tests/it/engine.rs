@@ -138,6 +138,7 @@ fn dyn_engine_boxes_errors_and_streams() {
         output: Output::Sink(&mut captured),
         status: Some(&mut status),
         published: None,
+        started: None,
     };
     let outcome = engine.run_dyn(&spec(&["a", "b"]), io).expect("runs");
     assert_eq!(outcome.exit_code, 7);

@@ -523,7 +523,13 @@ fn spec(scratch: &Scratch, source: &str) -> RunSpec {
 fn run(engine: &K8sEngine, spec: &RunSpec, stdin: Stdin) -> (i32, String, Vec<String>) {
     let prepared = engine.prepare(spec, &mut |_| {}).expect("prepared");
     let mut out = sandbox_core::Captured::default();
-    let io = RunIo { stdin, output: Output::Sink(&mut out), status: None, published: None };
+    let io = RunIo {
+        stdin,
+        output: Output::Sink(&mut out),
+        status: None,
+        published: None,
+        started: None,
+    };
     let outcome = engine.run_prepared(spec, &prepared, io).expect("ran");
     (outcome.exit_code, out.stdout_lossy(), outcome.warnings)
 }
@@ -753,6 +759,7 @@ fn published_run(preview: crate::Preview) -> (Vec<sandbox_core::PublishedPort>, 
         output: Output::Sink(&mut out),
         status: None,
         published: Some(&mut hook),
+        started: None,
     };
     let outcome = engine.run_prepared(&spec, &prepared, io).expect("ran");
     assert_eq!((outcome.exit_code, out.stdout_lossy().as_str()), (0, "served\n"));
@@ -815,8 +822,7 @@ fn a_users_claim_is_read_before_the_run_and_mounted_into_its_pod_only() {
     let prepared = engine.prepare(&spec, &mut |_| {}).expect("prepared");
     let pods = cluster.state.lock().expect("state").created.len();
     let mut out = sandbox_core::Captured::default();
-    let io =
-        RunIo { stdin: Stdin::Null, output: Output::Sink(&mut out), status: None, published: None };
+    let io = captured_io(&mut out);
     let error = engine.run_prepared(&spec, &prepared, io).expect_err("no such claim");
     assert!(matches!(error, crate::Error::ClaimMissing { .. }), "{error:?}");
     let message = error.to_string();
@@ -1108,6 +1114,7 @@ fn a_run_whose_reader_went_away_ends_as_a_closed_pipe() {
         output: Output::Sink(&mut closed),
         status: None,
         published: None,
+        started: None,
     };
     let outcome = engine.run_prepared(&spec, &prepared, io).expect("ran");
     assert_eq!(outcome.exit_code, sandbox_core::EXIT_CLOSED_PIPE);
@@ -1136,13 +1143,7 @@ fn sigterm_child() {
     let outcome = std::thread::scope(|scope| {
         let run = scope.spawn(|| {
             let mut out = sandbox_core::Captured::default();
-            let io = RunIo {
-                stdin: Stdin::Null,
-                output: Output::Sink(&mut out),
-                status: None,
-                published: None,
-            };
-            engine.run_prepared(&spec, &prepared, io).expect("ran")
+            engine.run_prepared(&spec, &prepared, captured_io(&mut out)).expect("ran")
         });
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while !cluster
@@ -1210,5 +1211,16 @@ fn a_runs_workdir_is_the_host_path_where_a_pod_can_have_it() {
         ("/a:b", None),
     ] {
         assert_eq!(super::run_workdir(Path::new(host)).as_deref(), workdir, "{host}");
+    }
+}
+
+/// The script's output into `out`, no stdin, no hooks.
+fn captured_io(out: &mut sandbox_core::Captured) -> RunIo<'_> {
+    RunIo {
+        stdin: Stdin::Null,
+        output: Output::Sink(out),
+        status: None,
+        published: None,
+        started: None,
     }
 }
