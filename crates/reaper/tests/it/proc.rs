@@ -44,3 +44,30 @@ fn owners_from_another_namespace_or_boot_are_unknown() {
     let other_boot = Owner { boot_id: "00000000-0000-0000-0000-000000000000".into(), ..me };
     assert_eq!(checker.liveness(&other_boot), Liveness::Unknown);
 }
+
+/// Here, not among the crate's unit tests: a fork there while `ports` drops a listener holds
+/// the port open until the exec, and that test finds it still in use.
+#[test]
+fn a_child_told_to_exit_is_reaped_as_it_ends_and_one_that_does_not_is_left() {
+    // Reaped by the code under test, not by `Child::wait`.
+    #[allow(clippy::zombie_processes)]
+    let quick = std::process::Command::new("sleep").arg("0.05").spawn().unwrap();
+    let pid = i32::try_from(quick.id()).unwrap();
+    let began = std::time::Instant::now();
+    reaper::reap_child(pid, std::time::Duration::from_secs(5));
+    assert!(began.elapsed() < std::time::Duration::from_secs(3), "{:?}", began.elapsed());
+    let gone = rustix::process::waitpid(
+        rustix::process::Pid::from_raw(pid),
+        rustix::process::WaitOptions::NOHANG,
+    );
+    assert_eq!(gone.err(), Some(rustix::io::Errno::CHILD), "reaped already");
+
+    let mut slow = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let began = std::time::Instant::now();
+    reaper::reap_child(i32::try_from(slow.id()).unwrap(), std::time::Duration::from_millis(100));
+    let waited = began.elapsed();
+    assert!(waited >= std::time::Duration::from_millis(100), "{waited:?}");
+    assert!(waited < std::time::Duration::from_secs(5), "{waited:?}");
+    slow.kill().unwrap();
+    slow.wait().unwrap();
+}
