@@ -73,10 +73,7 @@ fn engine_vs_uv(cli: &Path, engine: &str, root: &Path) -> Result<()> {
         }
     }
 
-    println!(
-        "\n{:<22} {:>16} {:>14} {:>8} {:>8}",
-        "script (warm)", "python-sandbox", "uv run", "ratio", "target"
-    );
+    table_header("script (warm)");
     // Net on (the default) gets its own network namespace connected by pasta; `--net off` shows
     // what that costs. uv run is unsandboxed either way. The targets: native 0.6, bwrap 0.8.
     let hello_target = if engine == "native" { 0.6 } else { 0.8 };
@@ -86,14 +83,7 @@ fn engine_vs_uv(cli: &Path, engine: &str, root: &Path) -> Result<()> {
         ("numpy_stats.py", &numpy, &[][..], 1.05),
     ] {
         let (mine, theirs) = medians(RUNS, || ours(flags, script), || uv_run(&uv, script, &dir))?;
-        let ratio = mine.as_secs_f64() / theirs.as_secs_f64();
-        let verdict = if ratio <= target { "ok" } else { "MISSED" };
-        println!(
-            "{name:<22} {:>13.1} ms {:>11.1} ms {ratio:>8.2} {:>5} {verdict}",
-            ms(mine),
-            ms(theirs),
-            format!("≤{target}")
-        );
+        ratio_row(name, mine, theirs, target);
     }
 
     new_dependency_sets(&ours, &uv, &dir)?;
@@ -214,16 +204,10 @@ fn new_dependency_sets(
             })
             .collect();
         let path = dir.join(format!("new_{round}.py"));
-        std::fs::write(
-            &path,
-            format!("# /// script\n# dependencies = [{}]\n# ///\n{import}\n", deps.join(", ")),
-        )?;
+        write_script(&path, &deps, import)?;
         Ok(path)
     };
-    println!(
-        "\n{:<22} {:>16} {:>14} {:>8} {:>8}",
-        "new dependency set", "python-sandbox", "uv run", "ratio", "target"
-    );
+    table_header("new dependency set");
     for (name, set, import) in NEW_SETS {
         // Round 0 fills both package caches and is not timed.
         let first = script(set, import, 0)?;
@@ -238,15 +222,38 @@ fn new_dependency_sets(
             theirs.push(timed(&mut uv_run(uv, &path, dir))?);
         }
         let (mine, theirs) = (middle(mine), middle(theirs));
-        let ratio = mine.as_secs_f64() / theirs.as_secs_f64();
-        let verdict = if ratio <= 0.8 { "ok" } else { "MISSED" };
-        println!(
-            "{name:<22} {:>13.1} ms {:>11.1} ms {ratio:>8.2} {:>5} {verdict}",
-            ms(mine),
-            ms(theirs),
-            "≤0.8"
-        );
+        ratio_row(name, mine, theirs, 0.8);
     }
+    Ok(())
+}
+
+/// The header of a table of rows beside `uv run`.
+fn table_header(title: &str) {
+    println!(
+        "\n{:<22} {:>16} {:>14} {:>8} {:>8}",
+        title, "python-sandbox", "uv run", "ratio", "target"
+    );
+}
+
+/// One row of such a table: both medians, their ratio, and whether it meets `target`.
+fn ratio_row(name: &str, mine: Duration, theirs: Duration, target: f64) {
+    let ratio = mine.as_secs_f64() / theirs.as_secs_f64();
+    let verdict = if ratio <= target { "ok" } else { "MISSED" };
+    println!(
+        "{name:<22} {:>13.1} ms {:>11.1} ms {ratio:>8.2} {:>5} {verdict}",
+        ms(mine),
+        ms(theirs),
+        // Debug keeps `1.0` (Display would print `1`).
+        format!("≤{target:?}")
+    );
+}
+
+/// A script with the quoted requirements `deps` that imports them (`import`).
+fn write_script(path: &Path, deps: &[String], import: &str) -> Result<()> {
+    std::fs::write(
+        path,
+        format!("# /// script\n# dependencies = [{}]\n# ///\n{import}\n", deps.join(", ")),
+    )?;
     Ok(())
 }
 
@@ -265,17 +272,11 @@ fn empty_caches(ours: &dyn Fn(&[&str], &Path) -> Command, uv: &Path, dir: &Path)
     )?;
     // Beside the workspace, not in it: a cache inside the workspace is refused.
     let caches = dir.with_file_name("bench-empty-caches");
-    println!(
-        "\n{:<22} {:>16} {:>14} {:>8} {:>8}",
-        "empty caches", "python-sandbox", "uv run", "ratio", "target"
-    );
+    table_header("empty caches");
     for (name, set, import) in NEW_SETS {
         let deps: Vec<String> = set.iter().map(|d| format!("\"{d}\"")).collect();
         let script = dir.join("empty_caches.py");
-        std::fs::write(
-            &script,
-            format!("# /// script\n# dependencies = [{}]\n# ///\n{import}\n", deps.join(", ")),
-        )?;
+        write_script(&script, &deps, import)?;
         let (mut mine, mut theirs) = (Vec::new(), Vec::new());
         for _ in 0..EMPTY_ROUNDS {
             let _ = std::fs::remove_dir_all(&caches);
@@ -290,14 +291,7 @@ fn empty_caches(ours: &dyn Fn(&[&str], &Path) -> Command, uv: &Path, dir: &Path)
         }
         let _ = std::fs::remove_dir_all(&caches);
         let (mine, theirs) = (middle(mine), middle(theirs));
-        let ratio = mine.as_secs_f64() / theirs.as_secs_f64();
-        let verdict = if ratio <= 1.0 { "ok" } else { "MISSED" };
-        println!(
-            "{name:<22} {:>13.1} ms {:>11.1} ms {ratio:>8.2} {:>5} {verdict}",
-            ms(mine),
-            ms(theirs),
-            "≤1.0"
-        );
+        ratio_row(name, mine, theirs, 1.0);
     }
     Ok(())
 }

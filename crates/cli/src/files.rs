@@ -70,6 +70,16 @@ pub(crate) fn unsettled(root: &Path) -> Snapshot {
     Snapshot { dirs, before, start: None, own: own_outputs() }
 }
 
+/// A run's `RunIo::started`: settles `before`, if the run keeps one.
+pub(crate) fn settler(before: Option<&mut Snapshot>) -> impl FnMut() + Send + '_ {
+    let mut before = before;
+    move || {
+        if let Some(before) = before.as_deref_mut() {
+            before.settle();
+        }
+    }
+}
+
 impl Snapshot {
     /// Waits for the first tick of the coarse clock after the walk began, if it has not come
     /// yet: every change the run makes from now on is stamped at or after it.

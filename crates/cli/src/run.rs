@@ -191,12 +191,7 @@ pub(crate) fn run_captured<S: OutputSink>(
     let warnings = engine.check_dyn(spec)?;
     let prepared = engine.prepare_dyn(spec, &mut |line| status(line))?;
     // As `two_phase`: dated from when the engine lets the script go.
-    let mut before = before;
-    let mut settle = move || {
-        if let Some(before) = before.as_deref_mut() {
-            before.settle();
-        }
-    };
+    let mut settle = files::settler(before);
     let mut published = |ports: &[sandbox_core::PublishedPort]| {
         urls.extend(ports.iter().map(|p| (p.port, p.url())));
     };
@@ -329,7 +324,7 @@ fn two_phase<P>(
     spec: &RunSpec,
     json: bool,
     urls: &mut Vec<(u16, String)>,
-    mut before: Option<&mut files::Snapshot>,
+    before: Option<&mut files::Snapshot>,
     prepare: impl FnOnce(&mut dyn FnMut(&str)) -> Result<P>,
     run: impl FnOnce(&P, RunIo<'_>) -> Result<RunOutcome>,
 ) -> Result<(RunOutcome, files::Seen)> {
@@ -357,11 +352,7 @@ fn two_phase<P>(
     };
     // The run's changes are dated from when the engine lets the script go (or, for an engine
     // that does not say, from the walk: its script starts long after).
-    let mut settle = move || {
-        if let Some(before) = before.as_deref_mut() {
-            before.settle();
-        }
-    };
+    let mut settle = files::settler(before);
     let off_terminal = !std::io::stdout().is_terminal() && !std::io::stderr().is_terminal();
     if !json && secrets.is_empty() && !off_terminal {
         let io = stdio(Output::Inherit, &mut published, &mut status, &mut settle);

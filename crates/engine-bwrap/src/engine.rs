@@ -866,16 +866,14 @@ impl BwrapEngine {
             let file = std::fs::File::open("/dev/null").map_err(Error::io("opening /dev/null"))?;
             Ok(file.into())
         };
+        let launch = process::Launch { listed, ..self.launch() };
         self.launcher.start(crate::launcher::Start {
             plan,
-            host: &self.host,
-            cache_root: self.layout.root(),
-            pasta: match listed {
-                Some(_) => Err(&process::NO_PASTA_FOR_A_LIST),
-                None => self.pasta.as_deref(),
-            },
-            relay: self.config.builtin_relay,
-            lan: self.config.lan,
+            host: launch.host,
+            cache_root: launch.cache_root,
+            pasta: launch.pasta(),
+            relay: launch.relay,
+            lan: launch.lan,
             listed,
             stdio: crate::SandboxStdio {
                 stdin: Some(null()?),

@@ -88,8 +88,16 @@ pub(crate) struct Launch<'a> {
     pub(crate) listed: Option<&'a sandbox_net::Listed>,
 }
 
-/// What a run with an allowlist is told of pasta: not to be used.
-pub(crate) static NO_PASTA_FOR_A_LIST: engine_detect::NoPasta = engine_detect::NoPasta::Missing;
+/// What a sandbox with an allowlist is told of pasta: not to be used.
+static NO_PASTA_FOR_A_LIST: engine_detect::NoPasta = engine_detect::NoPasta::Missing;
+
+impl<'a> Launch<'a> {
+    /// The pasta the sandbox may use: none with an allowlist, which the relay or the built-in
+    /// proxy holds (pasta checks no names).
+    pub(crate) fn pasta(&self) -> Result<&'a Path, &'a engine_detect::NoPasta> {
+        if self.listed.is_some() { Err(&NO_PASTA_FOR_A_LIST) } else { self.pasta }
+    }
+}
 
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
     rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
@@ -152,8 +160,7 @@ pub(crate) fn execute(
         plan,
         host: launch.host,
         cache_root: launch.cache_root,
-        // An allowlist is held by the relay or the built-in proxy: pasta checks no names.
-        pasta: if launch.listed.is_some() { Err(&NO_PASTA_FOR_A_LIST) } else { launch.pasta },
+        pasta: launch.pasta(),
         relay: launch.relay,
         lan: launch.lan,
         listed: launch.listed,

@@ -159,24 +159,34 @@ fn pending(rv: &str) -> Value {
     )
 }
 
-fn running_ready(rv: &str) -> Value {
+/// The sandbox container's status in `state`.
+fn sandbox_status(ready: bool, state: Value) -> Value {
+    json!([{"name": "sandbox", "image": "python-sandbox-runtime:0.1.0", "imageID": "",
+        "ready": ready, "restartCount": 0, "state": state}])
+}
+
+/// Running, its container started; Ready as `ready` says.
+fn running(rv: &str, ready: bool) -> Value {
+    let condition = if ready { "True" } else { "False" };
     pod_with(
         rv,
         json!({"phase": "Running", "conditions": [
         {"type": "PodScheduled", "status": "True"},
-        {"type": "Ready", "status": "True"}],
-        "containerStatuses": [{"name": "sandbox", "image": "python-sandbox-runtime:0.1.0",
-            "imageID": "", "ready": true, "restartCount": 0,
-            "state": {"running": {"startedAt": "2025-01-01T00:00:02Z"}}}]}),
+        {"type": "Ready", "status": condition}],
+        "containerStatuses": sandbox_status(
+            ready, json!({"running": {"startedAt": "2025-01-01T00:00:02Z"}}))}),
     )
+}
+
+fn running_ready(rv: &str) -> Value {
+    running(rv, true)
 }
 
 fn waiting(rv: &str, reason: &str, message: &str) -> Value {
     pod_with(
         rv,
-        json!({"phase": "Pending", "containerStatuses": [{"name": "sandbox",
-        "image": "python-sandbox-runtime:0.1.0", "imageID": "", "ready": false, "restartCount": 0,
-        "state": {"waiting": {"reason": reason, "message": message}}}]}),
+        json!({"phase": "Pending", "containerStatuses": sandbox_status(
+            false, json!({"waiting": {"reason": reason, "message": message}}))}),
     )
 }
 
@@ -222,9 +232,8 @@ fn cleanup() -> Vec<Reply> {
     deleting["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:09Z");
     let mut stopped = pod_with(
         "121",
-        json!({"phase": "Failed", "containerStatuses": [{"name": "sandbox",
-        "image": "python-sandbox-runtime:0.1.0", "imageID": "", "ready": false, "restartCount": 0,
-        "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}]}),
+        json!({"phase": "Failed", "containerStatuses": sandbox_status(
+            false, json!({"terminated": {"exitCode": 137, "reason": "Error"}}))}),
     );
     stopped["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:09Z");
     vec![ok(deleting), Reply::Watch(vec![event("MODIFIED", stopped.clone())]), ok(stopped)]
@@ -241,15 +250,7 @@ async fn answers(_: Pod) -> Greeting {
 
 /// Running, its container started, not Ready yet: the readiness probe has not run.
 fn running_not_ready(rv: &str) -> Value {
-    pod_with(
-        rv,
-        json!({"phase": "Running", "conditions": [
-        {"type": "PodScheduled", "status": "True"},
-        {"type": "Ready", "status": "False"}],
-        "containerStatuses": [{"name": "sandbox", "image": "python-sandbox-runtime:0.1.0",
-            "imageID": "", "ready": false, "restartCount": 0,
-            "state": {"running": {"startedAt": "2025-01-01T00:00:02Z"}}}]}),
-    )
+    running(rv, false)
 }
 
 /// The pod is handed out once its container runs and the agent answers, before the kubelet's

@@ -274,7 +274,12 @@ pub fn wall_profile() -> String {
 /// that name and the pod fails to start rather than run under a different wall.
 pub fn wall_profile_name() -> String {
     use sha2::Digest as _;
-    let digest = sha2::Sha256::digest(wall_profile().as_bytes());
-    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    format!("python-sandbox/wall-{hex}.json")
+    // Made once per process: every pod spec names it.
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        let digest = sha2::Sha256::digest(wall_profile().as_bytes());
+        let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        format!("python-sandbox/wall-{hex}.json")
+    })
+    .clone()
 }
