@@ -219,8 +219,10 @@ impl BwrapEngine {
 
     /// Returns the environment for `spec`, building it if needed. Warm path: key → marker →
     /// done, no uv and no bwrap spawned. Cold path: fetch uv if absent, find the interpreter
-    /// on the host, then `uv venv` + `uv pip install` inside a prepare sandbox (network on,
-    /// no workspace, no home; only the uv cache, python dir and this environment writable).
+    /// on the host, write the environment's skeleton ([`crate::venv`]; `uv venv` for other
+    /// interpreters), then resolve and `uv pip install` inside prepare sandboxes (network on,
+    /// attached as they start; no workspace, no home; only the uv cache, python dir and this
+    /// environment writable).
     /// Concurrent prepares of the same key serialize on a lock file, which the returned
     /// environment holds shared (and stamps as its last use) for as long as it lives, so a
     /// prune never deletes it under a run.
@@ -340,11 +342,7 @@ impl BwrapEngine {
             if spec.dependencies.len() == 1 { "y" } else { "ies" },
             uv.version
         ));
-        let mut venv: Vec<OsString> =
-            vec![uv.path.clone().into(), "venv".into(), "--quiet".into(), "--no-config".into()];
-        venv.extend(["--python".into(), interpreter.executable.clone().into(), dir.clone().into()]);
-        let step = Step::trusted(&dir, venv);
-        self.run_prepare_step(&uv.path, interpreter.base(), step, spec.tmpfs_size)?;
+        self.make_venv(&uv, &interpreter, &dir, spec.tmpfs_size)?;
         let identity = fsutil::identity(&interpreter.executable).unwrap_or_default();
         let installed = Installed { uv: &uv.path, uv_version: &uv.version, identity: &identity };
         let (lock, pins) = if spec.dependencies.is_empty() {
@@ -393,6 +391,39 @@ impl BwrapEngine {
             fresh: true,
             lease,
         })
+    }
+
+    /// The fresh environment `dir` of `interpreter`: written directly where its layout is
+    /// known ([`crate::venv`]), else by `uv venv` in a prepare sandbox.
+    fn make_venv(
+        &self,
+        uv: &uv::UvBinary,
+        interpreter: &Interpreter,
+        dir: &Path,
+        tmpfs_size: u64,
+    ) -> Result<()> {
+        let relocation = self.relocation(Some(dir), interpreter.base(), None)?;
+        let python = relocation.path(&interpreter.executable);
+        let base = crate::venv::Base {
+            python: &python,
+            version: &interpreter.version,
+            implementation: &interpreter.implementation,
+            abiflags: &interpreter.abiflags,
+        };
+        if let Some(entries) = crate::venv::layout(base, &uv.version) {
+            crate::venv::write(dir, &entries)
+                .map_err(Error::io(format!("writing the environment {}", dir.display())))?;
+            if let Some((uid, gid)) = self.host.run_as() {
+                // As `uv venv` in the sandbox (nobody) left it: later steps write into it.
+                fsutil::hand_over(dir, uid, gid)?;
+            }
+            return Ok(());
+        }
+        let mut venv: Vec<OsString> =
+            vec![uv.path.clone().into(), "venv".into(), "--quiet".into(), "--no-config".into()];
+        venv.extend(["--python".into(), interpreter.executable.clone().into(), dir.into()]);
+        let step = Step::trusted(dir, venv);
+        self.run_prepare_step(&uv.path, interpreter.base(), step, tmpfs_size)
     }
 
     fn ready(
@@ -556,6 +587,9 @@ impl BwrapEngine {
             self.run_prepare_step(uv, base, step, spec.tmpfs_size)?;
         }
 
+        // Worker processes pay off for big trees only: for a few files their start costs
+        // more than it saves (about 30 ms of a new `six`).
+        let jobs = if sources_at_least(&dir.join("lib"), PARALLEL_COMPILE) { "0" } else { "1" };
         let compile: Vec<OsString> = vec![
             python.clone().into(),
             "-I".into(),
@@ -564,7 +598,7 @@ impl BwrapEngine {
             "compileall".into(),
             "-q".into(),
             "-j".into(),
-            "0".into(),
+            jobs.into(),
             "-x".into(),
             NOT_COMPILED.into(),
             dir.join("lib").into(),
@@ -718,8 +752,10 @@ impl BwrapEngine {
 
     fn run_prepare_plan(&self, plan: &plan::Plan) -> Result<()> {
         let mut output = Vec::new();
+        // uv reaches for the index as soon as it has read its arguments.
+        let launch = process::Launch { net_early: plan.net, ..self.launch() };
         let finished = process::execute(
-            self.launch(),
+            launch,
             plan,
             &Stdin::Null,
             Outputs::Collect(&mut output),
@@ -875,6 +911,7 @@ impl BwrapEngine {
             relay: launch.relay,
             lan: launch.lan,
             listed,
+            net_early: false,
             stdio: crate::SandboxStdio {
                 stdin: Some(null()?),
                 stdout: Some(null()?),
@@ -892,6 +929,7 @@ impl BwrapEngine {
             relay: self.config.builtin_relay,
             lan: self.config.lan,
             listed: None,
+            net_early: false,
         }
     }
 
@@ -924,7 +962,8 @@ impl BwrapEngine {
         let found = found.map_err(not_found)?;
         let python = PathBuf::from(found.trim());
 
-        const QUERY: &str = "import sys\nprint(sys.executable)\nprint(sys.base_prefix)\nprint(sys.base_exec_prefix)\nprint('%d.%d.%d' % sys.version_info[:3])";
+        const QUERY: &str = "import sys\nprint(sys.executable)\nprint(sys.base_prefix)\nprint(sys.base_exec_prefix)\nprint('%d.%d.%d' % sys.version_info[:3])\nprint(sys.implementation.name)\nprint('abiflags=' + getattr(sys, 'abiflags', ''))";
+        const LINES: usize = 6;
         // The answer depends on the binary alone: kept per identity of the file uv found
         // (path, size, mtime, inode), it saves starting Python on every new environment.
         let answers = self.layout.interpreters_dir();
@@ -932,7 +971,7 @@ impl BwrapEngine {
             .map(|id| answers.join(&fsutil::sha256_hex(id.as_bytes())[..32]));
         let cached = answer.as_deref().and_then(|path| std::fs::read_to_string(path).ok());
         let out = match cached {
-            Some(out) if out.lines().count() == 4 => out,
+            Some(out) if out.lines().count() == LINES => out,
             _ => {
                 let mut query = self.host_command(&python);
                 query.args(["-I", "-S", "-c", QUERY]);
@@ -940,7 +979,7 @@ impl BwrapEngine {
                     .map_err(|e| not_found(e.to_string()))?
                     .map_err(not_found)?;
                 if let Some(path) = &answer
-                    && out.lines().count() == 4
+                    && out.lines().count() == LINES
                     && fsutil::create_dir_all(&answers).is_ok()
                 {
                     // Best effort: without it the next prepare asks again.
@@ -950,7 +989,8 @@ impl BwrapEngine {
             }
         };
         let lines: Vec<&str> = out.lines().collect();
-        let [executable, prefix, exec_prefix, version] = lines.as_slice() else {
+        let [executable, prefix, exec_prefix, version, implementation, abiflags] = lines.as_slice()
+        else {
             return Err(not_found(format!("unexpected answer from {}: {out:?}", python.display())));
         };
         let executable = std::fs::canonicalize(executable)
@@ -975,7 +1015,14 @@ impl BwrapEngine {
             prefixes.push(bin_parent.to_owned());
         }
         let library_path = needs_library_path(&executable, &prefixes);
-        Ok(Interpreter { executable, prefixes, version: (*version).to_owned(), library_path })
+        Ok(Interpreter {
+            executable,
+            prefixes,
+            version: (*version).to_owned(),
+            implementation: (*implementation).to_owned(),
+            abiflags: abiflags.strip_prefix("abiflags=").unwrap_or_default().to_owned(),
+            library_path,
+        })
     }
 
     fn host_command(&self, program: &Path) -> Command {
@@ -1182,6 +1229,10 @@ struct Interpreter {
     executable: PathBuf,
     prefixes: Vec<PathBuf>,
     version: String,
+    /// `sys.implementation.name`.
+    implementation: String,
+    /// `sys.abiflags`.
+    abiflags: String,
     /// See [`PreparedEnv::library_path`].
     library_path: bool,
 }
@@ -1331,6 +1382,30 @@ impl<'a> Step<'a> {
             extra_env: Vec::new(),
         }
     }
+}
+
+/// How many Python sources make compiling them in worker processes worth their start.
+const PARALLEL_COMPILE: usize = 200;
+
+/// Whether the tree `dir` holds at least `n` `.py` files (never following a link).
+fn sources_at_least(dir: &Path, n: usize) -> bool {
+    let mut found = 0;
+    let mut stack = vec![dir.to_owned()];
+    while let Some(current) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&current) else { continue };
+        for entry in entries.flatten() {
+            let Ok(kind) = entry.file_type() else { continue };
+            if kind.is_dir() {
+                stack.push(entry.path());
+            } else if kind.is_file() && entry.file_name().as_encoded_bytes().ends_with(b".py") {
+                found += 1;
+                if found >= n {
+                    return true;
+                }
+            }
+        }
+    }
+    false
 }
 
 /// A prepare's scratch directory under the cache root, removed (never following links the

@@ -49,6 +49,10 @@ pub struct Start<'a> {
     /// A network allowlist (`net = [...]`) for the relay (or the built-in proxy) to hold; the
     /// run's refusals are recorded in it. With one, `pasta` is an `Err`.
     pub listed: Option<&'a sandbox_net::Listed>,
+    /// The command needs its network from its start (a prepare step's uv): a launcher that
+    /// connects the network on demand connects it at once, beside the command's start, rather
+    /// than holding the command's first call until it is connected.
+    pub net_early: bool,
     /// The sandbox's stdio.
     pub stdio: SandboxStdio,
 }

@@ -72,6 +72,7 @@ mod session;
 mod stage;
 mod tools;
 mod uv;
+mod venv;
 
 pub use engine::{BwrapConfig, BwrapEngine, PreparedEnv};
 pub use envs::{

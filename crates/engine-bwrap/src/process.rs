@@ -86,6 +86,8 @@ pub(crate) struct Launch<'a> {
     pub(crate) lan: sandbox_core::Lan,
     /// A network allowlist, held by the relay ([`sandbox_net::Listed`]).
     pub(crate) listed: Option<&'a sandbox_net::Listed>,
+    /// See [`Start::net_early`].
+    pub(crate) net_early: bool,
 }
 
 /// What a sandbox with an allowlist is told of pasta: not to be used.
@@ -164,6 +166,7 @@ pub(crate) fn execute(
         relay: launch.relay,
         lan: launch.lan,
         listed: launch.listed,
+        net_early: launch.net_early,
         stdio,
     })?;
     // Let go (a native run's script is released at the end of `start`); Python's own start

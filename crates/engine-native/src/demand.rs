@@ -127,6 +127,23 @@ impl NetDemand {
     /// Blocks until the script first needs its network and returns the sandbox's network
     /// namespace, to attach pasta to; `None` once the run has ended without needing it.
     pub fn wait(&self) -> Option<std::fs::File> {
+        let netns = self.netns()?;
+        let mut byte = [0u8; 1];
+        loop {
+            match rustix::io::read(&self.sock, &mut byte) {
+                Err(rustix::io::Errno::INTR) => {}
+                Ok(1) => break,
+                _ => return None,
+            }
+        }
+        Some(netns)
+    }
+
+    /// The sandbox's network namespace, as soon as its init has it (before the command
+    /// starts), whether or not the command will need it: to connect the network up front,
+    /// beside the command's start. An answer ([`NetDemand::release`]) given before the
+    /// command asks lets every call of its go on at once. `None` when the sandbox ended first.
+    pub fn netns(&self) -> Option<std::fs::File> {
         use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
         let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
@@ -149,13 +166,6 @@ impl NetDemand {
         });
         if got.bytes != 1 {
             return None;
-        }
-        loop {
-            match rustix::io::read(&self.sock, &mut byte) {
-                Err(rustix::io::Errno::INTR) => {}
-                Ok(1) => break,
-                _ => return None,
-            }
         }
         netns.map(std::fs::File::from)
     }

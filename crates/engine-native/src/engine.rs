@@ -273,7 +273,7 @@ impl Launcher for NativeLauncher {
     }
 
     fn start(&self, start: Start<'_>) -> Result<Box<dyn Sandboxed>, Error> {
-        let Start { plan, host, cache_root, pasta, relay, lan, listed, stdio } = start;
+        let Start { plan, host, cache_root, pasta, relay, lan, listed, net_early, stdio } = start;
         // Net on without pasta: the built-in relay (full TCP/UDP) where a tun device can be
         // had (a run's attached on demand, a session's served by a keeper); else the built-in
         // HTTP(S) proxy. What only pasta gives is refused by name.
@@ -336,7 +336,7 @@ impl Launcher for NativeLauncher {
             Err(_) => None,
         };
         if let Some(network) = network {
-            match crate::net::connect_on_demand(&mut child, network, lan) {
+            match crate::net::connect_on_demand(&mut child, network, lan, net_early) {
                 Ok(None) => {}
                 Ok(on_demand) => {
                     return Ok(Box::new(NativeSandbox {

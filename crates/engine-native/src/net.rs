@@ -70,11 +70,15 @@ pub enum Attached {
 /// Net on, connected on demand ([`crate::demand`]): a thread waits for the sandbox's first
 /// network call and attaches `network` then. `Ok(None)` when `child` was not spawned so (net
 /// off, [`crate::Command::net_on_demand`] unset, or a kernel without user notifications: then
-/// [`connect`] it). Private ranges are reached only when `lan` allows them.
+/// [`connect`] it). Private ranges are reached only when `lan` allows them. `early`: the
+/// command needs its network at once (a prepare step), so the thread attaches it as soon as
+/// the namespace exists, while the command starts, rather than at its first call (which is
+/// held until then either way).
 pub fn connect_on_demand(
     child: &mut Child,
     network: Network<'_>,
     lan: Lan,
+    early: bool,
 ) -> Result<Option<OnDemand>> {
     let Some(demand) = child.take_net_demand() else { return Ok(None) };
     let (pasta, nameservers, listed) = match network {
@@ -84,7 +88,8 @@ pub fn connect_on_demand(
     let thread = std::thread::Builder::new()
         .name("native-net-on-demand".into())
         .spawn(move || {
-            let Some(netns) = demand.wait() else { return Ok(None) };
+            let netns = if early { demand.netns() } else { demand.wait() };
+            let Some(netns) = netns else { return Ok(None) };
             let attached = match &pasta {
                 Some(pasta) => sandbox_net::UserNet::attach_netns(pasta, netns, &[], run_as(), lan)
                     .map(Attached::Pasta),

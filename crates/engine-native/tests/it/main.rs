@@ -511,7 +511,8 @@ fn net_on_reaches_pypi_only(network: TestNet) {
         None => engine_native::Network::Relay { nameservers: &[], listed: None },
     };
     let demand =
-        engine_native::connect_on_demand(&mut child, how, sandbox_core::Lan::Refused).unwrap();
+        engine_native::connect_on_demand(&mut child, how, sandbox_core::Lan::Refused, false)
+            .unwrap();
     let supported = engine_native::demand::supported();
     if network == TestNet::Relay && !supported {
         eprintln!("SKIPPED: native net on through the relay: no user notifications here");

@@ -58,19 +58,21 @@ d = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); d.bind('\0psbx-on-demand-t
 socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b'z', '\0psbx-on-demand-test')
 print(d.recv(1).decode())
 "#;
-    let (exit, out, demand) = run_without_pasta(code);
+    let (exit, out, demand) = run_without_pasta(code, false);
     assert_eq!((exit, out.as_str()), (0, "hi\nx\ny\nx\ny\nz\n"));
     assert!(demand.finish().unwrap().is_none(), "a network was attached for nothing");
 }
 
-/// Runs `code` with its network on demand from a pasta that cannot start (any attempt to
-/// attach it ends in an error): exit code, stdout, and the network's handle.
-fn run_without_pasta(code: &str) -> (i32, String, engine_native::OnDemand) {
+/// Runs `code` with its network on demand (`early`: connected up front) from a pasta that
+/// cannot start (any attempt to attach it ends in an error): exit code, stdout, and the
+/// network's handle.
+fn run_without_pasta(code: &str, early: bool) -> (i32, String, engine_native::OnDemand) {
     let (mut child, r, _f) = spawn(code);
     let demand = engine_native::connect_on_demand(
         &mut child,
         engine_native::Network::Pasta(Path::new("/nonexistent/pasta")),
         sandbox_core::Lan::Refused,
+        early,
     )
     .unwrap()
     .unwrap();
@@ -132,6 +134,53 @@ fn held_until_answered() {
     }
 }
 
+fn answered_before_asked() {
+    if supported().is_none() {
+        return;
+    }
+    // The calls come after the answer: none is held.
+    let code = format!("import time\ntime.sleep(0.3)\n{HELD}");
+    let (mut child, r, _f) = spawn(&code);
+    let demand = child.take_net_demand().unwrap();
+    let reader = std::thread::spawn(move || read_all(r));
+    let netns = demand.netns().expect("the namespace comes before the command starts");
+    let ino = |f: &std::fs::File| std::os::unix::fs::MetadataExt::ino(&f.metadata().unwrap());
+    assert_ne!(ino(&netns), ino(&std::fs::File::open("/proc/self/ns/net").unwrap()));
+    demand.release();
+    assert_eq!(child.wait().unwrap(), 0);
+    let out = reader.join().unwrap();
+    assert_eq!(out.lines().count(), 7, "{out}");
+    for line in out.lines() {
+        assert!(line.ends_with(" ENETUNREACH quick"), "{out}");
+    }
+}
+
+/// A prepare step's network is connected up front (`early`): the caller may answer before
+/// the command's first call, which then goes on at once.
+#[test]
+fn an_answer_before_the_first_call_lets_every_call_go_at_once() {
+    as_root_and_rootless(
+        "on_demand::an_answer_before_the_first_call_lets_every_call_go_at_once",
+        answered_before_asked,
+    );
+}
+
+fn early_attach() {
+    if supported().is_none() {
+        return;
+    }
+    let (exit, out, demand) = run_without_pasta("print('no network used')", true);
+    assert_eq!((exit, out.as_str()), (0, "no network used\n"));
+    // Tried without being asked: this pasta cannot start.
+    assert!(demand.finish().is_err(), "early: the network is attached up front");
+}
+
+/// `early`: the network is attached whether or not the command asks for it.
+#[test]
+fn early_connects_without_waiting_for_a_call() {
+    as_root_and_rootless("on_demand::early_connects_without_waiting_for_a_call", early_attach);
+}
+
 /// Every network call waits for the caller's answer (from any thread), then goes on
 /// unchanged: without a network attached it finds no route, as with net off.
 #[test]
@@ -150,7 +199,7 @@ fn a_network_that_cannot_be_attached_is_reported() {
         return;
     }
     let code = "import socket\ntry:\n    socket.create_connection(('192.0.2.1', 80), timeout=5)\nexcept OSError as e:\n    print(e.errno)\n";
-    let (exit, out, demand) = run_without_pasta(code);
+    let (exit, out, demand) = run_without_pasta(code, false);
     assert_eq!((exit, out.trim()), (0, libc::ENETUNREACH.to_string().as_str()));
     let err = demand.finish().unwrap_err();
     assert!(err.to_string().contains("/nonexistent/pasta"), "{err}");
