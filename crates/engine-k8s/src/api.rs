@@ -525,7 +525,8 @@ pub async fn delete_pod_and_wait(
     uid: Option<&str>,
     patience: Duration,
 ) -> Result<bool> {
-    let Some(deleted) = delete_object::<Pod>(client, namespace, name, uid).await? else {
+    let Some(deleted) = delete_object::<Pod>(client, namespace, name, uid, STOP_GRACE).await?
+    else {
         return Ok(true);
     };
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
@@ -549,7 +550,9 @@ pub async fn delete_pod_and_wait(
                 while let Some(event) = events.try_next().await.map_err(|e| api_error(&op, e))? {
                     match event {
                         WatchEvent::Deleted(pod) if this(&pod) => return Ok(true),
-                        WatchEvent::Modified(pod) if this(&pod) && stopped(&pod) => {
+                        WatchEvent::Modified(pod)
+                            if this(&pod) && crate::failure::stopped(&pod) =>
+                        {
                             return remove_stopped(client, namespace, name, uid).await;
                         }
                         WatchEvent::Error(status) if status.code != 410 => {
@@ -570,7 +573,7 @@ pub async fn delete_pod_and_wait(
         }
         let op = Op::new("get", "pod", Some(name), namespace);
         match pods.get_opt(name).await.map_err(|e| api_error(&op, e))? {
-            Some(pod) if this(&pod) && stopped(&pod) => {
+            Some(pod) if this(&pod) && crate::failure::stopped(&pod) => {
                 return remove_stopped(client, namespace, name, uid).await;
             }
             // Another pod of the same name (a later run) is not this one.
@@ -584,41 +587,26 @@ pub async fn delete_pod_and_wait(
     }
 }
 
-/// Whether nothing of `pod` runs any more: it is being deleted, its phase is terminal, and the
-/// kubelet reports no container of it (init containers too) running. A stopped container shows
-/// `terminated`; one the runtime already removed shows `waiting` with its last state
-/// `ContainerStatusUnknown` ("could not be located when the pod was deleted"): both are gone.
-pub(crate) fn stopped(pod: &Pod) -> bool {
-    let Some(status) = pod.status.as_ref() else { return false };
-    let terminal = matches!(status.phase.as_deref(), Some("Failed" | "Succeeded"));
-    let none_running = |statuses: &Option<Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
-        statuses.iter().flatten().all(|c| c.state.as_ref().is_some_and(|s| s.running.is_none()))
-    };
-    pod.metadata.deletion_timestamp.is_some()
-        && terminal
-        && status.container_statuses.as_ref().is_some_and(|c| !c.is_empty())
-        && none_running(&status.container_statuses)
-        && none_running(&status.init_container_statuses)
-}
-
-/// Removes the object of a pod whose containers all stopped ([`stopped`]) with no grace
-/// period, so the apiserver drops it at once instead of at the kubelet's next status batch.
-/// Only that uid: a later pod of the same name is not touched.
+/// Removes the object of a pod whose containers all stopped ([`crate::failure::stopped`])
+/// with no grace period, so the apiserver drops it at once instead of at the kubelet's next
+/// status batch. Only that uid: a later pod of the same name is not touched.
 async fn remove_stopped(
     client: &Client,
     namespace: &str,
     name: &str,
     uid: Option<&str>,
 ) -> Result<bool> {
-    let op = Op::new("delete", "pod", Some(name), namespace);
-    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    match api.delete(name, &delete_params(0, uid)).await {
-        // Gone, or (409) the name is another pod's now: this one is gone either way.
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(true),
-        Err(e) => Err(api_error(&op, e)),
+    match delete_object::<Pod>(client, namespace, name, uid, 0).await {
+        // Gone now or already, or (409) the name is another pod's: this one is gone either way.
+        Ok(_) | Err(Error::Api { code: 409, .. }) => Ok(true),
+        Err(e) => Err(e),
     }
 }
+
+/// The grace period of a delete, in seconds: one lets the kubelet stop the container itself
+/// (a zero grace period removes the object while the container may still run on the node;
+/// only [`remove_stopped`], for a pod whose containers all stopped, gives none).
+const STOP_GRACE: u32 = 1;
 
 /// A delete of `uid` only (a later object of the same name is not touched), its dependents in
 /// the background, with `grace` seconds for a pod's containers to stop.
@@ -639,7 +627,7 @@ pub async fn delete<K: Object>(
     name: &str,
     uid: Option<&str>,
 ) -> Result<bool> {
-    Ok(delete_object::<K>(client, namespace, name, uid).await?.is_some())
+    Ok(delete_object::<K>(client, namespace, name, uid, STOP_GRACE).await?.is_some())
 }
 
 /// [`delete`], with the object as the apiserver answered: `None` when it was already gone,
@@ -649,12 +637,11 @@ async fn delete_object<K: Object>(
     namespace: &str,
     name: &str,
     uid: Option<&str>,
+    grace: u32,
 ) -> Result<Option<Option<K>>> {
     let op = Op::new("delete", kind_of::<K>(), Some(name), namespace);
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    // One second lets the kubelet stop the container itself (a zero grace period removes the
-    // object while the container may still run on the node).
-    match api.delete(name, &delete_params(1, uid)).await {
+    match api.delete(name, &delete_params(grace, uid)).await {
         // The object as deleted (its version: where a watch for its end starts), or a status
         // when it went at once.
         Ok(either) => Ok(Some(either.left())),

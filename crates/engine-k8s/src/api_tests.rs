@@ -1193,12 +1193,12 @@ fn a_deleted_pod_is_removed_at_once_only_when_no_container_runs() {
             pod["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:09Z");
         }
         let pod: Pod = serde_json::from_value(pod).expect("pod");
-        assert_eq!(api::stopped(&pod), expected, "{what}");
+        assert_eq!(crate::failure::stopped(&pod), expected, "{what}");
     }
     let mut no_statuses = pod_with("131", json!({"phase": "Failed"}));
     no_statuses["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:09Z");
     let no_statuses: Pod = serde_json::from_value(no_statuses).expect("pod");
-    assert!(!api::stopped(&no_statuses), "a pod the kubelet has not reported on");
+    assert!(!crate::failure::stopped(&no_statuses), "a pod the kubelet has not reported on");
     let mut init_running = pod_with(
         "132",
         json!({"phase": "Failed",
@@ -1209,5 +1209,5 @@ fn a_deleted_pod_is_removed_at_once_only_when_no_container_runs() {
     );
     init_running["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:09Z");
     let init_running: Pod = serde_json::from_value(init_running).expect("pod");
-    assert!(!api::stopped(&init_running), "an init container still runs");
+    assert!(!crate::failure::stopped(&init_running), "an init container still runs");
 }
