@@ -522,18 +522,22 @@ pub(crate) fn started(pod: &Pod) -> bool {
         })
 }
 
-/// Whether nothing of `pod` runs any more: it is being deleted, its phase is terminal, and the
-/// kubelet reports no container of it (init containers too) running. A stopped container shows
-/// `terminated`; one the runtime already removed shows `waiting` with its last state
-/// `ContainerStatusUnknown` ("could not be located when the pod was deleted"): both are gone.
+/// Whether nothing of `pod` runs any more: it is being deleted, and [`finished`].
 pub(crate) fn stopped(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some() && finished(pod)
+}
+
+/// Whether the kubelet reports that nothing of `pod` runs any more: its phase is terminal, and
+/// no container of it (init containers too) runs. A stopped container shows `terminated`; one
+/// the runtime already removed shows `waiting` with its last state `ContainerStatusUnknown`
+/// ("could not be located when the pod was deleted"): both are gone.
+pub(crate) fn finished(pod: &Pod) -> bool {
     let Some(status) = pod.status.as_ref() else { return false };
     let terminal = matches!(status.phase.as_deref(), Some("Failed" | "Succeeded"));
-    let none_running = |statuses: &Option<Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
+    let none_running = |statuses: &Option<Vec<ContainerStatus>>| {
         statuses.iter().flatten().all(|c| c.state.as_ref().is_some_and(|s| s.running.is_none()))
     };
-    pod.metadata.deletion_timestamp.is_some()
-        && terminal
+    terminal
         && status.container_statuses.as_ref().is_some_and(|c| !c.is_empty())
         && none_running(&status.container_statuses)
         && none_running(&status.init_container_statuses)

@@ -189,8 +189,8 @@ fn a_run_and_each_session_command_cost_a_bounded_number_of_requests() {
         traced_with_stderr(&ws, &["run", "--engine", "k8s", "--net", "on", "script.py"]);
     assert_eq!(out, "hello\n");
     // Create the policy and the pod, one watch for its start and one for its end, the
-    // environment's claim, the workspace and output channels (port-forwards), one delete, and
-    // the delete that removes the stopped pod. Asking a started pod's agent whether it answers
+    // environment's claim, the workspace and output channels (port-forwards), one more telling
+    // the agent to exit, and the delete that removes the stopped pod. Asking a started pod's agent whether it answers
     // takes one more port-forward, or a few while it starts on a busy node: those beyond the
     // first are counted apart, and bounded by the backoff's length.
     let greets = greets(&run_stderr);
