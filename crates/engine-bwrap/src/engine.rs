@@ -219,7 +219,7 @@ impl BwrapEngine {
 
     /// Returns the environment for `spec`, building it if needed. Warm path: key → marker →
     /// done, no uv and no bwrap spawned. Cold path: fetch uv if absent, find the interpreter
-    /// on the host, write the environment's skeleton ([`crate::venv`]; `uv venv` for other
+    /// on the host, write the environment's skeleton (written directly; `uv venv` for other
     /// interpreters), then resolve and `uv pip install` inside prepare sandboxes (network on,
     /// attached as they start; no workspace, no home; only the uv cache, python dir and this
     /// environment writable).
