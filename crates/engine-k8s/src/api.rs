@@ -531,7 +531,7 @@ pub async fn delete_pod_and_wait(
 /// How long a pod whose agent was told to exit may take to be reported stopped before it is
 /// deleted as any other ([`end_pod_and_wait`]). The kubelet reports a container's own exit
 /// within its next relist (1 s).
-pub(crate) const EXIT_PATIENCE: Duration = Duration::from_secs(3);
+const EXIT_PATIENCE: Duration = Duration::from_secs(3);
 
 /// [`delete_pod_and_wait`] of a pod whose agent (its pid 1) was just told to exit, `exited`
 /// being the pod's version then: nothing of it runs once the agent is gone, so it is not
@@ -539,7 +539,7 @@ pub(crate) const EXIT_PATIENCE: Duration = Duration::from_secs(3);
 /// 2 to 3 s later), but watched until the kubelet reports every container stopped, and
 /// removed at once then. The pod (and the NetworkPolicy it owns) stays until that report:
 /// an agent that did not exit is never left running without them. When no such report comes
-/// within [`EXIT_PATIENCE`], the pod is deleted as by [`delete_pod_and_wait`]; with `exited`
+/// within 3 s (`EXIT_PATIENCE`), the pod is deleted as by [`delete_pod_and_wait`]; with `exited`
 /// `None` it is at once.
 pub async fn end_pod_and_wait(
     client: &Client,
