@@ -826,7 +826,7 @@ fn run_script(a: RunScriptArgs, status: &mut (dyn FnMut(&str) + Send)) -> Result
     if run::failed_offline(&outcome, &seen) {
         notes.push(format!("{}; {}", netoff::NOTE, netoff::hint(netoff::Where::RunTool)));
     }
-    if let Some((note, hint)) = netoff::allowlist_note(&outcome.net_refused) {
+    if let Some((note, hint)) = netoff::allowlist_note(&outcome.net_refused, false) {
         notes.push(format!("{note}; {hint} (the user must approve a wider list)"));
     }
     v["net_refused"] = serde_json::to_value(&outcome.net_refused).unwrap_or_default();
@@ -1066,6 +1066,10 @@ fn session_run(a: SessionRunArgs, status: &mut (dyn FnMut(&str) + Send)) -> Answ
         if run::failed_offline(&outcome, &seen) {
             notes.push(format!("{}; {}", netoff::NOTE, netoff::hint(netoff::Where::SessionTool)));
         }
+        if let Some((note, hint)) = netoff::allowlist_note(&outcome.net_refused, true) {
+            notes.push(format!("{note}; {hint} (the user must approve a wider list)"));
+        }
+        v["net_refused"] = serde_json::to_value(&outcome.net_refused).unwrap_or_default();
         v["notes"] = notes.into();
         Ok(v)
     })

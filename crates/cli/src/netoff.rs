@@ -97,7 +97,10 @@ mod tests {
 }
 
 /// Pure: the `note:` and `hint:` for what a run's network allowlist refused (`None`: nothing).
-pub(crate) fn allowlist_note(refused: &[sandbox_core::NetRefused]) -> Option<(String, String)> {
+pub(crate) fn allowlist_note(
+    refused: &[sandbox_core::NetRefused],
+    in_session: bool,
+) -> Option<(String, String)> {
     if refused.is_empty() {
         return None;
     }
@@ -120,6 +123,12 @@ pub(crate) fn allowlist_note(refused: &[sandbox_core::NetRefused]) -> Option<(St
     }
     let hint = if wanted.is_empty() {
         "a connection keeps to the one listed host it named, and a flow without a listed name is refused: list an address for what has none".to_owned()
+    } else if in_session {
+        // The session's list holds for every script in it: only a new session widens it.
+        format!(
+            "if the script needs it, start a session with {} added to its `--net`",
+            wanted.join(", ")
+        )
     } else {
         format!(
             "if the script needs it, add {} to `net` (or pass them with `--net`)",
@@ -135,7 +144,7 @@ mod allowlist_tests {
 
     #[test]
     fn a_refusal_names_the_host_and_the_pattern_that_would_allow_it() {
-        assert_eq!(super::allowlist_note(&[]), None);
+        assert_eq!(super::allowlist_note(&[], false), None);
         let refused = [
             Allow::lookup_refused("evil.example"),
             NetRefused {
@@ -145,7 +154,7 @@ mod allowlist_tests {
                 would_allow: Some("registry.npmjs.org:443".into()),
             },
         ];
-        let (note, hint) = super::allowlist_note(&refused).expect("note");
+        let (note, hint) = super::allowlist_note(&refused, false).expect("note");
         insta::assert_snapshot!(format!("note: {note}\nhint: {hint}"), @r#"
         note: the network allowlist refused: evil.example: not in the list (no DNS answer); registry.npmjs.org:443: not in the list
         hint: if the script needs it, add "evil.example", "registry.npmjs.org:443" to `net` (or pass them with `--net`)

@@ -95,7 +95,7 @@ fn run_selected(args: RunArgs, engine_name: &mut Option<&'static str>) -> Result
     if let Some((note, hint)) = files::refusal_note(&seen.refused) {
         ui::note(&format!("{note}\nhint: {hint}"));
     }
-    if let Some((note, hint)) = netoff::allowlist_note(&outcome.net_refused) {
+    if let Some((note, hint)) = netoff::allowlist_note(&outcome.net_refused, false) {
         ui::note(&format!("{note}\nhint: {hint}"));
     }
     if failed_offline(&outcome, &seen) {

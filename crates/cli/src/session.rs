@@ -475,6 +475,9 @@ fn run_script(
     if let Some((note, hint)) = crate::files::refusal_note(&seen.refused) {
         ui::note(&format!("{note}\nhint: {hint}"));
     }
+    if let Some((note, hint)) = crate::netoff::allowlist_note(&outcome.net_refused, true) {
+        ui::note(&format!("{note}\nhint: {hint}"));
+    }
     if crate::run::failed_offline(&outcome, &seen) {
         let hint = crate::netoff::hint(crate::netoff::Where::Session);
         ui::note(&format!("{}\nhint: {hint}", crate::netoff::NOTE));

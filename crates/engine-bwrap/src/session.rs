@@ -56,6 +56,11 @@ use crate::plan::{self, Access, SessionLayout};
 
 pub use sandbox_core::{SessionConfig, SessionInfo};
 
+/// The journal of what session `id`'s allowlist refused, beside its record.
+fn refusals_name(id: &str) -> String {
+    format!("{id}.refused")
+}
+
 /// The host-private record of one session.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Record {
@@ -170,7 +175,13 @@ impl Records {
     fn remove(&self, id: &str) {
         if valid_id(id) {
             let _ = self.dir.remove(&format!("{id}.json"));
+            let _ = self.dir.remove(&refusals_name(id));
         }
+    }
+
+    /// Where the keeper of session `id` journals what its allowlist refused.
+    fn refusals(&self, id: &str) -> PathBuf {
+        self.dir.path().join(refusals_name(id))
     }
 
     fn ids(&self) -> Vec<String> {
@@ -283,7 +294,11 @@ impl SessionEngine for BwrapEngine {
         };
         // The list is held by the session's keeper (the built-in relay, or proxy), for as
         // long as the session lives; pasta, which checks no names, is not used with one.
-        let listed = spec.allow.clone().map(sandbox_net::Listed::new);
+        // Its refusals are journaled, for each script run in it to be told of its own.
+        let listed = spec
+            .allow
+            .clone()
+            .map(|allow| sandbox_net::Listed::new(allow).journal(records.refusals(&id)));
         let sandbox = match self.start_detached(&plan, listed.as_ref()) {
             Ok(sandbox) => sandbox,
             Err(e) => {
@@ -564,7 +579,20 @@ impl Session {
     /// One request through the agent, streaming its output.
     fn agent_exec(&self, request: &ExecRequest, output: &mut dyn OutputSink) -> Result<RunOutcome> {
         let (stream, cwd) = self.connect(request)?;
-        relay(stream, request, &cwd, output, &self.record.id)
+        self.told_refusals(|| relay(stream, request, &cwd, output, &self.record.id))
+    }
+
+    /// `command`'s outcome with what the session's allowlist refused meanwhile (its keeper's
+    /// journal, read from where it ended before).
+    fn told_refusals(&self, command: impl FnOnce() -> Result<RunOutcome>) -> Result<RunOutcome> {
+        if self.record.allow.is_none() {
+            return command();
+        }
+        let journal = self.records.refusals(&self.record.id);
+        let from = sandbox_net::journal_end(&journal);
+        let mut outcome = command()?;
+        outcome.net_refused = sandbox_net::journal_since(&journal, from);
+        Ok(outcome)
     }
 
     /// A connection to the agent (pinned, see the module docs) and the request's cwd.
@@ -740,7 +768,7 @@ impl InteractiveExec for Session {
         output: &mut dyn OutputSink,
     ) -> Result<RunOutcome> {
         let (stream, cwd) = self.connect(request)?;
-        relay_interactive(stream, request, &cwd, io, output, &self.record.id)
+        self.told_refusals(|| relay_interactive(stream, request, &cwd, io, output, &self.record.id))
     }
 }
 

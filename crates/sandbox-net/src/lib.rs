@@ -30,6 +30,7 @@ pub use proxy::{
     BuiltinProxy, KEEPER_ARG, PROXY_PORT, ProxyServer, keeper_main_if_asked, proxy_env,
 };
 pub use relay::{
-    Inbound, Listed, Relay, SANDBOX_IP, listen_published, loopback_nameservers, relay_available,
+    Inbound, Listed, Relay, SANDBOX_IP, journal_end, journal_since, listen_published,
+    loopback_nameservers, relay_available,
 };
 pub use spawn::{drop_to, spawn_guard};

@@ -855,13 +855,10 @@ impl ProxyServer {
         listed: Option<crate::Listed>,
     ) -> crate::error::Result<ProxyServer> {
         match (outlived_by, listed) {
-            (Some(sandbox), listed) => keeper::start(
-                keeper::Served::Proxy(listener),
-                sandbox,
-                lan,
-                listed.as_ref().map(crate::Listed::allow),
-            )
-            .map(ProxyServer::Keeper),
+            (Some(sandbox), listed) => {
+                keeper::start(keeper::Served::Proxy(listener), sandbox, lan, listed.as_ref())
+                    .map(ProxyServer::Keeper)
+            }
             (None, listed) => BuiltinProxy::serve_listed(listener, lan, listed)
                 .map(ProxyServer::Thread)
                 .map_err(|e| crate::Error::BuiltinNetwork {
@@ -890,8 +887,7 @@ impl ProxyServer {
                 .map(ProxyServer::Relay);
         };
         let (tun, doors) = crate::relay::tun_in(netns, nameservers)?;
-        let allow = listed.as_ref().map(crate::Listed::allow);
-        keeper::start(keeper::Served::Relay { tun, doors, inbound }, sandbox, lan, allow)
+        keeper::start(keeper::Served::Relay { tun, doors, inbound }, sandbox, lan, listed.as_ref())
             .map(ProxyServer::Keeper)
     }
 

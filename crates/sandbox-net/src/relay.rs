@@ -176,19 +176,47 @@ impl Drop for Relay {
 
 /// An allowlist a relay holds (`net = [patterns]`, see [`sandbox_core::Allow`]) and what it
 /// refused, for the run's report. Cloned handles share the refusals.
+///
+/// A session's list is held by its keeper, another process, for the session's whole life:
+/// its refusals go to a journal file as well ([`Listed::journal`]), one JSON line each, which
+/// the command that ran a script reads from where it stood before ([`journal_since`]).
 #[derive(Debug, Clone)]
 pub struct Listed {
     allow: Allow,
     refused: Arc<Mutex<Vec<NetRefused>>>,
+    /// Where the keeper writes the journal (passed to it by path).
+    journal: Option<std::path::PathBuf>,
+    /// The keeper's open journal.
+    journal_file: Option<Arc<Mutex<std::fs::File>>>,
 }
 
 /// At most this many distinct refusals are kept for the report.
 const REFUSALS_KEPT: usize = 64;
 
+/// A journal longer than this starts over (its readers then read it from the start).
+const JOURNAL_CAP: u64 = 256 * 1024;
+
 impl Listed {
     /// A relay's hold of `allow`.
     pub fn new(allow: Allow) -> Listed {
-        Listed { allow, refused: Arc::default() }
+        Listed { allow, refused: Arc::default(), journal: None, journal_file: None }
+    }
+
+    /// The same hold, its refusals journaled at `path` by the session's keeper (a file in a
+    /// directory only the caller may write).
+    pub fn journal(self, path: std::path::PathBuf) -> Listed {
+        Listed { journal: Some(path), ..self }
+    }
+
+    /// The journal's path, for the keeper's arguments.
+    pub(crate) fn journal_path(&self) -> Option<&std::path::Path> {
+        self.journal.as_deref()
+    }
+
+    /// In the keeper: journal every refusal (each time, not once: every script of the session
+    /// is told of its own) to `file`, opened for appending.
+    pub(crate) fn journaling(self, file: std::fs::File) -> Listed {
+        Listed { journal_file: Some(Arc::new(Mutex::new(file))), ..self }
     }
 
     /// The list.
@@ -209,11 +237,50 @@ impl Listed {
     }
 
     pub(crate) fn refuse(&self, refusal: NetRefused) {
+        if let Some(file) = &self.journal_file {
+            let file = file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Ok(mut line) = serde_json::to_vec(&refusal) {
+                line.push(b'\n');
+                if file.metadata().is_ok_and(|m| m.len() > JOURNAL_CAP) {
+                    let _ = file.set_len(0);
+                }
+                // One write of an appending file: a reader never sees half of another line.
+                let _ = std::io::Write::write_all(&mut &*file, &line);
+            }
+        }
         let mut refused = self.refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if refused.len() < REFUSALS_KEPT && !refused.contains(&refusal) {
             refused.push(refusal);
         }
     }
+}
+
+/// The end of a session's refusal journal ([`Listed::journal`]), to read from after a script.
+pub fn journal_end(path: &std::path::Path) -> u64 {
+    std::fs::symlink_metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+/// The distinct refusals a session's journal got since `from` ([`journal_end`] before the
+/// script), at most as many as a run reports; all of it when it started over meanwhile.
+pub fn journal_since(path: &std::path::Path, from: u64) -> Vec<NetRefused> {
+    use std::io::{Read, Seek};
+    let Ok(mut file) = std::fs::File::open(path) else { return Vec::new() };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let from = if len < from { 0 } else { from };
+    let mut text = Vec::new();
+    if file.seek(std::io::SeekFrom::Start(from)).is_err()
+        || file.take(JOURNAL_CAP * 2).read_to_end(&mut text).is_err()
+    {
+        return Vec::new();
+    }
+    let mut refused: Vec<NetRefused> = Vec::new();
+    for line in text.split(|&b| b == b'\n') {
+        let Ok(refusal) = serde_json::from_slice::<NetRefused>(line) else { continue };
+        if refused.len() < REFUSALS_KEPT && !refused.contains(&refusal) {
+            refused.push(refusal);
+        }
+    }
+    refused
 }
 
 /// A published port as the relay serves it: the host's listening socket and the port inside.
@@ -1650,5 +1717,36 @@ mod tests {
         assert!(udp.verify_checksum(&IpAddress::Ipv4(*src.ip()), &IpAddress::Ipv4(*dst.ip())));
         assert_eq!((udp.src_port(), udp.dst_port(), udp.payload()), (53, 40000, &b"answer"[..]));
         assert!(datagram(src, dst, &vec![0; MTU]).is_none());
+    }
+
+    #[test]
+    fn a_session_journal_tells_each_script_its_own_refusals() {
+        let dir = std::env::temp_dir().join(format!("psbx-journal-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.refused");
+        let file = std::fs::OpenOptions::new().append(true).create(true).open(&path).unwrap();
+        let listed = Listed::new(Allow::parse(["pypi.org"]).unwrap()).journaling(file);
+        let refusal = |host: &str| NetRefused {
+            host: host.to_owned(),
+            port: Some(443),
+            reason: "not in the list".to_owned(),
+            would_allow: Some(format!("{host}:443")),
+        };
+        assert_eq!(journal_since(&path, journal_end(&path)), vec![]);
+        // The first script: two refusals of one host, one of another.
+        let from = journal_end(&path);
+        for host in ["a.example", "a.example", "b.example"] {
+            listed.refuse(refusal(host));
+        }
+        assert_eq!(journal_since(&path, from), vec![refusal("a.example"), refusal("b.example")]);
+        // The next script is told of a host again, though the keeper refused it before.
+        let from = journal_end(&path);
+        listed.refuse(refusal("a.example"));
+        assert_eq!(journal_since(&path, from), vec![refusal("a.example")]);
+        // A torn or foreign line is skipped; a journal that started over is read whole.
+        std::fs::write(&path, "not json\n").unwrap();
+        listed.refuse(refusal("c.example"));
+        assert_eq!(journal_since(&path, 1 << 20), vec![refusal("c.example")]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -44,6 +44,9 @@ const INBOUND_ARG: &str = "in=";
 const ALLOW_ARG: &str = "allow=";
 const ALLOW_PRIVATE_ARG: &str = "allow-private=";
 
+/// Where a keeper with an allowlist journals its refusals (`refused=PATH`, after the list).
+const JOURNAL_ARG: &str = "refused=";
+
 /// The keeper's first argument: whether the sandbox may reach private ranges.
 const LAN_ALLOWED: &str = "lan";
 const LAN_REFUSED: &str = "no-lan";
@@ -83,7 +86,7 @@ fn keeper_main() -> i32 {
         _ => return 1,
     };
     args.remove(0);
-    let listed = match args.first().map(|a| parse_allow(a)) {
+    let mut listed = match args.first().map(|a| parse_allow(a)) {
         Some(Some(allow)) => {
             args.remove(0);
             match allow {
@@ -94,6 +97,11 @@ fn keeper_main() -> i32 {
         }
         _ => None,
     };
+    // Opened after the descriptors the keeper does not own are closed (below).
+    let journal = args.first().and_then(|a| a.strip_prefix(JOURNAL_ARG)).map(str::to_owned);
+    if journal.is_some() {
+        args.remove(0);
+    }
     let relay = args.first().map(String::as_str) == Some("relay");
     let upstreams: Vec<SocketAddr> = args.iter().skip(1).filter_map(|a| a.parse().ok()).collect();
     let ports: Vec<u16> =
@@ -137,6 +145,19 @@ fn keeper_main() -> i32 {
     let last = listeners + i32::try_from(inbound.len()).unwrap_or(0);
     // SAFETY: closes descriptors no Rust object owns (the ones above are below `last`).
     unsafe { libc::syscall(libc::SYS_close_range, last, u32::MAX, 0) };
+    if let Some(path) = journal {
+        use std::os::unix::fs::OpenOptionsExt;
+        let opened = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path);
+        // Without its journal the session still holds its list; its scripts are not told.
+        if let (Some(held), Ok(file)) = (&listed, opened) {
+            listed = Some(held.clone().journaling(file));
+        }
+    }
     let _ = rustix::process::setsid();
     // Holding no directory of the caller's busy (a workspace on a mount to unmount).
     let _ = std::env::set_current_dir("/");
@@ -198,7 +219,7 @@ pub(crate) fn start(
     served: Served,
     sandbox: BorrowedFd<'_>,
     lan: Lan,
-    allow: Option<&sandbox_core::Allow>,
+    listed: Option<&crate::Listed>,
 ) -> Result<reaper::ProcPin> {
     let which = match &served {
         Served::Proxy(_) => "proxy",
@@ -215,7 +236,12 @@ pub(crate) fn start(
         Lan::Refused => LAN_REFUSED,
     };
     let mut args = vec![OsString::from(KEEPER_ARG), OsString::from(lan)];
-    args.extend(allow.map(allow_arg));
+    args.extend(listed.map(|l| allow_arg(l.allow())));
+    if let Some(journal) = listed.and_then(crate::Listed::journal_path) {
+        let mut arg = OsString::from(JOURNAL_ARG);
+        arg.push(journal);
+        args.push(arg);
+    }
     let (first, doors, inbound) = match served {
         Served::Proxy(listener) => (listener, Vec::new(), Vec::new()),
         Served::Relay { tun, doors, inbound } => {
