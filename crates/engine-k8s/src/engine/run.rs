@@ -288,7 +288,7 @@ impl K8sEngine {
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         let agent = self.handle(pod, Vec::new());
         let request = ExecRequest {
-            argv: ["/bin/sh", "-c", "kill -TERM 1"].map(str::to_owned).to_vec(),
+            argv: AGENT_EXIT.map(str::to_owned).to_vec(),
             cwd: Some("/".to_owned()),
             ..Default::default()
         };
@@ -297,6 +297,10 @@ impl K8sEngine {
         // the pod is watched meanwhile. An agent that never exits is deleted with the pod
         // (`api::EXIT_PATIENCE`).
         let told = agent.exec(&request, &mut nothing);
+        tokio::pin!(told);
+        // The request out first (then the watch, from the pod's version of before, misses
+        // nothing of the stop, which takes the kubelet longer than this).
+        let mut answered = tokio::time::timeout(TOLD, &mut told).await.is_ok();
         // Nothing of a run remains when it returns: the pod is waited out. A failed or slow
         // end leaves it to its TTL and the sweep.
         let ended = api::end_pod_and_wait(
@@ -307,12 +311,12 @@ impl K8sEngine {
             RUN_POD_GONE,
             pod.metadata.resource_version.clone(),
         );
-        tokio::pin!(told, ended);
-        let mut answered = false;
+        tokio::pin!(ended);
         loop {
             tokio::select! {
-                _ = &mut told, if !answered => answered = true,
+                biased;
                 _ = &mut ended => break,
+                _ = &mut told, if !answered => answered = true,
             }
         }
     }
@@ -717,6 +721,13 @@ impl Engine for K8sEngine {
 
 #[cfg(test)]
 mod tests;
+
+/// The command that tells a run pod's agent, its pid 1, to exit (it ends on SIGTERM).
+pub(crate) const AGENT_EXIT: [&str; 3] = ["/bin/sh", "-c", "kill -TERM 1"];
+
+/// How long the request that tells a run pod's agent to exit may take to be answered before
+/// the pod is watched for its stop (the answer may linger after the agent's exit).
+const TOLD: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// How long a run waits for its pod to be gone once it is told to end ([`K8sEngine::end`]):
 /// the kubelet reports its agent's exit within a second on the test cluster, then the

@@ -97,6 +97,13 @@ fn stopped_status() -> Value {
             "exitCode": 137, "reason": "Error"}}}]})
 }
 
+/// A pod's status once its agent exited by itself (SIGTERM), not deleted.
+fn exited_status() -> Value {
+    json!({"phase": "Failed", "containerStatuses": [{"name": "sandbox", "image": "x",
+        "imageID": "", "ready": false, "restartCount": 0, "state": {"terminated": {
+            "exitCode": 143, "reason": "Error"}}}]})
+}
+
 fn pull_failed_status() -> Value {
     json!({"phase": "Pending", "containerStatuses": [{"name": "sandbox", "image": "x",
         "imageID": "", "ready": false, "restartCount": 0, "state": {"waiting": {
@@ -128,7 +135,9 @@ async fn serve(tcp: tokio::net::TcpStream, state: Shared) {
         return;
     }
     if lower.contains("upgrade: websocket") {
-        return pod_exec(tcp, state).await;
+        let pod = target.split("/pods/").nth(1).and_then(|rest| rest.split('/').next());
+        let pod = pod.unwrap_or_default().to_owned();
+        return pod_exec(tcp, state, pod).await;
     }
     let mut tcp = tcp;
     let length: usize = lower
@@ -298,16 +307,39 @@ async fn answer_watch(tcp: &mut tokio::net::TcpStream, path: &str, name: &str, s
         format!("{:x}\r\n{line}\r\n", line.len())
     };
     if path.ends_with("/pods") {
-        let (pod, fails) = {
-            let s = state.lock().expect("state");
-            (s.pods.get(name).cloned(), s.pull_fails)
-        };
-        if let Some(mut pod) = pod {
-            if pod["metadata"]["deletionTimestamp"].is_null() {
-                pod["status"] = if fails { pull_failed_status() } else { ready_status() };
+        // The pod as it is (a kubelet's status made up for one not deleted and not exited),
+        // then each change of it for a while, as a real watch stays open.
+        let mut last = None;
+        for _ in 0..500 {
+            // The client went away (a pod's start seen): the watch ends with it.
+            if matches!(tcp.try_read(&mut [0u8; 1]), Ok(0)) {
+                return;
             }
-            let _ =
-                tcp.write_all(send(json!({"type": "MODIFIED", "object": pod})).as_bytes()).await;
+            let (pod, fails) = {
+                let s = state.lock().expect("state");
+                (s.pods.get(name).cloned(), s.pull_fails)
+            };
+            let Some(mut pod) = pod else {
+                if let Some(seen) = last {
+                    let gone = json!({"type": "DELETED", "object": seen});
+                    let _ = tcp.write_all(send(gone).as_bytes()).await;
+                }
+                break;
+            };
+            if last.as_ref().is_none_or(|l: &Value| {
+                l["metadata"] != pod["metadata"] || l["status"]["phase"] != pod["status"]["phase"]
+            }) {
+                let exited = pod["status"]["phase"] == json!("Failed");
+                if pod["metadata"]["deletionTimestamp"].is_null() && !exited {
+                    pod["status"] = if fails { pull_failed_status() } else { ready_status() };
+                }
+                let event = json!({"type": "MODIFIED", "object": pod});
+                if tcp.write_all(send(event).as_bytes()).await.is_err() {
+                    return;
+                }
+                last = state.lock().expect("state").pods.get(name).cloned();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     } else {
         let seen = state.lock().expect("state").claims.get(name).cloned();
@@ -344,7 +376,7 @@ fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
 
 /// One exec: the relay's request header and input frames read, the command run, its output
 /// and exit sent back as agent frames.
-async fn pod_exec(tcp: tokio::net::TcpStream, state: Shared) {
+async fn pod_exec(tcp: tokio::net::TcpStream, state: Shared, pod: String) {
     #[allow(clippy::result_large_err)]
     let pick =
         |_: &tokio_tungstenite::tungstenite::handshake::server::Request,
@@ -392,6 +424,12 @@ async fn pod_exec(tcp: tokio::net::TcpStream, state: Shared) {
         s.envs.push(env.clone());
     }
     let _ = sink.send(Message::binary(frame(b'v', br#"{"v": 2}"#))).await;
+    if argv == super::AGENT_EXIT {
+        // As a pod's agent does when told to exit: it is gone before it answers, and the
+        // kubelet reports its container stopped (never run here: pid 1 is the host's).
+        agent_exited(&state, &pod);
+        return;
+    }
     let (code, stdout, stderr) = if argv.get(2).map(String::as_str) == Some(environment::PREPARE) {
         let ((code, stderr), takes) = {
             let s = state.lock().expect("state");
@@ -415,6 +453,17 @@ async fn pod_exec(tcp: tokio::net::TcpStream, state: Shared) {
     let _ = sink.send(Message::binary(frame(b'x', exit.as_bytes()))).await;
     // The client closes once it has the exit.
     while let Some(Ok(_)) = stream.next().await {}
+}
+
+/// The kubelet's report of `pod` once its agent exited: its container stopped by itself.
+fn agent_exited(state: &Shared, pod: &str) {
+    let mut s = state.lock().expect("state");
+    s.version += 1;
+    let version = s.version.to_string();
+    if let Some(pod) = s.pods.get_mut(pod) {
+        pod["metadata"]["resourceVersion"] = json!(version);
+        pod["status"] = exited_status();
+    }
 }
 
 async fn run_local(
@@ -580,7 +629,7 @@ fn a_cold_run_prepares_the_claim_once_and_a_warm_run_only_reads_it() {
     let echo = self::spec(&scratch, "import sys\nprint(sys.stdin.read().upper(), end='')\n");
     let (code, stdout, _) = run(&engine, &echo, Stdin::Bytes(b"piped in\n".to_vec()));
     assert_eq!((code, stdout.as_str()), (0, "PIPED IN\n"), "stdin reaches the script");
-    cluster.state.lock().expect("state").log.truncate(24);
+    cluster.state.lock().expect("state").log.truncate(26);
     assert_eq!(
         std::fs::read_to_string(scratch.host().join("output.txt")).expect("synced back"),
         "from the pod"
@@ -598,7 +647,8 @@ fn a_cold_run_prepares_the_claim_once_and_a_warm_run_only_reads_it() {
     GET /api/v1/pods (watch)
     GET /api/v1/pods/psbx-<id>/portforward
     EXEC
-    DELETE /api/v1/pods/psbx-<id>
+    GET /api/v1/pods/psbx-<id>/portforward
+    EXEC
     GET /api/v1/pods (watch)
     DELETE /api/v1/pods/psbx-<id>
     PATCH /api/v1/persistentvolumeclaims/psbx-env-<key>
@@ -612,7 +662,8 @@ fn a_cold_run_prepares_the_claim_once_and_a_warm_run_only_reads_it() {
     EXEC
     EXEC
     EXEC
-    DELETE /api/v1/pods/psbx-<id>
+    GET /api/v1/pods/psbx-<id>/portforward
+    EXEC
     GET /api/v1/pods (watch)
     DELETE /api/v1/pods/psbx-<id>
     ");
