@@ -639,8 +639,8 @@ pub async fn end_pod_and_wait(
     }
 }
 
-/// Removes the object of a pod whose containers all stopped ([`crate::failure::stopped`])
-/// with no grace period, so the apiserver drops it at once instead of at the kubelet's next
+/// Removes the object of a pod whose containers all stopped ([`crate::failure::finished`],
+/// deleted or not) with no grace period, so the apiserver drops it at once instead of at the kubelet's next
 /// status batch. Only that uid: a later pod of the same name is not touched.
 async fn remove_stopped(
     client: &Client,

@@ -248,10 +248,14 @@ impl Listed {
                 let _ = std::io::Write::write_all(&mut &*file, &line);
             }
         }
-        let mut refused = self.refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if refused.len() < REFUSALS_KEPT && !refused.contains(&refusal) {
-            refused.push(refusal);
-        }
+        keep(&mut self.refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner), refusal);
+    }
+}
+
+/// Adds `refusal` to a report's `refused` unless it is there already or the report is full.
+fn keep(refused: &mut Vec<NetRefused>, refusal: NetRefused) {
+    if refused.len() < REFUSALS_KEPT && !refused.contains(&refusal) {
+        refused.push(refusal);
     }
 }
 
@@ -275,9 +279,8 @@ pub fn journal_since(path: &std::path::Path, from: u64) -> Vec<NetRefused> {
     }
     let mut refused: Vec<NetRefused> = Vec::new();
     for line in text.split(|&b| b == b'\n') {
-        let Ok(refusal) = serde_json::from_slice::<NetRefused>(line) else { continue };
-        if refused.len() < REFUSALS_KEPT && !refused.contains(&refusal) {
-            refused.push(refusal);
+        if let Ok(refusal) = serde_json::from_slice::<NetRefused>(line) {
+            keep(&mut refused, refusal);
         }
     }
     refused
