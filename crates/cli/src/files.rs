@@ -3,10 +3,10 @@
 //! is what a user most needs to see), and the protected paths the script was refused (read
 //! from its own error messages as they pass through the CLI: the refusal is the kernel's).
 //!
-//! Kept cheap for large workspaces: the walk before the run reads directories only (names
-//! and `d_type`, no `stat`), and the walk after it stats each file once and compares its
-//! change time with the run's start on the clock the kernel stamps it with (a script cannot
-//! set a change time back). Deleted files are the names of the first walk missing from the
+//! Kept cheap for large workspaces: the walk before the run reads directories and stats the
+//! first [`STAT_LIMIT`] files only, and the walk after it stats each file once and compares
+//! its change time with the run's start on the clock the kernel stamps it with (a script
+//! cannot set a change time back). Deleted files are the names of the first walk missing from the
 //! second. Symlinks are not followed, and the CLI's own stdout and stderr are left out when
 //! they are files in the workspace (`run --json 2>log`): what the CLI writes is not the
 //! script's.
@@ -22,6 +22,12 @@ use sandbox_core::{OutputSink, Stream};
 /// At most this many entries are looked at, so a huge workspace cannot stall a run.
 const MAX_ENTRIES: usize = 50_000;
 
+/// The walk before the run stats at most this many files. When it stats them all and every
+/// change time lies before the walk, the run's start is the walk's own tick and no run waits
+/// for the clock's next one ([`Snapshot::settle`]); a larger workspace is listed by names only
+/// and waits.
+const STAT_LIMIT: usize = 4_096;
+
 /// The workspace before the run: every directory's entries, and when the run started.
 pub(crate) struct Snapshot {
     /// Relative directory path (`""` for the top) → its modification time and its entries
@@ -30,6 +36,11 @@ pub(crate) struct Snapshot {
     dirs: BTreeMap<String, (Stamp, Vec<(String, bool)>)>,
     /// When the walk began (the later of the two real-time clocks).
     before: Stamp,
+    /// The coarse clock's tick the walk began in, and whether everything the walk saw was
+    /// stamped before it (every file statted, none changed in that tick or later): then the
+    /// run may start at that tick without waiting for the next.
+    tick: Stamp,
+    quiet: bool,
     /// The run's start on the coarse real-time clock, which stamps change times: the first
     /// tick after `before` ([`Snapshot::settle`]).
     start: Option<Stamp>,
@@ -61,13 +72,21 @@ pub(crate) fn unsettled(root: &Path) -> Snapshot {
     // clock lags behind (no tick on an idle CPU), a file written just before the run is
     // stamped past the coarse clock's last tick. A CI run saw `case.py`, written by the
     // harness before it started the CLI, listed as written by the run.
-    let before = coarse_now().max(precise_now());
+    let tick = coarse_now();
+    let before = tick.max(precise_now());
     let mut dirs = BTreeMap::new();
-    walk(root, false, &mut |rel, mtime, entries| {
+    let mut quiet = true;
+    walk(root, STAT_LIMIT, &mut |rel, mtime, entries| {
+        quiet &= mtime < tick;
+        for (_, kind, ctime) in entries {
+            if *kind == FileType::RegularFile {
+                quiet &= ctime.is_some_and(|c| c < tick);
+            }
+        }
         let names = entries.iter().map(|(n, t, _)| (n.clone(), *t == FileType::Directory));
         dirs.insert(rel.to_owned(), (mtime, names.collect()));
     });
-    Snapshot { dirs, before, start: None, own: own_outputs() }
+    Snapshot { dirs, before, tick, quiet, start: None, own: own_outputs() }
 }
 
 /// A run's `RunIo::started`: settles `before`, if the run keeps one.
@@ -81,11 +100,15 @@ pub(crate) fn settler(before: Option<&mut Snapshot>) -> impl FnMut() + Send + '_
 }
 
 impl Snapshot {
-    /// Waits for the first tick of the coarse clock after the walk began, if it has not come
-    /// yet: every change the run makes from now on is stamped at or after it.
+    /// Dates the run's start: every change the run makes from now on is stamped at or after
+    /// it, every change before the walk before it. Where the walk saw every file stamped
+    /// before the tick it began in, that tick is the start (a change the run makes is stamped
+    /// at or after it, by either clock); otherwise this waits for the coarse clock's first tick
+    /// after the walk began (a median 5 ms here: the coarse clock lags the precise one by up to
+    /// a tick), which tells a file written just before the run from one the run wrote.
     pub(crate) fn settle(&mut self) {
         if self.start.is_none() {
-            self.start = Some(next_tick(self.before));
+            self.start = Some(if self.quiet { self.tick } else { next_tick(self.before) });
         }
     }
 
@@ -127,7 +150,7 @@ pub(crate) fn changes_since(before: &Snapshot, root: &Path) -> Changes {
     let mut written = Vec::new();
     let mut deleted = Vec::new();
     let mut seen: BTreeSet<String> = BTreeSet::new();
-    walk(root, true, &mut |rel, mtime, entries| {
+    walk(root, usize::MAX, &mut |rel, mtime, entries| {
         for (name, kind, ctime) in entries {
             if *kind == FileType::RegularFile && ctime.is_some_and(|c| c >= before.start()) {
                 written.push(join(rel, name));
@@ -169,14 +192,15 @@ type Entries = [(String, FileType, Option<Stamp>)];
 type Stamp = (i64, i64);
 
 /// Reads every directory below `root` (not following links, not leaving its filesystem),
-/// calling `each` with its relative path and entries; stats regular files only with
-/// `change_times` (the second walk).
-fn walk(root: &Path, change_times: bool, each: &mut dyn FnMut(&str, Stamp, &Entries)) {
+/// calling `each` with its relative path and entries; stats the first `stat_files` regular
+/// files for their change times (the second walk: all of them).
+fn walk(root: &Path, stat_files: usize, each: &mut dyn FnMut(&str, Stamp, &Entries)) {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let Ok(top) = rustix::fs::open(root, flags, Mode::empty()) else { return };
     let Ok(dev) = rustix::fs::fstat(&top).map(|s| s.st_dev) else { return };
     let mut stack = vec![(top, String::new())];
     let mut seen = 0usize;
+    let mut statted = 0usize;
     while let Some((fd, rel)) = stack.pop() {
         let Ok(st) = rustix::fs::fstat(&fd) else { continue };
         let mtime = (st.st_mtime, i64::try_from(st.st_mtime_nsec).unwrap_or(0));
@@ -193,9 +217,11 @@ fn walk(root: &Path, change_times: bool, each: &mut dyn FnMut(&str, Stamp, &Entr
             }
             let mut kind = entry.file_type();
             let mut ctime = None;
-            if kind == FileType::Unknown || (change_times && kind == FileType::RegularFile) {
+            let change_time = kind == FileType::RegularFile && statted < stat_files;
+            if kind == FileType::Unknown || change_time {
                 // One stat per file: its type where the filesystem gives none, and the
-                // change time the second walk compares.
+                // change time the walks compare.
+                statted += 1;
                 if let Ok(st) = rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
                     kind = FileType::from_raw_mode(st.st_mode);
                     ctime = Some((st.st_ctime, i64::try_from(st.st_ctime_nsec).unwrap_or(0)));
@@ -382,6 +408,45 @@ mod tests {
         let changes = changes_since(&before, root);
         assert!(changes.written.contains(&"during.txt".to_owned()), "{changes:?}");
         assert!(!changes.written.contains(&"before.txt".to_owned()), "{changes:?}");
+    }
+
+    #[test]
+    fn a_workspace_that_changed_before_the_walks_tick_starts_the_run_at_it_without_a_wait() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        for f in ["old.txt", "edit.txt", "sub/deep.txt"] {
+            std::fs::write(root.join(f), "x").unwrap();
+        }
+        // Past two ticks of the coarse clock (4 ms at HZ=250, 10 ms at HZ=100): every stamp
+        // above lies before the tick the walk begins in.
+        std::thread::sleep(std::time::Duration::from_millis(25));
+        let mut before = unsettled(root);
+        assert!(before.quiet, "nothing changed in the walk's tick");
+        before.settle();
+        assert_eq!(before.start, Some(before.tick), "no wait for the next tick");
+        std::fs::write(root.join("edit.txt"), "y").unwrap();
+        std::fs::write(root.join("sub/new.txt"), "n").unwrap();
+        let changes = changes_since(&before, root);
+        assert_eq!(changes.written, ["edit.txt", "sub/new.txt"], "{changes:?}");
+        // A file written in the walk's tick makes the next walk wait for the next tick.
+        std::fs::write(root.join("just-now.txt"), "x").unwrap();
+        let mut before = unsettled(root);
+        assert!(!before.quiet);
+        before.settle();
+        assert!(before.start.is_some_and(|s| s > before.before));
+        assert!(!changes_since(&before, root).written.contains(&"just-now.txt".to_owned()));
+    }
+
+    #[test]
+    fn a_workspace_past_the_stat_limit_waits_for_the_tick() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        for i in 0..=STAT_LIMIT {
+            std::fs::write(root.join(format!("f{i}")), "").unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+        assert!(!unsettled(root).quiet, "a file not statted may have changed in the tick");
     }
 
     #[test]

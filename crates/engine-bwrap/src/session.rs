@@ -172,6 +172,15 @@ impl Records {
         Ok(self.dir.replace(&format!("{}.json", record.id), &bytes)?)
     }
 
+    /// [`Records::write`] of a used session's counters (its last use, its scripts), on every
+    /// `session run` and `exec`: not flushed to the disk first, since a host crash ends the
+    /// session with it (a flush took 0.3 to 1 ms, twice per script).
+    fn update(&self, record: &Record) {
+        if let Ok(bytes) = serde_json::to_vec(record) {
+            let _ = self.dir.replace_unflushed(&format!("{}.json", record.id), &bytes);
+        }
+    }
+
     fn remove(&self, id: &str) {
         if valid_id(id) {
             let _ = self.dir.remove(&format!("{id}.json"));
@@ -571,7 +580,7 @@ impl Session {
             let now = now_secs();
             if record.last_used < now {
                 record.last_used = now;
-                let _ = self.records.write(&record);
+                self.records.update(&record);
             }
         }
     }
@@ -860,7 +869,7 @@ impl sandbox_core::WarmSession for Session {
     fn note_script(&self) {
         if let Some(mut record) = self.records.read(&self.record.id) {
             record.scripts = record.scripts.max(self.record.scripts).saturating_add(1);
-            let _ = self.records.write(&record);
+            self.records.update(&record);
         }
     }
 
