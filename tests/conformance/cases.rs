@@ -1219,12 +1219,12 @@ fn net_off(fx: &Fixture) -> Expect {
 /// metadata connect ends is the host's rule here (no route, EHOSTUNREACH); on a pod it is the
 /// CNI's enforcement of the NetworkPolicy (a drop times out, a reject refuses).
 /// `allow.py` where the engine holds an allowlist (native and bwrap; docker and podman for a
-/// root caller, whose relay joins the container's namespace: every check `ok`, the refusals
-/// named in a note); elsewhere refused before anything runs.
+/// root caller, and rootless podman, whose relay joins the container's namespace: every check
+/// `ok`, the refusals named in a note); elsewhere refused before anything runs.
 fn allowlist(fx: &Fixture) -> Expect {
     let holds = match fx.engine.as_str() {
-        "native" | "bwrap" => true,
-        "docker" | "podman" => fx.uid == 0,
+        "native" | "bwrap" | "podman" => true,
+        "docker" => fx.uid == 0,
         _ => false,
     };
     if holds {

@@ -408,13 +408,16 @@ impl OciEngine {
 
     /// Checks what `run` would refuse.
     pub fn check(&self, spec: &RunSpec) -> Result<()> {
-        // The relay joins the container's network namespace: root, a daemon on this machine.
+        // The relay joins the container's network namespace, on this machine: as root, or
+        // through rootless podman's user namespace, which the caller owns (a rootful daemon's
+        // containers are root's, whoever may use its socket).
         let local = matches!(self.connection.endpoint, engine_detect::ApiEndpoint::Unix(_));
-        if !(local && rustix::process::geteuid().is_root()) {
+        let joinable = rustix::process::geteuid().is_root() || self.rootless.is_some();
+        if !(local && joinable) {
             sandbox_core::refuse_allowlist(
                 spec,
                 self.engine_name(),
-                "its relay must join the container's network namespace, which takes root and a daemon on this machine",
+                "its relay must join the container's network namespace, which takes root or rootless podman, with the engine on this machine",
             )?;
         }
         if spec.allow.is_some() && !spec.publish.is_empty() {

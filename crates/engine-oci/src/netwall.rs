@@ -235,34 +235,71 @@ pub(crate) async fn apply(
     by_exec(docker, engine, name, &host, wall).await
 }
 
-/// The network namespace of container `name` (root, a local daemon): its init process's, as
-/// [`container_netns`] checks it. The built-in relay of a run with an allowlist serves it.
+/// The network namespace of container `name` (root or rootless podman, a local daemon): its
+/// init process's, as [`container_netns`] checks it. The built-in relay of a run with an
+/// allowlist serves it.
 pub(crate) async fn netns_of(
     docker: &Docker,
     engine: &'static str,
     name: &str,
 ) -> Result<std::fs::File> {
+    let joining = format!("joining the network namespace of {name}");
+    let (pid, id) = init_of(docker, engine, name).await?;
+    let (dir, netns) = match container_netns(pid, &id, Identity::Cgroup) {
+        Ok(found) => found,
+        // Rootless podman on cgroup v1 makes no cgroup of the container's: its process is
+        // held by its directory instead, and is the container's if the engine, asked again,
+        // still names that pid for the running container (a pid cannot be reused while the
+        // process we hold it by lives, and our containers never restart).
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let held = container_netns(pid, &id, Identity::AskedAgain)
+                .map_err(Error::io(joining.clone()))?;
+            if init_of(docker, engine, name).await? != (pid, id) {
+                return Err(Error::Io {
+                    context: joining,
+                    source: std::io::Error::other("the container's process changed meanwhile"),
+                });
+            }
+            held
+        }
+        Err(e) => return Err(Error::io(joining)(e)),
+    };
+    drop(dir);
+    Ok(std::fs::File::from(netns))
+}
+
+/// The running container `name`'s init process and its full id.
+async fn init_of(docker: &Docker, engine: &'static str, name: &str) -> Result<(u32, String)> {
     let inspect = docker
         .inspect_container(name, None::<bollard::query_parameters::InspectContainerOptions>)
         .await
         .map_err(api(engine, &format!("inspecting {name}")))?;
+    let running = inspect.state.as_ref().and_then(|s| s.running).unwrap_or(false);
     let pid = inspect.state.and_then(|s| s.pid).and_then(|p| u32::try_from(p).ok());
-    let (Some(pid), Some(id)) = (pid.filter(|p| *p > 0), inspect.id) else {
-        return Err(Error::Io {
+    match (pid.filter(|p| *p > 0 && running), inspect.id) {
+        (Some(pid), Some(id)) => Ok((pid, id)),
+        _ => Err(Error::Io {
             context: format!("finding the network namespace of {name}"),
             source: std::io::Error::other("the container has no process"),
-        });
-    };
-    container_netns(pid, &id)
-        .map(|(_, netns)| std::fs::File::from(netns))
-        .map_err(Error::io(format!("joining the network namespace of {name}")))
+        }),
+    }
 }
 
-/// `/proc/PID` of a process of container `id` (its cgroup path names the id), and its network
-/// namespace, which must not be ours.
+/// How [`container_netns`] knows the process is the container's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Identity {
+    /// Its cgroup path names the container's id (a rootful engine, or any on cgroup v2).
+    Cgroup,
+    /// The caller asks the engine again once it holds the process ([`netns_of`]).
+    AskedAgain,
+}
+
+/// `/proc/PID` of a process of container `id` (by `identity`), and its network namespace,
+/// which must not be ours. A process whose cgroup does not name the id is `NotFound`.
 fn container_netns(
     pid: u32,
     id: &str,
+    identity: Identity,
 ) -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
     use rustix::fs::{Mode, OFlags};
     let refuse = |why: &str| std::io::Error::other(why.to_owned());
@@ -272,15 +309,20 @@ fn container_netns(
         OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
-    let cgroup = std::fs::File::from(rustix::fs::openat(
-        &dir,
-        "cgroup",
-        OFlags::RDONLY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?);
-    let cgroup = std::io::read_to_string(std::io::Read::take(cgroup, 64 * 1024))?;
-    if id.len() < 32 || !cgroup.contains(id) {
-        return Err(refuse("the process is not the container's"));
+    if identity == Identity::Cgroup {
+        let cgroup = std::fs::File::from(rustix::fs::openat(
+            &dir,
+            "cgroup",
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?);
+        let cgroup = std::io::read_to_string(std::io::Read::take(cgroup, 64 * 1024))?;
+        if id.len() < 32 || !cgroup.contains(id) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "the process is not the container's",
+            ));
+        }
     }
     // A magic link to the namespace (not a path anyone can plant), so it is followed.
     let netns =
@@ -298,7 +340,7 @@ fn container_netns(
 /// leaving it.
 fn in_namespace_of(pid: u32, id: &str, host: &HostNet, wall: Wall) -> std::io::Result<()> {
     use rustix::fs::{Mode, OFlags};
-    let (dir, netns) = container_netns(pid, id)?;
+    let (dir, netns) = container_netns(pid, id, Identity::Cgroup)?;
     let root = rustix::fs::openat(
         &dir,
         "root",
