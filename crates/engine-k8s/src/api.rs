@@ -525,53 +525,18 @@ pub async fn delete_pod_and_wait(
     uid: Option<&str>,
     patience: Duration,
 ) -> Result<bool> {
-    end_pod_and_wait(client, namespace, name, uid, patience, None).await
-}
-
-/// How long a pod whose agent was told to exit may take to be reported stopped before it is
-/// deleted as any other ([`end_pod_and_wait`]). The kubelet reports a container's own exit
-/// within its next relist (1 s).
-const EXIT_PATIENCE: Duration = Duration::from_secs(3);
-
-/// [`delete_pod_and_wait`] of a pod whose agent (its pid 1) was just told to exit, `exited`
-/// being the pod's version then: nothing of it runs once the agent is gone, so it is not
-/// deleted with a grace period for the kubelet to stop it (which then reports the stop only
-/// 2 to 3 s later), but watched until the kubelet reports every container stopped, and
-/// removed at once then. The pod (and the NetworkPolicy it owns) stays until that report:
-/// an agent that did not exit is never left running without them. When no such report comes
-/// within 3 s (`EXIT_PATIENCE`), the pod is deleted as by [`delete_pod_and_wait`]; with `exited`
-/// `None` it is at once.
-pub async fn end_pod_and_wait(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-    uid: Option<&str>,
-    patience: Duration,
-    exited: Option<String>,
-) -> Result<bool> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let started = tokio::time::Instant::now();
-    let deadline = started + patience;
-    // Until then the pod is only watched; from then on, deleted and watched (the same watch).
-    let delete_at = started + if exited.is_some() { EXIT_PATIENCE } else { Duration::ZERO };
-    let mut deleting = false;
+    let deadline = tokio::time::Instant::now() + patience;
     let this = |pod: &Pod| uid.is_none() || pod.metadata.uid.as_deref() == uid;
-    let done = |pod: &Pod, deleting: bool| {
-        this(pod) && if deleting { failure::stopped(pod) } else { failure::finished(pod) }
+    let done = |pod: &Pod| this(pod) && failure::stopped(pod);
+    // `None` when the pod is already gone, else the version to watch from.
+    let Some(deleted) = delete_object::<Pod>(client, namespace, name, uid, STOP_GRACE).await?
+    else {
+        return Ok(true);
     };
-    // The delete, once: `None` when the pod is already gone, else the version to watch from.
-    let delete = || delete_object::<Pod>(client, namespace, name, uid, STOP_GRACE);
-    let mut version = exited;
+    let mut version = deleted.and_then(|pod| pod.metadata.resource_version);
     loop {
-        let now = tokio::time::Instant::now();
-        if !deleting && now >= delete_at {
-            let Some(deleted) = delete().await? else { return Ok(true) };
-            deleting = true;
-            if let Some(from) = deleted.and_then(|pod| pod.metadata.resource_version) {
-                version = Some(from);
-            }
-        }
-        let left = deadline.saturating_duration_since(now);
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         if left.is_zero() {
             return Ok(false);
         }
@@ -585,27 +550,13 @@ pub async fn end_pod_and_wait(
                 let mut events =
                     pods.watch(&params, &from).await.map_err(|e| api_error(&op, e))?.boxed();
                 loop {
-                    let next = if deleting {
-                        events.try_next().await
-                    } else {
-                        tokio::select! {
-                            next = events.try_next() => next,
-                            () = tokio::time::sleep_until(delete_at) => {
-                                // No report yet: delete it, and read on in the same watch.
-                                if delete().await?.is_none() {
-                                    return Ok(true);
-                                }
-                                deleting = true;
-                                continue;
-                            }
-                        }
-                    };
+                    let next = events.try_next().await;
                     let Some(event) = next.map_err(|e| api_error(&op, e))? else {
                         return Ok(false);
                     };
                     match event {
                         WatchEvent::Deleted(pod) if this(&pod) => return Ok(true),
-                        WatchEvent::Modified(pod) if done(&pod, deleting) => {
+                        WatchEvent::Modified(pod) if done(&pod) => {
                             return remove_stopped(client, namespace, name, uid).await;
                         }
                         WatchEvent::Error(status) if status.code != 410 => {
@@ -625,7 +576,7 @@ pub async fn end_pod_and_wait(
         }
         let op = Op::new("get", "pod", Some(name), namespace);
         match pods.get_opt(name).await.map_err(|e| api_error(&op, e))? {
-            Some(pod) if done(&pod, deleting) => {
+            Some(pod) if done(&pod) => {
                 return remove_stopped(client, namespace, name, uid).await;
             }
             // Another pod of the same name (a later run) is not this one.
@@ -639,8 +590,21 @@ pub async fn end_pod_and_wait(
     }
 }
 
-/// Removes the object of a pod whose containers all stopped ([`crate::failure::finished`],
-/// deleted or not) with no grace period, so the apiserver drops it at once instead of at the kubelet's next
+/// Removes a run's pod in which nothing runs but its agent, as the agent itself found just
+/// before (`K8sEngine::end`: every other process of the pod killed and seen gone): with no
+/// grace period, so the apiserver drops it at once and the kubelet stops the idle agent
+/// after, instead of a stop the kubelet reports only 1 to 3 s later. Only that uid.
+pub async fn remove_emptied(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+) -> Result<bool> {
+    remove_stopped(client, namespace, name, uid).await
+}
+
+/// Removes the object of a pod whose containers all stopped ([`crate::failure::stopped`])
+/// or in which nothing runs but its agent ([`remove_emptied`]) with no grace period, so the apiserver drops it at once instead of at the kubelet's next
 /// status batch. Only that uid: a later pod of the same name is not touched.
 async fn remove_stopped(
     client: &Client,
@@ -657,7 +621,8 @@ async fn remove_stopped(
 
 /// The grace period of a delete, in seconds: one lets the kubelet stop the container itself
 /// (a zero grace period removes the object while the container may still run on the node;
-/// only [`remove_stopped`], for a pod whose containers all stopped, gives none).
+/// only [`remove_stopped`], for a pod whose containers all stopped or that holds only its idle
+/// agent, gives none).
 const STOP_GRACE: u32 = 1;
 
 /// A delete of `uid` only (a later object of the same name is not touched), its dependents in

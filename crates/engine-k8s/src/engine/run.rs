@@ -280,45 +280,34 @@ impl K8sEngine {
         Ok((plan, pod))
     }
 
-    /// Ends a run's pod and waits until it is gone (see [`RUN_POD_GONE`]): its agent, the
-    /// pod's pid 1, is told to exit, which ends every process of the pod with it, and the pod
-    /// is removed once the kubelet reports it stopped ([`api::end_pod_and_wait`]): within a
-    /// second, where a delete that has the kubelet stop it takes 2 to 3.
+    /// Ends a run's pod and waits until it is gone (see [`RUN_POD_GONE`]). Its agent first
+    /// kills every other process of the pod and checks that none is left ([`EMPTY_POD`]);
+    /// then nothing of the run runs, and the pod is removed at once
+    /// ([`api::remove_emptied`]), where a delete that has the kubelet stop it is reported
+    /// only 1 to 3 s later. A pod the agent could not empty (a process that outlives
+    /// `SIGKILL` for a while, an agent that does not answer) is deleted and waited for as any
+    /// other ([`api::delete_pod_and_wait`]): its NetworkPolicy stays until it stopped.
     async fn end(&self, pod: &k8s_openapi::api::core::v1::Pod) {
         let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let uid = pod.metadata.uid.as_deref();
         let agent = self.handle(pod, Vec::new());
         let request = ExecRequest {
-            argv: AGENT_EXIT.map(str::to_owned).to_vec(),
+            argv: EMPTY_POD.map(str::to_owned).to_vec(),
             cwd: Some("/".to_owned()),
             ..Default::default()
         };
-        let mut nothing = sandbox_core::shell::Capped::new(0);
-        // Its answer is cut off by the agent's exit, and the connection may linger after it:
-        // the pod is watched meanwhile. An agent that never exits is deleted with the pod
-        // (`api::EXIT_PATIENCE`).
-        let told = agent.exec(&request, &mut nothing);
-        tokio::pin!(told);
-        // The request out first (then the watch, from the pod's version of before, misses
-        // nothing of the stop, which takes the kubelet longer than this).
-        let mut answered = tokio::time::timeout(TOLD, &mut told).await.is_ok();
-        // Nothing of a run remains when it returns: the pod is waited out. A failed or slow
-        // end leaves it to its TTL and the sweep.
-        let ended = api::end_pod_and_wait(
-            &self.client,
-            &self.config.namespace,
-            name,
-            pod.metadata.uid.as_deref(),
-            RUN_POD_GONE,
-            pod.metadata.resource_version.clone(),
-        );
-        tokio::pin!(ended);
-        loop {
-            tokio::select! {
-                biased;
-                _ = &mut ended => break,
-                _ = &mut told, if !answered => answered = true,
-            }
-        }
+        let mut answer = sandbox_core::shell::Capped::new(64);
+        let told = tokio::time::timeout(EMPTYING, agent.exec(&request, &mut answer)).await;
+        let emptied = matches!(told, Ok(Ok(ref outcome)) if outcome.exit_code == 0)
+            && answer.captured.stdout == EMPTIED;
+        let ns = &self.config.namespace;
+        // Nothing of a run remains when it returns. A failed or slow end leaves the pod to its
+        // TTL and the sweep.
+        let _ = if emptied {
+            api::remove_emptied(&self.client, ns, name, uid).await
+        } else {
+            api::delete_pod_and_wait(&self.client, ns, name, uid, RUN_POD_GONE).await
+        };
     }
 
     /// The script's environment claim, ready: read (a warm run: one GET), or made and filled
@@ -722,12 +711,38 @@ impl Engine for K8sEngine {
 #[cfg(test)]
 mod tests;
 
-/// The command that tells a run pod's agent, its pid 1, to exit (it ends on SIGTERM).
-pub(crate) const AGENT_EXIT: [&str; 3] = ["/bin/sh", "-c", "kill -TERM 1"];
+/// The command a run pod's agent (its pid 1, which `kill -1` spares) is sent when the run is
+/// done: it kills every other process of the pod's (the script's, whatever it left running;
+/// all of the sandbox user's, and the pod has no other), until `/proc` shows none alive but
+/// itself, then prints [`EMPTIED`]. Builtins and absolute paths only: nothing the script
+/// could have left on a `PATH`. A process that outlives 200 rounds (uninterruptible sleep)
+/// fails it, and the pod is then stopped by the kubelet ([`K8sEngine::end`]).
+pub(crate) const EMPTY_POD: [&str; 3] = [
+    "/bin/sh",
+    "-c",
+    r#"self=$$; n=0
+while :; do
+  kill -KILL -1 2>/dev/null
+  left=0
+  for f in /proc/[0-9]*/stat; do
+    { read -r line < "$f"; } 2>/dev/null || continue
+    pid=${line%% *}
+    if [ "$pid" = 1 ] || [ "$pid" = "$self" ]; then continue; fi
+    state=${line##*) }
+    case $state in Z*|X*) ;; *) left=1 ;; esac
+  done
+  [ "$left" = 0 ] && break
+  n=$((n + 1))
+  [ "$n" -lt 200 ] || exit 1
+done
+echo gone"#,
+];
 
-/// How long the request that tells a run pod's agent to exit may take to be answered before
-/// the pod is watched for its stop (the answer may linger after the agent's exit).
-const TOLD: std::time::Duration = std::time::Duration::from_millis(300);
+/// What [`EMPTY_POD`] prints once nothing but the agent is left.
+const EMPTIED: &[u8] = b"gone\n";
+
+/// How long [`EMPTY_POD`] may take to be answered before the pod is stopped by the kubelet.
+const EMPTYING: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How long a run waits for its pod to be gone once it is told to end ([`K8sEngine::end`]):
 /// the kubelet reports its agent's exit within a second on the test cluster, then the

@@ -188,17 +188,17 @@ fn a_run_and_each_session_command_cost_a_bounded_number_of_requests() {
     let (out, run, run_stderr) =
         traced_with_stderr(&ws, &["run", "--engine", "k8s", "--net", "on", "script.py"]);
     assert_eq!(out, "hello\n");
-    // Create the policy and the pod, one watch for its start and one for its end, the
-    // environment's claim, the workspace and output channels (port-forwards), one more telling
-    // the agent to exit, and the delete that removes the stopped pod. Asking a started pod's agent whether it answers
+    // Create the policy and the pod, one watch for its start, the environment's claim, the
+    // workspace and output channels (port-forwards), one more having the agent empty the pod,
+    // and the delete that removes it then. Asking a started pod's agent whether it answers
     // takes one more port-forward, or a few while it starts on a busy node: those beyond the
     // first are counted apart, and bounded by the backoff's length.
     let greets = greets(&run_stderr);
     assert!(greets <= engine_k8s::api::GREET_BACKOFF_MS.len(), "{greets} asks: {run:#?}");
     let own = run.len() - greets.saturating_sub(1);
-    assert!(own <= 14, "a warm run made {own} requests (and {greets} asks): {run:#?}");
+    assert!(own <= 13, "a warm run made {own} requests (and {greets} asks): {run:#?}");
     let watches = run.iter().filter(|r| r.ends_with("(watch)")).count();
-    assert_eq!(watches, 2, "{run:#?}");
+    assert_eq!(watches, 1, "{run:#?}");
     let polls = run.iter().filter(|r| r.starts_with("GET ") && r.ends_with("/pods/NAME"));
     assert_eq!(polls.count(), 0, "a run polls its pod: {run:#?}");
 

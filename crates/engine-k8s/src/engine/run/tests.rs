@@ -38,6 +38,8 @@ struct State {
     /// The prepare command's exit code and stderr, and how long it takes.
     prepare: (i32, String),
     prepare_takes: Duration,
+    /// A pod's agent cannot empty it (a process outlived `SIGKILL`): its `EMPTY_POD` fails.
+    stuck: bool,
     /// The argv of every command run in a pod.
     commands: Vec<Vec<String>>,
     /// The env of every command run in a pod, as its request carried it.
@@ -97,13 +99,6 @@ fn stopped_status() -> Value {
             "exitCode": 137, "reason": "Error"}}}]})
 }
 
-/// A pod's status once its agent exited by itself (SIGTERM), not deleted.
-fn exited_status() -> Value {
-    json!({"phase": "Failed", "containerStatuses": [{"name": "sandbox", "image": "x",
-        "imageID": "", "ready": false, "restartCount": 0, "state": {"terminated": {
-            "exitCode": 143, "reason": "Error"}}}]})
-}
-
 fn pull_failed_status() -> Value {
     json!({"phase": "Pending", "containerStatuses": [{"name": "sandbox", "image": "x",
         "imageID": "", "ready": false, "restartCount": 0, "state": {"waiting": {
@@ -135,9 +130,7 @@ async fn serve(tcp: tokio::net::TcpStream, state: Shared) {
         return;
     }
     if lower.contains("upgrade: websocket") {
-        let pod = target.split("/pods/").nth(1).and_then(|rest| rest.split('/').next());
-        let pod = pod.unwrap_or_default().to_owned();
-        return pod_exec(tcp, state, pod).await;
+        return pod_exec(tcp, state).await;
     }
     let mut tcp = tcp;
     let length: usize = lower
@@ -376,7 +369,7 @@ fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
 
 /// One exec: the relay's request header and input frames read, the command run, its output
 /// and exit sent back as agent frames.
-async fn pod_exec(tcp: tokio::net::TcpStream, state: Shared, pod: String) {
+async fn pod_exec(tcp: tokio::net::TcpStream, state: Shared) {
     #[allow(clippy::result_large_err)]
     let pick =
         |_: &tokio_tungstenite::tungstenite::handshake::server::Request,
@@ -424,13 +417,14 @@ async fn pod_exec(tcp: tokio::net::TcpStream, state: Shared, pod: String) {
         s.envs.push(env.clone());
     }
     let _ = sink.send(Message::binary(frame(b'v', br#"{"v": 2}"#))).await;
-    if argv == super::AGENT_EXIT {
-        // As a pod's agent does when told to exit: it is gone before it answers, and the
-        // kubelet reports its container stopped (never run here: pid 1 is the host's).
-        agent_exited(&state, &pod);
-        return;
-    }
-    let (code, stdout, stderr) = if argv.get(2).map(String::as_str) == Some(environment::PREPARE) {
+    let (code, stdout, stderr) = if argv == super::EMPTY_POD {
+        // As a pod's agent answers once it killed the rest of its pod: never run here, where
+        // `kill -1` would reach the host's processes.
+        match state.lock().expect("state").stuck {
+            false => (0, super::EMPTIED.to_vec(), Vec::new()),
+            true => (1, Vec::new(), Vec::new()),
+        }
+    } else if argv.get(2).map(String::as_str) == Some(environment::PREPARE) {
         let ((code, stderr), takes) = {
             let s = state.lock().expect("state");
             (s.prepare.clone(), s.prepare_takes)
@@ -453,17 +447,6 @@ async fn pod_exec(tcp: tokio::net::TcpStream, state: Shared, pod: String) {
     let _ = sink.send(Message::binary(frame(b'x', exit.as_bytes()))).await;
     // The client closes once it has the exit.
     while let Some(Ok(_)) = stream.next().await {}
-}
-
-/// The kubelet's report of `pod` once its agent exited: its container stopped by itself.
-fn agent_exited(state: &Shared, pod: &str) {
-    let mut s = state.lock().expect("state");
-    s.version += 1;
-    let version = s.version.to_string();
-    if let Some(pod) = s.pods.get_mut(pod) {
-        pod["metadata"]["resourceVersion"] = json!(version);
-        pod["status"] = exited_status();
-    }
 }
 
 async fn run_local(
@@ -629,7 +612,8 @@ fn a_cold_run_prepares_the_claim_once_and_a_warm_run_only_reads_it() {
     let echo = self::spec(&scratch, "import sys\nprint(sys.stdin.read().upper(), end='')\n");
     let (code, stdout, _) = run(&engine, &echo, Stdin::Bytes(b"piped in\n".to_vec()));
     assert_eq!((code, stdout.as_str()), (0, "PIPED IN\n"), "stdin reaches the script");
-    cluster.state.lock().expect("state").log.truncate(26);
+    // The first run's requests (the second's follow).
+    cluster.state.lock().expect("state").log.truncate(24);
     assert_eq!(
         std::fs::read_to_string(scratch.host().join("output.txt")).expect("synced back"),
         "from the pod"
@@ -649,7 +633,6 @@ fn a_cold_run_prepares_the_claim_once_and_a_warm_run_only_reads_it() {
     EXEC
     GET /api/v1/pods/psbx-<id>/portforward
     EXEC
-    GET /api/v1/pods (watch)
     DELETE /api/v1/pods/psbx-<id>
     PATCH /api/v1/persistentvolumeclaims/psbx-env-<key>
     POST /api/v1/pods
@@ -664,7 +647,6 @@ fn a_cold_run_prepares_the_claim_once_and_a_warm_run_only_reads_it() {
     EXEC
     GET /api/v1/pods/psbx-<id>/portforward
     EXEC
-    GET /api/v1/pods (watch)
     DELETE /api/v1/pods/psbx-<id>
     ");
 
@@ -673,6 +655,31 @@ fn a_cold_run_prepares_the_claim_once_and_a_warm_run_only_reads_it() {
         engine.prepare(&spec, &mut |_| panic!("a warm run prepares nothing")).expect("warm");
     assert_eq!(flow(&cluster.log()), "GET /api/v1/persistentvolumeclaims/psbx-env-<key>");
     drop(prepared);
+}
+
+/// A pod its agent could not empty is stopped by the kubelet, and waited for: deleted with a
+/// grace period and watched until it stopped, then removed; nothing of the run is left.
+#[test]
+fn a_run_whose_pod_could_not_be_emptied_waits_for_the_kubelets_stop() {
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let cluster = rt.block_on(Cluster::start());
+    let scratch = Scratch::new();
+    let engine = engine(&cluster, &scratch);
+    let spec = spec(&scratch, "print('ran')\n");
+    assert_eq!(run(&engine, &spec, Stdin::Null).0, 0, "warms the claim");
+    {
+        let mut state = cluster.state.lock().expect("state");
+        state.stuck = true;
+        state.log.clear();
+    }
+    let (code, stdout, _) = run(&engine, &spec, Stdin::Null);
+    assert_eq!((code, stdout.as_str()), (0, "ran\n"));
+    let state = cluster.state.lock().expect("state");
+    assert!(state.pods.is_empty(), "a pod was left: {:?}", state.pods.keys());
+    let log = flow(&state.log);
+    let end: Vec<&str> = log.lines().skip_while(|l| !l.starts_with("DELETE")).collect();
+    assert_eq!(end[..2], ["DELETE /api/v1/pods/psbx-<id>", "GET /api/v1/pods (watch)"], "{log}");
+    assert_eq!(end.iter().filter(|l| l.starts_with("DELETE")).count(), 2, "{log}");
 }
 
 /// The env-contract case of the conformance suite, as far as it can run here: the script's
@@ -1114,10 +1121,11 @@ fn twenty_parallel_runs_from_one_workspace_all_succeed_each_holding_one_watch() 
     assert_eq!(pods.len(), RUNS, "one pod per run");
     let mut watched = pod_watches(&state.log);
     watched.sort();
-    // Its start, then its end: one stream at a time (below), never a poll.
-    let mut expected: Vec<String> = pods.iter().flat_map(|p| [p.clone(), p.clone()]).collect();
+    // Its start, one stream (below), never a poll; its end, emptied by its agent, is a
+    // removal without a watch.
+    let mut expected: Vec<String> = pods.clone();
     expected.sort();
-    assert_eq!(watched, expected, "each run watched its own pod, twice");
+    assert_eq!(watched, expected, "each run watched its own pod, once");
     let claim_watches = state.log.iter().filter(|l| l.contains("persistentvolumeclaims?")).count();
     assert_eq!(claim_watches, 0, "a warm run waits for no claim");
     for pod in &pods {
