@@ -299,6 +299,12 @@ pub const GREET_BACKOFF_MS: [u64; 7] = [0, 25, 50, 100, 200, 400, 800];
 /// kubelet's readiness probe, period 1 s, would say so); where the forward never answers (RBAC
 /// without `pods/portforward`, a runtime whose forward does not reach the pod's loopback), the
 /// probe's Ready decides, as it did alone before.
+///
+/// With `early` (a run's pod, which nobody looks up by its status), the agent is also asked
+/// from [`EARLY_GREET_MS`] after the create on, beside the watch: the kubelet reports a started
+/// container only at its next relist (up to a second), and an agent that answers before is
+/// handed out then, as created.
+#[allow(clippy::too_many_arguments)]
 pub async fn start<G, F>(
     client: &Client,
     namespace: &str,
@@ -307,6 +313,7 @@ pub async fn start<G, F>(
     timeout: Duration,
     status: &mut dyn FnMut(&str),
     greet: G,
+    early: bool,
 ) -> Result<Pod>
 where
     G: Fn(Pod) -> F,
@@ -315,14 +322,25 @@ where
     let created = create(client, namespace, pod).await?;
     let started = async {
         create_owned(client, namespace, &created, network_policy).await?;
-        let running =
-            wait_until(client, namespace, &created, timeout, status, Until::Started).await?;
-        if matches!(failure::progress(&running), Progress::Ready)
-            || agent_answers(&greet, &running).await
-        {
-            return Ok(running);
+        let reported = async {
+            let running =
+                wait_until(client, namespace, &created, timeout, status, Until::Started).await?;
+            if matches!(failure::progress(&running), Progress::Ready)
+                || agent_answers(&greet, &running).await
+            {
+                return Ok(running);
+            }
+            wait_until(client, namespace, &running, timeout, status, Until::Ready).await
+        };
+        if !early {
+            return reported.await;
         }
-        wait_until(client, namespace, &running, timeout, status, Until::Ready).await
+        tokio::pin!(reported);
+        tokio::select! {
+            biased;
+            reported = &mut reported => reported,
+            true = answers_early(&greet, &created) => Ok(created.clone()),
+        }
     }
     .await;
     match started {
@@ -341,6 +359,34 @@ where
             Err(e)
         }
     }
+}
+
+/// When a run's agent is asked whether it answers before the kubelet reports its container
+/// started, in ms after the previous ask (the first after the create): a warm pod's agent
+/// listens about 0.6 s after its create on the test cluster, and each ask is one request.
+pub const EARLY_GREET_MS: [u64; 6] = [500, 100, 100, 100, 200, 200];
+
+/// Asks `greet` along [`EARLY_GREET_MS`] whether `created`'s agent answers yet: `true` when it
+/// does; `false` when the forward is refused or the asks ran out (the watch decides then).
+async fn answers_early<G, F>(greet: &G, created: &Pod) -> bool
+where
+    G: Fn(Pod) -> F,
+    F: std::future::Future<Output = Greeting>,
+{
+    for delay in EARLY_GREET_MS {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        if tracing() {
+            use std::io::Write as _;
+            let name = created.metadata.name.as_deref().unwrap_or_default();
+            let _ = writeln!(std::io::stderr(), "{GREET_TRACE}{name}");
+        }
+        match greet(created.clone()).await {
+            Greeting::Answered => return true,
+            Greeting::NoForward => return false,
+            Greeting::NotYet => {}
+        }
+    }
+    false
 }
 
 /// Asks `greet` along [`GREET_BACKOFF_MS`] until the agent answers (`true`), or the forward is

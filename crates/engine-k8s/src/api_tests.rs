@@ -240,7 +240,7 @@ fn cleanup() -> Vec<Reply> {
 }
 
 async fn start(client: Client, timeout: Duration) -> Result<Pod, Error> {
-    api::start(&client, NS, &the_pod(), the_policy(), timeout, &mut |_| {}, answers).await
+    api::start(&client, NS, &the_pod(), the_policy(), timeout, &mut |_| {}, answers, false).await
 }
 
 /// An agent that answers at once.
@@ -272,14 +272,59 @@ async fn a_started_pod_whose_agent_answers_is_ready_before_its_probe() {
         async move { if n < 2 { Greeting::NotYet } else { Greeting::Answered } }
     };
     let (result, transcript) = scripted(replies, |c| async move {
-        api::start(&c, NS, &the_pod(), the_policy(), Duration::from_secs(5), &mut |_| {}, greet)
-            .await
+        api::start(
+            &c,
+            NS,
+            &the_pod(),
+            the_policy(),
+            Duration::from_secs(5),
+            &mut |_| {},
+            greet,
+            false,
+        )
+        .await
     })
     .await;
     let pod = result.expect("started");
     assert_eq!(pod.metadata.resource_version.as_deref(), Some("107"), "not waited for Ready");
     assert_eq!(asked.load(std::sync::atomic::Ordering::Relaxed), 3);
     assert!(!transcript.contains("(unexpected request)"), "{transcript}");
+}
+
+/// A run's pod (`early`) is handed out as created once its agent answers, before the kubelet
+/// reports its container started (its next relist, up to a second later); a pod started
+/// without `early` is not asked before that report.
+#[tokio::test]
+async fn a_runs_pod_whose_agent_answers_early_is_handed_out_before_the_kubelets_report() {
+    for early in [true, false] {
+        let replies = vec![
+            created(pending("100")),
+            echo("NetworkPolicy", "networking.k8s.io/v1", POD),
+            // The kubelet has not reported the container started, and will not here.
+            Reply::Hang,
+        ];
+        let asked = std::sync::atomic::AtomicUsize::new(0);
+        let greet = |_: Pod| {
+            let n = asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            async move { if n < 1 { Greeting::NotYet } else { Greeting::Answered } }
+        };
+        let (result, transcript) = scripted(replies, |c| async move {
+            let timeout = Duration::from_secs(2);
+            api::start(&c, NS, &the_pod(), the_policy(), timeout, &mut |_| {}, greet, early).await
+        })
+        .await;
+        let asks = asked.load(std::sync::atomic::Ordering::Relaxed);
+        if early {
+            let pod = result.expect("handed out");
+            assert_eq!(pod.metadata.resource_version.as_deref(), Some("100"), "as created");
+            assert_eq!(asks, 2);
+            assert!(!transcript.contains("(unexpected request)"), "{transcript}");
+        } else {
+            // Its cleanup after the timeout is another test's.
+            assert!(matches!(result, Err(Error::StartTimeout { .. })), "{result:?}");
+            assert_eq!(asks, 0, "never asked before the report");
+        }
+    }
 }
 
 /// Where no forward can be had (RBAC without `pods/portforward`), the kubelet's Ready decides:
@@ -294,8 +339,17 @@ async fn without_a_forward_the_start_waits_for_the_probe() {
     ];
     let (result, transcript) = scripted(replies, |c| async move {
         let refused = |_: Pod| async { Greeting::NoForward };
-        api::start(&c, NS, &the_pod(), the_policy(), Duration::from_secs(5), &mut |_| {}, refused)
-            .await
+        api::start(
+            &c,
+            NS,
+            &the_pod(),
+            the_policy(),
+            Duration::from_secs(5),
+            &mut |_| {},
+            refused,
+            false,
+        )
+        .await
     })
     .await;
     let pod = result.expect("ready");
@@ -347,7 +401,7 @@ async fn a_pod_not_scheduled_for_a_reason_that_clears_is_waited_for() {
     let mut said = Vec::new();
     let (result, _) = scripted(replies, |c| async move {
         let status = &mut |line: &str| said.push(line.to_owned());
-        api::start(&c, NS, &the_pod(), the_policy(), Duration::from_secs(5), status, answers)
+        api::start(&c, NS, &the_pod(), the_policy(), Duration::from_secs(5), status, answers, false)
             .await
             .map(|pod| (pod, said))
     })

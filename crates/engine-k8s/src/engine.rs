@@ -532,19 +532,20 @@ impl K8sEngine {
     }
 
     /// Creates and starts `pod` with `policy` ([`api::start`]), handed out once its agent
-    /// answers.
+    /// answers; with `early` (a run's pod) as soon as it does, before the kubelet reports it.
     pub(crate) async fn launch_pod(
         &self,
         pod: &Pod,
         policy: k8s_openapi::api::networking::v1::NetworkPolicy,
         status: &mut dyn FnMut(&str),
+        early: bool,
     ) -> Result<Pod> {
         let greet = |started: Pod| {
             let exec = self.pod_exec(&started);
             async move { exec.greet().await }
         };
-        api::start(&self.client, &self.config.namespace, pod, policy, START_TIMEOUT, status, greet)
-            .await
+        let ns = &self.config.namespace;
+        api::start(&self.client, ns, pod, policy, START_TIMEOUT, status, greet, early).await
     }
 
     /// Refuses a net-off sandbox (`pod`, started under its deny-all egress policy) on a cluster
@@ -625,7 +626,7 @@ impl K8sEngine {
         let ns = &self.config.namespace;
         let policy = plan.network_policy();
         status(&format!("starting pod `{}` in namespace `{ns}`", manifest::pod_name(&id)));
-        let pod = self.block_on(self.launch_pod(&plan.pod, policy, status))?;
+        let pod = self.block_on(self.launch_pod(&plan.pod, policy, status, false))?;
         let finished = self.block_on(async {
             if config.net == Net::Off {
                 self.net_off_given(&pod).await?;

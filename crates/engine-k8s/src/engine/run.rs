@@ -276,7 +276,7 @@ impl K8sEngine {
         environment::mount(&mut plan.pod, claim, read_only);
         claims::mount(&mut plan.pod, user);
         let policy = plan.network_policy();
-        let pod = self.launch_pod(&plan.pod, policy, status).await?;
+        let pod = self.launch_pod(&plan.pod, policy, status, true).await?;
         Ok((plan, pod))
     }
 
