@@ -373,20 +373,7 @@ where
     G: Fn(Pod) -> F,
     F: std::future::Future<Output = Greeting>,
 {
-    for delay in EARLY_GREET_MS {
-        tokio::time::sleep(Duration::from_millis(delay)).await;
-        if tracing() {
-            use std::io::Write as _;
-            let name = created.metadata.name.as_deref().unwrap_or_default();
-            let _ = writeln!(std::io::stderr(), "{GREET_TRACE}{name}");
-        }
-        match greet(created.clone()).await {
-            Greeting::Answered => return true,
-            Greeting::NoForward => return false,
-            Greeting::NotYet => {}
-        }
-    }
-    false
+    asks(greet, created, &EARLY_GREET_MS).await
 }
 
 /// Asks `greet` along [`GREET_BACKOFF_MS`] until the agent answers (`true`), or the forward is
@@ -396,8 +383,18 @@ where
     G: Fn(Pod) -> F,
     F: std::future::Future<Output = Greeting>,
 {
-    for delay in GREET_BACKOFF_MS {
-        tokio::time::sleep(Duration::from_millis(delay)).await;
+    asks(greet, pod, &GREET_BACKOFF_MS).await
+}
+
+/// Asks `greet` after each delay of `schedule` (ms) until `pod`'s agent answers (`true`), the
+/// forward is refused (`false`) or the schedule ends (`false`).
+async fn asks<G, F>(greet: &G, pod: &Pod, schedule: &[u64]) -> bool
+where
+    G: Fn(Pod) -> F,
+    F: std::future::Future<Output = Greeting>,
+{
+    for delay in schedule {
+        tokio::time::sleep(Duration::from_millis(*delay)).await;
         if tracing() {
             // Each ask is a request: the load test tells them from the run's own.
             use std::io::Write as _;
