@@ -364,16 +364,21 @@ where
 /// When a run's agent is asked whether it answers before the kubelet reports its container
 /// started, in ms after the previous ask (the first after the create): a warm pod's agent
 /// listens about 0.6 s after its create on the test cluster, and each ask is one request.
-pub const EARLY_GREET_MS: [u64; 6] = [500, 100, 100, 100, 200, 200];
+pub const EARLY_GREET_MS: [u64; 8] = [500, 100, 100, 100, 200, 200, 300, 300];
+
+/// How long one early ask may take: a forward to a pod whose sandbox the runtime is still
+/// making hangs for a second or more on a busy node, and the next ask may find the agent up.
+const EARLY_ASK: Duration = Duration::from_millis(250);
 
 /// Asks `greet` along [`EARLY_GREET_MS`] whether `created`'s agent answers yet: `true` when it
-/// does; `false` when the forward is refused or the asks ran out (the watch decides then).
+/// does; `false` when the asks ran out (the watch decides then). A forward refused this early
+/// is no verdict: the kubelet refuses one to a pod whose sandbox it is still making.
 async fn answers_early<G, F>(greet: &G, created: &Pod) -> bool
 where
     G: Fn(Pod) -> F,
     F: std::future::Future<Output = Greeting>,
 {
-    asks(greet, created, &EARLY_GREET_MS).await
+    asks(greet, created, &EARLY_GREET_MS, true).await
 }
 
 /// Asks `greet` along [`GREET_BACKOFF_MS`] until the agent answers (`true`), or the forward is
@@ -383,12 +388,14 @@ where
     G: Fn(Pod) -> F,
     F: std::future::Future<Output = Greeting>,
 {
-    asks(greet, pod, &GREET_BACKOFF_MS).await
+    asks(greet, pod, &GREET_BACKOFF_MS, false).await
 }
 
 /// Asks `greet` after each delay of `schedule` (ms) until `pod`'s agent answers (`true`), the
-/// forward is refused (`false`) or the schedule ends (`false`).
-async fn asks<G, F>(greet: &G, pod: &Pod, schedule: &[u64]) -> bool
+/// forward is refused (`false`) or the schedule ends (`false`). `early`, before the kubelet
+/// reported the pod started: an ask that takes longer than [`EARLY_ASK`], or whose forward is
+/// refused, counts as not yet.
+async fn asks<G, F>(greet: &G, pod: &Pod, schedule: &[u64], early: bool) -> bool
 where
     G: Fn(Pod) -> F,
     F: std::future::Future<Output = Greeting>,
@@ -401,10 +408,16 @@ where
             let name = pod.metadata.name.as_deref().unwrap_or_default();
             let _ = writeln!(std::io::stderr(), "{GREET_TRACE}{name}");
         }
-        match greet(pod.clone()).await {
+        let asked = greet(pod.clone());
+        let answer = if early {
+            tokio::time::timeout(EARLY_ASK, asked).await.unwrap_or(Greeting::NotYet)
+        } else {
+            asked.await
+        };
+        match answer {
             Greeting::Answered => return true,
-            Greeting::NoForward => return false,
-            Greeting::NotYet => {}
+            Greeting::NoForward if !early => return false,
+            Greeting::NoForward | Greeting::NotYet => {}
         }
     }
     false
