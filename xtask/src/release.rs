@@ -52,6 +52,20 @@ fn cross_gcc(triple: &str) -> (String, String) {
     (format!("{arch}-linux-gnu-gcc"), format!("gcc-{}-linux-gnu", arch.replace('_', "-")))
 }
 
+/// The C library headers that cross compiler builds against (`ring`'s C includes `stdint.h`):
+/// Debian's package, only a recommendation of the compiler's, which `apt_install` leaves out,
+/// and one of its files.
+fn cross_headers(triple: &str) -> (String, PathBuf) {
+    let arch = arch(triple);
+    let debian = match arch {
+        "aarch64" => "arm64",
+        "x86_64" => "amd64",
+        other => other,
+    };
+    let header = PathBuf::from(format!("/usr/{arch}-linux-gnu/include/bits/libc-header-start.h"));
+    (format!("libc6-dev-{debian}-cross"), header)
+}
+
 /// Whether `triple` is built for another architecture than this machine's.
 fn is_cross(sh: &Shell, triple: &str) -> bool {
     self::triple(sh).is_ok_and(|host| host != triple)
@@ -78,8 +92,9 @@ pub(crate) fn prepare(sh: &Shell, triple: &str) -> Result<(), String> {
     }
     if is_cross(sh, triple) {
         let (gcc, package) = cross_gcc(triple);
-        if !crate::services::on_path(sh, &gcc) {
-            match crate::services::apt_install(sh, &[&package]) {
+        let (headers, header) = cross_headers(triple);
+        if !crate::services::on_path(sh, &gcc) || !header.is_file() {
+            match crate::services::apt_install(sh, &[&package, &headers]) {
                 Ok(None) => {}
                 Ok(Some(reason)) => {
                     return Err(format!("no `{gcc}` to cross-build with: {reason}"));
@@ -181,6 +196,11 @@ mod tests {
             (gcc.as_str(), package.as_str()),
             ("x86_64-linux-gnu-gcc", "gcc-x86-64-linux-gnu")
         );
+        // The headers are a recommendation of the compiler's, which the install leaves out.
+        let (package, header) = cross_headers("aarch64-unknown-linux-musl");
+        assert_eq!(package, "libc6-dev-arm64-cross");
+        assert!(header.starts_with("/usr/aarch64-linux-gnu/include"), "{}", header.display());
+        assert_eq!(cross_headers("x86_64-unknown-linux-musl").0, "libc6-dev-amd64-cross");
     }
 
     /// The lines of the workspace manifest's `[profile.NAME]` table.
