@@ -93,13 +93,20 @@ pub(crate) fn prepare(sh: &Shell, triple: &str) -> Result<(), String> {
     if is_cross(sh, triple) {
         let (gcc, package) = cross_gcc(triple);
         let (headers, header) = cross_headers(triple);
-        if !crate::services::on_path(sh, &gcc) || !header.is_file() {
+        if !crate::services::on_path(sh, &gcc) {
             match crate::services::apt_install(sh, &[&package, &headers]) {
                 Ok(None) => {}
                 Ok(Some(reason)) => {
                     return Err(format!("no `{gcc}` to cross-build with: {reason}"));
                 }
                 Err(e) => return Err(format!("no `{gcc}` to cross-build with: {e:#}")),
+            }
+        } else if !header.is_file() {
+            // A compiler from elsewhere may keep its headers elsewhere: the build will tell.
+            match crate::services::apt_install(sh, &[&headers]) {
+                Ok(None) => {}
+                Ok(Some(reason)) => println!("release: no {headers} ({reason}); building anyway"),
+                Err(e) => println!("release: installing {headers} failed ({e:#}); building anyway"),
             }
         }
     } else if !crate::services::on_path(sh, "musl-gcc") {
