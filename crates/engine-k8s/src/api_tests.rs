@@ -240,7 +240,21 @@ fn cleanup() -> Vec<Reply> {
 }
 
 async fn start(client: Client, timeout: Duration) -> Result<Pod, Error> {
-    api::start(&client, NS, &the_pod(), the_policy(), timeout, &mut |_| {}, answers, false).await
+    greeted(client, timeout, answers, false).await
+}
+
+/// [`api::start`] of the test's pod, its agent asked through `greet`, no status lines.
+async fn greeted<G, F>(
+    client: Client,
+    timeout: Duration,
+    greet: G,
+    early: bool,
+) -> Result<Pod, Error>
+where
+    G: Fn(Pod) -> F,
+    F: std::future::Future<Output = Greeting>,
+{
+    api::start(&client, NS, &the_pod(), the_policy(), timeout, &mut |_| {}, greet, early).await
 }
 
 /// An agent that answers at once.
@@ -271,20 +285,12 @@ async fn a_started_pod_whose_agent_answers_is_ready_before_its_probe() {
         let n = asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         async move { if n < 2 { Greeting::NotYet } else { Greeting::Answered } }
     };
-    let (result, transcript) = scripted(replies, |c| async move {
-        api::start(
-            &c,
-            NS,
-            &the_pod(),
-            the_policy(),
-            Duration::from_secs(5),
-            &mut |_| {},
-            greet,
-            false,
+    let (result, transcript) =
+        scripted(
+            replies,
+            |c| async move { greeted(c, Duration::from_secs(5), greet, false).await },
         )
-        .await
-    })
-    .await;
+        .await;
     let pod = result.expect("started");
     assert_eq!(pod.metadata.resource_version.as_deref(), Some("107"), "not waited for Ready");
     assert_eq!(asked.load(std::sync::atomic::Ordering::Relaxed), 3);
@@ -311,7 +317,7 @@ async fn a_runs_pod_whose_agent_answers_early_is_handed_out_before_the_kubelets_
         };
         let (result, transcript) = scripted(replies, |c| async move {
             let timeout = Duration::from_secs(2);
-            api::start(&c, NS, &the_pod(), the_policy(), timeout, &mut |_| {}, greet, early).await
+            greeted(c, timeout, greet, early).await
         })
         .await;
         let asks = asked.load(std::sync::atomic::Ordering::Relaxed);
@@ -340,17 +346,7 @@ async fn without_a_forward_the_start_waits_for_the_probe() {
     ];
     let (result, transcript) = scripted(replies, |c| async move {
         let refused = |_: Pod| async { Greeting::NoForward };
-        api::start(
-            &c,
-            NS,
-            &the_pod(),
-            the_policy(),
-            Duration::from_secs(5),
-            &mut |_| {},
-            refused,
-            false,
-        )
-        .await
+        greeted(c, Duration::from_secs(5), refused, false).await
     })
     .await;
     let pod = result.expect("ready");
