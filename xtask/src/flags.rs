@@ -42,6 +42,8 @@ commands:
   image [--engine docker|podman|podman-rootless]... [--tag TAG] [--force] [--verify]
                      build the sandbox runtime image (deploy/image) without a registry and import it
                      into each engine (default: docker and podman); skipped per engine when unchanged
+  image --egress     the k8s egress proxy's image (deploy/egress) into docker: the runtime image with
+                     this checkout's CLI added
   kind up|down|load [--image TAG]
                      a local kind cluster for engine-k8s (deploy/kind: ingress-nginx on 80/443, the
                      restricted `python-sandbox` namespace, deploy/rbac, deploy/policy), the image loaded
@@ -61,6 +63,7 @@ pub(crate) enum Cmd {
     Fuzz(crate::fuzz::Fuzz),
     TestEngines(crate::test_engines::TestEngines),
     Image(crate::image::Image),
+    EgressImage,
     Kind(crate::kind::Kind),
 }
 
@@ -166,6 +169,12 @@ pub(crate) fn parse(args: Vec<String>) -> Result<Cmd> {
                 }
             }
             Cmd::TestEngines(crate::test_engines::TestEngines { engines, filters })
+        }
+        "image" if rest.iter().any(|a| a == "--egress") => {
+            if rest.len() > 1 {
+                bail!("`image --egress` takes no other option\n\n{USAGE}");
+            }
+            Cmd::EgressImage
         }
         "image" => parse_image(rest)?,
         "kind" => parse_kind(rest)?,

@@ -9,6 +9,7 @@ mod bench_run;
 mod ci;
 mod dist;
 mod docs;
+mod egress;
 mod flags;
 mod fuzz;
 mod image;
@@ -68,6 +69,7 @@ fn main() -> anyhow::Result<()> {
         flags::Cmd::Fuzz(c) => c.run(&sh),
         flags::Cmd::TestEngines(c) => c.run(&sh),
         flags::Cmd::Image(c) => c.run(&sh),
+        flags::Cmd::EgressImage => egress::build(&sh),
         flags::Cmd::Kind(c) => c.run(&sh),
     }
 }

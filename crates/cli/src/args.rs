@@ -44,6 +44,17 @@ pub(crate) enum Command {
     /// config's `[engine.docker]`, `[engine.podman]` or `[engine.k8s]`).
     #[command(subcommand)]
     Pool(PoolCmd),
+    /// A cluster's egress proxy (deploy/egress): holds each sandbox pod with a list of hosts
+    /// (`--net HOST,...`) to its list, by name. Runs in the cluster, not on a user's machine.
+    #[command(hide = true)]
+    EgressProxy {
+        /// The namespace whose sandbox pods it serves.
+        #[arg(long, value_name = "NS", default_value = "python-sandbox")]
+        namespace: String,
+        /// The address to listen on.
+        #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:3128")]
+        listen: std::net::SocketAddr,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -84,6 +84,9 @@ fn main() -> ExitCode {
         Command::Reap(args) => reap::run(args),
         Command::Mcp => mcp::serve(),
         Command::Pool(cmd) => pool::run(cmd),
+        Command::EgressProxy { namespace, listen } => {
+            registry::egress_proxy(&namespace, listen).map(|()| ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(code) => code,

@@ -539,6 +539,11 @@ fn k8s_probe(probes: &Probes) -> engine_detect::Probe {
     probe
 }
 
+/// `python-sandbox egress-proxy`: the k8s engine's egress proxy, until stopped.
+pub(crate) fn egress_proxy(namespace: &str, listen: std::net::SocketAddr) -> Result<()> {
+    Ok(engine_k8s::egress::serve(namespace, listen)?)
+}
+
 fn reap_k8s(request: &Reap) -> Result<Vec<Reaped>> {
     let engine = k8s(&Options::maintain(request.namespace.as_deref()))?;
     let swept = engine.reap(request.dry_run).map_err(EngineError::new)?;

@@ -126,8 +126,10 @@ pub struct Plan {
     pub pod: Pod,
     /// The labels every object of the session carries.
     pub labels: BTreeMap<String, String>,
-    /// Whether the session has a network.
-    pub net: bool,
+    /// Where the session's traffic may go.
+    pub egress: manifest::PodEgress,
+    /// With a list: the egress proxy's address, once known ([`Plan::proxied`]).
+    pub proxy: Option<std::net::IpAddr>,
     /// Published ports, in order.
     pub ports: Vec<u16>,
     /// Secret-looking env, kept out of the spec.
@@ -139,6 +141,23 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Points the pod's clients at the egress proxy at `proxy` (its Service's address), for a
+    /// plan with a list ([`manifest::PodEgress::Proxy`]; without this its pod reaches nothing).
+    pub fn proxied(&mut self, proxy: std::net::IpAddr) {
+        self.proxy = Some(proxy);
+        let env = crate::egress::pod_env(proxy);
+        let containers = self.pod.spec.iter_mut().flat_map(|spec| spec.containers.iter_mut());
+        for container in containers.filter(|c| c.name == manifest::CONTAINER) {
+            let vars = container.env.get_or_insert_with(Vec::new);
+            vars.retain(|v| !env.iter().any(|(name, _)| *name == v.name));
+            vars.extend(env.iter().map(|(name, value)| k8s_openapi::api::core::v1::EnvVar {
+                name: name.clone(),
+                value: Some(value.clone()),
+                value_from: None,
+            }));
+        }
+    }
+
     /// The pod's NetworkPolicy, without an owner: `api::start` sets it from the created pod.
     pub fn network_policy(&self) -> k8s_openapi::api::networking::v1::NetworkPolicy {
         let owner = PodOwner { name: manifest::pod_name(&self.id), uid: String::new() };
@@ -147,7 +166,7 @@ impl Plan {
             &self.id,
             &self.labels,
             &owner,
-            self.net,
+            self.egress,
             &self.ports,
         );
         policy.metadata.owner_references = None;
@@ -245,7 +264,7 @@ pub fn plan(
     )?;
     let policy = SessionPolicy {
         net: session.net == Net::On,
-        allow: None,
+        allow: session.allow.clone().filter(|_| session.net == Net::On),
         mounts: Vec::new(),
         publish: ports.clone(),
         tmpfs_size: Some(session.tmpfs_size),
@@ -260,9 +279,15 @@ pub fn plan(
         annotations.insert(SECRET_NAMES_ANNOTATION.to_owned(), names.join(","));
     }
     pod.metadata.annotations = Some(annotations);
+    let egress = match (session.net, &policy.allow) {
+        (Net::Off, _) => manifest::PodEgress::Off,
+        (Net::On, None) => manifest::PodEgress::On,
+        (Net::On, Some(_)) => manifest::PodEgress::Proxy,
+    };
     Ok(Plan {
         id: id.to_owned(),
-        net: session.net == Net::On,
+        egress,
+        proxy: None,
         config,
         pod,
         labels,
@@ -587,6 +612,71 @@ impl K8sEngine {
         }
     }
 
+    /// A pod whose policy must be enforced to hold (net off, a list) runs only where it is:
+    /// checked from inside it at the first on a cluster and namespace ([`K8sEngine::net_off_given`]).
+    pub(crate) async fn policy_given(&self, plan: &Plan, pod: &Pod) -> Result<()> {
+        match plan.egress {
+            manifest::PodEgress::On => Ok(()),
+            manifest::PodEgress::Off => self.net_off_given(pod).await,
+            manifest::PodEgress::Proxy => self.net_off_given(pod).await.map_err(|e| {
+                match e.to_string().contains("does not enforce NetworkPolicy") {
+                    true => crate::netoff::list_refusal(&self.config.namespace),
+                    false => e,
+                }
+            }),
+        }
+    }
+
+    /// Refuses net off, or a list, before anything is made on a cluster already found not to
+    /// enforce NetworkPolicy.
+    pub(crate) fn refuse_unenforced(&self, net: Net, listed: bool) -> Result<()> {
+        let walled = net == Net::Off || listed;
+        if walled && self.net_off_known() == Some(crate::netoff::Verdict::Ignored) {
+            let ns = &self.config.namespace;
+            return Err(match net {
+                Net::Off => crate::netoff::refusal(ns),
+                Net::On => crate::netoff::list_refusal(ns),
+            });
+        }
+        Ok(())
+    }
+
+    /// For a plan with a list: the egress proxy's address into its pod's environment; refused
+    /// when the proxy is not deployed (or this account cannot see it).
+    pub(crate) async fn hold_to_list(&self, plan: &mut Plan) -> Result<()> {
+        if plan.egress != manifest::PodEgress::Proxy {
+            return Ok(());
+        }
+        let services: kube::Api<k8s_openapi::api::core::v1::Service> =
+            kube::Api::namespaced(self.client.clone(), crate::egress::NAMESPACE);
+        let (ns, name) = (crate::egress::NAMESPACE, crate::egress::SERVICE);
+        let op = crate::failure::Op::new("get", "service", Some(name), ns);
+        let found = services.get_opt(name).await.map_err(|e| crate::failure::api_error(&op, e));
+        let address = match found {
+            Ok(service) => service
+                .and_then(|s| s.spec)
+                .and_then(|s| s.cluster_ip)
+                .and_then(|ip| ip.parse::<std::net::IpAddr>().ok()),
+            // The reader's Role comes with the proxy (deploy/egress): no Role, no proxy.
+            Err(Error::Forbidden { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        let Some(address) = address else {
+            return Err(unsupported(
+                &format!(
+                    "a list of hosts (`--net HOST,...`): no egress proxy is deployed in namespace `{}` that this account can read (a NetworkPolicy names addresses, not hosts)",
+                    crate::egress::NAMESPACE
+                ),
+                &format!(
+                    "nothing was run; deploy the proxy with `{}`, or run with `--net on` or on another engine",
+                    crate::egress::DEPLOY_HINT
+                ),
+            ));
+        };
+        plan.proxied(address);
+        Ok(())
+    }
+
     /// The net-off verdict kept on this host for this cluster and namespace, while fresh.
     pub(crate) fn net_off_known(&self) -> Option<crate::netoff::Verdict> {
         #[cfg(test)]
@@ -606,18 +696,10 @@ impl K8sEngine {
         status: &mut dyn FnMut(&str),
         pool: Option<&str>,
     ) -> Result<SessionInfo> {
-        if config.allow.is_some() {
-            return Err(sandbox_core::Error::AllowlistUnsupported {
-                engine: "k8s",
-                why: "a NetworkPolicy names addresses, not hosts, and no egress proxy is deployed",
-            }
-            .into());
-        }
-        if config.net == Net::Off && self.net_off_known() == Some(crate::netoff::Verdict::Ignored) {
-            return Err(crate::netoff::refusal(&self.config.namespace));
-        }
+        self.refuse_unenforced(config.net, config.allow.is_some())?;
         let id = random_id();
         let mut plan = plan(&self.config, config, &id, &self.owner, now_secs(), &self.mark)?;
+        self.block_on(self.hold_to_list(&mut plan))?;
         if let Some(key) = pool {
             let labels = plan.pod.metadata.labels.get_or_insert_with(BTreeMap::new);
             labels.insert(POOL_LABEL.to_owned(), key.to_owned());
@@ -628,9 +710,7 @@ impl K8sEngine {
         status(&format!("starting pod `{}` in namespace `{ns}`", manifest::pod_name(&id)));
         let pod = self.block_on(self.launch_pod(&plan.pod, policy, status, false))?;
         let finished = self.block_on(async {
-            if config.net == Net::Off {
-                self.net_off_given(&pod).await?;
-            }
+            self.policy_given(&plan, &pod).await?;
             self.publish_all(&plan, &pod).await?;
             if !plan.secret_env.is_empty() {
                 write_secret_env(&self.handle(&pod, Vec::new()), &plan.secret_env).await?;

@@ -11,6 +11,7 @@ pub mod api;
 pub mod channel;
 pub mod claims;
 pub mod config;
+pub mod egress;
 pub mod engine;
 pub mod environment;
 mod error;

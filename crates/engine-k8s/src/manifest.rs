@@ -366,16 +366,28 @@ fn sandbox_selector(id: &str) -> BTreeMap<String, String> {
     ])
 }
 
+/// Where a sandbox pod's traffic may go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodEgress {
+    /// Nowhere (`net = "off"`).
+    Off,
+    /// Public addresses and the cluster DNS (`net = "on"`).
+    On,
+    /// The cluster's egress proxy only, which holds the pod to its list ([`crate::egress`]).
+    Proxy,
+}
+
 /// The sandbox's NetworkPolicy. Ingress only from the ingress controller's namespace, only to
-/// `ports` (none: no ingress at all). Egress: nothing with `net` off; with `net` on public
-/// addresses (every range of [`denied_ranges`] for `config.lan`, and `config.cluster_cidrs`,
-/// excepted) plus the cluster DNS on port 53.
+/// `ports` (none: no ingress at all). Egress ([`PodEgress`]): nothing with net off; with net on
+/// public addresses (every range of [`denied_ranges`] for `config.lan`, and
+/// `config.cluster_cidrs`, excepted) plus the cluster DNS on port 53; with a list, the egress
+/// proxy's pods on its port and nothing else (not even DNS: the proxy resolves names).
 pub fn network_policy(
     config: &SandboxConfig,
     id: &str,
     labels: &BTreeMap<String, String>,
     owner: &PodOwner,
-    net: bool,
+    egress: PodEgress,
     ports: &[u16],
 ) -> NetworkPolicy {
     let ingress = (!ports.is_empty()).then(|| {
@@ -390,7 +402,22 @@ pub fn network_policy(
             ports: Some(ports.iter().map(|p| tcp(*p)).collect()),
         }]
     });
-    let egress = if net {
+    let egress = if egress == PodEgress::Proxy {
+        vec![NetworkPolicyEgressRule {
+            to: Some(vec![NetworkPolicyPeer {
+                namespace_selector: Some(match_labels([(
+                    NAMESPACE_NAME_LABEL,
+                    crate::egress::NAMESPACE,
+                )])),
+                pod_selector: Some(match_labels([(
+                    crate::egress::APP_LABEL,
+                    crate::egress::SERVICE,
+                )])),
+                ..NetworkPolicyPeer::default()
+            }]),
+            ports: Some(vec![tcp(crate::egress::PORT)]),
+        }]
+    } else if egress == PodEgress::On {
         let (mut v4, mut v6) = denied_ranges(config.lan);
         for cidr in &config.cluster_cidrs {
             match crate::config::parse_cidr(cidr) {

@@ -106,9 +106,23 @@ pub fn parse(text: &str, now: SystemTime) -> Option<Verdict> {
 
 /// The refusal of a net-off sandbox on a cluster that does not enforce NetworkPolicy.
 pub fn refusal(namespace: &str) -> crate::Error {
+    refusal_of("`net = \"off\"`", "deny-all egress policy", namespace)
+}
+
+/// The refusal of a sandbox with a list of hosts on a cluster that does not enforce
+/// NetworkPolicy: the pod could go around the egress proxy.
+pub fn list_refusal(namespace: &str) -> crate::Error {
+    refusal_of(
+        "a list of hosts (`--net HOST,...`)",
+        "policy that allows only the egress proxy",
+        namespace,
+    )
+}
+
+fn refusal_of(asked: &str, policy: &str, namespace: &str) -> crate::Error {
     sandbox_core::Error::Unsupported {
         what: format!(
-            "`net = \"off\"` (the cluster does not enforce NetworkPolicy in namespace `{namespace}`: a pod under a deny-all egress policy still reached the cluster's nameserver or apiserver)"
+            "{asked} (the cluster does not enforce NetworkPolicy in namespace `{namespace}`: a pod under a {policy} still reached the cluster's nameserver or apiserver)"
         ),
         by: "the k8s engine".to_owned(),
         hint: "nothing was run; run with the network on explicitly (`--net on`), on another engine (`--engine native`), or on a cluster whose CNI enforces NetworkPolicy (Calico, Cilium, a policy controller beside flannel)".to_owned(),

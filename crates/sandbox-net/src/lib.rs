@@ -10,6 +10,8 @@
 //! * **The proxy** ([`BuiltinProxy`], `proxy.rs`): where no tun device can be opened, an
 //!   HTTP(S) proxy listening on the sandbox's loopback ([`listen_in`], [`proxy_env`]). A
 //!   session's relay or proxy is served by a keeper process ([`keeper_main_if_asked`]).
+//! * **The egress proxy** ([`EgressProxy`]): the same proxy for many sandboxes that reach it
+//!   over a network (a cluster's), each connection held to its client address's list.
 //! * **Egress checks** (`egress.rs`, `nat.rs`): every destination the relay and the proxy
 //!   connect to, and the address the host's NAT rewrote it to, is refused when it is the
 //!   host's, link-local, or private without the LAN allowed.
@@ -27,7 +29,8 @@ mod spawn;
 pub use error::Error;
 pub use net::{UserNet, host_loopback_nameservers, listen_in, relay_in, serve_proxy, serve_relay};
 pub use proxy::{
-    BuiltinProxy, KEEPER_ARG, PROXY_PORT, ProxyServer, keeper_main_if_asked, proxy_env,
+    BuiltinProxy, ClientLists, EgressProxy, KEEPER_ARG, PROXY_PORT, ProxyServer,
+    keeper_main_if_asked, proxy_env,
 };
 pub use relay::{
     Inbound, Listed, Relay, SANDBOX_IP, journal_end, journal_since, listen_published,

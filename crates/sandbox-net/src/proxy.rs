@@ -426,8 +426,15 @@ impl BuiltinProxy {
         egress: Egress,
         listed: Option<Checked>,
     ) -> io::Result<BuiltinProxy> {
-        let listener = Arc::new(TcpListener::from(listener));
-        let shared = Arc::new((upstreams, egress, listed));
+        BuiltinProxy::start(
+            TcpListener::from(listener),
+            Shared { upstreams, egress, lists: Lists::One(listed) },
+        )
+    }
+
+    fn start(listener: TcpListener, shared: Shared) -> io::Result<BuiltinProxy> {
+        let listener = Arc::new(listener);
+        let shared = Arc::new(shared);
         let served = Arc::clone(&listener);
         let accept = std::thread::Builder::new()
             .name("sandbox-proxy".into())
@@ -454,11 +461,116 @@ pub(crate) struct Checked {
     pub(crate) egress: Egress,
 }
 
-fn accept_loop(listener: &TcpListener, shared: &Arc<(Upstreams, Egress, Option<Checked>)>) {
+/// What a proxy serves its connections with.
+#[derive(Debug)]
+struct Shared {
+    upstreams: Upstreams,
+    /// The checks of a name's addresses (no list, or a name the list holds).
+    egress: Egress,
+    lists: Lists,
+}
+
+/// The list a connection is held to.
+#[derive(Debug)]
+enum Lists {
+    /// One sandbox's proxy: its list, or none (net on).
+    One(Option<Checked>),
+    /// A proxy shared by many sandboxes ([`EgressProxy`]): each client address's own list; an
+    /// address with none is refused everything.
+    PerClient(ClientLists),
+}
+
+/// The lists of an [`EgressProxy`], by the address its clients connect from: kept current by
+/// its owner (a cluster's pods come and go), read by every connection as it is accepted.
+#[derive(Debug, Clone)]
+pub struct ClientLists {
+    lists: Arc<std::sync::RwLock<std::collections::HashMap<std::net::IpAddr, Arc<Checked>>>>,
+    lan: Lan,
+    nameservers: Vec<std::net::IpAddr>,
+}
+
+impl ClientLists {
+    /// Holds the client at `client` to `listed` from its next connection on (its connections
+    /// already open keep the list they were accepted with).
+    pub fn set(&self, client: std::net::IpAddr, listed: crate::Listed) {
+        let egress = listed.egress(self.lan, self.nameservers.clone());
+        let checked = Arc::new(Checked { listed, egress });
+        self.write().insert(sandbox_core::canonical_ip(client), checked);
+    }
+
+    /// Forgets `client`: its next connection is refused.
+    pub fn remove(&self, client: std::net::IpAddr) {
+        self.write().remove(&sandbox_core::canonical_ip(client));
+    }
+
+    /// Keeps only the clients `keep` says yes to.
+    pub fn retain(&self, mut keep: impl FnMut(std::net::IpAddr) -> bool) {
+        self.write().retain(|ip, _| keep(*ip));
+    }
+
+    /// The list `client` is held to, if any.
+    pub fn get(&self, client: std::net::IpAddr) -> Option<crate::Listed> {
+        self.checked(client).map(|checked| checked.listed.clone())
+    }
+
+    fn checked(&self, client: std::net::IpAddr) -> Option<Arc<Checked>> {
+        let lists = self.lists.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        lists.get(&sandbox_core::canonical_ip(client)).cloned()
+    }
+
+    fn write(
+        &self,
+    ) -> std::sync::RwLockWriteGuard<'_, std::collections::HashMap<std::net::IpAddr, Arc<Checked>>>
+    {
+        self.lists.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// An HTTP(S) proxy for many sandboxes at once, on a socket they reach over a network (a
+/// cluster's egress proxy): each connection is held to the list of the address it comes
+/// from ([`ClientLists`]), with every check of [`BuiltinProxy::serve_listed`]'s; a client
+/// with no list gets a 403 and nothing else. Dropping it stops accepting.
+#[derive(Debug)]
+pub struct EgressProxy {
+    _proxy: BuiltinProxy,
+    lists: ClientLists,
+}
+
+impl EgressProxy {
+    /// Serves `listener` from a thread of this process, chaining through this process's own
+    /// proxy where its environment names one; a listed private address is reached only when
+    /// its list opens private ranges, or `lan` allows them.
+    pub fn serve(listener: TcpListener, lan: Lan) -> io::Result<EgressProxy> {
+        let nameservers = crate::egress::host_nameservers();
+        EgressProxy::serve_with(listener, Upstreams::from_env(), lan, nameservers)
+    }
+
+    pub(crate) fn serve_with(
+        listener: TcpListener,
+        upstreams: Upstreams,
+        lan: Lan,
+        nameservers: Vec<std::net::IpAddr>,
+    ) -> io::Result<EgressProxy> {
+        let lists = ClientLists { lists: Arc::default(), lan, nameservers: nameservers.clone() };
+        let shared = Shared {
+            upstreams,
+            egress: Egress::new(lan, nameservers),
+            lists: Lists::PerClient(lists.clone()),
+        };
+        Ok(EgressProxy { _proxy: BuiltinProxy::start(listener, shared)?, lists })
+    }
+
+    /// The lists, to keep current.
+    pub fn lists(&self) -> &ClientLists {
+        &self.lists
+    }
+}
+
+fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     let active = Arc::new(AtomicUsize::new(0));
     loop {
-        let mut client = match listener.accept() {
-            Ok((client, _)) => client,
+        let (mut client, peer) = match listener.accept() {
+            Ok(accepted) => accepted,
             Err(e)
                 if matches!(
                     e.kind(),
@@ -485,7 +597,21 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<(Upstreams, Egress, Option<C
         let spawned = std::thread::Builder::new().name("sandbox-proxy-conn".into()).spawn({
             let active = Arc::clone(&active);
             move || {
-                let _ = serve_connection(client, &shared.0, &shared.1, shared.2.as_ref());
+                let Shared { upstreams, egress, lists } = &*shared;
+                let _ = match lists {
+                    Lists::One(checked) => {
+                        serve_connection(client, upstreams, egress, checked.as_ref())
+                    }
+                    Lists::PerClient(lists) => match lists.checked(peer.ip()) {
+                        Some(checked) => {
+                            serve_connection(client, upstreams, egress, Some(&checked))
+                        }
+                        None => client.write_all(&error_response(
+                            403,
+                            "this proxy serves only sandboxes with a network list",
+                        )),
+                    },
+                };
                 active.fetch_sub(1, Ordering::SeqCst);
             }
         });

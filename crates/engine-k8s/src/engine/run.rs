@@ -273,6 +273,7 @@ impl K8sEngine {
             _ => self.config.clone(),
         };
         let mut plan = plan(&base, session, &id, &self.owner, now_secs(), &self.mark)?;
+        self.hold_to_list(&mut plan).await?;
         environment::mount(&mut plan.pod, claim, read_only);
         claims::mount(&mut plan.pod, user);
         let policy = plan.network_policy();
@@ -446,7 +447,8 @@ impl K8sEngine {
         warnings: &mut Vec<String>,
     ) -> Result<RunOutcome> {
         let PodIo { stdin, output, merged, status, published } = io;
-        let session = session_of(spec, spec.net);
+        // The script's list (the prepare pod keeps its own network: `session_of`).
+        let session = SessionConfig { allow: spec.allow.clone(), ..session_of(spec, spec.net) };
         for user in &self.config.run_claims {
             if self.get_claim(&user.claim).await?.is_none() {
                 return Err(Error::ClaimMissing {
@@ -459,17 +461,17 @@ impl K8sEngine {
         let (plan, pod) =
             self.start_run_pod(&session, &prepared.claim, true, user, &mut *status).await?;
         let outcome = async {
-            if spec.net == Net::Off {
-                self.net_off_given(&pod).await?;
-            }
+            self.policy_given(&plan, &pod).await?;
             self.publish_all(&plan, &pod).await?;
             // Held until the run ends: dropping a forward closes it.
             let (_forwards, ports) = self.previews(&plan, &pod).await?;
             if let Some(published) = published.filter(|_| !ports.is_empty()) {
                 published(&ports);
             }
-            let sandbox =
-                self.handle(&pod, plan.secret_env.clone()).with_env(script_env(&plan.config));
+            // A list's proxy as the pod's spec has it (an exec carries its whole environment).
+            let mut env = script_env(&plan.config);
+            env.extend(plan.proxy.map(crate::egress::pod_env).unwrap_or_default());
+            let sandbox = self.handle(&pod, plan.secret_env.clone()).with_env(env);
             let workdir = plan.config.workdir.clone();
             let limit = self.config.sync_limit;
             let synced =
@@ -649,22 +651,19 @@ impl Engine for K8sEngine {
     }
 
     fn check(&self, spec: &RunSpec) -> Result<Vec<String>> {
-        refuse_allowlist(spec)?;
         // The pod's refusals (mounts, a pid limit, values a pod cannot carry) before anything
         // is made; the session's "not synced" warning does not apply to a run.
         let planned = plan(
             &self.config,
-            &session_of(spec, spec.net),
+            &SessionConfig { allow: spec.allow.clone(), ..session_of(spec, spec.net) },
             "check",
             &self.owner,
             now_secs(),
             &self.mark,
         )?;
-        // A cluster already found not to enforce NetworkPolicy refuses net off before any
-        // environment or pod is made.
-        if spec.net == Net::Off && self.net_off_known() == Some(crate::netoff::Verdict::Ignored) {
-            return Err(crate::netoff::refusal(&self.config.namespace));
-        }
+        // A cluster already found not to enforce NetworkPolicy refuses net off and lists
+        // before any environment or pod is made.
+        self.refuse_unenforced(spec.net, spec.allow.is_some())?;
         Ok(planned
             .warnings
             .into_iter()
@@ -682,7 +681,6 @@ impl Engine for K8sEngine {
         prepared: &PreparedEnv,
         io: RunIo<'_>,
     ) -> Result<RunOutcome> {
-        refuse_allowlist(spec)?;
         let RunIo { stdin, output, mut status, published, .. } = io;
         let mut inherit = Inherit::std();
         let mut merged;
@@ -749,13 +747,3 @@ const EMPTYING: std::time::Duration = std::time::Duration::from_secs(5);
 /// object is removed at once; more for the last of 20 runs ending together on its 2 CPUs
 /// (the kubelet stops them in turn).
 const RUN_POD_GONE: std::time::Duration = std::time::Duration::from_secs(90);
-
-/// A NetworkPolicy names addresses only; names need the egress proxy, which this engine does
-/// not deploy yet: a list is refused, never widened to the whole network.
-fn refuse_allowlist(spec: &RunSpec) -> Result<()> {
-    Ok(sandbox_core::refuse_allowlist(
-        spec,
-        "k8s",
-        "a NetworkPolicy names addresses, not host names, and no egress proxy checks names here yet",
-    )?)
-}

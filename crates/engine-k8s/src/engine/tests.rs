@@ -479,3 +479,59 @@ fn a_serve_pass_removes_a_member_of_another_key_through_the_pool_api() {
     let last = &sent.last().expect("a delete").0;
     assert!(last.starts_with("DELETE ") && last.contains("psbx-c"), "{last}");
 }
+
+/// A list of hosts: the egress proxy's Service is read first; the pod's environment names its
+/// address, its policy annotation holds the list (what the proxy reads), and its NetworkPolicy
+/// lets it reach the proxy's pods only. Without the proxy, nothing is made.
+#[test]
+fn a_session_with_a_list_reaches_only_the_egress_proxy_which_holds_its_list() {
+    let listed = SessionConfig {
+        net: Net::On,
+        allow: Some(sandbox_core::Allow::parse(["pypi.org", "*.example.com:443"]).expect("list")),
+        ..session(&[], &[])
+    };
+    let proxy = json!({"kind": "Service", "apiVersion": "v1",
+        "metadata": {"name": "python-sandbox-egress", "namespace": "python-sandbox-egress"},
+        "spec": {"clusterIP": "10.96.0.42", "ports": [{"port": 3128}]}});
+    let replies = vec![Reply::Json(200, proxy), Reply::Echo, Reply::Echo, Reply::WatchReady];
+    let (k8s, seen) = engine(replies);
+    k8s.start_session(&listed, &mut |_| {}).expect("started");
+    let sent = requests(&seen);
+    assert_eq!(
+        sent[0].0,
+        "GET /api/v1/namespaces/python-sandbox-egress/services/python-sandbox-egress"
+    );
+    let env = &sent[1].1["spec"]["containers"][0]["env"];
+    assert!(
+        env.as_array()
+            .expect("env")
+            .iter()
+            .any(|v| v["name"] == "HTTPS_PROXY" && v["value"] == "http://10.96.0.42:3128"),
+        "{env}"
+    );
+    let policy: sandbox_core::SessionPolicy = serde_json::from_str(
+        sent[1].1["metadata"]["annotations"][crate::session::POLICY_ANNOTATION]
+            .as_str()
+            .expect("policy"),
+    )
+    .expect("policy json");
+    assert_eq!(policy.allow, listed.allow);
+    let egress = &sent[2].1["spec"]["egress"];
+    assert_eq!(egress.as_array().map(Vec::len), Some(1), "{egress}");
+    assert_eq!(egress[0]["ports"][0]["port"], 3128);
+    assert_eq!(
+        egress[0]["to"][0]["podSelector"]["matchLabels"][crate::egress::APP_LABEL],
+        "python-sandbox-egress"
+    );
+
+    let missing = json!({"kind": "Status", "status": "Failure", "code": 404, "reason": "NotFound",
+        "message": "services \"python-sandbox-egress\" not found"});
+    let (k8s, seen) = engine(vec![Reply::Json(404, missing)]);
+    let refused = k8s.start_session(&listed, &mut |_| {}).expect_err("no proxy");
+    let text = refused.to_string();
+    assert!(
+        text.contains("no egress proxy is deployed") && text.contains("deploy/egress"),
+        "{text}"
+    );
+    assert_eq!(requests(&seen).len(), 1, "nothing was made");
+}

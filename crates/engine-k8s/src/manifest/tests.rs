@@ -9,7 +9,9 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{PodOwner, PodRequest, denied_ranges, ingress, network_policy, pod, service};
+use super::{
+    PodEgress, PodOwner, PodRequest, denied_ranges, ingress, network_policy, pod, service,
+};
 use crate::{Error, SandboxConfig};
 
 fn labels() -> BTreeMap<String, String> {
@@ -116,25 +118,30 @@ fn network_policies() {
     let config = SandboxConfig::default();
     insta::assert_yaml_snapshot!(
         "netpol_off_closed",
-        network_policy(&config, "example", &labels(), &owner(), false, &[])
+        network_policy(&config, "example", &labels(), &owner(), PodEgress::Off, &[])
     );
     insta::assert_yaml_snapshot!(
         "netpol_on_published",
-        network_policy(&config, "example", &labels(), &owner(), true, &[8000])
+        network_policy(&config, "example", &labels(), &owner(), PodEgress::On, &[8000])
+    );
+    // A list: the egress proxy's pods on its port, nothing else (no DNS either).
+    insta::assert_yaml_snapshot!(
+        "netpol_list_proxy_only",
+        network_policy(&config, "example", &labels(), &owner(), PodEgress::Proxy, &[8000])
     );
     let mut config = config;
     config.cluster_cidrs = vec!["203.0.113.0/24".into(), "2001:db8::/32".into()];
     config.ingress_namespace = "ingress-system".into();
     insta::assert_yaml_snapshot!(
         "netpol_on_cluster_cidrs",
-        network_policy(&config, "example", &labels(), &owner(), true, &[])
+        network_policy(&config, "example", &labels(), &owner(), PodEgress::On, &[])
     );
     // The user's LAN allowed: the private ranges are reachable, never loopback, link-local,
     // the metadata addresses or the cluster's own ranges.
     config.lan = sandbox_core::Lan::Allowed;
     insta::assert_yaml_snapshot!(
         "netpol_on_lan_allowed",
-        network_policy(&config, "example", &labels(), &owner(), true, &[])
+        network_policy(&config, "example", &labels(), &owner(), PodEgress::On, &[])
     );
 }
 
@@ -182,8 +189,8 @@ fn every_object_round_trips_through_the_api_types() {
     let mut request = request();
     request.ports = vec![8000];
     round_trip(&pod(&config, &request).unwrap());
-    round_trip(&network_policy(&config, "example", &labels(), &owner(), false, &[]));
-    round_trip(&network_policy(&config, "example", &labels(), &owner(), true, &[8000]));
+    round_trip(&network_policy(&config, "example", &labels(), &owner(), PodEgress::Off, &[]));
+    round_trip(&network_policy(&config, "example", &labels(), &owner(), PodEgress::On, &[8000]));
     round_trip(&service(&config, "example", &labels(), &owner(), 8000));
     round_trip(&ingress(&config, "example", &labels(), &owner(), 8000, "example"));
 }
@@ -301,7 +308,7 @@ fn ids_that_cannot_be_names_are_refused() {
 fn dependents_are_owned_by_the_pod_and_labelled() {
     let config = SandboxConfig::default();
     let objects = [
-        network_policy(&config, "example", &labels(), &owner(), true, &[]).metadata,
+        network_policy(&config, "example", &labels(), &owner(), PodEgress::On, &[]).metadata,
         service(&config, "example", &labels(), &owner(), 8000).metadata,
         ingress(&config, "example", &labels(), &owner(), 8000, "example").metadata,
     ];
@@ -319,9 +326,11 @@ fn dependents_are_owned_by_the_pod_and_labelled() {
 /// what is per pod (owner reference, the reaper's labels).
 #[test]
 fn the_network_policy_templates_match_the_builder() {
-    for (file, net) in
-        [("policy/networkpolicy-net-off.yaml", false), ("policy/networkpolicy-net-on.yaml", true)]
-    {
+    for (file, net) in [
+        ("policy/networkpolicy-net-off.yaml", PodEgress::Off),
+        ("policy/networkpolicy-net-on.yaml", PodEgress::On),
+        ("policy/networkpolicy-net-list.yaml", PodEgress::Proxy),
+    ] {
         let template: NetworkPolicy = crate::rbac::tests::load(file);
         let mut built =
             network_policy(&SandboxConfig::default(), "example", &labels(), &owner(), net, &[8000]);

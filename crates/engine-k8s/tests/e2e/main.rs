@@ -322,3 +322,150 @@ fn one_pool_serve_holds_the_pools_lease_at_a_time() {
     assert_eq!(engine.pool_lease_take(b, ttl).unwrap(), sandbox_core::PoolLease::Held);
     engine.pool_lease_release(b).unwrap();
 }
+
+/// What a pod's script gets through the cluster's egress proxy (`deploy/egress`, put on the
+/// private cluster by the k8s tier) with `proxy` as `HTTPS_PROXY`: one line per attempt.
+const THROUGH_PROXY: &str = r#"
+import socket, ssl, sys, urllib.request
+proxy = sys.argv[1]
+def fetch(url):
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({'https': proxy, 'http': proxy}))
+    try:
+        with opener.open(url, timeout=20) as r:
+            return 'ok %d' % r.status
+    except Exception as e:
+        return 'refused %s' % e
+def fronted():
+    host, port = proxy.rsplit('/', 1)[1].rsplit(':', 1)
+    s = socket.create_connection((host, int(port)), 10)
+    s.sendall(b'CONNECT pypi.org:443 HTTP/1.1\r\nHost: pypi.org:443\r\n\r\n')
+    head = s.recv(4096)
+    if not head.startswith(b'HTTP/1.1 200'):
+        return 'refused at connect'
+    try:
+        ctx = ssl.create_default_context()
+        with ctx.wrap_socket(s, server_hostname='registry.npmjs.org') as t:
+            t.sendall(b'GET / HTTP/1.1\r\nHost: registry.npmjs.org\r\n\r\n')
+            return 'ok %r' % t.recv(64)
+    except Exception as e:
+        return 'refused %s' % type(e).__name__
+print('listed', fetch('https://pypi.org/simple/six/'))
+print('unlisted', fetch('https://registry.npmjs.org/'))
+print('fronted', fronted())
+"#;
+
+/// `net` as a list on a cluster (issue 34). The engine's own path first: where NetworkPolicy
+/// is not enforced (this test cluster's bridge), a list is refused before anything runs, as
+/// net off is. Then the egress proxy itself, which every list depends on, from a running pod:
+/// an address with no list is refused everything; once the pod's policy annotation carries a
+/// list (as the engine writes it), the listed registry is fetched, an unlisted one on the same
+/// address is refused, and a tunnel opened to the listed name whose TLS hello names another is
+/// cut. Every target is a package registry, by name.
+#[test]
+fn the_egress_proxy_holds_each_pod_to_its_list() {
+    let Some(engine) = cluster() else { return };
+    let services: kube::Api<k8s_openapi::api::core::v1::Service> =
+        kube::Api::namespaced(engine.client().clone(), engine_k8s::egress::NAMESPACE);
+    let service =
+        sandbox_core::Executor::block_on(&engine, services.get_opt(engine_k8s::egress::SERVICE))
+            .expect("read the proxy's Service");
+    let Some(proxy_ip) = service.and_then(|s| s.spec).and_then(|s| s.cluster_ip) else {
+        println!(
+            "SKIPPED: the egress proxy is not deployed (`cargo xtask test-engines --engine k8s` deploys it on the private cluster)"
+        );
+        return;
+    };
+    let allow = sandbox_core::Allow::parse(["pypi.org:443"]).expect("list");
+    let listed = SessionConfig { allow: Some(allow.clone()), ..config(&[]) };
+    match engine.start_session(&listed, &mut |_| {}) {
+        Ok(info) => {
+            // Policies hold here: the session's own pod reaches only the proxy.
+            let session = engine.open_session(&info.id).expect("open");
+            let mut out = sandbox_core::Captured::default();
+            let request = sandbox_core::ExecRequest::new(&[
+                "python3",
+                "-c",
+                THROUGH_PROXY,
+                &format!("http://{proxy_ip}:{}", engine_k8s::egress::PORT),
+            ]);
+            sandbox_core::Executor::block_on(
+                &engine,
+                sandbox_core::Sandbox::exec(&session, &request, &mut out),
+            )
+            .expect("through the proxy");
+            let _ = engine.stop_session(&info.id);
+            let text = out.stdout_lossy();
+            println!("{text}");
+            assert!(text.contains("listed ok 200"), "{text}");
+            assert!(text.contains("unlisted refused"), "{text}");
+            assert!(text.contains("fronted refused"), "{text}");
+            return;
+        }
+        Err(refused) => {
+            let text = refused.to_string();
+            assert!(
+                text.contains("a list of hosts")
+                    && text.contains("does not enforce NetworkPolicy")
+                    && text.contains("hint:"),
+                "a list failed otherwise: {text}"
+            );
+            println!(
+                "a list is refused where NetworkPolicy is not enforced: {}",
+                text.lines().next().unwrap_or_default()
+            );
+        }
+    }
+    // The proxy itself, from a session pod whose annotation is given a list the way the
+    // engine writes it (this cluster lets the pod go around the proxy; the proxy is what is
+    // tested here).
+    let info = engine.start_session(&config(&[]), &mut |_| {}).expect("start on");
+    let session = engine.open_session(&info.id).expect("open on");
+    let proxy = format!("http://{proxy_ip}:{}", engine_k8s::egress::PORT);
+    let through = |engine: &K8sEngine| {
+        let mut out = sandbox_core::Captured::default();
+        let request = sandbox_core::ExecRequest::new(&["python3", "-c", THROUGH_PROXY, &proxy]);
+        sandbox_core::Executor::block_on(
+            engine,
+            sandbox_core::Sandbox::exec(&session, &request, &mut out),
+        )
+        .expect("through the proxy");
+        let text = out.stdout_lossy();
+        println!("{text}");
+        text
+    };
+    let before = through(&engine);
+    assert!(before.contains("listed refused") && before.contains("403"), "no list yet: {before}");
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(engine.client().clone(), "python-sandbox");
+    let name = engine_k8s::manifest::pod_name(&info.id);
+    let pod = sandbox_core::Executor::block_on(&engine, pods.get(&name)).expect("the pod");
+    let annotations = pod.metadata.annotations.unwrap_or_default();
+    let mut policy: sandbox_core::SessionPolicy = serde_json::from_str(
+        annotations.get(engine_k8s::session::POLICY_ANNOTATION).expect("a policy annotation"),
+    )
+    .expect("the policy");
+    policy.allow = Some(allow);
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        engine_k8s::session::POLICY_ANNOTATION: serde_json::to_string(&policy).expect("json"),
+    }}});
+    sandbox_core::Executor::block_on(
+        &engine,
+        pods.patch(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)),
+    )
+    .expect("patch the annotation");
+    // The proxy follows the pod's annotation within moments.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let after = loop {
+        let text = through(&engine);
+        if !text.contains("only sandboxes with a network list")
+            || std::time::Instant::now() > deadline
+        {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let _ = engine.stop_session(&info.id);
+    assert!(after.contains("listed ok 200"), "the listed registry: {after}");
+    assert!(after.contains("unlisted refused") && after.contains("403"), "another name: {after}");
+    assert!(after.contains("fronted refused"), "a tunnel to pypi.org naming npm: {after}");
+}

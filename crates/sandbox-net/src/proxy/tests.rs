@@ -274,17 +274,10 @@ fn a_listed_proxy_checks_the_host_and_the_name_inside_the_tunnel() {
     assert!(heads.recv_timeout(Duration::from_millis(200)).is_err(), "nothing was asked upstream");
 
     // The listed host, and a hello naming it: through (the stand-in echoes it back).
-    let mut client = TcpStream::connect(proxy_addr).unwrap();
+    let client = TcpStream::connect(proxy_addr).unwrap();
     client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    client.write_all(b"CONNECT pypi.org:443 HTTP/1.1\r\n\r\n").unwrap();
+    tunnel_to_pypi_echoes(client);
     let mut answer = [0u8; 39];
-    client.read_exact(&mut answer).unwrap();
-    assert_eq!(&answer, b"HTTP/1.1 200 Connection established\r\n\r\n");
-    client.write_all(HELLO_PYPI).unwrap();
-    let mut echoed = vec![0u8; HELLO_PYPI.len()];
-    client.read_exact(&mut echoed).unwrap();
-    assert_eq!(echoed, HELLO_PYPI);
-    drop(client);
     heads.recv_timeout(Duration::from_secs(10)).unwrap();
 
     // Another listed host's tunnel carrying pypi.org's hello: cut, nothing echoed.
@@ -303,4 +296,80 @@ fn a_listed_proxy_checks_the_host_and_the_name_inside_the_tunnel() {
         "{refused:?}"
     );
     assert!(refused.iter().any(|r| r.host == "registry.npmjs.org"), "{refused:?}");
+}
+
+/// `exchange` from the client address `from` (any of 127/8 is this host's).
+fn exchange_from(from: &str, addr: std::net::SocketAddr, request: &[u8]) -> String {
+    let mut stream = connect_from(from, addr);
+    stream.write_all(request).unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer
+}
+
+fn connect_from(from: &str, addr: std::net::SocketAddr) -> TcpStream {
+    let socket = rustix::net::socket(
+        rustix::net::AddressFamily::INET,
+        rustix::net::SocketType::STREAM,
+        None,
+    )
+    .unwrap();
+    let local: std::net::SocketAddr = format!("{from}:0").parse().unwrap();
+    rustix::net::bind(&socket, &local).unwrap();
+    rustix::net::connect(&socket, &addr).unwrap();
+    let stream = TcpStream::from(socket);
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream
+}
+
+/// The egress proxy of a cluster: each client address is held to its own list, an address
+/// with none is refused everything, and a client forgotten is refused from then on.
+#[test]
+fn the_egress_proxy_holds_each_client_to_its_own_list() {
+    let (addr, heads) = fake_upstream(200);
+    let upstreams =
+        Upstreams { https: Some(Ok(upstream_at(addr))), http: None, no_proxy: String::new() };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_addr = listener.local_addr().unwrap();
+    let proxy = EgressProxy::serve_with(listener, upstreams, Lan::Refused, Vec::new()).unwrap();
+    let pypi = sandbox_core::Allow::parse(["pypi.org:443"]).unwrap();
+    let npm = sandbox_core::Allow::parse(["registry.npmjs.org"]).unwrap();
+    proxy.lists().set("127.0.0.2".parse().unwrap(), crate::Listed::new(pypi));
+    proxy.lists().set("127.0.0.3".parse().unwrap(), crate::Listed::new(npm));
+
+    let stranger = exchange_from("127.0.0.4", proxy_addr, b"CONNECT pypi.org:443 HTTP/1.1\r\n\r\n");
+    assert!(
+        stranger.starts_with("HTTP/1.1 403 ") && stranger.contains("only sandboxes with a"),
+        "{stranger}"
+    );
+    let other = exchange_from("127.0.0.3", proxy_addr, b"CONNECT pypi.org:443 HTTP/1.1\r\n\r\n");
+    assert!(other.starts_with("HTTP/1.1 403 ") && other.contains("not in the list"), "{other}");
+    assert!(heads.recv_timeout(Duration::from_millis(200)).is_err(), "nothing was asked upstream");
+    let npm_refused = proxy.lists().get("127.0.0.3".parse().unwrap()).unwrap().refused();
+    assert_eq!(npm_refused.len(), 1, "{npm_refused:?}");
+    assert_eq!(npm_refused[0].host, "pypi.org");
+
+    // The listed client's tunnel goes through, its hello naming the host echoed back.
+    tunnel_to_pypi_echoes(connect_from("127.0.0.2", proxy_addr));
+    let head = heads.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(head.starts_with("CONNECT "), "{head}");
+
+    proxy.lists().remove("127.0.0.2".parse().unwrap());
+    let gone = exchange_from("127.0.0.2", proxy_addr, b"CONNECT pypi.org:443 HTTP/1.1\r\n\r\n");
+    assert!(gone.starts_with("HTTP/1.1 403 "), "{gone}");
+    proxy.lists().retain(|_| false);
+    assert!(proxy.lists().get("127.0.0.3".parse().unwrap()).is_none());
+}
+
+/// A tunnel to `pypi.org:443` is established, and a hello naming it is echoed back by the
+/// stand-in upstream.
+fn tunnel_to_pypi_echoes(mut client: TcpStream) {
+    client.write_all(b"CONNECT pypi.org:443 HTTP/1.1\r\n\r\n").unwrap();
+    let mut answer = [0u8; 39];
+    client.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 200 Connection established\r\n\r\n");
+    client.write_all(HELLO_PYPI).unwrap();
+    let mut echoed = vec![0u8; HELLO_PYPI.len()];
+    client.read_exact(&mut echoed).unwrap();
+    assert_eq!(echoed, HELLO_PYPI);
 }

@@ -1,0 +1,91 @@
+//! The k8s engine's egress proxy (`deploy/egress/`): `cargo xtask image --egress` builds its
+//! image into docker from `deploy/egress/Containerfile` and this checkout's binary; the k8s
+//! tier puts it on the private cluster `../shared/k8s/up.sh` makes (imported into its
+//! containerd, `deploy/egress/` applied, rolled out) before the end-to-end tier, whose
+//! `the_egress_proxy_holds_each_pod_to_its_list` talks to it.
+
+use anyhow::{Context as _, Result};
+use xshell::{Shell, cmd};
+
+use crate::services;
+
+/// The proxy's image, as `deploy/egress/proxy.yaml` names it.
+pub(crate) const TAG: &str = "python-sandbox-egress:0.0.0";
+
+/// The private cluster's containerd (`../shared/k8s/up.sh`'s `CTR_SOCK`).
+const CLUSTER_CONTAINERD: &str = "/run/psbx-k8s/containerd/containerd.sock";
+
+/// `cargo xtask image --egress`: the runtime image (its base) made current in docker, the
+/// CLI built (debug: the glibc of the runtime image is this machine's, Debian 12), and the
+/// image built from a context holding only the Containerfile and the binary.
+pub(crate) fn build(sh: &Shell) -> Result<()> {
+    let ready = crate::image::Image {
+        engines: vec![crate::image::Engine::Docker],
+        ..crate::image::Image::all()
+    }
+    .ready_engines(sh)?;
+    anyhow::ensure!(
+        ready.contains(&crate::image::Engine::Docker),
+        "docker is not ready (see the SKIPPED line above): the egress image is built on the runtime image in docker"
+    );
+    cmd!(sh, "cargo build -p cli").run()?;
+    let context = services::target_dir(sh).join("egress-image");
+    let _ = std::fs::remove_dir_all(&context);
+    std::fs::create_dir_all(&context)?;
+    std::fs::copy("deploy/egress/Containerfile", context.join("Containerfile"))?;
+    std::fs::copy(
+        services::target_dir(sh).join("debug/python-sandbox"),
+        context.join("python-sandbox"),
+    )
+    .context("copying the CLI into the image's context")?;
+    let base = crate::image::DEFAULT_TAG;
+    cmd!(
+        sh,
+        "docker build -q -t {TAG} --build-arg BASE={base} -f {context}/Containerfile {context}"
+    )
+    .run()?;
+    println!("built {TAG}");
+    Ok(())
+}
+
+/// The proxy on the private cluster, for the end-to-end tier; `SKIPPED` (and no proxy) where
+/// `KUBECONFIG` names another cluster or it could not be put there.
+pub(crate) fn on_the_cluster(sh: &Shell) {
+    let tier = "k8s egress proxy (deploy/egress) in the end-to-end tier";
+    if !std::env::var("KUBECONFIG").is_ok_and(|k| k.ends_with("psbx-k8s.conf")) {
+        crate::skipped(
+            tier,
+            "KUBECONFIG names no cluster this machine runs (build the image with `cargo xtask image --egress`, load it on yours and apply deploy/egress/)",
+        );
+        return;
+    }
+    let deployed = (|| -> Result<()> {
+        build(sh)?;
+        let image = format!("docker.io/library/{TAG}");
+        let saved = cmd!(sh, "docker save {TAG}").output()?.stdout;
+        cmd!(sh, "ctr --address {CLUSTER_CONTAINERD} -n k8s.io images import -")
+            .stdin(saved)
+            .quiet()
+            .ignore_stdout()
+            .run()
+            .with_context(|| format!("importing {image} into the cluster's containerd"))?;
+        cmd!(sh, "kubectl apply -f deploy/egress/").quiet().ignore_stdout().run()?;
+        // A new binary in the same tag: the running pod is replaced.
+        cmd!(
+            sh,
+            "kubectl -n python-sandbox-egress rollout restart deployment/python-sandbox-egress"
+        )
+        .quiet()
+        .ignore_stdout()
+        .run()?;
+        cmd!(
+            sh,
+            "kubectl -n python-sandbox-egress rollout status deployment/python-sandbox-egress --timeout=120s"
+        )
+        .run()?;
+        Ok(())
+    })();
+    if let Err(e) = deployed {
+        crate::skipped(tier, &format!("{e:#}"));
+    }
+}
