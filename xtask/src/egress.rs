@@ -48,18 +48,33 @@ pub(crate) fn build(sh: &Shell) -> Result<()> {
     Ok(())
 }
 
-/// The proxy on the private cluster, for the end-to-end tier; `SKIPPED` (and no proxy) where
-/// `KUBECONFIG` names another cluster or it could not be put there.
-pub(crate) fn on_the_cluster(sh: &Shell) {
+/// A forward that gives the private cluster's pods the apiserver, for as long as it lives.
+pub(crate) struct ApiForward(Option<std::process::Child>);
+
+impl Drop for ApiForward {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The proxy on the private cluster, for the end-to-end tier (keep what it returns until the
+/// tier is done); `SKIPPED` (and no proxy) where `KUBECONFIG` names another cluster or it could
+/// not be put there.
+pub(crate) fn on_the_cluster(sh: &Shell) -> ApiForward {
     let tier = "k8s egress proxy (deploy/egress) in the end-to-end tier";
     if !std::env::var("KUBECONFIG").is_ok_and(|k| k.ends_with("psbx-k8s.conf")) {
         crate::skipped(
             tier,
             "KUBECONFIG names no cluster this machine runs (build the image with `cargo xtask image --egress`, load it on yours and apply deploy/egress/)",
         );
-        return;
+        return ApiForward(None);
     }
+    let mut forward = ApiForward(None);
     let deployed = (|| -> Result<()> {
+        forward = api_for_pods(sh)?;
         build(sh)?;
         let image = format!("docker.io/library/{TAG}");
         let saved = cmd!(sh, "docker save {TAG}").output()?.stdout;
@@ -88,4 +103,43 @@ pub(crate) fn on_the_cluster(sh: &Shell) {
     if let Err(e) = deployed {
         crate::skipped(tier, &format!("{e:#}"));
     }
+    forward
+}
+
+/// The private cluster's apiserver listens on its node's loopback only, so the `kubernetes`
+/// Service's endpoint (the node's address) refuses pods, and the proxy cannot watch them
+/// (`../shared/k8s/NOTES.md`). A real cluster's pods reach it; here a forward from that
+/// endpoint to the loopback gives them the same (its serving certificate names the Service's
+/// address). Nothing is forwarded where the endpoint already answers.
+fn api_for_pods(sh: &Shell) -> Result<ApiForward> {
+    let path = "jsonpath={.subsets[0].addresses[0].ip}:{.subsets[0].ports[0].port}";
+    let endpoint = cmd!(sh, "kubectl get endpoints kubernetes -o {path}").read()?;
+    let address: std::net::SocketAddr = endpoint
+        .trim()
+        .parse()
+        .with_context(|| format!("the apiserver's endpoint `{endpoint}`"))?;
+    let answers = |addr: &std::net::SocketAddr| {
+        std::net::TcpStream::connect_timeout(addr, std::time::Duration::from_secs(2)).is_ok()
+    };
+    if answers(&address) {
+        return Ok(ApiForward(None));
+    }
+    let (ip, port) = (address.ip(), address.port());
+    let child = std::process::Command::new("socat")
+        .arg(format!("TCP-LISTEN:{port},bind={ip},fork,reuseaddr"))
+        .arg(format!("TCP:127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .context("starting socat (installed with the cluster)")?;
+    let forward = ApiForward(Some(child));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !answers(&address) {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "{address} does not answer through socat"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    println!("the apiserver answers pods at {address} (forwarded to its loopback)");
+    Ok(forward)
 }

@@ -75,7 +75,7 @@ impl TestEngines {
         // After the suite even when it failed: the two tiers fail for different reasons.
         if self.engines.is_empty() || self.engines.iter().any(|e| e == K8S) {
             crate::section("engine-k8s end-to-end tier");
-            crate::egress::on_the_cluster(sh);
+            let _forward = crate::egress::on_the_cluster(sh);
             let e2e = cmd!(
                 sh,
                 "cargo test -p engine-k8s --test e2e -- --nocapture --test-threads=1 {filters...}"

@@ -78,10 +78,18 @@ pub fn pod_list(pod: &Pod) -> Option<(IpAddr, sandbox_core::Allow)> {
     Some((ip, policy.allow?))
 }
 
-/// The lists of the pods in view, by pod name (a pod's address is known once it runs).
+/// The lists of the pods in view, by pod name (a pod's address is known once it runs), and
+/// how many of each pod's refusals were logged.
 #[derive(Debug, Default)]
 struct Pods {
-    lists: BTreeMap<String, (IpAddr, sandbox_core::Allow)>,
+    lists: BTreeMap<String, Held>,
+}
+
+#[derive(Debug, PartialEq)]
+struct Held {
+    ip: IpAddr,
+    allow: sandbox_core::Allow,
+    logged: usize,
 }
 
 impl Pods {
@@ -90,33 +98,37 @@ impl Pods {
     fn update(&mut self, pod: &Pod, lists: &sandbox_net::ClientLists) {
         let Some(name) = pod.metadata.name.clone() else { return };
         let now = pod_list(pod);
+        self.report(&name, lists);
         let was = self.lists.remove(&name);
-        if let Some((ip, allow)) = &now {
-            if was.as_ref() != Some(&(*ip, allow.clone())) {
-                lists.set(*ip, sandbox_net::Listed::new(allow.clone()));
+        if let Some((ip, allow)) = now.clone() {
+            let same = was.as_ref().is_some_and(|w| w.ip == ip && w.allow == allow);
+            let logged = if same { was.as_ref().map_or(0, |w| w.logged) } else { 0 };
+            if !same {
+                lists.set(ip, sandbox_net::Listed::new(allow.clone()));
                 log(&format!("pod {name} at {ip} holds to {allow}"));
             }
-            self.lists.insert(name.clone(), (*ip, allow.clone()));
+            self.lists.insert(name.clone(), Held { ip, allow, logged });
         }
-        if let Some((ip, _)) = was
-            && now.as_ref().is_none_or(|(now_ip, _)| *now_ip != ip)
+        if let Some(was) = was
+            && now.as_ref().is_none_or(|(ip, _)| *ip != was.ip)
         {
-            self.release(ip, lists);
-            log(&format!("pod {name} at {ip} no longer served"));
+            self.release(was.ip, lists);
+            log(&format!("pod {name} at {} no longer served", was.ip));
         }
     }
 
     fn remove(&mut self, name: &str, lists: &sandbox_net::ClientLists) {
-        if let Some((ip, _)) = self.lists.remove(name) {
-            self.release(ip, lists);
-            log(&format!("pod {name} at {ip} gone"));
+        self.report(name, lists);
+        if let Some(was) = self.lists.remove(name) {
+            self.release(was.ip, lists);
+            log(&format!("pod {name} at {} gone", was.ip));
         }
     }
 
     /// Forgets `ip` unless another pod holds it now (an address taken again before the old
     /// pod's deletion was seen).
     fn release(&self, ip: IpAddr, lists: &sandbox_net::ClientLists) {
-        if !self.lists.values().any(|(held, _)| *held == ip) {
+        if !self.lists.values().any(|held| held.ip == ip) {
             lists.remove(ip);
         }
     }
@@ -126,6 +138,25 @@ impl Pods {
         let gone: Vec<String> = self.lists.keys().filter(|n| !names.contains(n)).cloned().collect();
         for name in gone {
             self.remove(&name, lists);
+        }
+    }
+
+    /// Logs what `name` was refused since the last time (before its list goes, and every
+    /// second).
+    fn report(&mut self, name: &str, lists: &sandbox_net::ClientLists) {
+        let Some(held) = self.lists.get_mut(name) else { return };
+        let Some(listed) = lists.get(held.ip) else { return };
+        let refused = listed.refused();
+        for refusal in refused.iter().skip(held.logged) {
+            log(&format!("pod {name} refused: {refusal}"));
+        }
+        held.logged = refused.len();
+    }
+
+    fn report_all(&mut self, lists: &sandbox_net::ClientLists) {
+        let names: Vec<String> = self.lists.keys().cloned().collect();
+        for name in names {
+            self.report(&name, lists);
         }
     }
 }
@@ -171,10 +202,9 @@ pub fn serve(namespace: &str, listen: std::net::SocketAddr) -> Result<()> {
         let reporter = {
             let (known, lists) = (std::sync::Arc::clone(&known), proxy.lists().clone());
             tokio::spawn(async move {
-                let mut reported = BTreeMap::new();
                 loop {
                     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                    report_refusals(&lock(&known), &lists, &mut reported);
+                    lock(&known).report_all(&lists);
                 }
             })
         };
@@ -232,24 +262,6 @@ async fn follow(
         }
     }
     Ok(())
-}
-
-/// Logs each pod's refusals once (`reported`: how many of each pod's were logged).
-fn report_refusals(
-    known: &Pods,
-    lists: &sandbox_net::ClientLists,
-    reported: &mut BTreeMap<String, usize>,
-) {
-    for (name, (ip, _)) in &known.lists {
-        let Some(listed) = lists.get(*ip) else { continue };
-        let refused = listed.refused();
-        let seen = reported.entry(name.clone()).or_default();
-        for refusal in refused.iter().skip(*seen) {
-            log(&format!("pod {name} refused: {refusal}"));
-        }
-        *seen = refused.len();
-    }
-    reported.retain(|name, _| known.lists.contains_key(name));
 }
 
 #[cfg(test)]

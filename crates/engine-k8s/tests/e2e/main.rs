@@ -349,6 +349,13 @@ def fronted():
             return 'ok %r' % t.recv(64)
     except Exception as e:
         return 'refused %s' % type(e).__name__
+def connect(target):
+    host, port = proxy.rsplit('/', 1)[1].rsplit(':', 1)
+    with socket.create_connection((host, int(port)), 10) as s:
+        s.sendall(b'CONNECT %s HTTP/1.1\r\n\r\n' % target.encode())
+        answer = s.recv(4096).decode(errors='replace')
+    return ' '.join(answer.split('\r\n', 1)[:1] + answer.split('\r\n\r\n', 1)[1:]).strip()
+print('asked', connect('registry.npmjs.org:443'))
 print('listed', fetch('https://pypi.org/simple/six/'))
 print('unlisted', fetch('https://registry.npmjs.org/'))
 print('fronted', fronted())
@@ -434,7 +441,10 @@ fn the_egress_proxy_holds_each_pod_to_its_list() {
         text
     };
     let before = through(&engine);
-    assert!(before.contains("listed refused") && before.contains("403"), "no list yet: {before}");
+    let unknown =
+        "403 Forbidden python-sandbox proxy: this proxy serves only sandboxes with a network list";
+    assert!(before.contains(unknown), "no list yet: {before}");
+    assert!(before.contains("listed refused") && before.contains("fronted refused"), "{before}");
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
         kube::Api::namespaced(engine.client().clone(), "python-sandbox");
     let name = engine_k8s::manifest::pod_name(&info.id);
@@ -457,9 +467,7 @@ fn the_egress_proxy_holds_each_pod_to_its_list() {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let after = loop {
         let text = through(&engine);
-        if !text.contains("only sandboxes with a network list")
-            || std::time::Instant::now() > deadline
-        {
+        if !text.contains(unknown) || std::time::Instant::now() > deadline {
             break text;
         }
         std::thread::sleep(Duration::from_millis(500));
@@ -467,5 +475,30 @@ fn the_egress_proxy_holds_each_pod_to_its_list() {
     let _ = engine.stop_session(&info.id);
     assert!(after.contains("listed ok 200"), "the listed registry: {after}");
     assert!(after.contains("unlisted refused") && after.contains("403"), "another name: {after}");
+    let named = "asked HTTP/1.1 403 Forbidden python-sandbox proxy: refusing registry.npmjs.org:443: not in the list";
+    assert!(after.contains(named), "the refusal names the host: {after}");
+    // The proxy's log names the pod and what it was refused (logged as its list goes).
+    let proxies: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(engine.client().clone(), engine_k8s::egress::NAMESPACE);
+    let selector = format!("{}={}", engine_k8s::egress::APP_LABEL, engine_k8s::egress::SERVICE);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let logged = loop {
+        let logs = sandbox_core::Executor::block_on(&engine, async {
+            let mut text = String::new();
+            let listed = proxies.list(&kube::api::ListParams::default().labels(&selector)).await?;
+            for pod in listed.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
+                let name = pod.metadata.name.as_deref().unwrap_or_default();
+                text.push_str(&proxies.logs(name, &kube::api::LogParams::default()).await?);
+            }
+            Ok::<_, kube::Error>(text)
+        })
+        .expect("the proxy's log");
+        let line = format!("pod {name} refused: registry.npmjs.org");
+        if logs.contains(&line) || std::time::Instant::now() > deadline {
+            break logs;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(logged.contains(&format!("pod {name} refused: registry.npmjs.org")), "{logged}");
     assert!(after.contains("fronted refused"), "a tunnel to pypi.org naming npm: {after}");
 }
