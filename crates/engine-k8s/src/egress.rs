@@ -60,6 +60,40 @@ pub fn pod_env(proxy: IpAddr) -> Vec<(String, String)> {
     env
 }
 
+/// Run in a pod with a list once its script is done: asks the proxy at `argv[1]:argv[2]`
+/// what it refused this pod ([`sandbox_net::REFUSED_PATH`]) and prints the JSON. The image's
+/// own interpreter, isolated (`-I`): nothing the script left on a path is read.
+pub const REFUSED_QUERY: &str = r#"
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), 5)
+s.settimeout(5)
+s.sendall(('GET %s HTTP/1.1\r\nHost: proxy\r\nConnection: close\r\n\r\n' % sys.argv[3]).encode())
+data = b''
+while True:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+head, _, body = data.partition(b'\r\n\r\n')
+if not head.startswith(b'HTTP/1.1 200 '):
+    sys.exit(head.split(b'\r\n')[0].decode(errors='replace'))
+sys.stdout.write(body.decode())
+"#;
+
+/// Pure: the argv of [`REFUSED_QUERY`] for the proxy at `proxy`.
+pub fn refused_query(proxy: IpAddr) -> Vec<String> {
+    [
+        "/usr/bin/python3".to_owned(),
+        "-I".to_owned(),
+        "-c".to_owned(),
+        REFUSED_QUERY.to_owned(),
+        proxy.to_string(),
+        PORT.to_string(),
+        sandbox_net::REFUSED_PATH.to_owned(),
+    ]
+    .to_vec()
+}
+
 /// Pure: the list a pod is held to, read from its policy annotation; `None` for a pod with
 /// no list (net on or off), one being deleted, one not running yet, or one whose annotation
 /// does not parse (refused everything rather than guessed).

@@ -29,7 +29,7 @@ mod spawn;
 pub use error::Error;
 pub use net::{UserNet, host_loopback_nameservers, listen_in, relay_in, serve_proxy, serve_relay};
 pub use proxy::{
-    BuiltinProxy, ClientLists, EgressProxy, KEEPER_ARG, PROXY_PORT, ProxyServer,
+    BuiltinProxy, ClientLists, EgressProxy, KEEPER_ARG, PROXY_PORT, ProxyServer, REFUSED_PATH,
     keeper_main_if_asked, proxy_env,
 };
 pub use relay::{

@@ -47,6 +47,11 @@ use crate::nat::Proto;
 /// process holds it; squid's port, which clients and users recognise).
 pub const PROXY_PORT: u16 = 3128;
 
+/// What a client of an [`EgressProxy`] asks (in origin form, `GET` to the proxy itself) to be
+/// told its own refusals so far: a JSON array of `sandbox_core::NetRefused`, each once. Only
+/// its own: the client is known by its address.
+pub const REFUSED_PATH: &str = "/python-sandbox/refused";
+
 /// The longest request head taken (the request line and headers).
 const MAX_HEAD: usize = 16 * 1024;
 /// Connections served at once; more get a 503 (a script cannot exhaust the CLI's threads).
@@ -603,9 +608,7 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
                         serve_connection(client, upstreams, egress, checked.as_ref())
                     }
                     Lists::PerClient(lists) => match lists.checked(peer.ip()) {
-                        Some(checked) => {
-                            serve_connection(client, upstreams, egress, Some(&checked))
-                        }
+                        Some(checked) => serve_client(client, upstreams, egress, &checked),
                         None => client.write_all(&error_response(
                             403,
                             "this proxy serves only sandboxes with a network list",
@@ -642,6 +645,42 @@ fn read_head(stream: &mut TcpStream) -> io::Result<Head> {
         }
         buf.extend_from_slice(&chunk[..n]);
     }
+}
+
+/// An [`EgressProxy`]'s connection from a client with a list: its own refusals when it asks
+/// for them ([`REFUSED_PATH`]), else served as any other.
+fn serve_client(
+    mut client: TcpStream,
+    upstreams: &Upstreams,
+    egress: &Egress,
+    checked: &Checked,
+) -> io::Result<()> {
+    client.set_read_timeout(Some(HEAD_TIMEOUT))?;
+    let mut first = [0u8; 64];
+    let ask = format!("GET {REFUSED_PATH} ");
+    // The request line as far as it tells: a client may send it in pieces.
+    let mut n = client.peek(&mut first)?;
+    for _ in 0..100 {
+        if n == 0 || n >= ask.len() || !ask.as_bytes().starts_with(&first[..n]) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        n = client.peek(&mut first)?;
+    }
+    if first[..n].starts_with(ask.as_bytes()) {
+        // Read whole: a socket closed with unread bytes is reset, and the answer lost.
+        if read_head(&mut client)?.is_err() {
+            return Ok(());
+        }
+        let body = serde_json::to_vec(&checked.listed.refused()).unwrap_or_default();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        client.write_all(head.as_bytes())?;
+        return client.write_all(&body);
+    }
+    serve_connection(client, upstreams, egress, Some(checked))
 }
 
 fn serve_connection(

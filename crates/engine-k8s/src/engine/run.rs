@@ -479,7 +479,16 @@ impl K8sEngine {
             warnings.extend(synced.warnings.iter().cloned());
             // An empty status line ends the caller's indicator before the script's output.
             status("");
-            let outcome = self.script(&sandbox, spec, &workdir, stdin, output, merged).await;
+            let mut outcome = self.script(&sandbox, spec, &workdir, stdin, output, merged).await;
+            // A list: what the egress proxy refused the script, for the note and `--json`.
+            if let (Ok(ran), Some(proxy)) = (outcome.as_mut(), plan.proxy) {
+                match refused_by_proxy(&sandbox, proxy).await {
+                    Ok(refused) => ran.net_refused = refused,
+                    Err(why) => warnings.push(format!(
+                        "what the egress proxy refused the script could not be read: {why}"
+                    )),
+                }
+            }
             // Whatever the script did or however it ended, its changes come back.
             let back = workspace::sync_out(
                 &sandbox,
@@ -708,6 +717,28 @@ impl Engine for K8sEngine {
 
 #[cfg(test)]
 mod tests;
+
+/// What the egress proxy at `proxy` refused this pod so far ([`crate::egress::REFUSED_QUERY`]).
+async fn refused_by_proxy(
+    sandbox: &crate::PodSandbox,
+    proxy: std::net::IpAddr,
+) -> std::result::Result<Vec<sandbox_core::NetRefused>, String> {
+    let request = ExecRequest {
+        argv: crate::egress::refused_query(proxy),
+        cwd: Some("/".to_owned()),
+        timeout: Some(Duration::from_secs(15)),
+        ..Default::default()
+    };
+    let mut answer = sandbox_core::shell::Capped::new(256 * 1024);
+    let ran = sandbox.exec(&request, &mut answer).await.map_err(|e| e.to_string())?;
+    if answer.over() {
+        return Err("its answer is over 256 KiB".to_owned());
+    }
+    if ran.exit_code != 0 {
+        return Err(answer.captured.stderr_lossy().trim().to_owned());
+    }
+    serde_json::from_slice(&answer.captured.stdout).map_err(|e| e.to_string())
+}
 
 /// The command a run pod's agent (its pid 1, which `kill -1` spares) is sent when the run is
 /// done: it kills every other process of the pod's (the script's, whatever it left running;

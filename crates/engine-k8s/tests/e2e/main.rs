@@ -472,6 +472,20 @@ fn the_egress_proxy_holds_each_pod_to_its_list() {
         }
         std::thread::sleep(Duration::from_millis(500));
     };
+    // What a run asks once its script is done: the proxy tells the pod its own refusals.
+    let ip: std::net::IpAddr = proxy_ip.parse().expect("the Service's address");
+    let argv = engine_k8s::egress::refused_query(ip);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut told = sandbox_core::Captured::default();
+    sandbox_core::Executor::block_on(
+        &engine,
+        sandbox_core::Sandbox::exec(&session, &sandbox_core::ExecRequest::new(&argv), &mut told),
+    )
+    .expect("the refusals query");
+    let refused: Vec<sandbox_core::NetRefused> = serde_json::from_slice(&told.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", told.stderr_lossy()));
+    println!("told: {refused:?}");
+    assert!(refused.iter().any(|r| r.host == "registry.npmjs.org"), "{refused:?}");
     let _ = engine.stop_session(&info.id);
     assert!(after.contains("listed ok 200"), "the listed registry: {after}");
     assert!(after.contains("unlisted refused") && after.contains("403"), "another name: {after}");

@@ -348,6 +348,16 @@ fn the_egress_proxy_holds_each_client_to_its_own_list() {
     let npm_refused = proxy.lists().get("127.0.0.3".parse().unwrap()).unwrap().refused();
     assert_eq!(npm_refused.len(), 1, "{npm_refused:?}");
     assert_eq!(npm_refused[0].host, "pypi.org");
+    // Each client is told its own refusals, and only those.
+    let ask = format!("GET {REFUSED_PATH} HTTP/1.1\r\nHost: proxy\r\n\r\n");
+    let told = exchange_from("127.0.0.3", proxy_addr, ask.as_bytes());
+    let body = told.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default();
+    let refused: Vec<sandbox_core::NetRefused> = serde_json::from_str(body).expect(&told);
+    assert_eq!(refused, npm_refused);
+    let told = exchange_from("127.0.0.2", proxy_addr, ask.as_bytes());
+    assert!(told.starts_with("HTTP/1.1 200 ") && told.ends_with("\r\n\r\n[]"), "{told}");
+    let told = exchange_from("127.0.0.4", proxy_addr, ask.as_bytes());
+    assert!(told.starts_with("HTTP/1.1 403 "), "no list, nothing told: {told}");
 
     // The listed client's tunnel goes through, its hello naming the host echoed back.
     tunnel_to_pypi_echoes(connect_from("127.0.0.2", proxy_addr));
