@@ -99,3 +99,77 @@ fn the_lists_follow_pods_as_they_come_change_and_go() {
     assert!(lists.get(b).is_none(), "psbx-b was not listed again");
     assert!(lists.get(a).is_some());
 }
+
+/// The documents of a multi-document file under deploy/, in order.
+fn docs(rel: &str) -> Vec<serde_json::Value> {
+    let path = crate::rbac::tests::deploy_dir().join(rel);
+    let text = std::fs::read_to_string(&path).unwrap();
+    serde_norway::Deserializer::from_str(&text)
+        .map(|doc| <serde_json::Value as serde::Deserialize>::deserialize(doc).unwrap())
+        .collect()
+}
+
+/// deploy/egress is what this module and the sandboxes' policy name: its namespace (with the
+/// name label the sandboxes' NetworkPolicy selects it by), the Service and port, the pods'
+/// label, the proxy's read of the sandbox pods, the engine's read of the Service, and ingress
+/// to the proxy from the sandbox pods only.
+#[test]
+fn the_deployed_proxy_is_where_the_engine_and_the_policy_look_for_it() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{Namespace, Service};
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let ns: Namespace = crate::rbac::tests::load("egress/namespace.yaml");
+    assert_eq!(ns.metadata.name.as_deref(), Some(NAMESPACE));
+    assert_eq!(ns.metadata.labels.unwrap()["kubernetes.io/metadata.name"], NAMESPACE);
+    let proxy = docs("egress/proxy.yaml");
+    let deployment: Deployment = serde_json::from_value(proxy[0].clone()).unwrap();
+    let service: Service = serde_json::from_value(proxy[1].clone()).unwrap();
+    let policy: NetworkPolicy = serde_json::from_value(proxy[2].clone()).unwrap();
+    assert_eq!(deployment.metadata.namespace.as_deref(), Some(NAMESPACE));
+    let template = deployment.spec.template;
+    assert_eq!(template.metadata.unwrap().labels.unwrap()[APP_LABEL], SERVICE);
+    let pod = template.spec.unwrap();
+    let container = &pod.containers[0];
+    let argv = [container.command.clone().unwrap(), container.args.clone().unwrap()].concat();
+    assert_eq!(
+        argv[1..],
+        [
+            "egress-proxy",
+            "--namespace",
+            crate::config::DEFAULT_NAMESPACE,
+            "--listen",
+            &format!("0.0.0.0:{PORT}")
+        ]
+    );
+    assert_eq!(container.security_context.as_ref().unwrap().read_only_root_filesystem, Some(true));
+    assert_eq!(
+        (service.metadata.name.as_deref(), service.metadata.namespace.as_deref()),
+        (Some(SERVICE), Some(NAMESPACE))
+    );
+    let spec = service.spec.unwrap();
+    assert_eq!(spec.selector.unwrap()[APP_LABEL], SERVICE);
+    assert_eq!(spec.ports.unwrap()[0].port, i32::from(PORT));
+    let from = &policy.spec.unwrap().ingress.unwrap()[0];
+    let peer = &from.from.as_ref().unwrap()[0];
+    let ns_label = &peer.namespace_selector.as_ref().unwrap().match_labels.as_ref().unwrap();
+    assert_eq!(ns_label["kubernetes.io/metadata.name"], crate::config::DEFAULT_NAMESPACE);
+    let pods = peer.pod_selector.as_ref().unwrap().match_labels.as_ref().unwrap();
+    assert_eq!(pods[reaper::labels::MANAGED_BY], reaper::labels::MANAGED_BY_VALUE);
+
+    let rbac = docs("egress/rbac.yaml");
+    let reads_pods: Role = serde_json::from_value(rbac[1].clone()).unwrap();
+    assert_eq!(reads_pods.metadata.namespace.as_deref(), Some(crate::config::DEFAULT_NAMESPACE));
+    let rule = &reads_pods.rules.unwrap()[0];
+    assert_eq!(rule.resources.as_deref(), Some(&["pods".to_owned()][..]));
+    assert_eq!(rule.verbs, ["get", "list", "watch"], "what `serve` does, and nothing more");
+    let reader: Role = serde_json::from_value(rbac[3].clone()).unwrap();
+    let rule = &reader.rules.unwrap()[0];
+    assert_eq!(rule.resource_names.as_deref(), Some(&[SERVICE.to_owned()][..]));
+    assert_eq!(rule.verbs, ["get"]);
+    let engine: RoleBinding = serde_json::from_value(rbac[4].clone()).unwrap();
+    let subject = &engine.subjects.unwrap()[0];
+    let sa: k8s_openapi::api::core::v1::ServiceAccount =
+        crate::rbac::tests::load("rbac/serviceaccount.yaml");
+    assert_eq!(Some(&subject.name), sa.metadata.name.as_ref(), "the engine's account reads it");
+}
