@@ -4,6 +4,8 @@
 //! containerd, `deploy/egress/` applied, rolled out) before the end-to-end tier, whose
 //! `the_egress_proxy_holds_each_pod_to_its_list` talks to it.
 
+use std::os::unix::process::CommandExt as _;
+
 use anyhow::{Context as _, Result};
 use xshell::{Shell, cmd};
 
@@ -54,7 +56,10 @@ pub(crate) struct ApiForward(Option<std::process::Child>);
 impl Drop for ApiForward {
     fn drop(&mut self) {
         if let Some(child) = &mut self.0 {
-            let _ = child.kill();
+            // The whole group: socat forks a child per connection (the proxy's watch among
+            // them), which would outlive the listener.
+            let group = format!("-{}", child.id());
+            let _ = std::process::Command::new("kill").args(["-TERM", "--", &group]).status();
             let _ = child.wait();
         }
     }
@@ -129,6 +134,7 @@ fn api_for_pods(sh: &Shell) -> Result<ApiForward> {
         .arg(format!("TCP-LISTEN:{port},bind={ip},fork,reuseaddr"))
         .arg(format!("TCP:127.0.0.1:{port}"))
         .stdout(std::process::Stdio::null())
+        .process_group(0)
         .spawn()
         .context("starting socat (installed with the cluster)")?;
     let forward = ApiForward(Some(child));
