@@ -11,7 +11,7 @@ use xshell::{Shell, cmd};
 
 use crate::services;
 
-/// The proxy's image, as `deploy/egress/proxy.yaml` names it.
+/// The proxy's image, as `deploy/egress/20-proxy.yaml` names it.
 pub(crate) const TAG: &str = "python-sandbox-egress:0.0.0";
 
 /// The private cluster's containerd (`../shared/k8s/up.sh`'s `CTR_SOCK`).

@@ -28,7 +28,7 @@ use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 
 use crate::error::{Error, Result};
 
-/// The namespace the proxy is deployed in (`deploy/egress/namespace.yaml`).
+/// The namespace the proxy is deployed in (`deploy/egress/00-namespace.yaml`).
 pub const NAMESPACE: &str = "python-sandbox-egress";
 /// The proxy's Service, and the `app.kubernetes.io/name` of its pods.
 pub const SERVICE: &str = "python-sandbox-egress";

@@ -119,10 +119,10 @@ fn the_deployed_proxy_is_where_the_engine_and_the_policy_look_for_it() {
     use k8s_openapi::api::core::v1::{Namespace, Service};
     use k8s_openapi::api::networking::v1::NetworkPolicy;
     use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-    let ns: Namespace = crate::rbac::tests::load("egress/namespace.yaml");
+    let ns: Namespace = crate::rbac::tests::load("egress/00-namespace.yaml");
     assert_eq!(ns.metadata.name.as_deref(), Some(NAMESPACE));
     assert_eq!(ns.metadata.labels.unwrap()["kubernetes.io/metadata.name"], NAMESPACE);
-    let proxy = docs("egress/proxy.yaml");
+    let proxy = docs("egress/20-proxy.yaml");
     let deployment: Deployment = serde_json::from_value(proxy[0].clone()).unwrap();
     let service: Service = serde_json::from_value(proxy[1].clone()).unwrap();
     let policy: NetworkPolicy = serde_json::from_value(proxy[2].clone()).unwrap();
@@ -157,7 +157,7 @@ fn the_deployed_proxy_is_where_the_engine_and_the_policy_look_for_it() {
     let pods = peer.pod_selector.as_ref().unwrap().match_labels.as_ref().unwrap();
     assert_eq!(pods[reaper::labels::MANAGED_BY], reaper::labels::MANAGED_BY_VALUE);
 
-    let rbac = docs("egress/rbac.yaml");
+    let rbac = docs("egress/10-rbac.yaml");
     let reads_pods: Role = serde_json::from_value(rbac[1].clone()).unwrap();
     assert_eq!(reads_pods.metadata.namespace.as_deref(), Some(crate::config::DEFAULT_NAMESPACE));
     let rule = &reads_pods.rules.unwrap()[0];
