@@ -242,10 +242,33 @@ pub fn serve(namespace: &str, listen: std::net::SocketAddr) -> Result<()> {
                 }
             })
         };
+        // As a container's pid 1 it gets no default action for SIGTERM: without this, every
+        // rollout and deletion would wait out the grace period for the kill.
+        let signal = |kind| {
+            tokio::signal::unix::signal(kind).map_err(|e| Error::Host {
+                what: "handle the stop signals".to_owned(),
+                message: e.to_string(),
+            })
+        };
+        let mut term = signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut int = signal(tokio::signal::unix::SignalKind::interrupt())?;
         loop {
-            if let Err(e) = follow(&pods, &known, proxy.lists()).await {
-                log(&format!("watching pods: {e}; listing again in 2 s"));
-                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            let next = tokio::select! {
+                followed = follow(&pods, &known, proxy.lists()) => Next::Followed(followed),
+                _ = term.recv() => Next::Stop("SIGTERM"),
+                _ = int.recv() => Next::Stop("SIGINT"),
+            };
+            match next {
+                Next::Stop(signal) => {
+                    lock(&known).report_all(proxy.lists());
+                    log(&format!("stopping on {signal}"));
+                    return Ok(());
+                }
+                Next::Followed(Ok(())) => {}
+                Next::Followed(Err(e)) => {
+                    log(&format!("watching pods: {e}; listing again in 2 s"));
+                    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                }
             }
             if reporter.is_finished() {
                 return Err(Error::Host {
@@ -255,6 +278,14 @@ pub fn serve(namespace: &str, listen: std::net::SocketAddr) -> Result<()> {
             }
         }
     })
+}
+
+/// What ended a wait of [`serve`]'s loop.
+enum Next {
+    /// A watch ended (its timeout), or failed.
+    Followed(std::result::Result<(), String>),
+    /// A stop signal.
+    Stop(&'static str),
 }
 
 fn lock(known: &std::sync::Mutex<Pods>) -> std::sync::MutexGuard<'_, Pods> {
