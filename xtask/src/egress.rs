@@ -50,8 +50,9 @@ pub(crate) fn build(sh: &Shell) -> Result<()> {
     Ok(())
 }
 
-/// A forward that gives the private cluster's pods the apiserver, for as long as it lives.
-pub(crate) struct ApiForward(Option<std::process::Child>);
+/// A forward that gives the private cluster's pods the apiserver, for as long as it lives,
+/// and whether the proxy was put there.
+pub(crate) struct ApiForward(Option<std::process::Child>, pub(crate) bool);
 
 impl Drop for ApiForward {
     fn drop(&mut self) {
@@ -75,9 +76,9 @@ pub(crate) fn on_the_cluster(sh: &Shell) -> ApiForward {
             tier,
             "KUBECONFIG names no cluster this machine runs (build the image with `cargo xtask image --egress`, load it on yours and apply deploy/egress/)",
         );
-        return ApiForward(None);
+        return ApiForward(None, false);
     }
-    let mut forward = ApiForward(None);
+    let mut forward = ApiForward(None, false);
     let deployed = (|| -> Result<()> {
         forward = api_for_pods(sh)?;
         build(sh)?;
@@ -105,11 +106,17 @@ pub(crate) fn on_the_cluster(sh: &Shell) -> ApiForward {
         .run()?;
         Ok(())
     })();
-    if let Err(e) = deployed {
-        crate::skipped(tier, &format!("{e:#}"));
+    match deployed {
+        Ok(()) => forward.1 = true,
+        Err(e) => crate::skipped(tier, &format!("{e:#}")),
     }
     forward
 }
+
+/// Set for the end-to-end tier once the proxy is on the cluster and can watch its pods: the
+/// test talks to it only then (the workspace's plain `cargo test` runs it too, with nothing
+/// keeping the apiserver in the proxy's reach).
+pub(crate) const DEPLOYED_VAR: &str = "PSBX_EGRESS_PROXY_DEPLOYED";
 
 /// The private cluster's apiserver listens on its node's loopback only, so the `kubernetes`
 /// Service's endpoint (the node's address) refuses pods, and the proxy cannot watch them
@@ -127,7 +134,7 @@ fn api_for_pods(sh: &Shell) -> Result<ApiForward> {
         std::net::TcpStream::connect_timeout(addr, std::time::Duration::from_secs(2)).is_ok()
     };
     if answers(&address) {
-        return Ok(ApiForward(None));
+        return Ok(ApiForward(None, false));
     }
     let (ip, port) = (address.ip(), address.port());
     let child = std::process::Command::new("socat")
@@ -137,7 +144,7 @@ fn api_for_pods(sh: &Shell) -> Result<ApiForward> {
         .process_group(0)
         .spawn()
         .context("starting socat (installed with the cluster)")?;
-    let forward = ApiForward(Some(child));
+    let forward = ApiForward(Some(child), false);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !answers(&address) {
         anyhow::ensure!(

@@ -75,7 +75,8 @@ impl TestEngines {
         // After the suite even when it failed: the two tiers fail for different reasons.
         if self.engines.is_empty() || self.engines.iter().any(|e| e == K8S) {
             crate::section("engine-k8s end-to-end tier");
-            let _forward = crate::egress::on_the_cluster(sh);
+            let forward = crate::egress::on_the_cluster(sh);
+            let _deployed = forward.1.then(|| sh.push_env(crate::egress::DEPLOYED_VAR, "1"));
             let e2e = cmd!(
                 sh,
                 "cargo test -p engine-k8s --test e2e -- --nocapture --test-threads=1 {filters...}"

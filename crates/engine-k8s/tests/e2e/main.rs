@@ -422,6 +422,12 @@ fn the_egress_proxy_holds_each_pod_to_its_list() {
             );
         }
     }
+    if std::env::var_os("PSBX_EGRESS_PROXY_DEPLOYED").is_none() {
+        println!(
+            "SKIPPED: the egress proxy from a pod: PSBX_EGRESS_PROXY_DEPLOYED is not set (`cargo xtask test-engines --engine k8s` deploys the proxy and sets it)"
+        );
+        return;
+    }
     // The proxy itself, from a session pod whose annotation is given a list the way the
     // engine writes it (this cluster lets the pod go around the proxy; the proxy is what is
     // tested here).
