@@ -48,16 +48,7 @@ pub fn pod_env(proxy: IpAddr) -> Vec<(String, String)> {
         IpAddr::V6(v6) => format!("[{v6}]"),
         v4 => v4.to_string(),
     };
-    let url = format!("http://{host}:{PORT}");
-    let mut env = Vec::new();
-    for name in ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"] {
-        env.push((name.to_owned(), url.clone()));
-        env.push((name.to_ascii_lowercase(), url.clone()));
-    }
-    for name in ["NO_PROXY", "no_proxy"] {
-        env.push((name.to_owned(), "localhost,127.0.0.1,::1".to_owned()));
-    }
-    env
+    sandbox_net::proxy_vars(&format!("http://{host}:{PORT}"))
 }
 
 /// Run in a pod with a list once its script is done: asks the proxy at `argv[1]:argv[2]`

@@ -576,7 +576,11 @@ impl K8sEngine {
     /// Refuses a net-off sandbox (`pod`, started under its deny-all egress policy) on a cluster
     /// that does not enforce NetworkPolicy ([`crate::netoff`]): the verdict kept on the host
     /// for this cluster and namespace, else the probe run in `pod` and its verdict kept.
-    pub(crate) async fn net_off_given(&self, pod: &Pod) -> Result<()> {
+    pub(crate) async fn net_off_given(
+        &self,
+        pod: &Pod,
+        refusal: fn(&str) -> crate::Error,
+    ) -> Result<()> {
         use sandbox_core::Sandbox as _;
         let ns = &self.config.namespace;
         let records = self.cluster.as_ref().and_then(|_| netoff_records());
@@ -608,7 +612,7 @@ impl K8sEngine {
         };
         match verdict {
             crate::netoff::Verdict::Enforced => Ok(()),
-            crate::netoff::Verdict::Ignored => Err(crate::netoff::refusal(ns)),
+            crate::netoff::Verdict::Ignored => Err(refusal(ns)),
         }
     }
 
@@ -617,13 +621,10 @@ impl K8sEngine {
     pub(crate) async fn policy_given(&self, plan: &Plan, pod: &Pod) -> Result<()> {
         match plan.egress {
             manifest::PodEgress::On => Ok(()),
-            manifest::PodEgress::Off => self.net_off_given(pod).await,
-            manifest::PodEgress::Proxy => self.net_off_given(pod).await.map_err(|e| {
-                match e.to_string().contains("does not enforce NetworkPolicy") {
-                    true => crate::netoff::list_refusal(&self.config.namespace),
-                    false => e,
-                }
-            }),
+            manifest::PodEgress::Off => self.net_off_given(pod, crate::netoff::refusal).await,
+            manifest::PodEgress::Proxy => {
+                self.net_off_given(pod, crate::netoff::list_refusal).await
+            }
         }
     }
 

@@ -30,7 +30,7 @@ pub use error::Error;
 pub use net::{UserNet, host_loopback_nameservers, listen_in, relay_in, serve_proxy, serve_relay};
 pub use proxy::{
     BuiltinProxy, ClientLists, EgressProxy, KEEPER_ARG, PROXY_PORT, ProxyServer, REFUSED_PATH,
-    keeper_main_if_asked, proxy_env,
+    keeper_main_if_asked, proxy_env, proxy_vars,
 };
 pub use relay::{
     Inbound, Listed, Relay, SANDBOX_IP, journal_end, journal_since, listen_published,

@@ -62,13 +62,19 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// Pure: the environment that points a sandbox's clients at the proxy.
 pub fn proxy_env() -> Vec<(String, OsString)> {
     let url = format!("http://127.0.0.1:{PROXY_PORT}");
+    proxy_vars(&url).into_iter().map(|(name, value)| (name, OsString::from(value))).collect()
+}
+
+/// Pure: the variables that point clients at the proxy at `url` (both spellings of each),
+/// loopback excepted.
+pub fn proxy_vars(url: &str) -> Vec<(String, String)> {
     let mut env = Vec::new();
     for name in ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"] {
-        env.push((name.to_owned(), OsString::from(&url)));
-        env.push((name.to_ascii_lowercase(), OsString::from(&url)));
+        env.push((name.to_owned(), url.to_owned()));
+        env.push((name.to_ascii_lowercase(), url.to_owned()));
     }
     for name in ["NO_PROXY", "no_proxy"] {
-        env.push((name.to_owned(), OsString::from("localhost,127.0.0.1,::1")));
+        env.push((name.to_owned(), "localhost,127.0.0.1,::1".to_owned()));
     }
     env
 }
